@@ -1,0 +1,42 @@
+# Hermes build tasks. Every tool runs through the Go toolchain at the version go.mod pins.
+export GOTOOLCHAIN := local
+
+.PHONY: all build proto proto-check lint test test-short bench fuzz demo serve
+
+all: build
+
+build:
+	go build -o bin/hermes ./cmd/hermes
+
+# Regenerate the protobuf and gRPC code from proto/ with local plugins.
+proto:
+	go tool buf format -w
+	go tool buf lint
+	go tool buf generate
+
+# Fail when the generated code is not what the .proto files produce.
+proto-check:
+	go tool buf format -d --exit-code
+	go tool buf lint
+	go tool buf generate
+	git diff --exit-code -- proto
+
+# Breaking-change check of the API against the main branch.
+breaking:
+	go tool buf breaking --against '.git#branch=main'
+
+lint:
+	gofmt -l . | tee /dev/stderr | (! read)
+	go vet ./...
+
+test:
+	go test -race -count=1 ./...
+
+test-short:
+	go test -short -count=1 ./...
+
+bench:
+	go test -run '^$$' -bench . -benchmem ./...
+
+serve: build
+	./bin/hermes serve

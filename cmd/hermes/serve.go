@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/pkg/config"
+	"github.com/hermes-agent/hermes/pkg/telemetry"
+)
+
+// loadServeConfig parses the serve flags with environment and config-file fallbacks.
+func loadServeConfig(name string, env *cliEnv, args []string) (app.Config, error) {
+	var cfg app.Config
+	fs := newFlagSet(name, env)
+	cfg.RegisterFlags(fs)
+	// Show each flag's environment variable in -h.
+	fs.VisitAll(func(f *flag.Flag) {
+		if !strings.Contains(f.Usage, "HERMES_") {
+			f.Usage += " [" + config.EnvName(f.Name) + "]"
+		}
+	})
+	if err := config.Load(fs, args, env.getenv, "config"); err != nil {
+		return cfg, parseErr(name, err)
+	}
+	if fs.NArg() > 0 {
+		return cfg, errUsage{fmt.Sprintf("unexpected argument %q (run hermes %s -h)", fs.Arg(0), name)}
+	}
+	if cfg.ModelAPIKey == "" {
+		cfg.ModelAPIKey = cfg.APIKey(env.getenv)
+	}
+	cfg.Version = versionString()
+	return cfg, nil
+}
+
+func runServe(ctx context.Context, env *cliEnv, args []string) error {
+	cfg, err := loadServeConfig("serve", env, args)
+	if err != nil {
+		return err
+	}
+	log, err := telemetry.NewLogger(env.stderr, cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		return errUsage{err.Error()}
+	}
+	serviceName := "hermes"
+	if cfg.Target != app.TargetAll {
+		serviceName = "hermes-" + strings.ReplaceAll(cfg.Target, ",", "-")
+	}
+	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: serviceName, Version: cfg.Version, MetricsListen: cfg.MetricsListen, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tel.Shutdown(context.WithoutCancel(ctx)) }()
+	a, err := app.New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}

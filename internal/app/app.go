@@ -1,0 +1,365 @@
+// Package app assembles Hermes' services into one process. Like Grafana Loki's modules, each
+// target (session, tools, mcpgateway, memory, orchestrator) has an init function; "all" runs
+// every target in one process on one gRPC port with embedded backends, and a comma list runs
+// some of them with external Redis, NATS and Qdrant.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+
+	"github.com/hermes-agent/hermes/pkg/config"
+	"github.com/hermes-agent/hermes/pkg/events"
+	"github.com/hermes-agent/hermes/pkg/rpc"
+	"github.com/hermes-agent/hermes/pkg/tokenizer"
+	"github.com/hermes-agent/hermes/services/mcpgateway"
+	"github.com/hermes-agent/hermes/services/memory"
+	"github.com/hermes-agent/hermes/services/orchestrator"
+	"github.com/hermes-agent/hermes/services/session"
+	"github.com/hermes-agent/hermes/services/tools"
+)
+
+// Target names.
+const (
+	TargetSession      = "session"
+	TargetTools        = "tools"
+	TargetMCPGateway   = "mcpgateway"
+	TargetMemory       = "memory"
+	TargetOrchestrator = "orchestrator"
+	TargetAll          = "all"
+)
+
+// module is one target: its init registers the service on the app's server and opens what it
+// needs. Modules are initialised in this order, so a module may rely on earlier ones' backends.
+type module struct {
+	name string
+	init func(a *App, ctx context.Context) error
+}
+
+var modules = []module{
+	{TargetSession, (*App).initSession},
+	{TargetTools, (*App).initTools},
+	{TargetMCPGateway, (*App).initMCPGateway},
+	{TargetMemory, (*App).initMemory},
+	{TargetOrchestrator, (*App).initOrchestrator},
+}
+
+// Targets lists every target name in start-up order.
+func Targets() []string {
+	out := make([]string, len(modules))
+	for i, m := range modules {
+		out[i] = m.name
+	}
+	return out
+}
+
+// Config is the whole configuration of a serving process.
+type Config struct {
+	config.Common
+	// Target is "all" or a comma list of target names.
+	Target string
+	// ConfigFile is an optional YAML file.
+	ConfigFile string
+	// Version is reported in telemetry and logs.
+	Version string
+
+	Session      session.Config
+	Tools        tools.Config
+	MCPGateway   mcpgateway.Config
+	Memory       memory.Config
+	Orchestrator orchestrator.Config
+}
+
+// RegisterFlags registers every setting.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.Common.RegisterFlags(fs)
+	fs.StringVar(&c.Target, "target", TargetAll, "services to run: all, or a comma list of "+strings.Join(Targets(), ", "))
+	fs.StringVar(&c.ConfigFile, "config", "", "optional YAML configuration file (keys are flag names; nested maps join with '.')")
+	c.Session.RegisterFlags(fs)
+	c.Tools.RegisterFlags(fs)
+	c.MCPGateway.RegisterFlags(fs)
+	c.Memory.RegisterFlags(fs)
+	c.Orchestrator.RegisterFlags(fs)
+}
+
+// ParseTargets turns "all" or a comma list into the set of targets, rejecting unknown names.
+func ParseTargets(s string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, t := range strings.Split(s, ",") {
+		t = strings.TrimSpace(t)
+		switch {
+		case t == TargetAll:
+			for _, name := range Targets() {
+				out[name] = true
+			}
+		case slices.Contains(Targets(), t):
+			out[t] = true
+		case t == "":
+		default:
+			return nil, fmt.Errorf("unknown target %q: want all or one of %s", t, strings.Join(Targets(), ", "))
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no target given")
+	}
+	return out, nil
+}
+
+// App is a running Hermes process.
+type App struct {
+	cfg     Config
+	log     *slog.Logger
+	srv     *rpc.Server
+	lis     net.Listener
+	addr    string
+	targets map[string]bool
+	getenv  func(string) string
+
+	mu      sync.Mutex
+	closers []func()
+	redis   *redis.Client
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	conns   map[string]*grpc.ClientConn
+
+	serveDone chan error
+	cancel    context.CancelFunc
+}
+
+// New opens the listener and initialises every target; nothing is served until Run or Start.
+// On error, whatever was opened is closed again.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
+	targets, err := ParseTargets(cfg.Target)
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	a := &App{
+		cfg:     cfg,
+		log:     log,
+		lis:     lis,
+		addr:    dialable(lis.Addr().String()),
+		targets: targets,
+		getenv:  os.Getenv,
+		conns:   map[string]*grpc.ClientConn{},
+		srv: rpc.NewServer(rpc.ServerOptions{
+			Logger:          log,
+			ShutdownTimeout: cfg.ShutdownTimeout,
+			DrainDelay:      cfg.DrainDelay,
+		}),
+	}
+	for _, m := range modules {
+		if !targets[m.name] {
+			continue
+		}
+		if err := m.init(a, ctx); err != nil {
+			a.closeAll()
+			_ = lis.Close()
+			return nil, fmt.Errorf("%s: %w", m.name, err)
+		}
+	}
+	return a, nil
+}
+
+// dialable turns a listen address into one this process can dial (":7070" → "127.0.0.1:7070").
+func dialable(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// Addr is the gRPC address the process serves on, dialable from this host.
+func (a *App) Addr() string { return a.addr }
+
+// Services lists the registered gRPC service names.
+func (a *App) Services() []string { return a.srv.Services() }
+
+// Run serves until ctx is cancelled, then shuts down gracefully and closes the backends.
+func (a *App) Run(ctx context.Context) error {
+	a.log.Info("hermes serving", "addr", a.addr, "targets", a.cfg.Target, "services", a.srv.Services())
+	err := a.srv.Serve(ctx, a.lis)
+	a.closeAll()
+	return err
+}
+
+// Start serves in the background; Stop ends it. For tests and the demo.
+func (a *App) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	a.serveDone = make(chan error, 1)
+	go func() { a.serveDone <- a.Run(ctx) }()
+}
+
+// Stop shuts a started App down and waits for it.
+func (a *App) Stop() error {
+	if a.cancel == nil {
+		a.closeAll()
+		return a.lis.Close()
+	}
+	a.cancel()
+	return <-a.serveDone
+}
+
+// onClose registers cleanup, run in reverse order at shutdown.
+func (a *App) onClose(f func()) {
+	a.mu.Lock()
+	a.closers = append(a.closers, f)
+	a.mu.Unlock()
+}
+
+func (a *App) closeAll() {
+	a.mu.Lock()
+	closers := a.closers
+	a.closers = nil
+	a.mu.Unlock()
+	for i := len(closers) - 1; i >= 0; i-- {
+		closers[i]()
+	}
+}
+
+// dataPath returns a path inside the data directory, creating the directory.
+func (a *App) dataPath(name string) (string, error) {
+	if err := os.MkdirAll(a.cfg.DataDir, 0o750); err != nil {
+		return "", fmt.Errorf("data directory: %w", err)
+	}
+	return filepath.Join(a.cfg.DataDir, name), nil
+}
+
+// Redis returns the shared Redis client, connecting and pinging it on first use. It returns
+// nil, nil when no Redis URL is configured (embedded stores are used then).
+func (a *App) Redis(ctx context.Context) (*redis.Client, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cfg.RedisURL == "" || a.redis != nil {
+		return a.redis, nil
+	}
+	opts, err := redis.ParseURL(a.cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	rdb := redis.NewClient(opts)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("redis at %s is unreachable: %w", opts.Addr, err)
+	}
+	a.redis = rdb
+	a.closers = append(a.closers, func() { _ = rdb.Close() })
+	return rdb, nil
+}
+
+// watchRedis reports service NOT_SERVING while Redis does not answer.
+func (a *App) watchRedis(service string, rdb *redis.Client) {
+	a.srv.WatchDependency("redis/"+service, []string{service}, 2*time.Second, func(ctx context.Context) error {
+		return rdb.Ping(ctx).Err()
+	})
+}
+
+// NATS returns the shared NATS connection and JetStream context, with the HERMES_EVENTS stream
+// ensured. Without a NATS URL an embedded server with a file store in the data directory is
+// started.
+func (a *App) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.nc != nil {
+		return a.nc, a.js, nil
+	}
+	url := a.cfg.NATSURL
+	if url == "" {
+		if err := os.MkdirAll(a.cfg.DataDir, 0o750); err != nil {
+			return nil, nil, fmt.Errorf("data directory: %w", err)
+		}
+		emb, err := events.StartEmbedded(filepath.Join(a.cfg.DataDir, "nats"))
+		if err != nil {
+			return nil, nil, err
+		}
+		a.closers = append(a.closers, emb.Close)
+		url = emb.URL()
+		a.log.Info("embedded NATS with JetStream", "url", url)
+	}
+	nc, js, err := events.Connect(url, "hermes", a.log)
+	if err != nil {
+		return nil, nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := events.EnsureStream(sctx, js, a.EventNames()); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	a.nc, a.js = nc, js
+	a.closers = append(a.closers, func() { _ = nc.Drain() })
+	return nc, js, nil
+}
+
+// EventNames are the stream and subject names in use.
+func (a *App) EventNames() events.Names { return events.NamespacedNames(a.cfg.NATSNamespace) }
+
+// watchNATS reports services NOT_SERVING while NATS is disconnected.
+func (a *App) watchNATS(service string, nc *nats.Conn) {
+	a.srv.WatchDependency("nats/"+service, []string{service}, 2*time.Second, func(context.Context) error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("nats %s", nc.Status())
+		}
+		return nil
+	})
+}
+
+// Tokenizer returns the configured tokenizer.
+func (a *App) Tokenizer() (*tokenizer.Tokenizer, error) {
+	return tokenizer.New(a.cfg.Tokenizer)
+}
+
+// Conn returns a client connection to a target: this process when it runs the target and no
+// address is configured, otherwise the configured HERMES_<TARGET>_ADDR.
+func (a *App) Conn(target string) (*grpc.ClientConn, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c, ok := a.conns[target]; ok {
+		return c, nil
+	}
+	addr := map[string]string{
+		TargetSession:      a.cfg.SessionAddr,
+		TargetTools:        a.cfg.ToolsAddr,
+		TargetMCPGateway:   a.cfg.MCPGatewayAddr,
+		TargetMemory:       a.cfg.MemoryAddr,
+		TargetOrchestrator: a.cfg.OrchestratorAddr,
+	}[target]
+	if addr == "" {
+		if !a.targets[target] {
+			return nil, fmt.Errorf("the %s service is not in this process: set --%s-addr (%s)", target, target, config.EnvName(target+"-addr"))
+		}
+		addr = a.addr
+	}
+	c, err := rpc.Dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	a.conns[target] = c
+	a.closers = append(a.closers, func() { _ = c.Close() })
+	return c, nil
+}

@@ -1,0 +1,38 @@
+package app
+
+import (
+	"context"
+
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	"github.com/hermes-agent/hermes/services/session"
+)
+
+func (a *App) initSession(ctx context.Context) error {
+	tok, err := a.Tokenizer()
+	if err != nil {
+		return err
+	}
+	rdb, err := a.Redis(ctx)
+	if err != nil {
+		return err
+	}
+	var store session.Store
+	if rdb != nil {
+		store = session.NewRedisStore(rdb, a.cfg.RedisPrefix+"session:")
+		a.watchRedis(sessionv1.SessionService_ServiceDesc.ServiceName, rdb)
+	} else {
+		path, err := a.dataPath("session.db")
+		if err != nil {
+			return err
+		}
+		bs, err := session.OpenBoltStore(path)
+		if err != nil {
+			return err
+		}
+		a.onClose(func() { _ = bs.Close() })
+		store = bs
+	}
+	svc := session.NewService(store, tok, a.cfg.Session, a.log)
+	a.srv.Register(&sessionv1.SessionService_ServiceDesc, svc)
+	return nil
+}

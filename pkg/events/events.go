@@ -1,0 +1,210 @@
+// Package events carries Hermes' events over NATS JetStream: the HERMES_EVENTS stream, the
+// turn.finished subject, publishing with de-duplication, and an embedded NATS server for
+// monolithic mode.
+package events
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
+)
+
+// Names are the stream, subject and consumer names. DefaultNames are fixed by the design; a
+// namespace gives a separate set on a shared NATS server (tests running side by side, or
+// several Hermes installations on one cluster).
+type Names struct {
+	// Stream is the JetStream stream, HERMES_EVENTS.
+	Stream string
+	// TurnFinishedPrefix is "hermes.turn.finished."; the user token follows.
+	TurnFinishedPrefix string
+	// DeadLetterPrefix is "hermes.dlq."; the original subject follows.
+	DeadLetterPrefix string
+	// ExtractorConsumer is the durable consumer of the memory extractor, "memory-extractor".
+	ExtractorConsumer string
+}
+
+// DefaultNames returns the design's names.
+func DefaultNames() Names {
+	return Names{
+		Stream:             "HERMES_EVENTS",
+		TurnFinishedPrefix: "hermes.turn.finished.",
+		DeadLetterPrefix:   "hermes.dlq.",
+		ExtractorConsumer:  "memory-extractor",
+	}
+}
+
+// NamespacedNames returns DefaultNames for an empty namespace, else names with the namespace
+// in them: stream HERMES_EVENTS_<NS>, subjects <ns>.hermes.turn.finished.<user> and
+// <ns>.hermes.dlq.>.
+func NamespacedNames(namespace string) Names {
+	n := DefaultNames()
+	if namespace == "" {
+		return n
+	}
+	tok := UserToken(namespace)
+	n.Stream += "_" + strings.ToUpper(strings.ReplaceAll(tok, "-", "_"))
+	n.TurnFinishedPrefix = tok + "." + n.TurnFinishedPrefix
+	n.DeadLetterPrefix = tok + "." + n.DeadLetterPrefix
+	return n
+}
+
+var subjectToken = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// UserToken is the subject token for a user id. Ids that are not a plain token (they contain
+// '.', '*', '>', spaces or are long) are encoded as "b64_" plus unpadded base64url, so every user
+// maps to exactly one subject token.
+func UserToken(userID string) string {
+	if subjectToken.MatchString(userID) && !hasB64Prefix(userID) {
+		return userID
+	}
+	return "b64_" + base64.RawURLEncoding.EncodeToString([]byte(userID))
+}
+
+func hasB64Prefix(s string) bool { return len(s) >= 4 && s[:4] == "b64_" }
+
+// TurnFinishedSubject is hermes.turn.finished.<user>.
+func (n Names) TurnFinishedSubject(userID string) string {
+	return n.TurnFinishedPrefix + UserToken(userID)
+}
+
+// TurnFinishedFilter matches every user's turn.finished subject.
+func (n Names) TurnFinishedFilter() string { return n.TurnFinishedPrefix + ">" }
+
+// DeadLetterSubject is where a poison message of the given original subject goes.
+func (n Names) DeadLetterSubject(original string) string { return n.DeadLetterPrefix + original }
+
+// DeadLetterFilter matches every dead letter.
+func (n Names) DeadLetterFilter() string { return n.DeadLetterPrefix + ">" }
+
+// Connect dials NATS with reconnects that never give up, so a restarted NATS server is picked
+// up again, and returns the connection with its JetStream context.
+func Connect(url, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url,
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.Timeout(5*time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "error", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }),
+	)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return nc, js, nil
+}
+
+// EnsureStream creates or updates the HERMES_EVENTS stream. Messages are kept for 7 days and
+// de-duplicated by Nats-Msg-Id within 10 minutes, so a retried publish of one turn is stored once.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, n Names) (jetstream.Stream, error) {
+	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        n.Stream,
+		Description: "Hermes events: turn.finished for the memory extractor, and dead letters",
+		Subjects:    []string{n.TurnFinishedFilter(), n.DeadLetterFilter()},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      7 * 24 * time.Hour,
+		Duplicates:  10 * time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ensure stream %s: %w", n.Stream, err)
+	}
+	return st, nil
+}
+
+// MarshalTurnFinished encodes the event as protobuf JSON.
+func MarshalTurnFinished(ev *eventsv1.TurnFinished) ([]byte, error) {
+	return protojson.Marshal(ev)
+}
+
+// UnmarshalTurnFinished decodes an event, tolerating fields added by newer publishers.
+func UnmarshalTurnFinished(data []byte) (*eventsv1.TurnFinished, error) {
+	ev := &eventsv1.TurnFinished{}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, ev); err != nil {
+		return nil, fmt.Errorf("decode turn.finished: %w", err)
+	}
+	if ev.GetTurnId() == "" || ev.GetUserId() == "" {
+		return nil, errors.New("decode turn.finished: turn_id and user_id are required")
+	}
+	return ev, nil
+}
+
+// PublishTurnFinished publishes the event with the turn id as Nats-Msg-Id, retrying with
+// backoff until ctx ends; JetStream de-duplication makes the retries safe.
+func PublishTurnFinished(ctx context.Context, js jetstream.JetStream, n Names, ev *eventsv1.TurnFinished) error {
+	data, err := MarshalTurnFinished(ev)
+	if err != nil {
+		return err
+	}
+	subject := n.TurnFinishedSubject(ev.GetUserId())
+	backoff := 50 * time.Millisecond
+	for {
+		_, err = js.Publish(ctx, subject, data, jetstream.WithMsgID(ev.GetTurnId()), jetstream.WithExpectStream(n.Stream))
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("publish %s: %w (last error: %v)", subject, ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+// Embedded is a NATS server with JetStream running inside the process (monolithic mode).
+type Embedded struct {
+	srv *server.Server
+}
+
+// StartEmbedded starts a NATS server with a JetStream file store in dir, listening on a random
+// loopback port.
+func StartEmbedded(dir string) (*Embedded, error) {
+	srv, err := server.NewServer(&server.Options{
+		ServerName: "hermes-embedded",
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
+		JetStream:  true,
+		StoreDir:   dir,
+		NoSigs:     true,
+		NoLog:      true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS: %w", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, errors.New("embedded NATS: not ready after 10s")
+	}
+	return &Embedded{srv: srv}, nil
+}
+
+// URL is the client URL of the embedded server.
+func (e *Embedded) URL() string { return e.srv.ClientURL() }
+
+// Close stops the server.
+func (e *Embedded) Close() {
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+}

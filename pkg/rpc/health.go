@@ -1,0 +1,93 @@
+package rpc
+
+import (
+	"context"
+	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// dependency is a backend (Redis, NATS, Qdrant, another service) that some services need; while
+// its check fails, those services report NOT_SERVING.
+type dependency struct {
+	name     string
+	services []string
+	healthy  bool
+	cancel   context.CancelFunc
+}
+
+func (d *dependency) stop() {
+	if d.cancel != nil {
+		d.cancel()
+	}
+}
+
+// WatchDependency checks a backend every interval (and once right away) and reports the given
+// services NOT_SERVING while the check fails; they return to SERVING by themselves once it
+// passes again. The watch ends with Shutdown.
+func (s *Server) WatchDependency(name string, services []string, interval time.Duration, check func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &dependency{name: name, services: services, healthy: true, cancel: cancel}
+	s.mu.Lock()
+	if old, ok := s.deps[name]; ok {
+		old.stop()
+	}
+	s.deps[name] = d
+	s.mu.Unlock()
+	probe := func() {
+		cctx, ccancel := context.WithTimeout(ctx, interval)
+		err := check(cctx)
+		ccancel()
+		if ctx.Err() != nil {
+			return
+		}
+		s.mu.Lock()
+		changed := d.healthy != (err == nil)
+		d.healthy = err == nil
+		s.mu.Unlock()
+		if changed {
+			if err != nil {
+				s.log.Warn("dependency down; affected services NOT_SERVING", "dependency", name, "services", services, "error", err)
+			} else {
+				s.log.Info("dependency back; services SERVING", "dependency", name, "services", services)
+			}
+			s.refreshHealth()
+		}
+	}
+	probe()
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				probe()
+			}
+		}
+	}()
+}
+
+// refreshHealth recomputes every registered service's status from its dependencies.
+func (s *Server) refreshHealth() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return
+	}
+	for _, svc := range s.services {
+		st := healthpb.HealthCheckResponse_SERVING
+		for _, d := range s.deps {
+			if d.healthy {
+				continue
+			}
+			for _, name := range d.services {
+				if name == svc {
+					st = healthpb.HealthCheckResponse_NOT_SERVING
+				}
+			}
+		}
+		s.health.SetServingStatus(svc, st)
+	}
+}

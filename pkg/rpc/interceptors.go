@@ -1,0 +1,91 @@
+package rpc
+
+import (
+	"context"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// recoverUnary turns a panic in a handler into an INTERNAL error and logs it with its stack, so
+// one bad request never takes the process down.
+func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = panicError(ctx, log, info.FullMethod, r)
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = panicError(ss.Context(), log, info.FullMethod, r)
+			}
+		}()
+		return handler(srv, ss)
+	}
+}
+
+func panicError(ctx context.Context, log *slog.Logger, method string, r any) error {
+	log.ErrorContext(ctx, "panic in handler", "method", method, "panic", r, "stack", string(debug.Stack()))
+	return status.Errorf(codes.Internal, "internal error in %s; the server logged the details", method)
+}
+
+// logUnary logs every finished call: method, code, duration and peer. Server faults are logged
+// at error level, client errors at info, successes at debug.
+func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		logCall(ctx, log, info.FullMethod, start, err)
+		return resp, err
+	}
+}
+
+func logStream(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		start := time.Now()
+		err := handler(srv, ss)
+		logCall(ss.Context(), log, info.FullMethod, start, err)
+		return err
+	}
+}
+
+func logCall(ctx context.Context, log *slog.Logger, method string, start time.Time, err error) {
+	code := status.Code(err)
+	level := slog.LevelDebug
+	switch code {
+	case codes.OK:
+	case codes.Internal, codes.Unknown, codes.DataLoss, codes.Unimplemented:
+		level = slog.LevelError
+	case codes.Unavailable, codes.DeadlineExceeded:
+		level = slog.LevelWarn
+	default:
+		level = slog.LevelInfo
+	}
+	if !log.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("method", method),
+		slog.String("code", code.String()),
+		slog.Duration("duration", time.Since(start)),
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		attrs = append(attrs, slog.String("peer", p.Addr.String()))
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", status.Convert(err).Message()))
+	}
+	log.LogAttrs(ctx, level, "rpc", attrs...)
+}

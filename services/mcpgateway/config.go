@@ -1,0 +1,10 @@
+package mcpgateway
+
+import "flag"
+
+// Config holds the mcpgateway service's settings; each is a flag under "mcpgateway." with an environment
+// variable and a YAML key (see pkg/config).
+type Config struct{}
+
+// RegisterFlags registers the settings with their defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {}

@@ -1,0 +1,10 @@
+package orchestrator
+
+import "flag"
+
+// Config holds the orchestrator service's settings; each is a flag under "orchestrator." with an environment
+// variable and a YAML key (see pkg/config).
+type Config struct{}
+
+// RegisterFlags registers the settings with their defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {}

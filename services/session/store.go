@@ -1,0 +1,119 @@
+package session
+
+import (
+	"context"
+	"errors"
+
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+)
+
+// Errors a Store returns; the server maps them to gRPC codes.
+var (
+	ErrNotFound = errors.New("session not found")
+	// ErrConflict: the expected last seq did not match.
+	ErrConflict = errors.New("session changed concurrently")
+	// ErrSummaryBehind: an update covers less than the stored summary.
+	ErrSummaryBehind = errors.New("summary covers less than the stored one")
+	// ErrSummaryAhead: an update claims to cover messages that do not exist.
+	ErrSummaryAhead = errors.New("summary covers messages that do not exist")
+)
+
+// ConflictError reports the actual last seq on ErrConflict.
+type ConflictError struct {
+	Expected, Actual int64
+}
+
+func (e *ConflictError) Error() string {
+	return "session changed concurrently"
+}
+
+// Unwrap makes errors.Is(err, ErrConflict) hold.
+func (e *ConflictError) Unwrap() error { return ErrConflict }
+
+// Store keeps sessions and their append-only logs. Messages are stored as they arrive and never
+// changed; seq numbers are dense per session, starting at 1. Implementations must make Append
+// atomic: all messages of a batch are stored, or none is.
+type Store interface {
+	// CreateSession stores a new session (identity, config, zero state).
+	CreateSession(ctx context.Context, s *sessionv1.Session) error
+	// GetSession returns a session with its current state, or ErrNotFound.
+	GetSession(ctx context.Context, id string) (*sessionv1.Session, error)
+	// ListSessions returns up to limit sessions of a user, most recently active first, starting
+	// after the cursor ("" for the first page), with the cursor of the next page ("" at the end).
+	ListSessions(ctx context.Context, userID, cursor string, limit int) ([]*sessionv1.Session, string, error)
+	// DeleteSession removes a session, its messages, its summary and its search entries, and
+	// returns the number of messages removed, or ErrNotFound.
+	DeleteSession(ctx context.Context, id string) (int64, error)
+	// Append stores a batch atomically. Messages must have ids, created_at, token counts and
+	// search terms set; Append assigns their seq. A message whose client_id is already stored
+	// is not appended again; its stored copy is returned in its place. When expectedLastSeq is
+	// set and new messages would be appended, the session's last seq must equal it, else a
+	// *ConflictError and nothing changes.
+	Append(ctx context.Context, sessionID string, batch []AppendItem, expectedLastSeq *int64) (*AppendResult, error)
+	// ListMessages returns up to limit messages with seq > afterSeq in seq order.
+	ListMessages(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]*sessionv1.Message, error)
+	// LoadContext returns what BuildContext needs, reading only the window's share of the log.
+	LoadContext(ctx context.Context, sessionID string, turns, maxEvicted int) (*ContextData, error)
+	// UpdateSummary stores a summary covering messages up to throughSeq and returns the seq the
+	// previous one covered: ErrSummaryBehind when throughSeq is below it, ErrSummaryAhead when
+	// above the last seq.
+	UpdateSummary(ctx context.Context, sessionID string, sum *Summary) (previous int64, err error)
+	// Search returns the user's messages that contain every term, newest first, at most limit,
+	// optionally only in one session, each with up to neighbors messages on each side.
+	Search(ctx context.Context, userID string, terms []string, sessionID string, neighbors, limit int) ([]*SearchResult, error)
+}
+
+// AppendItem is one message to append, with what the store indexes of it.
+type AppendItem struct {
+	Message *sessionv1.Message
+	// Terms are the search terms of the message's text.
+	Terms []string
+}
+
+// AppendResult is what Append did.
+type AppendResult struct {
+	// Messages in batch order, with seq set; deduplicated ones are the stored copies.
+	Messages []*sessionv1.Message
+	// Deduplicated counts messages that were already stored.
+	Deduplicated int
+	// State is the session's state after the append.
+	State *sessionv1.SessionState
+}
+
+// Summary is the rolling summary of a session.
+type Summary struct {
+	Content    string
+	ThroughSeq int64
+	TokenCount int32
+	// UpdatedAtUnixMilli is when it was stored.
+	UpdatedAtUnixMilli int64
+}
+
+// ContextData is the raw material of a context: the session's last turns, the sticky messages
+// before them, and the messages between the summary and the window.
+type ContextData struct {
+	Session *sessionv1.Session
+	// Summary is the stored summary, nil when there is none.
+	Summary *Summary
+	// Window holds every message from the start of the turns-th last turn to the end of the log
+	// (the whole log when it has fewer turns). Messages before the first user message count
+	// as part of the first turn.
+	Window []*sessionv1.Message
+	// Sticky holds the sticky messages with seq below Window's first, in seq order.
+	Sticky []*sessionv1.Message
+	// Evicted holds, oldest first, at most maxEvicted messages with a seq above the summary's
+	// and below Window's first.
+	Evicted []*sessionv1.Message
+	// EvictedMore is true when more such messages exist than Evicted holds.
+	EvictedMore bool
+}
+
+// SearchResult is one hit of Search.
+type SearchResult struct {
+	SessionID string
+	Message   *sessionv1.Message
+	Before    []*sessionv1.Message
+	After     []*sessionv1.Message
+	// Matched is the number of distinct query terms in the message.
+	Matched int
+}
