@@ -104,7 +104,8 @@ type ToolSpec struct {
 	InputSchema string `protobuf:"bytes,3,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
 	// Optional JSON Schema of the output.
 	OutputSchema string `protobuf:"bytes,4,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
-	// Per-attempt timeout; unset means 10 s.
+	// The whole call's budget, all attempts and backoff included, capped by the caller's deadline;
+	// unset means the service default (10 s).
 	Timeout *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	// Retries on transient failures; unset means 2.
 	MaxRetries *int32 `protobuf:"varint,6,opt,name=max_retries,json=maxRetries,proto3,oneof" json:"max_retries,omitempty"`
@@ -121,9 +122,12 @@ type ToolSpec struct {
 	//	*ToolSpec_Builtin
 	Executor isToolSpec_Executor `protobuf_oneof:"executor"`
 	// Free-form labels.
-	Labels        map[string]string `protobuf:"bytes,12,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Labels map[string]string `protobuf:"bytes,12,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Timeout of one attempt; unset means the whole timeout, so a timed-out attempt is final. When
+	// shorter, a timed-out attempt counts as transient and is retried within the timeout.
+	AttemptTimeout *durationpb.Duration `protobuf:"bytes,13,opt,name=attempt_timeout,json=attemptTimeout,proto3" json:"attempt_timeout,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ToolSpec) Reset() {
@@ -249,6 +253,13 @@ func (x *ToolSpec) GetBuiltin() *BuiltinExecutor {
 func (x *ToolSpec) GetLabels() map[string]string {
 	if x != nil {
 		return x.Labels
+	}
+	return nil
+}
+
+func (x *ToolSpec) GetAttemptTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.AttemptTimeout
 	}
 	return nil
 }
@@ -971,8 +982,9 @@ type ExecuteToolRequest struct {
 	SessionId string `protobuf:"bytes,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The user the call is made for.
 	UserId string `protobuf:"bytes,5,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
-	// For idempotent tools: calls with the same key run the tool once and return the stored
-	// result afterwards.
+	// For idempotent tools: calls with the same key (per tool) run the tool once and return the
+	// stored result afterwards, also when they arrive at the same time. Ignored for tools not
+	// declared idempotent. HTTP tools receive it as the Idempotency-Key header.
 	IdempotencyKey string `protobuf:"bytes,6,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -1302,7 +1314,7 @@ type ToolResult struct {
 	OutputBytes int64 `protobuf:"varint,9,opt,name=output_bytes,json=outputBytes,proto3" json:"output_bytes,omitempty"`
 	// A non-idempotent tool was retried after a timeout, so an earlier attempt may have run.
 	MayHaveRun bool `protobuf:"varint,10,opt,name=may_have_run,json=mayHaveRun,proto3" json:"may_have_run,omitempty"`
-	// The tool's name and version that ran.
+	// The version of the tool that ran (or whose schema rejected the arguments).
 	ToolVersion   int64 `protobuf:"varint,11,opt,name=tool_version,json=toolVersion,proto3" json:"tool_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1638,7 +1650,7 @@ var File_hermes_tools_v1_tools_proto protoreflect.FileDescriptor
 
 const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"\n" +
-	"\x1bhermes/tools/v1/tools.proto\x12\x0fhermes.tools.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd6\x04\n" +
+	"\x1bhermes/tools/v1/tools.proto\x12\x0fhermes.tools.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9a\x05\n" +
 	"\bToolSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12!\n" +
@@ -1655,7 +1667,8 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"\x03mcp\x18\n" +
 	" \x01(\v2\x1c.hermes.tools.v1.MCPExecutorH\x00R\x03mcp\x12<\n" +
 	"\abuiltin\x18\v \x01(\v2 .hermes.tools.v1.BuiltinExecutorH\x00R\abuiltin\x12=\n" +
-	"\x06labels\x18\f \x03(\v2%.hermes.tools.v1.ToolSpec.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\f \x03(\v2%.hermes.tools.v1.ToolSpec.LabelsEntryR\x06labels\x12B\n" +
+	"\x0fattempt_timeout\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0eattemptTimeout\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
@@ -1826,39 +1839,40 @@ var file_hermes_tools_v1_tools_proto_depIdxs = []int32{
 	3,  // 2: hermes.tools.v1.ToolSpec.mcp:type_name -> hermes.tools.v1.MCPExecutor
 	4,  // 3: hermes.tools.v1.ToolSpec.builtin:type_name -> hermes.tools.v1.BuiltinExecutor
 	23, // 4: hermes.tools.v1.ToolSpec.labels:type_name -> hermes.tools.v1.ToolSpec.LabelsEntry
-	24, // 5: hermes.tools.v1.HTTPExecutor.headers:type_name -> hermes.tools.v1.HTTPExecutor.HeadersEntry
-	1,  // 6: hermes.tools.v1.Tool.spec:type_name -> hermes.tools.v1.ToolSpec
-	26, // 7: hermes.tools.v1.Tool.created_at:type_name -> google.protobuf.Timestamp
-	26, // 8: hermes.tools.v1.Tool.updated_at:type_name -> google.protobuf.Timestamp
-	1,  // 9: hermes.tools.v1.RegisterToolRequest.spec:type_name -> hermes.tools.v1.ToolSpec
-	5,  // 10: hermes.tools.v1.RegisterToolResponse.tool:type_name -> hermes.tools.v1.Tool
-	5,  // 11: hermes.tools.v1.GetToolResponse.tool:type_name -> hermes.tools.v1.Tool
-	5,  // 12: hermes.tools.v1.ListToolsResponse.tools:type_name -> hermes.tools.v1.Tool
-	19, // 13: hermes.tools.v1.ExecuteToolResponse.result:type_name -> hermes.tools.v1.ToolResult
-	0,  // 14: hermes.tools.v1.ToolError.code:type_name -> hermes.tools.v1.ErrorCode
-	17, // 15: hermes.tools.v1.ToolError.violations:type_name -> hermes.tools.v1.Violation
-	16, // 16: hermes.tools.v1.ToolResult.error:type_name -> hermes.tools.v1.ToolError
-	25, // 17: hermes.tools.v1.ToolResult.duration:type_name -> google.protobuf.Duration
-	18, // 18: hermes.tools.v1.ToolResult.coercions:type_name -> hermes.tools.v1.Coercion
-	5,  // 19: hermes.tools.v1.SelectedTool.tool:type_name -> hermes.tools.v1.Tool
-	21, // 20: hermes.tools.v1.SelectToolsResponse.tools:type_name -> hermes.tools.v1.SelectedTool
-	6,  // 21: hermes.tools.v1.ToolService.RegisterTool:input_type -> hermes.tools.v1.RegisterToolRequest
-	8,  // 22: hermes.tools.v1.ToolService.UnregisterTool:input_type -> hermes.tools.v1.UnregisterToolRequest
-	10, // 23: hermes.tools.v1.ToolService.GetTool:input_type -> hermes.tools.v1.GetToolRequest
-	12, // 24: hermes.tools.v1.ToolService.ListTools:input_type -> hermes.tools.v1.ListToolsRequest
-	14, // 25: hermes.tools.v1.ToolService.ExecuteTool:input_type -> hermes.tools.v1.ExecuteToolRequest
-	20, // 26: hermes.tools.v1.ToolService.SelectTools:input_type -> hermes.tools.v1.SelectToolsRequest
-	7,  // 27: hermes.tools.v1.ToolService.RegisterTool:output_type -> hermes.tools.v1.RegisterToolResponse
-	9,  // 28: hermes.tools.v1.ToolService.UnregisterTool:output_type -> hermes.tools.v1.UnregisterToolResponse
-	11, // 29: hermes.tools.v1.ToolService.GetTool:output_type -> hermes.tools.v1.GetToolResponse
-	13, // 30: hermes.tools.v1.ToolService.ListTools:output_type -> hermes.tools.v1.ListToolsResponse
-	15, // 31: hermes.tools.v1.ToolService.ExecuteTool:output_type -> hermes.tools.v1.ExecuteToolResponse
-	22, // 32: hermes.tools.v1.ToolService.SelectTools:output_type -> hermes.tools.v1.SelectToolsResponse
-	27, // [27:33] is the sub-list for method output_type
-	21, // [21:27] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	25, // 5: hermes.tools.v1.ToolSpec.attempt_timeout:type_name -> google.protobuf.Duration
+	24, // 6: hermes.tools.v1.HTTPExecutor.headers:type_name -> hermes.tools.v1.HTTPExecutor.HeadersEntry
+	1,  // 7: hermes.tools.v1.Tool.spec:type_name -> hermes.tools.v1.ToolSpec
+	26, // 8: hermes.tools.v1.Tool.created_at:type_name -> google.protobuf.Timestamp
+	26, // 9: hermes.tools.v1.Tool.updated_at:type_name -> google.protobuf.Timestamp
+	1,  // 10: hermes.tools.v1.RegisterToolRequest.spec:type_name -> hermes.tools.v1.ToolSpec
+	5,  // 11: hermes.tools.v1.RegisterToolResponse.tool:type_name -> hermes.tools.v1.Tool
+	5,  // 12: hermes.tools.v1.GetToolResponse.tool:type_name -> hermes.tools.v1.Tool
+	5,  // 13: hermes.tools.v1.ListToolsResponse.tools:type_name -> hermes.tools.v1.Tool
+	19, // 14: hermes.tools.v1.ExecuteToolResponse.result:type_name -> hermes.tools.v1.ToolResult
+	0,  // 15: hermes.tools.v1.ToolError.code:type_name -> hermes.tools.v1.ErrorCode
+	17, // 16: hermes.tools.v1.ToolError.violations:type_name -> hermes.tools.v1.Violation
+	16, // 17: hermes.tools.v1.ToolResult.error:type_name -> hermes.tools.v1.ToolError
+	25, // 18: hermes.tools.v1.ToolResult.duration:type_name -> google.protobuf.Duration
+	18, // 19: hermes.tools.v1.ToolResult.coercions:type_name -> hermes.tools.v1.Coercion
+	5,  // 20: hermes.tools.v1.SelectedTool.tool:type_name -> hermes.tools.v1.Tool
+	21, // 21: hermes.tools.v1.SelectToolsResponse.tools:type_name -> hermes.tools.v1.SelectedTool
+	6,  // 22: hermes.tools.v1.ToolService.RegisterTool:input_type -> hermes.tools.v1.RegisterToolRequest
+	8,  // 23: hermes.tools.v1.ToolService.UnregisterTool:input_type -> hermes.tools.v1.UnregisterToolRequest
+	10, // 24: hermes.tools.v1.ToolService.GetTool:input_type -> hermes.tools.v1.GetToolRequest
+	12, // 25: hermes.tools.v1.ToolService.ListTools:input_type -> hermes.tools.v1.ListToolsRequest
+	14, // 26: hermes.tools.v1.ToolService.ExecuteTool:input_type -> hermes.tools.v1.ExecuteToolRequest
+	20, // 27: hermes.tools.v1.ToolService.SelectTools:input_type -> hermes.tools.v1.SelectToolsRequest
+	7,  // 28: hermes.tools.v1.ToolService.RegisterTool:output_type -> hermes.tools.v1.RegisterToolResponse
+	9,  // 29: hermes.tools.v1.ToolService.UnregisterTool:output_type -> hermes.tools.v1.UnregisterToolResponse
+	11, // 30: hermes.tools.v1.ToolService.GetTool:output_type -> hermes.tools.v1.GetToolResponse
+	13, // 31: hermes.tools.v1.ToolService.ListTools:output_type -> hermes.tools.v1.ListToolsResponse
+	15, // 32: hermes.tools.v1.ToolService.ExecuteTool:output_type -> hermes.tools.v1.ExecuteToolResponse
+	22, // 33: hermes.tools.v1.ToolService.SelectTools:output_type -> hermes.tools.v1.SelectToolsResponse
+	28, // [28:34] is the sub-list for method output_type
+	22, // [22:28] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_hermes_tools_v1_tools_proto_init() }
