@@ -1,10 +1,140 @@
 package memory
 
-import "flag"
+import (
+	"flag"
+	"time"
+)
 
 // Config holds the memory service's settings; each is a flag under "memory." with an environment
-// variable and a YAML key (see pkg/config).
-type Config struct{}
+// variable (HERMES_MEMORY_...) and a YAML key (memory: {...}).
+type Config struct {
+	// ExplicitEnabled switches explicit extraction by a model after each turn (on by default).
+	ExplicitEnabled bool
+	// ExplicitWeight multiplies the recall score of explicitly extracted memories.
+	ExplicitWeight float64
+	// ImplicitEnabled switches implicit accumulation of behaviour counts (off by default).
+	ImplicitEnabled bool
+	// ImplicitWeight multiplies the recall score of habit memories from behaviour counts.
+	ImplicitWeight float64
+	// MinConfidence is the lowest model confidence an extracted memory is kept with.
+	MinConfidence float64
+	// SemanticMinConfidence is the lowest confidence that sends a preference, fact, config or
+	// habit straight to the semantic tier; lower ones start episodic.
+	SemanticMinConfidence float64
+	// RequirePreferenceCue drops an extracted preference when the user's words carry no
+	// preference cue ("喜欢", "prefer", "always" …): a place mentioned once is not a preference.
+	RequirePreferenceCue bool
+	// ExtractAttempts is how many model calls one extraction makes when replies are not JSON.
+	ExtractAttempts int
+	// ExtractTimeout bounds one model call.
+	ExtractTimeout time.Duration
+	// ExtractMaxInputBytes caps the turn text sent to the model.
+	ExtractMaxInputBytes int
+
+	// MinSimilarity is the recall threshold for a model embedder (the article's 0.45).
+	MinSimilarity float64
+	// LexicalMinSimilarity is the recall threshold for the lexical hashing embedder, which scores
+	// differently; calibrated on testdata/retrieval.json.
+	LexicalMinSimilarity float64
+	// DuplicateSimilarity is the similarity at or above which a new memory of the same type
+	// updates an existing one instead of adding a copy (model embedder).
+	DuplicateSimilarity float64
+	// LexicalDuplicateSimilarity is DuplicateSimilarity for the lexical embedder.
+	LexicalDuplicateSimilarity float64
+	// MaxAge leaves memories not updated within it out of recall, except facts.
+	MaxAge time.Duration
+	// RecencyWeight is how much recency reorders memories that passed the threshold (0..1).
+	RecencyWeight float64
+	// RecencyHalfLife is the age at which the recency factor halves.
+	RecencyHalfLife time.Duration
+
+	// EpisodicTTL is how long an episodic memory lives after its last write or recall.
+	EpisodicTTL time.Duration
+	// PromoteAfterRecalls promotes an episodic memory to semantic once recalled this often.
+	PromoteAfterRecalls int
+	// DemoteAfter demotes a semantic memory not recalled (nor updated) for this long.
+	DemoteAfter time.Duration
+	// DeleteAfter deletes an episodic memory not recalled (nor updated) for this long.
+	DeleteAfter time.Duration
+	// ExpiredRetention is how long superseded memories are kept before they are purged.
+	ExpiredRetention time.Duration
+	// MaintenanceInterval is how often the periodic maintenance job runs; 0 disables it.
+	MaintenanceInterval time.Duration
+	// MergeSimilarity is the similarity at or above which maintenance merges two memories.
+	MergeSimilarity float64
+
+	// BehaviorWindow is the sliding window behaviour counts are kept in.
+	BehaviorWindow time.Duration
+	// HabitThreshold: a habit memory is written once a count passes it.
+	HabitThreshold int
+
+	// ExtractionRecordTTL is how long a processed turn is remembered, for idempotency; it must
+	// outlive the stream's retention so a redelivered turn is never processed twice.
+	ExtractionRecordTTL time.Duration
+	// ConsumerEnabled starts the NATS consumer of turn.finished.
+	ConsumerEnabled bool
+	// ConsumerWorkers is how many turns one replica extracts at once.
+	ConsumerWorkers int
+	// ConsumerAckWait is how long JetStream waits for an ack before redelivering.
+	ConsumerAckWait time.Duration
+	// ConsumerMaxDeliver bounds deliveries of one event; the last failure dead-letters it.
+	ConsumerMaxDeliver int
+
+	// QdrantCollection is the Qdrant collection of the semantic tier.
+	QdrantCollection string
+	// EmbedDimensions is the vector size of the model embedder; 0 asks the endpoint once.
+	EmbedDimensions int
+	// LexicalDimensions is the vector size of the lexical hashing embedder.
+	LexicalDimensions int
+}
 
 // RegisterFlags registers the settings with their defaults.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {}
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&c.ExplicitEnabled, "memory.explicit-enabled", true, "extract memories from finished turns with a model")
+	fs.Float64Var(&c.ExplicitWeight, "memory.explicit-weight", 1.0, "recall score weight of explicitly extracted memories")
+	fs.BoolVar(&c.ImplicitEnabled, "memory.implicit-enabled", false, "count behaviour (RecordBehavior) and write habit memories")
+	fs.Float64Var(&c.ImplicitWeight, "memory.implicit-weight", 0.8, "recall score weight of habit memories from behaviour counts")
+	fs.Float64Var(&c.MinConfidence, "memory.min-confidence", 0.8, "lowest model confidence an extracted memory is kept with")
+	fs.Float64Var(&c.SemanticMinConfidence, "memory.semantic-min-confidence", 0.9, "lowest confidence that sends a preference, fact, config or habit straight to the semantic tier")
+	fs.BoolVar(&c.RequirePreferenceCue, "memory.require-preference-cue", true, "drop an extracted preference when the user's words carry no preference cue")
+	fs.IntVar(&c.ExtractAttempts, "memory.extract-attempts", 2, "model calls per extraction when the reply is not valid JSON")
+	fs.DurationVar(&c.ExtractTimeout, "memory.extract-timeout", 30*time.Second, "timeout of one extraction model call")
+	fs.IntVar(&c.ExtractMaxInputBytes, "memory.extract-max-input-bytes", 16000, "cap on the turn text sent to the extraction model")
+
+	fs.Float64Var(&c.MinSimilarity, "memory.min-similarity", 0.45, "recall similarity threshold with a model embedder")
+	fs.Float64Var(&c.LexicalMinSimilarity, "memory.lexical-min-similarity", 0.2, "recall similarity threshold with the lexical hashing embedder (calibrated, see bench/README.md)")
+	fs.Float64Var(&c.DuplicateSimilarity, "memory.duplicate-similarity", 0.92, "similarity at which a new memory updates an existing one of the same type (model embedder)")
+	fs.Float64Var(&c.LexicalDuplicateSimilarity, "memory.lexical-duplicate-similarity", 0.85, "duplicate similarity with the lexical hashing embedder")
+	fs.DurationVar(&c.MaxAge, "memory.max-age", 30*24*time.Hour, "memories not updated within this age are not recalled, except facts")
+	fs.Float64Var(&c.RecencyWeight, "memory.recency-weight", 0.2, "how much recency reorders memories that passed the threshold (0..1)")
+	fs.DurationVar(&c.RecencyHalfLife, "memory.recency-half-life", 14*24*time.Hour, "age at which the recency factor halves")
+
+	fs.DurationVar(&c.EpisodicTTL, "memory.episodic-ttl", 72*time.Hour, "lifetime of an episodic memory after its last write or recall")
+	fs.IntVar(&c.PromoteAfterRecalls, "memory.promote-after-recalls", 3, "promote an episodic memory to semantic once recalled this often")
+	fs.DurationVar(&c.DemoteAfter, "memory.demote-after", 60*24*time.Hour, "demote a semantic memory not recalled or updated for this long to episodic")
+	fs.DurationVar(&c.DeleteAfter, "memory.delete-after", 7*24*time.Hour, "delete an episodic memory not recalled or updated for this long")
+	fs.DurationVar(&c.ExpiredRetention, "memory.expired-retention", 30*24*time.Hour, "how long superseded memories are kept before they are purged")
+	fs.DurationVar(&c.MaintenanceInterval, "memory.maintenance-interval", time.Hour, "how often maintenance runs (one replica at a time); 0 disables it")
+	fs.Float64Var(&c.MergeSimilarity, "memory.merge-similarity", 0.9, "similarity at which maintenance merges two memories of the same type")
+
+	fs.DurationVar(&c.BehaviorWindow, "memory.behavior-window", 30*24*time.Hour, "sliding window of behaviour counts")
+	fs.IntVar(&c.HabitThreshold, "memory.habit-threshold", 3, "a habit memory is written once a behaviour count passes this")
+
+	fs.DurationVar(&c.ExtractionRecordTTL, "memory.extraction-record-ttl", 14*24*time.Hour, "how long a processed turn id is remembered (longer than the stream's 7-day retention)")
+	fs.BoolVar(&c.ConsumerEnabled, "memory.consumer-enabled", true, "consume turn.finished events from NATS JetStream")
+	fs.IntVar(&c.ConsumerWorkers, "memory.consumer-workers", 2, "turns one replica extracts at once")
+	fs.DurationVar(&c.ConsumerAckWait, "memory.consumer-ack-wait", 60*time.Second, "JetStream ack wait before a turn is redelivered")
+	fs.IntVar(&c.ConsumerMaxDeliver, "memory.consumer-max-deliver", 5, "deliveries of one turn before it is dead-lettered")
+
+	fs.StringVar(&c.QdrantCollection, "memory.qdrant-collection", "hermes_memories", "Qdrant collection of the semantic tier")
+	fs.IntVar(&c.EmbedDimensions, "memory.embed-dimensions", 0, "vector size of the model embedder; 0 asks the endpoint once at start-up")
+	fs.IntVar(&c.LexicalDimensions, "memory.lexical-dimensions", 1024, "vector size of the lexical hashing embedder")
+}
+
+// DefaultConfig returns the defaults RegisterFlags sets, for tests and embedding.
+func DefaultConfig() Config {
+	var c Config
+	fs := flag.NewFlagSet("memory", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	return c
+}

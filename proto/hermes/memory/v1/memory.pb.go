@@ -238,7 +238,10 @@ type Memory struct {
 	// The memory that superseded it.
 	SupersededBy string `protobuf:"bytes,17,opt,name=superseded_by,json=supersededBy,proto3" json:"superseded_by,omitempty"`
 	// What the memory is about (for example "restaurant"), used to detect contradictions.
-	Subject       string `protobuf:"bytes,18,opt,name=subject,proto3" json:"subject,omitempty"`
+	Subject string `protobuf:"bytes,18,opt,name=subject,proto3" json:"subject,omitempty"`
+	// Short phrases of requests this memory helps with (for example "订位"); indexed with the
+	// content so that a request which does not repeat the content still finds it.
+	Keywords      []string `protobuf:"bytes,19,rep,name=keywords,proto3" json:"keywords,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -399,6 +402,13 @@ func (x *Memory) GetSubject() string {
 	return ""
 }
 
+func (x *Memory) GetKeywords() []string {
+	if x != nil {
+		return x.Keywords
+	}
+	return nil
+}
+
 // RememberRequest is the input of Remember.
 type RememberRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -419,9 +429,15 @@ type RememberRequest struct {
 	// The session it comes from.
 	SessionId string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// What the memory is about, for contradiction detection.
-	Subject       string `protobuf:"bytes,9,opt,name=subject,proto3" json:"subject,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Subject string `protobuf:"bytes,9,opt,name=subject,proto3" json:"subject,omitempty"`
+	// Short phrases of requests this memory helps with, at most 16.
+	Keywords []string `protobuf:"bytes,10,rep,name=keywords,proto3" json:"keywords,omitempty"`
+	// The turn it comes from.
+	TurnId string `protobuf:"bytes,11,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	// Ids of the session messages it was drawn from, at most 64.
+	SourceMessageIds []string `protobuf:"bytes,12,rep,name=source_message_ids,json=sourceMessageIds,proto3" json:"source_message_ids,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RememberRequest) Reset() {
@@ -517,6 +533,27 @@ func (x *RememberRequest) GetSubject() string {
 	return ""
 }
 
+func (x *RememberRequest) GetKeywords() []string {
+	if x != nil {
+		return x.Keywords
+	}
+	return nil
+}
+
+func (x *RememberRequest) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *RememberRequest) GetSourceMessageIds() []string {
+	if x != nil {
+		return x.SourceMessageIds
+	}
+	return nil
+}
+
 // RememberResponse is the output of Remember.
 type RememberResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -596,7 +633,11 @@ type RecallRequest struct {
 	// Memories not updated within this age are left out, except facts; unset means 30 days.
 	MaxAge *durationpb.Duration `protobuf:"bytes,5,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
 	// Only these types.
-	Types         []MemoryType `protobuf:"varint,6,rep,packed,name=types,proto3,enum=hermes.memory.v1.MemoryType" json:"types,omitempty"`
+	Types []MemoryType `protobuf:"varint,6,rep,packed,name=types,proto3,enum=hermes.memory.v1.MemoryType" json:"types,omitempty"`
+	// Memories that carry any of these attribute keys (for example "restaurant_name") are
+	// recalled as well when they fall below the similarity threshold, so a missing tool argument
+	// can be filled; their reason says so. At most 16.
+	AttributeKeys []string `protobuf:"bytes,7,rep,name=attribute_keys,json=attributeKeys,proto3" json:"attribute_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -669,6 +710,13 @@ func (x *RecallRequest) GetMaxAge() *durationpb.Duration {
 func (x *RecallRequest) GetTypes() []MemoryType {
 	if x != nil {
 		return x.Types
+	}
+	return nil
+}
+
+func (x *RecallRequest) GetAttributeKeys() []string {
+	if x != nil {
+		return x.AttributeKeys
 	}
 	return nil
 }
@@ -1231,10 +1279,16 @@ type Candidate struct {
 	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
 	// The model's confidence.
 	Confidence float64 `protobuf:"fixed64,3,opt,name=confidence,proto3" json:"confidence,omitempty"`
-	// "written", "updated", "superseded", "below_threshold", "duplicate", "disabled".
+	// What became of it: "written", "updated" (a near duplicate), "superseding" (it replaced
+	// a contradicted memory), "below_threshold", "ungrounded" (not drawn from the user's words),
+	// "no_preference_cue", "invalid".
 	Outcome string `protobuf:"bytes,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	// The memory written or updated, if any.
-	MemoryId      string `protobuf:"bytes,5,opt,name=memory_id,json=memoryId,proto3" json:"memory_id,omitempty"`
+	MemoryId string `protobuf:"bytes,5,opt,name=memory_id,json=memoryId,proto3" json:"memory_id,omitempty"`
+	// Why it was kept or dropped, for a person reading the outcome.
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Proposed structured attributes.
+	Attributes    map[string]string `protobuf:"bytes,7,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1304,6 +1358,20 @@ func (x *Candidate) GetMemoryId() string {
 	return ""
 }
 
+func (x *Candidate) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Candidate) GetAttributes() map[string]string {
+	if x != nil {
+		return x.Attributes
+	}
+	return nil
+}
+
 // ExtractTurnResponse is the output of ExtractTurn.
 type ExtractTurnResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1312,7 +1380,9 @@ type ExtractTurnResponse struct {
 	// Every candidate the model proposed, with its outcome.
 	Candidates []*Candidate `protobuf:"bytes,2,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	// Memories written or updated.
-	Memories      []*Memory `protobuf:"bytes,3,rep,name=memories,proto3" json:"memories,omitempty"`
+	Memories []*Memory `protobuf:"bytes,3,rep,name=memories,proto3" json:"memories,omitempty"`
+	// Memories superseded (now expired) by what this turn wrote.
+	SupersededIds []string `protobuf:"bytes,4,rep,name=superseded_ids,json=supersededIds,proto3" json:"superseded_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1364,6 +1434,13 @@ func (x *ExtractTurnResponse) GetCandidates() []*Candidate {
 func (x *ExtractTurnResponse) GetMemories() []*Memory {
 	if x != nil {
 		return x.Memories
+	}
+	return nil
+}
+
+func (x *ExtractTurnResponse) GetSupersededIds() []string {
+	if x != nil {
+		return x.SupersededIds
 	}
 	return nil
 }
@@ -1574,7 +1651,9 @@ type RunMaintenanceResponse struct {
 	// Episodic memories promoted to semantic.
 	Promoted int64 `protobuf:"varint,5,opt,name=promoted,proto3" json:"promoted,omitempty"`
 	// Another replica holds the maintenance lock; nothing was done.
-	Skipped       bool `protobuf:"varint,6,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	Skipped bool `protobuf:"varint,6,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// Users whose memories were maintained.
+	Users         int64 `protobuf:"varint,7,opt,name=users,proto3" json:"users,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1651,11 +1730,18 @@ func (x *RunMaintenanceResponse) GetSkipped() bool {
 	return false
 }
 
+func (x *RunMaintenanceResponse) GetUsers() int64 {
+	if x != nil {
+		return x.Users
+	}
+	return 0
+}
+
 var File_hermes_memory_v1_memory_proto protoreflect.FileDescriptor
 
 const file_hermes_memory_v1_memory_proto_rawDesc = "" +
 	"\n" +
-	"\x1dhermes/memory/v1/memory.proto\x12\x10hermes.memory.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dhermes/events/v1/events.proto\"\xc3\x06\n" +
+	"\x1dhermes/memory/v1/memory.proto\x12\x10hermes.memory.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dhermes/events/v1/events.proto\"\xdf\x06\n" +
 	"\x06Memory\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x120\n" +
@@ -1683,10 +1769,11 @@ const file_hermes_memory_v1_memory_proto_rawDesc = "" +
 	"\n" +
 	"expired_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\texpiredAt\x12#\n" +
 	"\rsuperseded_by\x18\x11 \x01(\tR\fsupersededBy\x12\x18\n" +
-	"\asubject\x18\x12 \x01(\tR\asubject\x1a=\n" +
+	"\asubject\x18\x12 \x01(\tR\asubject\x12\x1a\n" +
+	"\bkeywords\x18\x13 \x03(\tR\bkeywords\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbf\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa2\x04\n" +
 	"\x0fRememberRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x120\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1c.hermes.memory.v1.MemoryTypeR\x04type\x12\x18\n" +
@@ -1701,21 +1788,26 @@ const file_hermes_memory_v1_memory_proto_rawDesc = "" +
 	"\x06source\x18\a \x01(\x0e2\x18.hermes.memory.v1.SourceR\x06source\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\b \x01(\tR\tsessionId\x12\x18\n" +
-	"\asubject\x18\t \x01(\tR\asubject\x1a=\n" +
+	"\asubject\x18\t \x01(\tR\asubject\x12\x1a\n" +
+	"\bkeywords\x18\n" +
+	" \x03(\tR\bkeywords\x12\x17\n" +
+	"\aturn_id\x18\v \x01(\tR\x06turnId\x12,\n" +
+	"\x12source_message_ids\x18\f \x03(\tR\x10sourceMessageIds\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x96\x01\n" +
 	"\x10RememberResponse\x120\n" +
 	"\x06memory\x18\x01 \x01(\v2\x18.hermes.memory.v1.MemoryR\x06memory\x12)\n" +
 	"\x10updated_existing\x18\x02 \x01(\bR\x0fupdatedExisting\x12%\n" +
-	"\x0esuperseded_ids\x18\x03 \x03(\tR\rsupersededIds\"\xfb\x01\n" +
+	"\x0esuperseded_ids\x18\x03 \x03(\tR\rsupersededIds\"\xa2\x02\n" +
 	"\rRecallRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x12\x14\n" +
 	"\x05query\x18\x02 \x01(\tR\x05query\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12*\n" +
 	"\x0emin_similarity\x18\x04 \x01(\x01H\x00R\rminSimilarity\x88\x01\x01\x122\n" +
 	"\amax_age\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x06maxAge\x122\n" +
-	"\x05types\x18\x06 \x03(\x0e2\x1c.hermes.memory.v1.MemoryTypeR\x05typesB\x11\n" +
+	"\x05types\x18\x06 \x03(\x0e2\x1c.hermes.memory.v1.MemoryTypeR\x05types\x12%\n" +
+	"\x0eattribute_keys\x18\a \x03(\tR\rattributeKeysB\x11\n" +
 	"\x0f_min_similarity\"\x90\x01\n" +
 	"\x0eRecalledMemory\x120\n" +
 	"\x06memory\x18\x01 \x01(\v2\x18.hermes.memory.v1.MemoryR\x06memory\x12\x14\n" +
@@ -1752,7 +1844,7 @@ const file_hermes_memory_v1_memory_proto_rawDesc = "" +
 	"\x12extraction_records\x18\x04 \x01(\x03R\x11extractionRecords\x12\x18\n" +
 	"\avectors\x18\x05 \x01(\x03R\avectors\"H\n" +
 	"\x12ExtractTurnRequest\x122\n" +
-	"\x04turn\x18\x01 \x01(\v2\x1e.hermes.events.v1.TurnFinishedR\x04turn\"\xae\x01\n" +
+	"\x04turn\x18\x01 \x01(\v2\x1e.hermes.events.v1.TurnFinishedR\x04turn\"\xd2\x02\n" +
 	"\tCandidate\x120\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1c.hermes.memory.v1.MemoryTypeR\x04type\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x1e\n" +
@@ -1760,13 +1852,21 @@ const file_hermes_memory_v1_memory_proto_rawDesc = "" +
 	"confidence\x18\x03 \x01(\x01R\n" +
 	"confidence\x12\x18\n" +
 	"\aoutcome\x18\x04 \x01(\tR\aoutcome\x12\x1b\n" +
-	"\tmemory_id\x18\x05 \x01(\tR\bmemoryId\"\xb5\x01\n" +
+	"\tmemory_id\x18\x05 \x01(\tR\bmemoryId\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12K\n" +
+	"\n" +
+	"attributes\x18\a \x03(\v2+.hermes.memory.v1.Candidate.AttributesEntryR\n" +
+	"attributes\x1a=\n" +
+	"\x0fAttributesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdc\x01\n" +
 	"\x13ExtractTurnResponse\x12+\n" +
 	"\x11already_processed\x18\x01 \x01(\bR\x10alreadyProcessed\x12;\n" +
 	"\n" +
 	"candidates\x18\x02 \x03(\v2\x1b.hermes.memory.v1.CandidateR\n" +
 	"candidates\x124\n" +
-	"\bmemories\x18\x03 \x03(\v2\x18.hermes.memory.v1.MemoryR\bmemories\"\x83\x01\n" +
+	"\bmemories\x18\x03 \x03(\v2\x18.hermes.memory.v1.MemoryR\bmemories\x12%\n" +
+	"\x0esuperseded_ids\x18\x04 \x03(\tR\rsupersededIds\"\x83\x01\n" +
 	"\x15RecordBehaviorRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12 \n" +
@@ -1779,14 +1879,15 @@ const file_hermes_memory_v1_memory_proto_rawDesc = "" +
 	"\rhabit_written\x18\x03 \x01(\bR\fhabitWritten\x12\x1a\n" +
 	"\bdisabled\x18\x04 \x01(\bR\bdisabled\"0\n" +
 	"\x15RunMaintenanceRequest\x12\x17\n" +
-	"\auser_id\x18\x01 \x01(\tR\x06userId\"\xb2\x01\n" +
+	"\auser_id\x18\x01 \x01(\tR\x06userId\"\xc8\x01\n" +
 	"\x16RunMaintenanceResponse\x12\x16\n" +
 	"\x06merged\x18\x01 \x01(\x03R\x06merged\x12\x18\n" +
 	"\ademoted\x18\x02 \x01(\x03R\ademoted\x12\x18\n" +
 	"\adeleted\x18\x03 \x01(\x03R\adeleted\x12\x16\n" +
 	"\x06purged\x18\x04 \x01(\x03R\x06purged\x12\x1a\n" +
 	"\bpromoted\x18\x05 \x01(\x03R\bpromoted\x12\x18\n" +
-	"\askipped\x18\x06 \x01(\bR\askipped*\xa1\x01\n" +
+	"\askipped\x18\x06 \x01(\bR\askipped\x12\x14\n" +
+	"\x05users\x18\a \x01(\x03R\x05users*\xa1\x01\n" +
 	"\n" +
 	"MemoryType\x12\x1b\n" +
 	"\x17MEMORY_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n" +
@@ -1828,7 +1929,7 @@ func file_hermes_memory_v1_memory_proto_rawDescGZIP() []byte {
 }
 
 var file_hermes_memory_v1_memory_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_hermes_memory_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_hermes_memory_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_hermes_memory_v1_memory_proto_goTypes = []any{
 	(MemoryType)(0),                // 0: hermes.memory.v1.MemoryType
 	(Tier)(0),                      // 1: hermes.memory.v1.Tier
@@ -1854,57 +1955,59 @@ var file_hermes_memory_v1_memory_proto_goTypes = []any{
 	(*RunMaintenanceResponse)(nil), // 21: hermes.memory.v1.RunMaintenanceResponse
 	nil,                            // 22: hermes.memory.v1.Memory.AttributesEntry
 	nil,                            // 23: hermes.memory.v1.RememberRequest.AttributesEntry
-	(*timestamppb.Timestamp)(nil),  // 24: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 25: google.protobuf.Duration
-	(*v1.TurnFinished)(nil),        // 26: hermes.events.v1.TurnFinished
+	nil,                            // 24: hermes.memory.v1.Candidate.AttributesEntry
+	(*timestamppb.Timestamp)(nil),  // 25: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 26: google.protobuf.Duration
+	(*v1.TurnFinished)(nil),        // 27: hermes.events.v1.TurnFinished
 }
 var file_hermes_memory_v1_memory_proto_depIdxs = []int32{
 	0,  // 0: hermes.memory.v1.Memory.type:type_name -> hermes.memory.v1.MemoryType
 	22, // 1: hermes.memory.v1.Memory.attributes:type_name -> hermes.memory.v1.Memory.AttributesEntry
 	1,  // 2: hermes.memory.v1.Memory.tier:type_name -> hermes.memory.v1.Tier
 	2,  // 3: hermes.memory.v1.Memory.source:type_name -> hermes.memory.v1.Source
-	24, // 4: hermes.memory.v1.Memory.created_at:type_name -> google.protobuf.Timestamp
-	24, // 5: hermes.memory.v1.Memory.updated_at:type_name -> google.protobuf.Timestamp
-	24, // 6: hermes.memory.v1.Memory.last_recalled_at:type_name -> google.protobuf.Timestamp
-	24, // 7: hermes.memory.v1.Memory.expired_at:type_name -> google.protobuf.Timestamp
+	25, // 4: hermes.memory.v1.Memory.created_at:type_name -> google.protobuf.Timestamp
+	25, // 5: hermes.memory.v1.Memory.updated_at:type_name -> google.protobuf.Timestamp
+	25, // 6: hermes.memory.v1.Memory.last_recalled_at:type_name -> google.protobuf.Timestamp
+	25, // 7: hermes.memory.v1.Memory.expired_at:type_name -> google.protobuf.Timestamp
 	0,  // 8: hermes.memory.v1.RememberRequest.type:type_name -> hermes.memory.v1.MemoryType
 	23, // 9: hermes.memory.v1.RememberRequest.attributes:type_name -> hermes.memory.v1.RememberRequest.AttributesEntry
 	1,  // 10: hermes.memory.v1.RememberRequest.tier:type_name -> hermes.memory.v1.Tier
 	2,  // 11: hermes.memory.v1.RememberRequest.source:type_name -> hermes.memory.v1.Source
 	3,  // 12: hermes.memory.v1.RememberResponse.memory:type_name -> hermes.memory.v1.Memory
-	25, // 13: hermes.memory.v1.RecallRequest.max_age:type_name -> google.protobuf.Duration
+	26, // 13: hermes.memory.v1.RecallRequest.max_age:type_name -> google.protobuf.Duration
 	0,  // 14: hermes.memory.v1.RecallRequest.types:type_name -> hermes.memory.v1.MemoryType
 	3,  // 15: hermes.memory.v1.RecalledMemory.memory:type_name -> hermes.memory.v1.Memory
 	7,  // 16: hermes.memory.v1.RecallResponse.memories:type_name -> hermes.memory.v1.RecalledMemory
 	0,  // 17: hermes.memory.v1.ListMemoriesRequest.types:type_name -> hermes.memory.v1.MemoryType
 	1,  // 18: hermes.memory.v1.ListMemoriesRequest.tier:type_name -> hermes.memory.v1.Tier
 	3,  // 19: hermes.memory.v1.ListMemoriesResponse.memories:type_name -> hermes.memory.v1.Memory
-	26, // 20: hermes.memory.v1.ExtractTurnRequest.turn:type_name -> hermes.events.v1.TurnFinished
+	27, // 20: hermes.memory.v1.ExtractTurnRequest.turn:type_name -> hermes.events.v1.TurnFinished
 	0,  // 21: hermes.memory.v1.Candidate.type:type_name -> hermes.memory.v1.MemoryType
-	16, // 22: hermes.memory.v1.ExtractTurnResponse.candidates:type_name -> hermes.memory.v1.Candidate
-	3,  // 23: hermes.memory.v1.ExtractTurnResponse.memories:type_name -> hermes.memory.v1.Memory
-	3,  // 24: hermes.memory.v1.RecordBehaviorResponse.habit:type_name -> hermes.memory.v1.Memory
-	4,  // 25: hermes.memory.v1.MemoryService.Remember:input_type -> hermes.memory.v1.RememberRequest
-	6,  // 26: hermes.memory.v1.MemoryService.Recall:input_type -> hermes.memory.v1.RecallRequest
-	9,  // 27: hermes.memory.v1.MemoryService.ListMemories:input_type -> hermes.memory.v1.ListMemoriesRequest
-	11, // 28: hermes.memory.v1.MemoryService.Forget:input_type -> hermes.memory.v1.ForgetRequest
-	13, // 29: hermes.memory.v1.MemoryService.ForgetUser:input_type -> hermes.memory.v1.ForgetUserRequest
-	15, // 30: hermes.memory.v1.MemoryService.ExtractTurn:input_type -> hermes.memory.v1.ExtractTurnRequest
-	18, // 31: hermes.memory.v1.MemoryService.RecordBehavior:input_type -> hermes.memory.v1.RecordBehaviorRequest
-	20, // 32: hermes.memory.v1.MemoryService.RunMaintenance:input_type -> hermes.memory.v1.RunMaintenanceRequest
-	5,  // 33: hermes.memory.v1.MemoryService.Remember:output_type -> hermes.memory.v1.RememberResponse
-	8,  // 34: hermes.memory.v1.MemoryService.Recall:output_type -> hermes.memory.v1.RecallResponse
-	10, // 35: hermes.memory.v1.MemoryService.ListMemories:output_type -> hermes.memory.v1.ListMemoriesResponse
-	12, // 36: hermes.memory.v1.MemoryService.Forget:output_type -> hermes.memory.v1.ForgetResponse
-	14, // 37: hermes.memory.v1.MemoryService.ForgetUser:output_type -> hermes.memory.v1.ForgetUserResponse
-	17, // 38: hermes.memory.v1.MemoryService.ExtractTurn:output_type -> hermes.memory.v1.ExtractTurnResponse
-	19, // 39: hermes.memory.v1.MemoryService.RecordBehavior:output_type -> hermes.memory.v1.RecordBehaviorResponse
-	21, // 40: hermes.memory.v1.MemoryService.RunMaintenance:output_type -> hermes.memory.v1.RunMaintenanceResponse
-	33, // [33:41] is the sub-list for method output_type
-	25, // [25:33] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	24, // 22: hermes.memory.v1.Candidate.attributes:type_name -> hermes.memory.v1.Candidate.AttributesEntry
+	16, // 23: hermes.memory.v1.ExtractTurnResponse.candidates:type_name -> hermes.memory.v1.Candidate
+	3,  // 24: hermes.memory.v1.ExtractTurnResponse.memories:type_name -> hermes.memory.v1.Memory
+	3,  // 25: hermes.memory.v1.RecordBehaviorResponse.habit:type_name -> hermes.memory.v1.Memory
+	4,  // 26: hermes.memory.v1.MemoryService.Remember:input_type -> hermes.memory.v1.RememberRequest
+	6,  // 27: hermes.memory.v1.MemoryService.Recall:input_type -> hermes.memory.v1.RecallRequest
+	9,  // 28: hermes.memory.v1.MemoryService.ListMemories:input_type -> hermes.memory.v1.ListMemoriesRequest
+	11, // 29: hermes.memory.v1.MemoryService.Forget:input_type -> hermes.memory.v1.ForgetRequest
+	13, // 30: hermes.memory.v1.MemoryService.ForgetUser:input_type -> hermes.memory.v1.ForgetUserRequest
+	15, // 31: hermes.memory.v1.MemoryService.ExtractTurn:input_type -> hermes.memory.v1.ExtractTurnRequest
+	18, // 32: hermes.memory.v1.MemoryService.RecordBehavior:input_type -> hermes.memory.v1.RecordBehaviorRequest
+	20, // 33: hermes.memory.v1.MemoryService.RunMaintenance:input_type -> hermes.memory.v1.RunMaintenanceRequest
+	5,  // 34: hermes.memory.v1.MemoryService.Remember:output_type -> hermes.memory.v1.RememberResponse
+	8,  // 35: hermes.memory.v1.MemoryService.Recall:output_type -> hermes.memory.v1.RecallResponse
+	10, // 36: hermes.memory.v1.MemoryService.ListMemories:output_type -> hermes.memory.v1.ListMemoriesResponse
+	12, // 37: hermes.memory.v1.MemoryService.Forget:output_type -> hermes.memory.v1.ForgetResponse
+	14, // 38: hermes.memory.v1.MemoryService.ForgetUser:output_type -> hermes.memory.v1.ForgetUserResponse
+	17, // 39: hermes.memory.v1.MemoryService.ExtractTurn:output_type -> hermes.memory.v1.ExtractTurnResponse
+	19, // 40: hermes.memory.v1.MemoryService.RecordBehavior:output_type -> hermes.memory.v1.RecordBehaviorResponse
+	21, // 41: hermes.memory.v1.MemoryService.RunMaintenance:output_type -> hermes.memory.v1.RunMaintenanceResponse
+	34, // [34:42] is the sub-list for method output_type
+	26, // [26:34] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_hermes_memory_v1_memory_proto_init() }
@@ -1919,7 +2022,7 @@ func file_hermes_memory_v1_memory_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hermes_memory_v1_memory_proto_rawDesc), len(file_hermes_memory_v1_memory_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
