@@ -100,10 +100,17 @@ type ServerSpec struct {
 	Exclude []string `protobuf:"bytes,6,rep,name=exclude,proto3" json:"exclude,omitempty"`
 	// Absolute timeout of one tool call; unset means 30 s.
 	CallTimeout *durationpb.Duration `protobuf:"bytes,7,opt,name=call_timeout,json=callTimeout,proto3" json:"call_timeout,omitempty"`
-	// Pin the MCP protocol version offered in the handshake (some older servers reject the newest).
+	// Pin the MCP protocol version offered in the handshake, one of the SDK's supported versions
+	// (2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05). Unset offers the newest, which
+	// starts with a server/discover probe; some older stdio servers exit on that probe instead of
+	// answering (modelcontextprotocol/go-sdk#1177), and pinning 2025-11-25 or older sends the
+	// classic initialize handshake only. Without a pin, a stdio server that exits during the probe
+	// is retried once with 2025-11-25.
 	ProtocolVersion string `protobuf:"bytes,8,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Extra tool groups its tools join in the tool service, besides the prefix.
+	Groups        []string `protobuf:"bytes,9,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ServerSpec) Reset() {
@@ -203,6 +210,13 @@ func (x *ServerSpec) GetProtocolVersion() string {
 	return ""
 }
 
+func (x *ServerSpec) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
 type isServerSpec_Transport interface {
 	isServerSpec_Transport()
 }
@@ -228,8 +242,8 @@ type StdioTransport struct {
 	Command string `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
 	// Its arguments.
 	Args []string `protobuf:"bytes,2,rep,name=args,proto3" json:"args,omitempty"`
-	// Its whole environment: the subprocess gets these variables (plus PATH and HOME when not
-	// set here), nothing else of the gateway's environment.
+	// Its whole environment: the subprocess gets these variables (plus PATH and HOME from the
+	// gateway when not set here), nothing else of the gateway's environment.
 	Env map[string]string `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Working directory; default the gateway's.
 	WorkingDir    string `protobuf:"bytes,4,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
@@ -383,7 +397,14 @@ type Server struct {
 	// When the current connection was made.
 	ConnectedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=connected_at,json=connectedAt,proto3" json:"connected_at,omitempty"`
 	// Reconnects since the server was added.
-	Reconnects    int32 `protobuf:"varint,11,opt,name=reconnects,proto3" json:"reconnects,omitempty"`
+	Reconnects int32 `protobuf:"varint,11,opt,name=reconnects,proto3" json:"reconnects,omitempty"`
+	// Process id of a connected stdio server; 0 otherwise.
+	Pid int32 `protobuf:"varint,12,opt,name=pid,proto3" json:"pid,omitempty"`
+	// When a failed server is tried again.
+	NextRetryAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=next_retry_at,json=nextRetryAt,proto3" json:"next_retry_at,omitempty"`
+	// Problems that did not stop a tool from being registered (for example an output schema that
+	// does not compile and is therefore not enforced).
+	Warnings      []string `protobuf:"bytes,14,rep,name=warnings,proto3" json:"warnings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -493,6 +514,27 @@ func (x *Server) GetReconnects() int32 {
 		return x.Reconnects
 	}
 	return 0
+}
+
+func (x *Server) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *Server) GetNextRetryAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextRetryAt
+	}
+	return nil
+}
+
+func (x *Server) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
 }
 
 // SkippedTool is a discovered tool that was not registered.
@@ -1029,7 +1071,7 @@ type CallToolRequest struct {
 	Tool string `protobuf:"bytes,3,opt,name=tool,proto3" json:"tool,omitempty"`
 	// Arguments as a JSON object.
 	Arguments string `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
-	// Shorter timeout than the server's call timeout.
+	// Shorter timeout than the server's call timeout (the caller's deadline applies as well).
 	Timeout       *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1187,18 +1229,23 @@ type CallToolResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// False when the server reported an error (isError) or the call failed.
 	Success bool `protobuf:"varint,1,opt,name=success,proto3" json:"success,omitempty"`
-	// The output: structuredContent as JSON when present, else the text blocks joined; on
-	// failure, the server's error message.
+	// The output: structuredContent as compact JSON when present, else the text blocks joined
+	// (cleaned: invisible characters removed, size capped) followed by a one-line description of
+	// each non-text block; on failure, the server's error message or why the call failed.
 	Output string `protobuf:"bytes,2,opt,name=output,proto3" json:"output,omitempty"`
 	// True when output is structured JSON.
 	Structured bool `protobuf:"varint,3,opt,name=structured,proto3" json:"structured,omitempty"`
 	// Non-text content blocks, described.
 	Contents []*Content `protobuf:"bytes,4,rep,name=contents,proto3" json:"contents,omitempty"`
-	// Why the call failed when it did not reach the tool: "unavailable", "timeout", "unknown_tool",
-	// "invalid_output".
+	// Why the call failed, when it did not fail as the tool's own result (isError): "unavailable"
+	// (the server is not connected or the connection broke; retry later), "timeout" (cancelled on
+	// the server), "unknown_tool", "invalid_output" (structuredContent breaks the output schema),
+	// "rejected" (the server answered the call with a JSON-RPC error).
 	ErrorCode string `protobuf:"bytes,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
 	// Wall time of the call.
-	Duration      *durationpb.Duration `protobuf:"bytes,6,opt,name=duration,proto3" json:"duration,omitempty"`
+	Duration *durationpb.Duration `protobuf:"bytes,6,opt,name=duration,proto3" json:"duration,omitempty"`
+	// The output was cut to the size cap.
+	Truncated     bool `protobuf:"varint,7,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1273,6 +1320,13 @@ func (x *CallToolResponse) GetDuration() *durationpb.Duration {
 		return x.Duration
 	}
 	return nil
+}
+
+func (x *CallToolResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
 }
 
 // Resource is a resource a server offers.
@@ -2075,7 +2129,7 @@ var File_hermes_mcpgateway_v1_mcpgateway_proto protoreflect.FileDescriptor
 
 const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\n" +
-	"%hermes/mcpgateway/v1/mcpgateway.proto\x12\x14hermes.mcpgateway.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdb\x02\n" +
+	"%hermes/mcpgateway/v1/mcpgateway.proto\x12\x14hermes.mcpgateway.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf3\x02\n" +
 	"\n" +
 	"ServerSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
@@ -2085,7 +2139,8 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\ainclude\x18\x05 \x03(\tR\ainclude\x12\x18\n" +
 	"\aexclude\x18\x06 \x03(\tR\aexclude\x12<\n" +
 	"\fcall_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\vcallTimeout\x12)\n" +
-	"\x10protocol_version\x18\b \x01(\tR\x0fprotocolVersionB\v\n" +
+	"\x10protocol_version\x18\b \x01(\tR\x0fprotocolVersion\x12\x16\n" +
+	"\x06groups\x18\t \x03(\tR\x06groupsB\v\n" +
 	"\ttransport\"\xd8\x01\n" +
 	"\x0eStdioTransport\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x12\n" +
@@ -2102,7 +2157,7 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x10bearer_token_env\x18\x03 \x01(\tR\x0ebearerTokenEnv\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xee\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdc\x04\n" +
 	"\x06Server\x124\n" +
 	"\x04spec\x18\x01 \x01(\v2 .hermes.mcpgateway.v1.ServerSpecR\x04spec\x127\n" +
 	"\x05state\x18\x02 \x01(\x0e2!.hermes.mcpgateway.v1.ServerStateR\x05state\x12\x1d\n" +
@@ -2121,7 +2176,10 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\vconnectedAt\x12\x1e\n" +
 	"\n" +
 	"reconnects\x18\v \x01(\x05R\n" +
-	"reconnects\"^\n" +
+	"reconnects\x12\x10\n" +
+	"\x03pid\x18\f \x01(\x05R\x03pid\x12>\n" +
+	"\rnext_retry_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\vnextRetryAt\x12\x1a\n" +
+	"\bwarnings\x18\x0e \x03(\tR\bwarnings\"^\n" +
 	"\vSkippedTool\x12#\n" +
 	"\roriginal_name\x18\x01 \x01(\tR\foriginalName\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -2160,7 +2218,7 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\tmime_type\x18\x02 \x01(\tR\bmimeType\x12\x10\n" +
 	"\x03uri\x18\x03 \x01(\tR\x03uri\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x12\n" +
-	"\x04text\x18\x05 \x01(\tR\x04text\"\xf5\x01\n" +
+	"\x04text\x18\x05 \x01(\tR\x04text\"\x93\x02\n" +
 	"\x10CallToolResponse\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x16\n" +
 	"\x06output\x18\x02 \x01(\tR\x06output\x12\x1e\n" +
@@ -2170,7 +2228,8 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\bcontents\x18\x04 \x03(\v2\x1d.hermes.mcpgateway.v1.ContentR\bcontents\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x05 \x01(\tR\terrorCode\x125\n" +
-	"\bduration\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bduration\"\x83\x01\n" +
+	"\bduration\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1c\n" +
+	"\ttruncated\x18\a \x01(\bR\ttruncated\"\x83\x01\n" +
 	"\bResource\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
@@ -2302,42 +2361,43 @@ var file_hermes_mcpgateway_v1_mcpgateway_proto_depIdxs = []int32{
 	0,  // 6: hermes.mcpgateway.v1.Server.state:type_name -> hermes.mcpgateway.v1.ServerState
 	5,  // 7: hermes.mcpgateway.v1.Server.skipped_tools:type_name -> hermes.mcpgateway.v1.SkippedTool
 	35, // 8: hermes.mcpgateway.v1.Server.connected_at:type_name -> google.protobuf.Timestamp
-	1,  // 9: hermes.mcpgateway.v1.AddServerRequest.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
-	4,  // 10: hermes.mcpgateway.v1.AddServerResponse.server:type_name -> hermes.mcpgateway.v1.Server
-	4,  // 11: hermes.mcpgateway.v1.ListServersResponse.servers:type_name -> hermes.mcpgateway.v1.Server
-	6,  // 12: hermes.mcpgateway.v1.ListToolsResponse.tools:type_name -> hermes.mcpgateway.v1.MCPTool
-	34, // 13: hermes.mcpgateway.v1.CallToolRequest.timeout:type_name -> google.protobuf.Duration
-	16, // 14: hermes.mcpgateway.v1.CallToolResponse.contents:type_name -> hermes.mcpgateway.v1.Content
-	34, // 15: hermes.mcpgateway.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
-	18, // 16: hermes.mcpgateway.v1.ListResourcesResponse.resources:type_name -> hermes.mcpgateway.v1.Resource
-	22, // 17: hermes.mcpgateway.v1.ReadResourceResponse.contents:type_name -> hermes.mcpgateway.v1.ResourceContent
-	25, // 18: hermes.mcpgateway.v1.Prompt.arguments:type_name -> hermes.mcpgateway.v1.PromptArgument
-	24, // 19: hermes.mcpgateway.v1.ListPromptsResponse.prompts:type_name -> hermes.mcpgateway.v1.Prompt
-	33, // 20: hermes.mcpgateway.v1.GetPromptRequest.arguments:type_name -> hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
-	29, // 21: hermes.mcpgateway.v1.GetPromptResponse.messages:type_name -> hermes.mcpgateway.v1.PromptMessage
-	7,  // 22: hermes.mcpgateway.v1.MCPGatewayService.AddServer:input_type -> hermes.mcpgateway.v1.AddServerRequest
-	9,  // 23: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:input_type -> hermes.mcpgateway.v1.RemoveServerRequest
-	11, // 24: hermes.mcpgateway.v1.MCPGatewayService.ListServers:input_type -> hermes.mcpgateway.v1.ListServersRequest
-	13, // 25: hermes.mcpgateway.v1.MCPGatewayService.ListTools:input_type -> hermes.mcpgateway.v1.ListToolsRequest
-	15, // 26: hermes.mcpgateway.v1.MCPGatewayService.CallTool:input_type -> hermes.mcpgateway.v1.CallToolRequest
-	19, // 27: hermes.mcpgateway.v1.MCPGatewayService.ListResources:input_type -> hermes.mcpgateway.v1.ListResourcesRequest
-	21, // 28: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:input_type -> hermes.mcpgateway.v1.ReadResourceRequest
-	26, // 29: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:input_type -> hermes.mcpgateway.v1.ListPromptsRequest
-	28, // 30: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:input_type -> hermes.mcpgateway.v1.GetPromptRequest
-	8,  // 31: hermes.mcpgateway.v1.MCPGatewayService.AddServer:output_type -> hermes.mcpgateway.v1.AddServerResponse
-	10, // 32: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:output_type -> hermes.mcpgateway.v1.RemoveServerResponse
-	12, // 33: hermes.mcpgateway.v1.MCPGatewayService.ListServers:output_type -> hermes.mcpgateway.v1.ListServersResponse
-	14, // 34: hermes.mcpgateway.v1.MCPGatewayService.ListTools:output_type -> hermes.mcpgateway.v1.ListToolsResponse
-	17, // 35: hermes.mcpgateway.v1.MCPGatewayService.CallTool:output_type -> hermes.mcpgateway.v1.CallToolResponse
-	20, // 36: hermes.mcpgateway.v1.MCPGatewayService.ListResources:output_type -> hermes.mcpgateway.v1.ListResourcesResponse
-	23, // 37: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:output_type -> hermes.mcpgateway.v1.ReadResourceResponse
-	27, // 38: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:output_type -> hermes.mcpgateway.v1.ListPromptsResponse
-	30, // 39: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:output_type -> hermes.mcpgateway.v1.GetPromptResponse
-	31, // [31:40] is the sub-list for method output_type
-	22, // [22:31] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	35, // 9: hermes.mcpgateway.v1.Server.next_retry_at:type_name -> google.protobuf.Timestamp
+	1,  // 10: hermes.mcpgateway.v1.AddServerRequest.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
+	4,  // 11: hermes.mcpgateway.v1.AddServerResponse.server:type_name -> hermes.mcpgateway.v1.Server
+	4,  // 12: hermes.mcpgateway.v1.ListServersResponse.servers:type_name -> hermes.mcpgateway.v1.Server
+	6,  // 13: hermes.mcpgateway.v1.ListToolsResponse.tools:type_name -> hermes.mcpgateway.v1.MCPTool
+	34, // 14: hermes.mcpgateway.v1.CallToolRequest.timeout:type_name -> google.protobuf.Duration
+	16, // 15: hermes.mcpgateway.v1.CallToolResponse.contents:type_name -> hermes.mcpgateway.v1.Content
+	34, // 16: hermes.mcpgateway.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
+	18, // 17: hermes.mcpgateway.v1.ListResourcesResponse.resources:type_name -> hermes.mcpgateway.v1.Resource
+	22, // 18: hermes.mcpgateway.v1.ReadResourceResponse.contents:type_name -> hermes.mcpgateway.v1.ResourceContent
+	25, // 19: hermes.mcpgateway.v1.Prompt.arguments:type_name -> hermes.mcpgateway.v1.PromptArgument
+	24, // 20: hermes.mcpgateway.v1.ListPromptsResponse.prompts:type_name -> hermes.mcpgateway.v1.Prompt
+	33, // 21: hermes.mcpgateway.v1.GetPromptRequest.arguments:type_name -> hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
+	29, // 22: hermes.mcpgateway.v1.GetPromptResponse.messages:type_name -> hermes.mcpgateway.v1.PromptMessage
+	7,  // 23: hermes.mcpgateway.v1.MCPGatewayService.AddServer:input_type -> hermes.mcpgateway.v1.AddServerRequest
+	9,  // 24: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:input_type -> hermes.mcpgateway.v1.RemoveServerRequest
+	11, // 25: hermes.mcpgateway.v1.MCPGatewayService.ListServers:input_type -> hermes.mcpgateway.v1.ListServersRequest
+	13, // 26: hermes.mcpgateway.v1.MCPGatewayService.ListTools:input_type -> hermes.mcpgateway.v1.ListToolsRequest
+	15, // 27: hermes.mcpgateway.v1.MCPGatewayService.CallTool:input_type -> hermes.mcpgateway.v1.CallToolRequest
+	19, // 28: hermes.mcpgateway.v1.MCPGatewayService.ListResources:input_type -> hermes.mcpgateway.v1.ListResourcesRequest
+	21, // 29: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:input_type -> hermes.mcpgateway.v1.ReadResourceRequest
+	26, // 30: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:input_type -> hermes.mcpgateway.v1.ListPromptsRequest
+	28, // 31: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:input_type -> hermes.mcpgateway.v1.GetPromptRequest
+	8,  // 32: hermes.mcpgateway.v1.MCPGatewayService.AddServer:output_type -> hermes.mcpgateway.v1.AddServerResponse
+	10, // 33: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:output_type -> hermes.mcpgateway.v1.RemoveServerResponse
+	12, // 34: hermes.mcpgateway.v1.MCPGatewayService.ListServers:output_type -> hermes.mcpgateway.v1.ListServersResponse
+	14, // 35: hermes.mcpgateway.v1.MCPGatewayService.ListTools:output_type -> hermes.mcpgateway.v1.ListToolsResponse
+	17, // 36: hermes.mcpgateway.v1.MCPGatewayService.CallTool:output_type -> hermes.mcpgateway.v1.CallToolResponse
+	20, // 37: hermes.mcpgateway.v1.MCPGatewayService.ListResources:output_type -> hermes.mcpgateway.v1.ListResourcesResponse
+	23, // 38: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:output_type -> hermes.mcpgateway.v1.ReadResourceResponse
+	27, // 39: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:output_type -> hermes.mcpgateway.v1.ListPromptsResponse
+	30, // 40: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:output_type -> hermes.mcpgateway.v1.GetPromptResponse
+	32, // [32:41] is the sub-list for method output_type
+	23, // [23:32] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_hermes_mcpgateway_v1_mcpgateway_proto_init() }
