@@ -50,12 +50,11 @@ func CleanName(raw string, max int) string {
 		return s
 	}
 	sum := sha256.Sum256([]byte(raw))
-	tag := hex.EncodeToString(sum[:])[:min(hashLen, max-1)]
-	head := max - len(tag) - 1
-	if head < 1 {
-		return tag[:max]
+	tag := hex.EncodeToString(sum[:])
+	if max <= hashLen+1 { // no room for a head
+		return tag[:min(max, len(tag))]
 	}
-	return s[:head] + "_" + tag
+	return s[:max-hashLen-1] + "_" + tag[:hashLen]
 }
 
 // ToolName is the namespaced name of a server's tool: "<prefix>_<tool>", cleaned.
