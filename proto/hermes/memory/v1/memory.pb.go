@@ -241,7 +241,10 @@ type Memory struct {
 	Subject string `protobuf:"bytes,18,opt,name=subject,proto3" json:"subject,omitempty"`
 	// Short phrases of requests this memory helps with (for example "订位"); indexed with the
 	// content so that a request which does not repeat the content still finds it.
-	Keywords      []string `protobuf:"bytes,19,rep,name=keywords,proto3" json:"keywords,omitempty"`
+	Keywords []string `protobuf:"bytes,19,rep,name=keywords,proto3" json:"keywords,omitempty"`
+	// When an episodic memory's time to live ends (it is extended by recall); unset for semantic
+	// memories.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -405,6 +408,13 @@ func (x *Memory) GetSubject() string {
 func (x *Memory) GetKeywords() []string {
 	if x != nil {
 		return x.Keywords
+	}
+	return nil
+}
+
+func (x *Memory) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
 	}
 	return nil
 }
@@ -1741,7 +1751,7 @@ var File_hermes_memory_v1_memory_proto protoreflect.FileDescriptor
 
 const file_hermes_memory_v1_memory_proto_rawDesc = "" +
 	"\n" +
-	"\x1dhermes/memory/v1/memory.proto\x12\x10hermes.memory.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dhermes/events/v1/events.proto\"\xdf\x06\n" +
+	"\x1dhermes/memory/v1/memory.proto\x12\x10hermes.memory.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dhermes/events/v1/events.proto\"\x9a\a\n" +
 	"\x06Memory\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x120\n" +
@@ -1770,7 +1780,9 @@ const file_hermes_memory_v1_memory_proto_rawDesc = "" +
 	"expired_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\texpiredAt\x12#\n" +
 	"\rsuperseded_by\x18\x11 \x01(\tR\fsupersededBy\x12\x18\n" +
 	"\asubject\x18\x12 \x01(\tR\asubject\x12\x1a\n" +
-	"\bkeywords\x18\x13 \x03(\tR\bkeywords\x1a=\n" +
+	"\bkeywords\x18\x13 \x03(\tR\bkeywords\x129\n" +
+	"\n" +
+	"expires_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa2\x04\n" +
@@ -1969,45 +1981,46 @@ var file_hermes_memory_v1_memory_proto_depIdxs = []int32{
 	25, // 5: hermes.memory.v1.Memory.updated_at:type_name -> google.protobuf.Timestamp
 	25, // 6: hermes.memory.v1.Memory.last_recalled_at:type_name -> google.protobuf.Timestamp
 	25, // 7: hermes.memory.v1.Memory.expired_at:type_name -> google.protobuf.Timestamp
-	0,  // 8: hermes.memory.v1.RememberRequest.type:type_name -> hermes.memory.v1.MemoryType
-	23, // 9: hermes.memory.v1.RememberRequest.attributes:type_name -> hermes.memory.v1.RememberRequest.AttributesEntry
-	1,  // 10: hermes.memory.v1.RememberRequest.tier:type_name -> hermes.memory.v1.Tier
-	2,  // 11: hermes.memory.v1.RememberRequest.source:type_name -> hermes.memory.v1.Source
-	3,  // 12: hermes.memory.v1.RememberResponse.memory:type_name -> hermes.memory.v1.Memory
-	26, // 13: hermes.memory.v1.RecallRequest.max_age:type_name -> google.protobuf.Duration
-	0,  // 14: hermes.memory.v1.RecallRequest.types:type_name -> hermes.memory.v1.MemoryType
-	3,  // 15: hermes.memory.v1.RecalledMemory.memory:type_name -> hermes.memory.v1.Memory
-	7,  // 16: hermes.memory.v1.RecallResponse.memories:type_name -> hermes.memory.v1.RecalledMemory
-	0,  // 17: hermes.memory.v1.ListMemoriesRequest.types:type_name -> hermes.memory.v1.MemoryType
-	1,  // 18: hermes.memory.v1.ListMemoriesRequest.tier:type_name -> hermes.memory.v1.Tier
-	3,  // 19: hermes.memory.v1.ListMemoriesResponse.memories:type_name -> hermes.memory.v1.Memory
-	27, // 20: hermes.memory.v1.ExtractTurnRequest.turn:type_name -> hermes.events.v1.TurnFinished
-	0,  // 21: hermes.memory.v1.Candidate.type:type_name -> hermes.memory.v1.MemoryType
-	24, // 22: hermes.memory.v1.Candidate.attributes:type_name -> hermes.memory.v1.Candidate.AttributesEntry
-	16, // 23: hermes.memory.v1.ExtractTurnResponse.candidates:type_name -> hermes.memory.v1.Candidate
-	3,  // 24: hermes.memory.v1.ExtractTurnResponse.memories:type_name -> hermes.memory.v1.Memory
-	3,  // 25: hermes.memory.v1.RecordBehaviorResponse.habit:type_name -> hermes.memory.v1.Memory
-	4,  // 26: hermes.memory.v1.MemoryService.Remember:input_type -> hermes.memory.v1.RememberRequest
-	6,  // 27: hermes.memory.v1.MemoryService.Recall:input_type -> hermes.memory.v1.RecallRequest
-	9,  // 28: hermes.memory.v1.MemoryService.ListMemories:input_type -> hermes.memory.v1.ListMemoriesRequest
-	11, // 29: hermes.memory.v1.MemoryService.Forget:input_type -> hermes.memory.v1.ForgetRequest
-	13, // 30: hermes.memory.v1.MemoryService.ForgetUser:input_type -> hermes.memory.v1.ForgetUserRequest
-	15, // 31: hermes.memory.v1.MemoryService.ExtractTurn:input_type -> hermes.memory.v1.ExtractTurnRequest
-	18, // 32: hermes.memory.v1.MemoryService.RecordBehavior:input_type -> hermes.memory.v1.RecordBehaviorRequest
-	20, // 33: hermes.memory.v1.MemoryService.RunMaintenance:input_type -> hermes.memory.v1.RunMaintenanceRequest
-	5,  // 34: hermes.memory.v1.MemoryService.Remember:output_type -> hermes.memory.v1.RememberResponse
-	8,  // 35: hermes.memory.v1.MemoryService.Recall:output_type -> hermes.memory.v1.RecallResponse
-	10, // 36: hermes.memory.v1.MemoryService.ListMemories:output_type -> hermes.memory.v1.ListMemoriesResponse
-	12, // 37: hermes.memory.v1.MemoryService.Forget:output_type -> hermes.memory.v1.ForgetResponse
-	14, // 38: hermes.memory.v1.MemoryService.ForgetUser:output_type -> hermes.memory.v1.ForgetUserResponse
-	17, // 39: hermes.memory.v1.MemoryService.ExtractTurn:output_type -> hermes.memory.v1.ExtractTurnResponse
-	19, // 40: hermes.memory.v1.MemoryService.RecordBehavior:output_type -> hermes.memory.v1.RecordBehaviorResponse
-	21, // 41: hermes.memory.v1.MemoryService.RunMaintenance:output_type -> hermes.memory.v1.RunMaintenanceResponse
-	34, // [34:42] is the sub-list for method output_type
-	26, // [26:34] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	25, // 8: hermes.memory.v1.Memory.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 9: hermes.memory.v1.RememberRequest.type:type_name -> hermes.memory.v1.MemoryType
+	23, // 10: hermes.memory.v1.RememberRequest.attributes:type_name -> hermes.memory.v1.RememberRequest.AttributesEntry
+	1,  // 11: hermes.memory.v1.RememberRequest.tier:type_name -> hermes.memory.v1.Tier
+	2,  // 12: hermes.memory.v1.RememberRequest.source:type_name -> hermes.memory.v1.Source
+	3,  // 13: hermes.memory.v1.RememberResponse.memory:type_name -> hermes.memory.v1.Memory
+	26, // 14: hermes.memory.v1.RecallRequest.max_age:type_name -> google.protobuf.Duration
+	0,  // 15: hermes.memory.v1.RecallRequest.types:type_name -> hermes.memory.v1.MemoryType
+	3,  // 16: hermes.memory.v1.RecalledMemory.memory:type_name -> hermes.memory.v1.Memory
+	7,  // 17: hermes.memory.v1.RecallResponse.memories:type_name -> hermes.memory.v1.RecalledMemory
+	0,  // 18: hermes.memory.v1.ListMemoriesRequest.types:type_name -> hermes.memory.v1.MemoryType
+	1,  // 19: hermes.memory.v1.ListMemoriesRequest.tier:type_name -> hermes.memory.v1.Tier
+	3,  // 20: hermes.memory.v1.ListMemoriesResponse.memories:type_name -> hermes.memory.v1.Memory
+	27, // 21: hermes.memory.v1.ExtractTurnRequest.turn:type_name -> hermes.events.v1.TurnFinished
+	0,  // 22: hermes.memory.v1.Candidate.type:type_name -> hermes.memory.v1.MemoryType
+	24, // 23: hermes.memory.v1.Candidate.attributes:type_name -> hermes.memory.v1.Candidate.AttributesEntry
+	16, // 24: hermes.memory.v1.ExtractTurnResponse.candidates:type_name -> hermes.memory.v1.Candidate
+	3,  // 25: hermes.memory.v1.ExtractTurnResponse.memories:type_name -> hermes.memory.v1.Memory
+	3,  // 26: hermes.memory.v1.RecordBehaviorResponse.habit:type_name -> hermes.memory.v1.Memory
+	4,  // 27: hermes.memory.v1.MemoryService.Remember:input_type -> hermes.memory.v1.RememberRequest
+	6,  // 28: hermes.memory.v1.MemoryService.Recall:input_type -> hermes.memory.v1.RecallRequest
+	9,  // 29: hermes.memory.v1.MemoryService.ListMemories:input_type -> hermes.memory.v1.ListMemoriesRequest
+	11, // 30: hermes.memory.v1.MemoryService.Forget:input_type -> hermes.memory.v1.ForgetRequest
+	13, // 31: hermes.memory.v1.MemoryService.ForgetUser:input_type -> hermes.memory.v1.ForgetUserRequest
+	15, // 32: hermes.memory.v1.MemoryService.ExtractTurn:input_type -> hermes.memory.v1.ExtractTurnRequest
+	18, // 33: hermes.memory.v1.MemoryService.RecordBehavior:input_type -> hermes.memory.v1.RecordBehaviorRequest
+	20, // 34: hermes.memory.v1.MemoryService.RunMaintenance:input_type -> hermes.memory.v1.RunMaintenanceRequest
+	5,  // 35: hermes.memory.v1.MemoryService.Remember:output_type -> hermes.memory.v1.RememberResponse
+	8,  // 36: hermes.memory.v1.MemoryService.Recall:output_type -> hermes.memory.v1.RecallResponse
+	10, // 37: hermes.memory.v1.MemoryService.ListMemories:output_type -> hermes.memory.v1.ListMemoriesResponse
+	12, // 38: hermes.memory.v1.MemoryService.Forget:output_type -> hermes.memory.v1.ForgetResponse
+	14, // 39: hermes.memory.v1.MemoryService.ForgetUser:output_type -> hermes.memory.v1.ForgetUserResponse
+	17, // 40: hermes.memory.v1.MemoryService.ExtractTurn:output_type -> hermes.memory.v1.ExtractTurnResponse
+	19, // 41: hermes.memory.v1.MemoryService.RecordBehavior:output_type -> hermes.memory.v1.RecordBehaviorResponse
+	21, // 42: hermes.memory.v1.MemoryService.RunMaintenance:output_type -> hermes.memory.v1.RunMaintenanceResponse
+	35, // [35:43] is the sub-list for method output_type
+	27, // [27:35] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_hermes_memory_v1_memory_proto_init() }

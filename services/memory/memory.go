@@ -1,0 +1,258 @@
+// Package memory is Hermes' long-term memory service: an episodic tier (Redis with a TTL, or the
+// embedded bbolt store) and a semantic tier (Qdrant, or the embedded in-process vector index);
+// explicit extraction from finished turns by a model, implicit habit counting, recall with a
+// similarity threshold applied before recency weighting, and maintenance.
+package memory
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+	"unicode"
+
+	"golang.org/x/text/unicode/norm"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
+)
+
+// Limits of what a memory may hold.
+const (
+	maxContentBytes   = 2000
+	maxAttributes     = 16
+	maxAttrKeyBytes   = 64
+	maxAttrValueBytes = 256
+	maxKeywords       = 16
+	maxKeywordBytes   = 64
+	maxSubjectBytes   = 128
+	maxUserIDBytes    = 256
+	maxSourceMessages = 64
+)
+
+// ErrNotFound is returned by stores for a memory that does not exist (or belongs to another
+// user, which is the same thing to the caller).
+var ErrNotFound = errors.New("memory not found")
+
+// newID returns a random memory id in UUID form (Qdrant point ids must be UUIDs or integers).
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return formatUUID(b)
+}
+
+// derivedID is a deterministic id for a memory extracted from a turn, so a redelivered turn
+// whose extraction is repeated writes the same memory again instead of a copy.
+func derivedID(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	var b [16]byte
+	copy(b[:], h.Sum(nil))
+	return formatUUID(b)
+}
+
+func formatUUID(b [16]byte) string {
+	b[6] = (b[6] & 0x0f) | 0x40 // version 4 layout
+	b[8] = (b[8] & 0x3f) | 0x80 // RFC 4122 variant
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// validID reports whether s has the UUID form ids are made in; anything else cannot name a
+// memory and is refused before it reaches a store.
+func validID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, r := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if r != '-' {
+				return false
+			}
+		default:
+			if !strings.ContainsRune("0123456789abcdef", r) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// normalizeText folds width and case so that comparisons of values the user typed in different
+// forms (全角/半角, upper/lower case) agree.
+func normalizeText(s string) string {
+	return strings.ToLower(strings.TrimSpace(norm.NFKC.String(s)))
+}
+
+// normalizeSubject makes subjects comparable: "Restaurant " and "restaurant" are one subject.
+func normalizeSubject(s string) string {
+	return strings.Join(strings.FieldsFunc(normalizeText(s), func(r rune) bool {
+		return unicode.IsSpace(r) || r == '_' || r == '-'
+	}), " ")
+}
+
+// normalizeAttrKey makes attribute keys comparable: "Restaurant Name" is restaurant_name.
+func normalizeAttrKey(s string) string {
+	return strings.Join(strings.FieldsFunc(normalizeText(s), func(r rune) bool {
+		return unicode.IsSpace(r) || r == '-' || r == '_' || r == '.'
+	}), "_")
+}
+
+// embedText is what is embedded for a memory: its content, subject, attribute values and
+// keywords, so a request naming any of them finds it.
+func embedText(m *memoryv1.Memory) string {
+	var b strings.Builder
+	b.WriteString(m.GetContent())
+	if s := m.GetSubject(); s != "" {
+		b.WriteString(" ")
+		b.WriteString(s)
+	}
+	keys := make([]string, 0, len(m.GetAttributes()))
+	for k := range m.GetAttributes() {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.WriteString(" ")
+		b.WriteString(m.GetAttributes()[k])
+	}
+	for _, k := range m.GetKeywords() {
+		b.WriteString(" ")
+		b.WriteString(k)
+	}
+	return b.String()
+}
+
+// live reports whether a memory has not been superseded or expired.
+func live(m *memoryv1.Memory) bool { return m.GetExpiredAt() == nil }
+
+// attrKeys returns a memory's attribute keys, sorted.
+func attrKeys(m *memoryv1.Memory) []string {
+	keys := make([]string, 0, len(m.GetAttributes()))
+	for k := range m.GetAttributes() {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// lastActive is the later of the last update and the last recall.
+func lastActive(m *memoryv1.Memory) time.Time {
+	t := m.GetUpdatedAt().AsTime()
+	if r := m.GetLastRecalledAt(); r != nil && r.AsTime().After(t) {
+		t = r.AsTime()
+	}
+	return t
+}
+
+func ts(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
+
+// Entry is a memory with its vector, as the stores hold it.
+type Entry struct {
+	Memory *memoryv1.Memory
+	Vector []float32
+}
+
+// encodeEntry is the stored form of an entry in Redis and bbolt: a 4-byte length, the memory as
+// protobuf, then the vector as little-endian float32s.
+func encodeEntry(e Entry) ([]byte, error) {
+	mb, err := proto.Marshal(e.Memory)
+	if err != nil {
+		return nil, fmt.Errorf("encode memory: %w", err)
+	}
+	out := make([]byte, 4+len(mb)+4*len(e.Vector))
+	binary.LittleEndian.PutUint32(out, uint32(len(mb)))
+	copy(out[4:], mb)
+	off := 4 + len(mb)
+	for i, f := range e.Vector {
+		binary.LittleEndian.PutUint32(out[off+4*i:], math.Float32bits(f))
+	}
+	return out, nil
+}
+
+func decodeEntry(b []byte) (Entry, error) {
+	if len(b) < 4 {
+		return Entry{}, errors.New("decode memory: short record")
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	if n > len(b)-4 || (len(b)-4-n)%4 != 0 {
+		return Entry{}, errors.New("decode memory: corrupt record")
+	}
+	m := &memoryv1.Memory{}
+	if err := proto.Unmarshal(b[4:4+n], m); err != nil {
+		return Entry{}, fmt.Errorf("decode memory: %w", err)
+	}
+	rest := b[4+n:]
+	vec := make([]float32, len(rest)/4)
+	for i := range vec {
+		vec[i] = math.Float32frombits(binary.LittleEndian.Uint32(rest[4*i:]))
+	}
+	return Entry{Memory: m, Vector: vec}, nil
+}
+
+// cosine is the cosine similarity of two vectors (0 when either is zero).
+func cosine(a, b []float32) float64 {
+	if len(a) != len(b) {
+		return 0
+	}
+	var dot, na, nb float64
+	for i := range a {
+		dot += float64(a[i]) * float64(b[i])
+		na += float64(a[i]) * float64(a[i])
+		nb += float64(b[i]) * float64(b[i])
+	}
+	if na == 0 || nb == 0 {
+		return 0
+	}
+	return dot / math.Sqrt(na*nb)
+}
+
+// normalize scales v to unit length in place and returns it.
+func normalize(v []float32) []float32 {
+	var n float64
+	for _, f := range v {
+		n += float64(f) * float64(f)
+	}
+	if n == 0 {
+		return v
+	}
+	inv := float32(1 / math.Sqrt(n))
+	for i := range v {
+		v[i] *= inv
+	}
+	return v
+}
+
+// typeAllowed reports whether t is in types (empty allows every type).
+func typeAllowed(types []memoryv1.MemoryType, t memoryv1.MemoryType) bool {
+	return len(types) == 0 || slices.Contains(types, t)
+}
+
+// typeName is the lower-case name used in the extraction contract and in payloads.
+func typeName(t memoryv1.MemoryType) string {
+	return strings.ToLower(strings.TrimPrefix(t.String(), "MEMORY_TYPE_"))
+}
+
+// parseType reads a type name of the extraction contract ("preference", "fact", …).
+func parseType(s string) (memoryv1.MemoryType, bool) {
+	v, ok := memoryv1.MemoryType_value["MEMORY_TYPE_"+strings.ToUpper(strings.TrimSpace(s))]
+	if !ok || v == 0 {
+		return 0, false
+	}
+	return memoryv1.MemoryType(v), true
+}
+
+// cloneMemory returns a deep copy, so a store never shares a caller's message.
+func cloneMemory(m *memoryv1.Memory) *memoryv1.Memory {
+	return proto.Clone(m).(*memoryv1.Memory)
+}

@@ -1,0 +1,673 @@
+package memory
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
+)
+
+// Bucket names of the embedded store.
+var (
+	bucketMeta     = []byte("meta")
+	bucketEpisodic = []byte("episodic")
+	bucketSemantic = []byte("semantic")
+	bucketBehavior = []byte("behavior")
+	bucketHabits   = []byte("habits")
+	bucketTurns    = []byte("turns")
+	bucketUsers    = []byte("users")
+)
+
+// BoltStore is the embedded (monolithic) backend: one bbolt file holding both tiers, counters,
+// turn records and the user registry, with an in-process vector index per tier rebuilt from the
+// file when it opens. Only one process can open the file (bbolt's file lock, with a timeout of
+// one second, so a second process fails clearly).
+type BoltStore struct {
+	db   *bolt.DB
+	now  func() time.Time
+	ep   *BoltTier
+	sem  *BoltTier
+	lkMu sync.Mutex
+	lock map[string]lockHold
+}
+
+type lockHold struct {
+	token string
+	until time.Time
+}
+
+// BoltOptions tune OpenBoltStore.
+type BoltOptions struct {
+	// EpisodicTTL is the lifetime of an episodic memory after its last write or recall.
+	EpisodicTTL time.Duration
+	// Embedder names the embedder the vectors come from; a file written by another one is
+	// refused, since its vectors would be meaningless.
+	Embedder string
+	// Dimension is the embedder's vector size.
+	Dimension int
+	// NoSync skips fsync per write (benchmarks only: a crash can lose recent writes).
+	NoSync bool
+	// Now replaces the clock (tests).
+	Now func() time.Time
+}
+
+// OpenBoltStore opens or creates the file at path.
+func OpenBoltStore(path string, o BoltOptions) (*BoltStore, error) {
+	if o.Dimension <= 0 {
+		return nil, errors.New("memory store: dimension must be positive")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, NoSync: o.NoSync})
+	if err != nil {
+		return nil, fmt.Errorf("open memory store %s: %w (is another hermes process using this data directory?)", path, err)
+	}
+	s := &BoltStore{db: db, now: o.Now, lock: map[string]lockHold{}}
+	s.ep = &BoltTier{s: s, bucket: bucketEpisodic, ttl: o.EpisodicTTL, idx: newVectorIndex(o.Dimension)}
+	s.sem = &BoltTier{s: s, bucket: bucketSemantic, idx: newVectorIndex(o.Dimension)}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketMeta, bucketEpisodic, bucketSemantic, bucketBehavior, bucketHabits, bucketTurns, bucketUsers} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		want := fmt.Sprintf("%s/%d", o.Embedder, o.Dimension)
+		if got := meta.Get([]byte("embedder")); got != nil && string(got) != want {
+			return fmt.Errorf("memory store %s holds vectors of embedder %s, but the configured embedder is %s: use another data directory or the same embedder", path, got, want)
+		}
+		return meta.Put([]byte("embedder"), []byte(want))
+	})
+	if err == nil {
+		err = s.load()
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// load rebuilds both vector indexes from the file.
+func (s *BoltStore) load() error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		for _, t := range []*BoltTier{s.ep, s.sem} {
+			err := tx.Bucket(t.bucket).ForEach(func(k, v []byte) error {
+				user, _, ok := splitKey(k)
+				if !ok {
+					return nil
+				}
+				e, err := decodeEntry(v)
+				if err != nil {
+					return fmt.Errorf("memory store: %w", err)
+				}
+				t.idx.put(user, e.Memory, e.Vector)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Close closes the file.
+func (s *BoltStore) Close() error { return s.db.Close() }
+
+// Episodic is the episodic tier.
+func (s *BoltStore) Episodic() *BoltTier { return s.ep }
+
+// Semantic is the semantic tier.
+func (s *BoltStore) Semantic() *BoltTier { return s.sem }
+
+// userKey is a length-prefixed user id, so no user's keys are a prefix of another's.
+func userKey(userID string) []byte {
+	b := make([]byte, 2, 2+len(userID))
+	binary.BigEndian.PutUint16(b, uint16(len(userID)))
+	return append(b, userID...)
+}
+
+func itemKey(userID, id string) []byte { return append(userKey(userID), id...) }
+
+func splitKey(k []byte) (user, id string, ok bool) {
+	if len(k) < 2 {
+		return "", "", false
+	}
+	n := int(binary.BigEndian.Uint16(k))
+	if len(k) < 2+n {
+		return "", "", false
+	}
+	return string(k[2 : 2+n]), string(k[2+n:]), true
+}
+
+// forPrefix calls fn for every key of bucket b that starts with prefix.
+func forPrefix(b *bolt.Bucket, prefix []byte, fn func(k, v []byte) error) error {
+	c := b.Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if err := fn(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BoltTier is one tier of a BoltStore.
+type BoltTier struct {
+	s      *BoltStore
+	bucket []byte
+	ttl    time.Duration // 0: no TTL (semantic)
+	idx    *vectorIndex
+}
+
+var _ TierStore = (*BoltTier)(nil)
+
+func (t *BoltTier) stamp(m *memoryv1.Memory, now time.Time) {
+	if t.ttl > 0 {
+		m.ExpiresAt = ts(now.Add(t.ttl))
+	} else {
+		m.ExpiresAt = nil
+	}
+}
+
+func (t *BoltTier) alive(m *memoryv1.Memory, now time.Time) bool {
+	return m.GetExpiresAt() == nil || m.GetExpiresAt().AsTime().After(now)
+}
+
+// Put implements TierStore.
+func (t *BoltTier) Put(_ context.Context, e Entry) error {
+	if len(e.Vector) != t.idx.dim {
+		return fmt.Errorf("memory store: vector of size %d, want %d", len(e.Vector), t.idx.dim)
+	}
+	e.Memory = cloneMemory(e.Memory)
+	t.stamp(e.Memory, t.s.now())
+	v, err := encodeEntry(e)
+	if err != nil {
+		return err
+	}
+	user := e.Memory.GetUserId()
+	if err := t.s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(t.bucket).Put(itemKey(user, e.Memory.GetId()), v)
+	}); err != nil {
+		return fmt.Errorf("memory store: %w", err)
+	}
+	t.idx.put(user, e.Memory, e.Vector)
+	return nil
+}
+
+func (t *BoltTier) get(tx *bolt.Tx, userID, id string) (Entry, error) {
+	v := tx.Bucket(t.bucket).Get(itemKey(userID, id))
+	if v == nil {
+		return Entry{}, ErrNotFound
+	}
+	e, err := decodeEntry(v)
+	if err != nil {
+		return Entry{}, err
+	}
+	if !t.alive(e.Memory, t.s.now()) {
+		return Entry{}, ErrNotFound
+	}
+	return e, nil
+}
+
+// Get implements TierStore.
+func (t *BoltTier) Get(_ context.Context, userID, id string) (Entry, error) {
+	var e Entry
+	err := t.s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		e, err = t.get(tx, userID, id)
+		return err
+	})
+	return e, err
+}
+
+// Delete implements TierStore.
+func (t *BoltTier) Delete(_ context.Context, userID, id string) (bool, error) {
+	existed := false
+	err := t.s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(t.bucket)
+		k := itemKey(userID, id)
+		if v := b.Get(k); v != nil {
+			if e, err := decodeEntry(v); err == nil && t.alive(e.Memory, t.s.now()) {
+				existed = true
+			}
+			return b.Delete(k)
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("memory store: %w", err)
+	}
+	t.idx.remove(userID, id)
+	return existed, nil
+}
+
+// Search implements TierStore.
+func (t *BoltTier) Search(_ context.Context, userID string, q SearchQuery) ([]Hit, error) {
+	now := t.s.now()
+	found := t.idx.search(userID, q, now)
+	if len(found) == 0 {
+		return nil, nil
+	}
+	out := make([]Hit, 0, len(found))
+	err := t.s.db.View(func(tx *bolt.Tx) error {
+		for _, f := range found {
+			e, err := t.get(tx, userID, f.id)
+			if errors.Is(err, ErrNotFound) {
+				continue // deleted between the index read and this one
+			}
+			if err != nil {
+				return err
+			}
+			out = append(out, Hit{Entry: e, Similarity: f.sim})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Scan implements TierStore.
+func (t *BoltTier) Scan(_ context.Context, userID string, fn func(Entry) error) error {
+	now := t.s.now()
+	var entries []Entry
+	err := t.s.db.View(func(tx *bolt.Tx) error {
+		return forPrefix(tx.Bucket(t.bucket), userKey(userID), func(_, v []byte) error {
+			e, err := decodeEntry(v)
+			if err != nil {
+				return err
+			}
+			if t.alive(e.Memory, now) {
+				entries = append(entries, e)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	// fn runs outside the read transaction, so it may write to the store.
+	for _, e := range entries {
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BySubject implements TierStore.
+func (t *BoltTier) BySubject(_ context.Context, userID, subject string) ([]Entry, error) {
+	if subject == "" {
+		return nil, nil
+	}
+	ids := t.idx.bySubject(userID, subject, t.s.now())
+	var out []Entry
+	err := t.s.db.View(func(tx *bolt.Tx) error {
+		for _, id := range ids {
+			e, err := t.get(tx, userID, id)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Touch implements TierStore.
+func (t *BoltTier) Touch(_ context.Context, userID string, ids []string, at time.Time) ([]string, error) {
+	var touched []string
+	var updated []*memoryv1.Memory
+	err := t.s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(t.bucket)
+		for _, id := range ids {
+			e, err := t.get(tx, userID, id)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			e.Memory.LastRecalledAt = ts(at)
+			e.Memory.RecallCount++
+			t.stamp(e.Memory, t.s.now())
+			v, err := encodeEntry(e)
+			if err != nil {
+				return err
+			}
+			if err := b.Put(itemKey(userID, id), v); err != nil {
+				return err
+			}
+			touched = append(touched, id)
+			updated = append(updated, e.Memory)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("memory store: %w", err)
+	}
+	for _, m := range updated {
+		if m.GetExpiresAt() != nil {
+			t.idx.setExpiry(userID, m.GetId(), m.GetExpiresAt().AsTime().UnixMilli())
+		}
+	}
+	return touched, nil
+}
+
+// DeleteUser implements TierStore. Records past their TTL are removed too (they were still in
+// the file) but not counted, as they were already gone to every reader.
+func (t *BoltTier) DeleteUser(_ context.Context, userID string) (UserCounts, error) {
+	var c UserCounts
+	now := t.s.now()
+	err := t.s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(t.bucket)
+		var keys [][]byte
+		err := forPrefix(b, userKey(userID), func(k, v []byte) error {
+			keys = append(keys, bytes.Clone(k))
+			e, err := decodeEntry(v)
+			if err != nil || !t.alive(e.Memory, now) {
+				return nil
+			}
+			if live(e.Memory) {
+				c.Live++
+			} else {
+				c.Expired++
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return UserCounts{}, fmt.Errorf("memory store: %w", err)
+	}
+	t.idx.removeUser(userID)
+	return c, nil
+}
+
+// SweepExpired deletes records whose TTL has passed (Redis does this by itself) and returns
+// how many.
+func (t *BoltTier) SweepExpired(_ context.Context) (int64, error) {
+	if t.ttl == 0 {
+		return 0, nil
+	}
+	now := t.s.now()
+	var n int64
+	type gone struct{ user, id string }
+	var removed []gone
+	err := t.s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(t.bucket)
+		var keys [][]byte
+		err := b.ForEach(func(k, v []byte) error {
+			e, err := decodeEntry(v)
+			if err == nil && !t.alive(e.Memory, now) {
+				keys = append(keys, bytes.Clone(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+			if u, id, ok := splitKey(k); ok {
+				removed = append(removed, gone{u, id})
+			}
+			n++
+		}
+		return nil
+	})
+	for _, g := range removed {
+		t.idx.remove(g.user, g.id)
+	}
+	return n, err
+}
+
+// --- StateStore ---
+
+var _ StateStore = (*BoltStore)(nil)
+
+// AddUser implements StateStore.
+func (s *BoltStore) AddUser(_ context.Context, userID string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketUsers).Put([]byte(userID), []byte{1})
+	})
+}
+
+// Users implements StateStore.
+func (s *BoltStore) Users(_ context.Context) ([]string, error) {
+	var out []string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketUsers).ForEach(func(k, _ []byte) error {
+			out = append(out, string(k))
+			return nil
+		})
+	})
+	return out, err
+}
+
+// behaviorRec is the stored sliding window of one behaviour key.
+type behaviorRec struct {
+	Events []int64 `json:"events"` // unix ms
+}
+
+// CountBehavior implements StateStore.
+func (s *BoltStore) CountBehavior(_ context.Context, userID, key string, at time.Time, window time.Duration, threshold int) (int64, bool, string, error) {
+	var count int64
+	var claim bool
+	var habit string
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketBehavior)
+		k := itemKey(userID, key)
+		var rec behaviorRec
+		if v := b.Get(k); v != nil {
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return fmt.Errorf("behaviour record: %w", err)
+			}
+		}
+		cut := at.Add(-window).UnixMilli()
+		kept := rec.Events[:0]
+		for _, e := range rec.Events {
+			if e > cut {
+				kept = append(kept, e)
+			}
+		}
+		rec.Events = append(kept, at.UnixMilli())
+		count = int64(len(rec.Events))
+		v, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		if err := b.Put(k, v); err != nil {
+			return err
+		}
+		hb := tx.Bucket(bucketHabits)
+		habit = string(hb.Get(k))
+		if count > int64(threshold) && habit == "" {
+			claim = true
+			return hb.Put(k, []byte(pendingHabit))
+		}
+		if habit == pendingHabit {
+			habit = ""
+		}
+		return nil
+	})
+	return count, claim, habit, err
+}
+
+// pendingHabit marks a claimed habit whose memory is being written.
+const pendingHabit = "pending"
+
+// SetHabit implements StateStore.
+func (s *BoltStore) SetHabit(_ context.Context, userID, key, memoryID string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		hb := tx.Bucket(bucketHabits)
+		if memoryID == "" {
+			return hb.Delete(itemKey(userID, key))
+		}
+		return hb.Put(itemKey(userID, key), []byte(memoryID))
+	})
+}
+
+// turnState is a stored turn claim or record.
+type turnState struct {
+	Token  string      `json:"token,omitempty"`
+	Until  time.Time   `json:"until"`
+	Record *TurnRecord `json:"record,omitempty"`
+}
+
+// ClaimTurn implements StateStore.
+func (s *BoltStore) ClaimTurn(_ context.Context, userID, turnID string, lease time.Duration) (*TurnRecord, bool, string, error) {
+	var rec *TurnRecord
+	var busy bool
+	token := randomToken()
+	now := s.now()
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketTurns)
+		k := itemKey(userID, turnID)
+		if v := b.Get(k); v != nil {
+			var st turnState
+			if err := json.Unmarshal(v, &st); err == nil && st.Until.After(now) {
+				if st.Record != nil {
+					rec = st.Record
+					return nil
+				}
+				busy = true
+				return nil
+			}
+		}
+		v, err := json.Marshal(turnState{Token: token, Until: now.Add(lease)})
+		if err != nil {
+			return err
+		}
+		return b.Put(k, v)
+	})
+	if err != nil || rec != nil || busy {
+		return rec, busy, "", err
+	}
+	return nil, false, token, nil
+}
+
+// FinishTurn implements StateStore.
+func (s *BoltStore) FinishTurn(_ context.Context, userID, turnID string, rec TurnRecord, ttl time.Duration) error {
+	v, err := json.Marshal(turnState{Until: s.now().Add(ttl), Record: &rec})
+	if err != nil {
+		return err
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketTurns).Put(itemKey(userID, turnID), v)
+	})
+}
+
+// ReleaseTurn implements StateStore.
+func (s *BoltStore) ReleaseTurn(_ context.Context, userID, turnID, token string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketTurns)
+		k := itemKey(userID, turnID)
+		var st turnState
+		if v := b.Get(k); v != nil && json.Unmarshal(v, &st) == nil && st.Record == nil && st.Token == token {
+			return b.Delete(k)
+		}
+		return nil
+	})
+}
+
+// Lock implements StateStore. One process holds the file, so the lock is in memory.
+func (s *BoltStore) Lock(_ context.Context, name string, ttl time.Duration) (func(), bool, error) {
+	s.lkMu.Lock()
+	defer s.lkMu.Unlock()
+	now := s.now()
+	if h, ok := s.lock[name]; ok && h.until.After(now) {
+		return nil, false, nil
+	}
+	token := randomToken()
+	s.lock[name] = lockHold{token: token, until: now.Add(ttl)}
+	return func() {
+		s.lkMu.Lock()
+		defer s.lkMu.Unlock()
+		if h, ok := s.lock[name]; ok && h.token == token {
+			delete(s.lock, name)
+		}
+	}, true, nil
+}
+
+// DeleteUser implements StateStore.
+func (s *BoltStore) DeleteUser(_ context.Context, userID string) (int64, int64, error) {
+	var counters, records int64
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, bn := range [][]byte{bucketBehavior, bucketHabits, bucketTurns} {
+			b := tx.Bucket(bn)
+			var keys [][]byte
+			if err := forPrefix(b, userKey(userID), func(k, _ []byte) error {
+				keys = append(keys, bytes.Clone(k))
+				return nil
+			}); err != nil {
+				return err
+			}
+			for _, k := range keys {
+				if err := b.Delete(k); err != nil {
+					return err
+				}
+			}
+			switch string(bn) {
+			case string(bucketBehavior):
+				counters += int64(len(keys))
+			case string(bucketTurns):
+				records += int64(len(keys))
+			}
+		}
+		return tx.Bucket(bucketUsers).Delete([]byte(userID))
+	})
+	return counters, records, err
+}
+
+// CountUserKeys counts every record of a user in every bucket (tests: ForgetUser must leave
+// nothing).
+func (s *BoltStore) CountUserKeys(userID string) (int, error) {
+	n := 0
+	err := s.db.View(func(tx *bolt.Tx) error {
+		for _, bn := range [][]byte{bucketEpisodic, bucketSemantic, bucketBehavior, bucketHabits, bucketTurns} {
+			if err := forPrefix(tx.Bucket(bn), userKey(userID), func(_, _ []byte) error { n++; return nil }); err != nil {
+				return err
+			}
+		}
+		if tx.Bucket(bucketUsers).Get([]byte(userID)) != nil {
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+func randomToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// unixMs formats a time for Redis scores and payloads.
+func unixMs(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
