@@ -1,0 +1,696 @@
+package k8s_test
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
+	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+// grpcServiceOf is the gRPC service each target registers; its health status is what the
+// readiness probe must ask for.
+var grpcServiceOf = map[string]string{
+	"session":      sessionv1.SessionService_ServiceDesc.ServiceName,
+	"tools":        toolsv1.ToolService_ServiceDesc.ServiceName,
+	"mcpgateway":   mcpgatewayv1.MCPGatewayService_ServiceDesc.ServiceName,
+	"memory":       memoryv1.MemoryService_ServiceDesc.ServiceName,
+	"orchestrator": orchestratorv1.OrchestratorService_ServiceDesc.ServiceName,
+}
+
+// policy says what a render may leave out and what it must know.
+type policy struct {
+	// settings are the binary's settings (flags and their HERMES_* variables).
+	settings *settings
+	// external are objects ("Secret/hermes-model") referenced but created outside this render.
+	external map[string]bool
+	// pinnedImages requires every image to name a tag other than latest (overlays).
+	pinnedImages bool
+}
+
+// problems collects policy violations, each prefixed with the object it is about.
+type problems []string
+
+func (p *problems) addf(obj, format string, args ...any) {
+	*p = append(*p, obj+": "+fmt.Sprintf(format, args...))
+}
+
+// check applies the policy to a render and returns every violation, sorted.
+func (pol policy) check(r *rendered) []string {
+	var p problems
+	for _, d := range r.deployments {
+		pol.checkDeployment(&p, r, d)
+	}
+	for _, s := range r.statefulSets {
+		pol.checkStatefulSet(&p, r, s)
+	}
+	for _, h := range r.hpas {
+		checkHPA(&p, r, h)
+	}
+	for _, b := range r.pdbs {
+		checkPDB(&p, r, b)
+	}
+	for _, s := range r.services {
+		checkService(&p, r, s)
+	}
+	for _, cm := range r.configMaps {
+		if usedAsEnv(r, cm) {
+			pol.checkAddresses(&p, r, cm)
+		}
+	}
+	sort.Strings(p)
+	return p
+}
+
+func (pol policy) checkDeployment(p *problems, r *rendered, d *appsv1.Deployment) {
+	obj := "Deployment/" + d.Name
+	pod := &d.Spec.Template
+	hpa := hpaFor(r, d.Namespace, "Deployment", d.Name)
+	switch {
+	case hpa == nil:
+		p.addf(obj, "no HorizontalPodAutoscaler targets it")
+	case d.Spec.Replicas != nil:
+		p.addf(obj, "sets spec.replicas (%d) although HorizontalPodAutoscaler/%s scales it: every apply would reset the count", *d.Spec.Replicas, hpa.Name)
+	}
+	pdbs := pdbsSelecting(r, d.Namespace, pod.Labels)
+	if len(pdbs) == 0 {
+		p.addf(obj, "no PodDisruptionBudget selects its pods")
+	}
+	if hpa != nil && hpa.Spec.MinReplicas != nil {
+		for _, b := range pdbs {
+			if allowed := disruptionsAllowed(b, int(*hpa.Spec.MinReplicas)); allowed < 1 {
+				p.addf(obj, "PodDisruptionBudget/%s allows no voluntary disruption at the HorizontalPodAutoscaler's %d minimum replicas, so node drains would hang", b.Name, *hpa.Spec.MinReplicas)
+			}
+		}
+	}
+	if !hasServiceWithGRPCPort(r, d.Namespace, pod) {
+		p.addf(obj, "no Service with a port named grpc selects its pods")
+	}
+	if s := pod.Spec.EnableServiceLinks; s == nil || *s {
+		p.addf(obj, "enableServiceLinks is not false: Kubernetes would inject HERMES_<SERVICE>_PORT-style variables for every Service, which the binary reads as settings")
+	}
+	pol.checkPod(p, r, obj, d.Namespace, pod, true)
+}
+
+func (pol policy) checkStatefulSet(p *problems, r *rendered, s *appsv1.StatefulSet) {
+	obj := "StatefulSet/" + s.Name
+	if len(s.Spec.VolumeClaimTemplates) == 0 {
+		p.addf(obj, "no volumeClaimTemplates: its data would not survive a rescheduling")
+	}
+	for _, vct := range s.Spec.VolumeClaimTemplates {
+		if _, ok := vct.Spec.Resources.Requests[corev1.ResourceStorage]; !ok {
+			p.addf(obj, "volumeClaimTemplate %s requests no storage", vct.Name)
+		}
+		if !mounted(&s.Spec.Template.Spec, vct.Name) {
+			p.addf(obj, "volumeClaimTemplate %s is not mounted by any container", vct.Name)
+		}
+	}
+	headless := false
+	for _, svc := range r.services {
+		if svc.Namespace == s.Namespace && svc.Name == s.Spec.ServiceName {
+			headless = svc.Spec.ClusterIP == corev1.ClusterIPNone && selects(svc.Spec.Selector, s.Spec.Template.Labels)
+		}
+	}
+	if !headless {
+		p.addf(obj, "serviceName %q is not a headless Service (clusterIP: None) selecting its pods", s.Spec.ServiceName)
+	}
+	pol.checkPod(p, r, obj, s.Namespace, &s.Spec.Template, false)
+}
+
+// checkPod checks what every workload shares. hermes marks a Hermes service's pod, whose
+// probes must be gRPC health checks and whose settings are the binary's.
+func (pol policy) checkPod(p *problems, r *rendered, obj, ns string, pod *corev1.PodTemplateSpec, hermes bool) {
+	spec := &pod.Spec
+	if spec.ServiceAccountName == "" {
+		p.addf(obj, "no serviceAccountName: it would run as the namespace's default ServiceAccount")
+	} else {
+		pol.requireObject(p, r, obj, ns, "ServiceAccount", spec.ServiceAccountName)
+	}
+	checkPodSecurity(p, obj, spec)
+	for _, v := range spec.Volumes {
+		switch {
+		case v.ConfigMap != nil && (v.ConfigMap.Optional == nil || !*v.ConfigMap.Optional):
+			pol.requireObject(p, r, obj, ns, "ConfigMap", v.ConfigMap.Name)
+		case v.Secret != nil && (v.Secret.Optional == nil || !*v.Secret.Optional):
+			pol.requireObject(p, r, obj, ns, "Secret", v.Secret.SecretName)
+		}
+	}
+	for i, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		cobj := fmt.Sprintf("%s container %s", obj, c.Name)
+		checkResources(p, cobj, c.Resources)
+		checkContainerSecurity(p, cobj, spec.SecurityContext, c.SecurityContext)
+		if pol.pinnedImages {
+			checkImage(p, cobj, c.Image)
+		}
+		env := pol.resolveEnv(p, r, cobj, ns, c)
+		if i < len(spec.InitContainers) {
+			continue
+		}
+		switch {
+		case hermes:
+			pol.checkHermesSettings(p, cobj, c, env)
+			checkHermesProbes(p, cobj, c)
+			pol.checkGrace(p, obj, spec, env)
+		default:
+			if c.ReadinessProbe == nil {
+				p.addf(cobj, "no readiness probe")
+			}
+			if c.LivenessProbe == nil {
+				p.addf(cobj, "no liveness probe")
+			}
+		}
+	}
+}
+
+func checkHermesProbes(p *problems, obj string, c corev1.Container) {
+	target := targetOf(c.Args)
+	for _, probe := range []struct {
+		kind string
+		p    *corev1.Probe
+	}{{"readiness", c.ReadinessProbe}, {"liveness", c.LivenessProbe}} {
+		switch {
+		case probe.p == nil:
+			p.addf(obj, "no %s probe", probe.kind)
+			continue
+		case probe.p.GRPC == nil:
+			p.addf(obj, "%s probe is not a native gRPC health check (grpc: {port: 7070, ...})", probe.kind)
+			continue
+		}
+		if !hasPort(c, intstr.FromInt32(probe.p.GRPC.Port)) {
+			p.addf(obj, "%s probe checks port %d, which the container does not expose", probe.kind, probe.p.GRPC.Port)
+		}
+	}
+	if c.ReadinessProbe == nil || c.ReadinessProbe.GRPC == nil {
+		return
+	}
+	want, ok := grpcServiceOf[target]
+	got := ""
+	if c.ReadinessProbe.GRPC.Service != nil {
+		got = *c.ReadinessProbe.GRPC.Service
+	}
+	switch {
+	case target == "":
+		p.addf(obj, "args %q do not run one target (serve --target=<service>)", c.Args)
+	case !ok:
+		p.addf(obj, "unknown target %q", target)
+	case got != want:
+		p.addf(obj, "readiness probe asks for health service %q; the %s target reports %q (NOT_SERVING while its backends are down)", got, target, want)
+	}
+}
+
+// checkGrace requires the termination grace period to outlast the binary's drain: the drain
+// delay (serving while NOT_SERVING) plus the shutdown timeout for in-flight calls.
+func (pol policy) checkGrace(p *problems, obj string, spec *corev1.PodSpec, env map[string]envVar) {
+	drain := pol.settings.duration("drain-delay", env)
+	shutdown := pol.settings.duration("shutdown-timeout", env)
+	grace := time.Duration(corev1.DefaultTerminationGracePeriodSeconds) * time.Second
+	if spec.TerminationGracePeriodSeconds != nil {
+		grace = time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	if grace <= drain+shutdown {
+		p.addf(obj, "terminationGracePeriodSeconds %s is not longer than the drain (drain delay %s + shutdown timeout %s): the kubelet would kill in-flight calls", grace, drain, shutdown)
+	}
+}
+
+// targetOf returns X from args "serve --target=X" (or "--target X"), or "".
+func targetOf(args []string) string {
+	for i, a := range args {
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "target" {
+			continue
+		}
+		if !hasValue && i+1 < len(args) {
+			value = args[i+1]
+		}
+		return value
+	}
+	return ""
+}
+
+func (pol policy) checkHermesSettings(p *problems, obj string, c corev1.Container, env map[string]envVar) {
+	if len(c.Args) == 0 || c.Args[0] != "serve" {
+		p.addf(obj, "args %q do not start with the serve command", c.Args)
+	}
+	for i := 1; i < len(c.Args); i++ {
+		a := c.Args[i]
+		if !strings.HasPrefix(a, "-") {
+			p.addf(obj, "unexpected argument %q", a)
+			continue
+		}
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !hasValue && i+1 < len(c.Args) && !strings.HasPrefix(c.Args[i+1], "-") && !pol.settings.isBool(name) {
+			value, hasValue = c.Args[i+1], true
+			i++
+		}
+		if err := pol.settings.validFlag(name, value, hasValue); err != nil {
+			p.addf(obj, "argument %q: %v", a, err)
+		}
+	}
+	names := make([]string, 0, len(env))
+	for name := range env {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if !strings.HasPrefix(name, "HERMES_") {
+			continue
+		}
+		v := env[name]
+		if err := pol.settings.validEnv(name, v.value, v.known); err != nil {
+			p.addf(obj, "%s (from %s): %v", name, v.from, err)
+		}
+	}
+}
+
+// envVar is one environment variable of a container as the pod would see it.
+type envVar struct {
+	value string
+	known bool   // the value is in the render (a literal or a ConfigMap key)
+	from  string // where it comes from, for messages
+}
+
+// resolveEnv computes a container's environment (envFrom first, env overriding it) and reports
+// references to ConfigMaps, Secrets and keys missing from the render.
+func (pol policy) resolveEnv(p *problems, r *rendered, obj, ns string, c corev1.Container) map[string]envVar {
+	env := map[string]envVar{}
+	for _, ef := range c.EnvFrom {
+		switch {
+		case ef.ConfigMapRef != nil:
+			from := "ConfigMap/" + ef.ConfigMapRef.Name
+			cm := r.configMaps[ns+"/"+ef.ConfigMapRef.Name]
+			if cm == nil {
+				if ef.ConfigMapRef.Optional == nil || !*ef.ConfigMapRef.Optional {
+					pol.requireObject(p, r, obj, ns, "ConfigMap", ef.ConfigMapRef.Name)
+				}
+				continue
+			}
+			for k, v := range cm.Data {
+				env[ef.Prefix+k] = envVar{value: v, known: true, from: from}
+			}
+		case ef.SecretRef != nil:
+			from := "Secret/" + ef.SecretRef.Name
+			s := r.secrets[ns+"/"+ef.SecretRef.Name]
+			if s == nil {
+				if ef.SecretRef.Optional == nil || !*ef.SecretRef.Optional {
+					pol.requireObject(p, r, obj, ns, "Secret", ef.SecretRef.Name)
+				}
+				continue
+			}
+			for k := range s.Data {
+				env[ef.Prefix+k] = envVar{from: from}
+			}
+			for k := range s.StringData {
+				env[ef.Prefix+k] = envVar{from: from}
+			}
+		}
+	}
+	for _, e := range c.Env {
+		v := envVar{value: e.Value, known: true, from: "env"}
+		if vf := e.ValueFrom; vf != nil {
+			v = envVar{from: "valueFrom"}
+			switch {
+			case vf.ConfigMapKeyRef != nil:
+				ref := vf.ConfigMapKeyRef
+				v.from = "ConfigMap/" + ref.Name
+				optional := ref.Optional != nil && *ref.Optional
+				if cm := r.configMaps[ns+"/"+ref.Name]; cm != nil {
+					val, ok := cm.Data[ref.Key]
+					if !ok && !optional {
+						p.addf(obj, "env %s: ConfigMap/%s has no key %q", e.Name, ref.Name, ref.Key)
+					}
+					v.value, v.known = val, ok
+				} else if !optional {
+					pol.requireObject(p, r, obj, ns, "ConfigMap", ref.Name)
+				}
+			case vf.SecretKeyRef != nil:
+				ref := vf.SecretKeyRef
+				v.from = "Secret/" + ref.Name
+				optional := ref.Optional != nil && *ref.Optional
+				if s := r.secrets[ns+"/"+ref.Name]; s != nil {
+					_, inData := s.Data[ref.Key]
+					_, inString := s.StringData[ref.Key]
+					if !inData && !inString && !optional {
+						p.addf(obj, "env %s: Secret/%s has no key %q", e.Name, ref.Name, ref.Key)
+					}
+				} else if !optional {
+					pol.requireObject(p, r, obj, ns, "Secret", ref.Name)
+				}
+			}
+		}
+		env[e.Name] = v
+	}
+	return env
+}
+
+// requireObject reports a reference to an object that is neither in the render nor declared
+// external.
+func (pol policy) requireObject(p *problems, r *rendered, obj, ns, kind, name string) {
+	if pol.external[kind+"/"+name] {
+		return
+	}
+	var ok bool
+	switch kind {
+	case "ConfigMap":
+		_, ok = r.configMaps[ns+"/"+name]
+	case "Secret":
+		_, ok = r.secrets[ns+"/"+name]
+	case "ServiceAccount":
+		_, ok = r.serviceAccounts[ns+"/"+name]
+	}
+	if !ok {
+		p.addf(obj, "references %s/%s, which is not in the render", kind, name)
+	}
+}
+
+// checkAddresses requires every in-cluster address an environment ConfigMap gives a Hermes setting (a short
+// host name such as hermes-redis) to be a Service of the render with that port.
+func (pol policy) checkAddresses(p *problems, r *rendered, cm *corev1.ConfigMap) {
+	keys := make([]string, 0, len(cm.Data))
+	for k := range cm.Data {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "HERMES_") || !(strings.HasSuffix(k, "_ADDR") || strings.HasSuffix(k, "_URL")) {
+			continue
+		}
+		host, port, ok := hostPort(cm.Data[k])
+		if !ok || strings.Contains(host, ".") || host == "localhost" || net.ParseIP(host) != nil {
+			continue // not an in-cluster short name
+		}
+		found := false
+		for _, s := range r.services {
+			if s.Namespace != cm.Namespace || s.Name != host {
+				continue
+			}
+			for _, sp := range s.Spec.Ports {
+				if fmt.Sprint(sp.Port) == port {
+					found = true
+				}
+			}
+		}
+		if !found {
+			p.addf("ConfigMap/"+cm.Name, "%s=%s: no Service %s with port %s in the render", k, cm.Data[k], host, port)
+		}
+	}
+}
+
+// usedAsEnv reports whether some workload takes its environment from the ConfigMap.
+func usedAsEnv(r *rendered, cm *corev1.ConfigMap) bool {
+	for _, pod := range podTemplates(r, cm.Namespace) {
+		for _, c := range pod.Spec.Containers {
+			for _, ef := range c.EnvFrom {
+				if ef.ConfigMapRef != nil && ef.ConfigMapRef.Name == cm.Name {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// hostPort extracts host and port from host:port, dns:///host:port or scheme://host:port/….
+func hostPort(v string) (host, port string, ok bool) {
+	v = strings.TrimPrefix(v, "dns:///")
+	if strings.Contains(v, "://") {
+		u, err := url.Parse(v)
+		if err != nil || u.Port() == "" {
+			return "", "", false
+		}
+		return u.Hostname(), u.Port(), true
+	}
+	host, port, err := net.SplitHostPort(v)
+	return host, port, err == nil
+}
+
+func checkPodSecurity(p *problems, obj string, spec *corev1.PodSpec) {
+	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+		p.addf(obj, "shares a host namespace")
+	}
+}
+
+// checkContainerSecurity checks the effective security context (the container's settings over
+// the pod's).
+func checkContainerSecurity(p *problems, obj string, pod *corev1.PodSecurityContext, c *corev1.SecurityContext) {
+	if pod == nil {
+		pod = &corev1.PodSecurityContext{}
+	}
+	if c == nil {
+		c = &corev1.SecurityContext{}
+	}
+	runAsNonRoot := c.RunAsNonRoot
+	if runAsNonRoot == nil {
+		runAsNonRoot = pod.RunAsNonRoot
+	}
+	if runAsNonRoot == nil || !*runAsNonRoot {
+		p.addf(obj, "runAsNonRoot is not true")
+	}
+	runAsUser := c.RunAsUser
+	if runAsUser == nil {
+		runAsUser = pod.RunAsUser
+	}
+	if runAsUser != nil && *runAsUser == 0 {
+		p.addf(obj, "runs as user 0")
+	}
+	if c.ReadOnlyRootFilesystem == nil || !*c.ReadOnlyRootFilesystem {
+		p.addf(obj, "readOnlyRootFilesystem is not true")
+	}
+	if c.AllowPrivilegeEscalation == nil || *c.AllowPrivilegeEscalation {
+		p.addf(obj, "allowPrivilegeEscalation is not false")
+	}
+	if c.Privileged != nil && *c.Privileged {
+		p.addf(obj, "is privileged")
+	}
+	if c.Capabilities == nil || !slices.Contains(c.Capabilities.Drop, "ALL") {
+		p.addf(obj, "does not drop ALL capabilities")
+	} else if len(c.Capabilities.Add) > 0 {
+		p.addf(obj, "adds capabilities %v", c.Capabilities.Add)
+	}
+	seccomp := c.SeccompProfile
+	if seccomp == nil {
+		seccomp = pod.SeccompProfile
+	}
+	if seccomp == nil || (seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault && seccomp.Type != corev1.SeccompProfileTypeLocalhost) {
+		p.addf(obj, "seccompProfile is not RuntimeDefault")
+	}
+}
+
+func checkResources(p *problems, obj string, res corev1.ResourceRequirements) {
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, hasReq := res.Requests[name]
+		lim, hasLim := res.Limits[name]
+		if !hasReq {
+			p.addf(obj, "no %s request", name)
+		}
+		if !hasLim {
+			p.addf(obj, "no %s limit", name)
+		}
+		if hasReq && hasLim && req.Cmp(lim) > 0 {
+			p.addf(obj, "%s request %s exceeds its limit %s", name, req.String(), lim.String())
+		}
+	}
+}
+
+func checkImage(p *problems, obj, image string) {
+	if strings.Contains(image, "@sha256:") {
+		return
+	}
+	name := image[strings.LastIndex(image, "/")+1:]
+	_, tag, ok := strings.Cut(name, ":")
+	if !ok || tag == "" || tag == "latest" {
+		p.addf(obj, "image %q has no pinned tag", image)
+	}
+}
+
+func checkHPA(p *problems, r *rendered, h *autoscalingv2.HorizontalPodAutoscaler) {
+	obj := "HorizontalPodAutoscaler/" + h.Name
+	ref := h.Spec.ScaleTargetRef
+	found := false
+	switch ref.Kind {
+	case "Deployment":
+		for _, d := range r.deployments {
+			found = found || (d.Namespace == h.Namespace && d.Name == ref.Name)
+		}
+	case "StatefulSet":
+		for _, s := range r.statefulSets {
+			found = found || (s.Namespace == h.Namespace && s.Name == ref.Name)
+		}
+	}
+	if !found || ref.APIVersion != "apps/v1" {
+		p.addf(obj, "scaleTargetRef %s %s/%s is not a workload in the render", ref.APIVersion, ref.Kind, ref.Name)
+	}
+	if h.Spec.MinReplicas == nil || *h.Spec.MinReplicas < 1 {
+		p.addf(obj, "minReplicas is not set to at least 1")
+	} else if *h.Spec.MinReplicas > h.Spec.MaxReplicas {
+		p.addf(obj, "minReplicas %d exceeds maxReplicas %d", *h.Spec.MinReplicas, h.Spec.MaxReplicas)
+	}
+	if len(h.Spec.Metrics) == 0 {
+		p.addf(obj, "no metrics")
+	}
+}
+
+func checkPDB(p *problems, r *rendered, b *policyv1.PodDisruptionBudget) {
+	obj := "PodDisruptionBudget/" + b.Name
+	if (b.Spec.MinAvailable == nil) == (b.Spec.MaxUnavailable == nil) {
+		p.addf(obj, "needs exactly one of minAvailable and maxUnavailable")
+	}
+	sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+	if err != nil || sel.Empty() {
+		p.addf(obj, "selector is empty or invalid: %v", err)
+		return
+	}
+	for _, pod := range podTemplates(r, b.Namespace) {
+		if sel.Matches(labels.Set(pod.Labels)) {
+			return
+		}
+	}
+	p.addf(obj, "selects no workload's pods")
+}
+
+func checkService(p *problems, r *rendered, s *corev1.Service) {
+	obj := "Service/" + s.Name
+	if len(s.Spec.Selector) == 0 {
+		p.addf(obj, "has no selector")
+		return
+	}
+	var pods []*corev1.PodTemplateSpec
+	for _, pod := range podTemplates(r, s.Namespace) {
+		if selects(s.Spec.Selector, pod.Labels) {
+			pods = append(pods, pod)
+		}
+	}
+	if len(pods) == 0 {
+		p.addf(obj, "selects no workload's pods")
+		return
+	}
+	for _, sp := range s.Spec.Ports {
+		target := sp.TargetPort
+		if target.IntVal == 0 && target.StrVal == "" {
+			target = intstr.FromInt32(sp.Port)
+		}
+		for _, pod := range pods {
+			exposed := false
+			for _, c := range pod.Spec.Containers {
+				exposed = exposed || hasPort(c, target)
+			}
+			if !exposed {
+				p.addf(obj, "port %s targets %s, which its pods do not expose", sp.Name, target.String())
+			}
+		}
+	}
+}
+
+func hpaFor(r *rendered, ns, kind, name string) *autoscalingv2.HorizontalPodAutoscaler {
+	for _, h := range r.hpas {
+		ref := h.Spec.ScaleTargetRef
+		if h.Namespace == ns && ref.Kind == kind && ref.Name == name {
+			return h
+		}
+	}
+	return nil
+}
+
+func pdbsSelecting(r *rendered, ns string, podLabels map[string]string) []*policyv1.PodDisruptionBudget {
+	var out []*policyv1.PodDisruptionBudget
+	for _, b := range r.pdbs {
+		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+		if err == nil && !sel.Empty() && b.Namespace == ns && sel.Matches(labels.Set(podLabels)) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// disruptionsAllowed is how many of n healthy pods the budget lets be evicted, as the
+// disruption controller computes it (percentages of minAvailable round up, of maxUnavailable
+// round up too).
+func disruptionsAllowed(b *policyv1.PodDisruptionBudget, n int) int {
+	scaled := func(v *intstr.IntOrString) int {
+		if v.Type == intstr.Int {
+			return v.IntValue()
+		}
+		pct, err := intstr.GetScaledValueFromIntOrPercent(v, n, true)
+		if err != nil {
+			return math.MaxInt
+		}
+		return pct
+	}
+	switch {
+	case b.Spec.MinAvailable != nil:
+		return n - scaled(b.Spec.MinAvailable)
+	case b.Spec.MaxUnavailable != nil:
+		return scaled(b.Spec.MaxUnavailable)
+	}
+	return n
+}
+
+func hasServiceWithGRPCPort(r *rendered, ns string, pod *corev1.PodTemplateSpec) bool {
+	for _, s := range r.services {
+		if s.Namespace != ns || !selects(s.Spec.Selector, pod.Labels) {
+			continue
+		}
+		for _, sp := range s.Spec.Ports {
+			if sp.Name == "grpc" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func podTemplates(r *rendered, ns string) []*corev1.PodTemplateSpec {
+	var out []*corev1.PodTemplateSpec
+	for _, d := range r.deployments {
+		if d.Namespace == ns {
+			out = append(out, &d.Spec.Template)
+		}
+	}
+	for _, s := range r.statefulSets {
+		if s.Namespace == ns {
+			out = append(out, &s.Spec.Template)
+		}
+	}
+	return out
+}
+
+// selects reports whether a Service-style equality selector matches the labels.
+func selects(selector, podLabels map[string]string) bool {
+	return len(selector) > 0 && labels.SelectorFromSet(selector).Matches(labels.Set(podLabels))
+}
+
+func hasPort(c corev1.Container, port intstr.IntOrString) bool {
+	for _, cp := range c.Ports {
+		if (port.Type == intstr.Int && cp.ContainerPort == port.IntVal) || (port.Type == intstr.String && cp.Name == port.StrVal) {
+			return true
+		}
+	}
+	return false
+}
+
+func mounted(spec *corev1.PodSpec, volume string) bool {
+	for _, c := range spec.Containers {
+		for _, m := range c.VolumeMounts {
+			if m.Name == volume {
+				return true
+			}
+		}
+	}
+	return false
+}
