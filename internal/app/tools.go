@@ -1,9 +1,68 @@
 package app
 
-import "context"
+import (
+	"context"
 
-// initTools registers the tools service. It registers nothing until the service is implemented: a
-// target never answers with made-up data.
+	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+	"github.com/hermes-agent/hermes/services/tools"
+)
+
+// initTools registers the tool service: its registry and idempotency records in Redis when a
+// Redis URL is set (shared by every replica), else in tools.db in the data directory. Builtins
+// and the --tools-file tools are registered at start-up. MCP-backed tools reach the gateway
+// through a connection made on first use, so the gateway may start later or live elsewhere.
 func (a *App) initTools(ctx context.Context) error {
+	tok, err := a.Tokenizer()
+	if err != nil {
+		return err
+	}
+	rdb, err := a.Redis(ctx)
+	if err != nil {
+		return err
+	}
+	var store tools.Store
+	if rdb != nil {
+		store = tools.NewRedisStore(rdb, a.cfg.RedisPrefix+"tools:")
+		a.watchRedis(toolsv1.ToolService_ServiceDesc.ServiceName, rdb)
+	} else {
+		path, err := a.dataPath("tools.db")
+		if err != nil {
+			return err
+		}
+		bs, err := tools.OpenBoltStore(path)
+		if err != nil {
+			return err
+		}
+		a.onClose(func() { _ = bs.Close() })
+		store = bs
+	}
+	svc, err := tools.NewService(store, tools.Options{
+		Config:    a.cfg.Tools,
+		Tokenizer: tok,
+		Logger:    a.log.With("service", "tools"),
+		Getenv:    a.getenv,
+		MCP: func() (tools.MCPCaller, error) {
+			conn, err := a.Conn(TargetMCPGateway)
+			if err != nil {
+				return nil, err
+			}
+			return mcpgatewayv1.NewMCPGatewayServiceClient(conn), nil
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if err := svc.RegisterBuiltins(ctx); err != nil {
+		return err
+	}
+	if f := a.cfg.Tools.File; f != "" {
+		n, err := svc.LoadToolsFile(ctx, f)
+		if err != nil {
+			return err
+		}
+		a.log.Info("tools file loaded", "file", f, "tools", n)
+	}
+	a.srv.Register(&toolsv1.ToolService_ServiceDesc, svc)
 	return nil
 }

@@ -1,0 +1,138 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+// Builtin is a Go tool compiled into Hermes. Its spec (name, description, input schema) is
+// written out explicitly: the registered schema is the contract, and Run receives arguments that
+// already passed it.
+type Builtin struct {
+	Spec *toolsv1.ToolSpec
+	Run  func(ctx context.Context, args json.RawMessage) (any, error)
+}
+
+// Builtins is the set of Go tools a process offers, by name.
+type Builtins struct {
+	m map[string]*Builtin
+}
+
+// NewBuiltins returns the standard builtins: current_time, calculator and http_fetch (limited to
+// cfg.FetchAllow).
+func NewBuiltins(cfg Config) *Builtins {
+	cfg = cfg.withDefaults()
+	b := &Builtins{m: map[string]*Builtin{}}
+	b.Add(currentTimeBuiltin())
+	b.Add(calculatorBuiltin())
+	b.Add(httpFetchBuiltin(newFetcher(splitList(cfg.FetchAllow), cfg.FetchMaxBytes, nil)))
+	return b
+}
+
+// Add registers a builtin (replacing one of the same name). Its spec gets a builtin executor
+// of its own name.
+func (b *Builtins) Add(bt *Builtin) {
+	bt.Spec.Executor = &toolsv1.ToolSpec_Builtin{Builtin: &toolsv1.BuiltinExecutor{Name: bt.Spec.GetName()}}
+	b.m[bt.Spec.GetName()] = bt
+}
+
+func (b *Builtins) get(name string) (*Builtin, bool) {
+	if b == nil {
+		return nil, false
+	}
+	bt, ok := b.m[name]
+	return bt, ok
+}
+
+func (b *Builtins) names() []string {
+	if b == nil {
+		return nil
+	}
+	out := make([]string, 0, len(b.m))
+	for n := range b.m {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// toolFailure is a tool's own failure, with a message for the model; it is never retried.
+type toolFailure struct{ msg string }
+
+func (e *toolFailure) Error() string { return e.msg }
+
+func failf(format string, args ...any) error { return &toolFailure{fmt.Sprintf(format, args...)} }
+
+// transientError marks a failure worth retrying (a network fault).
+type transientError struct{ err error }
+
+func (e *transientError) Error() string { return e.err.Error() }
+func (e *transientError) Unwrap() error { return e.err }
+
+// builtinExecutor runs builtins in process.
+type builtinExecutor struct {
+	builtins *Builtins
+}
+
+func (x *builtinExecutor) attempt(ctx context.Context, c *call) ([]byte, error) {
+	name := c.tool.GetSpec().GetBuiltin().GetName()
+	bt, ok := x.builtins.get(name)
+	if !ok {
+		return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, msg: fmt.Sprintf("the builtin %q is not compiled into this Hermes process", name)}
+	}
+	out, err := bt.Run(ctx, c.args)
+	if err != nil {
+		var tf *toolFailure
+		var te *transientError
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.As(err, &te):
+			return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, transient: true, msg: err.Error()}
+		case errors.As(err, &tf):
+			return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, msg: tf.msg}
+		default:
+			return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, msg: err.Error()}
+		}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, msg: "the builtin returned output that is not JSON: " + err.Error()}
+	}
+	return b, nil
+}
+
+// decodeArgs unmarshals validated arguments into a struct.
+func decodeArgs(args json.RawMessage, v any) error {
+	if len(args) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(args, v); err != nil {
+		return failf("arguments: %v", err)
+	}
+	return nil
+}
+
+func spec(name, description, schema string, timeout time.Duration, idempotent bool, groups ...string) *toolsv1.ToolSpec {
+	return &toolsv1.ToolSpec{
+		Name:        name,
+		Description: description,
+		InputSchema: schema,
+		Timeout:     durationpb.New(timeout),
+		Idempotent:  idempotent,
+		Groups:      groups,
+	}
+}
+
+// httpNoRedirect is an http.Client option: a webhook's redirect is its answer, not followed,
+// since following it would re-send the arguments to another URL.
+func httpNoRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }

@@ -1,0 +1,412 @@
+package tools
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+// call is one ExecuteTool in flight.
+type call struct {
+	req            *toolsv1.ExecuteToolRequest
+	tool           *toolsv1.Tool
+	args           []byte // validated (and coerced) arguments
+	idempotencyKey string // set for idempotent tools
+	attempt        int
+}
+
+// executor runs one attempt of a call. It returns the output JSON, an *execError, or the
+// context's error when ctx ended.
+type executor interface {
+	attempt(ctx context.Context, c *call) ([]byte, error)
+}
+
+// execError is a failed attempt, classified.
+type execError struct {
+	code toolsv1.ErrorCode
+	// transient failures (network faults, 5xx, 429, gRPC Unavailable) are retried.
+	transient bool
+	// mayHaveRun: the request reached the tool before the failure, so it may have acted.
+	mayHaveRun bool
+	// retryAfter is the server's requested pause, if any.
+	retryAfter time.Duration
+	msg        string
+}
+
+func (e *execError) Error() string { return e.msg }
+
+// outcome is what the attempts of a call produced.
+type outcome struct {
+	output     []byte
+	err        *execError
+	attempts   int
+	mayHaveRun bool
+	// definitive: the tool answered (success or its own failure), so the answer may be
+	// recorded for an idempotency key; timeouts and unreachable tools are not recorded.
+	definitive bool
+}
+
+// budget is a call's time limits.
+type budget struct {
+	deadline       time.Time
+	timeout        time.Duration // the tool's (or default) timeout
+	cappedByCaller bool
+	attemptTimeout time.Duration
+	maxRetries     int
+}
+
+// callBudget computes a call's deadline: the tool's timeout from now, or the caller's deadline
+// less a small reserve to send the result back, whichever is sooner.
+func (s *Service) callBudget(ctx context.Context, spec *toolsv1.ToolSpec, start time.Time) budget {
+	b := budget{timeout: s.cfg.DefaultTimeout, maxRetries: s.cfg.DefaultMaxRetries}
+	if spec.GetTimeout() != nil {
+		b.timeout = spec.GetTimeout().AsDuration()
+	}
+	if spec.MaxRetries != nil {
+		b.maxRetries = int(spec.GetMaxRetries())
+	}
+	if spec.GetAttemptTimeout() != nil {
+		b.attemptTimeout = spec.GetAttemptTimeout().AsDuration()
+	}
+	b.deadline = start.Add(b.timeout)
+	if dl, ok := ctx.Deadline(); ok {
+		reserve := min(100*time.Millisecond, time.Until(dl)/10)
+		if d := dl.Add(-reserve); d.Before(b.deadline) {
+			b.deadline, b.cappedByCaller = d, true
+		}
+	}
+	return b
+}
+
+// run makes the attempts of a call: retries only transient failures, at most maxRetries, with
+// exponential backoff and jitter, and never past the deadline. Every attempt runs under a
+// context that ends at the deadline, so an executor's request is cancelled, not abandoned.
+func (s *Service) run(ctx context.Context, ex executor, c *call, b budget) outcome {
+	rctx, cancel := context.WithDeadline(ctx, b.deadline)
+	defer cancel()
+	idempotent := c.tool.GetSpec().GetIdempotent()
+	var o outcome
+	for attempt := 1; ; attempt++ {
+		c.attempt = attempt
+		o.attempts = attempt
+		actx, acancel := rctx, context.CancelFunc(func() {})
+		if b.attemptTimeout > 0 && time.Until(b.deadline) > b.attemptTimeout {
+			actx, acancel = context.WithTimeout(rctx, b.attemptTimeout)
+		}
+		out, err := ex.attempt(actx, c)
+		attemptTimedOut := errors.Is(actx.Err(), context.DeadlineExceeded) && rctx.Err() == nil
+		acancel()
+		if err == nil {
+			o.output, o.definitive = out, true
+			return o
+		}
+		var ee *execError
+		switch {
+		case rctx.Err() != nil:
+			o.err = s.timeoutError(c, b, attempt, errors.Is(ctx.Err(), context.Canceled))
+			return o
+		case attemptTimedOut:
+			ee = &execError{code: toolsv1.ErrorCode_ERROR_CODE_TIMEOUT, transient: true, mayHaveRun: true,
+				msg: fmt.Sprintf("attempt %d did not finish within the attempt timeout of %s", attempt, b.attemptTimeout)}
+		case errors.As(err, &ee):
+		default:
+			ee = &execError{code: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, msg: err.Error()}
+		}
+		if !ee.transient {
+			o.err, o.definitive = ee, ee.code == toolsv1.ErrorCode_ERROR_CODE_EXECUTION
+			return o
+		}
+		if attempt > b.maxRetries {
+			o.err = withAttempts(ee, attempt)
+			return o
+		}
+		delay := s.backoff(attempt)
+		if ee.retryAfter > delay {
+			delay = ee.retryAfter
+		}
+		if time.Until(b.deadline) <= delay {
+			o.err = withAttempts(ee, attempt)
+			o.err.msg += fmt.Sprintf("; no time was left for another attempt within the timeout of %s", b.timeout)
+			return o
+		}
+		if ee.mayHaveRun && !idempotent {
+			o.mayHaveRun = true
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-rctx.Done():
+			t.Stop()
+			o.err = s.timeoutError(c, b, attempt, errors.Is(ctx.Err(), context.Canceled))
+			return o
+		case <-t.C:
+		}
+	}
+}
+
+func withAttempts(ee *execError, attempts int) *execError {
+	out := *ee
+	if attempts > 1 {
+		out.msg = fmt.Sprintf("%s (%d attempts)", ee.msg, attempts)
+	}
+	return &out
+}
+
+// backoff is the pause before retry n (1-based): base·2^(n-1) capped, with half of it random
+// ("equal jitter"), so replicas retrying together spread out.
+func (s *Service) backoff(n int) time.Duration {
+	d := s.cfg.RetryBackoff << min(n-1, 20)
+	if d <= 0 || d > s.cfg.RetryMaxBackoff {
+		d = s.cfg.RetryMaxBackoff
+	}
+	half := d / 2
+	return half + rand.N(half+1)
+}
+
+func (s *Service) timeoutError(c *call, b budget, attempts int, callerGone bool) *execError {
+	name := c.tool.GetSpec().GetName()
+	if callerGone {
+		return &execError{code: toolsv1.ErrorCode_ERROR_CODE_TIMEOUT, msg: fmt.Sprintf("the call of %s was cancelled by the caller", name)}
+	}
+	limit := fmt.Sprintf("its timeout of %s", b.timeout)
+	if b.cappedByCaller {
+		limit = "the caller's deadline"
+	}
+	msg := fmt.Sprintf("The tool %s did not finish within %s and was cancelled (%d %s).", name, limit, attempts, plural(attempts, "attempt", "attempts"))
+	if !c.tool.GetSpec().GetIdempotent() {
+		msg += " It may have acted before it was cancelled: check its effect before calling it again."
+	} else {
+		msg += " You can call it again, or continue without its result."
+	}
+	return &execError{code: toolsv1.ErrorCode_ERROR_CODE_TIMEOUT, msg: msg}
+}
+
+// execute is ExecuteTool after request validation. It returns a gRPC error only when the
+// service itself cannot work (its store is down); every failure of the call is a result.
+func (s *Service) execute(ctx context.Context, req *toolsv1.ExecuteToolRequest) (*toolsv1.ToolResult, error) {
+	start := time.Now()
+	res, err := s.executeAt(ctx, req, start)
+	if res != nil {
+		res.Duration = durationpb.New(time.Since(start))
+	}
+	return res, err
+}
+
+func (s *Service) executeAt(ctx context.Context, req *toolsv1.ExecuteToolRequest, start time.Time) (*toolsv1.ToolResult, error) {
+	st, cs, err := s.reg.Get(ctx, req.GetName())
+	if errors.Is(err, ErrNotFound) {
+		return s.unknownTool(ctx, req.GetName())
+	}
+	if err != nil {
+		return nil, unavailable("read the tool registry", err)
+	}
+	tool := st.Tool
+	spec := tool.GetSpec()
+	res := &toolsv1.ToolResult{ToolVersion: tool.GetVersion()}
+
+	if len(req.GetArguments()) > s.cfg.MaxArgumentBytes {
+		return failure(res, toolsv1.ErrorCode_ERROR_CODE_VALIDATION, fmt.Sprintf(
+			"The arguments for tool %s are %d bytes; at most %d are accepted. Send shorter arguments and call %s again.",
+			spec.GetName(), len(req.GetArguments()), s.cfg.MaxArgumentBytes, spec.GetName())), nil
+	}
+	args, coercions, violations, perr := checkArguments(cs.input, req.GetArguments())
+	res.Coercions = coercions
+	if perr != nil {
+		return failure(res, toolsv1.ErrorCode_ERROR_CODE_INVALID_JSON, fmt.Sprintf(
+			"The arguments for tool %s are not valid JSON: %s. Send the arguments as one complete JSON object matching the tool's input schema and call %s again.",
+			spec.GetName(), perr.Error(), spec.GetName())), nil
+	}
+	if len(violations) > 0 {
+		failure(res, toolsv1.ErrorCode_ERROR_CODE_VALIDATION, validationMessage(spec.GetName(), violations))
+		res.Error.Violations = violations
+		return res, nil
+	}
+
+	b := s.callBudget(ctx, spec, start)
+	c := &call{req: req, tool: tool, args: args}
+	var key, owner string
+	if spec.GetIdempotent() && req.GetIdempotencyKey() != "" {
+		c.idempotencyKey = req.GetIdempotencyKey()
+		key = idempotencyRecordKey(spec.GetName(), req.GetIdempotencyKey())
+		wctx, cancel := context.WithDeadline(ctx, b.deadline)
+		var claim *Claim
+		owner, claim, err = s.idem.claim(wctx, key, argsHash(args))
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			return failure(res, toolsv1.ErrorCode_ERROR_CODE_TIMEOUT, fmt.Sprintf(
+				"Another call of %s with the same idempotency key is still running and did not finish within %s. Call again with the same key to get its result once it finishes.",
+				spec.GetName(), b.timeout)), nil
+		case err != nil && ctx.Err() != nil:
+			return nil, ctx.Err()
+		case err != nil:
+			return nil, unavailable("use the idempotency store", err)
+		case claim.ArgsHash != argsHash(args):
+			return failure(res, toolsv1.ErrorCode_ERROR_CODE_VALIDATION, fmt.Sprintf(
+				"The idempotency key %q was already used for a call of %s with different arguments. Use a new key for a different call, or repeat the original arguments.",
+				truncateRunes(req.GetIdempotencyKey(), 80), spec.GetName())), nil
+		case claim.State == CallDone:
+			return replayed(claim.Result)
+		}
+	}
+
+	o := s.run(ctx, s.executorFor(spec), c, b)
+	res.Attempts = int32(o.attempts)
+	res.MayHaveRun = o.mayHaveRun
+	if o.err != nil {
+		failure(res, o.err.code, o.err.msg)
+	} else {
+		s.finishOutput(res, cs, spec.GetName(), o.output)
+	}
+	if owner != "" {
+		s.idem.finish(key, owner, res, o.definitive)
+	}
+	return res, nil
+}
+
+// finishOutput checks the output against the output schema and cuts it to the size limit.
+func (s *Service) finishOutput(res *toolsv1.ToolResult, cs *compiledSpec, name string, out []byte) {
+	if cs.output != nil {
+		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(string(out)))
+		if err == nil {
+			err = cs.output.root.Validate(inst)
+		}
+		if err != nil {
+			var parts []string
+			for _, v := range cs.output.violations(err, inst) {
+				parts = append(parts, fmt.Sprintf("%s: %s", orRoot(v.Pointer), v.Message))
+			}
+			failure(res, toolsv1.ErrorCode_ERROR_CODE_EXECUTION, fmt.Sprintf(
+				"The tool %s returned output that does not match its output schema (%s); its result cannot be used. Retrying will not help unless the tool is fixed.",
+				name, truncateRunes(strings.Join(parts, "; "), 1000)))
+			return
+		}
+	}
+	res.Success = true
+	res.OutputBytes = int64(len(out))
+	res.Output, res.Truncated = truncateOutput(out, s.cfg.MaxOutputBytes)
+}
+
+func orRoot(p string) string {
+	if p == "" {
+		return "(the whole output)"
+	}
+	return p
+}
+
+// truncateOutput cuts output longer than max bytes to a preview: a JSON string holding the
+// start of the output (the text itself when the output is a string) and a note saying how
+// much was cut.
+func truncateOutput(out []byte, maxBytes int) (string, bool) {
+	if len(out) <= maxBytes {
+		return string(out), false
+	}
+	text := string(out)
+	var s string
+	if len(out) > 0 && out[0] == '"' && json.Unmarshal(out, &s) == nil {
+		text = s
+	}
+	keep := max(maxBytes-160, maxBytes/2)
+	for {
+		cut := min(keep, len(text))
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut--
+		}
+		preview := text[:cut]
+		note := fmt.Sprintf("\n[output truncated: showing the first %d of %d bytes; %d bytes were cut]", len(preview), len(text), len(text)-len(preview))
+		b, _ := json.Marshal(preview + note)
+		if len(b) <= maxBytes || keep <= 0 {
+			return string(b), true
+		}
+		keep -= len(b) - maxBytes
+	}
+}
+
+func failure(res *toolsv1.ToolResult, code toolsv1.ErrorCode, msg string) *toolsv1.ToolResult {
+	res.Success = false
+	res.Error = &toolsv1.ToolError{Code: code, Message: msg}
+	return res
+}
+
+func replayed(stored []byte) (*toolsv1.ToolResult, error) {
+	res := &toolsv1.ToolResult{}
+	if err := proto.Unmarshal(stored, res); err != nil {
+		return nil, fmt.Errorf("corrupt idempotency record: %w", err)
+	}
+	res.Replayed = true
+	res.Attempts = 0
+	res.MayHaveRun = false
+	return res, nil
+}
+
+// checkArguments parses, coerces and validates arguments. It returns the arguments to send
+// (the original text when nothing was coerced), the coercions, and either a parse error or the
+// violations.
+func checkArguments(cs *compiledSchema, text string) ([]byte, []*toolsv1.Coercion, []*toolsv1.Violation, error) {
+	inst, err := parseArguments(text)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var coercions []*toolsv1.Coercion
+	inst = coerce(cs.root, inst, "", &coercions)
+	if err := cs.root.Validate(inst); err != nil {
+		return nil, coercions, cs.violations(err, inst), nil
+	}
+	var args []byte
+	if len(coercions) == 0 && strings.TrimSpace(text) != "" {
+		compact, _ := compactJSON(text)
+		return []byte(compact), nil, nil, nil
+	}
+	args, err = json.Marshal(inst)
+	if err != nil {
+		return nil, coercions, nil, err
+	}
+	return args, coercions, nil, nil
+}
+
+// argsHash identifies arguments for an idempotency key: the same key with other arguments is a
+// mistake the caller must hear about.
+func argsHash(args []byte) string {
+	canon := args
+	if v, err := parseArguments(string(args)); err == nil {
+		canon, _ = json.Marshal(v) // sorted keys, numbers as written
+	}
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:16])
+}
+
+// idempotencyRecordKey scopes a key to its tool and bounds its length.
+func idempotencyRecordKey(tool, key string) string {
+	sum := sha256.Sum256([]byte(tool + "\x00" + key))
+	return tool + ":" + hex.EncodeToString(sum[:])
+}
+
+func (s *Service) executorFor(spec *toolsv1.ToolSpec) executor {
+	switch spec.GetExecutor().(type) {
+	case *toolsv1.ToolSpec_Http:
+		return s.httpExec
+	case *toolsv1.ToolSpec_Mcp:
+		return s.mcpExec
+	case *toolsv1.ToolSpec_Builtin:
+		return s.builtinExec
+	}
+	return noExecutor{}
+}
+
+type noExecutor struct{}
+
+func (noExecutor) attempt(context.Context, *call) ([]byte, error) {
+	return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, msg: "the tool has no executor"}
+}

@@ -1,0 +1,153 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/hermes-agent/hermes/pkg/rpc"
+	"github.com/hermes-agent/hermes/pkg/tokenizer"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+// maxCachedSchemas bounds the compiled-schema cache; past it the cache starts over (specs are
+// few, so this only guards against churn).
+const maxCachedSchemas = 4096
+
+// Registry is the tool registry over a Store. Compiled schemas are cached by spec hash, so
+// every replica compiles a spec lazily and once, whichever replica registered it.
+type Registry struct {
+	store      Store
+	builtins   *Builtins
+	tok        *tokenizer.Tokenizer
+	maxTimeout time.Duration
+
+	mu      sync.Mutex
+	schemas map[string]*lazySchema
+	listRev int64
+	list    []*StoredTool
+	listOK  bool
+}
+
+type lazySchema struct {
+	once sync.Once
+	cs   *compiledSpec
+	err  error
+}
+
+// NewRegistry returns a registry over store.
+func NewRegistry(store Store, builtins *Builtins, tok *tokenizer.Tokenizer, maxTimeout time.Duration) *Registry {
+	return &Registry{store: store, builtins: builtins, tok: tok, maxTimeout: maxTimeout, schemas: map[string]*lazySchema{}}
+}
+
+// Register validates, compiles and stores a spec. Invalid specs are an INVALID_ARGUMENT error
+// naming every problem.
+func (r *Registry) Register(ctx context.Context, spec *toolsv1.ToolSpec, source string) (*toolsv1.Tool, bool, error) {
+	spec = proto.Clone(spec).(*toolsv1.ToolSpec)
+	var v rpc.Violations
+	cs := checkSpec(spec, r.builtins, r.maxTimeout, &v)
+	if source == "" {
+		source = "api"
+	}
+	if !sourceValid(source) {
+		v.Add("source", "%q must be api, file, builtin or mcp:<server>", truncateRunes(source, 80))
+	}
+	if err := v.Err(); err != nil {
+		return nil, false, err
+	}
+	hash := specHash(spec)
+	r.remember(hash, cs)
+	t := &toolsv1.Tool{Spec: spec, Source: source, SchemaTokens: schemaTokens(r.tok, spec)}
+	return r.store.PutTool(ctx, t, hash, time.Now())
+}
+
+// remember caches a spec compiled at registration.
+func (r *Registry) remember(hash string, cs *compiledSpec) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.schemas[hash]; ok {
+		return
+	}
+	if len(r.schemas) >= maxCachedSchemas {
+		r.schemas = map[string]*lazySchema{}
+	}
+	l := &lazySchema{cs: cs}
+	l.once.Do(func() {})
+	r.schemas[hash] = l
+}
+
+// compiled returns a stored spec's compiled schemas, compiling them on first use.
+func (r *Registry) compiled(st *StoredTool) (*compiledSpec, error) {
+	r.mu.Lock()
+	l, ok := r.schemas[st.Hash]
+	if !ok {
+		if len(r.schemas) >= maxCachedSchemas {
+			r.schemas = map[string]*lazySchema{}
+		}
+		l = &lazySchema{}
+		r.schemas[st.Hash] = l
+	}
+	r.mu.Unlock()
+	l.once.Do(func() {
+		spec := st.Tool.GetSpec()
+		in, err := compileSchema(spec.GetInputSchema(), true)
+		if err != nil {
+			l.err = fmt.Errorf("stored input schema of %s: %w", spec.GetName(), err)
+			return
+		}
+		cs := &compiledSpec{input: in}
+		if spec.GetOutputSchema() != "" {
+			if cs.output, err = compileSchema(spec.GetOutputSchema(), false); err != nil {
+				l.err = fmt.Errorf("stored output schema of %s: %w", spec.GetName(), err)
+				return
+			}
+		}
+		l.cs = cs
+	})
+	return l.cs, l.err
+}
+
+// Get returns a tool and its compiled schemas, or ErrNotFound.
+func (r *Registry) Get(ctx context.Context, name string) (*StoredTool, *compiledSpec, error) {
+	st, err := r.store.GetTool(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	cs, err := r.compiled(st)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, cs, nil
+}
+
+// Delete removes a tool, or returns ErrNotFound.
+func (r *Registry) Delete(ctx context.Context, name string) error {
+	return r.store.DeleteTool(ctx, name)
+}
+
+// List returns every tool by name and the revision, reading the store only when the registry
+// changed since the last call.
+func (r *Registry) List(ctx context.Context) ([]*StoredTool, int64, error) {
+	rev, err := r.store.Revision(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	r.mu.Lock()
+	if r.listOK && r.listRev == rev {
+		list := r.list
+		r.mu.Unlock()
+		return list, rev, nil
+	}
+	r.mu.Unlock()
+	list, rev, err := r.store.ListTools(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	r.mu.Lock()
+	r.list, r.listRev, r.listOK = list, rev, true
+	r.mu.Unlock()
+	return list, rev, nil
+}

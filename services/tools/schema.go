@@ -1,0 +1,174 @@
+package tools
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// schemaURL is where a tool's schema is registered inside its compiler; refs resolve against it
+// unless the schema sets its own $id.
+const schemaURL = "hermes:///tool/schema.json"
+
+// maxSchemaBytes bounds a schema's size, so registration cannot be used to exhaust memory.
+const maxSchemaBytes = 256 << 10
+
+// compiledSchema is a compiled JSON Schema with an index of its subschemas by location, which
+// validation uses to say what a missing or extra property should have been.
+type compiledSchema struct {
+	root  *jsonschema.Schema
+	byLoc map[string]*jsonschema.Schema
+}
+
+// noRemoteRefs refuses to load any document a schema refers to: a tool schema must be
+// self-contained, and the service never reads files or the network on a schema's behalf.
+// The standard metaschemas are built into the library and need no loading.
+type noRemoteRefs struct{}
+
+func (noRemoteRefs) Load(url string) (any, error) {
+	return nil, fmt.Errorf("refers to the external document %q; only references inside the schema (\"#/...\") are supported", url)
+}
+
+// compileSchema parses and compiles a JSON Schema. With wantObject, it must describe an object:
+// its top-level "type" is "object". Drafts 4, 6, 7, 2019-09 and 2020-12 are accepted through
+// "$schema"; without it the schema is read as 2020-12, which for the keywords tools use reads
+// draft-07 schemas the same way.
+func compileSchema(text string, wantObject bool) (*compiledSchema, error) {
+	if len(text) > maxSchemaBytes {
+		return nil, fmt.Errorf("is %d bytes; at most %d are allowed", len(text), maxSchemaBytes)
+	}
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("is not valid JSON: %w", err)
+	}
+	obj, ok := doc.(map[string]any)
+	if !ok {
+		return nil, errors.New("must be a JSON object (a schema such as {\"type\":\"object\",\"properties\":{...}})")
+	}
+	if wantObject {
+		if err := checkObjectType(obj); err != nil {
+			return nil, err
+		}
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.UseLoader(noRemoteRefs{})
+	// Strict: "format" is asserted in every draft, not only where draft-07 asserts it.
+	c.AssertFormat()
+	if err := c.AddResource(schemaURL, doc); err != nil {
+		return nil, fmt.Errorf("cannot be loaded: %w", err)
+	}
+	sch, err := c.Compile(schemaURL)
+	if err != nil {
+		return nil, schemaError(err)
+	}
+	cs := &compiledSchema{root: sch, byLoc: map[string]*jsonschema.Schema{}}
+	cs.index(sch, 0)
+	return cs, nil
+}
+
+// checkObjectType requires the top-level type to be "object" (or ["object"]), which is what
+// model providers accept as a function's parameters.
+func checkObjectType(obj map[string]any) error {
+	switch t := obj["type"].(type) {
+	case string:
+		if t == "object" {
+			return nil
+		}
+		return fmt.Errorf("must describe an object: its top-level \"type\" is %q, want \"object\"", t)
+	case []any:
+		if len(t) == 1 && t[0] == "object" {
+			return nil
+		}
+		return fmt.Errorf("must describe an object: its top-level \"type\" is %v, want \"object\"", t)
+	case nil:
+		return errors.New("must describe an object: set its top-level \"type\" to \"object\"")
+	default:
+		return fmt.Errorf("has a top-level \"type\" of %v, want \"object\"", t)
+	}
+}
+
+// schemaError turns a compiler error into a message that names the problem without the
+// compiler's internal URL.
+func schemaError(err error) error {
+	msg := err.Error()
+	msg = strings.ReplaceAll(msg, schemaURL, "schema")
+	msg = strings.TrimPrefix(msg, "jsonschema: ")
+	return errors.New("is not a valid JSON Schema: " + msg)
+}
+
+// index records every reachable subschema by location; depth bounds pathological nesting.
+func (cs *compiledSchema) index(s *jsonschema.Schema, depth int) {
+	if s == nil || depth > 64 {
+		return
+	}
+	if _, seen := cs.byLoc[s.Location]; seen {
+		return
+	}
+	cs.byLoc[s.Location] = s
+	for _, sub := range subschemas(s) {
+		cs.index(sub, depth+1)
+	}
+}
+
+// subschemas lists a schema's direct subschemas.
+func subschemas(s *jsonschema.Schema) []*jsonschema.Schema {
+	var out []*jsonschema.Schema
+	add := func(xs ...*jsonschema.Schema) {
+		for _, x := range xs {
+			if x != nil {
+				out = append(out, x)
+			}
+		}
+	}
+	add(s.Ref, s.RecursiveRef, s.Not, s.If, s.Then, s.Else, s.PropertyNames, s.Contains,
+		s.Items2020, s.UnevaluatedItems, s.UnevaluatedProperties, s.ContentSchema)
+	if s.DynamicRef != nil {
+		add(s.DynamicRef.Ref)
+	}
+	add(s.AllOf...)
+	add(s.AnyOf...)
+	add(s.OneOf...)
+	add(s.PrefixItems...)
+	for _, p := range s.Properties {
+		add(p)
+	}
+	for _, p := range s.PatternProperties {
+		add(p)
+	}
+	for _, p := range s.DependentSchemas {
+		add(p)
+	}
+	for _, d := range s.Dependencies {
+		if x, ok := d.(*jsonschema.Schema); ok {
+			add(x)
+		}
+	}
+	switch x := s.Items.(type) {
+	case *jsonschema.Schema:
+		add(x)
+	case []*jsonschema.Schema:
+		add(x...)
+	}
+	if x, ok := s.AdditionalItems.(*jsonschema.Schema); ok {
+		add(x)
+	}
+	if x, ok := s.AdditionalProperties.(*jsonschema.Schema); ok {
+		add(x)
+	}
+	return out
+}
+
+// compactJSON normalizes JSON text without reordering keys: a schema's property order is part
+// of what a model sees.
+func compactJSON(text string) (string, error) {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, []byte(text)); err != nil {
+		return "", err
+	}
+	return buf.String(), nil
+}

@@ -1,0 +1,395 @@
+// Package tools is the tool service (hermes.tools.v1.ToolService): a schema-first registry
+// shared by every replica, strict JSON Schema validation whose failures go back to the model as
+// results it can correct, per-tool timeouts capped by the caller's deadline, retries of
+// transient failures with backoff and jitter, idempotency keys that run a tool once across
+// replicas, and tool selection for turns when many tools are registered.
+package tools
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hermes-agent/hermes/pkg/rpc"
+	"github.com/hermes-agent/hermes/pkg/tokenizer"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+// Request limits.
+const (
+	maxIDBytes        = 256
+	maxListFilter     = 1000
+	maxSelectText     = 64 << 10
+	maxAlwaysInclude  = 100
+	defaultPageSize   = 100
+	maxPageSize       = 1000
+	maxSelectMaxTools = 1000
+)
+
+// Options configure a Service.
+type Options struct {
+	Config Config
+	// Tokenizer counts schema tokens. Required.
+	Tokenizer *tokenizer.Tokenizer
+	// Builtins are the Go tools offered; nil means NewBuiltins(Config).
+	Builtins *Builtins
+	// MCP returns the gateway client for mcp tools, on first use; nil makes them unavailable.
+	MCP func() (MCPCaller, error)
+	// HTTPClient runs webhook tools; nil means a client that does not follow redirects.
+	HTTPClient *http.Client
+	// Getenv reads webhook secrets; nil means os.Getenv.
+	Getenv func(string) string
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Service implements hermes.tools.v1.ToolService.
+type Service struct {
+	toolsv1.UnimplementedToolServiceServer
+
+	cfg      Config
+	log      *slog.Logger
+	reg      *Registry
+	idem     *idempotency
+	builtins *Builtins
+	sel      selector
+
+	httpExec    executor
+	mcpExec     executor
+	builtinExec executor
+}
+
+// NewService returns the service over store.
+func NewService(store Store, opts Options) (*Service, error) {
+	if opts.Tokenizer == nil {
+		return nil, errors.New("tools: a tokenizer is required")
+	}
+	cfg := opts.Config.withDefaults()
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Builtins == nil {
+		opts.Builtins = NewBuiltins(cfg)
+	}
+	if opts.Getenv == nil {
+		opts.Getenv = os.Getenv
+	}
+	return &Service{
+		cfg:         cfg,
+		log:         opts.Logger,
+		reg:         NewRegistry(store, opts.Builtins, opts.Tokenizer, cfg.MaxTimeout),
+		idem:        newIdempotency(store, cfg.IdempotencyTTL, opts.Logger),
+		builtins:    opts.Builtins,
+		httpExec:    newHTTPExecutor(opts.HTTPClient, opts.Getenv, cfg.MaxResponseBytes),
+		mcpExec:     &mcpExecutor{connect: opts.MCP},
+		builtinExec: &builtinExecutor{builtins: opts.Builtins},
+	}, nil
+}
+
+// Registry returns the service's registry.
+func (s *Service) Registry() *Registry { return s.reg }
+
+// RegisterBuiltins registers every builtin with source "builtin"; a builtin whose spec is
+// unchanged keeps its version.
+func (s *Service) RegisterBuiltins(ctx context.Context) error {
+	for _, name := range s.builtins.names() {
+		bt, _ := s.builtins.get(name)
+		if _, _, err := s.reg.Register(ctx, bt.Spec, "builtin"); err != nil {
+			return fmt.Errorf("register builtin %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func unavailable(what string, err error) error {
+	return status.Errorf(codes.Unavailable, "cannot %s: %v", what, err)
+}
+
+// boundary maps a registry or store error to a status; status errors pass through.
+func boundary(what string, err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return status.FromContextError(err).Err()
+	}
+	return unavailable(what, err)
+}
+
+// RegisterTool implements ToolService.
+func (s *Service) RegisterTool(ctx context.Context, req *toolsv1.RegisterToolRequest) (*toolsv1.RegisterToolResponse, error) {
+	tool, changed, err := s.reg.Register(ctx, req.GetSpec(), req.GetSource())
+	if err != nil {
+		return nil, boundary("store the tool", err)
+	}
+	if changed {
+		s.log.InfoContext(ctx, "tool registered", "tool", tool.GetSpec().GetName(), "version", tool.GetVersion(), "source", tool.GetSource())
+	}
+	return &toolsv1.RegisterToolResponse{Tool: tool, Changed: changed}, nil
+}
+
+// UnregisterTool implements ToolService.
+func (s *Service) UnregisterTool(ctx context.Context, req *toolsv1.UnregisterToolRequest) (*toolsv1.UnregisterToolResponse, error) {
+	var v rpc.Violations
+	v.Required("name", req.GetName())
+	v.MaxLen("name", req.GetName(), maxIDBytes)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.reg.Delete(ctx, req.GetName()); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, s.notFound(ctx, req.GetName())
+		}
+		return nil, boundary("delete the tool", err)
+	}
+	s.log.InfoContext(ctx, "tool unregistered", "tool", req.GetName())
+	return &toolsv1.UnregisterToolResponse{}, nil
+}
+
+// GetTool implements ToolService.
+func (s *Service) GetTool(ctx context.Context, req *toolsv1.GetToolRequest) (*toolsv1.GetToolResponse, error) {
+	var v rpc.Violations
+	v.Required("name", req.GetName())
+	v.MaxLen("name", req.GetName(), maxIDBytes)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	st, err := s.reg.store.GetTool(ctx, req.GetName())
+	if errors.Is(err, ErrNotFound) {
+		return nil, s.notFound(ctx, req.GetName())
+	}
+	if err != nil {
+		return nil, boundary("read the tool", err)
+	}
+	return &toolsv1.GetToolResponse{Tool: st.Tool}, nil
+}
+
+// notFound is NOT_FOUND naming the closest registered tools.
+func (s *Service) notFound(ctx context.Context, name string) error {
+	msg := fmt.Sprintf("no tool is named %q", truncateRunes(name, 80))
+	if near := s.closest(ctx, name, 3); len(near) > 0 {
+		msg += "; closest registered: " + strings.Join(near, ", ")
+	}
+	return status.Error(codes.NotFound, msg)
+}
+
+// ListTools implements ToolService.
+func (s *Service) ListTools(ctx context.Context, req *toolsv1.ListToolsRequest) (*toolsv1.ListToolsResponse, error) {
+	var v rpc.Violations
+	if n := req.GetPageSize(); n < 0 || n > maxPageSize {
+		v.Add("page_size", "must be between 0 and %d", maxPageSize)
+	}
+	if len(req.GetGroups()) > maxListFilter {
+		v.Add("groups", "at most %d groups", maxListFilter)
+	}
+	if len(req.GetNames()) > maxListFilter {
+		v.Add("names", "at most %d names", maxListFilter)
+	}
+	after := ""
+	if t := req.GetPageToken(); t != "" {
+		b, err := base64.RawURLEncoding.DecodeString(t)
+		if err != nil || len(b) == 0 || len(b) > 64 {
+			v.Add("page_token", "is not a token from a previous ListTools response")
+		}
+		after = string(b)
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	size := int(req.GetPageSize())
+	if size == 0 {
+		size = defaultPageSize
+	}
+	list, _, err := s.reg.List(ctx)
+	if err != nil {
+		return nil, boundary("list the tools", err)
+	}
+	groups, names := setOf(req.GetGroups()), setOf(req.GetNames())
+	resp := &toolsv1.ListToolsResponse{}
+	for _, st := range list {
+		spec := st.Tool.GetSpec()
+		if spec.GetName() <= after {
+			continue
+		}
+		if len(names) > 0 && !names[spec.GetName()] {
+			continue
+		}
+		if len(groups) > 0 && !slices.ContainsFunc(spec.GetGroups(), func(g string) bool { return groups[g] }) {
+			continue
+		}
+		if len(resp.Tools) == size {
+			resp.NextPageToken = base64.RawURLEncoding.EncodeToString([]byte(resp.Tools[size-1].GetSpec().GetName()))
+			break
+		}
+		resp.Tools = append(resp.Tools, st.Tool)
+	}
+	return resp, nil
+}
+
+func setOf(xs []string) map[string]bool {
+	m := make(map[string]bool, len(xs))
+	for _, x := range xs {
+		m[x] = true
+	}
+	return m
+}
+
+// ExecuteTool implements ToolService.
+func (s *Service) ExecuteTool(ctx context.Context, req *toolsv1.ExecuteToolRequest) (*toolsv1.ExecuteToolResponse, error) {
+	var v rpc.Violations
+	v.Required("name", req.GetName())
+	v.MaxLen("name", req.GetName(), maxIDBytes)
+	v.MaxLen("call_id", req.GetCallId(), maxIDBytes)
+	v.MaxLen("session_id", req.GetSessionId(), maxIDBytes)
+	v.MaxLen("user_id", req.GetUserId(), maxIDBytes)
+	v.MaxLen("idempotency_key", req.GetIdempotencyKey(), maxIDBytes)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	res, err := s.execute(ctx, req)
+	if err != nil {
+		return nil, boundary("run the tool", err)
+	}
+	s.log.DebugContext(ctx, "tool executed", "tool", req.GetName(), "call_id", req.GetCallId(), "success", res.GetSuccess(),
+		"error", res.GetError().GetCode().String(), "attempts", res.GetAttempts(), "replayed", res.GetReplayed())
+	return &toolsv1.ExecuteToolResponse{Result: res}, nil
+}
+
+// unknownTool is the result for a name that is not registered, listing the closest names.
+func (s *Service) unknownTool(ctx context.Context, name string) (*toolsv1.ToolResult, error) {
+	msg := fmt.Sprintf("No tool is named %q.", truncateRunes(name, 80))
+	if near := s.closest(ctx, name, 3); len(near) > 0 {
+		msg += " The closest registered tools are: " + strings.Join(near, ", ") + ". Call one of the tools you were given, with its exact name."
+	} else {
+		msg += " Call one of the tools you were given, with its exact name."
+	}
+	return failure(&toolsv1.ToolResult{}, toolsv1.ErrorCode_ERROR_CODE_UNKNOWN_TOOL, msg), nil
+}
+
+// closest returns up to n registered names nearest to name by edit distance (case-insensitive),
+// preferring names that contain it or that it contains.
+func (s *Service) closest(ctx context.Context, name string, n int) []string {
+	list, _, err := s.reg.List(ctx)
+	if err != nil {
+		return nil
+	}
+	type cand struct {
+		name string
+		d    int
+	}
+	q := strings.ToLower(name)
+	var cs []cand
+	for _, st := range list {
+		c := st.Tool.GetSpec().GetName()
+		lc := strings.ToLower(c)
+		d := levenshtein(q, lc)
+		if q != "" && (strings.Contains(lc, q) || strings.Contains(q, lc)) {
+			d = min(d, 1)
+		}
+		cs = append(cs, cand{c, d})
+	}
+	sort.Slice(cs, func(i, j int) bool {
+		if cs[i].d != cs[j].d {
+			return cs[i].d < cs[j].d
+		}
+		return cs[i].name < cs[j].name
+	})
+	var out []string
+	for _, c := range cs[:min(n, len(cs))] {
+		out = append(out, c.name)
+	}
+	return out
+}
+
+// levenshtein is the edit distance of two short strings (runes), bounded to 256 runes each.
+func levenshtein(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	ra, rb = ra[:min(len(ra), 256)], rb[:min(len(rb), 256)]
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(rb)]
+}
+
+// SelectTools implements ToolService.
+func (s *Service) SelectTools(ctx context.Context, req *toolsv1.SelectToolsRequest) (*toolsv1.SelectToolsResponse, error) {
+	var v rpc.Violations
+	v.MaxLen("text", req.GetText(), maxSelectText)
+	if n := req.GetMaxTools(); n < 0 || n > maxSelectMaxTools {
+		v.Add("max_tools", "must be between 0 and %d", maxSelectMaxTools)
+	}
+	if len(req.GetAlwaysInclude()) > maxAlwaysInclude {
+		v.Add("always_include", "at most %d names", maxAlwaysInclude)
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	maxTools := int(req.GetMaxTools())
+	if maxTools == 0 {
+		maxTools = s.cfg.SelectMax
+	}
+	list, rev, err := s.reg.List(ctx)
+	if err != nil {
+		return nil, boundary("list the tools", err)
+	}
+	resp := &toolsv1.SelectToolsResponse{TotalTools: int32(len(list))}
+	byName := map[string]*toolsv1.Tool{}
+	for _, st := range list {
+		byName[st.Tool.GetSpec().GetName()] = st.Tool
+		resp.TotalSchemaTokens += st.Tool.GetSchemaTokens()
+	}
+	added := map[string]bool{}
+	add := func(t *toolsv1.Tool, reason string, score float64) {
+		if added[t.GetSpec().GetName()] {
+			return
+		}
+		added[t.GetSpec().GetName()] = true
+		resp.Tools = append(resp.Tools, &toolsv1.SelectedTool{Tool: t, Reason: reason, Score: score})
+		resp.SelectedSchemaTokens += t.GetSchemaTokens()
+	}
+
+	if len(list) <= s.cfg.SelectThreshold {
+		resp.AllTools = true
+		reason := fmt.Sprintf("all tools are sent while at most %d are registered", s.cfg.SelectThreshold)
+		for _, st := range list {
+			add(st.Tool, reason, 0)
+		}
+		return resp, nil
+	}
+	idx := s.sel.index(list, rev)
+	sel := idx.choose(req.GetText(), maxTools)
+	resp.Groups = sel.groups
+	for _, p := range sel.picks {
+		add(idx.tools[p.i].Tool, p.reason, p.score)
+	}
+	always := append(splitList(s.cfg.AlwaysInclude), req.GetAlwaysInclude()...)
+	for _, name := range always {
+		if t, ok := byName[name]; ok {
+			add(t, "always included", 0)
+		}
+	}
+	return resp, nil
+}

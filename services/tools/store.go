@@ -1,0 +1,67 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+// ErrNotFound is returned for a tool that is not registered.
+var ErrNotFound = errors.New("tool not found")
+
+// StoredTool is a registered tool with the hash of its normalized spec, which identifies the
+// spec's content (compiled schemas are cached by it).
+type StoredTool struct {
+	Tool *toolsv1.Tool
+	Hash string
+}
+
+// CallState is the state of an idempotency record.
+type CallState int
+
+// Idempotency record states.
+const (
+	// CallOwned: the caller claimed the key and must run the tool, then Complete or Release.
+	CallOwned CallState = iota + 1
+	// CallPending: another call holds the key and is running the tool.
+	CallPending
+	// CallDone: the key's result is stored.
+	CallDone
+)
+
+// Claim is the outcome of ClaimCall.
+type Claim struct {
+	State CallState
+	// ArgsHash is the hash of the arguments the key was first used with.
+	ArgsHash string
+	// Result is the stored result when State is CallDone.
+	Result []byte
+}
+
+// Store keeps the tool registry and the idempotency records, shared by every replica.
+// Implementations must make each method atomic.
+type Store interface {
+	// PutTool stores t (its spec, source and schema_tokens) under t.Spec.Name. A new name gets
+	// version 1; a different hash bumps the version; the same hash and source change nothing
+	// (changed=false). It returns the tool as stored, with version and timestamps set.
+	PutTool(ctx context.Context, t *toolsv1.Tool, hash string, now time.Time) (stored *toolsv1.Tool, changed bool, err error)
+	// GetTool returns a tool, or ErrNotFound.
+	GetTool(ctx context.Context, name string) (*StoredTool, error)
+	// DeleteTool removes a tool, or returns ErrNotFound.
+	DeleteTool(ctx context.Context, name string) error
+	// ListTools returns every tool by name, with the registry revision they were read at.
+	ListTools(ctx context.Context) ([]*StoredTool, int64, error)
+	// Revision changes whenever the registry changes; caches compare it.
+	Revision(ctx context.Context) (int64, error)
+
+	// ClaimCall takes an idempotency key for owner unless it is held or done. A claim expires
+	// after pendingTTL, so a crashed owner does not block the key forever.
+	ClaimCall(ctx context.Context, key, owner, argsHash string, pendingTTL time.Duration) (*Claim, error)
+	// CompleteCall stores the owner's result for ttl; it reports false when the owner no longer
+	// holds the claim (it expired and was taken over).
+	CompleteCall(ctx context.Context, key, owner string, result []byte, ttl time.Duration) (bool, error)
+	// ReleaseCall drops the owner's claim without a result, so a later call runs the tool.
+	ReleaseCall(ctx context.Context, key, owner string) error
+}

@@ -1,0 +1,319 @@
+package tools
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+var (
+	bucketTools = []byte("tools")
+	bucketCalls = []byte("calls")
+	bucketMeta  = []byte("meta")
+	keyRevision = []byte("revision")
+)
+
+// BoltStore is the embedded Store: one bbolt file in the data directory. bbolt allows one
+// process per file, so the idempotency claims it keeps are exact for that process.
+type BoltStore struct {
+	db   *bolt.DB
+	stop chan struct{}
+	done chan struct{}
+}
+
+// OpenBoltStore opens or creates the file. A second process opening it fails after a second
+// instead of waiting forever.
+func OpenBoltStore(path string) (*BoltStore, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open tools store %s (is another hermes process using it?): %w", path, err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketTools, bucketCalls, bucketMeta} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("init tools store: %w", err)
+	}
+	s := &BoltStore{db: db, stop: make(chan struct{}), done: make(chan struct{})}
+	go s.sweep(10 * time.Minute)
+	return s, nil
+}
+
+// Close stops the expiry sweep and closes the file.
+func (s *BoltStore) Close() error {
+	close(s.stop)
+	<-s.done
+	return s.db.Close()
+}
+
+// sweep deletes expired idempotency records now and then; reads ignore them meanwhile.
+func (s *BoltStore) sweep(every time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			_ = s.db.Update(func(tx *bolt.Tx) error {
+				b := tx.Bucket(bucketCalls)
+				now := time.Now().UnixNano()
+				var expired [][]byte
+				_ = b.ForEach(func(k, v []byte) error {
+					var r boltCall
+					if json.Unmarshal(v, &r) != nil || r.Expires <= now {
+						expired = append(expired, append([]byte(nil), k...))
+					}
+					return nil
+				})
+				for _, k := range expired {
+					_ = b.Delete(k)
+				}
+				return nil
+			})
+		}
+	}
+}
+
+// encodeTool stores the hash length, the hash, then the Tool message.
+func encodeTool(t *toolsv1.Tool, hash string) ([]byte, error) {
+	pb, err := proto.MarshalOptions{Deterministic: true}.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, 1+len(hash)+len(pb))
+	out = append(out, byte(len(hash)))
+	out = append(out, hash...)
+	return append(out, pb...), nil
+}
+
+func decodeTool(v []byte) (*StoredTool, error) {
+	if len(v) < 1 || len(v) < 1+int(v[0]) {
+		return nil, errors.New("corrupt tool record")
+	}
+	n := int(v[0])
+	t := &toolsv1.Tool{}
+	if err := proto.Unmarshal(v[1+n:], t); err != nil {
+		return nil, fmt.Errorf("corrupt tool record: %w", err)
+	}
+	return &StoredTool{Tool: t, Hash: string(v[1 : 1+n])}, nil
+}
+
+func bumpRevision(tx *bolt.Tx) error {
+	b := tx.Bucket(bucketMeta)
+	var rev uint64
+	if v := b.Get(keyRevision); len(v) == 8 {
+		rev = binary.BigEndian.Uint64(v)
+	}
+	return b.Put(keyRevision, binary.BigEndian.AppendUint64(nil, rev+1))
+}
+
+// PutTool implements Store.
+func (s *BoltStore) PutTool(ctx context.Context, t *toolsv1.Tool, hash string, now time.Time) (*toolsv1.Tool, bool, error) {
+	if len(hash) > 255 {
+		return nil, false, errors.New("hash too long")
+	}
+	var stored *toolsv1.Tool
+	changed := false
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketTools)
+		name := []byte(t.GetSpec().GetName())
+		next := proto.Clone(t).(*toolsv1.Tool)
+		ts := timestamppb.New(now)
+		if v := b.Get(name); v != nil {
+			cur, err := decodeTool(v)
+			if err != nil {
+				return err
+			}
+			if cur.Hash == hash && cur.Tool.GetSource() == t.GetSource() {
+				stored = cur.Tool
+				return nil
+			}
+			next.Version = cur.Tool.GetVersion()
+			if cur.Hash != hash {
+				next.Version++
+			}
+			next.CreatedAt = cur.Tool.GetCreatedAt()
+		} else {
+			next.Version = 1
+			next.CreatedAt = ts
+		}
+		next.UpdatedAt = ts
+		enc, err := encodeTool(next, hash)
+		if err != nil {
+			return err
+		}
+		if err := b.Put(name, enc); err != nil {
+			return err
+		}
+		stored, changed = next, true
+		return bumpRevision(tx)
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("store tool: %w", err)
+	}
+	return stored, changed, nil
+}
+
+// GetTool implements Store.
+func (s *BoltStore) GetTool(ctx context.Context, name string) (*StoredTool, error) {
+	var out *StoredTool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketTools).Get([]byte(name))
+		if v == nil {
+			return ErrNotFound
+		}
+		var err error
+		out, err = decodeTool(v)
+		return err
+	})
+	return out, err
+}
+
+// DeleteTool implements Store.
+func (s *BoltStore) DeleteTool(ctx context.Context, name string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketTools)
+		if b.Get([]byte(name)) == nil {
+			return ErrNotFound
+		}
+		if err := b.Delete([]byte(name)); err != nil {
+			return err
+		}
+		return bumpRevision(tx)
+	})
+}
+
+// ListTools implements Store.
+func (s *BoltStore) ListTools(ctx context.Context) ([]*StoredTool, int64, error) {
+	var out []*StoredTool
+	var rev int64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		rev = readRevision(tx)
+		return tx.Bucket(bucketTools).ForEach(func(k, v []byte) error {
+			st, err := decodeTool(v)
+			if err != nil {
+				return err
+			}
+			out = append(out, st)
+			return nil
+		})
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].Tool.GetSpec().GetName() < out[j].Tool.GetSpec().GetName() })
+	return out, rev, err
+}
+
+func readRevision(tx *bolt.Tx) int64 {
+	if v := tx.Bucket(bucketMeta).Get(keyRevision); len(v) == 8 {
+		return int64(binary.BigEndian.Uint64(v))
+	}
+	return 0
+}
+
+// Revision implements Store.
+func (s *BoltStore) Revision(ctx context.Context) (int64, error) {
+	var rev int64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		rev = readRevision(tx)
+		return nil
+	})
+	return rev, err
+}
+
+// boltCall is an idempotency record.
+type boltCall struct {
+	Done    bool   `json:"done,omitempty"`
+	Owner   string `json:"owner,omitempty"`
+	Args    string `json:"args"`
+	Result  []byte `json:"result,omitempty"`
+	Expires int64  `json:"expires"`
+}
+
+func getCall(b *bolt.Bucket, key string, now time.Time) (*boltCall, bool) {
+	v := b.Get([]byte(key))
+	if v == nil {
+		return nil, false
+	}
+	var r boltCall
+	if json.Unmarshal(v, &r) != nil || r.Expires <= now.UnixNano() {
+		return nil, false
+	}
+	return &r, true
+}
+
+func putCall(b *bolt.Bucket, key string, r *boltCall) error {
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(key), v)
+}
+
+// ClaimCall implements Store.
+func (s *BoltStore) ClaimCall(ctx context.Context, key, owner, argsHash string, pendingTTL time.Duration) (*Claim, error) {
+	var out *Claim
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketCalls)
+		now := time.Now()
+		if r, ok := getCall(b, key, now); ok {
+			out = &Claim{State: CallPending, ArgsHash: r.Args}
+			if r.Done {
+				out.State, out.Result = CallDone, r.Result
+			}
+			return nil
+		}
+		out = &Claim{State: CallOwned, ArgsHash: argsHash}
+		return putCall(b, key, &boltCall{Owner: owner, Args: argsHash, Expires: now.Add(pendingTTL).UnixNano()})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim idempotency key: %w", err)
+	}
+	return out, nil
+}
+
+// CompleteCall implements Store.
+func (s *BoltStore) CompleteCall(ctx context.Context, key, owner string, result []byte, ttl time.Duration) (bool, error) {
+	ok := false
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketCalls)
+		now := time.Now()
+		r, found := getCall(b, key, now)
+		if !found || r.Done || r.Owner != owner {
+			return nil
+		}
+		ok = true
+		return putCall(b, key, &boltCall{Done: true, Args: r.Args, Result: result, Expires: now.Add(ttl).UnixNano()})
+	})
+	if err != nil {
+		return false, fmt.Errorf("store idempotency record: %w", err)
+	}
+	return ok, nil
+}
+
+// ReleaseCall implements Store.
+func (s *BoltStore) ReleaseCall(ctx context.Context, key, owner string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketCalls)
+		r, found := getCall(b, key, time.Now())
+		if !found || r.Done || r.Owner != owner {
+			return nil
+		}
+		return b.Delete([]byte(key))
+	})
+}

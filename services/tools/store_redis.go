@@ -1,0 +1,275 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+// RedisStore keeps the registry and the idempotency records in Redis, so every replica sees the
+// same tools and one idempotency key runs once across replicas. Layout, under the prefix:
+//
+//	tool:<name>  hash: spec (ToolSpec protobuf), hash, source, tokens, version, created, updated
+//	tools        sorted set of names (score 0, ordered by name)
+//	revision     counter bumped by every registry change
+//	call:<key>   hash: state (pending|done), owner, args, result; expires
+type RedisStore struct {
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+// NewRedisStore returns a store whose keys all start with prefix.
+func NewRedisStore(rdb redis.UniversalClient, prefix string) *RedisStore {
+	return &RedisStore{rdb: rdb, prefix: prefix}
+}
+
+func (s *RedisStore) toolKey(name string) string { return s.prefix + "tool:" + name }
+func (s *RedisStore) namesKey() string           { return s.prefix + "tools" }
+func (s *RedisStore) revKey() string             { return s.prefix + "revision" }
+func (s *RedisStore) callKey(key string) string  { return s.prefix + "call:" + key }
+
+// putToolScript stores a spec unless the same hash and source are stored, bumping the version
+// only when the hash differs. KEYS: tool, names, revision. ARGV: name, spec, hash, source,
+// tokens, now (unix nanos). Returns {changed, version, created}.
+var putToolScript = redis.NewScript(`
+local cur = redis.call('HMGET', KEYS[1], 'hash', 'source', 'version', 'created')
+if cur[1] == ARGV[3] and cur[2] == ARGV[4] then
+  return {0, tonumber(cur[3]), cur[4]}
+end
+local version = 1
+local created = ARGV[6]
+if cur[3] then
+  version = tonumber(cur[3])
+  created = cur[4]
+  if cur[1] ~= ARGV[3] then version = version + 1 end
+end
+redis.call('HSET', KEYS[1], 'spec', ARGV[2], 'hash', ARGV[3], 'source', ARGV[4], 'tokens', ARGV[5],
+  'version', version, 'created', created, 'updated', ARGV[6])
+redis.call('ZADD', KEYS[2], 0, ARGV[1])
+redis.call('INCR', KEYS[3])
+return {1, version, created}
+`)
+
+// deleteToolScript removes a tool. KEYS: tool, names, revision. ARGV: name. Returns 1 or 0.
+var deleteToolScript = redis.NewScript(`
+if redis.call('DEL', KEYS[1]) == 0 then return 0 end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('INCR', KEYS[3])
+return 1
+`)
+
+// PutTool implements Store.
+func (s *RedisStore) PutTool(ctx context.Context, t *toolsv1.Tool, hash string, now time.Time) (*toolsv1.Tool, bool, error) {
+	spec, err := proto.MarshalOptions{Deterministic: true}.Marshal(t.GetSpec())
+	if err != nil {
+		return nil, false, err
+	}
+	name := t.GetSpec().GetName()
+	res, err := putToolScript.Run(ctx, s.rdb, []string{s.toolKey(name), s.namesKey(), s.revKey()},
+		name, spec, hash, t.GetSource(), t.GetSchemaTokens(), now.UnixNano()).Slice()
+	if err != nil {
+		return nil, false, fmt.Errorf("store tool: %w", err)
+	}
+	if len(res) != 3 {
+		return nil, false, errors.New("store tool: unexpected script reply")
+	}
+	changed := toInt64(res[0]) == 1
+	if !changed {
+		st, err := s.GetTool(ctx, name)
+		if err != nil {
+			return nil, false, err
+		}
+		return st.Tool, false, nil
+	}
+	out := proto.Clone(t).(*toolsv1.Tool)
+	out.Version = toInt64(res[1])
+	out.CreatedAt = nanosToTimestamp(toInt64(res[2]))
+	out.UpdatedAt = timestamppb.New(now)
+	return out, true, nil
+}
+
+func toInt64(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}
+
+func nanosToTimestamp(n int64) *timestamppb.Timestamp {
+	return timestamppb.New(time.Unix(0, n))
+}
+
+func decodeRedisTool(m map[string]string) (*StoredTool, error) {
+	spec := &toolsv1.ToolSpec{}
+	if err := proto.Unmarshal([]byte(m["spec"]), spec); err != nil {
+		return nil, fmt.Errorf("corrupt tool record: %w", err)
+	}
+	version, _ := strconv.ParseInt(m["version"], 10, 64)
+	tokens, _ := strconv.ParseInt(m["tokens"], 10, 32)
+	created, _ := strconv.ParseInt(m["created"], 10, 64)
+	updated, _ := strconv.ParseInt(m["updated"], 10, 64)
+	return &StoredTool{
+		Tool: &toolsv1.Tool{
+			Spec:         spec,
+			Version:      version,
+			Source:       m["source"],
+			CreatedAt:    nanosToTimestamp(created),
+			UpdatedAt:    nanosToTimestamp(updated),
+			SchemaTokens: int32(tokens),
+		},
+		Hash: m["hash"],
+	}, nil
+}
+
+// GetTool implements Store.
+func (s *RedisStore) GetTool(ctx context.Context, name string) (*StoredTool, error) {
+	m, err := s.rdb.HGetAll(ctx, s.toolKey(name)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read tool: %w", err)
+	}
+	if len(m) == 0 || m["spec"] == "" && m["hash"] == "" {
+		return nil, ErrNotFound
+	}
+	return decodeRedisTool(m)
+}
+
+// DeleteTool implements Store.
+func (s *RedisStore) DeleteTool(ctx context.Context, name string) error {
+	n, err := deleteToolScript.Run(ctx, s.rdb, []string{s.toolKey(name), s.namesKey(), s.revKey()}, name).Int()
+	if err != nil {
+		return fmt.Errorf("delete tool: %w", err)
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// ListTools implements Store. The revision is read first, so a change that races with the
+// listing shows up as a newer revision on the next call.
+func (s *RedisStore) ListTools(ctx context.Context) ([]*StoredTool, int64, error) {
+	rev, err := s.Revision(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	names, err := s.rdb.ZRange(ctx, s.namesKey(), 0, -1).Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("list tools: %w", err)
+	}
+	cmds := make([]*redis.MapStringStringCmd, len(names))
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, n := range names {
+			cmds[i] = p.HGetAll(ctx, s.toolKey(n))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("list tools: %w", err)
+	}
+	out := make([]*StoredTool, 0, len(names))
+	for _, c := range cmds {
+		m := c.Val()
+		if len(m) == 0 {
+			continue // deleted between the two reads
+		}
+		st, err := decodeRedisTool(m)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, st)
+	}
+	return out, rev, nil
+}
+
+// Revision implements Store.
+func (s *RedisStore) Revision(ctx context.Context) (int64, error) {
+	rev, err := s.rdb.Get(ctx, s.revKey()).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read registry revision: %w", err)
+	}
+	return rev, nil
+}
+
+// claimScript takes a key (SET NX semantics on a hash). KEYS: call. ARGV: owner, args,
+// pending TTL (ms). Returns {state, args, result}.
+var claimScript = redis.NewScript(`
+local cur = redis.call('HMGET', KEYS[1], 'state', 'args', 'result')
+if cur[1] then
+  return {cur[1], cur[2] or '', cur[3] or ''}
+end
+redis.call('HSET', KEYS[1], 'state', 'pending', 'owner', ARGV[1], 'args', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {'owned', ARGV[2], ''}
+`)
+
+// completeScript stores the owner's result. KEYS: call. ARGV: owner, result, TTL (ms).
+var completeScript = redis.NewScript(`
+local cur = redis.call('HMGET', KEYS[1], 'state', 'owner')
+if cur[1] ~= 'pending' or cur[2] ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'done', 'result', ARGV[2])
+redis.call('HDEL', KEYS[1], 'owner')
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+`)
+
+// releaseScript drops the owner's pending claim. KEYS: call. ARGV: owner.
+var releaseScript = redis.NewScript(`
+local cur = redis.call('HMGET', KEYS[1], 'state', 'owner')
+if cur[1] ~= 'pending' or cur[2] ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])
+`)
+
+// ClaimCall implements Store.
+func (s *RedisStore) ClaimCall(ctx context.Context, key, owner, argsHash string, pendingTTL time.Duration) (*Claim, error) {
+	res, err := claimScript.Run(ctx, s.rdb, []string{s.callKey(key)}, owner, argsHash, max(pendingTTL.Milliseconds(), 1)).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("claim idempotency key: %w", err)
+	}
+	if len(res) != 3 {
+		return nil, errors.New("claim idempotency key: unexpected script reply")
+	}
+	c := &Claim{ArgsHash: res[1]}
+	switch res[0] {
+	case "owned":
+		c.State = CallOwned
+	case "pending":
+		c.State = CallPending
+	case "done":
+		c.State, c.Result = CallDone, []byte(res[2])
+	default:
+		return nil, fmt.Errorf("claim idempotency key: unknown state %q", res[0])
+	}
+	return c, nil
+}
+
+// CompleteCall implements Store.
+func (s *RedisStore) CompleteCall(ctx context.Context, key, owner string, result []byte, ttl time.Duration) (bool, error) {
+	n, err := completeScript.Run(ctx, s.rdb, []string{s.callKey(key)}, owner, result, max(ttl.Milliseconds(), 1)).Int()
+	if err != nil {
+		return false, fmt.Errorf("store idempotency record: %w", err)
+	}
+	return n == 1, nil
+}
+
+// ReleaseCall implements Store.
+func (s *RedisStore) ReleaseCall(ctx context.Context, key, owner string) error {
+	if err := releaseScript.Run(ctx, s.rdb, []string{s.callKey(key)}, owner).Err(); err != nil {
+		return fmt.Errorf("release idempotency key: %w", err)
+	}
+	return nil
+}
