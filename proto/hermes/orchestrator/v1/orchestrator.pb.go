@@ -537,7 +537,9 @@ type TurnStarted struct {
 	// Sequence number of the stored user message.
 	UserMessageSeq int64 `protobuf:"varint,3,opt,name=user_message_seq,json=userMessageSeq,proto3" json:"user_message_seq,omitempty"`
 	// The model the turn uses.
-	Model         string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	Model string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	// The user the turn runs for (from the API key when keys are enabled).
+	UserId        string `protobuf:"bytes,5,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -596,6 +598,13 @@ func (x *TurnStarted) GetUserMessageSeq() int64 {
 func (x *TurnStarted) GetModel() string {
 	if x != nil {
 		return x.Model
+	}
+	return ""
+}
+
+func (x *TurnStarted) GetUserId() string {
+	if x != nil {
+		return x.UserId
 	}
 	return ""
 }
@@ -733,8 +742,14 @@ type ContextAssembled struct {
 	Repairs int32 `protobuf:"varint,5,opt,name=repairs,proto3" json:"repairs,omitempty"`
 	// Why these tools (for example "all 6 tools" or "selected 8 of 64").
 	ToolSelection string `protobuf:"bytes,6,opt,name=tool_selection,json=toolSelection,proto3" json:"tool_selection,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Done steps of the task state shown to the model.
+	TaskStateSteps int32 `protobuf:"varint,7,opt,name=task_state_steps,json=taskStateSteps,proto3" json:"task_state_steps,omitempty"`
+	// Pinned sticky messages carried from before the window.
+	PinnedMessages int32 `protobuf:"varint,8,opt,name=pinned_messages,json=pinnedMessages,proto3" json:"pinned_messages,omitempty"`
+	// Sequence number the rolling summary covers, 0 without one.
+	SummaryThroughSeq int64 `protobuf:"varint,9,opt,name=summary_through_seq,json=summaryThroughSeq,proto3" json:"summary_through_seq,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ContextAssembled) Reset() {
@@ -809,6 +824,27 @@ func (x *ContextAssembled) GetToolSelection() string {
 	return ""
 }
 
+func (x *ContextAssembled) GetTaskStateSteps() int32 {
+	if x != nil {
+		return x.TaskStateSteps
+	}
+	return 0
+}
+
+func (x *ContextAssembled) GetPinnedMessages() int32 {
+	if x != nil {
+		return x.PinnedMessages
+	}
+	return 0
+}
+
+func (x *ContextAssembled) GetSummaryThroughSeq() int64 {
+	if x != nil {
+		return x.SummaryThroughSeq
+	}
+	return 0
+}
+
 // RecalledMemory is a memory that entered the context.
 type RecalledMemory struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -821,7 +857,9 @@ type RecalledMemory struct {
 	// Its type name (for example "preference").
 	Type string `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
 	// Its attributes.
-	Attributes    map[string]string `protobuf:"bytes,5,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Attributes map[string]string `protobuf:"bytes,5,rep,name=attributes,proto3" json:"attributes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Why the memory service recalled it.
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -889,6 +927,13 @@ func (x *RecalledMemory) GetAttributes() map[string]string {
 		return x.Attributes
 	}
 	return nil
+}
+
+func (x *RecalledMemory) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
 }
 
 // MemoriesRecalled lists the memories put into the context.
@@ -1530,7 +1575,9 @@ type TurnFailed struct {
 	// What went wrong, for a person.
 	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	// Token usage so far.
-	Usage         *Usage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	Usage *Usage `protobuf:"bytes,4,opt,name=usage,proto3" json:"usage,omitempty"`
+	// Model steps taken.
+	Steps         int32 `protobuf:"varint,5,opt,name=steps,proto3" json:"steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1591,6 +1638,13 @@ func (x *TurnFailed) GetUsage() *Usage {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *TurnFailed) GetSteps() int32 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
 }
 
 // ToolCallRecord is one tool call of a turn.
@@ -1922,13 +1976,14 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\tcompleted\x18\n" +
 	" \x01(\v2%.hermes.orchestrator.v1.TurnCompletedH\x00R\tcompleted\x12<\n" +
 	"\x06failed\x18\v \x01(\v2\".hermes.orchestrator.v1.TurnFailedH\x00R\x06failedB\a\n" +
-	"\x05event\"\x85\x01\n" +
+	"\x05event\"\x9e\x01\n" +
 	"\vTurnStarted\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12(\n" +
 	"\x10user_message_seq\x18\x03 \x01(\x03R\x0euserMessageSeq\x12\x14\n" +
-	"\x05model\x18\x04 \x01(\tR\x05model\"\x9a\x02\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12\x17\n" +
+	"\auser_id\x18\x05 \x01(\tR\x06userId\"\x9a\x02\n" +
 	"\x0eTokenBreakdown\x12#\n" +
 	"\rsystem_prompt\x18\x01 \x01(\x05R\fsystemPrompt\x12!\n" +
 	"\ftool_schemas\x18\x02 \x01(\x05R\vtoolSchemas\x12\x16\n" +
@@ -1939,14 +1994,17 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"task_state\x18\x06 \x01(\x05R\ttaskState\x12\x18\n" +
 	"\ahistory\x18\a \x01(\x05R\ahistory\x12'\n" +
 	"\x0fcurrent_message\x18\b \x01(\x05R\x0ecurrentMessage\x12\x14\n" +
-	"\x05total\x18\t \x01(\x05R\x05total\"\xe0\x01\n" +
+	"\x05total\x18\t \x01(\x05R\x05total\"\xe3\x02\n" +
 	"\x10ContextAssembled\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x05R\x04step\x12>\n" +
 	"\x06tokens\x18\x02 \x01(\v2&.hermes.orchestrator.v1.TokenBreakdownR\x06tokens\x12\x14\n" +
 	"\x05tools\x18\x03 \x03(\tR\x05tools\x12!\n" +
 	"\fwindow_turns\x18\x04 \x01(\x05R\vwindowTurns\x12\x18\n" +
 	"\arepairs\x18\x05 \x01(\x05R\arepairs\x12%\n" +
-	"\x0etool_selection\x18\x06 \x01(\tR\rtoolSelection\"\xfb\x01\n" +
+	"\x0etool_selection\x18\x06 \x01(\tR\rtoolSelection\x12(\n" +
+	"\x10task_state_steps\x18\a \x01(\x05R\x0etaskStateSteps\x12'\n" +
+	"\x0fpinned_messages\x18\b \x01(\x05R\x0epinnedMessages\x12.\n" +
+	"\x13summary_through_seq\x18\t \x01(\x03R\x11summaryThroughSeq\"\x93\x02\n" +
 	"\x0eRecalledMemory\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x14\n" +
@@ -1954,7 +2012,8 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04type\x18\x04 \x01(\tR\x04type\x12V\n" +
 	"\n" +
 	"attributes\x18\x05 \x03(\v26.hermes.orchestrator.v1.RecalledMemory.AttributesEntryR\n" +
-	"attributes\x1a=\n" +
+	"attributes\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
@@ -2005,13 +2064,14 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x123\n" +
 	"\x05usage\x18\x03 \x01(\v2\x1d.hermes.orchestrator.v1.UsageR\x05usage\x12\x14\n" +
 	"\x05steps\x18\x04 \x01(\x05R\x05steps\x122\n" +
-	"\x15assistant_message_seq\x18\x05 \x01(\x03R\x13assistantMessageSeq\"\x88\x01\n" +
+	"\x15assistant_message_seq\x18\x05 \x01(\x03R\x13assistantMessageSeq\"\x9e\x01\n" +
 	"\n" +
 	"TurnFailed\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x123\n" +
-	"\x05usage\x18\x04 \x01(\v2\x1d.hermes.orchestrator.v1.UsageR\x05usage\"\x8f\x01\n" +
+	"\x05usage\x18\x04 \x01(\v2\x1d.hermes.orchestrator.v1.UsageR\x05usage\x12\x14\n" +
+	"\x05steps\x18\x05 \x01(\x05R\x05steps\"\x8f\x01\n" +
 	"\x0eToolCallRecord\x12;\n" +
 	"\x04call\x18\x01 \x01(\v2'.hermes.orchestrator.v1.ToolCallStartedR\x04call\x12@\n" +
 	"\x06result\x18\x02 \x01(\v2(.hermes.orchestrator.v1.ToolCallFinishedR\x06result\"\xe5\x03\n" +
