@@ -41,15 +41,15 @@ type Store interface {
 	// ListSessions returns up to limit sessions of a user, most recently active first, starting
 	// after the cursor ("" for the first page), with the cursor of the next page ("" at the end).
 	ListSessions(ctx context.Context, userID, cursor string, limit int) ([]*sessionv1.Session, string, error)
-	// DeleteSession removes a session, its messages, its summary and its search entries, and
-	// returns the number of messages removed, or ErrNotFound.
-	DeleteSession(ctx context.Context, id string) (int64, error)
-	// Append stores a batch atomically. Messages must have ids, created_at, token counts and
+	// DeleteSession removes a session of userID, its messages, its summary and its search
+	// entries, and returns the number of messages removed, or ErrNotFound.
+	DeleteSession(ctx context.Context, userID, id string) (int64, error)
+	// Append stores a batch atomically in a session of userID. Messages must have ids, created_at, token counts and
 	// search terms set; Append assigns their seq. A message whose client_id is already stored
 	// is not appended again; its stored copy is returned in its place. When expectedLastSeq is
 	// set and new messages would be appended, the session's last seq must equal it, else a
 	// *ConflictError and nothing changes.
-	Append(ctx context.Context, sessionID string, batch []AppendItem, expectedLastSeq *int64) (*AppendResult, error)
+	Append(ctx context.Context, userID, sessionID string, batch []AppendItem, expectedLastSeq *int64) (*AppendResult, error)
 	// ListMessages returns up to limit messages with seq > afterSeq in seq order.
 	ListMessages(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]*sessionv1.Message, error)
 	// LoadContext returns what BuildContext needs, reading only the window's share of the log.

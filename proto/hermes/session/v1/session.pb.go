@@ -160,6 +160,9 @@ const (
 	RepairKind_REPAIR_KIND_DROPPED_ORPHAN_RESULT RepairKind = 2
 	// REPAIR_KIND_MOVED_RESULT: a tool_result that was separated from its call was moved next to it.
 	RepairKind_REPAIR_KIND_MOVED_RESULT RepairKind = 3
+	// REPAIR_KIND_DROPPED_DUPLICATE_CALL: a second tool_call with an id already used in the context
+	// was left out.
+	RepairKind_REPAIR_KIND_DROPPED_DUPLICATE_CALL RepairKind = 4
 )
 
 // Enum value maps for RepairKind.
@@ -169,12 +172,14 @@ var (
 		1: "REPAIR_KIND_SYNTHESIZED_RESULT",
 		2: "REPAIR_KIND_DROPPED_ORPHAN_RESULT",
 		3: "REPAIR_KIND_MOVED_RESULT",
+		4: "REPAIR_KIND_DROPPED_DUPLICATE_CALL",
 	}
 	RepairKind_value = map[string]int32{
-		"REPAIR_KIND_UNSPECIFIED":           0,
-		"REPAIR_KIND_SYNTHESIZED_RESULT":    1,
-		"REPAIR_KIND_DROPPED_ORPHAN_RESULT": 2,
-		"REPAIR_KIND_MOVED_RESULT":          3,
+		"REPAIR_KIND_UNSPECIFIED":            0,
+		"REPAIR_KIND_SYNTHESIZED_RESULT":     1,
+		"REPAIR_KIND_DROPPED_ORPHAN_RESULT":  2,
+		"REPAIR_KIND_MOVED_RESULT":           3,
+		"REPAIR_KIND_DROPPED_DUPLICATE_CALL": 4,
 	}
 )
 
@@ -2336,13 +2341,14 @@ const file_hermes_session_v1_session_proto_rawDesc = "" +
 	"\x11MESSAGE_KIND_TEXT\x10\x01\x12\x1a\n" +
 	"\x16MESSAGE_KIND_TOOL_CALL\x10\x02\x12\x1c\n" +
 	"\x18MESSAGE_KIND_TOOL_RESULT\x10\x03\x12\x18\n" +
-	"\x14MESSAGE_KIND_SUMMARY\x10\x04*\x92\x01\n" +
+	"\x14MESSAGE_KIND_SUMMARY\x10\x04*\xba\x01\n" +
 	"\n" +
 	"RepairKind\x12\x1b\n" +
 	"\x17REPAIR_KIND_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eREPAIR_KIND_SYNTHESIZED_RESULT\x10\x01\x12%\n" +
 	"!REPAIR_KIND_DROPPED_ORPHAN_RESULT\x10\x02\x12\x1c\n" +
-	"\x18REPAIR_KIND_MOVED_RESULT\x10\x032\x88\a\n" +
+	"\x18REPAIR_KIND_MOVED_RESULT\x10\x03\x12&\n" +
+	"\"REPAIR_KIND_DROPPED_DUPLICATE_CALL\x10\x042\x88\a\n" +
 	"\x0eSessionService\x12b\n" +
 	"\rCreateSession\x12'.hermes.session.v1.CreateSessionRequest\x1a(.hermes.session.v1.CreateSessionResponse\x12Y\n" +
 	"\n" +

@@ -1,0 +1,218 @@
+package session
+
+import (
+	"slices"
+
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+)
+
+// missingResultContent is what a synthesized tool_result says. It tells the model the call's
+// outcome is unknown, so it neither assumes success nor silently repeats a step that may have run.
+const missingResultContent = `{"error":"no result was recorded for this tool call (the step was interrupted or its result was lost); its outcome is unknown, do not assume it ran or did not run"}`
+
+// assembled is a built context before it is turned into a response.
+type assembled struct {
+	pinned           []*sessionv1.Message
+	window           []*sessionv1.Message
+	evicted          []*sessionv1.Message
+	evictedMore      bool
+	repairs          []*sessionv1.Repair
+	windowTurns      int
+	droppedForBudget int
+	windowStartSeq   int64
+}
+
+// assemble applies the context rules to what the store loaded: split the loaded tail into turns,
+// drop whole turns oldest first while the window exceeds the token budget (never the current,
+// last turn), carry sticky messages older than the window in the pinned block, report what was
+// evicted since the summary, and repair tool-call pairs in the window. count gives the token
+// count of a synthesized message. budget <= 0 means no budget.
+func assemble(d *ContextData, budget, maxEvicted int, count func(string) int32) *assembled {
+	turns := splitTurns(d.Window)
+	var dropped []*sessionv1.Message
+	droppedTurns := 0
+	if budget > 0 {
+		total := 0
+		for _, t := range turns {
+			total += turnTokens(t)
+		}
+		for len(turns) > 1 && total > budget {
+			total -= turnTokens(turns[0])
+			dropped = append(dropped, turns[0]...)
+			turns = turns[1:]
+			droppedTurns++
+		}
+	}
+	out := &assembled{droppedForBudget: droppedTurns, windowTurns: len(turns)}
+	var window []*sessionv1.Message
+	for _, t := range turns {
+		window = append(window, t...)
+	}
+	if len(window) > 0 {
+		out.windowStartSeq = window[0].GetSeq()
+	}
+
+	out.pinned = append(out.pinned, d.Sticky...)
+	for _, m := range dropped {
+		if m.GetSticky() {
+			out.pinned = append(out.pinned, m)
+		}
+	}
+
+	out.evicted = append(out.evicted, d.Evicted...)
+	out.evictedMore = d.EvictedMore
+	summarySeq := int64(0)
+	if d.Summary != nil {
+		summarySeq = d.Summary.ThroughSeq
+	}
+	for _, m := range dropped {
+		if m.GetSeq() <= summarySeq || out.evictedMore {
+			continue
+		}
+		if len(out.evicted) >= maxEvicted {
+			out.evictedMore = true
+			continue
+		}
+		out.evicted = append(out.evicted, m)
+	}
+
+	out.window, out.repairs = repairPairs(window, count)
+	return out
+}
+
+// splitTurns splits messages into turns; a turn starts at each user message, and messages
+// before the first user message belong to the first turn.
+func splitTurns(msgs []*sessionv1.Message) [][]*sessionv1.Message {
+	var turns [][]*sessionv1.Message
+	for _, m := range msgs {
+		if m.GetRole() == sessionv1.Role_ROLE_USER || len(turns) == 0 {
+			turns = append(turns, nil)
+		}
+		turns[len(turns)-1] = append(turns[len(turns)-1], m)
+	}
+	return turns
+}
+
+func turnTokens(t []*sessionv1.Message) int {
+	n := 0
+	for _, m := range t {
+		n += int(m.GetTokenCount())
+	}
+	return n
+}
+
+func isCall(m *sessionv1.Message) bool {
+	return m.GetKind() == sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL
+}
+
+func isResult(m *sessionv1.Message) bool {
+	return m.GetKind() == sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT
+}
+
+// repairPairs returns msgs with every run of consecutive tool_calls immediately followed by one
+// tool_result per call: results already there stay, a result found elsewhere is moved next to
+// its call, a missing one is synthesized; results whose call is not in msgs, and second results
+// for one call, are dropped, as are tool_calls whose id was already used.
+func repairPairs(msgs []*sessionv1.Message, count func(string) int32) ([]*sessionv1.Message, []*sessionv1.Repair) {
+	firstResult := map[string]int{}
+	for i, m := range msgs {
+		if isResult(m) {
+			if _, ok := firstResult[m.GetToolCallId()]; !ok {
+				firstResult[m.GetToolCallId()] = i
+			}
+		}
+	}
+	calls := map[string]bool{}
+	for _, m := range msgs {
+		if isCall(m) {
+			calls[m.GetToolCallId()] = true
+		}
+	}
+
+	out := make([]*sessionv1.Message, 0, len(msgs))
+	var repairs []*sessionv1.Repair
+	emitted := map[int]bool{} // indexes of results already placed
+	seenCall := map[string]bool{}
+	repair := func(kind sessionv1.RepairKind, m *sessionv1.Message) {
+		repairs = append(repairs, &sessionv1.Repair{Kind: kind, ToolCallId: m.GetToolCallId(), Seq: m.GetSeq()})
+	}
+
+	for i := 0; i < len(msgs); {
+		m := msgs[i]
+		switch {
+		case isResult(m):
+			if !emitted[i] {
+				// Its call is absent, or this is a second result for a call already answered.
+				if !calls[m.GetToolCallId()] || firstResult[m.GetToolCallId()] != i || seenCall[m.GetToolCallId()] {
+					repair(sessionv1.RepairKind_REPAIR_KIND_DROPPED_ORPHAN_RESULT, m)
+				}
+				// Otherwise the result precedes its call; it is placed when the call is reached.
+			}
+			i++
+		case isCall(m):
+			// The run of consecutive tool_calls of one assistant step.
+			var run []*sessionv1.Message
+			for ; i < len(msgs) && isCall(msgs[i]); i++ {
+				c := msgs[i]
+				if seenCall[c.GetToolCallId()] {
+					repair(sessionv1.RepairKind_REPAIR_KIND_DROPPED_DUPLICATE_CALL, c)
+					continue
+				}
+				seenCall[c.GetToolCallId()] = true
+				run = append(run, c)
+				out = append(out, c)
+			}
+			answered := map[string]bool{}
+			// Results right after the run stay where they are.
+		scan:
+			for ; i < len(msgs) && isResult(msgs[i]); i++ {
+				r := msgs[i]
+				if emitted[i] {
+					continue
+				}
+				id := r.GetToolCallId()
+				inRun := slices.ContainsFunc(run, func(c *sessionv1.Message) bool { return c.GetToolCallId() == id })
+				switch {
+				case inRun && !answered[id] && firstResult[id] == i:
+					answered[id] = true
+					emitted[i] = true
+					out = append(out, r)
+				case inRun || !calls[id] || firstResult[id] != i:
+					// A second result for a call of this run, or an orphan.
+					emitted[i] = true
+					repair(sessionv1.RepairKind_REPAIR_KIND_DROPPED_ORPHAN_RESULT, r)
+				default:
+					// The first result of a call elsewhere; leave it for that call.
+					break scan
+				}
+			}
+			for _, c := range run {
+				id := c.GetToolCallId()
+				if answered[id] {
+					continue
+				}
+				if j, ok := firstResult[id]; ok && !emitted[j] {
+					emitted[j] = true
+					out = append(out, msgs[j])
+					repair(sessionv1.RepairKind_REPAIR_KIND_MOVED_RESULT, msgs[j])
+					continue
+				}
+				out = append(out, &sessionv1.Message{
+					Role:        sessionv1.Role_ROLE_TOOL,
+					Kind:        sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT,
+					Content:     missingResultContent,
+					ToolCallId:  id,
+					ToolName:    c.GetToolName(),
+					CreatedAt:   c.GetCreatedAt(),
+					TokenCount:  count(missingResultContent),
+					Synthesized: true,
+				})
+				repair(sessionv1.RepairKind_REPAIR_KIND_SYNTHESIZED_RESULT, c)
+			}
+		default:
+			out = append(out, m)
+			i++
+		}
+	}
+	return out, repairs
+}

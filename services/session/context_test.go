@@ -1,0 +1,292 @@
+package session
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+)
+
+// msg builders for compact test logs.
+func user(text string) *sessionv1.Message {
+	return &sessionv1.Message{Role: sessionv1.Role_ROLE_USER, Kind: sessionv1.MessageKind_MESSAGE_KIND_TEXT, Content: text, TokenCount: 10}
+}
+
+func assistant(text string) *sessionv1.Message {
+	return &sessionv1.Message{Role: sessionv1.Role_ROLE_ASSISTANT, Kind: sessionv1.MessageKind_MESSAGE_KIND_TEXT, Content: text, TokenCount: 10}
+}
+
+func call(id string) *sessionv1.Message {
+	return &sessionv1.Message{Role: sessionv1.Role_ROLE_ASSISTANT, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL, Content: `{}`, ToolCallId: id, ToolName: "t", TokenCount: 10}
+}
+
+func result(id string) *sessionv1.Message {
+	return &sessionv1.Message{Role: sessionv1.Role_ROLE_TOOL, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, Content: `{"ok":true}`, ToolCallId: id, ToolName: "t", TokenCount: 10}
+}
+
+func sticky(m *sessionv1.Message) *sessionv1.Message { m.Sticky = true; return m }
+
+func numbered(msgs ...*sessionv1.Message) []*sessionv1.Message {
+	for i, m := range msgs {
+		m.Seq = int64(i + 1)
+	}
+	return msgs
+}
+
+// referenceContext computes ContextData from a whole log by the definitions in store.go; the
+// stores must produce the same, reading only part of the log.
+func referenceContext(all []*sessionv1.Message, summarySeq int64, turns, maxEvicted int) *ContextData {
+	d := &ContextData{}
+	if summarySeq > 0 {
+		d.Summary = &Summary{Content: "summary", ThroughSeq: summarySeq}
+	}
+	var userIdx []int
+	for i, m := range all {
+		if m.GetRole() == sessionv1.Role_ROLE_USER {
+			userIdx = append(userIdx, i)
+		}
+	}
+	start := 0
+	if len(userIdx) > turns {
+		start = userIdx[len(userIdx)-turns]
+	}
+	d.Window = all[start:]
+	for _, m := range all[:start] {
+		if m.GetSticky() {
+			d.Sticky = append(d.Sticky, m)
+		}
+		if m.GetSeq() > summarySeq {
+			if len(d.Evicted) < maxEvicted {
+				d.Evicted = append(d.Evicted, m)
+			} else {
+				d.EvictedMore = true
+			}
+		}
+	}
+	return d
+}
+
+func seqs(msgs []*sessionv1.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		tag := ""
+		if m.GetSynthesized() {
+			tag = "s"
+		}
+		out[i] = fmt.Sprintf("%d%s:%s", m.GetSeq(), tag, m.GetToolCallId())
+	}
+	return out
+}
+
+func TestRepairPairs(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      []*sessionv1.Message
+		want    []string
+		repairs []sessionv1.RepairKind
+	}{
+		{
+			name: "intact pairs stay",
+			in:   numbered(user("u"), call("a"), call("b"), result("b"), result("a"), assistant("x")),
+			want: []string{"1:", "2:a", "3:b", "4:b", "5:a", "6:"},
+		},
+		{
+			name:    "missing result is synthesized after the step's calls",
+			in:      numbered(user("u"), call("a"), call("b"), result("a"), assistant("x")),
+			want:    []string{"1:", "2:a", "3:b", "4:a", "0s:b", "5:"},
+			repairs: []sessionv1.RepairKind{sessionv1.RepairKind_REPAIR_KIND_SYNTHESIZED_RESULT},
+		},
+		{
+			name:    "orphan result is dropped",
+			in:      numbered(user("u"), result("z"), assistant("x")),
+			want:    []string{"1:", "3:"},
+			repairs: []sessionv1.RepairKind{sessionv1.RepairKind_REPAIR_KIND_DROPPED_ORPHAN_RESULT},
+		},
+		{
+			name:    "separated result is moved next to its call",
+			in:      numbered(user("u"), call("a"), user("again"), result("a")),
+			want:    []string{"1:", "2:a", "4:a", "3:"},
+			repairs: []sessionv1.RepairKind{sessionv1.RepairKind_REPAIR_KIND_MOVED_RESULT},
+		},
+		{
+			name:    "second result for one call is dropped",
+			in:      numbered(user("u"), call("a"), result("a"), result("a")),
+			want:    []string{"1:", "2:a", "3:a"},
+			repairs: []sessionv1.RepairKind{sessionv1.RepairKind_REPAIR_KIND_DROPPED_ORPHAN_RESULT},
+		},
+		{
+			name:    "duplicate call id is dropped",
+			in:      numbered(user("u"), call("a"), result("a"), call("a"), result("a")),
+			want:    []string{"1:", "2:a", "3:a"},
+			repairs: []sessionv1.RepairKind{sessionv1.RepairKind_REPAIR_KIND_DROPPED_DUPLICATE_CALL, sessionv1.RepairKind_REPAIR_KIND_DROPPED_ORPHAN_RESULT},
+		},
+		{
+			name:    "result before its call is moved after it",
+			in:      numbered(user("u"), result("a"), call("a")),
+			want:    []string{"1:", "3:a", "2:a"},
+			repairs: []sessionv1.RepairKind{sessionv1.RepairKind_REPAIR_KIND_MOVED_RESULT},
+		},
+		{
+			name: "interleaved steps",
+			in:   numbered(user("u"), call("a"), result("a"), call("b"), result("b")),
+			want: []string{"1:", "2:a", "3:a", "4:b", "5:b"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, repairs := repairPairs(tc.in, func(string) int32 { return 1 })
+			if diff := cmp.Diff(tc.want, seqs(got)); diff != "" {
+				t.Errorf("window (-want +got):\n%s", diff)
+			}
+			var kinds []sessionv1.RepairKind
+			for _, r := range repairs {
+				kinds = append(kinds, r.GetKind())
+			}
+			if diff := cmp.Diff(tc.repairs, kinds); diff != "" {
+				t.Errorf("repairs (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestAssembleBudget(t *testing.T) {
+	// Four turns of 30 tokens each; the first has a sticky message.
+	all := numbered(
+		sticky(user("remember: no peanuts")), assistant("ok"), assistant("."),
+		user("t2"), call("a"), result("a"),
+		user("t3"), assistant("x"), assistant("y"),
+		user("t4"), assistant("x"), assistant("y"),
+	)
+	tests := []struct {
+		name        string
+		budget      int
+		wantTurns   int
+		wantDropped int
+		wantStart   int64
+		wantPinned  []int64
+		wantEvicted []int64
+	}{
+		{name: "no budget", budget: 0, wantTurns: 3, wantStart: 4, wantPinned: []int64{1}, wantEvicted: []int64{1, 2, 3}},
+		{name: "fits", budget: 90, wantTurns: 3, wantStart: 4, wantPinned: []int64{1}, wantEvicted: []int64{1, 2, 3}},
+		{name: "drops oldest whole turn", budget: 89, wantTurns: 2, wantDropped: 1, wantStart: 7, wantPinned: []int64{1}, wantEvicted: []int64{1, 2, 3, 4, 5, 6}},
+		{name: "never fewer than the current turn", budget: 1, wantTurns: 1, wantDropped: 2, wantStart: 10, wantPinned: []int64{1}, wantEvicted: []int64{1, 2, 3, 4, 5, 6, 7, 8, 9}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := referenceContext(all, 0, 3, 100)
+			a := assemble(d, tc.budget, 100, func(string) int32 { return 1 })
+			got := []any{a.windowTurns, a.droppedForBudget, a.windowStartSeq, seqList(a.pinned), seqList(a.evicted)}
+			want := []any{tc.wantTurns, tc.wantDropped, tc.wantStart, tc.wantPinned, tc.wantEvicted}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("turns, dropped, start, pinned, evicted (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func seqList(msgs []*sessionv1.Message) []int64 {
+	var out []int64
+	for _, m := range msgs {
+		out = append(out, m.GetSeq())
+	}
+	return out
+}
+
+// checkInvariants asserts the context rules every built context must satisfy.
+func checkInvariants(t *testing.T, all []*sessionv1.Message, a *assembled) {
+	t.Helper()
+	// Every run of tool_calls is immediately followed by exactly one result per call, and
+	// every result belongs to the run right before it.
+	w := a.window
+	for i := 0; i < len(w); {
+		if isResult(w[i]) {
+			t.Fatalf("orphan tool_result %q at window[%d]: %v", w[i].GetToolCallId(), i, seqs(w))
+		}
+		if !isCall(w[i]) {
+			i++
+			continue
+		}
+		ids := map[string]bool{}
+		for ; i < len(w) && isCall(w[i]); i++ {
+			if ids[w[i].GetToolCallId()] {
+				t.Fatalf("tool_call id %q twice in one step: %v", w[i].GetToolCallId(), seqs(w))
+			}
+			ids[w[i].GetToolCallId()] = true
+		}
+		for ; i < len(w) && isResult(w[i]); i++ {
+			if !ids[w[i].GetToolCallId()] {
+				t.Fatalf("tool_result %q does not answer the preceding step: %v", w[i].GetToolCallId(), seqs(w))
+			}
+			delete(ids, w[i].GetToolCallId())
+		}
+		if len(ids) > 0 {
+			t.Fatalf("tool_calls without results %v: %v", ids, seqs(w))
+		}
+	}
+	// Every sticky message appears exactly once in pinned + window.
+	count := map[int64]int{}
+	for _, m := range append(append([]*sessionv1.Message{}, a.pinned...), a.window...) {
+		if m.GetSticky() {
+			count[m.GetSeq()]++
+		}
+	}
+	for _, m := range all {
+		if m.GetSticky() && count[m.GetSeq()] != 1 {
+			t.Fatalf("sticky message %d appears %d times", m.GetSeq(), count[m.GetSeq()])
+		}
+	}
+	// The window starts at a turn boundary and holds the log's tail.
+	if len(w) > 0 && len(all) > 0 && a.windowStartSeq > 1 {
+		if all[a.windowStartSeq-1].GetRole() != sessionv1.Role_ROLE_USER {
+			t.Fatalf("window starts at seq %d, not at a user message", a.windowStartSeq)
+		}
+	}
+}
+
+// FuzzBuildContext: for any message sequence, window size, budget and summary position, the
+// built context has no orphan tool_call or tool_result and every sticky message exactly once.
+func FuzzBuildContext(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, uint8(3), uint16(0), uint8(0))
+	f.Add([]byte{0, 2, 2, 3, 0, 3, 2, 0, 1, 4, 9, 9}, uint8(1), uint16(25), uint8(2))
+	f.Add([]byte{3, 3, 2, 0, 2, 2, 4, 4, 0, 8, 0, 2}, uint8(2), uint16(5), uint8(5))
+	f.Fuzz(func(t *testing.T, ops []byte, turns uint8, budget uint16, summary uint8) {
+		if len(ops) > 400 {
+			ops = ops[:400]
+		}
+		var all []*sessionv1.Message
+		nextCall := 0
+		for i, op := range ops {
+			var m *sessionv1.Message
+			id := fmt.Sprintf("c%d", int(op>>4)%max(nextCall, 1))
+			switch op % 10 {
+			case 0:
+				m = user(fmt.Sprintf("u%d", i))
+			case 1:
+				m = sticky(user(fmt.Sprintf("u%d", i)))
+			case 2:
+				m = call(fmt.Sprintf("c%d", nextCall))
+				nextCall++
+			case 3:
+				m = result(fmt.Sprintf("c%d", max(nextCall-1, 0)))
+			case 4:
+				m = result(id) // possibly an old or unknown call
+			case 5:
+				m = sticky(assistant("a"))
+			case 6:
+				m = call(id) // possibly a repeated id
+			default:
+				m = assistant("a")
+			}
+			m.Seq = int64(i + 1)
+			m.TokenCount = int32(op%7 + 1)
+			all = append(all, m)
+		}
+		nTurns := int(turns%20) + 1
+		summarySeq := int64(summary) % int64(len(all)+1)
+		d := referenceContext(all, summarySeq, nTurns, 50)
+		a := assemble(d, int(budget), 50, func(string) int32 { return 1 })
+		checkInvariants(t, all, a)
+	})
+}

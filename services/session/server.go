@@ -1,0 +1,512 @@
+// Package session is the session service: conversations as append-only message logs, the
+// context window built from them (last N complete turns, token budget, sticky messages, rolling
+// summary, tool-call pair repair) and full-text search over a user's messages.
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/hermes-agent/hermes/pkg/rpc"
+	"github.com/hermes-agent/hermes/pkg/tokenizer"
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+)
+
+// Limits on requests. Content sizes beyond them are RESOURCE_EXHAUSTED; malformed values are
+// INVALID_ARGUMENT.
+const (
+	maxIDBytes           = 128
+	maxTitleBytes        = 256
+	maxMetadataEntries   = 16
+	maxMetadataKeyBytes  = 64
+	maxMetadataValBytes  = 1024
+	maxContentBytes      = 1 << 20
+	maxBatchBytes        = 4 << 20
+	maxBatchMessages     = 100
+	maxPageSize          = 1000
+	maxWindowTurns       = 200
+	maxTokenBudget       = 10_000_000
+	maxEvictedLimit      = 1000
+	maxSummaryBytes      = 64 << 10
+	maxQueryBytes        = 1024
+	maxSearchPage        = 100
+	maxSearchNeighbors   = 5
+	defaultSessionsPage  = 50
+	defaultMessagesPage  = 100
+	defaultSearchPage    = 20
+	defaultSearchContext = 1
+)
+
+// Service implements sessionv1.SessionServiceServer.
+type Service struct {
+	sessionv1.UnimplementedSessionServiceServer
+	store Store
+	tok   *tokenizer.Tokenizer
+	cfg   Config
+	log   *slog.Logger
+}
+
+// NewService returns the session service over store, counting tokens with tok.
+func NewService(store Store, tok *tokenizer.Tokenizer, cfg Config, log *slog.Logger) *Service {
+	if cfg.WindowTurns <= 0 {
+		cfg.WindowTurns = 12
+	}
+	if cfg.MaxEvicted <= 0 {
+		cfg.MaxEvicted = 200
+	}
+	return &Service{store: store, tok: tok, cfg: cfg, log: log}
+}
+
+// newID returns a ULID: time-sortable, with 80 bits from crypto/rand so ids cannot be guessed.
+func newID(t time.Time) string {
+	return ulid.MustNew(ulid.Timestamp(t), rand.Reader).String()
+}
+
+// toStatus maps store errors to gRPC status errors.
+func toStatus(err error, sessionID string) error {
+	var conflict *ConflictError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotFound):
+		return status.Errorf(codes.NotFound, "session %q not found", sessionID)
+	case errors.As(err, &conflict):
+		return status.Errorf(codes.FailedPrecondition, "expected_last_seq is %d but the session's last seq is %d: another writer appended first; read the new messages and retry", conflict.Expected, conflict.Actual)
+	case errors.Is(err, ErrSummaryBehind), errors.Is(err, ErrSummaryAhead):
+		return status.Errorf(codes.FailedPrecondition, "summary not updated: %v", err)
+	case errors.Is(err, ErrBadCursor):
+		return status.Error(codes.InvalidArgument, "page_token is not valid: pass the next_page_token of a previous call")
+	case errors.Is(err, ErrBackend):
+		return status.Errorf(codes.Unavailable, "session store unavailable: %v", err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "request cancelled")
+	default:
+		return status.Errorf(codes.Internal, "session store: %v", err)
+	}
+}
+
+func validateIDs(v *rpc.Violations, sessionID, userID string) {
+	v.Required("session_id", sessionID)
+	v.MaxLen("session_id", sessionID, maxIDBytes)
+	validateUser(v, userID)
+}
+
+func validateUser(v *rpc.Violations, userID string) {
+	v.Required("user_id", userID)
+	v.MaxLen("user_id", userID, maxIDBytes)
+}
+
+func validatePageSize(v *rpc.Violations, size int32) {
+	if size < 0 || size > maxPageSize {
+		v.Add("page_size", "must be between 0 and %d", maxPageSize)
+	}
+}
+
+func validateMetadata(v *rpc.Violations, field string, md map[string]string) {
+	if len(md) > maxMetadataEntries {
+		v.Add(field, "has %d entries; at most %d are allowed", len(md), maxMetadataEntries)
+	}
+	for k, val := range md {
+		if k == "" || len(k) > maxMetadataKeyBytes {
+			v.Add(field, "key %.64q must be 1 to %d bytes", k, maxMetadataKeyBytes)
+		}
+		if len(val) > maxMetadataValBytes {
+			v.Add(field+"["+k+"]", "is %d bytes; at most %d are allowed", len(val), maxMetadataValBytes)
+		}
+	}
+}
+
+// owned loads a session and checks that userID owns it.
+func (s *Service) owned(ctx context.Context, sessionID, userID string) (*sessionv1.Session, error) {
+	sess, err := s.store.GetSession(ctx, sessionID)
+	if err != nil {
+		return nil, toStatus(err, sessionID)
+	}
+	if sess.GetUserId() != userID {
+		return nil, status.Errorf(codes.PermissionDenied, "session %q belongs to another user", sessionID)
+	}
+	return sess, nil
+}
+
+// CreateSession implements SessionServiceServer.
+func (s *Service) CreateSession(ctx context.Context, req *sessionv1.CreateSessionRequest) (*sessionv1.CreateSessionResponse, error) {
+	var v rpc.Violations
+	validateUser(&v, req.GetUserId())
+	v.MaxLen("title", req.GetTitle(), maxTitleBytes)
+	validateMetadata(&v, "metadata", req.GetMetadata())
+	if w := req.GetConfig().GetWindowTurns(); w < 0 || w > maxWindowTurns {
+		v.Add("config.window_turns", "must be between 0 and %d", maxWindowTurns)
+	}
+	if b := req.GetConfig().GetTokenBudget(); b < 0 || b > maxTokenBudget {
+		v.Add("config.token_budget", "must be between 0 and %d", maxTokenBudget)
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	sess := &sessionv1.Session{
+		Id:        newID(now),
+		UserId:    req.GetUserId(),
+		Title:     req.GetTitle(),
+		Metadata:  req.GetMetadata(),
+		CreatedAt: timestamppb.New(now),
+		Config: &sessionv1.SessionConfig{
+			WindowTurns: orDefault(req.GetConfig().GetWindowTurns(), int32(s.cfg.WindowTurns)),
+			TokenBudget: orDefault(req.GetConfig().GetTokenBudget(), int32(s.cfg.TokenBudget)),
+		},
+		State: &sessionv1.SessionState{UpdatedAt: timestamppb.New(now)},
+	}
+	if err := s.store.CreateSession(ctx, sess); err != nil {
+		return nil, toStatus(err, sess.GetId())
+	}
+	return &sessionv1.CreateSessionResponse{Session: sess}, nil
+}
+
+func orDefault(v, def int32) int32 {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// GetSession implements SessionServiceServer.
+func (s *Service) GetSession(ctx context.Context, req *sessionv1.GetSessionRequest) (*sessionv1.GetSessionResponse, error) {
+	var v rpc.Violations
+	validateIDs(&v, req.GetSessionId(), req.GetUserId())
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	sess, err := s.owned(ctx, req.GetSessionId(), req.GetUserId())
+	if err != nil {
+		return nil, err
+	}
+	return &sessionv1.GetSessionResponse{Session: sess}, nil
+}
+
+// ListSessions implements SessionServiceServer.
+func (s *Service) ListSessions(ctx context.Context, req *sessionv1.ListSessionsRequest) (*sessionv1.ListSessionsResponse, error) {
+	var v rpc.Violations
+	validateUser(&v, req.GetUserId())
+	validatePageSize(&v, req.GetPageSize())
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	limit := int(orDefault(req.GetPageSize(), defaultSessionsPage))
+	list, next, err := s.store.ListSessions(ctx, req.GetUserId(), req.GetPageToken(), limit)
+	if err != nil {
+		return nil, toStatus(err, "")
+	}
+	return &sessionv1.ListSessionsResponse{Sessions: list, NextPageToken: next}, nil
+}
+
+// DeleteSession implements SessionServiceServer.
+func (s *Service) DeleteSession(ctx context.Context, req *sessionv1.DeleteSessionRequest) (*sessionv1.DeleteSessionResponse, error) {
+	var v rpc.Violations
+	validateIDs(&v, req.GetSessionId(), req.GetUserId())
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if _, err := s.owned(ctx, req.GetSessionId(), req.GetUserId()); err != nil {
+		return nil, err
+	}
+	n, err := s.store.DeleteSession(ctx, req.GetUserId(), req.GetSessionId())
+	if err != nil {
+		return nil, toStatus(err, req.GetSessionId())
+	}
+	return &sessionv1.DeleteSessionResponse{DeletedMessages: n}, nil
+}
+
+// validateNewMessage checks one message of an append; sizes are checked separately.
+func validateNewMessage(v *rpc.Violations, i int, m *sessionv1.NewMessage) {
+	f := func(name string) string { return fmt.Sprintf("messages[%d].%s", i, name) }
+	kind := m.GetKind()
+	if kind == sessionv1.MessageKind_MESSAGE_KIND_UNSPECIFIED {
+		kind = sessionv1.MessageKind_MESSAGE_KIND_TEXT
+	}
+	if _, ok := sessionv1.Role_name[int32(m.GetRole())]; !ok || m.GetRole() == sessionv1.Role_ROLE_UNSPECIFIED {
+		v.Add(f("role"), "is required: ROLE_USER, ROLE_ASSISTANT, ROLE_TOOL or ROLE_SYSTEM")
+	}
+	switch kind {
+	case sessionv1.MessageKind_MESSAGE_KIND_TEXT:
+		if m.GetRole() == sessionv1.Role_ROLE_TOOL {
+			v.Add(f("kind"), "a ROLE_TOOL message must be MESSAGE_KIND_TOOL_RESULT")
+		}
+	case sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL:
+		if m.GetRole() != sessionv1.Role_ROLE_ASSISTANT {
+			v.Add(f("role"), "a tool_call comes from ROLE_ASSISTANT")
+		}
+		v.Required(f("tool_call_id"), m.GetToolCallId())
+		v.Required(f("tool_name"), m.GetToolName())
+	case sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT:
+		if m.GetRole() != sessionv1.Role_ROLE_TOOL {
+			v.Add(f("role"), "a tool_result comes from ROLE_TOOL")
+		}
+		v.Required(f("tool_call_id"), m.GetToolCallId())
+	case sessionv1.MessageKind_MESSAGE_KIND_SUMMARY:
+		v.Add(f("kind"), "the summary is set with UpdateSummary, not appended")
+	default:
+		v.Add(f("kind"), "unknown kind %d", kind)
+	}
+	if m.GetSticky() && kind != sessionv1.MessageKind_MESSAGE_KIND_TEXT {
+		v.Add(f("sticky"), "only text messages can be sticky (a tool call and its result must stay paired)")
+	}
+	v.MaxLen(f("tool_call_id"), m.GetToolCallId(), maxIDBytes)
+	v.MaxLen(f("tool_name"), m.GetToolName(), maxIDBytes)
+	v.MaxLen(f("client_id"), m.GetClientId(), maxIDBytes)
+	validateMetadata(v, f("metadata"), m.GetMetadata())
+}
+
+// AppendMessages implements SessionServiceServer.
+func (s *Service) AppendMessages(ctx context.Context, req *sessionv1.AppendMessagesRequest) (*sessionv1.AppendMessagesResponse, error) {
+	var v rpc.Violations
+	validateIDs(&v, req.GetSessionId(), req.GetUserId())
+	msgs := req.GetMessages()
+	switch {
+	case len(msgs) == 0:
+		v.Add("messages", "at least one message is required")
+	case len(msgs) > maxBatchMessages:
+		return nil, status.Errorf(codes.ResourceExhausted, "messages: %d in one batch; at most %d are allowed", len(msgs), maxBatchMessages)
+	}
+	if req.ExpectedLastSeq != nil && req.GetExpectedLastSeq() < 0 {
+		v.Add("expected_last_seq", "must not be negative")
+	}
+	clientIDs := map[string]int{}
+	total := 0
+	for i, m := range msgs {
+		validateNewMessage(&v, i, m)
+		if cid := m.GetClientId(); cid != "" {
+			if j, dup := clientIDs[cid]; dup {
+				v.Add(fmt.Sprintf("messages[%d].client_id", i), "repeats messages[%d].client_id", j)
+			}
+			clientIDs[cid] = i
+		}
+		if n := len(m.GetContent()); n > maxContentBytes {
+			return nil, status.Errorf(codes.ResourceExhausted, "messages[%d].content: %d bytes; at most %d are allowed", i, n, maxContentBytes)
+		}
+		total += len(m.GetContent())
+	}
+	if total > maxBatchBytes {
+		return nil, status.Errorf(codes.ResourceExhausted, "messages: %d bytes of content in one batch; at most %d are allowed", total, maxBatchBytes)
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if _, err := s.owned(ctx, req.GetSessionId(), req.GetUserId()); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	items := make([]AppendItem, len(msgs))
+	for i, nm := range msgs {
+		kind := nm.GetKind()
+		if kind == sessionv1.MessageKind_MESSAGE_KIND_UNSPECIFIED {
+			kind = sessionv1.MessageKind_MESSAGE_KIND_TEXT
+		}
+		m := &sessionv1.Message{
+			Id:         newID(now),
+			Role:       nm.GetRole(),
+			Kind:       kind,
+			Content:    nm.GetContent(),
+			ToolCallId: nm.GetToolCallId(),
+			ToolName:   nm.GetToolName(),
+			Sticky:     nm.GetSticky(),
+			CreatedAt:  timestamppb.New(now),
+			TokenCount: s.countMessage(nm.GetToolName(), nm.GetContent()),
+			ClientId:   nm.GetClientId(),
+			Metadata:   nm.GetMetadata(),
+		}
+		items[i] = AppendItem{Message: m}
+		if kind == sessionv1.MessageKind_MESSAGE_KIND_TEXT {
+			items[i].Terms = textTerms(m.GetContent())
+		}
+	}
+	res, err := s.store.Append(ctx, req.GetUserId(), req.GetSessionId(), items, req.ExpectedLastSeq)
+	if err != nil {
+		return nil, toStatus(err, req.GetSessionId())
+	}
+	return &sessionv1.AppendMessagesResponse{Messages: res.Messages, State: res.State, Deduplicated: int32(res.Deduplicated)}, nil
+}
+
+// countMessage counts a message's tokens as a chat request carries it: content, the tool's name
+// for tool messages, and the per-message overhead.
+func (s *Service) countMessage(toolName, content string) int32 {
+	return int32(s.tok.CountMessage(content) + s.tok.Count(toolName))
+}
+
+// ListMessages implements SessionServiceServer.
+func (s *Service) ListMessages(ctx context.Context, req *sessionv1.ListMessagesRequest) (*sessionv1.ListMessagesResponse, error) {
+	var v rpc.Violations
+	validateIDs(&v, req.GetSessionId(), req.GetUserId())
+	validatePageSize(&v, req.GetPageSize())
+	if req.GetAfterSeq() < 0 {
+		v.Add("after_seq", "must not be negative")
+	}
+	after := req.GetAfterSeq()
+	if tok := req.GetPageToken(); tok != "" {
+		var n int64
+		if _, err := fmt.Sscanf(tok, "seq:%d", &n); err != nil || n < 0 {
+			v.Add("page_token", "is not valid: pass the next_page_token of a previous call")
+		}
+		after = n
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	sess, err := s.owned(ctx, req.GetSessionId(), req.GetUserId())
+	if err != nil {
+		return nil, err
+	}
+	limit := int(orDefault(req.GetPageSize(), defaultMessagesPage))
+	msgs, err := s.store.ListMessages(ctx, req.GetSessionId(), after, limit)
+	if err != nil {
+		return nil, toStatus(err, req.GetSessionId())
+	}
+	resp := &sessionv1.ListMessagesResponse{Messages: msgs}
+	if len(msgs) == limit && msgs[len(msgs)-1].GetSeq() < sess.GetState().GetLastSeq() {
+		resp.NextPageToken = fmt.Sprintf("seq:%d", msgs[len(msgs)-1].GetSeq())
+	}
+	return resp, nil
+}
+
+// BuildContext implements SessionServiceServer.
+func (s *Service) BuildContext(ctx context.Context, req *sessionv1.BuildContextRequest) (*sessionv1.BuildContextResponse, error) {
+	var v rpc.Violations
+	validateIDs(&v, req.GetSessionId(), req.GetUserId())
+	if w := req.GetWindowTurns(); w < 0 || w > maxWindowTurns {
+		v.Add("window_turns", "must be between 0 and %d", maxWindowTurns)
+	}
+	if b := req.GetTokenBudget(); b < 0 || b > maxTokenBudget {
+		v.Add("token_budget", "must be between 0 and %d", maxTokenBudget)
+	}
+	if e := req.GetMaxEvicted(); e < 0 || e > maxEvictedLimit {
+		v.Add("max_evicted", "must be between 0 and %d", maxEvictedLimit)
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	sess, err := s.owned(ctx, req.GetSessionId(), req.GetUserId())
+	if err != nil {
+		return nil, err
+	}
+	turns := int(orDefault(req.GetWindowTurns(), orDefault(sess.GetConfig().GetWindowTurns(), int32(s.cfg.WindowTurns))))
+	budget := int(orDefault(req.GetTokenBudget(), orDefault(sess.GetConfig().GetTokenBudget(), int32(s.cfg.TokenBudget))))
+	maxEvicted := int(orDefault(req.GetMaxEvicted(), int32(s.cfg.MaxEvicted)))
+	d, err := s.store.LoadContext(ctx, req.GetSessionId(), turns, maxEvicted)
+	if err != nil {
+		return nil, toStatus(err, req.GetSessionId())
+	}
+	a := assemble(d, budget, maxEvicted, func(c string) int32 { return int32(s.tok.CountMessage(c)) })
+	resp := &sessionv1.BuildContextResponse{
+		Pinned:                a.pinned,
+		Window:                a.window,
+		Evicted:               a.evicted,
+		EvictedTruncated:      a.evictedMore,
+		Repairs:               a.repairs,
+		WindowTurns:           int32(a.windowTurns),
+		TurnsDroppedForBudget: int32(a.droppedForBudget),
+		WindowStartSeq:        a.windowStartSeq,
+		LastSeq:               d.Session.GetState().GetLastSeq(),
+		Tokens:                &sessionv1.ContextTokens{Encoding: s.tok.Name()},
+	}
+	if d.Summary != nil {
+		resp.Summary = summaryMessage(d.Summary)
+		resp.Tokens.Summary = d.Summary.TokenCount
+	}
+	resp.Tokens.Pinned = sumTokens(a.pinned)
+	resp.Tokens.Window = sumTokens(a.window)
+	resp.Tokens.Evicted = sumTokens(a.evicted)
+	resp.Tokens.Total = resp.Tokens.Summary + resp.Tokens.Pinned + resp.Tokens.Window
+	return resp, nil
+}
+
+func sumTokens(msgs []*sessionv1.Message) int32 {
+	var n int32
+	for _, m := range msgs {
+		n += m.GetTokenCount()
+	}
+	return n
+}
+
+// UpdateSummary implements SessionServiceServer.
+func (s *Service) UpdateSummary(ctx context.Context, req *sessionv1.UpdateSummaryRequest) (*sessionv1.UpdateSummaryResponse, error) {
+	var v rpc.Violations
+	validateIDs(&v, req.GetSessionId(), req.GetUserId())
+	v.Required("content", req.GetContent())
+	if req.GetThroughSeq() < 1 {
+		v.Add("through_seq", "must be at least 1: the last seq the summary covers")
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if n := len(req.GetContent()); n > maxSummaryBytes {
+		return nil, status.Errorf(codes.ResourceExhausted, "content: %d bytes; a summary may have at most %d", n, maxSummaryBytes)
+	}
+	if _, err := s.owned(ctx, req.GetSessionId(), req.GetUserId()); err != nil {
+		return nil, err
+	}
+	sum := &Summary{
+		Content:            req.GetContent(),
+		ThroughSeq:         req.GetThroughSeq(),
+		TokenCount:         int32(s.tok.CountMessage(req.GetContent())),
+		UpdatedAtUnixMilli: time.Now().UnixMilli(),
+	}
+	prev, err := s.store.UpdateSummary(ctx, req.GetSessionId(), sum)
+	if err != nil {
+		return nil, toStatus(err, req.GetSessionId())
+	}
+	return &sessionv1.UpdateSummaryResponse{Summary: summaryMessage(sum), PreviousThroughSeq: prev}, nil
+}
+
+// SearchMessages implements SessionServiceServer.
+func (s *Service) SearchMessages(ctx context.Context, req *sessionv1.SearchMessagesRequest) (*sessionv1.SearchMessagesResponse, error) {
+	var v rpc.Violations
+	validateUser(&v, req.GetUserId())
+	v.Required("query", req.GetQuery())
+	v.MaxLen("query", req.GetQuery(), maxQueryBytes)
+	v.MaxLen("session_id", req.GetSessionId(), maxIDBytes)
+	if n := req.GetNeighbors(); n < 0 || n > maxSearchNeighbors {
+		v.Add("neighbors", "must be between 0 and %d", maxSearchNeighbors)
+	}
+	if n := req.GetPageSize(); n < 0 || n > maxSearchPage {
+		v.Add("page_size", "must be between 0 and %d", maxSearchPage)
+	}
+	terms := queryTerms(req.GetQuery())
+	if req.GetQuery() != "" && len(terms) == 0 {
+		v.Add("query", "has no words to search for")
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if sid := req.GetSessionId(); sid != "" {
+		if _, err := s.owned(ctx, sid, req.GetUserId()); err != nil {
+			return nil, err
+		}
+	}
+	neighbors := int(orDefault(req.GetNeighbors(), defaultSearchContext))
+	limit := int(orDefault(req.GetPageSize(), defaultSearchPage))
+	res, err := s.store.Search(ctx, req.GetUserId(), terms, req.GetSessionId(), neighbors, limit)
+	if err != nil {
+		return nil, toStatus(err, req.GetSessionId())
+	}
+	out := &sessionv1.SearchMessagesResponse{}
+	for _, r := range res {
+		out.Hits = append(out.Hits, &sessionv1.SearchHit{
+			SessionId: r.SessionID,
+			Message:   r.Message,
+			Before:    r.Before,
+			After:     r.After,
+			Score:     float64(r.Matched) / float64(len(terms)),
+		})
+	}
+	return out, nil
+}

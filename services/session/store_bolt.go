@@ -1,0 +1,516 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+)
+
+// BoltStore is the embedded store of monolithic mode: one bbolt file. bbolt was chosen because
+// it is pure Go (no cgo), keeps one file with ACID transactions that survive a crash, and its
+// sorted keys give exactly the access paths a session log needs: a message by seq, a seq range,
+// the last N turn starts by walking a cursor backwards, and prefix scans for search. Its single
+// writer serializes appends, which is what dense seq numbers need anyway.
+//
+// Layout:
+//
+//	sessions        sid → Session (identity, config, state)
+//	summaries       sid → summary as a message of kind summary
+//	user_sessions   uid 0x00 (MaxUint64 - updated ms) sid → nil   (newest first)
+//	index           uid 0x00 term 0x00 sid 0x00 seq → nil         (search postings)
+//	s/<sid>         m: seq → Message   c: client_id → seq   t: seq of user messages → nil
+//	                k: seq of sticky messages → nil
+type BoltStore struct {
+	db *bolt.DB
+}
+
+var (
+	bSessions     = []byte("sessions")
+	bSummaries    = []byte("summaries")
+	bUserSessions = []byte("user_sessions")
+	bIndex        = []byte("index")
+	bMsgs         = []byte("m")
+	bClientIDs    = []byte("c")
+	bTurns        = []byte("t")
+	bSticky       = []byte("k")
+)
+
+// present is the value of set-like buckets; a non-empty value keeps Get's nil meaning "absent".
+var present = []byte{1}
+
+// OpenBoltStore opens (or creates) the store at path. A file held by another process is an
+// error after a second instead of a hang.
+func OpenBoltStore(path string) (*BoltStore, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("open %s: the file is in use by another hermes process", path)
+		}
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bSessions, bSummaries, bUserSessions, bIndex} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("init %s: %w", path, err)
+	}
+	return &BoltStore{db: db}, nil
+}
+
+// Close closes the file.
+func (b *BoltStore) Close() error { return b.db.Close() }
+
+func seqKey(seq int64) []byte {
+	k := make([]byte, 8)
+	binary.BigEndian.PutUint64(k, uint64(seq))
+	return k
+}
+
+func keySeq(k []byte) int64 { return int64(binary.BigEndian.Uint64(k)) }
+
+func sessionBucketName(sid string) []byte { return []byte("s/" + sid) }
+
+func userSessionKey(uid string, updatedMs int64, sid string) []byte {
+	k := make([]byte, 0, len(uid)+1+8+len(sid))
+	k = append(k, uid...)
+	k = append(k, 0)
+	k = binary.BigEndian.AppendUint64(k, math.MaxUint64-uint64(updatedMs))
+	return append(k, sid...)
+}
+
+func indexPrefix(uid, term string) []byte {
+	k := make([]byte, 0, len(uid)+len(term)+2)
+	k = append(k, uid...)
+	k = append(k, 0)
+	k = append(k, term...)
+	return append(k, 0)
+}
+
+func indexKey(uid, term, sid string, seq int64) []byte {
+	k := indexPrefix(uid, term)
+	k = append(k, sid...)
+	k = append(k, 0)
+	return append(k, seqKey(seq)...)
+}
+
+func getSession(tx *bolt.Tx, id string) (*sessionv1.Session, error) {
+	raw := tx.Bucket(bSessions).Get([]byte(id))
+	if raw == nil {
+		return nil, ErrNotFound
+	}
+	s := &sessionv1.Session{}
+	if err := proto.Unmarshal(raw, s); err != nil {
+		return nil, fmt.Errorf("decode session %s: %w", id, err)
+	}
+	return s, nil
+}
+
+func putSession(tx *bolt.Tx, s *sessionv1.Session) error {
+	raw, err := proto.Marshal(s)
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bSessions).Put([]byte(s.GetId()), raw)
+}
+
+// CreateSession implements Store.
+func (b *BoltStore) CreateSession(_ context.Context, s *sessionv1.Session) error {
+	return b.db.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bSessions).Get([]byte(s.GetId())) != nil {
+			return fmt.Errorf("session %s already exists", s.GetId())
+		}
+		s = proto.CloneOf(s)
+		s.State = &sessionv1.SessionState{UpdatedAt: s.GetCreatedAt()}
+		if err := putSession(tx, s); err != nil {
+			return err
+		}
+		sb, err := tx.CreateBucket(sessionBucketName(s.GetId()))
+		if err != nil {
+			return err
+		}
+		for _, name := range [][]byte{bMsgs, bClientIDs, bTurns, bSticky} {
+			if _, err := sb.CreateBucket(name); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bUserSessions).Put(userSessionKey(s.GetUserId(), s.GetCreatedAt().AsTime().UnixMilli(), s.GetId()), present)
+	})
+}
+
+// GetSession implements Store.
+func (b *BoltStore) GetSession(_ context.Context, id string) (*sessionv1.Session, error) {
+	var s *sessionv1.Session
+	err := b.db.View(func(tx *bolt.Tx) error {
+		var err error
+		s, err = getSession(tx, id)
+		return err
+	})
+	return s, err
+}
+
+// ListSessions implements Store. The cursor is the hex of the last returned index key.
+func (b *BoltStore) ListSessions(_ context.Context, userID, cursor string, limit int) ([]*sessionv1.Session, string, error) {
+	prefix := append([]byte(userID), 0)
+	var after []byte
+	if cursor != "" {
+		var err error
+		if after, err = hex.DecodeString(cursor); err != nil || !bytes.HasPrefix(after, prefix) {
+			return nil, "", fmt.Errorf("%w: bad page token", ErrBadCursor)
+		}
+	}
+	var out []*sessionv1.Session
+	next := ""
+	err := b.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bUserSessions).Cursor()
+		k, _ := c.Seek(prefix)
+		if after != nil {
+			k, _ = c.Seek(after)
+			if bytes.Equal(k, after) {
+				k, _ = c.Next()
+			}
+		}
+		for ; k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			if len(out) == limit {
+				next = hex.EncodeToString(userSessionKeyOf(out[len(out)-1]))
+				return nil
+			}
+			s, err := getSession(tx, string(k[len(prefix)+8:]))
+			if err != nil {
+				return err
+			}
+			out = append(out, s)
+		}
+		return nil
+	})
+	return out, next, err
+}
+
+func userSessionKeyOf(s *sessionv1.Session) []byte {
+	return userSessionKey(s.GetUserId(), s.GetState().GetUpdatedAt().AsTime().UnixMilli(), s.GetId())
+}
+
+// DeleteSession implements Store.
+func (b *BoltStore) DeleteSession(_ context.Context, userID, id string) (int64, error) {
+	var n int64
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		s, err := getSession(tx, id)
+		if err != nil {
+			return err
+		}
+		sb := tx.Bucket(sessionBucketName(id))
+		idx := tx.Bucket(bIndex)
+		err = sb.Bucket(bMsgs).ForEach(func(k, v []byte) error {
+			n++
+			m := &sessionv1.Message{}
+			if err := proto.Unmarshal(v, m); err != nil {
+				return nil
+			}
+			for _, t := range textTerms(m.GetContent()) {
+				if err := idx.Delete(indexKey(userID, t, id, keySeq(k))); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if err := tx.DeleteBucket(sessionBucketName(id)); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bUserSessions).Delete(userSessionKeyOf(s)); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bSummaries).Delete([]byte(id)); err != nil {
+			return err
+		}
+		return tx.Bucket(bSessions).Delete([]byte(id))
+	})
+	return n, err
+}
+
+// Append implements Store. The whole batch is one bbolt transaction.
+func (b *BoltStore) Append(_ context.Context, userID, sessionID string, batch []AppendItem, expectedLastSeq *int64) (*AppendResult, error) {
+	out := &AppendResult{Messages: make([]*sessionv1.Message, len(batch))}
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		s, err := getSession(tx, sessionID)
+		if err != nil {
+			return err
+		}
+		sb := tx.Bucket(sessionBucketName(sessionID))
+		msgs, cids := sb.Bucket(bMsgs), sb.Bucket(bClientIDs)
+		fresh := 0
+		for i, it := range batch {
+			cid := it.Message.GetClientId()
+			if cid == "" {
+				fresh++
+				continue
+			}
+			if v := cids.Get([]byte(cid)); v != nil {
+				m := &sessionv1.Message{}
+				if err := proto.Unmarshal(msgs.Get(v), m); err != nil {
+					return fmt.Errorf("decode message: %w", err)
+				}
+				out.Messages[i] = m
+				out.Deduplicated++
+				continue
+			}
+			fresh++
+		}
+		st := s.GetState()
+		if fresh > 0 && expectedLastSeq != nil && *expectedLastSeq != st.GetLastSeq() {
+			return &ConflictError{Expected: *expectedLastSeq, Actual: st.GetLastSeq()}
+		}
+		if fresh == 0 {
+			out.State = st
+			return nil
+		}
+		oldKey := userSessionKeyOf(s)
+		idx := tx.Bucket(bIndex)
+		for i, it := range batch {
+			if out.Messages[i] != nil {
+				continue
+			}
+			m := it.Message
+			st.LastSeq++
+			m.Seq = st.GetLastSeq()
+			raw, err := proto.Marshal(m)
+			if err != nil {
+				return err
+			}
+			k := seqKey(m.GetSeq())
+			if err := msgs.Put(k, raw); err != nil {
+				return err
+			}
+			if cid := m.GetClientId(); cid != "" {
+				if err := cids.Put([]byte(cid), k); err != nil {
+					return err
+				}
+			}
+			if m.GetRole() == sessionv1.Role_ROLE_USER {
+				st.TurnCount++
+				if err := sb.Bucket(bTurns).Put(k, present); err != nil {
+					return err
+				}
+			}
+			if m.GetSticky() {
+				if err := sb.Bucket(bSticky).Put(k, present); err != nil {
+					return err
+				}
+			}
+			for _, t := range it.Terms {
+				if err := idx.Put(indexKey(userID, t, sessionID, m.GetSeq()), present); err != nil {
+					return err
+				}
+			}
+			st.MessageCount++
+			st.TokenCount += int64(m.GetTokenCount())
+			out.Messages[i] = m
+		}
+		st.UpdatedAt = timestamppb.Now()
+		if err := tx.Bucket(bUserSessions).Delete(oldKey); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bUserSessions).Put(userSessionKeyOf(s), present); err != nil {
+			return err
+		}
+		out.State = st
+		return putSession(tx, s)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// messageRange returns the messages with from <= seq <= to.
+func messageRange(msgs *bolt.Bucket, from, to int64) ([]*sessionv1.Message, error) {
+	var out []*sessionv1.Message
+	c := msgs.Cursor()
+	for k, v := c.Seek(seqKey(max(from, 1))); k != nil && keySeq(k) <= to; k, v = c.Next() {
+		m := &sessionv1.Message{}
+		if err := proto.Unmarshal(v, m); err != nil {
+			return nil, fmt.Errorf("decode message %d: %w", keySeq(k), err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// ListMessages implements Store.
+func (b *BoltStore) ListMessages(_ context.Context, sessionID string, afterSeq int64, limit int) ([]*sessionv1.Message, error) {
+	var out []*sessionv1.Message
+	err := b.db.View(func(tx *bolt.Tx) error {
+		sb := tx.Bucket(sessionBucketName(sessionID))
+		if sb == nil {
+			return ErrNotFound
+		}
+		var err error
+		out, err = messageRange(sb.Bucket(bMsgs), afterSeq+1, afterSeq+int64(limit))
+		return err
+	})
+	return out, err
+}
+
+// LoadContext implements Store. It walks the turn index backwards from its end, so it reads only
+// the window, the sticky messages and the capped evicted range.
+func (b *BoltStore) LoadContext(_ context.Context, sessionID string, turns, maxEvicted int) (*ContextData, error) {
+	d := &ContextData{}
+	err := b.db.View(func(tx *bolt.Tx) error {
+		s, err := getSession(tx, sessionID)
+		if err != nil {
+			return err
+		}
+		d.Session = s
+		if raw := tx.Bucket(bSummaries).Get([]byte(sessionID)); raw != nil {
+			m := &sessionv1.Message{}
+			if err := proto.Unmarshal(raw, m); err != nil {
+				return fmt.Errorf("decode summary: %w", err)
+			}
+			d.Summary = summaryFromMessage(m)
+		}
+		sb := tx.Bucket(sessionBucketName(sessionID))
+		msgs := sb.Bucket(bMsgs)
+		start := int64(1)
+		c := sb.Bucket(bTurns).Cursor()
+		n := 0
+		for k, _ := c.Last(); k != nil; k, _ = c.Prev() {
+			n++
+			if n == turns {
+				start = keySeq(k)
+			}
+			if n > turns {
+				break
+			}
+		}
+		if n <= turns {
+			start = 1
+		}
+		last := s.GetState().GetLastSeq()
+		if d.Window, err = messageRange(msgs, start, last); err != nil {
+			return err
+		}
+		sc := sb.Bucket(bSticky).Cursor()
+		for k, _ := sc.First(); k != nil && keySeq(k) < start; k, _ = sc.Next() {
+			m := &sessionv1.Message{}
+			if err := proto.Unmarshal(msgs.Get(k), m); err != nil {
+				return fmt.Errorf("decode sticky message: %w", err)
+			}
+			d.Sticky = append(d.Sticky, m)
+		}
+		from := int64(1)
+		if d.Summary != nil {
+			from = d.Summary.ThroughSeq + 1
+		}
+		to := min(start-1, from+int64(maxEvicted)-1)
+		if d.Evicted, err = messageRange(msgs, from, to); err != nil {
+			return err
+		}
+		d.EvictedMore = to < start-1
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// UpdateSummary implements Store.
+func (b *BoltStore) UpdateSummary(_ context.Context, sessionID string, sum *Summary) (int64, error) {
+	var prev int64
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		s, err := getSession(tx, sessionID)
+		if err != nil {
+			return err
+		}
+		st := s.GetState()
+		prev = st.GetSummaryThroughSeq()
+		if sum.ThroughSeq < prev {
+			return fmt.Errorf("%w: the stored summary covers through seq %d", ErrSummaryBehind, prev)
+		}
+		if sum.ThroughSeq > st.GetLastSeq() {
+			return fmt.Errorf("%w: the session's last seq is %d", ErrSummaryAhead, st.GetLastSeq())
+		}
+		raw, err := proto.Marshal(summaryMessage(sum))
+		if err != nil {
+			return err
+		}
+		if err := tx.Bucket(bSummaries).Put([]byte(sessionID), raw); err != nil {
+			return err
+		}
+		st.SummaryThroughSeq = sum.ThroughSeq
+		return putSession(tx, s)
+	})
+	return prev, err
+}
+
+// Search implements Store. It walks the postings of the first term newest first and keeps the
+// messages that have every other term too.
+func (b *BoltStore) Search(_ context.Context, userID string, terms []string, sessionID string, neighbors, limit int) ([]*SearchResult, error) {
+	var out []*SearchResult
+	err := b.db.View(func(tx *bolt.Tx) error {
+		idx := tx.Bucket(bIndex)
+		prefix := indexPrefix(userID, terms[0])
+		c := idx.Cursor()
+		// Seek past the prefix's end, then walk back: newest sessions (ULIDs sort by time) and
+		// highest seqs first.
+		end := append(bytes.Clone(prefix[:len(prefix)-1]), 1)
+		k, _ := c.Seek(end)
+		if k == nil {
+			k, _ = c.Last()
+		} else {
+			k, _ = c.Prev()
+		}
+		for ; k != nil && bytes.HasPrefix(k, prefix) && len(out) < limit; k, _ = c.Prev() {
+			rest := k[len(prefix):]
+			if len(rest) < 9 {
+				continue
+			}
+			sid := string(rest[:len(rest)-9])
+			seq := keySeq(rest[len(rest)-8:])
+			if sessionID != "" && sid != sessionID {
+				continue
+			}
+			all := true
+			for _, t := range terms[1:] {
+				if idx.Get(indexKey(userID, t, sid, seq)) == nil {
+					all = false
+					break
+				}
+			}
+			if !all {
+				continue
+			}
+			sb := tx.Bucket(sessionBucketName(sid))
+			if sb == nil {
+				continue
+			}
+			msgs, err := messageRange(sb.Bucket(bMsgs), seq-int64(neighbors), seq+int64(neighbors))
+			if err != nil {
+				return err
+			}
+			if res := splitNeighbors(sid, seq, msgs, len(terms)); res != nil {
+				out = append(out, res)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
