@@ -368,6 +368,11 @@ func TestPolicyRejects(t *testing.T) {
 			want:    "terminationGracePeriodSeconds 20s is not longer than the drain (drain delay 0s + shutdown timeout 20s)",
 		},
 		{
+			name:    "topology spread over other pods",
+			patches: []string{jsonPatch("Deployment", `- {op: add, path: /spec/template/spec/topologySpreadConstraints, value: [{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: other}}}]}`)},
+			want:    "topologySpreadConstraint on kubernetes.io/hostname does not select its own pods",
+		},
+		{
 			name:    "service links on",
 			patches: []string{jsonPatch("Deployment", `- {op: replace, path: /spec/template/spec/enableServiceLinks, value: true}`)},
 			want:    "enableServiceLinks is not false",

@@ -103,6 +103,12 @@ func (pol policy) checkDeployment(p *problems, r *rendered, d *appsv1.Deployment
 	if !hasServiceWithGRPCPort(r, d.Namespace, pod) {
 		p.addf(obj, "no Service with a port named grpc selects its pods")
 	}
+	for _, c := range pod.Spec.TopologySpreadConstraints {
+		sel, err := metav1.LabelSelectorAsSelector(c.LabelSelector)
+		if err != nil || c.LabelSelector == nil || !sel.Matches(labels.Set(pod.Labels)) {
+			p.addf(obj, "topologySpreadConstraint on %s does not select its own pods, so it spreads nothing", c.TopologyKey)
+		}
+	}
 	if s := pod.Spec.EnableServiceLinks; s == nil || *s {
 		p.addf(obj, "enableServiceLinks is not false: Kubernetes would inject HERMES_<SERVICE>_PORT-style variables for every Service, which the binary reads as settings")
 	}
@@ -443,6 +449,11 @@ func hostPort(v string) (host, port string, ok bool) {
 func checkPodSecurity(p *problems, obj string, spec *corev1.PodSpec) {
 	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
 		p.addf(obj, "shares a host namespace")
+	}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			p.addf(obj, "volume %s mounts the host path %s", v.Name, v.HostPath.Path)
+		}
 	}
 }
 
