@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/qdrant/go-client/qdrant"
@@ -368,4 +370,31 @@ func (s *QdrantSemantic) CountUser(ctx context.Context, userID string) (uint64, 
 func (s *QdrantSemantic) Ping(ctx context.Context) error {
 	_, err := s.c.HealthCheck(ctx)
 	return err
+}
+
+// DialQdrant returns a client of the Qdrant gRPC API at addr (host:port, port 6334 by default).
+// The connection is lazy; the version check of the client is skipped because Hermes checks
+// what it needs (the collection's dimension and distance) itself.
+func DialQdrant(addr string) (*qdrant.Client, error) {
+	host, port, err := parseHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	c, err := qdrant.NewClient(&qdrant.Config{Host: host, Port: port, SkipCompatibilityCheck: true})
+	if err != nil {
+		return nil, fmt.Errorf("qdrant at %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+func parseHostPort(addr string) (string, int, error) {
+	host, portS, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr, 6334, nil //nolint:nilerr // a bare host means the default gRPC port
+	}
+	port, err := strconv.Atoi(portS)
+	if err != nil || port <= 0 || port > 65535 {
+		return "", 0, fmt.Errorf("qdrant address %q: bad port", addr)
+	}
+	return host, port, nil
 }
