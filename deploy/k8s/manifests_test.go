@@ -373,6 +373,16 @@ func TestPolicyRejects(t *testing.T) {
 			want:    "topologySpreadConstraint on kubernetes.io/hostname does not select its own pods",
 		},
 		{
+			name:    "port name too long",
+			patches: []string{jsonPatch("Deployment", `- {op: add, path: `+container+`/ports/-, value: {name: prometheus-metrics, containerPort: 9090}}`)},
+			want:    `Deployment/hermes-session container hermes: invalid port name "prometheus-metrics"`,
+		},
+		{
+			name:    "Service name that is not a DNS label",
+			patches: []string{jsonPatch("Service", `- {op: replace, path: /metadata/name, value: hermes.session}`)},
+			want:    "Service/hermes.session: invalid name",
+		},
+		{
 			name:    "service links on",
 			patches: []string{jsonPatch("Deployment", `- {op: replace, path: /spec/template/spec/enableServiceLinks, value: true}`)},
 			want:    "enableServiceLinks is not false",

@@ -14,9 +14,11 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
@@ -70,6 +72,7 @@ func (pol policy) check(r *rendered) []string {
 	for _, s := range r.services {
 		checkService(&p, r, s)
 	}
+	checkNames(&p, r)
 	for _, cm := range r.configMaps {
 		if usedAsEnv(r, cm) {
 			pol.checkAddresses(&p, r, cm)
@@ -444,6 +447,60 @@ func hostPort(v string) (host, port string, ok bool) {
 	}
 	host, port, err := net.SplitHostPort(v)
 	return host, port, err == nil
+}
+
+// checkNames applies the API server's name rules that strict decoding cannot: object names,
+// label keys and values, port names and environment variable names.
+func checkNames(p *problems, r *rendered) {
+	for _, o := range r.objects {
+		m, err := meta.Accessor(o)
+		if err != nil {
+			continue
+		}
+		kind := o.GetObjectKind().GroupVersionKind().Kind
+		obj := kind + "/" + m.GetName()
+		nameRule := validation.IsDNS1123Subdomain
+		if kind == "Service" || kind == "Namespace" {
+			nameRule = validation.IsDNS1035Label
+		}
+		for _, msg := range nameRule(m.GetName()) {
+			p.addf(obj, "invalid name: %s", msg)
+		}
+		for k, v := range m.GetLabels() {
+			for _, msg := range append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...) {
+				p.addf(obj, "invalid label %s=%s: %s", k, v, msg)
+			}
+		}
+	}
+	for _, d := range r.deployments {
+		checkContainerNames(p, "Deployment/"+d.Name, &d.Spec.Template)
+	}
+	for _, s := range r.statefulSets {
+		checkContainerNames(p, "StatefulSet/"+s.Name, &s.Spec.Template)
+	}
+	for _, s := range r.services {
+		for _, sp := range s.Spec.Ports {
+			for _, msg := range validation.IsValidPortName(sp.Name) {
+				p.addf("Service/"+s.Name, "invalid port name %q: %s", sp.Name, msg)
+			}
+		}
+	}
+}
+
+func checkContainerNames(p *problems, workload string, pod *corev1.PodTemplateSpec) {
+	for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
+		obj := fmt.Sprintf("%s container %s", workload, c.Name)
+		for _, cp := range c.Ports {
+			for _, msg := range validation.IsValidPortName(cp.Name) {
+				p.addf(obj, "invalid port name %q: %s", cp.Name, msg)
+			}
+		}
+		for _, e := range c.Env {
+			for _, msg := range validation.IsEnvVarName(e.Name) {
+				p.addf(obj, "invalid environment variable name %q: %s", e.Name, msg)
+			}
+		}
+	}
 }
 
 func checkPodSecurity(p *problems, obj string, spec *corev1.PodSpec) {
