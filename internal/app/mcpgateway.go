@@ -1,9 +1,83 @@
 package app
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
 
-// initMCPGateway registers the mcpgateway service. It registers nothing until the service is implemented: a
-// target never answers with made-up data.
+	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+	"github.com/hermes-agent/hermes/services/mcpgateway"
+)
+
+// initMCPGateway registers the MCP gateway: connections to MCP servers (from --mcp-servers and
+// AddServer), whose tools it registers in the tool service, and, with --mcp-listen, Hermes' own
+// tools served over MCP Streamable HTTP.
 func (a *App) initMCPGateway(ctx context.Context) error {
+	cfg := a.cfg.MCPGateway
+	// The tool service may be another process that starts later: dial on first use.
+	tools := func() (toolsv1.ToolServiceClient, error) {
+		conn, err := a.Conn(TargetTools)
+		if err != nil {
+			return nil, err
+		}
+		return toolsv1.NewToolServiceClient(conn), nil
+	}
+	gw := mcpgateway.New(mcpgateway.Options{
+		Config:   cfg,
+		Logger:   a.log.With("service", "mcpgateway"),
+		Registry: mcpgateway.NewToolServiceRegistry(tools),
+		Getenv:   a.getenv,
+		Version:  a.cfg.Version,
+	})
+	if err := gw.Start(); err != nil {
+		gw.Close()
+		return err
+	}
+	a.onClose(gw.Close)
+	a.srv.Register(&mcpgatewayv1.MCPGatewayService_ServiceDesc, mcpgateway.NewServer(gw))
+
+	if cfg.MCPListen == "" {
+		return nil
+	}
+	lis, err := net.Listen("tcp", cfg.MCPListen)
+	if err != nil {
+		return fmt.Errorf("MCP endpoint: listen on %s: %w", cfg.MCPListen, err)
+	}
+	ep := mcpgateway.NewMCPServer(mcpgateway.MCPServerOptions{
+		Tools: func() (mcpgateway.ToolClient, error) {
+			return tools()
+		},
+		Logger:  a.log.With("service", "mcp-endpoint"),
+		Version: a.cfg.Version,
+		Refresh: cfg.ToolsRefresh,
+	})
+	path := cfg.MCPPath
+	if path == "" {
+		path = "/mcp"
+	}
+	mux := http.NewServeMux()
+	mux.Handle(path, ep.HTTPHandler())
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	runCtx, stop := context.WithCancel(context.Background())
+	go ep.Run(runCtx)
+	go func() {
+		if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("MCP endpoint stopped", "error", err)
+		}
+	}()
+	a.log.Info("MCP endpoint serving Hermes tools", "url", "http://"+dialable(lis.Addr().String())+path)
+	a.onClose(func() {
+		stop()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		// SSE streams never end by themselves; close what is left after the grace period.
+		if err := hs.Shutdown(sctx); err != nil {
+			_ = hs.Close()
+		}
+	})
 	return nil
 }

@@ -1,10 +1,114 @@
 package mcpgateway
 
-import "flag"
+import (
+	"flag"
+	"time"
+)
 
-// Config holds the mcpgateway service's settings; each is a flag under "mcpgateway." with an environment
-// variable and a YAML key (see pkg/config).
-type Config struct{}
+// Config holds the mcpgateway service's settings; each is a flag with an environment variable
+// and a YAML key (see pkg/config). The MCP endpoint and the servers file have short names
+// (HERMES_MCP_LISTEN, HERMES_MCP_SERVERS); the rest live under "mcpgateway.".
+type Config struct {
+	// MCPListen is the HTTP address where Hermes' own tools are served over Streamable HTTP;
+	// empty serves none.
+	MCPListen string
+	// MCPPath is the HTTP path of that endpoint.
+	MCPPath string
+	// ServersFile is a JSON file in the mcpServers format of desktop MCP clients.
+	ServersFile string
+	// CallTimeout is a tool call's timeout when a server sets none.
+	CallTimeout time.Duration
+	// ConnectTimeout bounds one connection attempt (process start, handshake, tool listing).
+	ConnectTimeout time.Duration
+	// PingInterval is how often a connected server is pinged; 0 disables pings.
+	PingInterval time.Duration
+	// PingTimeout bounds one ping, and the probe made after a failed call.
+	PingTimeout time.Duration
+	// ReconnectMin and ReconnectMax bound the backoff between connection attempts.
+	ReconnectMin, ReconnectMax time.Duration
+	// ListDebounce delays the re-listing after notifications/tools/list_changed, so a burst of
+	// notifications causes one listing.
+	ListDebounce time.Duration
+	// MaxTextBytes caps text from resources, prompts and tool results.
+	MaxTextBytes int
+	// CompactJSONOver compacts JSON text longer than this many bytes.
+	CompactJSONOver int
+	// MaxServers caps the number of servers.
+	MaxServers int
+	// PruneStale unregisters, once the tool service answers, MCP tools left in it by servers the
+	// gateway no longer has (after a restart).
+	PruneStale bool
+	// ToolsRefresh is how often Hermes' MCP endpoint re-reads the tool service's tools.
+	ToolsRefresh time.Duration
+	// StopGrace is how long a stdio server may take to exit after its stdin closes, before it is
+	// sent SIGTERM (and after that, SIGKILL).
+	StopGrace time.Duration
+}
 
 // RegisterFlags registers the settings with their defaults.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {}
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.MCPListen, "mcp-listen", "", "HTTP address serving Hermes' tools over MCP Streamable HTTP (for example 127.0.0.1:7071); empty disables it")
+	fs.StringVar(&c.MCPPath, "mcpgateway.mcp-path", "/mcp", "HTTP path of the MCP endpoint on --mcp-listen")
+	fs.StringVar(&c.ServersFile, "mcp-servers", "", `JSON file of MCP servers to connect at start, in the "mcpServers" format desktop MCP clients use`)
+	fs.DurationVar(&c.CallTimeout, "mcpgateway.call-timeout", 30*time.Second, "timeout of one MCP tool call when the server sets none")
+	fs.DurationVar(&c.ConnectTimeout, "mcpgateway.connect-timeout", 30*time.Second, "timeout of one connection attempt to an MCP server (start, handshake, tool listing)")
+	fs.DurationVar(&c.PingInterval, "mcpgateway.ping-interval", 15*time.Second, "how often connected MCP servers are pinged to find hung ones; 0 disables")
+	fs.DurationVar(&c.PingTimeout, "mcpgateway.ping-timeout", 5*time.Second, "timeout of one ping to an MCP server")
+	fs.DurationVar(&c.ReconnectMin, "mcpgateway.reconnect-min", 500*time.Millisecond, "first delay before reconnecting to a failed MCP server")
+	fs.DurationVar(&c.ReconnectMax, "mcpgateway.reconnect-max", 30*time.Second, "longest delay between reconnection attempts")
+	fs.DurationVar(&c.ListDebounce, "mcpgateway.list-debounce", 300*time.Millisecond, "delay before re-listing tools after a list_changed notification")
+	fs.IntVar(&c.MaxTextBytes, "mcpgateway.max-text-bytes", 64<<10, "cap on text from MCP resources, prompts and tool results, in bytes")
+	fs.IntVar(&c.CompactJSONOver, "mcpgateway.compact-json-over", 1024, "compact JSON text longer than this many bytes")
+	fs.IntVar(&c.MaxServers, "mcpgateway.max-servers", 256, "maximum number of MCP servers")
+	fs.BoolVar(&c.PruneStale, "mcpgateway.prune-stale", true, "unregister MCP tools left in the tool service by servers the gateway no longer has")
+	fs.DurationVar(&c.ToolsRefresh, "mcpgateway.tools-refresh", 5*time.Second, "how often the MCP endpoint re-reads the tool service's tools")
+	fs.DurationVar(&c.StopGrace, "mcpgateway.stop-grace", 2*time.Second, "how long a stdio MCP server may take to exit before it is signalled")
+}
+
+// withDefaults fills zero values, so a Config built in code (tests, the CLI) works.
+func (c Config) withDefaults() Config {
+	d := Config{}
+	fs := flag.NewFlagSet("defaults", flag.ContinueOnError)
+	d.RegisterFlags(fs)
+	if c.MCPPath == "" {
+		c.MCPPath = d.MCPPath
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = d.CallTimeout
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = d.ConnectTimeout
+	}
+	if c.PingTimeout <= 0 {
+		c.PingTimeout = d.PingTimeout
+	}
+	if c.ReconnectMin <= 0 {
+		c.ReconnectMin = d.ReconnectMin
+	}
+	if c.ReconnectMax < c.ReconnectMin {
+		c.ReconnectMax = max(d.ReconnectMax, c.ReconnectMin)
+	}
+	if c.ListDebounce <= 0 {
+		c.ListDebounce = d.ListDebounce
+	}
+	if c.MaxTextBytes <= 0 {
+		c.MaxTextBytes = d.MaxTextBytes
+	}
+	if c.CompactJSONOver == 0 {
+		c.CompactJSONOver = d.CompactJSONOver
+	}
+	if c.MaxServers <= 0 {
+		c.MaxServers = d.MaxServers
+	}
+	if c.ToolsRefresh <= 0 {
+		c.ToolsRefresh = d.ToolsRefresh
+	}
+	if c.StopGrace <= 0 {
+		c.StopGrace = d.StopGrace
+	}
+	return c
+}
+
+func (c Config) cleanOptions() CleanOptions {
+	return CleanOptions{MaxBytes: c.MaxTextBytes, CompactJSONOver: c.CompactJSONOver}
+}

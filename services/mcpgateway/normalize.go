@@ -1,0 +1,190 @@
+package mcpgateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+)
+
+// Error codes of a CallToolResponse that did not fail as the tool's own result.
+const (
+	codeUnavailable   = "unavailable"
+	codeTimeout       = "timeout"
+	codeUnknownTool   = "unknown_tool"
+	codeInvalidOutput = "invalid_output"
+	codeRejected      = "rejected"
+)
+
+// objectSchema checks that raw is a JSON Schema describing an object and returns it compacted.
+// MCP requires tool schemas to be object schemas; anything else (a missing schema, "type":
+// "string", a boolean schema) is refused here so it never reaches a model or a validator that
+// would choke on it.
+func objectSchema(raw any) (string, error) {
+	if raw == nil {
+		return "", fmt.Errorf("the schema is missing")
+	}
+	data, err := json.Marshal(raw)
+	if err != nil {
+		return "", fmt.Errorf("the schema is not JSON: %w", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil || m == nil {
+		return "", fmt.Errorf("the schema is not a JSON object: %s", abbreviate(string(data), 80))
+	}
+	if t, ok := m["type"]; !ok || t != "object" {
+		return "", fmt.Errorf(`the schema's type is %s, not "object"`, abbreviate(jsonString(t), 40))
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, data); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+// compileSchema compiles a JSON Schema (draft 2020-12 unless it says otherwise).
+func compileSchema(schema string) (*jsonschema.Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("mcp-output-schema.json", doc); err != nil {
+		return nil, err
+	}
+	return c.Compile("mcp-output-schema.json")
+}
+
+func jsonString(v any) string {
+	if v == nil {
+		return "missing"
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+func abbreviate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// normalizeResult turns an MCP tool result into the gateway's {success, output}: text blocks
+// joined; structuredContent as JSON, validated against the output schema when the tool has
+// one; isError as success=false with the server's message; every other block described in
+// contents and in a line of the output, never dropped.
+func normalizeResult(res *mcp.CallToolResult, out *jsonschema.Schema, opts CleanOptions) *pb.CallToolResponse {
+	resp := &pb.CallToolResponse{Success: !res.IsError}
+	var texts, notes []string
+	for _, c := range res.Content {
+		switch v := c.(type) {
+		case *mcp.TextContent:
+			texts = append(texts, v.Text)
+		case *mcp.ImageContent:
+			resp.Contents = append(resp.Contents, &pb.Content{Type: "image", MimeType: v.MIMEType, Size: int64(len(v.Data))})
+		case *mcp.AudioContent:
+			resp.Contents = append(resp.Contents, &pb.Content{Type: "audio", MimeType: v.MIMEType, Size: int64(len(v.Data))})
+		case *mcp.ResourceLink:
+			d := &pb.Content{Type: "resource_link", MimeType: v.MIMEType, Uri: v.URI, Text: CleanText(v.Name, "text/plain", CleanOptions{MaxBytes: 256}).Text}
+			if v.Size != nil {
+				d.Size = *v.Size
+			}
+			resp.Contents = append(resp.Contents, d)
+		case *mcp.EmbeddedResource:
+			d := &pb.Content{Type: "resource"}
+			if r := v.Resource; r != nil {
+				d.Uri, d.MimeType = r.URI, r.MIMEType
+				if r.Blob != nil {
+					d.Size = int64(len(r.Blob))
+				} else {
+					d.Size = int64(len(r.Text))
+					d.Text = CleanText(r.Text, r.MIMEType, opts).Text
+				}
+			}
+			resp.Contents = append(resp.Contents, d)
+		default:
+			resp.Contents = append(resp.Contents, &pb.Content{Type: strings.TrimPrefix(fmt.Sprintf("%T", c), "*mcp.")})
+		}
+	}
+	for _, d := range resp.Contents {
+		notes = append(notes, describeContent(d))
+	}
+	text := strings.Join(texts, "\n")
+	if len(notes) > 0 {
+		if text != "" {
+			text += "\n"
+		}
+		text += strings.Join(notes, "\n")
+	}
+	if res.IsError {
+		if strings.TrimSpace(text) == "" {
+			text = "the tool reported an error without a message"
+		}
+		c := CleanText(text, "", opts)
+		resp.Output, resp.Truncated = c.Text, c.Truncated
+		return resp
+	}
+	if res.StructuredContent != nil {
+		raw, err := json.Marshal(res.StructuredContent)
+		if err != nil {
+			resp.Success, resp.ErrorCode = false, codeInvalidOutput
+			resp.Output = "the server's structuredContent is not JSON: " + err.Error()
+			return resp
+		}
+		if out != nil {
+			v, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+			if err == nil {
+				err = out.Validate(v)
+			}
+			if err != nil {
+				resp.Success, resp.ErrorCode = false, codeInvalidOutput
+				resp.Output = "the server's structuredContent does not match the tool's output schema: " + abbreviate(err.Error(), 2000)
+				return resp
+			}
+		}
+		resp.Output, resp.Structured = string(raw), true
+		return resp
+	}
+	c := CleanText(text, "", opts)
+	resp.Output, resp.Truncated = c.Text, c.Truncated
+	return resp
+}
+
+// describeContent is the one line a model sees for a non-text block.
+func describeContent(d *pb.Content) string {
+	var parts []string
+	if d.Uri != "" {
+		parts = append(parts, d.Uri)
+	}
+	if d.MimeType != "" {
+		parts = append(parts, d.MimeType)
+	}
+	if d.Size > 0 || d.Type == "image" || d.Type == "audio" {
+		parts = append(parts, fmt.Sprintf("%d bytes", d.Size))
+	}
+	line := "[" + d.Type
+	if len(parts) > 0 {
+		line += ": " + strings.Join(parts, ", ")
+	}
+	line += "]"
+	switch {
+	case d.Type == "resource" && d.Text != "":
+		line += "\n" + d.Text
+	case d.Type == "resource_link" && d.Text != "":
+		line += " " + d.Text
+	}
+	return line
+}

@@ -1,0 +1,118 @@
+package mcpgateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+// Registry is the tool service as the gateway uses it: where discovered tools are registered so
+// that the orchestrator can list and execute them like any other tool.
+type Registry interface {
+	// Register adds or replaces a tool registered from source.
+	Register(ctx context.Context, spec *toolsv1.ToolSpec, source string) error
+	// Unregister removes a tool; a tool that does not exist is not an error.
+	Unregister(ctx context.Context, name string) error
+	// Source returns the source of a registered tool, or found=false.
+	Source(ctx context.Context, name string) (source string, found bool, err error)
+	// BySource lists the names of the tools whose source starts with prefix.
+	BySource(ctx context.Context, prefix string) (map[string]string, error)
+}
+
+// Registration failures that retrying does not fix.
+var (
+	// errConflict: the tool service refused because the name is taken.
+	errConflict = errors.New("name taken in the tool service")
+	// errRefused: the tool service refused the spec (for example a schema it cannot compile).
+	errRefused = errors.New("spec refused by the tool service")
+)
+
+// ToolServiceRegistry registers tools through the ToolService gRPC API. The client is obtained
+// lazily, so the gateway can start before the tool service does.
+type ToolServiceRegistry struct {
+	client func() (toolsv1.ToolServiceClient, error)
+}
+
+// NewToolServiceRegistry returns a Registry backed by the ToolService client that client returns.
+func NewToolServiceRegistry(client func() (toolsv1.ToolServiceClient, error)) *ToolServiceRegistry {
+	return &ToolServiceRegistry{client: client}
+}
+
+// Register implements Registry.
+func (r *ToolServiceRegistry) Register(ctx context.Context, spec *toolsv1.ToolSpec, source string) error {
+	c, err := r.client()
+	if err != nil {
+		return err
+	}
+	_, err = c.RegisterTool(ctx, &toolsv1.RegisterToolRequest{Spec: spec, Source: source})
+	switch status.Code(err) {
+	case codes.OK:
+		return nil
+	case codes.AlreadyExists, codes.FailedPrecondition:
+		return fmt.Errorf("%w: %s", errConflict, status.Convert(err).Message())
+	case codes.InvalidArgument, codes.ResourceExhausted:
+		return fmt.Errorf("%w: %s", errRefused, status.Convert(err).Message())
+	}
+	return fmt.Errorf("register %s: %w", spec.GetName(), err)
+}
+
+// Unregister implements Registry.
+func (r *ToolServiceRegistry) Unregister(ctx context.Context, name string) error {
+	c, err := r.client()
+	if err != nil {
+		return err
+	}
+	_, err = c.UnregisterTool(ctx, &toolsv1.UnregisterToolRequest{Name: name})
+	if err != nil && status.Code(err) != codes.NotFound {
+		return fmt.Errorf("unregister %s: %w", name, err)
+	}
+	return nil
+}
+
+// Source implements Registry.
+func (r *ToolServiceRegistry) Source(ctx context.Context, name string) (string, bool, error) {
+	c, err := r.client()
+	if err != nil {
+		return "", false, err
+	}
+	resp, err := c.GetTool(ctx, &toolsv1.GetToolRequest{Name: name})
+	switch status.Code(err) {
+	case codes.OK:
+		return resp.GetTool().GetSource(), true, nil
+	case codes.NotFound:
+		return "", false, nil
+	}
+	return "", false, fmt.Errorf("get tool %s: %w", name, err)
+}
+
+// BySource implements Registry: name → source of every tool whose source starts with prefix.
+func (r *ToolServiceRegistry) BySource(ctx context.Context, prefix string) (map[string]string, error) {
+	c, err := r.client()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	token := ""
+	for range 10000 {
+		resp, err := c.ListTools(ctx, &toolsv1.ListToolsRequest{PageSize: 1000, PageToken: token})
+		if err != nil {
+			return nil, fmt.Errorf("list tools: %w", err)
+		}
+		for _, t := range resp.GetTools() {
+			if strings.HasPrefix(t.GetSource(), prefix) {
+				out[t.GetSpec().GetName()] = t.GetSource()
+			}
+		}
+		token = resp.GetNextPageToken()
+		if token == "" {
+			return out, nil
+		}
+	}
+	return nil, errors.New("list tools: too many pages")
+}
