@@ -26,11 +26,15 @@ breaking:
 	go tool buf breaking --against '.git#branch=main'
 
 lint:
-	gofmt -l . | tee /dev/stderr | (! read)
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	go vet ./...
+	go mod tidy -diff
 
+# The test command of the README: starts Redis and NATS when they are not running, then runs
+# every test with the race detector.
 test:
-	go test -race -count=1 ./...
+	./scripts/ensure-backends.sh
+	go test -race -count=1 -timeout 30m ./...
 
 test-short:
 	go test -short -count=1 ./...

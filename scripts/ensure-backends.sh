@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Makes sure the servers the tests talk to are running: Redis on 127.0.0.1:6379 and NATS with
+# JetStream on 127.0.0.1:4222 (installed from Debian's packages when missing), and Node.js/npm
+# for the MCP reference servers. Safe to run again: it starts only what is not answering.
+set -euo pipefail
+
+log() { printf 'ensure-backends: %s\n' "$*" >&2; }
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() {
+  for _ in $(seq 1 50); do port_open "$1" && return 0; sleep 0.2; done
+  log "nothing answers on 127.0.0.1:$1 after 10s"; return 1
+}
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
+apt_updated=""
+apt_install() {
+  if [ -z "$apt_updated" ]; then $SUDO apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+}
+
+if ! port_open 6379; then
+  command -v redis-server >/dev/null || { log "installing redis-server"; apt_install redis-server; }
+  log "starting redis-server"
+  mkdir -p /tmp/hermes-redis
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+    --dir /tmp/hermes-redis --logfile /tmp/hermes-redis/redis.log
+  wait_port 6379
+fi
+
+if ! port_open 4222; then
+  command -v nats-server >/dev/null || { log "installing nats-server"; apt_install nats-server; }
+  log "starting nats-server with JetStream"
+  mkdir -p /tmp/hermes-nats
+  nohup nats-server -a 127.0.0.1 -p 4222 -js -sd /tmp/hermes-nats >/tmp/hermes-nats/nats.log 2>&1 &
+  wait_port 4222
+fi
+
+if ! command -v npm >/dev/null; then
+  log "installing nodejs and npm"
+  apt_install nodejs npm
+fi
+log "redis, nats and npm are ready"
