@@ -89,22 +89,22 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun hermes <command> -h for its flags.")
 }
 
-// newFlagSet returns a flag set that reports errors as one line instead of printing usage.
-func newFlagSet(name string, env *cliEnv) *flag.FlagSet {
+// newFlagSet returns a flag set that reports errors as one line instead of printing usage;
+// parseErr prints the usage for -h.
+func newFlagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet("hermes "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.Usage = func() {
-		fs.SetOutput(env.stdout)
-		fmt.Fprintf(env.stdout, "Usage: hermes %s [flags]\n\nEvery flag can also be set by the environment variable shown, or in the --config YAML file.\n\n", name)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
+	fs.Usage = func() {}
 	return fs
 }
 
-// parseErr turns a flag parsing error into a one-line usage error.
-func parseErr(name string, err error) error {
+// parseErr turns a flag parsing error into a one-line usage error, and -h into the usage.
+func parseErr(name string, fs *flag.FlagSet, env *cliEnv, err error) error {
 	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(env.stdout, "Usage: hermes %s [flags]\n\nEvery flag can also be set by the environment variable shown, or in the --config YAML file.\n\n", name)
+		fs.SetOutput(env.stdout)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 		return err
 	}
 	return errUsage{fmt.Sprintf("%v (run hermes %s -h)", err, name)}

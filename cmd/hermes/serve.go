@@ -4,7 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/hermes-agent/hermes/internal/app"
 	"github.com/hermes-agent/hermes/pkg/config"
@@ -14,16 +17,16 @@ import (
 // loadServeConfig parses the serve flags with environment and config-file fallbacks.
 func loadServeConfig(name string, env *cliEnv, args []string) (app.Config, error) {
 	var cfg app.Config
-	fs := newFlagSet(name, env)
+	fs := newFlagSet(name)
 	cfg.RegisterFlags(fs)
 	// Show each flag's environment variable in -h.
 	fs.VisitAll(func(f *flag.Flag) {
-		if !strings.Contains(f.Usage, "HERMES_") {
+		if !strings.Contains(f.Usage, config.EnvName(f.Name)) {
 			f.Usage += " [" + config.EnvName(f.Name) + "]"
 		}
 	})
 	if err := config.Load(fs, args, env.getenv, "config"); err != nil {
-		return cfg, parseErr(name, err)
+		return cfg, parseErr(name, fs, env, err)
 	}
 	if fs.NArg() > 0 {
 		return cfg, errUsage{fmt.Sprintf("unexpected argument %q (run hermes %s -h)", fs.Arg(0), name)}
@@ -44,6 +47,9 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return errUsage{err.Error()}
 	}
+	// go-redis logs connection failures through a package-level logger; send them to ours at
+	// debug level: the errors reach the caller anyway.
+	redis.SetLogger(redisLogger{log})
 	serviceName := "hermes"
 	if cfg.Target != app.TargetAll {
 		serviceName = "hermes-" + strings.ReplaceAll(cfg.Target, ",", "-")
@@ -58,4 +64,11 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	return a.Run(ctx)
+}
+
+// redisLogger adapts slog to go-redis' logger interface.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
 }
