@@ -450,7 +450,9 @@ func (g *Gateway) GetPrompt(ctx context.Context, server, name string, args map[s
 			text = CleanText(v.Text, "", opts).Text
 		default:
 			r := normalizeResult(&mcp.CallToolResult{Content: []mcp.Content{m.Content}}, nil, opts)
-			text = r.Output
+			for _, d := range r.Contents {
+				text = describeContent(d)
+			}
 		}
 		out.Messages = append(out.Messages, &pb.PromptMessage{Role: string(m.Role), Text: text})
 	}

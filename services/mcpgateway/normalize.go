@@ -85,10 +85,11 @@ func abbreviate(s string, n int) string {
 // normalizeResult turns an MCP tool result into the gateway's {success, output}: text blocks
 // joined; structuredContent as JSON, validated against the output schema when the tool has
 // one; isError as success=false with the server's message; every other block described in
-// contents and in a line of the output, never dropped.
+// contents (type, MIME type, URI, size; an embedded text resource with its cleaned text),
+// never dropped.
 func normalizeResult(res *mcp.CallToolResult, out *jsonschema.Schema, opts CleanOptions) *pb.CallToolResponse {
 	resp := &pb.CallToolResponse{Success: !res.IsError}
-	var texts, notes []string
+	var texts []string
 	for _, c := range res.Content {
 		switch v := c.(type) {
 		case *mcp.TextContent:
@@ -119,17 +120,15 @@ func normalizeResult(res *mcp.CallToolResult, out *jsonschema.Schema, opts Clean
 			resp.Contents = append(resp.Contents, &pb.Content{Type: strings.TrimPrefix(fmt.Sprintf("%T", c), "*mcp.")})
 		}
 	}
-	for _, d := range resp.Contents {
-		notes = append(notes, describeContent(d))
-	}
 	text := strings.Join(texts, "\n")
-	if len(notes) > 0 {
-		if text != "" {
-			text += "\n"
-		}
-		text += strings.Join(notes, "\n")
-	}
 	if res.IsError {
+		if strings.TrimSpace(text) == "" && len(resp.Contents) > 0 {
+			var notes []string
+			for _, d := range resp.Contents {
+				notes = append(notes, describeContent(d))
+			}
+			text = strings.Join(notes, "\n")
+		}
 		if strings.TrimSpace(text) == "" {
 			text = "the tool reported an error without a message"
 		}

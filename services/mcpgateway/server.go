@@ -34,7 +34,7 @@ const (
 	maxArguments   = 1 << 20
 	maxURI         = 4096
 	maxCursor      = 4096
-	maxCallTimeout = time.Hour
+	maxCallTimeout = 10 * time.Minute // the tool service's largest tool timeout
 )
 
 // Server implements hermes.mcpgateway.v1.MCPGatewayService over a Gateway.

@@ -98,7 +98,8 @@ type ServerSpec struct {
 	Include []string `protobuf:"bytes,5,rep,name=include,proto3" json:"include,omitempty"`
 	// Tools whose original names match one of these globs are left out.
 	Exclude []string `protobuf:"bytes,6,rep,name=exclude,proto3" json:"exclude,omitempty"`
-	// Absolute timeout of one tool call; unset means 30 s.
+	// Absolute timeout of one tool call, at most 10 min; unset means the gateway's
+	// mcpgateway.call-timeout (30 s).
 	CallTimeout *durationpb.Duration `protobuf:"bytes,7,opt,name=call_timeout,json=callTimeout,proto3" json:"call_timeout,omitempty"`
 	// Pin the MCP protocol version offered in the handshake, one of the SDK's supported versions
 	// (2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05). Unset offers the newest, which
@@ -376,7 +377,7 @@ func (x *HTTPTransport) GetBearerTokenEnv() string {
 // Server is an MCP server known to the gateway.
 type Server struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// How it is reached.
+	// How it is reached; environment and header values are redacted.
 	Spec *ServerSpec `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
 	// The connection's state.
 	State ServerState `protobuf:"varint,2,opt,name=state,proto3,enum=hermes.mcpgateway.v1.ServerState" json:"state,omitempty"`
@@ -1230,8 +1231,8 @@ type CallToolResponse struct {
 	// False when the server reported an error (isError) or the call failed.
 	Success bool `protobuf:"varint,1,opt,name=success,proto3" json:"success,omitempty"`
 	// The output: structuredContent as compact JSON when present, else the text blocks joined
-	// (cleaned: invisible characters removed, size capped) followed by a one-line description of
-	// each non-text block; on failure, the server's error message or why the call failed.
+	// (cleaned: invisible characters removed, size capped); on failure, the server's error
+	// message or why the call failed. Non-text blocks are in contents.
 	Output string `protobuf:"bytes,2,opt,name=output,proto3" json:"output,omitempty"`
 	// True when output is structured JSON.
 	Structured bool `protobuf:"varint,3,opt,name=structured,proto3" json:"structured,omitempty"`

@@ -1,0 +1,210 @@
+package mcpgateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+)
+
+// testConfig reconnects fast and gives up hung servers quickly, so the staying-up tests run in
+// seconds.
+func testConfig() Config {
+	return Config{
+		CallTimeout:     20 * time.Second,
+		ConnectTimeout:  60 * time.Second,
+		PingTimeout:     2 * time.Second,
+		ReconnectMin:    100 * time.Millisecond,
+		ReconnectMax:    time.Second,
+		ListDebounce:    50 * time.Millisecond,
+		MaxTextBytes:    64 << 10,
+		CompactJSONOver: 1024,
+		StopGrace:       500 * time.Millisecond,
+	}
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// startGateway serves a Gateway over gRPC (bufconn) and returns a client.
+func startGateway(t *testing.T, opts Options) (pb.MCPGatewayServiceClient, *Gateway) {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = testLogger(t)
+	}
+	g := New(opts)
+	lis := bufconn.Listen(1 << 20)
+	s := grpc.NewServer()
+	pb.RegisterMCPGatewayServiceServer(s, NewServer(g))
+	go func() { _ = s.Serve(lis) }()
+	conn, err := grpc.NewClient("passthrough:///gateway",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		s.Stop()
+		g.Close()
+	})
+	return pb.NewMCPGatewayServiceClient(conn), g
+}
+
+func everythingStdio(t testing.TB, name, prefix string) *pb.ServerSpec {
+	return &pb.ServerSpec{
+		Name:   name,
+		Prefix: prefix,
+		Transport: &pb.ServerSpec_Stdio{Stdio: &pb.StdioTransport{
+			Command: Node(t),
+			Args:    []string{NodeScript(t, "@modelcontextprotocol/server-everything/dist/index.js"), "stdio"},
+			Env:     map[string]string{"HERMES_MCP_TEST_VAR": "visible"},
+		}},
+	}
+}
+
+func httpSpec(name, prefix, url string) *pb.ServerSpec {
+	return &pb.ServerSpec{Name: name, Prefix: prefix, Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: url}}}
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startEverythingHTTP runs the everything server's Streamable HTTP transport on port and waits
+// until it accepts connections.
+func startEverythingHTTP(t testing.TB, port int) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(Node(t), NodeScript(t, "@modelcontextprotocol/server-everything/dist/index.js"), "streamableHttp")
+	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
+	if testing.Verbose() {
+		cmd.Stderr = os.Stderr
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
+		if err == nil {
+			_ = c.Close()
+			return cmd
+		}
+		select {
+		case <-done:
+			t.Fatalf("everything server on port %d exited early", port)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Fatalf("everything server on port %d did not start listening", port)
+	return nil
+}
+
+// addReady adds a server, waits for its first connection and requires it to be ready.
+func addReady(t *testing.T, c pb.MCPGatewayServiceClient, spec *pb.ServerSpec) *pb.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	resp, err := c.AddServer(ctx, &pb.AddServerRequest{Spec: spec, Wait: true})
+	if err != nil {
+		t.Fatalf("AddServer(%s): %v", spec.Name, err)
+	}
+	if s := resp.GetServer(); s.GetState() != pb.ServerState_SERVER_STATE_READY {
+		t.Fatalf("server %s is %s after the first attempt: %s", spec.Name, s.GetState(), s.GetLastError())
+	}
+	return resp.GetServer()
+}
+
+func call(t *testing.T, c pb.MCPGatewayServiceClient, name, args string) *pb.CallToolResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := c.CallTool(ctx, &pb.CallToolRequest{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("CallTool(%s): %v", name, err)
+	}
+	return resp
+}
+
+func callTimeout(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
+
+// server returns one server from ListServers.
+func serverState(t *testing.T, c pb.MCPGatewayServiceClient, name string) *pb.Server {
+	t.Helper()
+	resp, err := c.ListServers(context.Background(), &pb.ListServersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range resp.GetServers() {
+		if s.GetSpec().GetName() == name {
+			return s
+		}
+	}
+	t.Fatalf("server %s not listed", name)
+	return nil
+}
+
+// waitFor polls cond until it holds or the time runs out.
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func toolNames(tools []*pb.MCPTool) map[string]string {
+	out := map[string]string{}
+	for _, tl := range tools {
+		out[tl.GetName()] = tl.GetOriginalName()
+	}
+	return out
+}
+
+// processGone reports whether pid has exited (a zombie counts as gone).
+func processGone(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil {
+		return true
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	fields := strings.Fields(string(stat))
+	return len(fields) > 2 && fields[2] == "Z"
+}
