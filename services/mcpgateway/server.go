@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	"github.com/hermes-agent/hermes/pkg/rpc"
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
 // Request limits.

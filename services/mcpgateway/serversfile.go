@@ -13,8 +13,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	"github.com/hermes-agent/hermes/pkg/rpc"
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
 // maxServersFile bounds the servers file.
