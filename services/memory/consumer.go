@@ -1,0 +1,188 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermes-agent/hermes/pkg/events"
+)
+
+// Consumer is the memory extractor on NATS JetStream: the durable pull consumer
+// memory-extractor on turn.finished, shared by every replica (JetStream hands each event to one
+// of them). An event is acknowledged only after its memories and its turn record are written;
+// a failure is retried with backoff up to memory.consumer-max-deliver deliveries, and the last
+// failing delivery — or an event that cannot be decoded at all — is published to
+// hermes.dlq.<subject> and terminated.
+type Consumer struct {
+	svc   *Service
+	js    jetstream.JetStream
+	names events.Names
+	cfg   Config
+	log   *slog.Logger
+
+	cc     jetstream.ConsumeContext
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// Dead-letter headers.
+const (
+	HeaderError        = "Hermes-Error"
+	HeaderDelivered    = "Hermes-Num-Delivered"
+	HeaderOriginalSeq  = "Hermes-Stream-Seq"
+	HeaderOriginalSubj = "Hermes-Original-Subject"
+)
+
+// StartConsumer creates or updates the durable consumer and starts consuming.
+func StartConsumer(ctx context.Context, svc *Service, js jetstream.JetStream, names events.Names, log *slog.Logger) (*Consumer, error) {
+	cfg := svc.cfg
+	workers := max(cfg.ConsumerWorkers, 1)
+	cons, err := js.CreateOrUpdateConsumer(ctx, names.Stream, jetstream.ConsumerConfig{
+		Durable:       names.ExtractorConsumer,
+		Description:   "Hermes memory extractor: explicit extraction from finished turns",
+		FilterSubject: names.TurnFinishedFilter(),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.ConsumerAckWait,
+		MaxDeliver:    max(cfg.ConsumerMaxDeliver, 1),
+		MaxAckPending: workers * 16,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("memory extractor consumer: %w", err)
+	}
+	c := &Consumer{svc: svc, js: js, names: names, cfg: cfg, log: log, sem: make(chan struct{}, workers)}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.cc, err = cons.Consume(c.dispatch,
+		// Messages buffered in the client age towards their ack wait: fetch only what the
+		// workers can start on.
+		jetstream.PullMaxMessages(workers),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+				log.Warn("memory extractor consumer", "error", err)
+			}
+		}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("memory extractor consume: %w", err)
+	}
+	log.Info("memory extractor consuming", "stream", names.Stream, "consumer", names.ExtractorConsumer, "subject", names.TurnFinishedFilter(), "workers", workers)
+	return c, nil
+}
+
+// dispatch runs in the consume goroutine: it blocks while every worker is busy.
+func (c *Consumer) dispatch(msg jetstream.Msg) {
+	select {
+	case c.sem <- struct{}{}:
+	case <-c.ctx.Done():
+		return // not acknowledged: JetStream redelivers it
+	}
+	c.wg.Add(1)
+	go func() {
+		defer func() { <-c.sem; c.wg.Done() }()
+		c.handle(msg)
+	}()
+}
+
+func (c *Consumer) handle(msg jetstream.Msg) {
+	md, err := msg.Metadata()
+	if err != nil {
+		c.log.Warn("memory extractor: message without metadata", "error", err)
+		_ = msg.Term()
+		return
+	}
+	ev, err := events.UnmarshalTurnFinished(msg.Data())
+	if err != nil {
+		c.deadLetter(msg, md, fmt.Errorf("undecodable event: %w", err))
+		return
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	defer cancel()
+	// Keep the delivery alive while a slow model answers.
+	go func() {
+		t := time.NewTicker(max(c.cfg.ConsumerAckWait/3, 100*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	_, err = c.svc.extract(ctx, ev)
+	switch {
+	case err == nil:
+		actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if aerr := msg.DoubleAck(actx); aerr != nil {
+			// The turn record is written, so a redelivery is a no-op.
+			c.log.Warn("memory extractor: ack", "turn", ev.GetTurnId(), "error", aerr)
+		}
+		acancel()
+	case c.ctx.Err() != nil:
+		// Shutting down: leave the event unacknowledged for another replica.
+	case errors.Is(err, errTurnBusy):
+		_ = msg.NakWithDelay(max(c.cfg.ConsumerAckWait/4, 100*time.Millisecond))
+	case md.NumDelivered >= uint64(max(c.cfg.ConsumerMaxDeliver, 1)):
+		c.deadLetter(msg, md, err)
+	default:
+		delay := min(time.Duration(1<<min(md.NumDelivered, 6))*250*time.Millisecond, 30*time.Second)
+		c.log.Warn("memory extraction failed; will retry", "turn", ev.GetTurnId(), "delivery", md.NumDelivered, "retry_in", delay, "error", err)
+		_ = msg.NakWithDelay(delay)
+	}
+}
+
+// deadLetter publishes the event unchanged to hermes.dlq.<subject> with why, then terminates
+// it. The publish is de-duplicated by stream sequence, so a retried dead-lettering stores one
+// copy.
+func (c *Consumer) deadLetter(msg jetstream.Msg, md *jetstream.MsgMetadata, cause error) {
+	c.log.Error("memory extractor: dead-lettering event", "subject", msg.Subject(), "seq", md.Sequence.Stream, "delivered", md.NumDelivered, "error", cause)
+	out := nats.NewMsg(c.names.DeadLetterSubject(msg.Subject()))
+	out.Data = msg.Data()
+	out.Header.Set(HeaderError, truncate(cause.Error(), 1000))
+	out.Header.Set(HeaderDelivered, strconv.FormatUint(md.NumDelivered, 10))
+	out.Header.Set(HeaderOriginalSeq, strconv.FormatUint(md.Sequence.Stream, 10))
+	out.Header.Set(HeaderOriginalSubj, msg.Subject())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.js.PublishMsg(ctx, out, jetstream.WithMsgID("dlq-"+strconv.FormatUint(md.Sequence.Stream, 10))); err != nil {
+		// Not terminated: JetStream redelivers it, and dead-lettering is tried again.
+		c.log.Error("memory extractor: dead-letter publish failed", "error", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	if err := msg.TermWithReason(truncate(cause.Error(), 200)); err != nil {
+		c.log.Warn("memory extractor: term", "error", err)
+	}
+}
+
+// Stop stops fetching, lets in-flight extractions finish (up to timeout), and returns. An
+// extraction still running after that is cancelled and its event left unacknowledged.
+func (c *Consumer) Stop(timeout time.Duration) {
+	c.cc.Stop()
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		c.cancel()
+		<-done
+	}
+	c.cancel()
+}
+
+// kill stops at once without finishing anything (tests: a replica that dies mid-batch).
+func (c *Consumer) kill() {
+	c.cancel()
+	c.cc.Stop()
+}
