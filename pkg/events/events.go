@@ -91,6 +91,9 @@ func (n Names) DeadLetterFilter() string { return n.DeadLetterPrefix + ">" }
 // Connect dials NATS with reconnects that never give up, so a restarted NATS server is picked
 // up again, and returns the connection with its JetStream context.
 func Connect(url, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStream, error) {
+	if log == nil {
+		log = slog.Default()
+	}
 	nc, err := nats.Connect(url,
 		nats.Name(name),
 		nats.MaxReconnects(-1),

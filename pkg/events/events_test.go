@@ -1,0 +1,103 @@
+package events
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+)
+
+func TestUserToken(t *testing.T) {
+	for in, want := range map[string]string{
+		"alice":     "alice",
+		"user-42_x": "user-42_x",
+		"a.b":       "b64_YS5i",
+		"*":         "b64_Kg",
+		"b64_x":     "b64_YjY0X3g",
+		"张三":        "b64_5byg5LiJ",
+	} {
+		if got := UserToken(in); got != want {
+			t.Errorf("UserToken(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := DefaultNames().TurnFinishedSubject("alice"); got != "hermes.turn.finished.alice" {
+		t.Errorf("subject = %q", got)
+	}
+}
+
+func randomNames(t *testing.T) Names {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return NamespacedNames("t" + hex.EncodeToString(b))
+}
+
+// TestPublishDeduplicates publishes one turn twice on the real NATS server: the stream stores it
+// once, so a retried publish never produces a second extraction.
+func TestPublishDeduplicates(t *testing.T) {
+	for name, url := range map[string]func(t *testing.T) string{
+		"server": func(*testing.T) string { return "nats://127.0.0.1:4222" },
+		"embedded": func(t *testing.T) string {
+			e, err := StartEmbedded(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(e.Close)
+			return e.URL()
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			nc, js, err := Connect(url(t), "events-test", nil)
+			if err != nil {
+				t.Fatalf("NATS: %v (start nats-server -js)", err)
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			names := randomNames(t)
+			st, err := EnsureStream(ctx, js, names)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = js.DeleteStream(context.Background(), names.Stream) }()
+			ev := &eventsv1.TurnFinished{TurnId: "turn-1", SessionId: "s", UserId: "a.b", Messages: []*eventsv1.TurnMessage{{Message: &sessionv1.Message{Content: "hi"}}}}
+			for range 2 {
+				if err := PublishTurnFinished(ctx, js, names, ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			info, err := st.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State.Msgs != 1 {
+				t.Errorf("stream holds %d messages, want 1", info.State.Msgs)
+			}
+			msg, err := st.GetLastMsgForSubject(ctx, names.TurnFinishedSubject("a.b"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := UnmarshalTurnFinished(msg.Data)
+			if err != nil || got.GetTurnId() != "turn-1" || got.GetMessages()[0].GetMessage().GetContent() != "hi" {
+				t.Errorf("decoded %v, %v", got, err)
+			}
+			var _ jetstream.Stream = st
+		})
+	}
+}
+
+func TestUnmarshalRejectsIncomplete(t *testing.T) {
+	for _, data := range []string{``, `{`, `{"turnId":"x"}`, `{"userId":"u"}`, `[]`} {
+		if _, err := UnmarshalTurnFinished([]byte(data)); err == nil {
+			t.Errorf("UnmarshalTurnFinished(%q) succeeded", data)
+		}
+	}
+	if _, err := UnmarshalTurnFinished([]byte(`{"turnId":"x","userId":"u","futureField":1}`)); err != nil {
+		t.Errorf("unknown fields must be tolerated: %v", err)
+	}
+}
