@@ -230,7 +230,7 @@ func (c *serverConn) open() (*mcp.ClientSession, int, error) {
 		return nil, 0, err
 	}
 	c.applyListing()
-	c.syncRegistryLogged()
+	c.syncRegistryLogged(c.ctx)
 	return sess, pid, nil
 }
 
@@ -366,16 +366,53 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
-// serve watches a ready session until it breaks or the server is removed.
+// serve watches a ready session until it breaks or the server is removed. Pings and the
+// session's end are watched here; re-listing and registration run in maintain, so a server that
+// hangs in the middle of a listing is still found out by the pings.
 func (c *serverConn) serve(sess *mcp.ClientSession) error {
 	lost := make(chan error, 1)
 	go func() { lost <- sess.Wait() }()
+	sctx, stop := context.WithCancel(c.ctx)
+	maintained := make(chan struct{})
+	go func() {
+		defer close(maintained)
+		c.maintain(sctx, sess)
+	}()
+	defer func() {
+		stop()
+		<-maintained
+	}()
 	var pingC <-chan time.Time
 	if c.g.cfg.PingInterval > 0 {
 		t := time.NewTicker(c.g.cfg.PingInterval)
 		defer t.Stop()
 		pingC = t.C
 	}
+	for {
+		select {
+		case <-c.ctx.Done():
+			return c.ctx.Err()
+		case err := <-lost:
+			if err == nil {
+				err = errors.New("the server closed the connection")
+			}
+			return c.withStderr(fmt.Errorf("connection lost: %w", err))
+		case <-pingC:
+			if !c.alive(sess) {
+				return errors.New("the server stopped answering pings")
+			}
+		case <-c.probe:
+			if !c.alive(sess) {
+				return errors.New("the server stopped answering (ping after a failed call)")
+			}
+		}
+	}
+}
+
+// maintain keeps a ready session's tools current: a debounced re-listing after
+// tools/list_changed, a re-mapping when another server released names, and registration
+// retries while the tool service fails.
+func (c *serverConn) maintain(ctx context.Context, sess *mcp.ClientSession) {
 	var debounce, regRetry <-chan time.Time
 	regAttempt := 0
 	scheduleReg := func(err error) {
@@ -389,44 +426,33 @@ func (c *serverConn) serve(sess *mcp.ClientSession) error {
 	scheduleReg(c.registryError())
 	for {
 		select {
-		case <-c.ctx.Done():
-			return c.ctx.Err()
-		case err := <-lost:
-			if err == nil {
-				err = errors.New("the server closed the connection")
-			}
-			return c.withStderr(fmt.Errorf("connection lost: %w", err))
+		case <-ctx.Done():
+			return
 		case <-c.relist:
 			if debounce == nil {
 				debounce = time.After(c.g.cfg.ListDebounce)
 			}
 		case <-debounce:
 			debounce = nil
-			ctx, cancel := context.WithTimeout(c.ctx, c.g.cfg.ConnectTimeout)
-			err := c.listTools(ctx, sess)
+			lctx, cancel := context.WithTimeout(ctx, c.g.cfg.ConnectTimeout)
+			err := c.listTools(lctx, sess)
 			cancel()
+			if ctx.Err() != nil {
+				return
+			}
 			if err != nil {
-				if !c.alive(sess) {
-					return fmt.Errorf("listing tools after tools/list_changed: %w", err)
-				}
+				// A dead server is found by the pings; keep the previous list meanwhile.
 				c.g.log.Warn("MCP server: re-listing tools failed; keeping the previous list", "server", c.spec.Name, "error", err)
+				c.requestProbe()
 				continue
 			}
 			c.applyListing()
-			scheduleReg(c.syncRegistryLogged())
+			scheduleReg(c.syncRegistryLogged(ctx))
 		case <-c.resync:
 			c.applyListing()
-			scheduleReg(c.syncRegistryLogged())
+			scheduleReg(c.syncRegistryLogged(ctx))
 		case <-regRetry:
-			scheduleReg(c.syncRegistryLogged())
-		case <-pingC:
-			if !c.alive(sess) {
-				return errors.New("the server stopped answering pings")
-			}
-		case <-c.probe:
-			if !c.alive(sess) {
-				return errors.New("the server stopped answering (ping after a failed call)")
-			}
+			scheduleReg(c.syncRegistryLogged(ctx))
 		}
 	}
 }
@@ -589,8 +615,8 @@ func (c *serverConn) toolSpec(e *toolEntry, t *mcp.Tool) *toolsv1.ToolSpec {
 	}
 }
 
-func (c *serverConn) syncRegistryLogged() error {
-	err := c.syncRegistry()
+func (c *serverConn) syncRegistryLogged(ctx context.Context) error {
+	err := c.syncRegistry(ctx)
 	if err != nil {
 		c.g.log.Warn("MCP tools not (all) registered in the tool service; retrying", "server", c.spec.Name, "error", err)
 	}
@@ -609,12 +635,12 @@ func (c *serverConn) registryError() error {
 // syncRegistry makes the tool service hold exactly this server's claimed tools: new and
 // changed ones registered, vanished ones unregistered. A name the tool service already has
 // from another source is reported as a collision and left alone.
-func (c *serverConn) syncRegistry() error {
+func (c *serverConn) syncRegistry(ctx context.Context) error {
 	reg := c.g.reg
 	if reg == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, registryTimeout)
+	ctx, cancel := context.WithTimeout(ctx, registryTimeout)
 	defer cancel()
 	var errs []error
 	c.mu.Lock()
