@@ -3,8 +3,6 @@ package mcpgateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -244,6 +242,3 @@ var cmpResponse = cmp.Options{
 			a.ErrorCode == b.ErrorCode && a.Truncated == b.Truncated && len(a.Contents) == len(b.Contents)
 	}),
 }
-
-var _ = errors.New
-var _ = os.Getenv
