@@ -307,7 +307,7 @@ func (a *App) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error)
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := events.EnsureStream(sctx, js, a.EventNames()); err != nil {
+	if _, err := events.EnsureStreamReplicas(sctx, js, a.EventNames(), a.cfg.NATSReplicas); err != nil {
 		nc.Close()
 		return nil, nil, err
 	}

@@ -150,6 +150,7 @@ type Common struct {
 	RedisPrefix     string
 	NATSURL         string
 	NATSNamespace   string
+	NATSReplicas    int
 	QdrantAddr      string
 	ModelBaseURL    string
 	ModelAPIKey     string
@@ -180,6 +181,7 @@ func (c *Common) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.RedisPrefix, "redis-prefix", "hermes:", "prefix of every Redis key")
 	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS URL; empty runs an embedded NATS server with JetStream")
 	fs.StringVar(&c.NATSNamespace, "nats-namespace", "", "namespace for the stream and subjects on a shared NATS server (empty: HERMES_EVENTS, hermes.turn.finished.<user>)")
+	fs.IntVar(&c.NATSReplicas, "nats-replicas", 1, "copies of the event stream a NATS cluster keeps (3 for a production cluster)")
 	fs.StringVar(&c.QdrantAddr, "qdrant-addr", "", "Qdrant gRPC address (host:6334); empty uses the embedded vector index")
 	fs.StringVar(&c.ModelBaseURL, "model-base-url", "", "OpenAI-compatible Chat Completions base URL (for example https://api.openai.com/v1)")
 	fs.StringVar(&c.ModelAPIKey, "model-api-key", "", "API key of the model endpoint (falls back to OPENAI_API_KEY)")

@@ -117,10 +117,17 @@ func Connect(url, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStrea
 	return nc, js, nil
 }
 
-// EnsureStream creates or updates the HERMES_EVENTS stream. Messages are kept for 7 days and
+// EnsureStream creates or updates the HERMES_EVENTS stream with one copy. Messages are kept for 7 days and
 // de-duplicated by Nats-Msg-Id within 10 minutes, so a retried publish of one turn is stored once.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, n Names) (jetstream.Stream, error) {
+	return EnsureStreamReplicas(ctx, js, n, 1)
+}
+
+// EnsureStreamReplicas is EnsureStream with the number of copies a NATS cluster keeps (1 for a
+// single server, 3 for a production cluster).
+func EnsureStreamReplicas(ctx context.Context, js jetstream.JetStream, n Names, replicas int) (jetstream.Stream, error) {
 	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Replicas:    max(replicas, 1),
 		Name:        n.Stream,
 		Description: "Hermes events: turn.finished for the memory extractor, and dead letters",
 		Subjects:    []string{n.TurnFinishedFilter(), n.DeadLetterFilter()},

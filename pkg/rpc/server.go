@@ -77,6 +77,9 @@ func NewServer(opts ServerOptions) *Server {
 		grpc.ChainStreamInterceptor(recoverStream(opts.Logger), logStream(opts.Logger)),
 		// Clients behind load balancers keep connections alive with pings; allow them.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// gRPC clients re-resolve DNS only when a connection ends; ageing connections out makes
+		// callers spread onto new replicas after a scale-up. The grace outlasts a turn's deadline.
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: 5 * time.Minute, MaxConnectionAgeGrace: 3 * time.Minute}),
 	}
 	serverOpts = append(serverOpts, opts.ExtraOptions...)
 	s.grpc = grpc.NewServer(serverOpts...)
