@@ -42,6 +42,7 @@ type cliEnv struct {
 func commands() []command {
 	return []command{
 		{"serve", "run the gRPC services (all in one process, or --target=<service>)", runServe},
+		{"demo", "play the article's restaurant example offline (scripted model, embedded stack, demo MCP server)", runDemo},
 		{"version", "print the version", runVersion},
 	}
 }

@@ -1,9 +1,104 @@
 package app
 
-import "context"
+import (
+	"context"
+	"errors"
 
-// initOrchestrator registers the orchestrator service. It registers nothing until the service is implemented: a
-// target never answers with made-up data.
+	"github.com/hermes-agent/hermes/pkg/events"
+	"github.com/hermes-agent/hermes/pkg/model"
+	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
+	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
+	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+	"github.com/hermes-agent/hermes/services/orchestrator"
+)
+
+// initOrchestrator registers the orchestrator: clients of the session, tool and (when
+// reachable) memory services, the model of HERMES_MODEL_BASE_URL / HERMES_MODEL (without one,
+// RunTurn answers FAILED_PRECONDITION), turn.finished published on NATS, and its task-state and
+// turn records in Redis when a Redis URL is set, else in orchestrator.db in the data directory.
 func (a *App) initOrchestrator(ctx context.Context) error {
+	cfg := a.cfg.Orchestrator
+	log := a.log.With("service", "orchestrator")
+	sessConn, err := a.Conn(TargetSession)
+	if err != nil {
+		return err
+	}
+	toolsConn, err := a.Conn(TargetTools)
+	if err != nil {
+		return err
+	}
+	deps := orchestrator.Deps{
+		Session: sessionv1.NewSessionServiceClient(sessConn),
+		Tools:   toolsv1.NewToolServiceClient(toolsConn),
+	}
+	if memConn, err := a.Conn(TargetMemory); err != nil {
+		log.Warn("turns run without memory", "reason", err)
+	} else {
+		deps.Memory = memoryv1.NewMemoryServiceClient(memConn)
+	}
+
+	mc, err := model.New(model.Config{
+		BaseURL: a.cfg.ModelBaseURL, APIKey: a.cfg.APIKey(a.getenv), Model: a.cfg.Model,
+		MaxRetries: retriesFlag(cfg.ModelRetries), Timeout: cfg.ModelTimeout,
+	})
+	switch {
+	case errors.Is(err, model.ErrNotConfigured):
+		log.Warn("no model configured: RunTurn fails with FAILED_PRECONDITION until HERMES_MODEL_BASE_URL is set")
+	case err != nil:
+		return err
+	default:
+		deps.Model = mc
+		log.Info("model endpoint", "base_url", mc.BaseURL(), "model", mc.Model())
+	}
+
+	if deps.Tokenizer, err = a.Tokenizer(); err != nil {
+		return err
+	}
+	rdb, err := a.Redis(ctx)
+	if err != nil {
+		return err
+	}
+	if rdb != nil {
+		deps.Store = orchestrator.NewRedisStore(rdb, a.cfg.RedisPrefix+"orchestrator:")
+		a.watchRedis(orchestratorv1.OrchestratorService_ServiceDesc.ServiceName, rdb)
+	} else {
+		path, err := a.dataPath("orchestrator.db")
+		if err != nil {
+			return err
+		}
+		bs, err := orchestrator.OpenBoltStore(path)
+		if err != nil {
+			return err
+		}
+		a.onClose(func() { _ = bs.Close() })
+		deps.Store = bs
+	}
+
+	_, js, err := a.NATS(ctx)
+	if err != nil {
+		return err
+	}
+	names := a.EventNames()
+	deps.Publish = func(ctx context.Context, ev *eventsv1.TurnFinished) error {
+		return events.PublishTurnFinished(ctx, js, names, ev)
+	}
+
+	svc, err := orchestrator.NewService(deps, cfg, log)
+	if err != nil {
+		return err
+	}
+	// Registered after NATS, so it runs before NATS is drained: pending publishes finish first.
+	a.onClose(func() { svc.Close(a.cfg.ShutdownTimeout) })
+	a.srv.Register(&orchestratorv1.OrchestratorService_ServiceDesc, svc)
 	return nil
+}
+
+// retriesFlag maps the flag (0 means no retries) to model.Config (0 means the default).
+func retriesFlag(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }

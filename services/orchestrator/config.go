@@ -1,10 +1,128 @@
 package orchestrator
 
-import "flag"
+import (
+	"flag"
+	"time"
+)
 
-// Config holds the orchestrator service's settings; each is a flag under "orchestrator." with an environment
-// variable and a YAML key (see pkg/config).
-type Config struct{}
+// DefaultSystemPrompt is the system prompt when none is configured.
+const DefaultSystemPrompt = "You are Hermes, a helpful assistant that gets things done with tools. " +
+	"Use a tool when it helps, with arguments that match its schema exactly. " +
+	"When a tool result says the arguments were invalid, correct them and call the tool again. " +
+	"Never repeat a step the task state lists as done; use its recorded result instead. " +
+	"Answer in the user's language."
+
+// Config holds the orchestrator's settings; each is a flag under "orchestrator." (plus
+// "auth-file") with an environment variable (HERMES_ORCHESTRATOR_...) and a YAML key.
+type Config struct {
+	// SystemPrompt opens every model request.
+	SystemPrompt string
+	// MaxSteps is the default limit of model calls in one turn.
+	MaxSteps int
+	// TurnTimeout is the default deadline of a turn.
+	TurnTimeout time.Duration
+	// ModelTimeout bounds one attempt of a model call.
+	ModelTimeout time.Duration
+	// ModelRetries is the number of retries of a model call on 429, 5xx and connection failures.
+	ModelRetries int
+	// Stream streams model answers (text deltas reach the client as they arrive).
+	Stream bool
+	// MaxTools is the most tool schemas sent as they are; with more registered, SelectTools
+	// chooses this many for the turn.
+	MaxTools int
+	// MemoryLimit is the most memories recalled into a turn.
+	MemoryLimit int
+	// MaxSameFailures ends a turn once the same tool fails the same way this many times in a row.
+	MaxSameFailures int
+	// MaxCallsPerStep caps the tool calls the model may make in one step.
+	MaxCallsPerStep int
+	// SummaryModel is the model for summaries; empty uses the turn's model.
+	SummaryModel string
+	// SummaryMaxTokens caps the rolling summary.
+	SummaryMaxTokens int
+	// SummaryFailures is how many model failures in a row make the summarizer back off to the
+	// extractive fallback.
+	SummaryFailures int
+	// SummaryBackoff is the first back-off; it doubles with each further failure, up to 30 min.
+	SummaryBackoff time.Duration
+	// TaskStateSteps is how many done steps the task state keeps.
+	TaskStateSteps int
+	// TaskStateContextSteps is how many of them go into the context.
+	TaskStateContextSteps int
+	// TurnRetention is how long finished turn records are kept for GetTurn.
+	TurnRetention time.Duration
+	// PublishTimeout is how long a turn.finished publish is retried in the background.
+	PublishTimeout time.Duration
+	// AuthFile is a YAML file of API keys (key: user_id); empty disables API keys.
+	AuthFile string
+}
 
 // RegisterFlags registers the settings with their defaults.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {}
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.SystemPrompt, "orchestrator.system-prompt", DefaultSystemPrompt, "system prompt at the start of every model request")
+	fs.IntVar(&c.MaxSteps, "orchestrator.max-steps", 10, "default limit of model steps in one turn")
+	fs.DurationVar(&c.TurnTimeout, "orchestrator.turn-timeout", 120*time.Second, "default deadline of a turn")
+	fs.DurationVar(&c.ModelTimeout, "orchestrator.model-timeout", 60*time.Second, "timeout of one attempt of a model call")
+	fs.IntVar(&c.ModelRetries, "orchestrator.model-retries", 2, "retries of a model call on 429, 5xx and connection failures, with exponential backoff")
+	fs.BoolVar(&c.Stream, "orchestrator.stream", true, "stream model answers so text deltas reach the client as they arrive")
+	fs.IntVar(&c.MaxTools, "orchestrator.max-tools", 20, "most tool schemas sent to the model; with more registered, SelectTools chooses for the turn")
+	fs.IntVar(&c.MemoryLimit, "orchestrator.memory-limit", 5, "most memories recalled into a turn")
+	fs.IntVar(&c.MaxSameFailures, "orchestrator.max-same-failures", 3, "end a turn once the same tool fails the same way this many times in a row")
+	fs.IntVar(&c.MaxCallsPerStep, "orchestrator.max-calls-per-step", 16, "most tool calls the model may make in one step")
+	fs.StringVar(&c.SummaryModel, "orchestrator.summary-model", "", "model for rolling summaries; empty uses the turn's model")
+	fs.IntVar(&c.SummaryMaxTokens, "orchestrator.summary-max-tokens", 1200, "token cap of the rolling summary")
+	fs.IntVar(&c.SummaryFailures, "orchestrator.summary-failures", 3, "model failures in a row after which summaries back off to the extractive fallback")
+	fs.DurationVar(&c.SummaryBackoff, "orchestrator.summary-backoff", time.Minute, "first back-off after repeated summary failures; doubles up to 30m")
+	fs.IntVar(&c.TaskStateSteps, "orchestrator.task-state-steps", 200, "done steps kept in a session's task state")
+	fs.IntVar(&c.TaskStateContextSteps, "orchestrator.task-state-context-steps", 12, "most recent done steps shown to the model")
+	fs.DurationVar(&c.TurnRetention, "orchestrator.turn-retention", 7*24*time.Hour, "how long finished turn records are kept for GetTurn")
+	fs.DurationVar(&c.PublishTimeout, "orchestrator.publish-timeout", 2*time.Minute, "how long a turn.finished publish is retried in the background")
+	fs.StringVar(&c.AuthFile, "auth-file", "", "YAML file of API keys (\"<key>: <user_id>\" per line); when set, RunTurn and GetTurn need a key (authorization: Bearer <key>) and the user comes from it")
+}
+
+// withDefaults fills zero values, so a Config built in code works.
+func (c Config) withDefaults() Config {
+	if c.SystemPrompt == "" {
+		c.SystemPrompt = DefaultSystemPrompt
+	}
+	if c.MaxSteps <= 0 {
+		c.MaxSteps = 10
+	}
+	if c.TurnTimeout <= 0 {
+		c.TurnTimeout = 120 * time.Second
+	}
+	if c.MaxTools <= 0 {
+		c.MaxTools = 20
+	}
+	if c.MemoryLimit <= 0 {
+		c.MemoryLimit = 5
+	}
+	if c.MaxSameFailures <= 0 {
+		c.MaxSameFailures = 3
+	}
+	if c.MaxCallsPerStep <= 0 {
+		c.MaxCallsPerStep = 16
+	}
+	if c.SummaryMaxTokens <= 0 {
+		c.SummaryMaxTokens = 1200
+	}
+	if c.SummaryFailures <= 0 {
+		c.SummaryFailures = 3
+	}
+	if c.SummaryBackoff <= 0 {
+		c.SummaryBackoff = time.Minute
+	}
+	if c.TaskStateSteps <= 0 {
+		c.TaskStateSteps = 200
+	}
+	if c.TaskStateContextSteps <= 0 {
+		c.TaskStateContextSteps = 12
+	}
+	if c.TurnRetention <= 0 {
+		c.TurnRetention = 7 * 24 * time.Hour
+	}
+	if c.PublishTimeout <= 0 {
+		c.PublishTimeout = 2 * time.Minute
+	}
+	return c
+}

@@ -1,0 +1,299 @@
+package orchestrator
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/hermes-agent/hermes/pkg/model"
+	"github.com/hermes-agent/hermes/pkg/tokenizer"
+	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
+	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+// Headings of the system blocks. The memory heading tells the model the memories may not apply,
+// as the article asks.
+const (
+	memoryHeading    = "Memories recalled from earlier conversations with this user. They may not apply to this request: use one only when it is relevant, and what the user says now always takes precedence."
+	pinnedHeading    = "Messages the user asked to keep, from earlier in this conversation:"
+	summaryHeading   = "Summary of the earlier conversation (older messages are no longer shown):"
+	taskStateHeading = "Task state of this session, kept by the orchestrator so that trimming the conversation never loses it."
+)
+
+// contextBlocks is what one model request is assembled from, in order: system prompt, recalled
+// memories, pinned sticky messages, rolling summary, task state, the window before the current
+// message, and the current turn (the user's message and this turn's steps so far).
+type contextBlocks struct {
+	systemPrompt string
+	memory       string
+	pinned       string
+	summary      string
+	taskState    string
+	history      []model.Message
+	// historyTokens is the session's count of the window before the current message.
+	historyTokens int
+	current       []model.Message
+	tools         []model.Tool
+	toolTokens    int
+}
+
+// messages is the request's message list.
+func (b *contextBlocks) messages() []model.Message {
+	var out []model.Message
+	for _, s := range []string{b.systemPrompt, b.memory, b.pinned, b.summary, b.taskState} {
+		if s != "" {
+			out = append(out, model.Message{Role: model.RoleSystem, Content: s})
+		}
+	}
+	out = append(out, b.history...)
+	return append(out, b.current...)
+}
+
+// breakdown counts each block's tokens the way a chat request carries them.
+func (b *contextBlocks) breakdown(tok *tokenizer.Tokenizer) *orchestratorv1.TokenBreakdown {
+	sys := func(s string) int32 {
+		if s == "" {
+			return 0
+		}
+		return int32(tok.CountMessage(s))
+	}
+	t := &orchestratorv1.TokenBreakdown{
+		SystemPrompt:   sys(b.systemPrompt),
+		ToolSchemas:    int32(b.toolTokens),
+		Memory:         sys(b.memory),
+		Summary:        sys(b.summary),
+		Pinned:         sys(b.pinned),
+		TaskState:      sys(b.taskState),
+		History:        int32(b.historyTokens),
+		CurrentMessage: int32(countMessages(tok, b.current)),
+	}
+	t.Total = t.SystemPrompt + t.ToolSchemas + t.Memory + t.Summary + t.Pinned + t.TaskState + t.History + t.CurrentMessage
+	return t
+}
+
+// countMessages counts model messages: content, tool-call names and arguments, and the
+// per-message overhead.
+func countMessages(tok *tokenizer.Tokenizer, msgs []model.Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += tok.CountMessage(m.Content)
+		for _, c := range m.ToolCalls {
+			n += tok.Count(c.Name) + tok.Count(c.Arguments)
+		}
+	}
+	return n
+}
+
+// toolSchemaTokens is what a tool's schema costs in a request, as the tool service counted it
+// or, failing that, counted here.
+func toolSchemaTokens(tok *tokenizer.Tokenizer, t *toolsv1.Tool) int {
+	if n := t.GetSchemaTokens(); n > 0 {
+		return int(n)
+	}
+	s := t.GetSpec()
+	return tok.Count(s.GetName()) + tok.Count(s.GetDescription()) + tok.Count(s.GetInputSchema()) + tokenizer.MessageOverhead
+}
+
+// modelTools turns tool specs into model tool definitions.
+func modelTools(tools []*toolsv1.Tool) []model.Tool {
+	out := make([]model.Tool, 0, len(tools))
+	for _, t := range tools {
+		s := t.GetSpec()
+		params := json.RawMessage(s.GetInputSchema())
+		if !json.Valid(params) {
+			params = json.RawMessage(`{"type":"object"}`)
+		}
+		out = append(out, model.Tool{Name: s.GetName(), Description: s.GetDescription(), Parameters: params})
+	}
+	return out
+}
+
+// sessionToModel converts session messages to chat messages: consecutive tool_call messages
+// become one assistant message with several calls (with the assistant text right before them,
+// if any), tool results become tool messages.
+func sessionToModel(msgs []*sessionv1.Message) []model.Message {
+	var out []model.Message
+	for _, m := range msgs {
+		switch m.GetKind() {
+		case sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL:
+			call := model.ToolCall{ID: m.GetToolCallId(), Name: m.GetToolName(), Arguments: m.GetContent()}
+			if n := len(out); n > 0 && out[n-1].Role == model.RoleAssistant {
+				out[n-1].ToolCalls = append(out[n-1].ToolCalls, call)
+				continue
+			}
+			out = append(out, model.Message{Role: model.RoleAssistant, ToolCalls: []model.ToolCall{call}})
+		case sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT:
+			out = append(out, model.Message{Role: model.RoleTool, ToolCallID: m.GetToolCallId(), Content: m.GetContent()})
+		default:
+			role := model.RoleUser
+			switch m.GetRole() {
+			case sessionv1.Role_ROLE_ASSISTANT:
+				role = model.RoleAssistant
+			case sessionv1.Role_ROLE_SYSTEM:
+				role = model.RoleSystem
+			case sessionv1.Role_ROLE_TOOL:
+				role = model.RoleTool
+			}
+			out = append(out, model.Message{Role: role, Content: m.GetContent()})
+		}
+	}
+	return out
+}
+
+// renderMemories is the one system message that carries recalled memories.
+func renderMemories(mems []*memoryv1.RecalledMemory) string {
+	if len(mems) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(memoryHeading)
+	for _, r := range mems {
+		m := r.GetMemory()
+		fmt.Fprintf(&b, "\n- (%s) %s", memoryTypeName(m.GetType()), strings.TrimSpace(m.GetContent()))
+		if attrs := m.GetAttributes(); len(attrs) > 0 {
+			keys := make([]string, 0, len(attrs))
+			for k := range attrs {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			parts := make([]string, len(keys))
+			for i, k := range keys {
+				parts[i] = k + "=" + attrs[k]
+			}
+			fmt.Fprintf(&b, " [%s]", strings.Join(parts, ", "))
+		}
+	}
+	return b.String()
+}
+
+func memoryTypeName(t memoryv1.MemoryType) string {
+	s := strings.TrimPrefix(t.String(), "MEMORY_TYPE_")
+	return strings.ToLower(s)
+}
+
+// renderPinned carries sticky messages older than the window in one system message.
+func renderPinned(msgs []*sessionv1.Message) string {
+	if len(msgs) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(pinnedHeading)
+	for _, m := range msgs {
+		fmt.Fprintf(&b, "\n- %s: %s", roleName(m.GetRole()), strings.TrimSpace(m.GetContent()))
+	}
+	return b.String()
+}
+
+func renderSummary(s *sessionv1.Message) string {
+	if s == nil || strings.TrimSpace(s.GetContent()) == "" {
+		return ""
+	}
+	return summaryHeading + "\n" + s.GetContent()
+}
+
+// renderTaskState shows the newest done steps with their key results and what is pending.
+func renderTaskState(st TaskState, maxSteps int) (string, int) {
+	done := st.Done
+	if len(done) > maxSteps {
+		done = done[len(done)-maxSteps:]
+	}
+	if len(done) == 0 && len(st.Pending) == 0 {
+		return "", 0
+	}
+	var b strings.Builder
+	b.WriteString(taskStateHeading)
+	if len(done) > 0 {
+		if hidden := len(st.Done) - len(done); hidden > 0 {
+			fmt.Fprintf(&b, "\nSteps done (the newest %d of %d; do not repeat them, reuse their results):", len(done), len(st.Done))
+		} else {
+			b.WriteString("\nSteps done (do not repeat them, reuse their results):")
+		}
+		for i, s := range done {
+			fmt.Fprintf(&b, "\n%d. %s %s → %s", i+1, s.Tool, clip(s.Arguments, 200), s.Result)
+		}
+	}
+	if len(st.Pending) > 0 {
+		b.WriteString("\nPending:")
+		for _, p := range st.Pending {
+			fmt.Fprintf(&b, "\n- %s", p.What)
+		}
+	}
+	return b.String(), len(done)
+}
+
+// toolResultContent is what a tool message carries: the article's {"success", "output"} or
+// {"success": false, "error"} envelope, so the model can correct invalid arguments.
+func toolResultContent(r *toolsv1.ToolResult) string {
+	type violation struct {
+		Pointer string `json:"pointer"`
+		Message string `json:"message"`
+	}
+	type toolErr struct {
+		Code       string      `json:"code"`
+		Message    string      `json:"message"`
+		Violations []violation `json:"violations,omitempty"`
+	}
+	env := struct {
+		Success   bool            `json:"success"`
+		Output    json.RawMessage `json:"output,omitempty"`
+		Error     *toolErr        `json:"error,omitempty"`
+		Truncated bool            `json:"truncated,omitempty"`
+		Replayed  bool            `json:"replayed,omitempty"`
+		Note      string          `json:"note,omitempty"`
+	}{Success: r.GetSuccess(), Truncated: r.GetTruncated(), Replayed: r.GetReplayed()}
+	if r.GetSuccess() {
+		out := r.GetOutput()
+		if !json.Valid([]byte(out)) {
+			b, _ := json.Marshal(out)
+			out = string(b)
+		}
+		env.Output = json.RawMessage(out)
+		if r.GetReplayed() {
+			env.Note = "this step was already done earlier in the session; this is its recorded result and it did not run again"
+		}
+	} else {
+		e := r.GetError()
+		te := &toolErr{Code: failureCode(r), Message: e.GetMessage()}
+		for _, v := range e.GetViolations() {
+			te.Violations = append(te.Violations, violation{Pointer: v.GetPointer(), Message: v.GetMessage()})
+		}
+		env.Error = te
+	}
+	return marshalNoEscape(env)
+}
+
+// marshalNoEscape is json.Marshal without HTML escaping, so <, > and & stay readable for the
+// model.
+func marshalNoEscape(v any) string {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return "{}"
+	}
+	return strings.TrimRight(buf.String(), "\n")
+}
+
+// failureCode names why a call failed: the tool service's code, or "cancelled" for a call the
+// turn's end cut off.
+func failureCode(r *toolsv1.ToolResult) string {
+	if r.GetSuccess() {
+		return ""
+	}
+	if c := errorCodeName(r.GetError().GetCode()); c != "" {
+		return c
+	}
+	return "cancelled"
+}
+
+// errorCodeName is "validation" for ERROR_CODE_VALIDATION.
+func errorCodeName(c toolsv1.ErrorCode) string {
+	if c == toolsv1.ErrorCode_ERROR_CODE_UNSPECIFIED {
+		return ""
+	}
+	return strings.ToLower(strings.TrimPrefix(c.String(), "ERROR_CODE_"))
+}

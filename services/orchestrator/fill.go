@@ -1,0 +1,193 @@
+package orchestrator
+
+import (
+	"bytes"
+	"encoding/json"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode"
+
+	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
+	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
+)
+
+// inputSchema is the part of a tool's JSON Schema that filling needs.
+type inputSchema struct {
+	Required   []string                   `json:"required"`
+	Properties map[string]json.RawMessage `json:"properties"`
+}
+
+type propertySchema struct {
+	Type json.RawMessage   `json:"type"`
+	Enum []json.RawMessage `json:"enum"`
+}
+
+// requiredArgs returns the required argument names of a tool's input schema.
+func requiredArgs(schema string) []string {
+	var s inputSchema
+	if json.Unmarshal([]byte(schema), &s) != nil {
+		return nil
+	}
+	return s.Required
+}
+
+// fillFromMemory fills required arguments that the call leaves out with values from the
+// recalled memories' attributes, best memory first. Memory only fills blanks: an argument that
+// is present in the call — whatever its value, null included — is never changed, and the
+// original JSON text is kept byte for byte with the filled members appended. A value that does
+// not fit the property's type or enum is not used. Arguments that are not a JSON object are
+// returned unchanged (the tool service reports them to the model).
+func fillFromMemory(schema, args string, memories []*memoryv1.RecalledMemory) (string, []*orchestratorv1.FilledArgument) {
+	if len(memories) == 0 {
+		return args, nil
+	}
+	var s inputSchema
+	if json.Unmarshal([]byte(schema), &s) != nil || len(s.Required) == 0 {
+		return args, nil
+	}
+	trimmed := strings.TrimSpace(args)
+	if trimmed == "" {
+		trimmed = "{}"
+	}
+	var present map[string]json.RawMessage
+	if json.Unmarshal([]byte(trimmed), &present) != nil || present == nil {
+		return args, nil
+	}
+	var filled []*orchestratorv1.FilledArgument
+	var members [][]byte
+	for _, name := range s.Required {
+		if _, ok := present[name]; ok {
+			continue
+		}
+		var prop propertySchema
+		_ = json.Unmarshal(s.Properties[name], &prop)
+		for _, m := range memories {
+			raw, ok := attributeFor(m.GetMemory().GetAttributes(), name)
+			if !ok {
+				continue
+			}
+			val, ok := prop.convert(raw)
+			if !ok {
+				continue
+			}
+			key, _ := json.Marshal(name)
+			members = append(members, append(append(key, ':'), val...))
+			filled = append(filled, &orchestratorv1.FilledArgument{Name: name, Value: string(val), MemoryId: m.GetMemory().GetId()})
+			present[name] = val
+			break
+		}
+	}
+	if len(filled) == 0 {
+		return args, nil
+	}
+	body := strings.TrimSuffix(strings.TrimSpace(trimmed[1:]), "}")
+	var b bytes.Buffer
+	b.WriteByte('{')
+	b.WriteString(body)
+	for i, m := range members {
+		if i > 0 || strings.TrimSpace(body) != "" {
+			b.WriteByte(',')
+		}
+		b.Write(m)
+	}
+	b.WriteByte('}')
+	return b.String(), filled
+}
+
+// attributeFor finds the attribute for an argument: the same name, or the same name once case
+// and punctuation are ignored (restaurantName and restaurant_name). Exact matches win; among
+// loose matches the lexically first key wins, so the choice is deterministic.
+func attributeFor(attrs map[string]string, name string) (string, bool) {
+	if v, ok := attrs[name]; ok && strings.TrimSpace(v) != "" {
+		return v, true
+	}
+	want := looseName(name)
+	keys := make([]string, 0, len(attrs))
+	for k := range attrs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if looseName(k) == want && strings.TrimSpace(attrs[k]) != "" {
+			return attrs[k], true
+		}
+	}
+	return "", false
+}
+
+func looseName(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsLetter(r) || unicode.IsDigit(r) {
+			b.WriteRune(unicode.ToLower(r))
+		}
+	}
+	return b.String()
+}
+
+// convert turns an attribute's text into JSON of the property's type; ok is false when it does
+// not fit the type or the enum.
+func (p propertySchema) convert(raw string) (json.RawMessage, bool) {
+	raw = strings.TrimSpace(raw)
+	var types []string
+	if len(p.Type) > 0 {
+		var one string
+		if json.Unmarshal(p.Type, &one) == nil {
+			types = []string{one}
+		} else {
+			_ = json.Unmarshal(p.Type, &types)
+		}
+	}
+	if len(types) == 0 {
+		types = []string{"string"}
+	}
+	var val json.RawMessage
+	for _, t := range types {
+		switch t {
+		case "string":
+			val, _ = json.Marshal(raw)
+		case "integer":
+			if n, err := strconv.ParseInt(raw, 10, 64); err == nil {
+				val = json.RawMessage(strconv.FormatInt(n, 10))
+			}
+		case "number":
+			if f, err := strconv.ParseFloat(raw, 64); err == nil {
+				val = json.RawMessage(strconv.FormatFloat(f, 'g', -1, 64))
+			}
+		case "boolean":
+			if v, err := strconv.ParseBool(raw); err == nil {
+				val = json.RawMessage(strconv.FormatBool(v))
+			}
+		case "array", "object":
+			if json.Valid([]byte(raw)) {
+				var probe any
+				_ = json.Unmarshal([]byte(raw), &probe)
+				_, isArr := probe.([]any)
+				_, isObj := probe.(map[string]any)
+				if (t == "array" && isArr) || (t == "object" && isObj) {
+					val = json.RawMessage(raw)
+				}
+			}
+		}
+		if val != nil {
+			break
+		}
+	}
+	if val == nil {
+		return nil, false
+	}
+	if len(p.Enum) > 0 {
+		want, err := CanonicalJSON(string(val))
+		if err != nil {
+			return nil, false
+		}
+		for _, e := range p.Enum {
+			if c, err := CanonicalJSON(string(e)); err == nil && c == want {
+				return val, true
+			}
+		}
+		return nil, false
+	}
+	return val, true
+}

@@ -1,0 +1,230 @@
+// Package orchestrator is the orchestrator service: the agent loop that makes sessions, tools,
+// MCP and memory work together. A turn appends the user's message, builds the context (rolling
+// summary extended when messages were evicted, recalled memories, pinned messages, the task
+// state, the window), calls the model, runs its tool calls concurrently (filling missing
+// required arguments from memory, never overriding given ones; idempotent tools with a key
+// derived from session, tool and arguments), stores each step as complete tool-call pairs, and
+// publishes turn.finished. Its only state is the task-state and turn records, in Redis or a
+// bbolt file, so replicas scale out.
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hermes-agent/hermes/pkg/model"
+	"github.com/hermes-agent/hermes/pkg/rpc"
+	"github.com/hermes-agent/hermes/pkg/tokenizer"
+	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
+	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
+	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+// Request limits.
+const (
+	maxIDBytes           = 128
+	maxTextBytes         = 32 << 10
+	maxSystemPromptBytes = 32 << 10
+	maxModelNameBytes    = 128
+	maxStepsLimit        = 50
+	maxTurnTimeout       = 30 * time.Minute
+	maxToolGroups        = 32
+)
+
+// PublishFunc publishes a turn.finished event; it retries until ctx ends.
+type PublishFunc func(ctx context.Context, ev *eventsv1.TurnFinished) error
+
+// Deps are the services and backends the orchestrator works with.
+type Deps struct {
+	Session sessionv1.SessionServiceClient
+	Tools   toolsv1.ToolServiceClient
+	// Memory is optional: without it turns run without recall.
+	Memory memoryv1.MemoryServiceClient
+	// Model is nil when no model is configured; turns then fail with FAILED_PRECONDITION.
+	Model     *model.Client
+	Tokenizer *tokenizer.Tokenizer
+	Store     Store
+	// Publish is optional: without it no turn.finished events are sent.
+	Publish PublishFunc
+}
+
+// Service implements orchestratorv1.OrchestratorServiceServer.
+type Service struct {
+	orchestratorv1.UnimplementedOrchestratorServiceServer
+	deps   Deps
+	cfg    Config
+	log    *slog.Logger
+	keys   *apiKeys
+	sum    *summarizer
+	tracer trace.Tracer
+
+	// Background publishes outlive their turns; Close waits for them.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
+}
+
+// NewService returns the orchestrator. It fails when the auth file cannot be read.
+func NewService(deps Deps, cfg Config, log *slog.Logger) (*Service, error) {
+	if deps.Session == nil || deps.Tools == nil || deps.Store == nil || deps.Tokenizer == nil {
+		return nil, errors.New("orchestrator: the session and tool clients, a store and a tokenizer are required")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg = cfg.withDefaults()
+	keys, err := loadAPIKeys(cfg.AuthFile)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Service{
+		deps:     deps,
+		cfg:      cfg,
+		log:      log,
+		keys:     keys,
+		tracer:   otel.Tracer("github.com/hermes-agent/hermes/services/orchestrator"),
+		bgCtx:    ctx,
+		bgCancel: cancel,
+	}
+	s.sum = &summarizer{model: deps.Model, tok: deps.Tokenizer, cfg: cfg, log: log, now: time.Now}
+	return s, nil
+}
+
+// Close waits for background event publishes to finish (each is bounded by the publish timeout),
+// then cancels what is left after the given grace period.
+func (s *Service) Close(grace time.Duration) {
+	done := make(chan struct{})
+	go func() { s.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		s.log.Warn("turn.finished publishes still pending at shutdown; cancelling them")
+		s.bgCancel()
+		<-done
+	}
+	s.bgCancel()
+}
+
+// validateRun checks a RunTurn request.
+func validateRun(req *orchestratorv1.RunTurnRequest, user string) error {
+	var v rpc.Violations
+	v.Required("session_id", req.GetSessionId())
+	v.MaxLen("session_id", req.GetSessionId(), maxIDBytes)
+	if user == "" {
+		v.Add("user_id", "is required")
+	}
+	v.MaxLen("user_id", user, maxIDBytes)
+	v.Required("text", req.GetText())
+	o := req.GetOptions()
+	if n := o.GetMaxSteps(); n < 0 || n > maxStepsLimit {
+		v.Add("options.max_steps", "must be between 0 and %d", maxStepsLimit)
+	}
+	if o.GetTimeout() != nil {
+		if err := o.GetTimeout().CheckValid(); err != nil {
+			v.Add("options.timeout", "is not a valid duration: %v", err)
+		} else if d := o.GetTimeout().AsDuration(); d < 0 || d > maxTurnTimeout {
+			v.Add("options.timeout", "must be between 0 and %s", maxTurnTimeout)
+		}
+	}
+	v.MaxLen("options.model", o.GetModel(), maxModelNameBytes)
+	if len(o.GetToolGroups()) > maxToolGroups {
+		v.Add("options.tool_groups", "has %d groups; at most %d are allowed", len(o.GetToolGroups()), maxToolGroups)
+	}
+	for i, g := range o.GetToolGroups() {
+		if g == "" || len(g) > 64 {
+			v.Add(fmt.Sprintf("options.tool_groups[%d]", i), "must be 1 to 64 bytes")
+		}
+	}
+	if err := v.Err(); err != nil {
+		return err
+	}
+	if n := len(req.GetText()); n > maxTextBytes {
+		return status.Errorf(codes.ResourceExhausted, "text is %d bytes; at most %d are allowed in one message", n, maxTextBytes)
+	}
+	if n := len(o.GetSystemPrompt()); n > maxSystemPromptBytes {
+		return status.Errorf(codes.ResourceExhausted, "options.system_prompt is %d bytes; at most %d are allowed", n, maxSystemPromptBytes)
+	}
+	return nil
+}
+
+// RunTurn implements OrchestratorServiceServer. Problems found before the turn starts (invalid
+// request, no model, a session that is missing or another user's) are the RPC's status; once
+// TurnStarted was sent, the stream always ends with TurnCompleted or TurnFailed and an OK status.
+func (s *Service) RunTurn(req *orchestratorv1.RunTurnRequest, stream grpc.ServerStreamingServer[orchestratorv1.RunTurnResponse]) error {
+	ctx := stream.Context()
+	user, err := s.authorize(ctx, req.GetUserId())
+	if err != nil {
+		return err
+	}
+	if err := validateRun(req, user); err != nil {
+		return err
+	}
+	if s.deps.Model == nil {
+		return status.Error(codes.FailedPrecondition, model.ErrNotConfigured.Error())
+	}
+	t := s.newTurn(req, user, func(ev *orchestratorv1.TurnEvent) error {
+		return stream.Send(&orchestratorv1.RunTurnResponse{Event: ev})
+	})
+	return t.run(ctx)
+}
+
+// GetTurn implements OrchestratorServiceServer.
+func (s *Service) GetTurn(ctx context.Context, req *orchestratorv1.GetTurnRequest) (*orchestratorv1.GetTurnResponse, error) {
+	user, err := s.authorize(ctx, req.GetUserId())
+	if err != nil {
+		return nil, err
+	}
+	var v rpc.Violations
+	v.Required("turn_id", req.GetTurnId())
+	v.MaxLen("turn_id", req.GetTurnId(), maxIDBytes)
+	if user == "" {
+		v.Add("user_id", "is required")
+	}
+	v.MaxLen("user_id", user, maxIDBytes)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	t, err := s.deps.Store.GetTurn(ctx, req.GetTurnId())
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, status.Errorf(codes.NotFound, "turn %q not found (records are kept for %s)", req.GetTurnId(), s.cfg.TurnRetention)
+	case err != nil:
+		return nil, storeStatus(err)
+	}
+	if t.GetUserId() != user {
+		return nil, status.Errorf(codes.PermissionDenied, "turn %q belongs to another user", req.GetTurnId())
+	}
+	return &orchestratorv1.GetTurnResponse{Turn: t}, nil
+}
+
+func storeStatus(err error) error {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "request cancelled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	case errors.Is(err, errBackend):
+		return status.Errorf(codes.Unavailable, "%v", err)
+	default:
+		return status.Errorf(codes.Internal, "orchestrator store: %v", err)
+	}
+}
+
+// peerStatus re-labels another service's error with the service's name, keeping its code.
+func peerStatus(service string, err error) error {
+	st := status.Convert(err)
+	return status.Errorf(st.Code(), "%s service: %s", service, st.Message())
+}

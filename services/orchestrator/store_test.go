@@ -1,0 +1,181 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
+)
+
+func randomID(t testing.TB) string {
+	t.Helper()
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// testRedis connects to the Redis CI starts; the test fails when it is not reachable. Keys go
+// under a random prefix that is deleted afterwards.
+func testRedis(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("Redis at 127.0.0.1:6379 is required: %v", err)
+	}
+	prefix := "hermes-test-" + randomID(t) + ":"
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+		_ = rdb.Close()
+	})
+	return rdb, prefix
+}
+
+func storeBackends(t *testing.T) map[string]func(t *testing.T) Store {
+	return map[string]func(t *testing.T) Store{
+		"bolt": func(t *testing.T) Store {
+			s, err := OpenBoltStore(filepath.Join(t.TempDir(), "orchestrator.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		},
+		"redis": func(t *testing.T) Store {
+			rdb, prefix := testRedis(t)
+			return NewRedisStore(rdb, prefix)
+		},
+	}
+}
+
+// TestStoreConformance runs the same suite against every backend.
+func TestStoreConformance(t *testing.T) {
+	for name, open := range storeBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Run("task state", func(t *testing.T) { testTaskState(t, open(t)) })
+			t.Run("turns", func(t *testing.T) { testTurns(t, open(t)) })
+			t.Run("concurrent steps", func(t *testing.T) { testConcurrentSteps(t, open(t)) })
+		})
+	}
+}
+
+func step(i int) Step {
+	return Step{Tool: "add_to_cart", Arguments: fmt.Sprintf(`{"sku":"A%d"}`, i), Result: "ok", TurnID: "t", CallID: fmt.Sprint(i), At: time.UnixMilli(int64(1_700_000_000_000 + i)).UTC()}
+}
+
+func testTaskState(t *testing.T, s Store) {
+	ctx := context.Background()
+	got, err := s.TaskState(ctx, "nobody")
+	if err != nil || len(got.Done) != 0 || len(got.Pending) != 0 {
+		t.Fatalf("empty session: %+v, %v", got, err)
+	}
+	if err := s.AddSteps(ctx, "s1", []Step{step(1), step(2)}, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddSteps(ctx, "s1", []Step{step(3), step(4)}, 3); err != nil {
+		t.Fatal(err)
+	}
+	pending := []Pending{{What: "book a table", TurnID: "t9", At: time.UnixMilli(1_700_000_000_000).UTC()}}
+	if err := s.SetPending(ctx, "s1", pending); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddSteps(ctx, "s2", []Step{step(9)}, 3); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.TaskState(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := TaskState{Done: []Step{step(2), step(3), step(4)}, Pending: pending}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("task state (-want +got):\n%s", diff)
+	}
+	if err := s.SetPending(ctx, "s1", nil); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.TaskState(ctx, "s1")
+	if len(got.Pending) != 0 || len(got.Done) != 3 {
+		t.Errorf("after clearing pending: %+v", got)
+	}
+	if err := s.DeleteSession(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.TaskState(ctx, "s1")
+	if len(got.Done) != 0 {
+		t.Errorf("after delete: %+v", got)
+	}
+	other, _ := s.TaskState(ctx, "s2")
+	if diff := cmp.Diff([]Step{step(9)}, other.Done); diff != "" {
+		t.Errorf("another session changed (-want +got):\n%s", diff)
+	}
+}
+
+func testTurns(t *testing.T, s Store) {
+	ctx := context.Background()
+	if _, err := s.GetTurn(ctx, "missing"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("GetTurn(missing) = %v, want ErrNotFound", err)
+	}
+	turn := &orchestratorv1.Turn{Id: "t1", SessionId: "s", UserId: "u", Status: orchestratorv1.TurnStatus_TURN_STATUS_RUNNING, Text: "订位"}
+	if err := s.PutTurn(ctx, turn, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	turn.Status = orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED
+	turn.Answer = "好的"
+	if err := s.PutTurn(ctx, turn, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetTurn(ctx, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(turn, got, protocmp.Transform()); diff != "" {
+		t.Errorf("turn (-want +got):\n%s", diff)
+	}
+	if err := s.PutTurn(ctx, &orchestratorv1.Turn{Id: "short"}, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := s.GetTurn(ctx, "short"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("expired turn: %v, want ErrNotFound", err)
+	}
+}
+
+func testConcurrentSteps(t *testing.T, s Store) {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.AddSteps(ctx, "c", []Step{step(i)}, 100); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	got, err := s.TaskState(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Done) != 20 {
+		t.Errorf("%d steps after 20 concurrent appends, want 20", len(got.Done))
+	}
+}
