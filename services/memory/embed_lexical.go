@@ -133,7 +133,10 @@ func cjkFeatures(run []rune, emit func(string, float64)) {
 		if !cjkStop[u] {
 			emit("c1:"+u, wCJKUnigram)
 		}
-		if i+1 < len(run) {
+		// A pair with a particle or pronoun in it ("的那", "我订") spans a word boundary more
+		// often than it forms a word; leaving those out is most of what keeps a long request
+		// from drowning the few pairs it shares with a short memory.
+		if i+1 < len(run) && !cjkStop[u] && !cjkStop[string(run[i+1])] {
 			b := string(run[i : i+2])
 			if !cjkStop[b] {
 				emit("c2:"+b, wCJKBigram)

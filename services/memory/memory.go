@@ -164,38 +164,97 @@ type Entry struct {
 }
 
 // encodeEntry is the stored form of an entry in Redis and bbolt: a 4-byte length, the memory as
-// protobuf, then the vector as little-endian float32s.
+// protobuf, then the vector: a form byte, the dimension, and either every component (dense) or
+// the non-zero ones as index/value pairs (sparse — the lexical embedder's vectors, which are
+// mostly zeros, take a few hundred bytes instead of 4 per dimension).
 func encodeEntry(e Entry) ([]byte, error) {
 	mb, err := proto.Marshal(e.Memory)
 	if err != nil {
 		return nil, fmt.Errorf("encode memory: %w", err)
 	}
-	out := make([]byte, 4+len(mb)+4*len(e.Vector))
-	binary.LittleEndian.PutUint32(out, uint32(len(mb)))
-	copy(out[4:], mb)
-	off := 4 + len(mb)
-	for i, f := range e.Vector {
-		binary.LittleEndian.PutUint32(out[off+4*i:], math.Float32bits(f))
+	nnz := 0
+	for _, f := range e.Vector {
+		if f != 0 {
+			nnz++
+		}
+	}
+	sparse := len(e.Vector) <= 1<<16 && nnz*6 < len(e.Vector)*4
+	size := 4 + len(mb) + 1 + 4
+	if sparse {
+		size += 4 + 6*nnz
+	} else {
+		size += 4 * len(e.Vector)
+	}
+	out := make([]byte, 0, size)
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(mb)))
+	out = append(out, mb...)
+	if sparse {
+		out = append(out, 1)
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(e.Vector)))
+		out = binary.LittleEndian.AppendUint32(out, uint32(nnz))
+		for i, f := range e.Vector {
+			if f != 0 {
+				out = binary.LittleEndian.AppendUint16(out, uint16(i))
+				out = binary.LittleEndian.AppendUint32(out, math.Float32bits(f))
+			}
+		}
+		return out, nil
+	}
+	out = append(out, 0)
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(e.Vector)))
+	for _, f := range e.Vector {
+		out = binary.LittleEndian.AppendUint32(out, math.Float32bits(f))
 	}
 	return out, nil
 }
 
+var errCorrupt = errors.New("decode memory: corrupt record")
+
 func decodeEntry(b []byte) (Entry, error) {
 	if len(b) < 4 {
-		return Entry{}, errors.New("decode memory: short record")
+		return Entry{}, errCorrupt
 	}
 	n := int(binary.LittleEndian.Uint32(b))
-	if n > len(b)-4 || (len(b)-4-n)%4 != 0 {
-		return Entry{}, errors.New("decode memory: corrupt record")
+	if n > len(b)-4-5 {
+		return Entry{}, errCorrupt
 	}
 	m := &memoryv1.Memory{}
 	if err := proto.Unmarshal(b[4:4+n], m); err != nil {
 		return Entry{}, fmt.Errorf("decode memory: %w", err)
 	}
 	rest := b[4+n:]
-	vec := make([]float32, len(rest)/4)
-	for i := range vec {
-		vec[i] = math.Float32frombits(binary.LittleEndian.Uint32(rest[4*i:]))
+	form, dim := rest[0], int(binary.LittleEndian.Uint32(rest[1:]))
+	rest = rest[5:]
+	if dim > 1<<20 {
+		return Entry{}, errCorrupt
+	}
+	vec := make([]float32, dim)
+	switch form {
+	case 0:
+		if len(rest) != 4*dim {
+			return Entry{}, errCorrupt
+		}
+		for i := range vec {
+			vec[i] = math.Float32frombits(binary.LittleEndian.Uint32(rest[4*i:]))
+		}
+	case 1:
+		if len(rest) < 4 {
+			return Entry{}, errCorrupt
+		}
+		nnz := int(binary.LittleEndian.Uint32(rest))
+		rest = rest[4:]
+		if len(rest) != 6*nnz {
+			return Entry{}, errCorrupt
+		}
+		for j := range nnz {
+			i := int(binary.LittleEndian.Uint16(rest[6*j:]))
+			if i >= dim {
+				return Entry{}, errCorrupt
+			}
+			vec[i] = math.Float32frombits(binary.LittleEndian.Uint32(rest[6*j+2:]))
+		}
+	default:
+		return Entry{}, errCorrupt
 	}
 	return Entry{Memory: m, Vector: vec}, nil
 }

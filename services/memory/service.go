@@ -264,8 +264,16 @@ func (s *Service) write(ctx context.Context, userID string, c candidate) (writeR
 		if sameValue != nil {
 			return s.update(ctx, sameValue.t, sameValue.e, m, vec, now)
 		}
-		// Near duplicates of the same type without conflicting attributes.
-		dupQ := SearchQuery{Vector: vec, MinSimilarity: s.duplicateSimilarity(), Limit: 3, Types: []memoryv1.MemoryType{c.typ}}
+		// Near duplicates of the same type without conflicting attributes. The index vectors
+		// include subject, attributes and keywords, which a restatement may lack, so the index
+		// only proposes candidates and the contents themselves are compared.
+		dupQ := SearchQuery{Vector: vec, MinSimilarity: s.duplicateSimilarity() - 0.3, Limit: 5, Types: []memoryv1.MemoryType{c.typ}}
+		type dupCand struct {
+			t TierStore
+			h Hit
+		}
+		var cands []dupCand
+		texts := []string{c.content}
 		for _, t := range []TierStore{s.sem, s.ep} {
 			hits, err := t.Search(ctx, userID, dupQ)
 			if err != nil {
@@ -273,8 +281,24 @@ func (s *Service) write(ctx context.Context, userID string, c candidate) (writeR
 			}
 			for _, h := range hits {
 				if !conflicts(c.attributes, h.Memory.GetAttributes()) {
-					return s.update(ctx, t, h.Entry, m, vec, now)
+					cands = append(cands, dupCand{t, h})
+					texts = append(texts, h.Memory.GetContent())
 				}
+			}
+		}
+		if len(cands) > 0 {
+			vs, err := s.emb.Embed(ctx, texts)
+			if err != nil {
+				return writeResult{}, fmt.Errorf("embed: %w", err)
+			}
+			best, bestSim := -1, s.duplicateSimilarity()
+			for i := range cands {
+				if sim := cosine(vs[0], vs[i+1]); sim >= bestSim {
+					best, bestSim = i, sim
+				}
+			}
+			if best >= 0 {
+				return s.update(ctx, cands[best].t, cands[best].h.Entry, m, vec, now)
 			}
 		}
 	}
