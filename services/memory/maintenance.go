@@ -3,8 +3,8 @@ package memory
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"time"

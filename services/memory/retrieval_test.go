@@ -106,11 +106,11 @@ func rankRetrievalSet(t testing.TB, emb Embedder) ([][]rankedHit, retrievalSet) 
 
 // retrievalMetrics are measured at a threshold: what Recall with limit 5 returns.
 type retrievalMetrics struct {
-	threshold float64
-	recall5   float64 // relevant memories returned / relevant memories (queries with answers)
-	precision float64 // relevant returned / returned (all queries, no-answer ones included)
-	rankOnly  float64 // recall@5 without a threshold: the ranking alone
-	returned  int
+	threshold     float64
+	recall5       float64 // relevant memories returned / relevant memories (queries with answers)
+	precision     float64 // relevant returned / returned (all queries, no-answer ones included)
+	rankOnly      float64 // recall@5 without a threshold: the ranking alone
+	returned      int
 	noAnswerFalse int // memories returned for queries with no relevant memory
 }
 

@@ -332,4 +332,3 @@ func (s *Service) RunMaintenance(ctx context.Context, req *memoryv1.RunMaintenan
 }
 
 var _ memoryv1.MemoryServiceServer = (*Service)(nil)
-

@@ -32,8 +32,8 @@ type redisKeys struct{ prefix string }
 func (k redisKeys) user(userID string) string {
 	return k.prefix + "u:{" + base64.RawURLEncoding.EncodeToString([]byte(userID)) + "}:"
 }
-func (k redisKeys) mem(userID, id string) string   { return k.user(userID) + "m:" + id }
-func (k redisKeys) memIndex(userID string) string  { return k.user(userID) + "mi" }
+func (k redisKeys) mem(userID, id string) string  { return k.user(userID) + "m:" + id }
+func (k redisKeys) memIndex(userID string) string { return k.user(userID) + "mi" }
 func (k redisKeys) behavior(userID, key string) string {
 	return k.user(userID) + "b:" + base64.RawURLEncoding.EncodeToString([]byte(key))
 }
