@@ -102,7 +102,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ExtractMaxInputBytes, "memory.extract-max-input-bytes", 16000, "cap on the turn text sent to the extraction model")
 
 	fs.Float64Var(&c.MinSimilarity, "memory.min-similarity", 0.45, "recall similarity threshold with a model embedder")
-	fs.Float64Var(&c.LexicalMinSimilarity, "memory.lexical-min-similarity", 0.15, "recall similarity threshold with the lexical hashing embedder (calibrated, see bench/README.md)")
+	fs.Float64Var(&c.LexicalMinSimilarity, "memory.lexical-min-similarity", 0.12, "recall similarity threshold with the lexical hashing embedder (calibrated, see bench/README.md)")
 	fs.Float64Var(&c.DuplicateSimilarity, "memory.duplicate-similarity", 0.92, "similarity at which a new memory updates an existing one of the same type (model embedder)")
 	fs.Float64Var(&c.LexicalDuplicateSimilarity, "memory.lexical-duplicate-similarity", 0.85, "duplicate similarity with the lexical hashing embedder")
 	fs.DurationVar(&c.MaxAge, "memory.max-age", 30*24*time.Hour, "memories not updated within this age are not recalled, except facts")

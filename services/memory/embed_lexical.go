@@ -127,6 +127,15 @@ var cjkStop = map[string]bool{
 	"上": true, "不": true, "没": true,
 }
 
+// cjkBoundary are particles and pronouns that almost never start or end a word; a pair with
+// one of them is dropped. (Characters like 上, 下, 不 and 有 are stop words alone but begin
+// words — 上海, 下午, 不吃 — so they are not here.)
+var cjkBoundary = map[rune]bool{
+	'的': true, '了': true, '是': true, '我': true, '你': true, '他': true, '她': true, '它': true,
+	'们': true, '吗': true, '呢': true, '吧': true, '啊': true, '把': true, '被': true, '给': true,
+	'这': true, '那': true, '个': true, '些': true, '很': true, '请': true, '在': true, '和': true,
+}
+
 func cjkFeatures(run []rune, emit func(string, float64)) {
 	for i, r := range run {
 		u := string(r)
@@ -136,7 +145,7 @@ func cjkFeatures(run []rune, emit func(string, float64)) {
 		// A pair with a particle or pronoun in it ("的那", "我订") spans a word boundary more
 		// often than it forms a word; leaving those out is most of what keeps a long request
 		// from drowning the few pairs it shares with a short memory.
-		if i+1 < len(run) && !cjkStop[u] && !cjkStop[string(run[i+1])] {
+		if i+1 < len(run) && !cjkBoundary[r] && !cjkBoundary[run[i+1]] {
 			b := string(run[i : i+2])
 			if !cjkStop[b] {
 				emit("c2:"+b, wCJKBigram)
