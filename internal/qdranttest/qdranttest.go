@@ -20,10 +20,12 @@ import (
 	"sort"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/qdrant/go-client/qdrant"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -75,7 +77,9 @@ func Start() (*Double, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Double{srv: grpc.NewServer(), lis: lis, colls: map[string]*collection{}}
+	// The go-client pings every 10 s; allow it, as Qdrant does.
+	srv := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}))
+	d := &Double{srv: srv, lis: lis, colls: map[string]*collection{}}
 	qdrant.RegisterCollectionsServer(d.srv, &collections{d: d})
 	qdrant.RegisterPointsServer(d.srv, &points{d: d})
 	qdrant.RegisterQdrantServer(d.srv, &health{})

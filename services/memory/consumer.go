@@ -121,6 +121,17 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 		}
 	}()
 	_, err = c.svc.extract(ctx, ev)
+	// Another worker holds the turn (a redelivery racing a slow worker, or the claim of a
+	// worker that died, until its lease ends). Wait here, keeping the delivery alive, rather
+	// than spend deliveries on it.
+	for wait := 250 * time.Millisecond; errors.Is(err, errTurnBusy); wait = min(2*wait, 5*time.Second) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		_, err = c.svc.extract(ctx, ev)
+	}
 	switch {
 	case err == nil:
 		actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -131,8 +142,6 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 		acancel()
 	case c.ctx.Err() != nil:
 		// Shutting down: leave the event unacknowledged for another replica.
-	case errors.Is(err, errTurnBusy):
-		_ = msg.NakWithDelay(max(c.cfg.ConsumerAckWait/4, 100*time.Millisecond))
 	case md.NumDelivered >= uint64(max(c.cfg.ConsumerMaxDeliver, 1)):
 		c.deadLetter(msg, md, err)
 	default:

@@ -1,0 +1,311 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/hermes-agent/hermes/pkg/events"
+	"github.com/hermes-agent/hermes/pkg/model/scripted"
+	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
+	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
+)
+
+// testNATS connects to the real NATS JetStream at 127.0.0.1:4222 with a namespace of its own;
+// an unreachable NATS fails the test.
+func testNATS(t *testing.T) (events.Names, func() (*nats.Conn, jetstream.JetStream)) {
+	t.Helper()
+	names := events.NamespacedNames("mem" + randomToken()[:10])
+	connect := func() (*nats.Conn, jetstream.JetStream) {
+		nc, js, err := events.Connect("nats://127.0.0.1:4222", "memory-test", testLogger())
+		if err != nil {
+			t.Fatalf("NATS at 127.0.0.1:4222 is required: %v", err)
+		}
+		t.Cleanup(nc.Close)
+		return nc, js
+	}
+	_, js := connect()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := events.EnsureStream(ctx, js, names); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), names.Stream) })
+	return names, connect
+}
+
+// replicaStores are stores shared by several service replicas (Redis + Qdrant).
+type replicaStores struct {
+	ep, sem TierStore
+	state   StateStore
+}
+
+func sharedStores(t *testing.T, dim int) replicaStores {
+	rdb, prefix := testRedis(t)
+	qc, coll := testQdrant(t)
+	qs, err := NewQdrantSemantic(context.Background(), qc, coll, dim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return replicaStores{ep: NewRedisEpisodic(rdb, prefix, time.Hour, dim), sem: qs, state: NewRedisState(rdb, prefix)}
+}
+
+func newReplica(t *testing.T, st replicaStores, cfg Config, mc Completer) *Service {
+	t.Helper()
+	svc, err := NewService(cfg, Options{Episodic: st.ep, Semantic: st.sem, State: st.state, Embedder: NewLexicalEmbedder(cfg.LexicalDimensions), Model: mc, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	return svc
+}
+
+func consumerConfig() Config {
+	cfg := DefaultConfig()
+	cfg.MaintenanceInterval = 0
+	cfg.ConsumerAckWait = time.Second
+	cfg.ConsumerMaxDeliver = 3
+	cfg.ExtractTimeout = 1500 * time.Millisecond
+	return cfg
+}
+
+// oneMemoryPerTurn answers every turn with one memory naming the turn's marker word.
+func oneMemoryPerTurn(calls *atomic.Int64) scripted.Handler {
+	return func(req scripted.Request) scripted.Reply {
+		calls.Add(1)
+		p := req.LastUser()
+		i := strings.Index(p, "爱好编号")
+		if i < 0 {
+			return scripted.Text(`{"memories":[]}`)
+		}
+		marker := strings.Fields(p[i:])[0]
+		return scripted.Text(memoriesJSON(map[string]any{"type": "fact", "content": "用户的" + marker, "confidence": 0.95}))
+	}
+}
+
+func publishTurns(t *testing.T, js jetstream.JetStream, names events.Names, user string, n int) []*eventsv1.TurnFinished {
+	t.Helper()
+	var out []*eventsv1.TurnFinished
+	for i := range n {
+		tf := turn(user, "s", userSays(fmt.Sprintf("记住我的爱好编号%03d号是第%d种", i*37+11, i)))
+		if err := events.PublishTurnFinished(ctxT(t), js, names, tf); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, tf)
+	}
+	return out
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func listAll(t *testing.T, svc *Service, user string) []*memoryv1.Memory {
+	t.Helper()
+	page, _, err := svc.list(context.Background(), listParams{userID: user, pageSize: 1000, includeExpired: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return page
+}
+
+func TestConsumerExtractsPublishedTurn(t *testing.T) {
+	names, connect := testNATS(t)
+	var calls atomic.Int64
+	mc, _ := scriptedModel(t, oneMemoryPerTurn(&calls))
+	st := sharedStores(t, DefaultConfig().LexicalDimensions)
+	svc := newReplica(t, st, consumerConfig(), mc)
+	_, js := connect()
+	c, err := StartConsumer(ctxT(t), svc, js, names, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(5 * time.Second)
+	publishTurns(t, js, names, "pub-user.with.dots", 1)
+	waitFor(t, 15*time.Second, "the extracted memory", func() bool { return len(listAll(t, svc, "pub-user.with.dots")) == 1 })
+	m := listAll(t, svc, "pub-user.with.dots")[0]
+	if !strings.HasPrefix(m.GetContent(), "用户的爱好编号011号") || m.GetSource() != memoryv1.Source_SOURCE_EXPLICIT {
+		t.Errorf("memory: %v", m)
+	}
+	// Acknowledged: nothing pending on the durable consumer.
+	cons, err := js.Consumer(ctxT(t), names.Stream, names.ExtractorConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the ack", func() bool {
+		info, err := cons.Info(context.Background())
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
+}
+
+// A replica killed mid-batch — after writing memories of turns it never acknowledged — loses no
+// event and, after redelivery to the surviving replica, leaves no duplicate.
+func TestConsumerKilledMidBatchLosesNothingAndDuplicatesNothing(t *testing.T) {
+	names, connect := testNATS(t)
+	var calls atomic.Int64
+	mc, _ := scriptedModel(t, oneMemoryPerTurn(&calls))
+	cfg := consumerConfig()
+	cfg.ConsumerWorkers = 3
+	st := sharedStores(t, cfg.LexicalDimensions)
+
+	victim := newReplica(t, st, cfg, mc)
+	var stuck atomic.Int64
+	release := make(chan struct{})
+	victim.beforeFinish = func(ctx context.Context, _ string) {
+		// After the third turn, the victim writes memories and then hangs before recording the
+		// turn or acknowledging it, until it is killed.
+		if stuck.Add(1) > 2 {
+			select {
+			case <-ctx.Done():
+			case <-release:
+			}
+		}
+	}
+	defer close(release)
+	ncV, jsV := connect()
+	cV, err := StartConsumer(ctxT(t), victim, jsV, names, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, js := connect()
+	const n = 12
+	turns := publishTurns(t, js, names, "batch", n)
+	waitFor(t, 20*time.Second, "the victim to be mid-batch", func() bool { return stuck.Load() >= 5 })
+	written := len(listAll(t, victim, "batch"))
+	cV.kill()
+	ncV.Close()
+	if written < 4 {
+		t.Fatalf("the victim wrote %d memories before dying; the test needs unacknowledged writes", written)
+	}
+
+	survivor := newReplica(t, st, cfg, mc)
+	_, jsS := connect()
+	cS, err := StartConsumer(ctxT(t), survivor, jsS, names, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cS.Stop(5 * time.Second)
+	waitFor(t, 60*time.Second, "every turn recorded", func() bool {
+		for _, tf := range turns {
+			rec, busy, tok, err := st.state.ClaimTurn(context.Background(), "batch", tf.GetTurnId(), time.Millisecond)
+			if err != nil || busy || rec == nil {
+				if tok != "" {
+					_ = st.state.ReleaseTurn(context.Background(), "batch", tf.GetTurnId(), tok)
+				}
+				return false
+			}
+		}
+		return true
+	})
+	mems := listAll(t, survivor, "batch")
+	byTurn := map[string]int{}
+	contents := map[string]int{}
+	for _, m := range mems {
+		byTurn[m.GetTurnId()]++
+		contents[m.GetContent()]++
+	}
+	if len(mems) != n || len(byTurn) != n {
+		t.Errorf("%d memories over %d turns, want %d and %d", len(mems), len(byTurn), n, n)
+	}
+	for c, k := range contents {
+		if k != 1 {
+			t.Errorf("%q stored %d times", c, k)
+		}
+	}
+	t.Logf("victim wrote %d memories before it was killed; model calls %d for %d turns", written, calls.Load(), n)
+}
+
+// A model reply that is never JSON is retried (within a delivery and by redelivery) and then
+// dead-lettered; an event that cannot be decoded is dead-lettered at once.
+func TestConsumerDeadLetters(t *testing.T) {
+	names, connect := testNATS(t)
+	var calls atomic.Int64
+	mc, _ := scriptedModel(t, func(req scripted.Request) scripted.Reply {
+		calls.Add(1)
+		return scripted.Text("Sure! Here are the memories: none, really.")
+	})
+	cfg := consumerConfig()
+	cfg.ConsumerMaxDeliver = 2
+	svc := newReplica(t, sharedStores(t, cfg.LexicalDimensions), cfg, mc)
+	nc, js := connect()
+
+	var mu sync.Mutex
+	var dead []*nats.Msg
+	sub, err := nc.Subscribe(names.DeadLetterFilter(), func(m *nats.Msg) {
+		mu.Lock()
+		dead = append(dead, m)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	c, err := StartConsumer(ctxT(t), svc, js, names, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(5 * time.Second)
+	tf := turn("poison", "s", userSays("我喜欢爬山"))
+	if err := events.PublishTurnFinished(ctxT(t), js, names, tf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctxT(t), names.TurnFinishedSubject("poison"), []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "two dead letters", func() bool { mu.Lock(); defer mu.Unlock(); return len(dead) == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	var sawModel, sawDecode bool
+	for _, m := range dead {
+		if m.Subject != names.DeadLetterSubject(names.TurnFinishedSubject("poison")) {
+			t.Errorf("dead letter on %s", m.Subject)
+		}
+		switch e := m.Header.Get(HeaderError); {
+		case strings.Contains(e, "unusable after 2 attempts"):
+			sawModel = true
+			if m.Header.Get(HeaderDelivered) != "2" {
+				t.Errorf("model failure dead-lettered after %s deliveries, want 2", m.Header.Get(HeaderDelivered))
+			}
+			got, err := events.UnmarshalTurnFinished(m.Data)
+			if err != nil || got.GetTurnId() != tf.GetTurnId() {
+				t.Errorf("dead letter payload: %v %v", got, err)
+			}
+		case strings.Contains(e, "undecodable"):
+			sawDecode = true
+			if m.Header.Get(HeaderDelivered) != "1" {
+				t.Errorf("undecodable event dead-lettered after %s deliveries, want 1", m.Header.Get(HeaderDelivered))
+			}
+		default:
+			t.Errorf("dead letter error %q", e)
+		}
+	}
+	if !sawModel || !sawDecode {
+		t.Errorf("dead letters: model %v, decode %v", sawModel, sawDecode)
+	}
+	if n := calls.Load(); n != 4 {
+		t.Errorf("%d model calls, want 2 deliveries x 2 attempts", n)
+	}
+	cons, _ := js.Consumer(ctxT(t), names.Stream, names.ExtractorConsumer)
+	waitFor(t, 10*time.Second, "nothing pending", func() bool {
+		info, err := cons.Info(context.Background())
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
+	if mems := listAll(t, svc, "poison"); len(mems) != 0 {
+		t.Errorf("memories of a poison turn: %v", mems)
+	}
+}
