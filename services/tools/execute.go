@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -361,6 +362,7 @@ func checkArguments(cs *compiledSchema, text string) ([]byte, []*toolsv1.Coercio
 	}
 	var coercions []*toolsv1.Coercion
 	inst = coerce(cs.root, inst, "", &coercions)
+	sort.Slice(coercions, func(i, j int) bool { return coercions[i].Pointer < coercions[j].Pointer })
 	if err := cs.root.Validate(inst); err != nil {
 		return nil, coercions, cs.violations(err, inst), nil
 	}

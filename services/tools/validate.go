@@ -55,7 +55,8 @@ func jsonSyntaxError(data []byte, err error) error {
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return &argumentsError{fmt.Sprintf("the JSON ends in the middle of a value after %d bytes: it looks cut off; send the complete JSON object", len(data))}
 	case errors.As(err, &se):
-		line, col := lineCol(data, int(se.Offset))
+		// Offset counts the offending byte itself.
+		line, col := lineCol(data, int(se.Offset)-1)
 		return &argumentsError{fmt.Sprintf("%s at line %d, column %d (near %s)", se.Error(), line, col, excerpt(data, int(se.Offset)))}
 	default:
 		return &argumentsError{err.Error()}
@@ -397,6 +398,14 @@ func (cs *compiledSchema) leaf(e *jsonschema.ValidationError, inst any) []*tools
 	case *kind.Type:
 		v := lookup(inst, e.InstanceLocation)
 		return []*toolsv1.Violation{{Pointer: at, Message: fmt.Sprintf("got %s %s, want %s", k.Got, shortJSON(v), strings.Join(k.Want, " or "))}}
+	case *kind.Enum:
+		vals := make([]string, 0, len(k.Want))
+		for _, w := range k.Want {
+			vals = append(vals, shortJSON(w))
+		}
+		return []*toolsv1.Violation{{Pointer: at, Message: fmt.Sprintf("got %s, want one of %s", shortJSON(k.Got), strings.Join(vals, ", "))}}
+	case *kind.Const:
+		return []*toolsv1.Violation{{Pointer: at, Message: fmt.Sprintf("got %s, want %s", shortJSON(k.Got), shortJSON(k.Want))}}
 	case *kind.FalseSchema:
 		return []*toolsv1.Violation{{Pointer: at, Message: "is not allowed here; remove it"}}
 	default:

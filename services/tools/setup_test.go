@@ -1,0 +1,187 @@
+package tools
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/hermes-agent/hermes/pkg/rpc"
+	"github.com/hermes-agent/hermes/pkg/tokenizer"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+func randomID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// testRedis connects to the test Redis (HERMES_TEST_REDIS_URL, default 127.0.0.1:6379) and
+// fails the test when it is unreachable. It returns a random key prefix whose keys are deleted
+// when the test ends.
+func testRedis(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	url := os.Getenv("HERMES_TEST_REDIS_URL")
+	if url == "" {
+		url = "redis://127.0.0.1:6379/0"
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatalf("redis url: %v", err)
+	}
+	rdb := redis.NewClient(opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("redis at %s is required for this test: %v", opts.Addr, err)
+	}
+	prefix := "hermes-test:" + randomID() + ":"
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 500).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+		_ = rdb.Close()
+	})
+	return rdb, prefix
+}
+
+func testRedisStore(t testing.TB) *RedisStore {
+	rdb, prefix := testRedis(t)
+	return NewRedisStore(rdb, prefix)
+}
+
+func testBoltStore(t testing.TB) *BoltStore {
+	t.Helper()
+	s, err := OpenBoltStore(filepath.Join(t.TempDir(), "tools.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func testTokenizer(t testing.TB) *tokenizer.Tokenizer {
+	t.Helper()
+	tok, err := tokenizer.New("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// testConfig is the default configuration with short backoffs, so retry tests are quick.
+func testConfig() Config {
+	c := DefaultConfig()
+	c.RetryBackoff = 10 * time.Millisecond
+	c.RetryMaxBackoff = 50 * time.Millisecond
+	return c
+}
+
+// newTestService builds a Service over store with test defaults; opts may override them.
+func newTestService(t testing.TB, store Store, opts Options) *Service {
+	t.Helper()
+	if opts.Tokenizer == nil {
+		opts.Tokenizer = testTokenizer(t)
+	}
+	if opts.Config == (Config{}) {
+		opts.Config = testConfig()
+	}
+	if opts.Logger == nil {
+		opts.Logger = quietLogger()
+	}
+	svc, err := NewService(store, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+// serve runs svc on a real gRPC server (the shared rpc.Server over an in-memory listener) and
+// returns a client.
+func serve(t testing.TB, svc *Service) toolsv1.ToolServiceClient {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	srv := rpc.NewServer(rpc.ServerOptions{Logger: quietLogger(), ShutdownTimeout: time.Second})
+	srv.Register(&toolsv1.ToolService_ServiceDesc, svc)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ctx, lis)
+	}()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		cancel()
+		<-done
+	})
+	return toolsv1.NewToolServiceClient(conn)
+}
+
+// newClient is a service over a fresh bbolt store, served over gRPC.
+func newClient(t testing.TB, opts Options) (toolsv1.ToolServiceClient, *Service) {
+	t.Helper()
+	svc := newTestService(t, testBoltStore(t), opts)
+	return serve(t, svc), svc
+}
+
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustRegister(t testing.TB, c toolsv1.ToolServiceClient, spec *toolsv1.ToolSpec) *toolsv1.Tool {
+	t.Helper()
+	resp, err := c.RegisterTool(ctxTimeout(t, 10*time.Second), &toolsv1.RegisterToolRequest{Spec: spec})
+	if err != nil {
+		t.Fatalf("register %s: %v", spec.GetName(), err)
+	}
+	return resp.GetTool()
+}
+
+func execute(t testing.TB, c toolsv1.ToolServiceClient, req *toolsv1.ExecuteToolRequest) *toolsv1.ToolResult {
+	t.Helper()
+	resp, err := c.ExecuteTool(ctxTimeout(t, 30*time.Second), req)
+	if err != nil {
+		t.Fatalf("execute %s: %v", req.GetName(), err)
+	}
+	return resp.GetResult()
+}
+
+func httpSpec(name, url, schema string) *toolsv1.ToolSpec {
+	return &toolsv1.ToolSpec{
+		Name:        name,
+		Description: "test tool " + name,
+		InputSchema: schema,
+		Executor:    &toolsv1.ToolSpec_Http{Http: &toolsv1.HTTPExecutor{Url: url}},
+	}
+}
+
+func dur(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
+
+func i32(n int32) *int32 { return &n }
+
+const emptyObjectSchema = `{"type":"object"}`

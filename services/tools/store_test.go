@@ -1,0 +1,254 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+// TestStoreConformance runs one suite against every Store backend.
+func TestStoreConformance(t *testing.T) {
+	backends := map[string]func(t *testing.T) Store{
+		"redis": func(t *testing.T) Store { return testRedisStore(t) },
+		"bolt":  func(t *testing.T) Store { return testBoltStore(t) },
+	}
+	for name, open := range backends {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("registry", func(t *testing.T) { testStoreRegistry(t, open(t)) })
+			t.Run("claims", func(t *testing.T) { testStoreClaims(t, open(t)) })
+			t.Run("claim race", func(t *testing.T) { testStoreClaimRace(t, open(t)) })
+			t.Run("expiry", func(t *testing.T) { testStoreExpiry(t, open(t)) })
+		})
+	}
+}
+
+func storeTool(name, desc, source string) *toolsv1.Tool {
+	return &toolsv1.Tool{
+		Spec: &toolsv1.ToolSpec{
+			Name: name, Description: desc, InputSchema: emptyObjectSchema,
+			Groups:   []string{"g"},
+			Executor: &toolsv1.ToolSpec_Builtin{Builtin: &toolsv1.BuiltinExecutor{Name: "calculator"}},
+		},
+		Source:       source,
+		SchemaTokens: 42,
+	}
+}
+
+func testStoreRegistry(t *testing.T, s Store) {
+	ctx := context.Background()
+	t0 := time.Unix(1_700_000_000, 0)
+
+	if _, err := s.GetTool(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("GetTool of a missing tool: %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteTool(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("DeleteTool of a missing tool: %v, want ErrNotFound", err)
+	}
+	rev0, err := s.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	steps := []struct {
+		name        string
+		tool        *toolsv1.Tool
+		hash        string
+		at          time.Time
+		wantChanged bool
+		wantVersion int64
+		wantCreated time.Time
+		wantUpdated time.Time
+		wantSource  string
+	}{
+		{"new", storeTool("b", "one", "api"), "h1", t0, true, 1, t0, t0, "api"},
+		{"same again", storeTool("b", "one", "api"), "h1", t0.Add(time.Second), false, 1, t0, t0, "api"},
+		{"new spec", storeTool("b", "two", "api"), "h2", t0.Add(2 * time.Second), true, 2, t0, t0.Add(2 * time.Second), "api"},
+		{"same spec, other source", storeTool("b", "two", "file"), "h2", t0.Add(3 * time.Second), true, 2, t0, t0.Add(3 * time.Second), "file"},
+		{"other tool", storeTool("a", "x", "api"), "h3", t0, true, 1, t0, t0, "api"},
+	}
+	for _, st := range steps {
+		got, changed, err := s.PutTool(ctx, st.tool, st.hash, st.at)
+		if err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if changed != st.wantChanged || got.GetVersion() != st.wantVersion || got.GetSource() != st.wantSource ||
+			!got.GetCreatedAt().AsTime().Equal(st.wantCreated) || !got.GetUpdatedAt().AsTime().Equal(st.wantUpdated) {
+			t.Errorf("%s: changed=%v version=%d source=%s created=%v updated=%v; want %v %d %s %v %v", st.name,
+				changed, got.GetVersion(), got.GetSource(), got.GetCreatedAt().AsTime(), got.GetUpdatedAt().AsTime(),
+				st.wantChanged, st.wantVersion, st.wantSource, st.wantCreated, st.wantUpdated)
+		}
+		stored, err := s.GetTool(ctx, st.tool.GetSpec().GetName())
+		if err != nil {
+			t.Fatalf("%s: get: %v", st.name, err)
+		}
+		if diff := cmp.Diff(got, stored.Tool, protocmp.Transform()); diff != "" {
+			t.Errorf("%s: PutTool returned something else than GetTool reads (-put +get):\n%s", st.name, diff)
+		}
+		if stored.Hash != st.hash {
+			t.Errorf("%s: hash %q, want %q", st.name, stored.Hash, st.hash)
+		}
+	}
+	b, _ := s.GetTool(ctx, "b")
+	if diff := cmp.Diff(storeTool("b", "two", "file").GetSpec(), b.Tool.GetSpec(), protocmp.Transform()); diff != "" {
+		t.Errorf("stored spec (-want +got):\n%s", diff)
+	}
+	if b.Tool.GetSchemaTokens() != 42 {
+		t.Errorf("schema tokens %d, want 42", b.Tool.GetSchemaTokens())
+	}
+
+	list, rev, err := s.ListTools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, st := range list {
+		names = append(names, st.Tool.GetSpec().GetName())
+	}
+	if diff := cmp.Diff([]string{"a", "b"}, names); diff != "" {
+		t.Errorf("ListTools names (-want +got):\n%s", diff)
+	}
+	// Four changes so far (the repeated put changed nothing).
+	if rev-rev0 != 4 {
+		t.Errorf("revision moved by %d, want 4", rev-rev0)
+	}
+	if err := s.DeleteTool(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetTool(ctx, "a"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("deleted tool still readable: %v", err)
+	}
+	rev2, _ := s.Revision(ctx)
+	if rev2 != rev+1 {
+		t.Errorf("revision after delete %d, want %d", rev2, rev+1)
+	}
+	list, _, _ = s.ListTools(ctx)
+	if len(list) != 1 || list[0].Tool.GetSpec().GetName() != "b" {
+		t.Errorf("after delete, list has %d tools", len(list))
+	}
+	// A name registered again after deletion starts over at version 1.
+	got, _, err := s.PutTool(ctx, storeTool("a", "y", "api"), "h4", t0)
+	if err != nil || got.GetVersion() != 1 {
+		t.Errorf("re-registered after delete: version %d err %v, want 1", got.GetVersion(), err)
+	}
+}
+
+func testStoreClaims(t *testing.T, s Store) {
+	ctx := context.Background()
+	c, err := s.ClaimCall(ctx, "k1", "o1", "args1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.State != CallOwned {
+		t.Fatalf("first claim state %v, want owned", c.State)
+	}
+	c, _ = s.ClaimCall(ctx, "k1", "o2", "args2", time.Minute)
+	if diff := cmp.Diff(&Claim{State: CallPending, ArgsHash: "args1"}, c); diff != "" {
+		t.Errorf("second claim (-want +got):\n%s", diff)
+	}
+	if ok, err := s.CompleteCall(ctx, "k1", "o2", []byte("r"), time.Minute); err != nil || ok {
+		t.Errorf("complete by a non-owner: ok=%v err=%v, want refused", ok, err)
+	}
+	if err := s.ReleaseCall(ctx, "k1", "o2"); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := s.ClaimCall(ctx, "k1", "o3", "args1", time.Minute); c.State != CallPending {
+		t.Errorf("release by a non-owner freed the key: %v", c.State)
+	}
+	if ok, err := s.CompleteCall(ctx, "k1", "o1", []byte("result\x00bytes"), time.Minute); err != nil || !ok {
+		t.Fatalf("complete by the owner: ok=%v err=%v", ok, err)
+	}
+	c, _ = s.ClaimCall(ctx, "k1", "o4", "args1", time.Minute)
+	if diff := cmp.Diff(&Claim{State: CallDone, ArgsHash: "args1", Result: []byte("result\x00bytes")}, c); diff != "" {
+		t.Errorf("claim after completion (-want +got):\n%s", diff)
+	}
+	if ok, _ := s.CompleteCall(ctx, "k1", "o1", []byte("again"), time.Minute); ok {
+		t.Error("a done record was completed twice")
+	}
+	if err := s.ReleaseCall(ctx, "k1", "o1"); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := s.ClaimCall(ctx, "k1", "o5", "args1", time.Minute); c.State != CallDone {
+		t.Errorf("release removed a done record: %v", c.State)
+	}
+
+	// Release by the owner frees the key.
+	if c, _ := s.ClaimCall(ctx, "k2", "o1", "a", time.Minute); c.State != CallOwned {
+		t.Fatal("k2 not owned")
+	}
+	if err := s.ReleaseCall(ctx, "k2", "o1"); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := s.ClaimCall(ctx, "k2", "o2", "a", time.Minute); c.State != CallOwned {
+		t.Errorf("after release, claim state %v, want owned", c.State)
+	}
+}
+
+func testStoreClaimRace(t *testing.T, s Store) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	owned := 0
+	var wg sync.WaitGroup
+	for i := range 30 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := s.ClaimCall(ctx, "race", "owner-"+string(rune('A'+i)), "a", time.Minute)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if c.State == CallOwned {
+				mu.Lock()
+				owned++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if owned != 1 {
+		t.Errorf("%d concurrent claims owned the key, want exactly 1", owned)
+	}
+}
+
+func testStoreExpiry(t *testing.T, s Store) {
+	ctx := context.Background()
+	if c, _ := s.ClaimCall(ctx, "short", "o1", "a", 50*time.Millisecond); c.State != CallOwned {
+		t.Fatal("not owned")
+	}
+	waitFor(t, 3*time.Second, "pending claim to expire", func() bool {
+		c, err := s.ClaimCall(ctx, "short", "o2", "a", time.Minute)
+		return err == nil && c.State == CallOwned
+	})
+	if ok, _ := s.CompleteCall(ctx, "short", "o1", []byte("late"), time.Minute); ok {
+		t.Error("the expired owner completed a key another owner holds")
+	}
+	if ok, _ := s.CompleteCall(ctx, "short", "o2", []byte("r"), 50*time.Millisecond); !ok {
+		t.Fatal("complete failed")
+	}
+	waitFor(t, 3*time.Second, "done record to expire", func() bool {
+		c, err := s.ClaimCall(ctx, "short", "o3", "a", time.Minute)
+		return err == nil && c.State == CallOwned
+	})
+}
+
+// waitFor polls cond until it holds or the limit passes (a liveness bound, not a timing
+// assertion).
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
