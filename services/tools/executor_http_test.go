@@ -117,8 +117,10 @@ func TestRetriesTransientFailures(t *testing.T) {
 			wantSuccess: true, wantAttempt: 3,
 		},
 		{
-			name:     "500 forever",
-			handler:  func(n int64, w http.ResponseWriter) { http.Error(w, "database is on fire", http.StatusInternalServerError) },
+			name: "500 forever",
+			handler: func(n int64, w http.ResponseWriter) {
+				http.Error(w, "database is on fire", http.StatusInternalServerError)
+			},
 			wantCode: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, wantAttempt: 3,
 			wantMsg: "HTTP 500: database is on fire (3 attempts)",
 		},
