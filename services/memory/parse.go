@@ -44,8 +44,8 @@ func parseExtraction(reply string) ([]rawCandidate, error) {
 		var items []json.RawMessage
 		text := reply[start : end+1]
 		if text[0] == '[' {
-			if json.Unmarshal([]byte(text), &items) != nil {
-				continue
+			if json.Unmarshal([]byte(text), &items) != nil || !allObjects(items) {
+				continue // a list of something else (perhaps nested in other JSON) is not the contract
 			}
 		} else {
 			var obj map[string]json.RawMessage
@@ -217,4 +217,14 @@ func confidence(raw json.RawMessage) (float64, error) {
 		return 0, fmt.Errorf("confidence %v is outside 0..1", f)
 	}
 	return f, nil
+}
+
+func allObjects(items []json.RawMessage) bool {
+	for _, it := range items {
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(it, &obj) != nil {
+			return false
+		}
+	}
+	return true
 }
