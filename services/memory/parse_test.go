@@ -3,8 +3,8 @@ package memory
 import (
 	"errors"
 	"math"
-	"time"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
