@@ -45,10 +45,9 @@ type MCPServer struct {
 	log    *slog.Logger
 	server *mcp.Server
 
-	syncMu   sync.Mutex // one sync at a time
-	mu       sync.Mutex
-	known    map[string]int64 // tool name → version served
-	lastSync time.Time
+	syncMu sync.Mutex // one sync at a time
+	mu     sync.Mutex
+	known  map[string]int64 // tool name → version served
 }
 
 // NewMCPServer returns an endpoint; call Sync or Run to load the tools.
@@ -73,19 +72,15 @@ func NewMCPServer(opts MCPServerOptions) *MCPServer {
 	return s
 }
 
-// freshen re-reads the tool list before tools/list (at most once a second) and before a call of
-// a tool not yet known, so a tool registered a moment ago is visible without waiting for the
-// periodic refresh.
+// freshen re-reads the tool list before tools/list and before a call of a tool not yet known,
+// so a tool registered a moment ago is visible without waiting for the periodic refresh (which
+// is what sends notifications/tools/list_changed to connected clients). One ListTools call to
+// the tool service is cheap next to what a client does with a tool list.
 func (s *MCPServer) freshen(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch method {
 		case "tools/list":
-			s.mu.Lock()
-			stale := time.Since(s.lastSync) > time.Second
-			s.mu.Unlock()
-			if stale {
-				s.syncLogged(ctx)
-			}
+			s.syncLogged(ctx)
 		case "tools/call":
 			if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil {
 				s.mu.Lock()
@@ -178,7 +173,7 @@ func (s *MCPServer) Sync(ctx context.Context) error {
 		known[name] = t.GetVersion()
 	}
 	s.mu.Lock()
-	s.known, s.lastSync = known, time.Now()
+	s.known = known
 	s.mu.Unlock()
 	return nil
 }

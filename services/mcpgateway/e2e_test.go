@@ -1,0 +1,383 @@
+package mcpgateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/pkg/config"
+	"github.com/hermes-agent/hermes/pkg/rpc"
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+	"github.com/hermes-agent/hermes/services/mcpgateway"
+)
+
+// hermes is a whole Hermes process (every target, embedded backends) started in this test.
+type hermes struct {
+	app     *app.App
+	conn    *grpc.ClientConn
+	gw      pb.MCPGatewayServiceClient
+	tools   toolsv1.ToolServiceClient
+	mcpURL  string
+	dataDir string
+	stopped bool
+}
+
+func startHermes(t *testing.T, dataDir string, extra ...string) *hermes {
+	t.Helper()
+	port := freePort(t)
+	args := append([]string{
+		"--listen=127.0.0.1:0",
+		"--target=all",
+		"--data-dir=" + dataDir,
+		"--nats-namespace=mcpgw" + fmt.Sprint(time.Now().UnixNano()%1e6),
+		fmt.Sprintf("--mcp-listen=127.0.0.1:%d", port),
+		"--mcpgateway.reconnect-min=100ms",
+		"--mcpgateway.reconnect-max=1s",
+		"--mcpgateway.stop-grace=500ms",
+		"--mcpgateway.tools-refresh=200ms",
+		"--shutdown-timeout=5s",
+	}, extra...)
+	var cfg app.Config
+	fs := flag.NewFlagSet("hermes", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := config.Load(fs, args, func(string) string { return "" }, "config"); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	a, err := app.New(context.Background(), cfg, log)
+	if err != nil {
+		t.Fatalf("app.New: %v", err)
+	}
+	a.Start()
+	conn, err := rpc.Dial(a.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &hermes{app: a, conn: conn, gw: pb.NewMCPGatewayServiceClient(conn), tools: toolsv1.NewToolServiceClient(conn),
+		mcpURL: fmt.Sprintf("http://127.0.0.1:%d/mcp", port), dataDir: dataDir}
+	t.Cleanup(func() { h.stop(t) })
+	return h
+}
+
+func (h *hermes) stop(t *testing.T) {
+	if h.stopped {
+		return
+	}
+	h.stopped = true
+	_ = h.conn.Close()
+	if err := h.app.Stop(); err != nil {
+		t.Errorf("stopping Hermes: %v", err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func everything(t *testing.T, name string) *pb.ServerSpec {
+	return &pb.ServerSpec{Name: name, Transport: &pb.ServerSpec_Stdio{Stdio: &pb.StdioTransport{
+		Command: mcpgateway.Node(t),
+		Args:    []string{mcpgateway.NodeScript(t, "@modelcontextprotocol/server-everything/dist/index.js"), "stdio"},
+	}}}
+}
+
+func (h *hermes) addReady(t *testing.T, spec *pb.ServerSpec) *pb.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	resp, err := h.gw.AddServer(ctx, &pb.AddServerRequest{Spec: spec, Wait: true})
+	if err != nil {
+		t.Fatalf("AddServer: %v", err)
+	}
+	if resp.GetServer().GetState() != pb.ServerState_SERVER_STATE_READY {
+		t.Fatalf("server %s: %s %s", spec.Name, resp.GetServer().GetState(), resp.GetServer().GetLastError())
+	}
+	return resp.GetServer()
+}
+
+func (h *hermes) execute(t *testing.T, name, args string) *toolsv1.ToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := h.tools.ExecuteTool(ctx, &toolsv1.ExecuteToolRequest{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("ExecuteTool(%s): %v", name, err)
+	}
+	return resp.GetResult()
+}
+
+func (h *hermes) toolSet(t *testing.T) map[string]*toolsv1.Tool {
+	t.Helper()
+	resp, err := h.tools.ListTools(context.Background(), &toolsv1.ListToolsRequest{PageSize: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*toolsv1.Tool{}
+	for _, tl := range resp.GetTools() {
+		out[tl.GetSpec().GetName()] = tl
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (h *hermes) server(t *testing.T, name string) *pb.Server {
+	t.Helper()
+	resp, err := h.gw.ListServers(context.Background(), &pb.ListServersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range resp.GetServers() {
+		if s.GetSpec().GetName() == name {
+			return s
+		}
+	}
+	t.Fatalf("no server %s", name)
+	return nil
+}
+
+// TestHowItIsChecked is the issue's acceptance check, through the real gRPC API of a whole
+// Hermes process: the everything server under prefix ev shows up in ToolService.ListTools as
+// ev_echo, ev_get-sum …; ExecuteTool of ev_get-sum returns the sum; a second server with the
+// same tools under another prefix coexists; after the server process is killed, calls answer
+// unavailable promptly and work again once it is back.
+func TestHowItIsChecked(t *testing.T) {
+	h := startHermes(t, t.TempDir())
+	spec := everything(t, "everything")
+	spec.Prefix = "ev"
+	first := h.addReady(t, spec)
+
+	tools := h.toolSet(t)
+	for _, n := range []string{"ev_echo", "ev_get-sum", "ev_get-structured-content"} {
+		tl, ok := tools[n]
+		if !ok {
+			t.Fatalf("%s is not in ToolService.ListTools", n)
+		}
+		if tl.GetSource() != "mcp:everything" || tl.GetSpec().GetMcp().GetServer() != "everything" {
+			t.Errorf("%s: source %q executor %v", n, tl.GetSource(), tl.GetSpec().GetExecutor())
+		}
+	}
+	if got := tools["ev_get-sum"].GetSpec().GetMcp().GetTool(); got != "get-sum" {
+		t.Errorf("ev_get-sum maps to %q", got)
+	}
+	byGroup, err := h.tools.ListTools(context.Background(), &toolsv1.ListToolsRequest{Groups: []string{"ev"}})
+	if err != nil || len(byGroup.GetTools()) != int(first.GetToolCount()) {
+		t.Errorf("group ev holds %d tools (%v), the server registered %d", len(byGroup.GetTools()), err, first.GetToolCount())
+	}
+
+	r := h.execute(t, "ev_get-sum", `{"a": 2, "b": 3}`)
+	if !r.GetSuccess() || !strings.Contains(r.GetOutput(), "The sum of 2 and 3 is 5.") {
+		t.Fatalf("ExecuteTool(ev_get-sum) = %v", r)
+	}
+	// The tool service validates against the server's schema before the call leaves Hermes.
+	if r := h.execute(t, "ev_get-sum", `{"a": 2}`); r.GetSuccess() || r.GetError().GetCode() != toolsv1.ErrorCode_ERROR_CODE_VALIDATION {
+		t.Errorf("ExecuteTool with a missing argument = %v, want a validation failure", r)
+	}
+	if r := h.execute(t, "ev_get-structured-content", `{"location": "New York"}`); !r.GetSuccess() || !strings.Contains(r.GetOutput(), `"temperature":33`) {
+		t.Errorf("structured content through the tool service = %v", r)
+	}
+
+	spec2 := everything(t, "everything2")
+	spec2.Prefix = "ev2"
+	h.addReady(t, spec2)
+	if r := h.execute(t, "ev2_get-sum", `{"a": 5, "b": 5}`); !r.GetSuccess() || !strings.Contains(r.GetOutput(), "is 10.") {
+		t.Errorf("ExecuteTool(ev2_get-sum) = %v", r)
+	}
+	if r := h.execute(t, "ev_get-sum", `{"a": 1, "b": 1}`); !r.GetSuccess() {
+		t.Errorf("the first server after adding the second: %v", r)
+	}
+
+	pid := int(h.server(t, "everything").GetPid())
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the gateway to see the exit", 10*time.Second, func() bool { return h.server(t, "everything").GetPid() != int32(pid) })
+	start := time.Now()
+	r = h.execute(t, "ev_get-sum", `{"a": 1, "b": 2}`)
+	t.Logf("ExecuteTool right after the kill: %v in %s", r.GetError().GetCode(), time.Since(start).Round(time.Millisecond))
+	if !r.GetSuccess() && r.GetError().GetCode() != toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE {
+		t.Errorf("after the kill: %v, want unavailable (or success if it was already back)", r)
+	}
+	if r := h.execute(t, "ev2_get-sum", `{"a": 1, "b": 2}`); !r.GetSuccess() {
+		t.Errorf("the second server is affected by the first one's death: %v", r)
+	}
+	waitFor(t, "ev_get-sum to work again", 60*time.Second, func() bool {
+		return h.execute(t, "ev_get-sum", `{"a": 1, "b": 2}`).GetSuccess()
+	})
+
+	rm, err := h.gw.RemoveServer(context.Background(), &pb.RemoveServerRequest{Name: "everything2"})
+	if err != nil || rm.GetRemovedTools() == 0 {
+		t.Fatalf("RemoveServer: %v, %v", rm, err)
+	}
+	if _, err := h.tools.GetTool(context.Background(), &toolsv1.GetToolRequest{Name: "ev2_get-sum"}); status.Code(err) != codes.NotFound {
+		t.Errorf("a removed server's tool is still registered: %v", err)
+	}
+}
+
+// TestRegistryCollisionsAndChanges: a name the tool service already has from elsewhere is not
+// replaced; a server's list change reaches the tool service; a restart prunes the tools of a
+// server the gateway no longer has.
+func TestRegistryCollisionsAndChanges(t *testing.T) {
+	dir := t.TempDir()
+	h := startHermes(t, dir)
+	ctx := context.Background()
+	api := &toolsv1.ToolSpec{
+		Name: "col_echo", Description: "someone else's echo", InputSchema: `{"type":"object"}`,
+		Executor: &toolsv1.ToolSpec_Http{Http: &toolsv1.HTTPExecutor{Url: "http://127.0.0.1:9/echo"}},
+	}
+	if _, err := h.tools.RegisterTool(ctx, &toolsv1.RegisterToolRequest{Spec: api}); err != nil {
+		t.Fatal(err)
+	}
+	spec := everything(t, "col")
+	srv := h.addReady(t, spec)
+	var reason string
+	for _, s := range srv.GetSkippedTools() {
+		if s.GetOriginalName() == "echo" {
+			reason = s.GetReason()
+		}
+	}
+	if !strings.Contains(reason, "from api") {
+		t.Errorf("skipped echo reason = %q, want a collision with the api tool", reason)
+	}
+	got, err := h.tools.GetTool(ctx, &toolsv1.GetToolRequest{Name: "col_echo"})
+	if err != nil || got.GetTool().GetSource() != "api" || got.GetTool().GetVersion() != 1 {
+		t.Errorf("the api tool was touched: %v %v", got, err)
+	}
+	if _, ok := h.toolSet(t)["col_get-sum"]; !ok {
+		t.Error("the server's other tools are missing")
+	}
+
+	url, addTool := mcpgateway.ProbeServer(t)
+	h.addReady(t, &pb.ServerSpec{Name: "probe", Prefix: "pr", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: url}}})
+	addTool("late")
+	waitFor(t, "pr_late in the tool service", 10*time.Second, func() bool {
+		_, ok := h.toolSet(t)["pr_late"]
+		return ok
+	})
+	if r := h.execute(t, "pr_late", `{}`); !r.GetSuccess() || !strings.Contains(r.GetOutput(), "late") {
+		t.Errorf("pr_late = %v", r)
+	}
+
+	// A tool left by a server this gateway does not have (as after a restart).
+	ghost := &toolsv1.ToolSpec{Name: "ghost_tool", Description: "left behind", InputSchema: `{"type":"object"}`,
+		Executor: &toolsv1.ToolSpec_Mcp{Mcp: &toolsv1.MCPExecutor{Server: "ghost", Tool: "tool"}}}
+	if _, err := h.tools.RegisterTool(ctx, &toolsv1.RegisterToolRequest{Spec: ghost, Source: "mcp:ghost"}); err != nil {
+		t.Fatal(err)
+	}
+	h.stop(t)
+	h2 := startHermes(t, dir)
+	waitFor(t, "the restart to prune the servers it no longer has", 10*time.Second, func() bool {
+		tools := h2.toolSet(t)
+		_, ghost := tools["ghost_tool"]
+		_, col := tools["col_get-sum"]
+		return !ghost && !col
+	})
+	if _, ok := h2.toolSet(t)["col_echo"]; !ok {
+		t.Error("pruning removed the api tool")
+	}
+}
+
+// TestHermesAsMCPServer connects the Go SDK's MCP client to Hermes' Streamable HTTP endpoint:
+// the tool service's tools (builtins and MCP-backed ones) are listed and callable, with the
+// tool service's validation.
+func TestHermesAsMCPServer(t *testing.T) {
+	h := startHermes(t, t.TempDir())
+	spec := everything(t, "everything")
+	spec.Prefix = "ev"
+	h.addReady(t, spec)
+
+	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sess, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.mcpURL}, nil)
+	if err != nil {
+		t.Fatalf("connecting to %s: %v", h.mcpURL, err)
+	}
+	defer sess.Close()
+	if info := sess.InitializeResult().ServerInfo; info == nil || info.Name != "hermes" {
+		t.Errorf("serverInfo = %+v", info)
+	}
+	names := map[string]*mcp.Tool{}
+	for tl, err := range sess.Tools(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		names[tl.Name] = tl
+	}
+	for _, n := range []string{"current_time", "ev_get-sum", "ev_echo"} {
+		if _, ok := names[n]; !ok {
+			t.Errorf("%s not served over MCP (have %d tools: %v)", n, len(names), slices.Collect(maps.Keys(names)))
+		}
+	}
+	res, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "ev_get-sum", Arguments: map[string]any{"a": 20, "b": 22}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsError || len(res.Content) == 0 || res.Content[0].(*mcp.TextContent).Text != "The sum of 20 and 22 is 42." {
+		t.Errorf("ev_get-sum over MCP = %+v", res)
+	}
+	res, err = sess.CallTool(ctx, &mcp.CallToolParams{Name: "ev_get-sum", Arguments: map[string]any{"a": "twenty"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "/a") {
+		t.Errorf("invalid arguments over MCP = %+v, want isError naming /a", res.Content)
+	}
+	res, err = sess.CallTool(ctx, &mcp.CallToolParams{Name: "current_time", Arguments: map[string]any{}})
+	if err != nil || res.IsError {
+		t.Fatalf("current_time = %+v, %v", res, err)
+	}
+	if res.StructuredContent != nil {
+		if _, err := json.Marshal(res.StructuredContent); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "no_such_tool"}); err == nil {
+		t.Error("calling an unknown tool succeeded")
+	}
+
+	// A tool registered after the session started is announced and callable.
+	late := &toolsv1.ToolSpec{Name: "late_builtin_clock", Description: "another clock", InputSchema: `{"type":"object"}`,
+		Executor: &toolsv1.ToolSpec_Builtin{Builtin: &toolsv1.BuiltinExecutor{Name: "current_time"}}}
+	if _, err := h.tools.RegisterTool(ctx, &toolsv1.RegisterToolRequest{Spec: late}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "late_builtin_clock", Arguments: map[string]any{}}); err != nil || res.IsError {
+		t.Errorf("a newly registered tool over MCP: %+v, %v", res, err)
+	}
+}
