@@ -43,6 +43,7 @@ func commands() []command {
 	return []command{
 		{"serve", "run the gRPC services (all in one process, or --target=<service>)", runServe},
 		{"demo", "play the article's restaurant example offline (scripted model, embedded stack, demo MCP server)", runDemo},
+		{"mcp", "serve Hermes' tools to MCP clients (hermes mcp serve --stdio)", runMCP},
 		{"version", "print the version", runVersion},
 	}
 }
