@@ -201,7 +201,7 @@ func TestFilesystemAndMemoryServers(t *testing.T) {
 	mem := filepath.Join(t.TempDir(), "memory.jsonl")
 	memSrv := addReady(t, c, &pb.ServerSpec{Name: "memory", Prefix: "mem", Transport: &pb.ServerSpec_Stdio{Stdio: &pb.StdioTransport{
 		Command: Node(t), Args: []string{NodeScript(t, "@modelcontextprotocol/server-memory/dist/index.js")},
-		Env:     map[string]string{"MEMORY_FILE_PATH": mem},
+		Env: map[string]string{"MEMORY_FILE_PATH": mem},
 	}}})
 
 	r := call(t, c, "fs_read_text_file", `{"path": "`+filepath.Join(dir, "menu.txt")+`"}`)
