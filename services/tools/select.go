@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -16,7 +17,9 @@ import (
 // tool outside the chosen groups joins when it scores at least extraRatio of the best tool.
 const (
 	maxSelectedGroups = 3
-	groupRatio        = 0.5
+	groupRatio        = 0.25
+	relatedWeight     = 0.5
+	coverRatio        = 0.5
 	maxExtraTools     = 3
 	extraRatio        = 0.5
 	bm25K1            = 1.2
@@ -109,31 +112,55 @@ func toolTerms(spec *toolsv1.ToolSpec) map[string]float64 {
 	return tf
 }
 
-// scored is a tool's relevance to the turn and the query terms it matched.
+// queryTerm is a term of the turn with its weight: 1 for the turn's own words, less for
+// related terms the thesaurus adds.
+type queryTerm struct {
+	term   string
+	weight float64
+}
+
+// scored is a tool's relevance to the turn: its BM25 score and each matched term's share.
 type scored struct {
 	i       int
 	score   float64
+	contrib map[string]float64
 	matched []string
 }
 
-func (idx *toolIndex) score(query []string) []scored {
+func (idx *toolIndex) score(query []queryTerm) []scored {
 	n := float64(len(idx.tools))
 	out := make([]scored, len(idx.tools))
 	for i := range idx.tools {
 		out[i].i = i
 		norm := bm25K1 * (1 - bm25B + bm25B*idx.length[i]/math.Max(idx.avgLen, 1))
 		for _, q := range query {
-			tf := idx.tf[i][q]
+			tf := idx.tf[i][q.term]
 			if tf == 0 {
 				continue
 			}
-			df := float64(idx.df[q])
+			df := float64(idx.df[q.term])
 			idf := math.Log(1 + (n-df+0.5)/(df+0.5))
-			out[i].score += idf * tf * (bm25K1 + 1) / (tf + norm)
-			out[i].matched = append(out[i].matched, q)
+			c := q.weight * idf * tf * (bm25K1 + 1) / (tf + norm)
+			if out[i].contrib == nil {
+				out[i].contrib = map[string]float64{}
+			}
+			out[i].contrib[q.term] = c
+			out[i].score += c
+			out[i].matched = append(out[i].matched, q.term)
 		}
 	}
 	return out
+}
+
+// residual is a tool's score from the terms not yet covered.
+func (s *scored) residual(covered map[string]bool) float64 {
+	var r float64
+	for t, c := range s.contrib {
+		if !covered[t] {
+			r += c
+		}
+	}
+	return r
 }
 
 // selection is SelectTools' answer before it becomes a response.
@@ -148,10 +175,14 @@ type pick struct {
 	reason string
 }
 
-// choose picks the tools for a query: the best groups, the best tools outside them, capped at
-// maxTools, most relevant first.
+// choose picks the tools for a query. Groups are chosen greedily by coverage: the best group
+// first, then each next group by what it adds for the turn's terms the chosen groups do not
+// match yet, while that is at least groupRatio of the first group's score — so "email my
+// itinerary" gets both travel and email, but a second group that only repeats the first one's
+// matches is left out. Then the best tools outside the chosen groups join, and the list is
+// capped at maxTools, most relevant first.
 func (idx *toolIndex) choose(text string, maxTools int) selection {
-	query := uniq(terms(text))
+	query := expand(uniq(terms(text)))
 	sc := idx.score(query)
 	best := 0.0
 	for _, s := range sc {
@@ -160,21 +191,26 @@ func (idx *toolIndex) choose(text string, maxTools int) selection {
 	if best == 0 {
 		return selection{}
 	}
-
-	type groupScore struct {
-		name    string
-		score   float64
-		matched []string
+	termBest := map[string]float64{}
+	for _, s := range sc {
+		for t, c := range s.contrib {
+			termBest[t] = math.Max(termBest[t], c)
+		}
 	}
-	var gs []groupScore
-	for g, members := range idx.groups {
+	groupNames := make([]string, 0, len(idx.groups))
+	for g := range idx.groups {
+		groupNames = append(groupNames, g)
+	}
+	sort.Strings(groupNames)
+
+	groupScore := func(g string, covered map[string]bool) (float64, []string) {
 		var top []float64
 		seen := map[string]bool{}
 		var matched []string
-		for _, i := range members {
-			top = append(top, sc[i].score)
+		for _, i := range idx.groups[g] {
+			top = append(top, sc[i].residual(covered))
 			for _, m := range sc[i].matched {
-				if !seen[m] {
+				if !seen[m] && !covered[m] {
 					seen[m] = true
 					matched = append(matched, m)
 				}
@@ -185,34 +221,54 @@ func (idx *toolIndex) choose(text string, maxTools int) selection {
 		if len(top) > 1 {
 			score += 0.5 * top[1]
 		}
-		if score > 0 {
-			gs = append(gs, groupScore{g, score, matched})
-		}
+		return score, matched
 	}
-	sort.Slice(gs, func(a, b int) bool {
-		if gs[a].score != gs[b].score {
-			return gs[a].score > gs[b].score
-		}
-		return gs[a].name < gs[b].name
-	})
 
 	var sel selection
 	chosen := map[int]bool{}
-	for _, g := range gs {
-		if len(sel.groups) == maxSelectedGroups || g.score < groupRatio*gs[0].score {
+	covered := map[string]bool{}
+	taken := map[string]bool{}
+	first := 0.0
+	for len(sel.groups) < maxSelectedGroups {
+		bestG, bestScore := "", 0.0
+		var bestMatched []string
+		for _, g := range groupNames {
+			if taken[g] {
+				continue
+			}
+			if len(sel.groups) > 0 && len(chosen)+len(idx.groups[g]) > maxTools {
+				continue
+			}
+			if score, matched := groupScore(g, covered); score > bestScore {
+				bestG, bestScore, bestMatched = g, score, matched
+			}
+		}
+		if bestG == "" || (first > 0 && bestScore < groupRatio*first) {
 			break
 		}
-		members := idx.groups[g.name]
-		if len(sel.groups) > 0 && len(chosen)+len(members) > maxTools {
-			continue
+		if first == 0 {
+			first = bestScore
 		}
-		sel.groups = append(sel.groups, g.name)
-		for _, i := range members {
+		taken[bestG] = true
+		sel.groups = append(sel.groups, bestG)
+		// A term counts as covered only where the group matches it about as strongly as the
+		// best tool anywhere does; a passing mention (an "email" argument of a calendar tool)
+		// leaves it to the group it is about.
+		for _, m := range bestMatched {
+			var inGroup float64
+			for _, i := range idx.groups[bestG] {
+				inGroup = math.Max(inGroup, sc[i].contrib[m])
+			}
+			if inGroup >= coverRatio*termBest[m] {
+				covered[m] = true
+			}
+		}
+		for _, i := range idx.groups[bestG] {
 			if chosen[i] {
 				continue
 			}
 			chosen[i] = true
-			r := fmt.Sprintf("in group %s, which matches %s", g.name, quoteTerms(g.matched))
+			r := fmt.Sprintf("in group %s, which matches %s", bestG, quoteTerms(bestMatched))
 			if len(sc[i].matched) > 0 {
 				r += fmt.Sprintf("; the tool itself matches %s", quoteTerms(sc[i].matched))
 			}
@@ -238,6 +294,25 @@ func (idx *toolIndex) choose(text string, maxTools int) selection {
 		sel.picks = sel.picks[:maxTools]
 	}
 	return sel
+}
+
+// expand adds related terms from the thesaurus at half weight.
+func expand(ts []string) []queryTerm {
+	out := make([]queryTerm, 0, len(ts))
+	seen := map[string]bool{}
+	for _, t := range ts {
+		seen[t] = true
+		out = append(out, queryTerm{t, 1})
+	}
+	for _, t := range ts {
+		for _, r := range related[t] {
+			if !seen[r] {
+				seen[r] = true
+				out = append(out, queryTerm{r, relatedWeight})
+			}
+		}
+	}
+	return out
 }
 
 func quoteTerms(ts []string) string {
@@ -379,3 +454,55 @@ func undouble(w string) string {
 	}
 	return w
 }
+
+// thesaurus groups everyday words a user says with the words tool descriptions use for the same
+// thing. Lexical matching cannot know that "yen" is a currency or "hot" a temperature; this
+// small, general table bridges the commonest gaps. Each line is one set; every member brings the
+// others in at relatedWeight.
+const thesaurus = `
+currency exchange convert dollar dollars usd euro euros eur yen jpy pound pounds gbp yuan rmb franc
+temperature hot cold warm chilly freezing heat degrees
+rain umbrella precipitation snow shower showers wet storm
+wind windy breeze gust
+buy purchase shop shopping product products store item
+order orders purchased delivery package parcel shipment
+meeting meetings appointment event calendar schedule
+remind reminder alarm notify
+email mail inbox message messages
+money payment pay paid bill invoice
+balance funds account
+spend spent spending expenses expense budget
+stock stocks share shares ticker market
+file files document documents doc docs pdf drive folder
+deploy deployment release rollout ship
+rollback revert undo
+error errors bug crash broken failing failure exception
+log logs trace
+latency slow performance p99 p95 response
+flight flights fly plane airline airport
+hotel hotels room stay accommodation lodging
+car vehicle suv rental
+trip trips travel journey vacation holiday
+`
+
+var related = func() map[string][]string {
+	m := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(thesaurus), "\n") {
+		var set []string
+		for _, w := range strings.Fields(line) {
+			for _, t := range terms(w) {
+				if !slices.Contains(set, t) {
+					set = append(set, t)
+				}
+			}
+		}
+		for _, a := range set {
+			for _, b := range set {
+				if a != b && !slices.Contains(m[a], b) {
+					m[a] = append(m[a], b)
+				}
+			}
+		}
+	}
+	return m
+}()
