@@ -9,22 +9,37 @@ import (
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
-// vectorIndex is the embedded backend's in-process vector index: exact search (every live
-// memory of the user is scored, so there is no recall loss to an approximation), kept per user
-// because every query is scoped to one user. Vectors are unit length; a sparse vector (the
-// lexical embedder's, with a few dozen non-zero buckets) is stored as index/value pairs and
-// scored against the dense query in O(non-zeros), a dense one (a model embedder's) as is. The
-// records themselves stay in bbolt; the index holds only what filtering needs.
+// vectorIndex is the embedded backend's in-process vector index. Search is exact — every
+// memory that can score above the threshold is scored, so nothing is lost to an approximation
+// — and kept per user, because every query is scoped to one user.
+//
+// Sparse vectors (the lexical embedder's: a few dozen non-zero buckets out of thousands) are
+// also kept in an inverted index, bucket → (slot, value) postings. Between unit vectors the
+// cosine is the sum over the buckets both have, so a query with a positive threshold only
+// needs the postings of its own buckets: with 100k memories that is tens of thousands of
+// additions instead of millions. Dense vectors (a model embedder's), and queries with a
+// threshold of zero or below (every memory qualifies then), are scored by a full scan.
+// The records themselves stay in bbolt; the index holds only what filtering and scoring need.
 type vectorIndex struct {
 	dim int
 
 	mu    sync.RWMutex
 	users map[string]*userIndex
+
+	scratch sync.Pool // *searchScratch
 }
 
 type userIndex struct {
-	pos     map[string]int
-	entries []indexEntry
+	pos   map[string]int32 // id → slot
+	slots []indexEntry     // a deleted slot has id "" and is on free
+	free  []int32
+	dense int // slots holding a dense vector
+	post  map[uint16][]posting
+}
+
+type posting struct {
+	slot int32
+	val  float32
 }
 
 // indexEntry is one memory's filter fields and vector.
@@ -79,21 +94,66 @@ func makeIndexEntry(m *memoryv1.Memory, vec []float32) indexEntry {
 	return e
 }
 
+func (u *userIndex) unpost(slot int32) {
+	e := &u.slots[slot]
+	if e.idx == nil {
+		u.dense--
+		return
+	}
+	for _, k := range e.idx {
+		list := u.post[k]
+		for i, p := range list {
+			if p.slot == slot {
+				list[i] = list[len(list)-1]
+				list = list[:len(list)-1]
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(u.post, k)
+		} else {
+			u.post[k] = list
+		}
+	}
+}
+
+func (u *userIndex) postSlot(slot int32) {
+	e := &u.slots[slot]
+	if e.idx == nil {
+		u.dense++
+		return
+	}
+	for j, k := range e.idx {
+		u.post[k] = append(u.post[k], posting{slot, e.val[j]})
+	}
+}
+
 func (x *vectorIndex) put(userID string, m *memoryv1.Memory, vec []float32) {
 	e := makeIndexEntry(m, vec)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	u := x.users[userID]
 	if u == nil {
-		u = &userIndex{pos: map[string]int{}}
+		u = &userIndex{pos: map[string]int32{}, post: map[uint16][]posting{}}
 		x.users[userID] = u
 	}
-	if i, ok := u.pos[e.id]; ok {
-		u.entries[i] = e
+	if slot, ok := u.pos[e.id]; ok {
+		u.unpost(slot)
+		u.slots[slot] = e
+		u.postSlot(slot)
 		return
 	}
-	u.pos[e.id] = len(u.entries)
-	u.entries = append(u.entries, e)
+	var slot int32
+	if n := len(u.free); n > 0 {
+		slot = u.free[n-1]
+		u.free = u.free[:n-1]
+		u.slots[slot] = e
+	} else {
+		slot = int32(len(u.slots))
+		u.slots = append(u.slots, e)
+	}
+	u.pos[e.id] = slot
+	u.postSlot(slot)
 }
 
 func (x *vectorIndex) remove(userID, id string) {
@@ -103,19 +163,15 @@ func (x *vectorIndex) remove(userID, id string) {
 	if u == nil {
 		return
 	}
-	i, ok := u.pos[id]
+	slot, ok := u.pos[id]
 	if !ok {
 		return
 	}
-	last := len(u.entries) - 1
-	if i != last {
-		u.entries[i] = u.entries[last]
-		u.pos[u.entries[i].id] = i
-	}
-	u.entries[last] = indexEntry{}
-	u.entries = u.entries[:last]
+	u.unpost(slot)
+	u.slots[slot] = indexEntry{}
+	u.free = append(u.free, slot)
 	delete(u.pos, id)
-	if len(u.entries) == 0 {
+	if len(u.pos) == 0 {
 		delete(x.users, userID)
 	}
 }
@@ -126,13 +182,13 @@ func (x *vectorIndex) removeUser(userID string) {
 	x.mu.Unlock()
 }
 
-// touch renews an entry's TTL deadline after a recall.
+// setExpiry renews an entry's TTL deadline after a recall.
 func (x *vectorIndex) setExpiry(userID, id string, expiresAt int64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if u := x.users[userID]; u != nil {
-		if i, ok := u.pos[id]; ok {
-			u.entries[i].expiresAt = expiresAt
+		if slot, ok := u.pos[id]; ok {
+			u.slots[slot].expiresAt = expiresAt
 		}
 	}
 }
@@ -156,22 +212,47 @@ func (h *minHeap) Pop() any {
 	return v
 }
 
-// search scores every live entry of the user that passes the filters and returns the best
-// q.Limit at or above q.MinSimilarity, best first.
+// searchScratch are the per-query accumulators of the inverted path, reused across queries.
+type searchScratch struct {
+	acc     []float32
+	mark    []uint32
+	gen     uint32
+	touched []int32
+}
+
+// filter holds a query's filters in the form the scan checks fastest.
+type filter struct {
+	nowMs, after int64
+	typeMask     uint32
+	keys         []string
+}
+
+func (f *filter) pass(e *indexEntry) bool {
+	if e.id == "" || e.expired || (e.expiresAt != 0 && e.expiresAt <= f.nowMs) {
+		return false
+	}
+	if f.typeMask != 0 && f.typeMask&(1<<uint(e.typ)) == 0 {
+		return false
+	}
+	if f.after != 0 && e.updated < f.after && e.typ != memoryv1.MemoryType_MEMORY_TYPE_FACT {
+		return false
+	}
+	return len(f.keys) == 0 || hasAnyKey(e.attrKeys, f.keys)
+}
+
+// search returns the best q.Limit live entries of the user that pass the filters and score at
+// or above q.MinSimilarity, best first.
 func (x *vectorIndex) search(userID string, q SearchQuery, now time.Time) []scored {
 	if q.Limit <= 0 || len(q.Vector) != x.dim {
 		return nil
 	}
-	nowMs := now.UnixMilli()
-	var after int64
+	f := filter{nowMs: now.UnixMilli(), keys: q.AttributeKeys}
 	if !q.UpdatedAfter.IsZero() {
-		after = q.UpdatedAfter.UnixMilli()
+		f.after = q.UpdatedAfter.UnixMilli()
 	}
-	var typeMask uint32
 	for _, t := range q.Types {
-		typeMask |= 1 << uint(t)
+		f.typeMask |= 1 << uint(t)
 	}
-	qv := q.Vector
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	u := x.users[userID]
@@ -179,37 +260,35 @@ func (x *vectorIndex) search(userID string, q SearchQuery, now time.Time) []scor
 		return nil
 	}
 	h := make(minHeap, 0, q.Limit+1)
-	for i := range u.entries {
-		e := &u.entries[i]
-		if e.expired || (e.expiresAt != 0 && e.expiresAt <= nowMs) {
-			continue
-		}
-		if typeMask != 0 && typeMask&(1<<uint(e.typ)) == 0 {
-			continue
-		}
-		if after != 0 && e.updated < after && e.typ != memoryv1.MemoryType_MEMORY_TYPE_FACT {
-			continue
-		}
-		if len(q.AttributeKeys) > 0 && !hasAnyKey(e.attrKeys, q.AttributeKeys) {
-			continue
-		}
-		var dot float32
-		if e.idx != nil {
-			for j, k := range e.idx {
-				dot += qv[k] * e.val[j]
-			}
-		} else {
-			dot = dotDense(qv, e.val)
-		}
-		sim := float64(dot)
+	offer := func(id string, sim float64) {
 		if sim < q.MinSimilarity {
-			continue
+			return
 		}
 		if len(h) < q.Limit {
-			heap.Push(&h, scored{e.id, sim})
+			heap.Push(&h, scored{id, sim})
 		} else if sim > h[0].sim {
-			h[0] = scored{e.id, sim}
+			h[0] = scored{id, sim}
 			heap.Fix(&h, 0)
+		}
+	}
+	if q.MinSimilarity > 0 && u.dense == 0 {
+		x.searchInverted(u, q, &f, offer)
+	} else {
+		qv := q.Vector
+		for i := range u.slots {
+			e := &u.slots[i]
+			if !f.pass(e) {
+				continue
+			}
+			var dot float32
+			if e.idx != nil {
+				for j, k := range e.idx {
+					dot += qv[k] * e.val[j]
+				}
+			} else {
+				dot = dotDense(qv, e.val)
+			}
+			offer(e.id, float64(dot))
 		}
 	}
 	out := make([]scored, len(h))
@@ -217,6 +296,46 @@ func (x *vectorIndex) search(userID string, q SearchQuery, now time.Time) []scor
 		out[i] = heap.Pop(&h).(scored)
 	}
 	return out
+}
+
+func (x *vectorIndex) searchInverted(u *userIndex, q SearchQuery, f *filter, offer func(string, float64)) {
+	s, _ := x.scratch.Get().(*searchScratch)
+	if s == nil {
+		s = &searchScratch{}
+	}
+	defer x.scratch.Put(s)
+	n := len(u.slots)
+	if cap(s.acc) < n {
+		s.acc = make([]float32, n, n+n/4)
+		s.mark = make([]uint32, n, n+n/4)
+	}
+	s.acc, s.mark = s.acc[:n], s.mark[:n]
+	s.gen++
+	if s.gen == 0 { // wrapped: old marks could collide
+		clear(s.mark)
+		s.gen = 1
+	}
+	s.touched = s.touched[:0]
+	for k, qv := range q.Vector {
+		if qv == 0 {
+			continue
+		}
+		for _, p := range u.post[uint16(k)] {
+			if s.mark[p.slot] != s.gen {
+				s.mark[p.slot] = s.gen
+				s.acc[p.slot] = 0
+				s.touched = append(s.touched, p.slot)
+			}
+			s.acc[p.slot] += qv * p.val
+		}
+	}
+	for _, slot := range s.touched {
+		if sim := float64(s.acc[slot]); sim >= q.MinSimilarity {
+			if e := &u.slots[slot]; f.pass(e) {
+				offer(e.id, sim)
+			}
+		}
+	}
 }
 
 // bySubject returns the ids of the user's live entries of a subject.
@@ -229,9 +348,9 @@ func (x *vectorIndex) bySubject(userID, subject string, now time.Time) []string 
 		return nil
 	}
 	var out []string
-	for i := range u.entries {
-		e := &u.entries[i]
-		if e.subject == subject && !e.expired && (e.expiresAt == 0 || e.expiresAt > nowMs) {
+	for i := range u.slots {
+		e := &u.slots[i]
+		if e.id != "" && e.subject == subject && !e.expired && (e.expiresAt == 0 || e.expiresAt > nowMs) {
 			out = append(out, e.id)
 		}
 	}

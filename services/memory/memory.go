@@ -210,6 +210,22 @@ func encodeEntry(e Entry) ([]byte, error) {
 
 var errCorrupt = errors.New("decode memory: corrupt record")
 
+// decodeMemory decodes only the memory of a stored entry, not its vector.
+func decodeMemory(b []byte) (*memoryv1.Memory, error) {
+	if len(b) < 4 {
+		return nil, errCorrupt
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	if n > len(b)-4 {
+		return nil, errCorrupt
+	}
+	m := &memoryv1.Memory{}
+	if err := proto.Unmarshal(b[4:4+n], m); err != nil {
+		return nil, fmt.Errorf("decode memory: %w", err)
+	}
+	return m, nil
+}
+
 func decodeEntry(b []byte) (Entry, error) {
 	if len(b) < 4 {
 		return Entry{}, errCorrupt

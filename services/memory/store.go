@@ -18,7 +18,8 @@ type TierStore interface {
 	Get(ctx context.Context, userID, id string) (Entry, error)
 	// Delete removes one memory and reports whether it existed.
 	Delete(ctx context.Context, userID, id string) (bool, error)
-	// Search returns the user's live memories that pass q's filters, best first.
+	// Search returns the user's live memories that pass q's filters, best first. Hits may come
+	// without their vectors.
 	Search(ctx context.Context, userID string, q SearchQuery) ([]Hit, error)
 	// Scan calls fn for every memory of the user, live or expired, in no particular order.
 	Scan(ctx context.Context, userID string, fn func(Entry) error) error

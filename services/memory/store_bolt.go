@@ -262,16 +262,22 @@ func (t *BoltTier) Search(_ context.Context, userID string, q SearchQuery) ([]Hi
 		return nil, nil
 	}
 	out := make([]Hit, 0, len(found))
+	now = t.s.now()
 	err := t.s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(t.bucket)
 		for _, f := range found {
-			e, err := t.get(tx, userID, f.id)
-			if errors.Is(err, ErrNotFound) {
+			v := b.Get(itemKey(userID, f.id))
+			if v == nil {
 				continue // deleted between the index read and this one
 			}
+			m, err := decodeMemory(v)
 			if err != nil {
 				return err
 			}
-			out = append(out, Hit{Entry: e, Similarity: f.sim})
+			if !t.alive(m, now) {
+				continue
+			}
+			out = append(out, Hit{Entry: Entry{Memory: m}, Similarity: f.sim})
 		}
 		return nil
 	})

@@ -235,7 +235,7 @@ func (s *QdrantSemantic) Search(ctx context.Context, userID string, q SearchQuer
 		Filter:         f,
 		Limit:          &limit,
 		WithPayload:    qdrant.NewWithPayload(true),
-		WithVectors:    qdrant.NewWithVectors(true),
+		WithVectors:    qdrant.NewWithVectors(false),
 	}
 	if q.MinSimilarity > -1 {
 		th := float32(q.MinSimilarity)
