@@ -115,8 +115,11 @@ func (s *Service) run(ctx context.Context, ex executor, c *call, b budget) outco
 			return o
 		}
 		var ee *execError
+		isTimeout := errors.As(err, &ee) && ee.code == toolsv1.ErrorCode_ERROR_CODE_TIMEOUT
 		switch {
-		case rctx.Err() != nil:
+		// A remote deadline (gRPC's grpc-timeout) can fire a moment before ours: a timeout
+		// reported at the deadline is the call's timeout.
+		case rctx.Err() != nil || (isTimeout && time.Until(b.deadline) < 50*time.Millisecond):
 			o.err = s.timeoutError(c, b, attempt, errors.Is(ctx.Err(), context.Canceled))
 			return o
 		case attemptTimedOut:
