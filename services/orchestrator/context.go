@@ -195,12 +195,11 @@ func renderSummary(s *sessionv1.Message) string {
 	return summaryHeading + "\n" + s.GetContent()
 }
 
-// renderTaskState shows the newest done steps with their key results and what is pending.
+// renderTaskState shows done steps with their key results and what is pending. When there are
+// more steps than fit, steps of idempotent tools (the ones that must not run twice: payments,
+// orders, add-to-cart) are kept first, then the newest others; the shown steps stay in order.
 func renderTaskState(st TaskState, maxSteps int) (string, int) {
-	done := st.Done
-	if len(done) > maxSteps {
-		done = done[len(done)-maxSteps:]
-	}
+	done := pickSteps(st.Done, maxSteps)
 	if len(done) == 0 && len(st.Pending) == 0 {
 		return "", 0
 	}
@@ -208,7 +207,7 @@ func renderTaskState(st TaskState, maxSteps int) (string, int) {
 	b.WriteString(taskStateHeading)
 	if len(done) > 0 {
 		if hidden := len(st.Done) - len(done); hidden > 0 {
-			fmt.Fprintf(&b, "\nSteps done (the newest %d of %d; do not repeat them, reuse their results):", len(done), len(st.Done))
+			fmt.Fprintf(&b, "\nSteps done (%d of %d shown; do not repeat them, reuse their results):", len(done), len(st.Done))
 		} else {
 			b.WriteString("\nSteps done (do not repeat them, reuse their results):")
 		}
@@ -223,6 +222,38 @@ func renderTaskState(st TaskState, maxSteps int) (string, int) {
 		}
 	}
 	return b.String(), len(done)
+}
+
+// pickSteps chooses at most n steps: a step repeated with the same tool and arguments counts
+// once (its newest record), idempotent-tool steps first, then the newest others.
+func pickSteps(all []Step, n int) []Step {
+	seen := map[string]bool{}
+	var uniq []int // indexes into all, newest first
+	for i := len(all) - 1; i >= 0; i-- {
+		k := all[i].Tool + "\x00" + all[i].Arguments
+		if !seen[k] {
+			seen[k] = true
+			uniq = append(uniq, i)
+		}
+	}
+	keep := map[int]bool{}
+	for _, i := range uniq {
+		if len(keep) < n && all[i].IdempotencyKey != "" {
+			keep[i] = true
+		}
+	}
+	for _, i := range uniq {
+		if len(keep) < n {
+			keep[i] = true
+		}
+	}
+	out := make([]Step, 0, len(keep))
+	for i, s := range all {
+		if keep[i] {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // toolResultContent is what a tool message carries: the article's {"success", "output"} or

@@ -38,7 +38,7 @@ const (
 	// maxSummaryRounds bounds how many batches of evicted messages one turn folds in.
 	maxSummaryRounds = 4
 	// resultPreviewRunes is the key result kept in the task state.
-	resultPreviewRunes = 160
+	resultPreviewRunes = 120
 	// outputPreviewRunes is the output shown in ToolCallFinished events.
 	outputPreviewRunes = 2000
 	maxPending         = 10
