@@ -1,0 +1,337 @@
+package orchestrator
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/hermes-agent/hermes/pkg/model"
+	"github.com/hermes-agent/hermes/pkg/tokenizer"
+	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+func tok(t testing.TB) *tokenizer.Tokenizer {
+	t.Helper()
+	tk, err := tokenizer.New("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
+func TestSessionToModel(t *testing.T) {
+	msgs := []*sessionv1.Message{
+		{Seq: 1, Role: sessionv1.Role_ROLE_USER, Kind: sessionv1.MessageKind_MESSAGE_KIND_TEXT, Content: "book it"},
+		{Seq: 2, Role: sessionv1.Role_ROLE_ASSISTANT, Kind: sessionv1.MessageKind_MESSAGE_KIND_TEXT, Content: "searching"},
+		{Seq: 3, Role: sessionv1.Role_ROLE_ASSISTANT, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL, ToolCallId: "a", ToolName: "search", Content: `{"q":1}`},
+		{Seq: 4, Role: sessionv1.Role_ROLE_ASSISTANT, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL, ToolCallId: "b", ToolName: "search", Content: `{"q":2}`},
+		{Seq: 5, Role: sessionv1.Role_ROLE_TOOL, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, ToolCallId: "a", Content: "r1"},
+		{Seq: 6, Role: sessionv1.Role_ROLE_TOOL, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, ToolCallId: "b", Content: "r2", Synthesized: true},
+		{Seq: 7, Role: sessionv1.Role_ROLE_ASSISTANT, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL, ToolCallId: "c", ToolName: "book", Content: `{}`},
+		{Seq: 8, Role: sessionv1.Role_ROLE_TOOL, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, ToolCallId: "c", Content: "ok"},
+		{Seq: 9, Role: sessionv1.Role_ROLE_ASSISTANT, Kind: sessionv1.MessageKind_MESSAGE_KIND_TEXT, Content: "done"},
+		{Seq: 10, Role: sessionv1.Role_ROLE_SYSTEM, Kind: sessionv1.MessageKind_MESSAGE_KIND_TEXT, Content: "note"},
+	}
+	want := []model.Message{
+		{Role: model.RoleUser, Content: "book it"},
+		{Role: model.RoleAssistant, Content: "searching", ToolCalls: []model.ToolCall{{ID: "a", Name: "search", Arguments: `{"q":1}`}, {ID: "b", Name: "search", Arguments: `{"q":2}`}}},
+		{Role: model.RoleTool, ToolCallID: "a", Content: "r1"},
+		{Role: model.RoleTool, ToolCallID: "b", Content: "r2"},
+		{Role: model.RoleAssistant, ToolCalls: []model.ToolCall{{ID: "c", Name: "book", Arguments: `{}`}}},
+		{Role: model.RoleTool, ToolCallID: "c", Content: "ok"},
+		{Role: model.RoleAssistant, Content: "done"},
+		{Role: model.RoleSystem, Content: "note"},
+	}
+	if diff := cmp.Diff(want, sessionToModel(msgs)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestContextOrderAndBreakdown(t *testing.T) {
+	tk := tok(t)
+	b := contextBlocks{
+		systemPrompt:  "sys",
+		memory:        renderMemories([]*memoryv1.RecalledMemory{{Memory: &memoryv1.Memory{Type: memoryv1.MemoryType_MEMORY_TYPE_PREFERENCE, Content: "likes 蜀香园", Attributes: map[string]string{"restaurant_name": "蜀香园", "a": "b"}}}}),
+		pinned:        renderPinned([]*sessionv1.Message{{Role: sessionv1.Role_ROLE_USER, Content: "member M-1"}}),
+		summary:       renderSummary(&sessionv1.Message{Content: "Goal: eat"}),
+		history:       []model.Message{{Role: model.RoleUser, Content: "old"}, {Role: model.RoleAssistant, Content: "older answer"}},
+		historyTokens: 17,
+		current:       []model.Message{{Role: model.RoleUser, Content: "now"}},
+		toolTokens:    40,
+	}
+	b.taskState, _ = renderTaskState(TaskState{Done: []Step{{Tool: "add", Arguments: `{"sku":"A1"}`, Result: "ok"}}}, 5)
+	msgs := b.messages()
+	var got []string
+	for _, m := range msgs {
+		got = append(got, string(m.Role)+":"+strings.SplitN(m.Content, "\n", 2)[0])
+	}
+	want := []string{
+		"system:sys",
+		"system:" + memoryHeading,
+		"system:" + pinnedHeading,
+		"system:" + summaryHeading,
+		"system:" + taskStateHeading,
+		"user:old", "assistant:older answer", "user:now",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("order (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(msgs[1].Content, "(preference) likes 蜀香园 [a=b, restaurant_name=蜀香园]") {
+		t.Errorf("memory block: %q", msgs[1].Content)
+	}
+	bd := b.breakdown(tk)
+	if bd.GetHistory() != 17 || bd.GetToolSchemas() != 40 || bd.GetCurrentMessage() != int32(tk.CountMessage("now")) {
+		t.Errorf("breakdown %v", bd)
+	}
+	sum := bd.GetSystemPrompt() + bd.GetToolSchemas() + bd.GetMemory() + bd.GetSummary() + bd.GetPinned() + bd.GetTaskState() + bd.GetHistory() + bd.GetCurrentMessage()
+	if bd.GetTotal() != sum || bd.GetMemory() == 0 || bd.GetTaskState() == 0 {
+		t.Errorf("total %d, blocks sum %d: %v", bd.GetTotal(), sum, bd)
+	}
+	// Empty blocks are left out, not sent as empty system messages.
+	empty := contextBlocks{systemPrompt: "sys", current: []model.Message{{Role: model.RoleUser, Content: "x"}}}
+	if n := len(empty.messages()); n != 2 {
+		t.Errorf("%d messages for system prompt and current message", n)
+	}
+}
+
+func TestPickSteps(t *testing.T) {
+	mk := func(tool, args string, idem bool) Step {
+		s := Step{Tool: tool, Arguments: args}
+		if idem {
+			s.IdempotencyKey = "k-" + args
+		}
+		return s
+	}
+	all := []Step{
+		mk("add_to_cart", `{"sku":"A1"}`, true),
+		mk("report", `1`, false),
+		mk("report", `2`, false),
+		mk("report", `2`, false),
+		mk("pay", `{"order":1}`, true),
+		mk("report", `3`, false),
+	}
+	var got []string
+	for _, s := range pickSteps(all, 3) {
+		got = append(got, s.Tool+" "+s.Arguments)
+	}
+	want := []string{`add_to_cart {"sku":"A1"}`, `pay {"order":1}`, `report 3`}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if n := len(pickSteps(all, 10)); n != 5 {
+		t.Errorf("%d steps with room for all, want 5 (one duplicate dropped)", n)
+	}
+	text, shown := renderTaskState(TaskState{Done: all, Pending: []Pending{{What: "book a table"}}}, 3)
+	if shown != 3 || !strings.Contains(text, "3 of 6 shown") || !strings.Contains(text, "Pending:\n- book a table") {
+		t.Errorf("rendered %d:\n%s", shown, text)
+	}
+	if text, n := renderTaskState(TaskState{}, 3); text != "" || n != 0 {
+		t.Errorf("empty task state rendered %q", text)
+	}
+}
+
+func TestToolResultContent(t *testing.T) {
+	tests := []struct {
+		name string
+		r    *toolsv1.ToolResult
+		want string
+	}{
+		{"json output", &toolsv1.ToolResult{Success: true, Output: `{"a":"<b>"}`}, `{"success":true,"output":{"a":"<b>"}}`},
+		{"text output", &toolsv1.ToolResult{Success: true, Output: `not json`}, `{"success":true,"output":"not json"}`},
+		{"replayed", &toolsv1.ToolResult{Success: true, Output: `1`, Replayed: true}, `{"success":true,"output":1,"replayed":true,"note":"this step was already done earlier in the session; this is its recorded result and it did not run again"}`},
+		{"validation", &toolsv1.ToolResult{Error: &toolsv1.ToolError{Code: toolsv1.ErrorCode_ERROR_CODE_VALIDATION, Message: "fix it", Violations: []*toolsv1.Violation{{Pointer: "/party_size", Message: "is required"}}}},
+			`{"success":false,"error":{"code":"validation","message":"fix it","violations":[{"pointer":"/party_size","message":"is required"}]}}`},
+		{"cancelled", &toolsv1.ToolResult{Error: &toolsv1.ToolError{Message: "cancelled: …"}}, `{"success":false,"error":{"code":"cancelled","message":"cancelled: …"}}`},
+	}
+	for _, tc := range tests {
+		if got := toolResultContent(tc.r); got != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestSummaryParseRender(t *testing.T) {
+	d := summaryDoc{Goal: "book dinner", Decisions: []string{"done: search"}, Facts: []string{"user said: 4 people"}, OpenItems: []string{"pay"}}
+	if diff := cmp.Diff(d, parseSummary(d.render())); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	foreign := parseSummary("The user wants dinner.\nThey like 川菜.")
+	if len(foreign.Facts) != 1 || !strings.Contains(foreign.Facts[0], "They like 川菜.") {
+		t.Errorf("foreign summary: %+v", foreign)
+	}
+	if _, err := decodeSummary("sure! here it is"); err == nil {
+		t.Error("a reply without JSON was accepted")
+	}
+	if _, err := decodeSummary(`{"goal":"","decisions":[],"facts":[],"open_items":[]}`); err == nil {
+		t.Error("an empty summary was accepted")
+	}
+	got, err := decodeSummary("```json\n{\"goal\":\"x\",\"facts\":[\"a\\nb\"]}\n```")
+	if err != nil || got.Goal != "x" || got.Facts[0] != "a b" {
+		t.Errorf("fenced reply: %+v, %v", got, err)
+	}
+}
+
+// TestSummaryFallback: the extractive fallback is deterministic, keeps the previous summary,
+// records tool steps as done and leaves a failed step open until it succeeds.
+func TestSummaryFallback(t *testing.T) {
+	s := &summarizer{tok: tok(t), cfg: Config{}.withDefaults(), log: slog.Default(), now: time.Now}
+	evicted := []*sessionv1.Message{
+		{Seq: 5, Role: sessionv1.Role_ROLE_USER, Content: "我想订蜀香园，4个人"},
+		{Seq: 6, Role: sessionv1.Role_ROLE_ASSISTANT, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL, ToolCallId: "c1", ToolName: "book", Content: `{"party":"four"}`},
+		{Seq: 7, Role: sessionv1.Role_ROLE_TOOL, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, ToolCallId: "c1", ToolName: "book", Content: `{"success":false,"error":{"code":"validation","message":"party must be an integer"}}`},
+		{Seq: 8, Role: sessionv1.Role_ROLE_ASSISTANT, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL, ToolCallId: "c2", ToolName: "search", Content: `{"q":"蜀香园"}`},
+		{Seq: 9, Role: sessionv1.Role_ROLE_TOOL, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, ToolCallId: "c2", ToolName: "search", Content: `{"success":true,"output":{"id":"R-001"}}`},
+		{Seq: 10, Role: sessionv1.Role_ROLE_ASSISTANT, Content: "找到了。要订吗？"},
+	}
+	prev := summaryDoc{Goal: "dinner", Facts: []string{"user said: hello"}}.render()
+	r := s.extend(context.Background(), "m", prev, evicted)
+	want := "Goal: dinner\n" +
+		"Decisions and steps done:\n" +
+		"- done: search {\"q\":\"蜀香园\"} → {\"id\":\"R-001\"}\n" +
+		"- assistant answered: 找到了。\n" +
+		"Facts:\n" +
+		"- user said: hello\n" +
+		"- user said: 我想订蜀香园，4个人\n" +
+		"Open items:\n" +
+		"- book {\"party\":\"four\"} failed: validation: party must be an integer"
+	if !r.fallback || r.reason != "no model configured" {
+		t.Errorf("fallback=%v reason=%q", r.fallback, r.reason)
+	}
+	if diff := cmp.Diff(want, r.text); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	// The cap drops the oldest items first.
+	s.cfg.SummaryMaxTokens = 40
+	small := s.extend(context.Background(), "m", prev, evicted)
+	if n := s.tok.Count(small.text); n > 40 || !strings.Contains(small.text, "Goal: dinner") {
+		t.Errorf("capped summary has %d tokens:\n%s", n, small.text)
+	}
+}
+
+func TestSummaryBackoff(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	s := &summarizer{cfg: Config{SummaryFailures: 2, SummaryBackoff: time.Minute}.withDefaults(), now: func() time.Time { return now }}
+	fail := status.Error(codes.Unavailable, "down")
+	s.record(fail)
+	if s.backingOff() {
+		t.Fatal("backing off after one failure")
+	}
+	s.record(fail)
+	if !s.backingOff() {
+		t.Fatal("not backing off after two failures")
+	}
+	now = now.Add(61 * time.Second)
+	if s.backingOff() {
+		t.Fatal("still backing off after the first back-off passed")
+	}
+	s.record(fail) // third failure in a row: two minutes
+	now = now.Add(90 * time.Second)
+	if !s.backingOff() {
+		t.Fatal("the back-off did not double")
+	}
+	s.record(nil)
+	if s.backingOff() {
+		t.Fatal("a success did not reset the back-off")
+	}
+}
+
+func TestAPIKeysFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "keys.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("sk-alice-0123456789abcdef: alice\n")
+	keys, err := loadAPIKeys(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Service{keys: keys}
+	ctx := func(md ...string) context.Context {
+		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(md...))
+	}
+	tests := []struct {
+		name      string
+		ctx       context.Context
+		requested string
+		user      string
+		code      codes.Code
+	}{
+		{"bearer", ctx("authorization", "Bearer sk-alice-0123456789abcdef"), "", "alice", codes.OK},
+		{"x-api-key", ctx("x-api-key", "sk-alice-0123456789abcdef"), "alice", "alice", codes.OK},
+		{"missing", context.Background(), "alice", "", codes.Unauthenticated},
+		{"wrong", ctx("authorization", "Bearer sk-alice-0123456789abcdeX"), "", "", codes.Unauthenticated},
+		{"other user", ctx("authorization", "Bearer sk-alice-0123456789abcdef"), "bob", "", codes.PermissionDenied},
+	}
+	for _, tc := range tests {
+		user, err := s.authorize(tc.ctx, tc.requested)
+		if status.Code(err) != tc.code || user != tc.user {
+			t.Errorf("%s: %q, %v; want %q, %s", tc.name, user, err, tc.user, tc.code)
+		}
+	}
+	// A changed file is picked up; a broken one keeps the last good keys.
+	write("sk-bob-0123456789abcdefgh: bob\n")
+	keys.checked = time.Time{}
+	keys.modTime = time.Time{}
+	if u, ok := keys.user("sk-bob-0123456789abcdefgh"); !ok || u != "bob" {
+		t.Errorf("reloaded key: %q %v", u, ok)
+	}
+	write(": : not yaml")
+	keys.checked, keys.modTime = time.Time{}, time.Time{}
+	if u, ok := keys.user("sk-bob-0123456789abcdefgh"); !ok || u != "bob" {
+		t.Errorf("after a broken file: %q %v, want the last good keys", u, ok)
+	}
+	for _, bad := range []string{"short: alice\n", "sk-0123456789abcdef: \"\"\n", "[1, 2]"} {
+		if _, err := parseAPIKeys([]byte(bad)); err == nil {
+			t.Errorf("parseAPIKeys(%q) accepted it", bad)
+		}
+	}
+	if _, err := loadAPIKeys(filepath.Join(dir, "missing.yaml")); err == nil {
+		t.Error("a missing auth file was accepted")
+	}
+}
+
+func TestModelError(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		err  error
+		code codes.Code
+	}{
+		{&model.APIError{StatusCode: 503}, codes.Unavailable},
+		{&model.APIError{StatusCode: 429}, codes.Unavailable},
+		{&model.APIError{StatusCode: 401}, codes.FailedPrecondition},
+		{&model.APIError{StatusCode: 404}, codes.FailedPrecondition},
+		{&model.APIError{StatusCode: 400}, codes.FailedPrecondition},
+		{model.ErrUnreachable, codes.Unavailable},
+	}
+	for _, tc := range tests {
+		var te *turnError
+		if err := modelError(ctx, tc.err); !asTurnError(err, &te) || te.code != tc.code {
+			t.Errorf("modelError(%v) = %v, want %s", tc.err, err, tc.code)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := modelError(cctx, model.ErrUnreachable); err != context.Canceled {
+		t.Errorf("cancelled: %v", err)
+	}
+}
+
+func asTurnError(err error, te **turnError) bool {
+	e, ok := err.(*turnError)
+	*te = e
+	return ok
+}
