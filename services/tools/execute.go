@@ -364,15 +364,14 @@ func checkArguments(cs *compiledSchema, text string) ([]byte, []*toolsv1.Coercio
 		return nil, nil, nil, err
 	}
 	var coercions []*toolsv1.Coercion
-	inst = coerce(cs.root, inst, "", &coercions)
+	inst = cs.coerce(cs.root, inst, "", &coercions)
 	sort.Slice(coercions, func(i, j int) bool { return coercions[i].Pointer < coercions[j].Pointer })
 	if err := cs.root.Validate(inst); err != nil {
 		return nil, coercions, cs.violations(err, inst), nil
 	}
 	var args []byte
 	if len(coercions) == 0 && strings.TrimSpace(text) != "" {
-		compact, _ := compactJSON(text)
-		return []byte(compact), nil, nil, nil
+		return []byte(strings.TrimSpace(text)), nil, nil, nil
 	}
 	args, err = json.Marshal(inst)
 	if err != nil {

@@ -22,6 +22,10 @@ const maxSchemaBytes = 256 << 10
 type compiledSchema struct {
 	root  *jsonschema.Schema
 	byLoc map[string]*jsonschema.Schema
+	// coercion facts per subschema, computed once: the schema that carries the location's
+	// constraints (nil when ambiguous) and the one type a scalar there may be coerced to.
+	eff    map[*jsonschema.Schema]*jsonschema.Schema
+	scalar map[*jsonschema.Schema]string
 }
 
 // noRemoteRefs refuses to load any document a schema refers to: a tool schema must be
@@ -66,8 +70,18 @@ func compileSchema(text string, wantObject bool) (*compiledSchema, error) {
 	if err != nil {
 		return nil, schemaError(err)
 	}
-	cs := &compiledSchema{root: sch, byLoc: map[string]*jsonschema.Schema{}}
+	cs := &compiledSchema{root: sch, byLoc: map[string]*jsonschema.Schema{},
+		eff: map[*jsonschema.Schema]*jsonschema.Schema{}, scalar: map[*jsonschema.Schema]string{}}
 	cs.index(sch, 0)
+	for _, sub := range cs.byLoc {
+		e := effective(sub, 0)
+		cs.eff[sub] = e
+		if e != nil {
+			if t, ok := singleType(e); ok {
+				cs.scalar[sub] = t
+			}
+		}
+	}
 	return cs, nil
 }
 

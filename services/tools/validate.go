@@ -86,29 +86,36 @@ func excerpt(data []byte, off int) string {
 // integer, number or boolean where only that type is allowed, or a number or boolean where only
 // a string is. It walks objects and arrays the schema describes and returns the (possibly
 // replaced) value; every change is appended to out.
-func coerce(s *jsonschema.Schema, v any, ptr string, out *[]*toolsv1.Coercion) any {
-	s = effective(s, 0)
-	if s == nil {
+func (cs *compiledSchema) coerce(s *jsonschema.Schema, v any, ptr string, out *[]*toolsv1.Coercion) any {
+	want := cs.scalar[s]
+	e, ok := cs.eff[s]
+	if !ok {
+		// Not indexed (nesting beyond the index depth): work it out now.
+		e = effective(s, 0)
+		if e != nil {
+			want, _ = singleType(e)
+		}
+	}
+	if e == nil {
 		return v
 	}
 	switch x := v.(type) {
 	case map[string]any:
 		for k, pv := range x {
-			if sub := propertySchema(s, k); sub != nil {
-				x[k] = coerce(sub, pv, ptr+"/"+escapePointer(k), out)
+			if sub := propertySchema(e, k); sub != nil {
+				x[k] = cs.coerce(sub, pv, ptr+"/"+escapePointer(k), out)
 			}
 		}
 		return x
 	case []any:
 		for i, iv := range x {
-			if sub := itemSchema(s, i); sub != nil {
-				x[i] = coerce(sub, iv, ptr+"/"+strconv.Itoa(i), out)
+			if sub := itemSchema(e, i); sub != nil {
+				x[i] = cs.coerce(sub, iv, ptr+"/"+strconv.Itoa(i), out)
 			}
 		}
 		return x
 	}
-	want, ok := singleType(s)
-	if !ok {
+	if want == "" {
 		return v
 	}
 	to, changed := coerceScalar(v, want)

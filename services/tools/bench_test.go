@@ -1,0 +1,171 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/hermes-agent/hermes/pkg/rpc"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+// fiveFieldSchema is a typical tool schema: five properties, three required, an enum, a format
+// and a range.
+const fiveFieldSchema = `{
+  "type": "object",
+  "properties": {
+    "origin": {"type": "string", "description": "Departure city or IATA code", "minLength": 2},
+    "destination": {"type": "string", "description": "Arrival city or IATA code", "minLength": 2},
+    "date": {"type": "string", "format": "date", "description": "Departure date"},
+    "passengers": {"type": "integer", "minimum": 1, "maximum": 9},
+    "cabin": {"type": "string", "enum": ["economy", "premium", "business", "first"]}
+  },
+  "required": ["origin", "destination", "date"],
+  "additionalProperties": false
+}`
+
+func benchSchema(b *testing.B) *compiledSchema {
+	cs, err := compileSchema(fiveFieldSchema, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cs
+}
+
+// BenchmarkValidate5Field is parse + coercion check + validation of valid arguments.
+func BenchmarkValidate5Field(b *testing.B) {
+	cs := benchSchema(b)
+	args := `{"origin":"PAR","destination":"NRT","date":"2026-03-14","passengers":2,"cabin":"economy"}`
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, v, err := checkArguments(cs, args); err != nil || v != nil {
+			b.Fatal(v, err)
+		}
+	}
+}
+
+// BenchmarkValidate5FieldCoerced has a string where an integer is wanted.
+func BenchmarkValidate5FieldCoerced(b *testing.B) {
+	cs := benchSchema(b)
+	args := `{"origin":"PAR","destination":"NRT","date":"2026-03-14","passengers":"2","cabin":"economy"}`
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, c, v, err := checkArguments(cs, args); err != nil || v != nil || len(c) != 1 {
+			b.Fatal(v, err)
+		}
+	}
+}
+
+// BenchmarkValidate5FieldInvalid fails three ways and builds the model's message.
+func BenchmarkValidate5FieldInvalid(b *testing.B) {
+	cs := benchSchema(b)
+	args := `{"origin":"PAR","date":"14/03/2026","passengers":20,"cabin":"coach"}`
+	b.ReportAllocs()
+	for b.Loop() {
+		_, _, v, err := checkArguments(cs, args)
+		if err != nil || len(v) != 4 {
+			b.Fatal(v, err)
+		}
+		_ = validationMessage("search_flights", v)
+	}
+}
+
+const benchExpression = `{"expression":"(12.5 * 4 + 3) / 2"}`
+
+// BenchmarkBuiltinDirect calls the calculator's Go function as a Go caller would.
+func BenchmarkBuiltinDirect(b *testing.B) {
+	bt := calculatorBuiltin()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		out, err := bt.Run(ctx, json.RawMessage(benchExpression))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := json.Marshal(out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchService(b *testing.B, store Store) *Service {
+	svc := newTestService(b, store, Options{})
+	if err := svc.RegisterBuiltins(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return svc
+}
+
+// BenchmarkExecuteBuiltinInProcess is ExecuteTool without gRPC: registry read, validation,
+// execution, result.
+func BenchmarkExecuteBuiltinInProcess(b *testing.B) {
+	svc := benchService(b, testBoltStore(b))
+	ctx := context.Background()
+	req := &toolsv1.ExecuteToolRequest{Name: "calculator", Arguments: benchExpression}
+	b.ReportAllocs()
+	for b.Loop() {
+		if res, err := svc.execute(ctx, req); err != nil || !res.GetSuccess() {
+			b.Fatal(res, err)
+		}
+	}
+}
+
+// tcpClient serves svc on loopback TCP with the shared server plumbing.
+func tcpClient(b *testing.B, svc *Service) toolsv1.ToolServiceClient {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := rpc.NewServer(rpc.ServerOptions{Logger: quietLogger(), ShutdownTimeout: time.Second})
+	srv.Register(&toolsv1.ToolService_ServiceDesc, svc)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ctx, lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close(); cancel(); <-done })
+	return toolsv1.NewToolServiceClient(conn)
+}
+
+func benchExecuteGRPC(b *testing.B, store Store) {
+	c := tcpClient(b, benchService(b, store))
+	ctx := context.Background()
+	req := &toolsv1.ExecuteToolRequest{Name: "calculator", Arguments: benchExpression}
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := c.ExecuteTool(ctx, req)
+		if err != nil || !resp.GetResult().GetSuccess() {
+			b.Fatal(resp, err)
+		}
+	}
+}
+
+// BenchmarkExecuteBuiltinGRPC is ExecuteTool of the calculator over gRPC on loopback TCP with
+// the embedded (bbolt) registry.
+func BenchmarkExecuteBuiltinGRPC(b *testing.B) { benchExecuteGRPC(b, testBoltStore(b)) }
+
+// BenchmarkExecuteBuiltinGRPCRedis is the same with the registry in Redis (one HGETALL a call).
+func BenchmarkExecuteBuiltinGRPCRedis(b *testing.B) { benchExecuteGRPC(b, testRedisStore(b)) }
+
+// BenchmarkSelectTools selects from the 64-tool test set (index cached per registry revision).
+func BenchmarkSelectTools(b *testing.B) {
+	tools, _ := loadSelectData(b)
+	svc := newTestService(b, testBoltStore(b), Options{})
+	c := serve(b, svc)
+	registerSelectTools(b, c, tools)
+	ctx := context.Background()
+	req := &toolsv1.SelectToolsRequest{Text: "Will it rain in Seattle this weekend? Show me the forecast."}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := svc.SelectTools(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,122 @@
+package tools
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// FuzzCheckArguments feeds arbitrary argument text through parsing, coercion and validation.
+// Invariants: no panic; a parse error exactly when the text is not one JSON value; arguments that
+// pass are valid JSON that satisfies the schema, and checking them again coerces nothing (the
+// coercion is idempotent).
+func FuzzCheckArguments(f *testing.F) {
+	for _, s := range []string{
+		`{"city":"Paris","guests":2}`,
+		`{"city":"Paris","guests":"3","price":" 99.5","breakfast":"TRUE","zip":75001}`,
+		`{"city":"Paris","guests":2,"tags":["a",3,null]}`,
+		`{"city":"Paris","guests":2,"tags":"x","contact":{"name":1,"phone":"+1 555 0100"}}`,
+		`{"guests":"-0"}`, `{"guests":"007"}`, `{"guests":"1e3"}`, `{"price":"+1.5"}`, `{"price":"NaN"}`,
+		`[1,2]`, `"x"`, `null`, ``, `   `, `{"city":"Paris","gue`, `{} {}`, `{"a":` + strings.Repeat("[", 200),
+		`{"city":"\u00e9\ud800","guests":9223372036854775808}`,
+	} {
+		f.Add(s)
+	}
+	cs, err := compileSchema(bookingSchema, true)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		args, coercions, violations, perr := checkArguments(cs, text)
+		trimmed := strings.TrimSpace(text)
+		if (perr != nil) != (trimmed != "" && !json.Valid([]byte(trimmed))) {
+			t.Fatalf("parse error %v for %q (json.Valid=%v)", perr, text, json.Valid([]byte(trimmed)))
+		}
+		if perr != nil || len(violations) > 0 {
+			for _, v := range violations {
+				if v.GetMessage() == "" {
+					t.Fatalf("violation without a message at %q", v.GetPointer())
+				}
+			}
+			return
+		}
+		if !json.Valid(args) {
+			t.Fatalf("passed arguments are not JSON: %q", args)
+		}
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.root.Validate(inst); err != nil {
+			t.Fatalf("passed arguments %s fail the schema: %v", args, err)
+		}
+		again, c2, v2, err := checkArguments(cs, string(args))
+		if err != nil || len(c2) > 0 || len(v2) > 0 {
+			t.Fatalf("second check of %s: coercions %v violations %v err %v (first coercions %v)", args, c2, v2, err, coercions)
+		}
+		if !bytes.Equal(again, args) && len(coercions) == 0 {
+			t.Fatalf("arguments changed without a coercion: %s → %s", args, again)
+		}
+	})
+}
+
+// FuzzEvaluate: the calculator never panics, and a result is always a finite number.
+func FuzzEvaluate(f *testing.F) {
+	for _, s := range []string{"1+2*3", "(1+2)^-3", "sqrt(2)**2", "max(1,2,3)", "round(2.5, 1)", "--1", "1/0", "1e309", "((((", "pi*e", "2 × 3 ÷ 4", "1_0.5_"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, expr string) {
+		v, err := Evaluate(expr)
+		if err == nil && (math.IsNaN(v) || math.IsInf(v, 0)) {
+			t.Fatalf("Evaluate(%q) = %v without an error", expr, v)
+		}
+		if err != nil && v != 0 {
+			t.Fatalf("Evaluate(%q) returned %v with error %v", expr, v, err)
+		}
+	})
+}
+
+// FuzzCompileSchema: registration never panics on a schema, never reads outside it, and a
+// compiled schema validates any instance without panicking.
+func FuzzCompileSchema(f *testing.F) {
+	for _, s := range []string{
+		bookingSchema, `{"type":"object"}`, `{"type":"object","$ref":"#/$defs/x","$defs":{"x":{"$ref":"#/$defs/x"}}}`,
+		`{"type":"object","properties":{"a":{"$ref":"file:///etc/passwd"}}}`, `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","definitions":{"a":{}}}`,
+		`{"type":"object","patternProperties":{"(":{}}}`, `true`, `[]`, `{`,
+	} {
+		f.Add(s, `{"a":1}`)
+	}
+	f.Fuzz(func(t *testing.T, schema, instance string) {
+		cs, err := compileSchema(schema, true)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatal("empty error")
+			}
+			return
+		}
+		_, _, _, _ = checkArguments(cs, instance)
+	})
+}
+
+// FuzzParseToolsFile: any file text is parsed or refused, never a panic, and durations that
+// parse are valid.
+func FuzzParseToolsFile(f *testing.F) {
+	f.Add(toolsYAML)
+	f.Add(`{"tools":[{"name":"a","input_schema":{"type":"object","x":&a [1,*a]}}]}`)
+	f.Add("tools:\n  - input_schema: !!binary aGVsbG8=\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		specs, err := ParseToolsFile(strings.NewReader(text))
+		if err != nil {
+			return
+		}
+		for _, s := range specs {
+			if s.GetTimeout() != nil && s.GetTimeout().CheckValid() != nil {
+				t.Fatalf("invalid timeout from %q", text)
+			}
+		}
+	})
+}
