@@ -314,6 +314,9 @@ func (s *Service) write(ctx context.Context, userID string, c candidate) (writeR
 	if err := s.tier(m.Tier).Put(ctx, Entry{Memory: m, Vector: vec}); err != nil {
 		return writeResult{}, err
 	}
+	if m.Tier == memoryv1.Tier_TIER_EPISODIC && s.cfg.EpisodicTTL > 0 {
+		m.ExpiresAt = ts(now.Add(s.cfg.EpisodicTTL)) // what the store set, for the caller
+	}
 	res := writeResult{memory: m}
 	for _, o := range contradicted {
 		old := o.e.Memory
