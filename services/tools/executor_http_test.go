@@ -281,7 +281,7 @@ func TestWebhookRequest(t *testing.T) {
 			t.Errorf("header %s = %q, want %q", k, v, want)
 		}
 	}
-	if r.Method != http.MethodPost || body != `{"city":"Paris"}` {
+	if r.Method != http.MethodPost || body != `{"city": "Paris"}` {
 		t.Errorf("%s %q", r.Method, body)
 	}
 	// The secret is never stored: the registered spec names only the variable.
