@@ -42,6 +42,7 @@ type cliEnv struct {
 func commands() []command {
 	return []command{
 		{"serve", "run the gRPC services (all in one process, or --target=<service>)", runServe},
+		{"chat", "chat with a running server: streams answers, shows tool calls, filled arguments and memories", runChat},
 		{"demo", "play the article's restaurant example offline (scripted model, embedded stack, demo MCP server)", runDemo},
 		{"mcp", "serve Hermes' tools to MCP clients (hermes mcp serve --stdio)", runMCP},
 		{"version", "print the version", runVersion},
