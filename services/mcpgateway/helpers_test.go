@@ -46,7 +46,7 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 // startGateway serves a Gateway over gRPC (bufconn) and returns a client.
-func startGateway(t *testing.T, opts Options) (pb.MCPGatewayServiceClient, *Gateway) {
+func startGateway(t testing.TB, opts Options) (pb.MCPGatewayServiceClient, *Gateway) {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
@@ -133,7 +133,7 @@ func startEverythingHTTP(t testing.TB, port int) *exec.Cmd {
 }
 
 // addReady adds a server, waits for its first connection and requires it to be ready.
-func addReady(t *testing.T, c pb.MCPGatewayServiceClient, spec *pb.ServerSpec) *pb.Server {
+func addReady(t testing.TB, c pb.MCPGatewayServiceClient, spec *pb.ServerSpec) *pb.Server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

@@ -82,9 +82,10 @@ func truncationNote(kept, total int) string {
 // tag characters U+E0000–E007F), the variation selectors supplement (used to smuggle bytes
 // behind an emoji), the combining grapheme joiner, Hangul fillers, and noncharacters.
 func invisible(r rune) bool {
+	if r < 0xA0 { // ASCII and Latin-1 controls: the common case, without table lookups
+		return (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7F)
+	}
 	switch {
-	case r == '\n' || r == '\t':
-		return false
 	case r == utf8.RuneError:
 		return true
 	case unicode.Is(unicode.Cc, r), unicode.Is(unicode.Cf, r):
