@@ -467,18 +467,29 @@ func (c *serverConn) alive(sess *mcp.ClientSession) bool {
 // closeSession ends a session. A broken one is not waited for: its process group is killed
 // (it may be hung) and the SDK's graceful close, which waits for calls still in flight, runs in
 // the background, so reconnecting starts at once.
+//
+// A healthy session (the server is being removed) gets a graceful close: stdin closed, then
+// SIGTERM, then SIGKILL, as the SDK does. Calls still in flight hold that close up, so after a
+// few grace periods the process group is killed and the rest happens in the background.
 func (c *serverConn) closeSession(sess *mcp.ClientSession, pid int, broken bool) {
-	if !broken {
-		_ = sess.Close()
-		killProcessGroup(pid) // whatever a wrapper like npx left behind
-		return
+	if broken {
+		killProcessGroup(pid)
 	}
-	killProcessGroup(pid)
+	closed := make(chan struct{})
 	c.g.wg.Add(1)
 	go func() {
 		defer c.g.wg.Done()
 		_ = sess.Close()
+		close(closed)
 	}()
+	if broken {
+		return
+	}
+	select {
+	case <-closed:
+	case <-time.After(4 * c.g.cfg.StopGrace):
+	}
+	killProcessGroup(pid) // whatever is left, including what a wrapper like npx started
 }
 
 // listTools reads the server's whole tool list.

@@ -182,3 +182,68 @@ func ProbeServer(t *testing.T) (url string, addTool func(name string)) {
 		})
 	}
 }
+
+// TestHTTPAuthHeaders checks that configured headers and the bearer token from the gateway's
+// environment reach a Streamable HTTP server, and that a missing token is reported.
+func TestHTTPAuthHeaders(t *testing.T) {
+	p := newProbeServer(t)
+	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return p.srv }, nil)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer s3cret" || r.Header.Get("X-Team") != "kitchen" {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	env := map[string]string{"PROBE_TOKEN": "s3cret"}
+	c, _ := startGateway(t, Options{Config: testConfig(), Getenv: func(k string) string { return env[k] }})
+	spec := &pb.ServerSpec{Name: "auth", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{
+		Url: ts.URL, Headers: map[string]string{"X-Team": "kitchen"}, BearerTokenEnv: "PROBE_TOKEN",
+	}}}
+	srv := addReady(t, c, spec)
+	if got := srv.GetSpec().GetHttp().GetHeaders()["X-Team"]; got != redacted {
+		t.Errorf("header value shown as %q, want it redacted", got)
+	}
+	if r := call(t, c, "auth_add", `{}`); r.GetOutput() != "added" {
+		t.Errorf("auth_add = %+v", r)
+	}
+	spec2 := &pb.ServerSpec{Name: "noauth", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: ts.URL, BearerTokenEnv: "MISSING_TOKEN"}}}
+	resp, err := c.AddServer(context.Background(), &pb.AddServerRequest{Spec: spec2, Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := resp.GetServer(); s.GetState() != pb.ServerState_SERVER_STATE_FAILED || !strings.Contains(s.GetLastError(), "MISSING_TOKEN") {
+		t.Errorf("server without its token = %s %q", s.GetState(), s.GetLastError())
+	}
+}
+
+// TestCollisionAcrossServers: two servers whose names clean to the same tool name; the second
+// is told, and takes the name once the first is removed.
+func TestCollisionAcrossServers(t *testing.T) {
+	a, b := newProbeServer(t), newProbeServer(t)
+	b.srv.AddTool(&mcp.Tool{Name: "b", Description: "b", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "from b"}}}, nil
+	})
+	c, _ := startGateway(t, Options{Config: testConfig()})
+	addReady(t, c, httpSpec("first", "pr", a.url))          // "a.b" becomes pr_a_b
+	sb := addReady(t, c, httpSpec("second", "pr_a", b.url)) // "b" becomes pr_a_b too
+	var reason string
+	for _, s := range sb.GetSkippedTools() {
+		if s.GetOriginalName() == "b" {
+			reason = s.GetReason()
+		}
+	}
+	if !strings.Contains(reason, `collides with "a.b" of server "first"`) {
+		t.Fatalf("second server's skipped b: %q", reason)
+	}
+	if r := call(t, c, "pr_a_b", `{}`); r.GetOutput() != "a.b" {
+		t.Fatalf("pr_a_b before the removal = %+v, want the first server's tool", r)
+	}
+	if _, err := c.RemoveServer(context.Background(), &pb.RemoveServerRequest{Name: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second server to take the name", 10*time.Second, func() bool {
+		return call(t, c, "pr_a_b", `{}`).GetOutput() == "from b"
+	})
+}
