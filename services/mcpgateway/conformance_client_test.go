@@ -1,0 +1,83 @@
+package mcpgateway
+
+import (
+	"context"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+)
+
+// The conformance suite's client mode starts the client under test as a command with the
+// server's URL as its last argument. The command here is this test binary re-run with
+// -test.run=TestConformanceClientHelper: it adds the suite's server to a Gateway over Streamable
+// HTTP and drives it through the gateway's own API, so what is checked is the gateway as an
+// MCP client.
+
+// TestConformanceClientHelper is the client command; it does nothing in a normal test run.
+func TestConformanceClientHelper(t *testing.T) {
+	url := os.Getenv("HERMES_CONFORMANCE_URL")
+	if args := flag.Args(); url == "" && len(args) > 0 && strings.HasPrefix(args[len(args)-1], "http") {
+		url = args[len(args)-1]
+	}
+	if os.Getenv("HERMES_CONFORMANCE_CLIENT") != "1" || url == "" {
+		t.Skip("run by TestConformanceClient")
+	}
+	g := New(Options{Config: testConfig(), Logger: testLogger(t)})
+	defer g.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv, err := g.AddServer(ctx, &pb.ServerSpec{Name: "conformance", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: url}}}, true)
+	if err != nil || srv.GetState() != pb.ServerState_SERVER_STATE_READY {
+		t.Fatalf("connect: %v %v", srv, err)
+	}
+	switch os.Getenv("MCP_CONFORMANCE_SCENARIO") {
+	case "tools_call":
+		r, err := g.CallTool(ctx, &pb.CallToolRequest{Server: "conformance", Tool: "add_numbers", Arguments: `{"a": 2, "b": 3}`})
+		if err != nil || !r.GetSuccess() {
+			t.Fatalf("add_numbers: %v %v", r, err)
+		}
+	case "sse-retry":
+		r, err := g.CallTool(ctx, &pb.CallToolRequest{Server: "conformance", Tool: "test_reconnection", Arguments: `{}`})
+		if err != nil || !r.GetSuccess() {
+			t.Fatalf("test_reconnection: %v %v", r, err)
+		}
+	}
+}
+
+// TestConformanceClient runs the client scenarios of the official conformance suite that apply
+// to the gateway (it implements no OAuth flows, elicitation or sampling) against it.
+func TestConformanceClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the conformance suite takes a few seconds; skipped with -short")
+	}
+	dir := NPMDir(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, scenario := range []string{"initialize", "tools_call", "sse-retry"} {
+		t.Run(scenario, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, Node(t), filepath.Join(dir, "node_modules/@modelcontextprotocol/conformance/dist/index.js"),
+				"client", "--scenario", scenario, "-o", t.TempDir(),
+				"--command", self+" -test.run=^TestConformanceClientHelper$ -test.count=1 --")
+			cmd.Env = append(os.Environ(), "HERMES_CONFORMANCE_CLIENT=1")
+			out, err := cmd.CombinedOutput()
+			if err != nil || strings.Contains(string(out), "FAILURE") {
+				t.Fatalf("scenario %s: %v\n%s", scenario, err, out)
+			}
+			for _, l := range strings.Split(string(out), "\n") {
+				if strings.Contains(l, "Passed:") || strings.Contains(l, "WARNING") || strings.Contains(l, "SUCCESS") {
+					t.Log(strings.TrimSpace(l))
+				}
+			}
+		})
+	}
+}
