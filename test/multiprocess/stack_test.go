@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -132,11 +133,9 @@ func newStack(t *testing.T, o stackOptions) *stack {
 
 	env := append([]string{
 		// Faster than production so faults heal within a test: an unacknowledged turn.finished
-		// is redelivered after 3 s, a dead MCP server is noticed by the next ping (every
-		// second) and reconnected at least every second.
+		// is redelivered after 3 s, a dead MCP server is retried at least every second.
 		"HERMES_MEMORY_CONSUMER_ACK_WAIT=3s",
 		"HERMES_MEMORY_QDRANT_COLLECTION=hermes_" + s.ns,
-		"HERMES_MCPGATEWAY_PING_INTERVAL=1s",
 		"HERMES_MCPGATEWAY_RECONNECT_MAX=1s",
 		"HERMES_SHUTDOWN_TIMEOUT=5s",
 	}, o.env...)
@@ -174,7 +173,16 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	s.tools = toolsv1.NewToolServiceClient(s.conn("tools"))
 	s.gateway = mcpgatewayv1.NewMCPGatewayServiceClient(s.conn("mcpgateway"))
 	s.memory = memoryv1.NewMemoryServiceClient(s.conn("memory"))
-	s.orchestrator = orchestratorv1.NewOrchestratorServiceClient(s.conn("orchestrator"))
+	// RunTurn is called as an outside client (grpcurl, an app) calls it: without pkg/rpc's
+	// transparent retries on UNAVAILABLE, so a fault reaches the caller as it happens. (A retried
+	// RunTurn is a new turn: were a retry to follow a write whose acknowledgement was lost, the
+	// user's message would be stored twice.)
+	oc, err := grpc.NewClient(s.c.Addr("orchestrator"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = oc.Close() })
+	s.orchestrator = orchestratorv1.NewOrchestratorServiceClient(oc)
 	return s
 }
 

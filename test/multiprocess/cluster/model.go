@@ -31,6 +31,9 @@ type ModelOptions struct {
 	// Delay is added before every answer to a load turn's assistant step, so turns are in
 	// flight long enough for a fault to hit them.
 	Delay time.Duration
+	// ExtractDelay is added before every answer to the memory extractor, so extractions are in
+	// flight (and a backlog builds) when the memory process is killed.
+	ExtractDelay time.Duration
 }
 
 // Model is the scripted model of the multi-process tests and the load generator (it is not a
@@ -52,7 +55,9 @@ func Model(opts ModelOptions) scripted.Handler {
 					"subject": "membership number", "attributes": map[string]string{"member_id": m[1]},
 					"keywords": []string{"会员", "会员编号"},
 				}}})
-				return scripted.Text(string(b))
+				reply := scripted.Text(string(b))
+				reply.Delay = opts.ExtractDelay
+				return reply
 			}
 			return restaurant(req)
 		}
