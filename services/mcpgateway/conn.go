@@ -16,6 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -323,7 +324,8 @@ func (c *serverConn) transport() (mcp.Transport, *exec.Cmd, error) {
 		}
 		header.Set("Authorization", "Bearer "+tok)
 	}
-	base := http.DefaultTransport.(*http.Transport).Clone()
+	// otelhttp continues the caller's trace on the server (traceparent) and times each request.
+	base := otelhttp.NewTransport(http.DefaultTransport.(*http.Transport).Clone())
 	return &mcp.StreamableClientTransport{
 		Endpoint:   ht.Url,
 		HTTPClient: &http.Client{Transport: &headerTransport{base: base, header: header}},

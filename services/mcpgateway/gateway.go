@@ -20,6 +20,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -249,13 +253,29 @@ func (g *Gateway) server(name string) (*serverConn, error) {
 // code, not an error: the tool service passes it to the model like any failed tool. The error
 // return is for a caller that gave up (its context ended) and for invalid arguments.
 func (g *Gateway) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
+	ctx, span := tracer.Start(ctx, "mcp tools/call", trace.WithAttributes(
+		attribute.String("mcp.tool", req.GetName()),
+		attribute.String("mcp.server", req.GetServer()),
+		attribute.String("mcp.original_tool", req.GetTool()),
+	))
+	defer span.End()
 	start := time.Now()
 	resp, err := g.callTool(ctx, req)
 	if resp != nil {
 		resp.Duration = durationpb.New(time.Since(start))
+		span.SetAttributes(attribute.Bool("mcp.success", resp.GetSuccess()), attribute.String("mcp.error_code", resp.GetErrorCode()))
+		if !resp.GetSuccess() {
+			span.SetStatus(otelcodes.Error, resp.GetErrorCode())
+		}
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(otelcodes.Error, err.Error())
 	}
 	return resp, err
 }
+
+var tracer = otel.Tracer("github.com/hermes-agent/hermes/services/mcpgateway")
 
 func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
 	e := g.lookup(req.GetName(), req.GetServer(), req.GetTool())
