@@ -381,3 +381,29 @@ func TestHermesAsMCPServer(t *testing.T) {
 		t.Errorf("a newly registered tool over MCP: %+v, %v", res, err)
 	}
 }
+
+// TestMicroservices runs the gateway and the tool service as two processes' worth of targets,
+// the gateway first: its tools wait for the tool service, get registered once it is up, and
+// the tool service executes them through the gateway.
+func TestMicroservices(t *testing.T) {
+	toolsPort := freePort(t)
+	gw := startHermes(t, t.TempDir(), "--target=mcpgateway", fmt.Sprintf("--tools-addr=127.0.0.1:%d", toolsPort))
+	spec := everything(t, "everything")
+	spec.Prefix = "ev"
+	srv := gw.addReady(t, spec)
+	if !strings.Contains(srv.GetLastError(), "tool service") {
+		t.Errorf("with the tool service down, last_error = %q, want it to say so", srv.GetLastError())
+	}
+	if srv.GetToolCount() != 0 {
+		t.Errorf("tool_count = %d with no tool service to register in", srv.GetToolCount())
+	}
+	tl := startHermes(t, t.TempDir(), "--target=tools", fmt.Sprintf("--listen=127.0.0.1:%d", toolsPort), "--mcpgateway-addr="+gw.app.Addr())
+	waitFor(t, "the tools to be registered once the tool service is up", 60*time.Second, func() bool {
+		_, ok := tl.toolSet(t)["ev_get-sum"]
+		return ok
+	})
+	if r := tl.execute(t, "ev_get-sum", `{"a": 3, "b": 4}`); !r.GetSuccess() || !strings.Contains(r.GetOutput(), "is 7.") {
+		t.Errorf("ExecuteTool across services = %v", r)
+	}
+	waitFor(t, "last_error to clear", 10*time.Second, func() bool { return gw.server(t, "everything").GetLastError() == "" })
+}
