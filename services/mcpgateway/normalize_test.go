@@ -1,0 +1,145 @@
+package mcpgateway
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+func TestNormalizeResult(t *testing.T) {
+	size := int64(2048)
+	out, err := compileSchema(`{"type":"object","required":["n"],"properties":{"n":{"type":"integer"}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := CleanOptions{MaxBytes: 1 << 10, CompactJSONOver: 16}
+	tests := []struct {
+		name string
+		res  *mcp.CallToolResult
+		want *pb.CallToolResponse
+	}{
+		{
+			name: "text blocks joined and cleaned",
+			res:  &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "one\u200b"}, &mcp.TextContent{Text: "two"}}},
+			want: &pb.CallToolResponse{Success: true, Output: "one\ntwo"},
+		},
+		{
+			name: "every kind of block described",
+			res: &mcp.CallToolResult{Content: []mcp.Content{
+				&mcp.TextContent{Text: "here"},
+				&mcp.ImageContent{MIMEType: "image/png", Data: make([]byte, 10)},
+				&mcp.AudioContent{MIMEType: "audio/wav", Data: make([]byte, 20)},
+				&mcp.ResourceLink{URI: "file:///a.txt", Name: "a", MIMEType: "text/plain", Size: &size},
+				&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "file:///b.html", MIMEType: "text/html", Text: "<p>hi</p>"}},
+				&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "file:///c.bin", MIMEType: "application/octet-stream", Blob: make([]byte, 5)}},
+			}},
+			want: &pb.CallToolResponse{Success: true, Output: "here", Contents: []*pb.Content{
+				{Type: "image", MimeType: "image/png", Size: 10},
+				{Type: "audio", MimeType: "audio/wav", Size: 20},
+				{Type: "resource_link", MimeType: "text/plain", Uri: "file:///a.txt", Size: 2048, Text: "a"},
+				{Type: "resource", MimeType: "text/html", Uri: "file:///b.html", Size: 9, Text: "hi"},
+				{Type: "resource", MimeType: "application/octet-stream", Uri: "file:///c.bin", Size: 5},
+			}},
+		},
+		{
+			name: "isError with the server's message",
+			res:  &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "rate limited"}}},
+			want: &pb.CallToolResponse{Output: "rate limited"},
+		},
+		{
+			name: "isError without a message",
+			res:  &mcp.CallToolResult{IsError: true},
+			want: &pb.CallToolResponse{Output: "the tool reported an error without a message"},
+		},
+		{
+			name: "structured content matching the schema",
+			res:  &mcp.CallToolResult{StructuredContent: map[string]any{"n": 3}, Content: []mcp.Content{&mcp.TextContent{Text: `{"n": 3}`}}},
+			want: &pb.CallToolResponse{Success: true, Structured: true, Output: `{"n":3}`},
+		},
+		{
+			name: "structured content breaking the schema",
+			res:  &mcp.CallToolResult{StructuredContent: map[string]any{"n": "three"}},
+			want: &pb.CallToolResponse{ErrorCode: codeInvalidOutput},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := normalizeResult(tt.res, out, opts)
+			if tt.want.ErrorCode == codeInvalidOutput {
+				if got.Success || got.ErrorCode != codeInvalidOutput || got.Output == "" {
+					t.Errorf("got %+v, want invalid_output with the violation", got)
+				}
+				return
+			}
+			if diff := cmp.Diff(tt.want, got, protocmp.Transform()); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+	if got := describeContent(&pb.Content{Type: "image", MimeType: "image/png", Size: 10}); got != "[image: image/png, 10 bytes]" {
+		t.Errorf("describeContent = %q", got)
+	}
+}
+
+func TestObjectSchema(t *testing.T) {
+	for _, tt := range []struct {
+		in any
+		ok bool
+	}{
+		{map[string]any{"type": "object", "properties": map[string]any{}}, true},
+		{map[string]any{"type": "string"}, false},
+		{map[string]any{"type": []any{"object", "null"}}, false},
+		{map[string]any{"properties": map[string]any{}}, false},
+		{true, false},
+		{nil, false},
+		{[]any{1}, false},
+	} {
+		if _, err := objectSchema(tt.in); (err == nil) != tt.ok {
+			t.Errorf("objectSchema(%v) error = %v, want ok=%v", tt.in, err, tt.ok)
+		}
+	}
+}
+
+func TestToMCPResult(t *testing.T) {
+	tests := []struct {
+		name string
+		in   *toolsv1.ToolResult
+		want *mcp.CallToolResult
+	}{
+		{
+			name: "text output",
+			in:   &toolsv1.ToolResult{Success: true, Output: `"The sum is 5."`},
+			want: &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "The sum is 5."}}},
+		},
+		{
+			name: "object output is also structured",
+			in:   &toolsv1.ToolResult{Success: true, Output: `{"n":1}`},
+			want: &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: `{"n":1}`}}, StructuredContent: json.RawMessage(`{"n":1}`)},
+		},
+		{
+			name: "a truncated preview is text only",
+			in:   &toolsv1.ToolResult{Success: true, Output: `{"n":1}`, Truncated: true},
+			want: &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: `{"n":1}`}}},
+		},
+		{
+			name: "validation failure lists the violations",
+			in: &toolsv1.ToolResult{Error: &toolsv1.ToolError{Code: toolsv1.ErrorCode_ERROR_CODE_VALIDATION, Message: "fix the arguments",
+				Violations: []*toolsv1.Violation{{Pointer: "/a", Message: "want number"}, {Message: "missing b"}}}},
+			want: &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "fix the arguments\n- /a: want number\n- (arguments): missing b"}}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := toMCPResult(tt.in)
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(mcp.CallToolResult{})); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
