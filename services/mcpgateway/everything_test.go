@@ -205,6 +205,13 @@ func TestEverythingStdio(t *testing.T) {
 		if len(rr.GetContents()) == 0 || rr.GetContents()[0].GetText() == "" {
 			t.Fatalf("ReadResource(%s) = %v", text.GetUri(), rr)
 		}
+		blob, err := c.ReadResource(context.Background(), &pb.ReadResourceRequest{Server: "ev", Uri: "demo://resource/dynamic/blob/1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(blob.GetContents()) != 1 || blob.GetContents()[0].GetBlobSize() == 0 || !strings.HasPrefix(blob.GetContents()[0].GetText(), "[blob: ") {
+			t.Errorf("a blob resource = %v, want it described with its size, not returned", blob)
+		}
 		_, err = c.ReadResource(context.Background(), &pb.ReadResourceRequest{Server: "ev", Uri: "demo://resource/static/document/no-such-file"})
 		if code := status.Code(err); code != codes.NotFound && code != codes.FailedPrecondition {
 			t.Errorf("reading a missing resource: %v, want NotFound", err)
