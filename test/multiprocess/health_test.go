@@ -1,0 +1,123 @@
+package multiprocess
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
+	"github.com/hermes-agent/hermes/test/multiprocess/cluster"
+)
+
+// natsServer is a NATS server with JetStream of the test's own (the nats-server library — a
+// real server, in this process), on a fixed port with its store in a directory, so it can be
+// shut down and started again with its streams. The shared 127.0.0.1:4222 is never stopped.
+type natsServer struct {
+	port int
+	dir  string
+	srv  *server.Server
+}
+
+func startNATS(t *testing.T, dir string) *natsServer {
+	t.Helper()
+	port, err := cluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &natsServer{port: port, dir: dir}
+	n.start(t)
+	t.Cleanup(n.stop)
+	return n
+}
+
+func (n *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
+
+func (n *natsServer) start(t *testing.T) {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{
+		ServerName: "hermes-multiprocess-nats", Host: "127.0.0.1", Port: n.port,
+		JetStream: true, StoreDir: n.dir, NoSigs: true, NoLog: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		t.Fatal("dedicated NATS is not ready after 10 s")
+	}
+	n.srv = srv
+}
+
+func (n *natsServer) stop() {
+	if n.srv != nil {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+		n.srv = nil
+	}
+}
+
+// TestHealthFollowsNATS stops a dedicated NATS server: the memory service (whose extractor
+// consumes turn.finished) reports NOT_SERVING, the others stay SERVING and turns still complete
+// (the orchestrator keeps publishing turn.finished in the background); once NATS is back, memory
+// reports SERVING by itself and the turns finished during the outage are extracted, each once.
+// The Redis side of health (session, tools, memory, orchestrator NOT_SERVING while Redis is
+// down) is checked under load in TestRedisRestartUnderLoad.
+func TestHealthFollowsNATS(t *testing.T) {
+	ctx := context.Background()
+	nats := startNATS(t, filepath.Join(t.TempDir(), "nats"))
+	s := newStack(t, stackOptions{natsURL: nats.url()})
+	run := randomID()
+	turn := func(i int) (string, turnOutcome) {
+		user := fmt.Sprintf("nats-%s-%d", run, i)
+		sess := s.createSession(ctx, user, "health")
+		return user, runTurn(ctx, s.orchestrator, sess, user, cluster.LoadTurn(fmt.Sprintf("%d+1", i), fmt.Sprintf("N%s%d", run, i)))
+	}
+	if _, o := turn(0); !o.ok() {
+		t.Fatalf("turn before the outage: %s", o)
+	}
+
+	nats.stop()
+	downAt := time.Now()
+	s.waitHealth(ctx, notServing, 15*time.Second, "memory")
+	t.Logf("memory NOT_SERVING %s after NATS stopped", time.Since(downAt).Round(time.Millisecond))
+	for _, target := range []string{"session", "tools", "mcpgateway", "orchestrator"} {
+		if st, err := s.c.Proc(target).Health(ctx, cluster.ServiceName[target]); err != nil || st != serving {
+			t.Errorf("%s is %s (%v) while NATS is down, want SERVING (it does not need NATS to serve)", target, st, err)
+		}
+	}
+	var during []string
+	outcomes := map[string]turnOutcome{}
+	for i := 1; i <= 3; i++ {
+		user, o := turn(i)
+		if !o.ok() {
+			t.Errorf("turn while NATS is down: %s", o)
+		}
+		during = append(during, user)
+		outcomes[user] = o
+	}
+
+	nats.start(t)
+	upAt := time.Now()
+	s.waitHealth(ctx, serving, 20*time.Second, "memory")
+	t.Logf("memory SERVING %s after NATS came back", time.Since(upAt).Round(time.Millisecond))
+
+	// The turn.finished events of the outage reach the extractor once NATS is back.
+	deadline := time.Now().Add(60 * time.Second)
+	for _, user := range during {
+		for {
+			resp, err := s.memory.ListMemories(ctx, &memoryv1.ListMemoriesRequest{UserId: user})
+			if err == nil && len(resp.GetMemories()) == 1 && resp.GetMemories()[0].GetTurnId() == outcomes[user].turnID {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the turn of %s finished during the NATS outage was not extracted exactly once after NATS came back: %v %v", user, resp.GetMemories(), err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
