@@ -25,6 +25,19 @@ const (
 	notServing = healthpb.HealthCheckResponse_NOT_SERVING
 )
 
+// failedCount counts failed turns so far.
+func (l *load) failedCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, o := range l.outcomes {
+		if !o.ok() {
+			n++
+		}
+	}
+	return n
+}
+
 // wait returns every outcome once the workers have run out of turns.
 func (l *load) wait(t *testing.T, timeout time.Duration) []turnOutcome {
 	t.Helper()
@@ -238,7 +251,11 @@ func TestRedisRestartUnderLoad(t *testing.T) {
 			t.Errorf("%s: overall health (liveness) is %s (%v) while Redis is down, want SERVING", p.Name, st, err)
 		}
 	}
-	time.Sleep(time.Until(killedAt.Add(4 * time.Second)))
+	// Keep Redis down until turns have failed: the services retry a refused call (go-redis,
+	// then gRPC between the services), so a short outage is ridden out and no turn fails.
+	for time.Since(killedAt) < 3*time.Second || (l.failedCount() < 2 && time.Since(killedAt) < 20*time.Second) {
+		time.Sleep(50 * time.Millisecond)
+	}
 
 	// Back: SERVING again without anyone restarting the services.
 	if err := s.redis.Start(); err != nil {
