@@ -154,6 +154,10 @@ type turn struct {
 	started time.Time
 	span    trace.Span
 
+	running chan struct{}
+	// hadPending is whether the task state had pending items when the turn started.
+	hadPending bool
+
 	userMsg  *sessionv1.Message
 	stored   []*sessionv1.Message
 	memories []*memoryv1.RecalledMemory
@@ -246,7 +250,15 @@ func (t *turn) run(parent context.Context) error {
 	t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Started{Started: &orchestratorv1.TurnStarted{
 		TurnId: t.id, SessionId: t.session, UserMessageSeq: t.userMsg.GetSeq(), Model: t.model, UserId: t.user,
 	}}})
-	t.putRecord(ctx, orchestratorv1.TurnStatus_TURN_STATUS_RUNNING)
+	// The RUNNING record is written while the turn goes on; the final record waits for it, so
+	// it is never overwritten by the older one.
+	t.running = make(chan struct{})
+	go func() {
+		defer close(t.running)
+		rctx, cancel := detached(ctx)
+		defer cancel()
+		t.putRecord(rctx, orchestratorv1.TurnStatus_TURN_STATUS_RUNNING)
+	}()
 
 	err = t.loop(ctx)
 	t.finish(ctx, err)
@@ -303,6 +315,7 @@ func (t *turn) prepare(ctx context.Context) error {
 	if err := g.Wait(); err != nil {
 		return err
 	}
+	t.hadPending = len(state.Pending) > 0
 
 	b := &t.blocks
 	b.systemPrompt = t.s.cfg.SystemPrompt
@@ -836,6 +849,7 @@ func (t *turn) finish(ctx context.Context, err error) {
 			TurnId: t.id, Code: code.String(), Message: msg, Usage: usage, Steps: t.steps,
 		}}})
 	}
+	<-t.running
 	t.putRecord(sctx, st)
 	t.publish(ctx)
 }
@@ -858,6 +872,9 @@ func (t *turn) setPending(ctx context.Context, st orchestratorv1.TurnStatus) {
 	t.mu.Unlock()
 	if len(pending) > maxPending {
 		pending = pending[len(pending)-maxPending:]
+	}
+	if len(pending) == 0 && !t.hadPending && st == orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED {
+		return
 	}
 	if err := t.s.deps.Store.SetPending(ctx, t.session, pending); err != nil {
 		t.s.log.Warn("pending items not stored", "session", t.session, "error", err)

@@ -95,6 +95,8 @@ type stackOptions struct {
 	configure func(*app.Config)
 	// embedded runs one monolithic app (all targets, embedded stores and NATS).
 	embedded bool
+	// extracts: the script answers the memory extractor itself; otherwise it gets no memories.
+	extracts bool
 }
 
 func checkBackends(t testing.TB) {
@@ -121,7 +123,10 @@ func startStack(t testing.TB, h scripted.Handler, o stackOptions) *stack {
 	if h == nil {
 		h = scripted.Sequence()
 	}
-	if s.model, err = scripted.New(withExtractor(h)); err != nil {
+	if !o.extracts {
+		h = withExtractor(h)
+	}
+	if s.model, err = scripted.New(h); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.model.Close)

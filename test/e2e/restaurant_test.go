@@ -23,7 +23,7 @@ import (
 // recalled in session 2, and fills the missing restaurant_name; the explicit time and party
 // size are kept, and one reservation is made on the real MCP server.
 func TestRestaurantExample(t *testing.T) {
-	s := startStack(t, demo.Model(), stackOptions{})
+	s := startStack(t, demo.Model(), stackOptions{extracts: true})
 	ctx := context.Background()
 	mcp, err := restaurant.Listen("127.0.0.1:0", nil)
 	if err != nil {
