@@ -106,9 +106,24 @@ func checkObjectType(obj map[string]any) error {
 	}
 }
 
-// schemaError turns a compiler error into a message that names the problem without the
-// compiler's internal URL.
+// schemaError turns a compiler error into a message that names the problem: for a schema that
+// breaks the metaschema, each offending keyword by its pointer in the schema.
 func schemaError(err error) error {
+	var sve *jsonschema.SchemaValidationError
+	var ve *jsonschema.ValidationError
+	if errors.As(err, &sve) && errors.As(sve.Err, &ve) {
+		var parts []string
+		for _, l := range leaves(ve) {
+			at := pointer(l.InstanceLocation)
+			if at == "" {
+				at = "(top level)"
+			}
+			parts = append(parts, fmt.Sprintf("at %s: %s", at, l.ErrorKind.LocalizedString(printer)))
+		}
+		if len(parts) > 0 {
+			return errors.New("is not a valid JSON Schema: " + strings.Join(parts, "; "))
+		}
+	}
 	msg := err.Error()
 	msg = strings.ReplaceAll(msg, schemaURL, "schema")
 	msg = strings.TrimPrefix(msg, "jsonschema: ")
