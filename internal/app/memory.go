@@ -96,7 +96,13 @@ func (a *App) initMemory(ctx context.Context) error {
 	svc.StartMaintenance()
 	a.log.Info("memory service", "embedder", svc.EmbedderName(), "redis", rdb != nil, "qdrant", a.cfg.QdrantAddr)
 
-	if cfg.ConsumerEnabled {
+	switch {
+	case !cfg.ConsumerEnabled:
+	case opts.Model == nil:
+		// Without a model every event would fail and be dead-lettered; leave them in the stream
+		// for a replica that has one.
+		a.log.Warn("memory: turn.finished consumer not started: no extraction model configured")
+	default:
 		nc, js, err := a.NATS(ctx)
 		if err != nil {
 			return err

@@ -79,6 +79,9 @@ type Config struct {
 	ConsumerAckWait time.Duration
 	// ConsumerMaxDeliver bounds deliveries of one event; the last failure dead-letters it.
 	ConsumerMaxDeliver int
+	// ConsumerRetryBackoff is the delay before the first redelivery of a failed event; it
+	// doubles per delivery up to ten minutes.
+	ConsumerRetryBackoff time.Duration
 
 	// QdrantCollection is the Qdrant collection of the semantic tier.
 	QdrantCollection string
@@ -124,7 +127,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.ConsumerEnabled, "memory.consumer-enabled", true, "consume turn.finished events from NATS JetStream")
 	fs.IntVar(&c.ConsumerWorkers, "memory.consumer-workers", 2, "turns one replica extracts at once")
 	fs.DurationVar(&c.ConsumerAckWait, "memory.consumer-ack-wait", 60*time.Second, "JetStream ack wait before a turn is redelivered")
-	fs.IntVar(&c.ConsumerMaxDeliver, "memory.consumer-max-deliver", 5, "deliveries of one turn before it is dead-lettered")
+	fs.IntVar(&c.ConsumerMaxDeliver, "memory.consumer-max-deliver", 10, "deliveries of one turn before it is dead-lettered")
+	fs.DurationVar(&c.ConsumerRetryBackoff, "memory.consumer-retry-backoff", 2*time.Second, "delay before a failed turn is redelivered; doubles per delivery up to 10m (10 deliveries span about 17 minutes)")
 
 	fs.StringVar(&c.QdrantCollection, "memory.qdrant-collection", "hermes_memories", "Qdrant collection of the semantic tier")
 	fs.IntVar(&c.EmbedDimensions, "memory.embed-dimensions", 0, "vector size of the model embedder; 0 asks the endpoint once at start-up")

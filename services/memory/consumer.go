@@ -145,7 +145,7 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 	case md.NumDelivered >= uint64(max(c.cfg.ConsumerMaxDeliver, 1)):
 		c.deadLetter(msg, md, err)
 	default:
-		delay := min(time.Duration(1<<min(md.NumDelivered, 6))*250*time.Millisecond, 30*time.Second)
+		delay := min(time.Duration(1<<min(md.NumDelivered-1, 20))*max(c.cfg.ConsumerRetryBackoff, 10*time.Millisecond), 10*time.Minute)
 		c.log.Warn("memory extraction failed; will retry", "turn", ev.GetTurnId(), "delivery", md.NumDelivered, "retry_in", delay, "error", err)
 		_ = msg.NakWithDelay(delay)
 	}

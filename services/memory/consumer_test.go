@@ -72,6 +72,7 @@ func consumerConfig() Config {
 	cfg.MaintenanceInterval = 0
 	cfg.ConsumerAckWait = time.Second
 	cfg.ConsumerMaxDeliver = 3
+	cfg.ConsumerRetryBackoff = 100 * time.Millisecond
 	cfg.ExtractTimeout = 1500 * time.Millisecond
 	return cfg
 }
