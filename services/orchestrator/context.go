@@ -39,6 +39,12 @@ type contextBlocks struct {
 	current       []model.Message
 	tools         []model.Tool
 	toolTokens    int
+
+	// counted memoizes token counts: the blocks stay the same for all steps of a turn, and the
+	// current turn only grows, so each message is counted once.
+	counted    map[string]int32
+	currentN   int
+	currentTok int32
 }
 
 // messages is the request's message list.
@@ -55,12 +61,25 @@ func (b *contextBlocks) messages() []model.Message {
 
 // breakdown counts each block's tokens the way a chat request carries them.
 func (b *contextBlocks) breakdown(tok *tokenizer.Tokenizer) *orchestratorv1.TokenBreakdown {
+	if b.counted == nil {
+		b.counted = map[string]int32{}
+	}
 	sys := func(s string) int32 {
 		if s == "" {
 			return 0
 		}
-		return int32(tok.CountMessage(s))
+		n, ok := b.counted[s]
+		if !ok {
+			n = int32(tok.CountMessage(s))
+			b.counted[s] = n
+		}
+		return n
 	}
+	if b.currentN > len(b.current) {
+		b.currentN, b.currentTok = 0, 0
+	}
+	b.currentTok += int32(countMessages(tok, b.current[b.currentN:]))
+	b.currentN = len(b.current)
 	t := &orchestratorv1.TokenBreakdown{
 		SystemPrompt:   sys(b.systemPrompt),
 		ToolSchemas:    int32(b.toolTokens),
@@ -69,7 +88,7 @@ func (b *contextBlocks) breakdown(tok *tokenizer.Tokenizer) *orchestratorv1.Toke
 		Pinned:         sys(b.pinned),
 		TaskState:      sys(b.taskState),
 		History:        int32(b.historyTokens),
-		CurrentMessage: int32(countMessages(tok, b.current)),
+		CurrentMessage: b.currentTok,
 	}
 	t.Total = t.SystemPrompt + t.ToolSchemas + t.Memory + t.Summary + t.Pinned + t.TaskState + t.History + t.CurrentMessage
 	return t

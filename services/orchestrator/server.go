@@ -69,6 +69,8 @@ type Service struct {
 	keys   *apiKeys
 	sum    *summarizer
 	tracer trace.Tracer
+	// promptTokens is the configured system prompt's token count, counted once.
+	promptTokens int32
 
 	// Background publishes outlive their turns; Close waits for them.
 	bgCtx    context.Context
@@ -99,6 +101,7 @@ func NewService(deps Deps, cfg Config, log *slog.Logger) (*Service, error) {
 		bgCtx:    ctx,
 		bgCancel: cancel,
 	}
+	s.promptTokens = int32(deps.Tokenizer.CountMessage(cfg.SystemPrompt))
 	s.sum = &summarizer{model: deps.Model, tok: deps.Tokenizer, cfg: cfg, log: log, now: time.Now}
 	return s, nil
 }

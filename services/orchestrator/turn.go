@@ -319,6 +319,7 @@ func (t *turn) prepare(ctx context.Context) error {
 
 	b := &t.blocks
 	b.systemPrompt = t.s.cfg.SystemPrompt
+	b.counted = map[string]int32{t.s.cfg.SystemPrompt: t.s.promptTokens}
 	if sp := t.opts.GetSystemPrompt(); sp != "" {
 		b.systemPrompt = sp
 	}
