@@ -14,6 +14,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -107,7 +110,12 @@ func (s *Service) run(ctx context.Context, ex executor, c *call, b budget) outco
 		if b.attemptTimeout > 0 && time.Until(b.deadline) > b.attemptTimeout {
 			actx, acancel = context.WithTimeout(rctx, b.attemptTimeout)
 		}
+		actx, aspan := s.tracer.Start(actx, "tools.attempt", trace.WithAttributes(attribute.Int("tool.attempt", attempt)))
 		out, err := ex.attempt(actx, c)
+		if err != nil {
+			aspan.SetStatus(codes.Error, err.Error())
+		}
+		aspan.End()
 		attemptTimedOut := errors.Is(actx.Err(), context.DeadlineExceeded) && rctx.Err() == nil
 		acancel()
 		if err == nil {
@@ -200,10 +208,24 @@ func (s *Service) timeoutError(c *call, b budget, attempts int, callerGone bool)
 // execute is ExecuteTool after request validation. It returns a gRPC error only when the
 // service itself cannot work (its store is down); every failure of the call is a result.
 func (s *Service) execute(ctx context.Context, req *toolsv1.ExecuteToolRequest) (*toolsv1.ToolResult, error) {
+	ctx, span := s.tracer.Start(ctx, "tools.execute "+req.GetName(), trace.WithAttributes(
+		attribute.String("tool.name", req.GetName()), attribute.String("tool.call_id", req.GetCallId())))
+	defer span.End()
 	start := time.Now()
 	res, err := s.executeAt(ctx, req, start)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
 	if res != nil {
 		res.Duration = durationpb.New(time.Since(start))
+		span.SetAttributes(
+			attribute.Bool("tool.success", res.GetSuccess()),
+			attribute.String("tool.error_code", res.GetError().GetCode().String()),
+			attribute.Int("tool.attempts", int(res.GetAttempts())),
+			attribute.Bool("tool.replayed", res.GetReplayed()),
+			attribute.Int64("tool.version", res.GetToolVersion()),
+		)
 	}
 	return res, err
 }

@@ -16,6 +16,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -29,7 +31,8 @@ type httpExecutor struct {
 
 func newHTTPExecutor(client *http.Client, getenv func(string) string, maxBytes int) *httpExecutor {
 	if client == nil {
-		client = &http.Client{CheckRedirect: httpNoRedirect}
+		// The trace context travels to the webhook, so its spans join the turn's trace.
+		client = &http.Client{Transport: otelhttp.NewTransport(http.DefaultTransport), CheckRedirect: httpNoRedirect}
 	}
 	return &httpExecutor{client: client, getenv: getenv, maxBytes: maxBytes}
 }

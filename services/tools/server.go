@@ -17,6 +17,8 @@ import (
 	"sort"
 	"strings"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -63,6 +65,7 @@ type Service struct {
 	idem     *idempotency
 	builtins *Builtins
 	sel      selector
+	tracer   trace.Tracer
 
 	httpExec    executor
 	mcpExec     executor
@@ -90,6 +93,7 @@ func NewService(store Store, opts Options) (*Service, error) {
 		reg:         NewRegistry(store, opts.Builtins, opts.Tokenizer, cfg.MaxTimeout),
 		idem:        newIdempotency(store, cfg.IdempotencyTTL, opts.Logger),
 		builtins:    opts.Builtins,
+		tracer:      otel.Tracer("github.com/hermes-agent/hermes/services/tools"),
 		httpExec:    newHTTPExecutor(opts.HTTPClient, opts.Getenv, cfg.MaxResponseBytes),
 		mcpExec:     &mcpExecutor{connect: opts.MCP},
 		builtinExec: &builtinExecutor{builtins: opts.Builtins},
