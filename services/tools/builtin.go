@@ -83,8 +83,19 @@ type builtinExecutor struct {
 	builtins *Builtins
 }
 
-func (x *builtinExecutor) attempt(ctx context.Context, c *call) ([]byte, error) {
+func (x *builtinExecutor) attempt(ctx context.Context, c *call) (out []byte, err error) {
 	name := c.tool.GetSpec().GetBuiltin().GetName()
+	// A builtin's bug is that call's failure, not the process's: it must not leave an
+	// idempotency key pending or take the service down.
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, msg: fmt.Sprintf("the builtin %s failed internally (%v)", name, r)}
+		}
+	}()
+	return x.run(ctx, name, c)
+}
+
+func (x *builtinExecutor) run(ctx context.Context, name string, c *call) ([]byte, error) {
 	bt, ok := x.builtins.get(name)
 	if !ok {
 		return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, msg: fmt.Sprintf("the builtin %q is not compiled into this Hermes process", name)}

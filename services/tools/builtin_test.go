@@ -208,3 +208,19 @@ func TestHTTPFetch(t *testing.T) {
 		t.Errorf("empty allow-list: %v", err)
 	}
 }
+
+func TestBuiltinPanicIsAResult(t *testing.T) {
+	b := NewBuiltins(testConfig())
+	b.Add(&Builtin{
+		Spec: spec("boom", "A builtin with a bug.", emptyObjectSchema, time.Second, true),
+		Run:  func(context.Context, json.RawMessage) (any, error) { panic("index out of range") },
+	})
+	c, _ := newClient(t, Options{Builtins: b})
+	mustRegister(t, c, b.m["boom"].Spec)
+	for range 2 {
+		res := execute(t, c, &toolsv1.ExecuteToolRequest{Name: "boom", Arguments: `{}`, IdempotencyKey: "k"})
+		if res.GetError().GetCode() != toolsv1.ErrorCode_ERROR_CODE_EXECUTION || !strings.Contains(res.GetError().GetMessage(), "index out of range") {
+			t.Fatalf("result %v", res)
+		}
+	}
+}
