@@ -15,6 +15,7 @@ func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 	verbose := fs.Bool("v", false, "print every model step's tools")
 	logLevel := fs.String("log-level", "error", "log level of the services: debug, info, warn, error")
 	dataDir := fs.String("data-dir", "", "keep the embedded stores in this directory instead of a temporary one")
+	serve := fs.String("serve", "", "after the demo, keep serving on this gRPC address (for example 127.0.0.1:7070) until Ctrl-C")
 	if err := fs.Parse(args); err != nil {
 		return parseErr("demo", fs, env, err)
 	}
@@ -25,5 +26,5 @@ func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return errUsage{err.Error()}
 	}
-	return demo.Run(ctx, demo.Options{Out: env.stdout, Log: log, DataDir: *dataDir, Verbose: *verbose})
+	return demo.Run(ctx, demo.Options{Out: env.stdout, Log: log, DataDir: *dataDir, Verbose: *verbose, Serve: *serve})
 }

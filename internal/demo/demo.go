@@ -49,6 +49,9 @@ type Options struct {
 	DataDir string
 	// Verbose prints the tool list of every step.
 	Verbose bool
+	// Serve, when set, keeps the stack serving on this gRPC address after the demo until ctx
+	// ends, so that grpcurl or `hermes chat` can talk to it (the scripted model stays the model).
+	Serve string
 }
 
 // DefaultConfig is the serving configuration with every default and nothing from the
@@ -77,6 +80,10 @@ type Stack struct {
 // StartStack starts the scripted model, the restaurant MCP server and a monolithic Hermes in
 // dataDir, and adds the MCP server to the gateway.
 func StartStack(ctx context.Context, dataDir string, log *slog.Logger) (*Stack, error) {
+	return startStack(ctx, dataDir, "127.0.0.1:0", log)
+}
+
+func startStack(ctx context.Context, dataDir, listen string, log *slog.Logger) (*Stack, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -90,7 +97,7 @@ func StartStack(ctx context.Context, dataDir string, log *slog.Logger) (*Stack, 
 		return nil, err
 	}
 	cfg := DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
+	cfg.Listen = listen
 	cfg.DataDir = dataDir
 	cfg.ModelBaseURL = st.Model.URL()
 	cfg.Model = "restaurant-demo"
@@ -242,7 +249,11 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	fmt.Fprintln(out, "Hermes demo — the article's restaurant example, offline.")
 	fmt.Fprintf(out, "Fresh embedded stack in %s. The model is the SCRIPTED MODEL (an OpenAI-compatible server in this process answering from a script; no real model runs).\n", dir)
-	st, err := StartStack(ctx, dir, opts.Log)
+	listen := opts.Serve
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	st, err := startStack(ctx, dir, listen, opts.Log)
 	if err != nil {
 		return err
 	}
@@ -309,6 +320,11 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("the restaurant example did not work: %s", strings.Join(problems, "; "))
 	}
 	fmt.Fprintln(out, "\nThe demo played end to end.")
+	if opts.Serve != "" {
+		fmt.Fprintf(out, "\nStill serving on %s with the scripted model (user %q, sessions %s and %s); Ctrl-C stops.\n",
+			st.App.Addr(), User, s1.GetSession().GetId(), s2.GetSession().GetId())
+		<-ctx.Done()
+	}
 	return nil
 }
 
