@@ -6,16 +6,21 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/pkg/events"
 	"github.com/hermes-agent/hermes/pkg/model/scripted"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
@@ -324,4 +329,63 @@ func TestAPIKeys(t *testing.T) {
 	if got, err := s.orch.GetTurn(with("sk-alice-0123456789abcdef"), &orchestratorv1.GetTurnRequest{TurnId: aliceTurn}); err != nil || got.GetTurn().GetUserId() != "alice" {
 		t.Errorf("alice's GetTurn = %v, %v", got, err)
 	}
+}
+
+// TestUsageFallback: a provider that reports no usage gets the tokenizer's counts, and the turn
+// says so.
+func TestUsageFallback(t *testing.T) {
+	s := startStack(t, func(scripted.Request) scripted.Reply { return scripted.Reply{Text: "hello there", OmitUsage: true} }, stackOptions{})
+	res := s.run(context.Background(), s.newSession("u1"), "u1", "hi", nil)
+	u := res.Completed.GetUsage()
+	if u.GetSource() != "tokenizer" || u.GetPromptTokens() != int64(res.Contexts[0].GetTokens().GetTotal()) || u.GetCompletionTokens() == 0 {
+		t.Errorf("usage %v, want tokenizer counts (prompt = the context's %d tokens)", u, res.Contexts[0].GetTokens().GetTotal())
+	}
+}
+
+// TestPublishFailureKeepsTheTurn: with NATS gone the turn completes; turn.finished is retried in
+// the background and reaches the stream once NATS is back.
+func TestPublishFailureKeepsTheTurn(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := events.StartEmbedded(filepath.Join(dir, "nats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := srv.URL()
+	s := startStack(t, func(scripted.Request) scripted.Reply { return scripted.Text("fine") }, stackOptions{embedded: true, configure: func(c *app.Config) {
+		c.NATSURL = url
+		c.Memory.ConsumerEnabled = false
+	}})
+	sid := s.newSession("u1")
+	srv.Close()
+	res := s.run(context.Background(), sid, "u1", "are you there?", nil)
+	if res.Completed == nil {
+		t.Fatalf("the turn failed while NATS was down: %v", res.Failed)
+	}
+	// NATS comes back on the same port with the same store: the retried publish lands.
+	host := strings.TrimPrefix(url, "nats://")
+	_, portText, _ := strings.Cut(host, ":")
+	port, _ := strconv.Atoi(portText)
+	back, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: filepath.Join(dir, "nats"), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back.Start()
+	defer back.Shutdown()
+	if !back.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS did not come back")
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	waitFor(t, 30*time.Second, "turn.finished to reach the stream", func() bool {
+		st, err := js.Stream(context.Background(), events.DefaultNames().Stream)
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(context.Background())
+		return err == nil && info.State.Msgs == 1
+	})
 }
