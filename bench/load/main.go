@@ -49,6 +49,7 @@ type config struct {
 	mode          string
 	orchestrators int
 	sessions      int
+	turnsPer      int
 	duration      time.Duration
 	warmup        time.Duration
 	modelDelay    time.Duration
@@ -67,6 +68,7 @@ func main() {
 	flag.StringVar(&c.mode, "mode", "monolithic", "what to drive: monolithic (starts one hermes serve), microservices (starts five hermes serve --target=… processes on loopback with real Redis and NATS), external (-addr)")
 	flag.IntVar(&c.orchestrators, "orchestrators", 1, "orchestrator processes in microservices mode; sessions are spread over them")
 	flag.IntVar(&c.sessions, "sessions", 8, "concurrent sessions; each runs one turn after another")
+	flag.IntVar(&c.turnsPer, "turns-per-session", 10, "turns in one session before the worker starts a new one (with a new user), so every run sees sessions of the same length; 0 never starts a new one")
 	flag.DurationVar(&c.duration, "duration", 20*time.Second, "how long turns are measured")
 	flag.DurationVar(&c.warmup, "warmup", 3*time.Second, "how long turns run before measuring starts")
 	flag.DurationVar(&c.modelDelay, "model-delay", 0, "time the scripted model waits before each assistant answer (0: Hermes' own overhead only)")
@@ -126,7 +128,7 @@ func run(ctx context.Context, c config, out io.Writer) (*result, error) {
 			tg.session = tg.orchestrators[0]
 		}
 	} else {
-		model, err := scripted.New(cluster.Model(cluster.ModelOptions{Delay: c.modelDelay}))
+		model, err := scripted.New(counted.wrap(cluster.Model(cluster.ModelOptions{Delay: c.modelDelay})))
 		if err != nil {
 			return nil, err
 		}
@@ -174,6 +176,7 @@ func run(ctx context.Context, c config, out io.Writer) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
+	res.modelCalls = counted.snapshot()
 	report(out, c, tg, res)
 	return res, nil
 }
@@ -224,6 +227,8 @@ type result struct {
 	selfCPU   time.Duration      // CPU of the load generator and scripted model in the window
 	machine   float64            // busy fraction of the machine's cores in the window
 	perAddr   map[string]int
+	// modelCalls counts the scripted model's requests by kind over the whole run.
+	modelCalls map[string]int
 }
 
 func drive(ctx context.Context, c config, tg target) (*result, error) {
@@ -244,20 +249,15 @@ func drive(ctx context.Context, c config, tg target) (*result, error) {
 	}
 
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
-	type worker struct {
-		user, session string
-		client        int
-	}
-	workers := make([]worker, c.sessions)
-	for i := range workers {
-		user := fmt.Sprintf("load-%s-%d", run, i)
+	newSession := func(worker, n int) (user, session string, err error) {
+		user = fmt.Sprintf("load-%s-%d-%d", run, worker, n)
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
 		resp, err := sessions.CreateSession(cctx, &sessionv1.CreateSessionRequest{UserId: user, Title: "load"})
-		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("CreateSession: %w", err)
+			return "", "", fmt.Errorf("CreateSession: %w", err)
 		}
-		workers[i] = worker{user: user, session: resp.GetSession().GetId(), client: i % len(clients)}
+		return user, resp.GetSession().GetId(), nil
 	}
 
 	res := &result{failures: map[string]int{}, example: map[string]string{}, perAddr: map[string]int{}}
@@ -280,17 +280,27 @@ func drive(ctx context.Context, c config, tg target) (*result, error) {
 		mu.Unlock()
 	}()
 	var wg sync.WaitGroup
-	for i, w := range workers {
+	errc := make(chan error, c.sessions)
+	for i := range c.sessions {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			client := i % len(clients)
+			var user, session string
 			for n := 0; ctx.Err() == nil; n++ {
+				if session == "" || (c.turnsPer > 0 && n%c.turnsPer == 0) {
+					var err error
+					if user, session, err = newSession(i, n); err != nil {
+						errc <- err
+						return
+					}
+				}
 				t0 := time.Now()
 				if !t0.Before(measureTo) {
 					return
 				}
 				text := cluster.LoadTurn(fmt.Sprintf("%d*%d+%d", i+1, n+2, n), fmt.Sprintf("L%s-%d-%d", run, i, n))
-				code, msg := turn(ctx, clients[w.client], w.session, w.user, text)
+				code, msg := turn(ctx, clients[client], session, user, text)
 				t1 := time.Now()
 				// A turn counts when it started in the window; its latency is whole.
 				if t0.Before(measureFrom) {
@@ -299,7 +309,7 @@ func drive(ctx context.Context, c config, tg target) (*result, error) {
 				mu.Lock()
 				if code == "" {
 					res.latencies = append(res.latencies, t1.Sub(t0))
-					res.perAddr[tg.orchestrators[w.client]]++
+					res.perAddr[tg.orchestrators[client]]++
 				} else {
 					res.failures[code]++
 					res.example[code] = msg
@@ -309,6 +319,10 @@ func drive(ctx context.Context, c config, tg target) (*result, error) {
 		}()
 	}
 	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		return nil, err
+	}
 	res.elapsed = time.Since(measureFrom)
 	after := cpuSeconds(tg.procs)
 	selfAfter := selfCPU()
@@ -396,8 +410,8 @@ func report(out io.Writer, c config, tg target, r *result) {
 	if c.mode == "microservices" {
 		mode = fmt.Sprintf("microservices, %d orchestrator(s)", c.orchestrators)
 	}
-	fmt.Fprintf(out, "mode: %s; %d concurrent sessions; model delay %s; %d CPUs (GOMAXPROCS of the load generator %d)\n",
-		mode, c.sessions, c.modelDelay, runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	fmt.Fprintf(out, "mode: %s; %d concurrent sessions of %d turns; model delay %s; %d CPUs (GOMAXPROCS of the load generator %d)\n",
+		mode, c.sessions, c.turnsPer, c.modelDelay, runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	fmt.Fprintf(out, "turns: %d completed, %d failed in %s\n", len(lat), total(r.failures), r.elapsed.Round(time.Millisecond))
 	if len(lat) > 0 {
 		fmt.Fprintf(out, "throughput: %.1f turns/s\n", float64(len(lat))/r.elapsed.Seconds())
@@ -423,6 +437,10 @@ func report(out io.Writer, c config, tg target, r *result) {
 	}
 	fmt.Fprintf(out, "CPU of the load generator and scripted model: %.1fs = %.2f cores; machine busy %.0f%% of %d cores (other work on the machine included)\n",
 		r.selfCPU.Seconds(), r.selfCPU.Seconds()/r.elapsed.Seconds(), 100*r.machine, runtime.NumCPU())
+	if len(r.modelCalls) > 0 {
+		fmt.Fprintf(out, "scripted model requests over the whole run (warm-up included): assistant %d, memory extraction %d, rolling summary %d\n",
+			r.modelCalls["assistant"], r.modelCalls["extraction"], r.modelCalls["summary"])
+	}
 	for code, n := range r.failures {
 		fmt.Fprintf(out, "failures %s: %d (for example: %s)\n", code, n, r.example[code])
 	}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"strings"
+	"sync"
+
+	"github.com/hermes-agent/hermes/pkg/model/scripted"
+	"github.com/hermes-agent/hermes/services/orchestrator"
+)
+
+// modelCounter counts the scripted model's requests by what they are for.
+type modelCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+var counted = &modelCounter{n: map[string]int{}}
+
+func (m *modelCounter) wrap(h scripted.Handler) scripted.Handler {
+	return func(req scripted.Request) scripted.Reply {
+		kind := "assistant"
+		if len(req.Messages) > 0 && req.Messages[0].Role == "system" {
+			switch sys := req.Messages[0].Content; {
+			case strings.HasPrefix(sys, "You extract long-term memories"):
+				kind = "extraction"
+			case strings.HasPrefix(sys, orchestrator.SummarySystemPrompt[:40]):
+				kind = "summary"
+			}
+		}
+		m.mu.Lock()
+		m.n[kind]++
+		m.mu.Unlock()
+		return h(req)
+	}
+}
+
+func (m *modelCounter) snapshot() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range m.n {
+		out[k] = v
+	}
+	return out
+}
