@@ -26,12 +26,35 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 		}
 		return toolsv1.NewToolServiceClient(conn), nil
 	}
+	// Servers added at run time are stored, so every replica connects to them and they survive
+	// a restart: in Redis when configured, else in a file of the data directory.
+	var store mcpgateway.ServerStore
+	rdb, err := a.Redis(ctx)
+	if err != nil {
+		return err
+	}
+	if rdb != nil {
+		store = mcpgateway.NewRedisServerStore(rdb, a.cfg.RedisPrefix+"mcpgateway:")
+		a.watchRedis(mcpgatewayv1.MCPGatewayService_ServiceDesc.ServiceName, rdb)
+	} else {
+		path, err := a.dataPath("mcpgateway.db")
+		if err != nil {
+			return err
+		}
+		bs, err := mcpgateway.OpenBoltServerStore(path)
+		if err != nil {
+			return err
+		}
+		a.onClose(func() { _ = bs.Close() })
+		store = bs
+	}
 	gw := mcpgateway.New(mcpgateway.Options{
 		Config:   cfg,
 		Logger:   a.log.With("service", "mcpgateway"),
 		Registry: mcpgateway.NewToolServiceRegistry(tools),
 		Getenv:   a.getenv,
 		Version:  a.cfg.Version,
+		Store:    store,
 	})
 	if err := gw.Start(); err != nil {
 		gw.Close()

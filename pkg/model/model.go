@@ -127,6 +127,7 @@ type Client struct {
 	api   openai.Client
 	model string
 	base  string
+	inst  instruments
 }
 
 // New returns a client, or ErrNotConfigured when the base URL or the model name is empty.
@@ -153,7 +154,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
 	}
-	return &Client{api: openai.NewClient(opts...), model: cfg.Model, base: cfg.BaseURL}, nil
+	return &Client{api: openai.NewClient(opts...), model: cfg.Model, base: cfg.BaseURL, inst: newInstruments()}, nil
 }
 
 // Model is the default model name.
@@ -163,7 +164,9 @@ func (c *Client) Model() string { return c.model }
 func (c *Client) BaseURL() string { return c.base }
 
 // Complete sends the request and waits for the whole answer.
-func (c *Client) Complete(ctx context.Context, req Request) (*Response, error) {
+func (c *Client) Complete(ctx context.Context, req Request) (out *Response, err error) {
+	ctx, end := c.observe(ctx, req, false)
+	defer func() { end(out, err) }()
 	params, err := c.params(req)
 	if err != nil {
 		return nil, err
@@ -172,7 +175,7 @@ func (c *Client) Complete(ctx context.Context, req Request) (*Response, error) {
 	if err != nil {
 		return nil, c.wrap(err)
 	}
-	out := &Response{ID: cc.ID, Model: cc.Model, Usage: usageOf(cc.Usage, cc.JSON.Usage.Valid())}
+	out = &Response{ID: cc.ID, Model: cc.Model, Usage: usageOf(cc.Usage, cc.JSON.Usage.Valid())}
 	if len(cc.Choices) == 0 {
 		return nil, fmt.Errorf("model %s answered without a choice", c.base)
 	}
@@ -191,7 +194,9 @@ func (c *Client) Complete(ctx context.Context, req Request) (*Response, error) {
 // Stream sends the request as a streaming call, calls onDelta with each piece of answer text as
 // it arrives (never concurrently), and returns the assembled answer. Usage is requested with
 // stream_options.include_usage; a provider that ignores it yields Usage.Reported false.
-func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) (*Response, error) {
+func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) (out *Response, err error) {
+	ctx, end := c.observe(ctx, req, true)
+	defer func() { end(out, err) }()
 	params, err := c.params(req)
 	if err != nil {
 		return nil, err
@@ -200,7 +205,7 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 	st := c.api.Chat.Completions.NewStreaming(ctx, params)
 	defer func() { _ = st.Close() }()
 
-	out := &Response{}
+	out = &Response{}
 	var text strings.Builder
 	// Tool calls arrive in fragments keyed by index: the first fragment has id and name, the
 	// rest append to the arguments.

@@ -43,6 +43,8 @@ type Config struct {
 	// StopGrace is how long a stdio server may take to exit after its stdin closes, before it is
 	// sent SIGTERM (and after that, SIGKILL).
 	StopGrace time.Duration
+	// SyncInterval is how often a replica re-reads the shared server store.
+	SyncInterval time.Duration
 }
 
 // RegisterFlags registers the settings with their defaults.
@@ -63,6 +65,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.PruneStale, "mcpgateway.prune-stale", true, "unregister MCP tools left in the tool service by servers the gateway no longer has")
 	fs.DurationVar(&c.ToolsRefresh, "mcpgateway.tools-refresh", 5*time.Second, "how often the MCP endpoint re-reads the tool service's tools")
 	fs.DurationVar(&c.StopGrace, "mcpgateway.stop-grace", 2*time.Second, "how long a stdio MCP server may take to exit before it is signalled")
+	fs.DurationVar(&c.SyncInterval, "mcpgateway.sync-interval", 2*time.Second, "how often a gateway re-reads the stored servers that AddServer added (all replicas connect to them)")
 }
 
 // withDefaults fills zero values, so a Config built in code (tests, the CLI) works.
@@ -105,6 +108,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = d.StopGrace
+	}
+	if c.SyncInterval <= 0 {
+		c.SyncInterval = d.SyncInterval
 	}
 	return c
 }

@@ -104,6 +104,8 @@ type serverConn struct {
 	warnings    []string
 	registered  map[string]*toolsv1.ToolSpec // in the tool service; nil spec: found there, not yet confirmed
 	seeded      bool
+	// fromFile: declared in the --mcp-servers file, which every replica loads, so not stored.
+	fromFile bool
 }
 
 func newServerConn(g *Gateway, spec *pb.ServerSpec) *serverConn {

@@ -44,6 +44,9 @@ type Options struct {
 	Getenv func(string) string
 	// Version is reported to MCP servers as the client version.
 	Version string
+	// Store shares the servers added with AddServer between replicas and across restarts; nil
+	// keeps them in this process only.
+	Store ServerStore
 }
 
 // Gateway holds the MCP server connections.
@@ -53,6 +56,11 @@ type Gateway struct {
 	reg     Registry
 	getenv  func(string) string
 	version string
+	store   ServerStore
+
+	// addMu orders AddServer, RemoveServer and the store sync, so a server being added here is
+	// not also picked up from the store half-way.
+	addMu sync.Mutex
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -79,6 +87,7 @@ func New(opts Options) *Gateway {
 		cfg:     opts.Config.withDefaults(),
 		log:     log,
 		reg:     opts.Registry,
+		store:   opts.Store,
 		getenv:  getenv,
 		version: cmp.Or(opts.Version, "dev"),
 		ctx:     ctx,
@@ -115,35 +124,29 @@ var (
 )
 
 // AddServer starts connecting to a server. With wait, it returns after the first attempt has
-// succeeded or failed (or ctx ends); the server keeps being retried either way.
+// succeeded or failed (or ctx ends); the server keeps being retried either way. With a store,
+// the server is stored first, so every replica connects to it.
 func (g *Gateway) AddServer(ctx context.Context, spec *pb.ServerSpec, wait bool) (*pb.Server, error) {
 	spec = proto.Clone(spec).(*pb.ServerSpec)
 	if spec.Prefix == "" {
 		spec.Prefix = spec.Name
 	}
-	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
-		return nil, fmt.Errorf("%w: the gateway is shutting down", errUnavailable)
+	g.addMu.Lock()
+	if err := g.checkAdd(spec); err != nil {
+		g.addMu.Unlock()
+		return nil, err
 	}
-	if _, ok := g.servers[spec.Name]; ok {
-		g.mu.Unlock()
-		return nil, fmt.Errorf("%w: a server named %q exists; remove it first", errAlreadyExists, spec.Name)
-	}
-	for _, other := range g.servers {
-		if other.spec.Prefix == spec.Prefix {
-			g.mu.Unlock()
-			return nil, fmt.Errorf("%w: prefix %q is used by server %q; choose another prefix", errAlreadyExists, spec.Prefix, other.spec.Name)
+	if g.store != nil {
+		if err := g.store.CreateServer(ctx, spec); err != nil {
+			g.addMu.Unlock()
+			return nil, err
 		}
 	}
-	if len(g.servers) >= g.cfg.MaxServers {
-		g.mu.Unlock()
-		return nil, fmt.Errorf("%w: %d servers are configured, the maximum (mcpgateway.max-servers)", errExhausted, len(g.servers))
+	c, err := g.connect(spec, false)
+	g.addMu.Unlock()
+	if err != nil {
+		return nil, err
 	}
-	c := newServerConn(g, spec)
-	g.servers[spec.Name] = c
-	g.mu.Unlock()
-	go c.run()
 	if wait {
 		select {
 		case <-c.first:
@@ -153,22 +156,121 @@ func (g *Gateway) AddServer(ctx context.Context, spec *pb.ServerSpec, wait bool)
 	return c.snapshot(), nil
 }
 
-// RemoveServer disconnects a server and unregisters its tools.
-func (g *Gateway) RemoveServer(ctx context.Context, name string) (int, error) {
+// checkAdd refuses a spec whose name or prefix a server of this gateway has, or one past the
+// limit.
+func (g *Gateway) checkAdd(spec *pb.ServerSpec) error {
 	g.mu.Lock()
-	c, ok := g.servers[name]
-	if ok {
-		delete(g.servers, name)
+	defer g.mu.Unlock()
+	if g.closed {
+		return fmt.Errorf("%w: the gateway is shutting down", errUnavailable)
 	}
+	if _, ok := g.servers[spec.Name]; ok {
+		return fmt.Errorf("%w: a server named %q exists; remove it first", errAlreadyExists, spec.Name)
+	}
+	for _, other := range g.servers {
+		if other.spec.Prefix == spec.Prefix {
+			return fmt.Errorf("%w: prefix %q is used by server %q; choose another prefix", errAlreadyExists, spec.Prefix, other.spec.Name)
+		}
+	}
+	if len(g.servers) >= g.cfg.MaxServers {
+		return fmt.Errorf("%w: %d servers are configured, the maximum (mcpgateway.max-servers)", errExhausted, len(g.servers))
+	}
+	return nil
+}
+
+// connect starts the connection of a checked spec.
+func (g *Gateway) connect(spec *pb.ServerSpec, fromFile bool) (*serverConn, error) {
+	if err := g.checkAdd(spec); err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	c := newServerConn(g, spec)
+	c.fromFile = fromFile
+	g.servers[spec.Name] = c
 	g.mu.Unlock()
-	if !ok {
+	go c.run()
+	return c, nil
+}
+
+// RemoveServer disconnects a server and unregisters its tools. With a store it is deleted
+// there too; the other replicas drop it at their next sync.
+func (g *Gateway) RemoveServer(ctx context.Context, name string) (int, error) {
+	g.addMu.Lock()
+	defer g.addMu.Unlock()
+	g.mu.Lock()
+	c, local := g.servers[name]
+	g.mu.Unlock()
+	if g.store != nil && (!local || !c.fromFile) {
+		err := g.store.DeleteServer(ctx, name)
+		switch {
+		case errors.Is(err, errNotFound) && local:
+		case err != nil:
+			return 0, err
+		}
+	}
+	if !local {
+		if g.store != nil {
+			return 0, nil
+		}
 		return 0, fmt.Errorf("%w: no server named %q", errNotFound, name)
 	}
+	return g.disconnect(ctx, c), nil
+}
+
+// disconnect stops a local connection and unregisters its tools.
+func (g *Gateway) disconnect(ctx context.Context, c *serverConn) int {
+	g.mu.Lock()
+	if g.servers[c.spec.Name] == c {
+		delete(g.servers, c.spec.Name)
+	}
+	g.mu.Unlock()
 	c.cancel()
 	<-c.done
 	removed := c.releaseAll(ctx)
 	g.resyncOthers(c)
-	return removed, nil
+	return removed
+}
+
+// syncStore makes this replica's servers those of the store (plus the file's): it connects to
+// stored servers it lacks, drops the ones deleted there, and reconnects the ones that changed.
+func (g *Gateway) syncStore(ctx context.Context) error {
+	specs, err := g.store.ListServers(ctx)
+	if err != nil {
+		return err
+	}
+	g.addMu.Lock()
+	defer g.addMu.Unlock()
+	want := map[string]*pb.ServerSpec{}
+	for _, s := range specs {
+		want[s.GetName()] = s
+	}
+	g.mu.Lock()
+	local := map[string]*serverConn{}
+	for name, c := range g.servers {
+		local[name] = c
+	}
+	g.mu.Unlock()
+	for name, c := range local {
+		if c.fromFile {
+			continue
+		}
+		if spec, ok := want[name]; !ok || !proto.Equal(spec, c.spec) {
+			g.log.Info("MCP server removed or changed in the shared store; disconnecting", "server", name)
+			g.disconnect(ctx, c)
+		}
+	}
+	for name, spec := range want {
+		g.mu.Lock()
+		_, have := g.servers[name]
+		g.mu.Unlock()
+		if have {
+			continue
+		}
+		if _, err := g.connect(spec, false); err != nil {
+			g.log.Warn("stored MCP server not connected", "server", name, "error", err)
+		}
+	}
+	return nil
 }
 
 // resyncOthers lets servers whose tools collided with the removed server's claim them now.
@@ -489,11 +591,40 @@ func (g *Gateway) Start() error {
 			return err
 		}
 		for _, spec := range specs {
-			if _, err := g.AddServer(g.ctx, spec, false); err != nil {
+			if spec.Prefix == "" {
+				spec.Prefix = spec.Name
+			}
+			if _, err := g.connect(spec, true); err != nil {
 				return fmt.Errorf("MCP servers file %s: server %q: %w", g.cfg.ServersFile, spec.Name, err)
 			}
 		}
 		g.log.Info("MCP servers from file", "file", g.cfg.ServersFile, "servers", len(specs))
+	}
+	if g.store != nil {
+		ctx, cancel := context.WithTimeout(g.ctx, registryTimeout)
+		err := g.syncStore(ctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("stored MCP servers: %w", err)
+		}
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			t := time.NewTicker(g.cfg.SyncInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-g.ctx.Done():
+					return
+				case <-t.C:
+				}
+				ctx, cancel := context.WithTimeout(g.ctx, registryTimeout)
+				if err := g.syncStore(ctx); err != nil {
+					g.log.Debug("MCP server store sync failed; retrying", "error", err)
+				}
+				cancel()
+			}
+		}()
 	}
 	if g.reg != nil && g.cfg.PruneStale {
 		g.wg.Add(1)

@@ -69,6 +69,7 @@ type Service struct {
 	keys   *apiKeys
 	sum    *summarizer
 	tracer trace.Tracer
+	met    metrics
 	// promptTokens is the configured system prompt's token count, counted once.
 	promptTokens int32
 
@@ -98,6 +99,7 @@ func NewService(deps Deps, cfg Config, log *slog.Logger) (*Service, error) {
 		log:      log,
 		keys:     keys,
 		tracer:   otel.Tracer("github.com/hermes-agent/hermes/services/orchestrator"),
+		met:      newMetrics(),
 		bgCtx:    ctx,
 		bgCancel: cancel,
 	}

@@ -747,6 +747,7 @@ func (t *turn) finishCall(o *outcome) {
 		fin.ErrorCode, fin.Error = code, r.GetError().GetMessage()
 	}
 	o.finished = fin
+	t.s.met.toolCall(context.Background(), o.call.Name, fin.GetErrorCode())
 	t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_ToolResult{ToolResult: fin}})
 	t.mu.Lock()
 	t.toolCalls = append(t.toolCalls, &orchestratorv1.ToolCallRecord{Call: o.started, Result: fin})
@@ -841,6 +842,7 @@ func (t *turn) finish(ctx context.Context, err error) {
 	t.setPending(sctx, st)
 
 	usage := t.usage.proto()
+	t.s.met.turnFinished(sctx, st, time.Since(t.started), usage)
 	if st == orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED {
 		t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Completed{Completed: &orchestratorv1.TurnCompleted{
 			TurnId: t.id, Text: t.answer, Usage: usage, Steps: t.steps, AssistantMessageSeq: t.answered.GetSeq(),

@@ -1,0 +1,162 @@
+package mcpgateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+)
+
+// ServerStore keeps the servers added with AddServer, so that every gateway replica connects to
+// them (a tool call may reach any replica) and they survive a restart. Servers of the
+// --mcp-servers file are not stored: every replica loads the file itself.
+type ServerStore interface {
+	// CreateServer stores a spec; errAlreadyExists when the name is taken.
+	CreateServer(ctx context.Context, spec *pb.ServerSpec) error
+	// DeleteServer removes a spec; errNotFound when there is none.
+	DeleteServer(ctx context.Context, name string) error
+	// ListServers returns every stored spec.
+	ListServers(ctx context.Context) ([]*pb.ServerSpec, error)
+}
+
+// RedisServerStore keeps specs in one Redis hash, name → protobuf spec.
+type RedisServerStore struct {
+	rdb redis.UniversalClient
+	key string
+}
+
+// NewRedisServerStore returns a store under the key prefix+"servers".
+func NewRedisServerStore(rdb redis.UniversalClient, prefix string) *RedisServerStore {
+	return &RedisServerStore{rdb: rdb, key: prefix + "servers"}
+}
+
+// CreateServer implements ServerStore.
+func (s *RedisServerStore) CreateServer(ctx context.Context, spec *pb.ServerSpec) error {
+	raw, err := proto.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	ok, err := s.rdb.HSetNX(ctx, s.key, spec.GetName(), raw).Result()
+	if err != nil {
+		return fmt.Errorf("%w: redis: %w", errUnavailable, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: a server named %q exists; remove it first", errAlreadyExists, spec.GetName())
+	}
+	return nil
+}
+
+// DeleteServer implements ServerStore.
+func (s *RedisServerStore) DeleteServer(ctx context.Context, name string) error {
+	n, err := s.rdb.HDel(ctx, s.key, name).Result()
+	if err != nil {
+		return fmt.Errorf("%w: redis: %w", errUnavailable, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: no server named %q", errNotFound, name)
+	}
+	return nil
+}
+
+// ListServers implements ServerStore.
+func (s *RedisServerStore) ListServers(ctx context.Context) ([]*pb.ServerSpec, error) {
+	all, err := s.rdb.HGetAll(ctx, s.key).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: redis: %w", errUnavailable, err)
+	}
+	return decodeSpecs(func(yield func([]byte) error) error {
+		for _, v := range all {
+			if err := yield([]byte(v)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func decodeSpecs(each func(func([]byte) error) error) ([]*pb.ServerSpec, error) {
+	var out []*pb.ServerSpec
+	err := each(func(raw []byte) error {
+		spec := &pb.ServerSpec{}
+		if err := proto.Unmarshal(raw, spec); err != nil {
+			return fmt.Errorf("decode stored MCP server: %w", err)
+		}
+		out = append(out, spec)
+		return nil
+	})
+	return out, err
+}
+
+// BoltServerStore keeps specs in a bbolt file (monolithic mode).
+type BoltServerStore struct {
+	db *bolt.DB
+}
+
+var bServers = []byte("servers")
+
+// OpenBoltServerStore opens or creates the file.
+func OpenBoltServerStore(path string) (*BoltServerStore, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("open %s: the file is in use by another hermes process", path)
+		}
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bServers)
+		return err
+	}); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return &BoltServerStore{db: db}, nil
+}
+
+// Close closes the file.
+func (s *BoltServerStore) Close() error { return s.db.Close() }
+
+// CreateServer implements ServerStore.
+func (s *BoltServerStore) CreateServer(_ context.Context, spec *pb.ServerSpec) error {
+	raw, err := proto.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bServers)
+		if b.Get([]byte(spec.GetName())) != nil {
+			return fmt.Errorf("%w: a server named %q exists; remove it first", errAlreadyExists, spec.GetName())
+		}
+		return b.Put([]byte(spec.GetName()), raw)
+	})
+}
+
+// DeleteServer implements ServerStore.
+func (s *BoltServerStore) DeleteServer(_ context.Context, name string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bServers)
+		if b.Get([]byte(name)) == nil {
+			return fmt.Errorf("%w: no server named %q", errNotFound, name)
+		}
+		return b.Delete([]byte(name))
+	})
+}
+
+// ListServers implements ServerStore.
+func (s *BoltServerStore) ListServers(_ context.Context) ([]*pb.ServerSpec, error) {
+	var out []*pb.ServerSpec
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		out, err = decodeSpecs(func(yield func([]byte) error) error {
+			return tx.Bucket(bServers).ForEach(func(_, v []byte) error { return yield(v) })
+		})
+		return err
+	})
+	return out, err
+}
