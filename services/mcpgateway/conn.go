@@ -618,7 +618,11 @@ func (c *serverConn) toolSpec(e *toolEntry, t *mcp.Tool) *toolsv1.ToolSpec {
 			labels["mcp.open_world"] = fmt.Sprint(*a.OpenWorldHint)
 		}
 	}
+	// The server's idempotentHint ("calling again with the same arguments has no further
+	// effect") is what the tool service's idempotency protection needs: calls with one key run once.
+	idempotent := t.Annotations != nil && t.Annotations.IdempotentHint
 	return &toolsv1.ToolSpec{
+		Idempotent:   idempotent,
 		Name:         e.name,
 		Description:  e.description,
 		InputSchema:  e.inputSchema,

@@ -143,3 +143,18 @@ func TestToMCPResult(t *testing.T) {
 		})
 	}
 }
+
+// TestIdempotentHintMakesToolIdempotent: an MCP tool that declares idempotentHint is registered
+// as idempotent, so the tool service runs it once per idempotency key.
+func TestIdempotentHintMakesToolIdempotent(t *testing.T) {
+	c := newServerConn(New(Options{Config: testConfig(), Logger: testLogger(t)}), httpSpec("s", "s", "http://127.0.0.1:1/mcp"))
+	e := &toolEntry{name: "s_t", inputSchema: `{"type":"object"}`}
+	for _, tc := range []struct {
+		ann  *mcp.ToolAnnotations
+		want bool
+	}{{nil, false}, {&mcp.ToolAnnotations{}, false}, {&mcp.ToolAnnotations{IdempotentHint: true}, true}} {
+		if got := c.toolSpec(e, &mcp.Tool{Name: "t", Annotations: tc.ann}).GetIdempotent(); got != tc.want {
+			t.Errorf("annotations %+v: idempotent = %v, want %v", tc.ann, got, tc.want)
+		}
+	}
+}
