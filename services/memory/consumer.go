@@ -33,6 +33,11 @@ type Consumer struct {
 	wg     sync.WaitGroup
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	// stopMu orders wg.Add in dispatch before wg.Wait in Stop: the consume callback can still
+	// run after cc.Stop returns.
+	stopMu   sync.Mutex
+	stopping bool
 }
 
 // Dead-letter headers.
@@ -86,7 +91,14 @@ func (c *Consumer) dispatch(msg jetstream.Msg) {
 	case <-c.ctx.Done():
 		return // not acknowledged: JetStream redelivers it
 	}
+	c.stopMu.Lock()
+	if c.stopping {
+		c.stopMu.Unlock()
+		<-c.sem
+		return // not acknowledged: another replica, or this one after a restart, gets it
+	}
 	c.wg.Add(1)
+	c.stopMu.Unlock()
 	go func() {
 		defer func() { <-c.sem; c.wg.Done() }()
 		c.handle(msg)
@@ -179,6 +191,9 @@ func (c *Consumer) deadLetter(msg jetstream.Msg, md *jetstream.MsgMetadata, caus
 // extraction still running after that is cancelled and its event left unacknowledged.
 func (c *Consumer) Stop(timeout time.Duration) {
 	c.cc.Stop()
+	c.stopMu.Lock()
+	c.stopping = true
+	c.stopMu.Unlock()
 	done := make(chan struct{})
 	go func() { c.wg.Wait(); close(done) }()
 	select {
