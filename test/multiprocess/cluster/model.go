@@ -89,5 +89,12 @@ func toolText(content string) string {
 	if !env.Success {
 		return "（计算失败：" + string(env.Error) + "）"
 	}
+	// The calculator answers {"expression": …, "result": 42}.
+	var calc struct {
+		Result json.RawMessage `json:"result"`
+	}
+	if json.Unmarshal(env.Output, &calc) == nil && len(calc.Result) > 0 {
+		return string(calc.Result)
+	}
 	return strings.Trim(string(env.Output), `"`)
 }
