@@ -3,12 +3,16 @@ package multiprocess
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/hermes-agent/hermes/internal/qdranttest"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	"github.com/hermes-agent/hermes/test/multiprocess/cluster"
 )
@@ -120,4 +124,104 @@ func TestHealthFollowsNATS(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
+}
+
+// tcpProxy forwards a fixed loopback port to a backend; cut closes the listener and every
+// connection (the backend is unreachable: connections are refused), restore listens again on the
+// same port. It stands between the memory process and the Qdrant double, which cannot be
+// restarted on its port.
+type tcpProxy struct {
+	addr, backend string
+
+	mu    sync.Mutex
+	lis   net.Listener
+	conns map[net.Conn]bool
+}
+
+func startProxy(t *testing.T, backend string) *tcpProxy {
+	t.Helper()
+	addr, err := cluster.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{addr: addr, backend: backend, conns: map[net.Conn]bool{}}
+	if err := p.restore(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *tcpProxy) restore() error {
+	lis, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.lis = lis
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", p.backend)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns[c], p.conns[b] = true, true
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(b, c); _ = b.Close() }()
+			go func() { _, _ = io.Copy(c, b); _ = c.Close() }()
+		}
+	}()
+	return nil
+}
+
+func (p *tcpProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lis != nil {
+		_ = p.lis.Close()
+		p.lis = nil
+	}
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = map[net.Conn]bool{}
+}
+
+// TestHealthFollowsQdrant cuts the memory process off from Qdrant (the semantic tier): memory
+// reports NOT_SERVING while the others stay SERVING, turns still complete, and memory reports
+// SERVING by itself once Qdrant is reachable again.
+func TestHealthFollowsQdrant(t *testing.T) {
+	ctx := context.Background()
+	proxy := startProxy(t, qdranttest.Addr(t))
+	s := newStack(t, stackOptions{qdrantAddr: proxy.addr})
+	run := randomID()
+	user := "qdrant-" + run
+	sess := s.createSession(ctx, user, "health")
+
+	proxy.cut()
+	downAt := time.Now()
+	s.waitHealth(ctx, notServing, 15*time.Second, "memory")
+	t.Logf("memory NOT_SERVING %s after Qdrant became unreachable", time.Since(downAt).Round(time.Millisecond))
+	for _, target := range []string{"session", "tools", "mcpgateway", "orchestrator"} {
+		if st, err := s.c.Proc(target).Health(ctx, cluster.ServiceName[target]); err != nil || st != serving {
+			t.Errorf("%s is %s (%v) while Qdrant is unreachable, want SERVING", target, st, err)
+		}
+	}
+	if o := runTurn(ctx, s.orchestrator, sess, user, cluster.LoadTurn("1+1", "Q"+run)); !o.ok() {
+		t.Errorf("turn while Qdrant is unreachable: %s", o)
+	}
+
+	if err := proxy.restore(); err != nil {
+		t.Fatal(err)
+	}
+	upAt := time.Now()
+	s.waitHealth(ctx, serving, 30*time.Second, "memory")
+	t.Logf("memory SERVING %s after Qdrant was reachable again", time.Since(upAt).Round(time.Millisecond))
 }

@@ -46,6 +46,8 @@ type stackOptions struct {
 	dedicatedRedis bool
 	// natsURL replaces the shared NATS server.
 	natsURL string
+	// qdrantAddr replaces the Qdrant double (or HERMES_TEST_QDRANT_ADDR's Qdrant).
+	qdrantAddr string
 	// model tunes the scripted model.
 	model cluster.ModelOptions
 	// env adds settings for every process.
@@ -139,6 +141,10 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		"HERMES_MCPGATEWAY_RECONNECT_MAX=1s",
 		"HERMES_SHUTDOWN_TIMEOUT=5s",
 	}, o.env...)
+	qaddr := o.qdrantAddr
+	if qaddr == "" {
+		qaddr = qdranttest.Addr(t)
+	}
 	s.c, err = cluster.Start(ctx, cluster.Options{
 		Binary:        hermesBin,
 		Dir:           dir,
@@ -146,7 +152,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		RedisPrefix:   s.prefix,
 		NATSURL:       s.natsURL,
 		NATSNamespace: s.ns,
-		QdrantAddr:    qdranttest.Addr(t),
+		QdrantAddr:    qaddr,
 		ModelBaseURL:  s.model.URL(),
 		Model:         "scripted-multiprocess",
 		OTLPEndpoint:  s.otlp.Endpoint(),
