@@ -183,7 +183,40 @@ func (s *Service) RunTurn(req *orchestratorv1.RunTurnRequest, stream grpc.Server
 	t := s.newTurn(req, user, func(ev *orchestratorv1.TurnEvent) error {
 		return stream.Send(&orchestratorv1.RunTurnResponse{Event: ev})
 	})
+	release, err := s.lockSession(ctx, t.session, t.id, t.timeout()+time.Minute)
+	if err != nil {
+		return err
+	}
+	defer release()
 	return t.run(ctx)
+}
+
+// lockSession waits, as long as the caller does, until no other turn of the session runs,
+// then holds the session's lease for this turn. The lease expires by itself after ttl, so a
+// replica that dies mid-turn does not block the session for good.
+func (s *Service) lockSession(ctx context.Context, session, turnID string, ttl time.Duration) (func(), error) {
+	wait := 20 * time.Millisecond
+	for {
+		ok, holder, err := s.deps.Store.LockSession(ctx, session, turnID, ttl)
+		if err != nil {
+			return nil, storeStatus(err)
+		}
+		if ok {
+			return func() {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+				defer cancel()
+				if err := s.deps.Store.UnlockSession(rctx, session, turnID); err != nil {
+					s.log.Warn("session lease not released; it expires by itself", "session", session, "turn", turnID, "error", err)
+				}
+			}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, status.FromContextError(fmt.Errorf("waiting for turn %s of session %s to finish: %w", holder, session, ctx.Err())).Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 500*time.Millisecond)
+	}
 }
 
 // GetTurn implements OrchestratorServiceServer.

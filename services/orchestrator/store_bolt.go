@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -24,6 +25,15 @@ var (
 type BoltStore struct {
 	db  *bolt.DB
 	now func() time.Time
+
+	// Session leases live in memory: the embedded store serves one process.
+	leaseMu sync.Mutex
+	leases  map[string]lease
+}
+
+type lease struct {
+	holder  string
+	expires time.Time
 }
 
 // OpenBoltStore opens or creates the file; a second process opening it fails after a second.
@@ -32,7 +42,7 @@ func OpenBoltStore(path string) (*BoltStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w (is another hermes process using this data directory?)", path, err)
 	}
-	s := &BoltStore{db: db, now: time.Now}
+	s := &BoltStore{db: db, now: time.Now, leases: map[string]lease{}}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketTasks, bucketTurns} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -179,4 +189,26 @@ func (s *BoltStore) DeleteSession(_ context.Context, sid string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketTasks).Delete([]byte(sid))
 	})
+}
+
+// LockSession implements Store.
+func (s *BoltStore) LockSession(_ context.Context, sid, holder string, ttl time.Duration) (bool, string, error) {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	now := s.now()
+	if l, ok := s.leases[sid]; ok && l.holder != holder && now.Before(l.expires) {
+		return false, l.holder, nil
+	}
+	s.leases[sid] = lease{holder: holder, expires: now.Add(ttl)}
+	return true, holder, nil
+}
+
+// UnlockSession implements Store.
+func (s *BoltStore) UnlockSession(_ context.Context, sid, holder string) error {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	if s.leases[sid].holder == holder {
+		delete(s.leases, sid)
+	}
+	return nil
 }

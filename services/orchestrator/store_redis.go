@@ -143,3 +143,36 @@ func (s *RedisStore) DeleteSession(ctx context.Context, sid string) error {
 	}
 	return nil
 }
+
+func (s *RedisStore) lockKey(sid string) string { return s.prefix + "lock:" + sid }
+
+// LockSession implements Store with SET NX PX.
+func (s *RedisStore) LockSession(ctx context.Context, sid, holder string, ttl time.Duration) (bool, string, error) {
+	ok, err := s.rdb.SetNX(ctx, s.lockKey(sid), holder, ttl).Result()
+	if err != nil {
+		return false, "", backendErr("lock session", err)
+	}
+	if ok {
+		return true, holder, nil
+	}
+	cur, err := s.rdb.Get(ctx, s.lockKey(sid)).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, "", nil // released meanwhile: the caller tries again
+	}
+	if err != nil {
+		return false, "", backendErr("lock session", err)
+	}
+	return cur == holder, cur, nil
+}
+
+var unlockScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0`)
+
+// UnlockSession implements Store; a lease that expired and went to another holder is kept.
+func (s *RedisStore) UnlockSession(ctx context.Context, sid, holder string) error {
+	if err := unlockScript.Run(ctx, s.rdb, []string{s.lockKey(sid)}, holder).Err(); err != nil {
+		return backendErr("unlock session", err)
+	}
+	return nil
+}

@@ -73,6 +73,7 @@ func TestStoreConformance(t *testing.T) {
 			t.Run("task state", func(t *testing.T) { testTaskState(t, open(t)) })
 			t.Run("turns", func(t *testing.T) { testTurns(t, open(t)) })
 			t.Run("concurrent steps", func(t *testing.T) { testConcurrentSteps(t, open(t)) })
+			t.Run("session lease", func(t *testing.T) { testSessionLease(t, open(t)) })
 		})
 	}
 }
@@ -177,5 +178,37 @@ func testConcurrentSteps(t *testing.T, s Store) {
 	}
 	if len(got.Done) != 20 {
 		t.Errorf("%d steps after 20 concurrent appends, want 20", len(got.Done))
+	}
+}
+
+func testSessionLease(t *testing.T, s Store) {
+	ctx := context.Background()
+	sid := randomID(t)
+	if ok, _, err := s.LockSession(ctx, sid, "turn-a", time.Minute); err != nil || !ok {
+		t.Fatalf("first lock: %v %v", ok, err)
+	}
+	if ok, holder, err := s.LockSession(ctx, sid, "turn-b", time.Minute); err != nil || ok || holder != "turn-a" {
+		t.Fatalf("second turn got the lease: ok=%v holder=%q err=%v", ok, holder, err)
+	}
+	if ok, _, _ := s.LockSession(ctx, randomID(t), "turn-b", time.Minute); !ok {
+		t.Error("another session's lease is blocked")
+	}
+	// Only the holder releases.
+	if err := s.UnlockSession(ctx, sid, "turn-b"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, _ := s.LockSession(ctx, sid, "turn-b", time.Minute); ok {
+		t.Error("a non-holder released the lease")
+	}
+	if err := s.UnlockSession(ctx, sid, "turn-a"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, _ := s.LockSession(ctx, sid, "turn-b", 50*time.Millisecond); !ok {
+		t.Error("the lease was not released")
+	}
+	// An expired lease (its holder died) goes to the next turn.
+	time.Sleep(120 * time.Millisecond)
+	if ok, _, _ := s.LockSession(ctx, sid, "turn-c", time.Minute); !ok {
+		t.Error("an expired lease still blocks the session")
 	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/pkg/events"
 	"github.com/hermes-agent/hermes/pkg/model/scripted"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
@@ -388,4 +390,50 @@ func TestPublishFailureKeepsTheTurn(t *testing.T) {
 		info, err := st.Info(context.Background())
 		return err == nil && info.State.Msgs == 1
 	})
+}
+
+// TestConcurrentTurnsOnOneSession: turns sent at once to one session run one after the other,
+// so each turn's messages stay together in the log instead of interleaving.
+func TestConcurrentTurnsOnOneSession(t *testing.T) {
+	h := func(req scripted.Request) scripted.Reply {
+		if len(req.ToolResults()) > 0 {
+			return scripted.Text("done")
+		}
+		return scripted.Calls(scripted.Call("current_time", `{}`))
+	}
+	s := startStack(t, h, stackOptions{})
+	session := s.newSession("u1")
+	const n = 4
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			res, err := demo.RunTurn(context.Background(), s.orch, &orchestratorv1.RunTurnRequest{SessionId: session, UserId: "u1", Text: fmt.Sprintf("turn %d", i)}, nil)
+			if err == nil && res.Completed == nil {
+				err = fmt.Errorf("turn %d did not complete: %v", i, res.Failed)
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs := s.messages(session, "u1")
+	current := ""
+	turns := 0
+	for _, m := range msgs {
+		id := m.GetMetadata()["turn_id"]
+		if m.GetRole() == sessionv1.Role_ROLE_USER {
+			current = id
+			turns++
+			continue
+		}
+		if id != current {
+			t.Fatalf("message %d (%s) of turn %s sits inside turn %s: turns interleaved", m.GetSeq(), m.GetKind(), id, current)
+		}
+	}
+	if turns != n {
+		t.Errorf("%d turns in the log, want %d", turns, n)
+	}
 }
