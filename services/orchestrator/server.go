@@ -183,7 +183,7 @@ func (s *Service) RunTurn(req *orchestratorv1.RunTurnRequest, stream grpc.Server
 	t := s.newTurn(req, user, func(ev *orchestratorv1.TurnEvent) error {
 		return stream.Send(&orchestratorv1.RunTurnResponse{Event: ev})
 	})
-	release, err := s.lockSession(ctx, t.session, t.id, t.timeout()+time.Minute)
+	release, err := s.lockSession(ctx, t.session, t.id)
 	if err != nil {
 		return err
 	}
@@ -191,24 +191,21 @@ func (s *Service) RunTurn(req *orchestratorv1.RunTurnRequest, stream grpc.Server
 	return t.run(ctx)
 }
 
-// lockSession waits, as long as the caller does, until no other turn of the session runs,
-// then holds the session's lease for this turn. The lease expires by itself after ttl, so a
-// replica that dies mid-turn does not block the session for good.
-func (s *Service) lockSession(ctx context.Context, session, turnID string, ttl time.Duration) (func(), error) {
+// sessionLease is how long a turn's hold on its session lasts without renewal: a replica that
+// dies mid-turn (or loses Redis while releasing) blocks the session at most this long.
+const sessionLease = 15 * time.Second
+
+// lockSession waits, as long as the caller does, until no other turn of the session runs, then
+// holds the session's lease for this turn, renewing it until the returned release is called.
+func (s *Service) lockSession(ctx context.Context, session, turnID string) (func(), error) {
 	wait := 20 * time.Millisecond
 	for {
-		ok, holder, err := s.deps.Store.LockSession(ctx, session, turnID, ttl)
+		ok, holder, err := s.deps.Store.LockSession(ctx, session, turnID, sessionLease)
 		if err != nil {
 			return nil, storeStatus(err)
 		}
 		if ok {
-			return func() {
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-				defer cancel()
-				if err := s.deps.Store.UnlockSession(rctx, session, turnID); err != nil {
-					s.log.Warn("session lease not released; it expires by itself", "session", session, "turn", turnID, "error", err)
-				}
-			}, nil
+			break
 		}
 		select {
 		case <-ctx.Done():
@@ -217,6 +214,34 @@ func (s *Service) lockSession(ctx context.Context, session, turnID string, ttl t
 		}
 		wait = min(wait*2, 500*time.Millisecond)
 	}
+	stop := make(chan struct{})
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		t := time.NewTicker(sessionLease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				rctx, cancel := context.WithTimeout(context.Background(), sessionLease/3)
+				if _, _, err := s.deps.Store.LockSession(rctx, session, turnID, sessionLease); err != nil {
+					s.log.Warn("session lease not renewed", "session", session, "turn", turnID, "error", err)
+				}
+				cancel()
+			}
+		}
+	}()
+	return func() {
+		close(stop)
+		<-renewed
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		defer cancel()
+		if err := s.deps.Store.UnlockSession(rctx, session, turnID); err != nil {
+			s.log.Warn("session lease not released; it expires by itself", "session", session, "turn", turnID, "after", sessionLease, "error", err)
+		}
+	}, nil
 }
 
 // GetTurn implements OrchestratorServiceServer.

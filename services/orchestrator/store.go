@@ -58,8 +58,8 @@ type Store interface {
 	GetTurn(ctx context.Context, turnID string) (*orchestratorv1.Turn, error)
 	// DeleteSession removes a session's task state.
 	DeleteSession(ctx context.Context, sessionID string) error
-	// LockSession takes a session's turn lease for holder (a turn id) for ttl, or reports the
-	// current holder. One turn runs per session at a time, whichever replica serves it: two
+	// LockSession takes a session's turn lease for holder (a turn id) for ttl, or extends it
+	// when holder has it already, or reports the current holder. One turn runs per session at a time, whichever replica serves it: two
 	// turns at once would interleave their messages in the log.
 	LockSession(ctx context.Context, sessionID, holder string, ttl time.Duration) (acquired bool, current string, err error)
 	// UnlockSession releases the lease if holder still has it.

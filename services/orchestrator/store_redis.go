@@ -146,23 +146,25 @@ func (s *RedisStore) DeleteSession(ctx context.Context, sid string) error {
 
 func (s *RedisStore) lockKey(sid string) string { return s.prefix + "lock:" + sid }
 
-// LockSession implements Store with SET NX PX.
+// lockScript takes a free lease, or extends the caller's own; it returns 1, or the holder.
+var lockScript = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]); return 1 end
+if not cur then return '' end
+return cur`)
+
+// LockSession implements Store; the holder calling again extends its lease.
 func (s *RedisStore) LockSession(ctx context.Context, sid, holder string, ttl time.Duration) (bool, string, error) {
-	ok, err := s.rdb.SetNX(ctx, s.lockKey(sid), holder, ttl).Result()
+	res, err := lockScript.Run(ctx, s.rdb, []string{s.lockKey(sid)}, holder, ttl.Milliseconds()).Result()
 	if err != nil {
 		return false, "", backendErr("lock session", err)
 	}
-	if ok {
+	if n, ok := res.(int64); ok && n == 1 {
 		return true, holder, nil
 	}
-	cur, err := s.rdb.Get(ctx, s.lockKey(sid)).Result()
-	if errors.Is(err, redis.Nil) {
-		return false, "", nil // released meanwhile: the caller tries again
-	}
-	if err != nil {
-		return false, "", backendErr("lock session", err)
-	}
-	return cur == holder, cur, nil
+	cur, _ := res.(string)
+	return false, cur, nil
 }
 
 var unlockScript = redis.NewScript(`

@@ -193,6 +193,10 @@ func testSessionLease(t *testing.T, s Store) {
 	if ok, _, _ := s.LockSession(ctx, randomID(t), "turn-b", time.Minute); !ok {
 		t.Error("another session's lease is blocked")
 	}
+	// The holder extends its own lease.
+	if ok, _, err := s.LockSession(ctx, sid, "turn-a", time.Minute); err != nil || !ok {
+		t.Fatalf("the holder could not extend its lease: %v %v", ok, err)
+	}
 	// Only the holder releases.
 	if err := s.UnlockSession(ctx, sid, "turn-b"); err != nil {
 		t.Fatal(err)
