@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -132,27 +133,28 @@ func checkTrace(t *testing.T, s *stack, r *demo.TurnResult) {
 		}
 	}
 
-	// GenAI semantic conventions on the model calls. Until the orchestrator sets any gen_ai.*
-	// attribute this is reported, not failed; once it sets one, all three are required.
+	// GenAI semantic conventions on the model calls: one span per call with the model and the
+	// token counts.
 	var model []otlptest.Span
 	for _, sp := range spans {
-		for k := range sp.Attributes {
-			if strings.HasPrefix(k, "gen_ai.") {
-				model = append(model, sp)
-				break
-			}
+		if sp.Attributes["gen_ai.request.model"] != "" {
+			model = append(model, sp)
 		}
 	}
 	if len(model) == 0 {
-		t.Logf("MISSING: no span of the trace has GenAI attributes (gen_ai.request.model, gen_ai.usage.input_tokens, gen_ai.usage.output_tokens); the model spans have %v", attrsOf(spans, "orchestrator.model"))
+		t.Fatalf("no span of the trace has GenAI attributes (gen_ai.request.model, gen_ai.usage.input_tokens, gen_ai.usage.output_tokens); the model spans have %v", attrsOf(spans, "orchestrator.model"))
 	}
 	for _, sp := range model {
-		for _, k := range []string{"gen_ai.request.model", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"} {
-			if sp.Attributes[k] == "" {
+		if sp.Attributes["gen_ai.request.model"] != "scripted-multiprocess" {
+			t.Errorf("model span %s: gen_ai.request.model %q, want scripted-multiprocess", sp.Name, sp.Attributes["gen_ai.request.model"])
+		}
+		for _, k := range []string{"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"} {
+			if v := sp.Attributes[k]; v == "" || v == "int_value:0" {
 				t.Errorf("model span %s has no %s: %v", sp.Name, k, sp.Attributes)
 			}
 		}
 	}
+	t.Logf("%d model-call spans with GenAI attributes, e.g. %v", len(model), model[0].Attributes)
 }
 
 // orphans returns the spans whose parent is not in the set (other than the root).
@@ -209,28 +211,38 @@ func checkMetrics(t *testing.T, s *stack) {
 		}
 		names := metricNames(body)
 		t.Logf("orchestrator metric families: %s", strings.Join(names, " "))
-		// Until the orchestrator records any hermes_* metric this is reported, not failed; once
-		// it records one, turn latency, tool-call outcomes and token counts are all required.
-		var hermes []string
-		for _, n := range names {
-			if strings.HasPrefix(n, "hermes_") {
-				hermes = append(hermes, n)
+		for _, want := range []string{
+			"hermes_turn_duration_seconds", // turn latency
+			"hermes_tool_calls_total",      // tool-call outcomes
+			"hermes_tokens_total",          // token counts
+			"gen_ai_client_token_usage",    // GenAI semantic conventions
+			"gen_ai_client_operation_duration_seconds",
+		} {
+			if !slices.Contains(names, want) {
+				t.Errorf("the orchestrator's /metrics has no %s", want)
 			}
 		}
-		if len(hermes) == 0 {
-			t.Logf("MISSING: the orchestrator's /metrics has no hermes_* metric (turn latency, tool-call outcomes, token counts)")
-			continue
-		}
-		for _, want := range []struct{ what, substr string }{
-			{"turn latency", "turn"},
-			{"tool-call outcomes", "tool"},
-			{"token counts", "token"},
-		} {
-			if !slices.ContainsFunc(hermes, func(n string) bool { return strings.Contains(n, want.substr) }) {
-				t.Errorf("the orchestrator's /metrics has no hermes_* metric for %s (no family with %q among %v)", want.what, want.substr, hermes)
+		// The turns of this test are counted: two completed turns, successful tool calls.
+		for _, want := range []string{"hermes_turn_duration_seconds_count", "hermes_tool_calls_total"} {
+			if !hasSample(body, want) {
+				t.Errorf("the orchestrator's /metrics has no sample of %s after two turns", want)
 			}
 		}
 	}
+}
+
+// hasSample reports whether the exposition has a sample line of the metric with a value > 0.
+func hasSample(body, name string) bool {
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil && v > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func scrape(addr string) (string, error) {

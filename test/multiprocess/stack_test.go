@@ -164,6 +164,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("process logs:%s", s.c.Logs(12000))
+			s.logLeases()
 		}
 		s.c.Close()
 		for _, p := range s.c.Procs {
@@ -190,6 +191,17 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	t.Cleanup(func() { _ = oc.Close() })
 	s.orchestrator = orchestratorv1.NewOrchestratorServiceClient(oc)
 	return s
+}
+
+// logLeases logs the orchestrator's session leases left in Redis (why a session's turns wait).
+func (s *stack) logLeases() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	iter := s.rdb.Scan(ctx, 0, s.prefix+"orchestrator:lock:*", 100).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		s.t.Logf("session lease %s held by %q, expires in %s", k, s.rdb.Get(ctx, k).Val(), s.rdb.PTTL(ctx, k).Val())
+	}
 }
 
 func (s *stack) conn(target string) *grpc.ClientConn {
