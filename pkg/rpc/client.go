@@ -10,7 +10,9 @@ import (
 
 // retryServiceConfig retries every method on UNAVAILABLE with exponential backoff. gRPC only
 // retries a call when it is safe to (before any response message was received), and Hermes'
-// writes are idempotent by client ids or keys where a retry could repeat them.
+// writes are idempotent by client ids or keys where a retry could repeat them. RunTurn is the
+// exception: each call is a new turn, so a retry after a failure whose effect is unknown (the
+// user message may be stored) would run the request twice; its caller decides.
 const retryServiceConfig = `{
   "loadBalancingConfig": [{"round_robin": {}}],
   "methodConfig": [{
@@ -22,6 +24,8 @@ const retryServiceConfig = `{
       "backoffMultiplier": 2,
       "retryableStatusCodes": ["UNAVAILABLE"]
     }
+  }, {
+    "name": [{"service": "hermes.orchestrator.v1.OrchestratorService", "method": "RunTurn"}]
   }]
 }`
 

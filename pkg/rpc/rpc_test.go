@@ -206,3 +206,41 @@ func TestViolations(t *testing.T) {
 		t.Errorf("field violations = %v", fv)
 	}
 }
+
+// TestRunTurnIsNotRetried: the retry policy leaves RunTurn out, so a failed turn never runs a
+// second time behind the caller's back.
+func TestRunTurnIsNotRetried(t *testing.T) {
+	srv := NewServer(ServerOptions{Logger: quiet})
+	var calls atomic.Int32
+	srv.GRPC().RegisterService(&grpc.ServiceDesc{
+		ServiceName: "hermes.orchestrator.v1.OrchestratorService",
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{{StreamName: "RunTurn", ServerStreams: true, Handler: func(any, grpc.ServerStream) error {
+			calls.Add(1)
+			return status.Error(codes.Unavailable, "session store down")
+		}}},
+	}, struct{}{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = srv.Serve(ctx, lis) }()
+	conn, err := Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/hermes.orchestrator.v1.OrchestratorService/RunTurn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.CloseSend()
+	if err := st.RecvMsg(new(testpb.Empty)); status.Code(err) != codes.Unavailable {
+		t.Fatalf("RunTurn: %v, want UNAVAILABLE", err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("RunTurn reached the server %d times, want 1", n)
+	}
+}

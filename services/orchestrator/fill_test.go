@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
@@ -242,4 +243,12 @@ func FuzzCanonicalJSON(f *testing.F) {
 			t.Fatalf("not a fixed point: %q -> %q (%v)", c, again, err)
 		}
 	})
+}
+
+func TestCanonicalCode(t *testing.T) {
+	for c, want := range map[codes.Code]string{codes.OK: "OK", codes.Unavailable: "UNAVAILABLE", codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.FailedPrecondition: "FAILED_PRECONDITION"} {
+		if got := canonicalCode(c); got != want {
+			t.Errorf("canonicalCode(%v) = %q, want %q", c, got, want)
+		}
+	}
 }

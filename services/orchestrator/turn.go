@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/oklog/ulid/v2"
 	"go.opentelemetry.io/otel"
@@ -849,7 +850,7 @@ func (t *turn) finish(ctx context.Context, err error) {
 		}}})
 	} else {
 		t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Failed{Failed: &orchestratorv1.TurnFailed{
-			TurnId: t.id, Code: code.String(), Message: msg, Usage: usage, Steps: t.steps,
+			TurnId: t.id, Code: canonicalCode(code), Message: msg, Usage: usage, Steps: t.steps,
 		}}})
 	}
 	<-t.running
@@ -941,4 +942,17 @@ func (t *turn) publish(ctx context.Context) {
 			s.log.Error("turn.finished not published; the memory extractor will not see this turn", "turn", ev.GetTurnId(), "error", err)
 		}
 	}()
+}
+
+// canonicalCode is a gRPC code's canonical name ("DEADLINE_EXCEEDED"), the spelling of the
+// gRPC specification, grpcurl and every other language.
+func canonicalCode(c codes.Code) string {
+	var b strings.Builder
+	for i, r := range c.String() {
+		if i > 0 && unicode.IsUpper(r) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToUpper(r))
+	}
+	return b.String()
 }

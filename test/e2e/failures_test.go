@@ -37,7 +37,7 @@ func TestModelDown(t *testing.T) {
 	s.model.Close()
 	sid := s.newSession("u1")
 	res := s.run(context.Background(), sid, "u1", "hello?", nil)
-	if res.Failed == nil || res.Failed.GetCode() != codes.Unavailable.String() {
+	if res.Failed == nil || res.Failed.GetCode() != "UNAVAILABLE" {
 		t.Fatalf("final event %v / %v, want TurnFailed UNAVAILABLE", res.Completed, res.Failed)
 	}
 	if !strings.Contains(res.Failed.GetMessage(), s.model.URL()) {
@@ -190,7 +190,7 @@ func TestCancelledTurn(t *testing.T) {
 		})
 		// The next turn sees a well-formed history and the unfinished request as pending.
 		res := s.run(context.Background(), sid, "u1", "slow model please", &orchestratorv1.TurnOptions{Timeout: durationpbOf(300 * time.Millisecond)})
-		if res.Failed == nil || res.Failed.GetCode() != codes.DeadlineExceeded.String() {
+		if res.Failed == nil || res.Failed.GetCode() != "DEADLINE_EXCEEDED" {
 			t.Fatalf("final event %v/%v, want DEADLINE_EXCEEDED", res.Completed, res.Failed)
 		}
 		reqs := s.model.Requests()
@@ -212,7 +212,7 @@ func TestRepeatedFailures(t *testing.T) {
 	}, stackOptions{})
 	sid := s.newSession("u1")
 	res := s.run(context.Background(), sid, "u1", "do it", nil)
-	if res.Failed == nil || res.Failed.GetCode() != codes.Aborted.String() || !strings.Contains(res.Failed.GetMessage(), "no_such_tool failed 3 times in a row (unknown_tool)") {
+	if res.Failed == nil || res.Failed.GetCode() != "ABORTED" || !strings.Contains(res.Failed.GetMessage(), "no_such_tool failed 3 times in a row (unknown_tool)") {
 		t.Fatalf("final event %v/%v, want ABORTED after 3 unknown-tool failures", res.Completed, res.Failed)
 	}
 	if len(res.Results) != 3 || res.Results[0].GetErrorCode() != "unknown_tool" {
@@ -227,7 +227,7 @@ func TestRepeatedFailures(t *testing.T) {
 		return scripted.Calls(scripted.Call("current_time", `{}`))
 	}, stackOptions{})
 	res = s2.run(context.Background(), s2.newSession("u1"), "u1", "loop", &orchestratorv1.TurnOptions{MaxSteps: 4})
-	if res.Failed == nil || res.Failed.GetCode() != codes.ResourceExhausted.String() || len(res.Results) != 4 {
+	if res.Failed == nil || res.Failed.GetCode() != "RESOURCE_EXHAUSTED" || len(res.Results) != 4 {
 		t.Fatalf("final %v/%v after %d results, want RESOURCE_EXHAUSTED after 4 steps", res.Completed, res.Failed, len(res.Results))
 	}
 }
