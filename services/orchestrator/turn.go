@@ -948,11 +948,13 @@ func (t *turn) publish(ctx context.Context) {
 // gRPC specification, grpcurl and every other language.
 func canonicalCode(c codes.Code) string {
 	var b strings.Builder
-	for i, r := range c.String() {
-		if i > 0 && unicode.IsUpper(r) {
+	prev := rune(0)
+	for _, r := range c.String() {
+		if unicode.IsUpper(r) && unicode.IsLower(prev) {
 			b.WriteByte('_')
 		}
 		b.WriteRune(unicode.ToUpper(r))
+		prev = r
 	}
 	return b.String()
 }
