@@ -155,8 +155,11 @@ func FuzzFillFromMemory(f *testing.F) {
 			}
 			return
 		}
+		// Like fillFromMemory and the tool service (parseArguments), read the text with Unicode
+		// white space trimmed: "{}\f" is the object {} to both of them.
 		var before map[string]json.RawMessage
-		if strings.TrimSpace(args) == "" {
+		args = strings.TrimSpace(args)
+		if args == "" {
 			args = "{}"
 		}
 		if json.Unmarshal([]byte(args), &before) != nil || before == nil {
