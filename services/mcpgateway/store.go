@@ -2,14 +2,13 @@ package mcpgateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/hermes-agent/hermes/pkg/boltstore"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
@@ -102,18 +101,8 @@ var bServers = []byte("servers")
 
 // OpenBoltServerStore opens or creates the file.
 func OpenBoltServerStore(path string) (*BoltServerStore, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	db, err := boltstore.Open(path, nil, bServers)
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
-			return nil, fmt.Errorf("open %s: the file is in use by another hermes process", path)
-		}
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(bServers)
-		return err
-	}); err != nil {
-		_ = db.Close()
 		return nil, err
 	}
 	return &BoltServerStore{db: db}, nil

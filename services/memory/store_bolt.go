@@ -15,6 +15,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/hermes-agent/hermes/pkg/boltstore"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
@@ -70,19 +71,15 @@ func OpenBoltStore(path string, o BoltOptions) (*BoltStore, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, NoSync: o.NoSync})
+	db, err := boltstore.Open(path, &bolt.Options{NoSync: o.NoSync},
+		bucketMeta, bucketEpisodic, bucketSemantic, bucketBehavior, bucketHabits, bucketTurns, bucketUsers)
 	if err != nil {
-		return nil, fmt.Errorf("open memory store %s: %w (is another hermes process using this data directory?)", path, err)
+		return nil, fmt.Errorf("memory store: %w", err)
 	}
 	s := &BoltStore{db: db, now: o.Now, lock: map[string]lockHold{}}
 	s.ep = &BoltTier{s: s, bucket: bucketEpisodic, ttl: o.EpisodicTTL, idx: newVectorIndex(o.Dimension)}
 	s.sem = &BoltTier{s: s, bucket: bucketSemantic, idx: newVectorIndex(o.Dimension)}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketEpisodic, bucketSemantic, bucketBehavior, bucketHabits, bucketTurns, bucketUsers} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
 		meta := tx.Bucket(bucketMeta)
 		want := fmt.Sprintf("%s/%d", o.Embedder, o.Dimension)
 		if got := meta.Get([]byte("embedder")); got != nil && string(got) != want {

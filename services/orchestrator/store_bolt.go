@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/hermes-agent/hermes/pkg/boltstore"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 )
 
@@ -38,23 +39,11 @@ type lease struct {
 
 // OpenBoltStore opens or creates the file; a second process opening it fails after a second.
 func OpenBoltStore(path string) (*BoltStore, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	db, err := boltstore.Open(path, nil, bucketTasks, bucketTurns)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w (is another hermes process using this data directory?)", path, err)
+		return nil, err
 	}
 	s := &BoltStore{db: db, now: time.Now, leases: map[string]lease{}}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketTasks, bucketTurns} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("init %s: %w", path, err)
-	}
 	if err := s.pruneTurns(); err != nil {
 		_ = db.Close()
 		return nil, err

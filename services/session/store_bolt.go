@@ -5,15 +5,14 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/hermes-agent/hermes/pkg/boltstore"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 )
 
@@ -52,24 +51,9 @@ var present = []byte{1}
 // OpenBoltStore opens (or creates) the store at path. A file held by another process is an
 // error after a second instead of a hang.
 func OpenBoltStore(path string) (*BoltStore, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	db, err := boltstore.Open(path, nil, bSessions, bSummaries, bUserSessions, bIndex)
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
-			return nil, fmt.Errorf("open %s: the file is in use by another hermes process", path)
-		}
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bSessions, bSummaries, bUserSessions, bIndex} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("init %s: %w", path, err)
+		return nil, err
 	}
 	return &BoltStore{db: db}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/hermes-agent/hermes/pkg/boltstore"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -34,20 +35,9 @@ type BoltStore struct {
 // OpenBoltStore opens or creates the file. A second process opening it fails after a second
 // instead of waiting forever.
 func OpenBoltStore(path string) (*BoltStore, error) {
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	db, err := boltstore.Open(path, nil, bucketTools, bucketCalls, bucketMeta)
 	if err != nil {
-		return nil, fmt.Errorf("open tools store %s (is another hermes process using it?): %w", path, err)
-	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketTools, bucketCalls, bucketMeta} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("init tools store: %w", err)
+		return nil, fmt.Errorf("tools store: %w", err)
 	}
 	s := &BoltStore{db: db, stop: make(chan struct{}), done: make(chan struct{})}
 	go s.sweep(10 * time.Minute)

@@ -1,0 +1,48 @@
+// Package boltstore opens the bbolt files of the embedded (monolithic) backends the same way for
+// every service: a lock timeout so that a second process fails clearly instead of hanging, and
+// the service's buckets created on first use.
+package boltstore
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Open opens (or creates) the bbolt file at path with mode 0600 and creates the given buckets if
+// they are missing. opts may be nil; a zero Timeout becomes one second, so a file held by
+// another process is an error ("in use by another hermes process") rather than a hang.
+func Open(path string, opts *bolt.Options, buckets ...[]byte) (*bolt.DB, error) {
+	o := bolt.Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.Timeout == 0 {
+		o.Timeout = time.Second
+	}
+	db, err := bolt.Open(path, 0o600, &o)
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("open %s: the file is in use by another hermes process", path)
+		}
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if len(buckets) == 0 {
+		return db, nil
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range buckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("init %s: %w", path, err)
+	}
+	return db, nil
+}
