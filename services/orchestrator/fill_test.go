@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"encoding/json"
+	"math/big"
 	"strings"
 	"testing"
 
@@ -230,7 +231,11 @@ func TestIdempotencyKey(t *testing.T) {
 
 // FuzzCanonicalJSON: canonical text is valid JSON, a fixed point, and equal in value to the input.
 func FuzzCanonicalJSON(f *testing.F) {
-	for _, s := range []string{`{"b":1,"a":[1.0,2e0]}`, `"\u00e9"`, `[{"x":{"y":[]}}]`, `1e400`, `-0.0000001`, `{"a":"\ud800"}`} {
+	for _, s := range []string{`{"b":1,"a":[1.0,2e0]}`, `"\u00e9"`, `[{"x":{"y":[]}}]`, `1e400`, `-0.0000001`, `{"a":"\ud800"}`,
+		// Non-integers whose float64 is an integer, -0 or beyond float64 used to be written in a
+		// form that read back differently; huge exponents used to be written out digit by digit.
+		`10000000000000000000000.5`, `4503599627370497.5`, `-1e-400`, "1." + strings.Repeat("0", 330) + "1e309", `1e999999`, `{"a":1e-999999}`,
+	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
@@ -245,7 +250,70 @@ func FuzzCanonicalJSON(f *testing.F) {
 		if err != nil || again != c {
 			t.Fatalf("not a fixed point: %q -> %q (%v)", c, again, err)
 		}
+		if a, b := decodeNumbers(t, in), decodeNumbers(t, c); !sameJSON(a, b) {
+			t.Fatalf("canonical %q differs in value from %q", c, in)
+		}
 	})
+}
+
+func decodeNumbers(t *testing.T, s string) any {
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("decode %q: %v", s, err)
+	}
+	return v
+}
+
+// sameJSON compares decoded values as CanonicalJSON promises to keep them: integers exactly,
+// other numbers as their float64.
+func sameJSON(a, b any) bool {
+	switch x := a.(type) {
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k, v := range x {
+			if w, ok := y[k]; !ok || !sameJSON(v, w) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !sameJSON(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case json.Number:
+		y, ok := b.(json.Number)
+		if !ok {
+			return false
+		}
+		if x == y {
+			return true
+		}
+		rx, okx := new(big.Rat).SetString(string(x))
+		ry, oky := new(big.Rat).SetString(string(y))
+		if !okx || !oky {
+			return false
+		}
+		if rx.IsInt() {
+			return rx.Cmp(ry) == 0
+		}
+		fx, _ := rx.Float64()
+		fy, _ := ry.Float64()
+		return fx == fy
+	default:
+		return a == b
+	}
 }
 
 func TestCanonicalCode(t *testing.T) {

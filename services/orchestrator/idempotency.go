@@ -87,19 +87,37 @@ func writeString(b *bytes.Buffer, s string) {
 	b.Write(bytes.TrimRight(buf.Bytes(), "\n"))
 }
 
-// canonicalNumber writes integers exactly (however large) and other numbers in Go's shortest
-// round-trip form.
+// maxExponent bounds the decimal exponent of a number that is rewritten: "1e999999" would cost
+// seconds of CPU and a megabyte of digits. A number beyond it is kept as written.
+const maxExponent = 1000
+
+// canonicalNumber writes integers exactly and other numbers in Go's shortest round-trip form of
+// their float64 value. Whatever it writes reads back as itself.
 func canonicalNumber(n json.Number) string {
-	r, ok := new(big.Rat).SetString(string(n))
+	s := string(n)
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		if exp, err := strconv.Atoi(s[i+1:]); err != nil || exp > maxExponent || exp < -maxExponent {
+			return s
+		}
+	}
+	r, ok := new(big.Rat).SetString(s)
 	if !ok {
-		return string(n)
+		return s
 	}
 	if r.IsInt() {
 		return r.Num().String()
 	}
 	f, _ := r.Float64()
-	if math.IsInf(f, 0) || math.IsNaN(f) {
-		return r.FloatString(20)
+	switch {
+	case math.IsInf(f, 0):
+		// Beyond float64 the fraction is far below its precision: the nearest integer.
+		return r.FloatString(0)
+	case f == 0:
+		return "0" // not "-0", which reads back as the integer 0
+	case math.Trunc(f) == f:
+		// The float64 is an integer ("1e+22" for 10000000000000000000000.5): write it as one,
+		// since that is how its text reads back.
+		return new(big.Float).SetFloat64(f).Text('f', 0)
 	}
 	return strconv.FormatFloat(f, 'g', -1, 64)
 }
