@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -246,6 +247,22 @@ func (a *App) dataPath(name string) (string, error) {
 		return "", fmt.Errorf("data directory: %w", err)
 	}
 	return filepath.Join(a.cfg.DataDir, name), nil
+}
+
+// openInDataDir opens a service's embedded store, the file name in the data directory, and
+// closes it on shutdown.
+func openInDataDir[S io.Closer](a *App, name string, open func(path string) (S, error)) (S, error) {
+	path, err := a.dataPath(name)
+	if err != nil {
+		var zero S
+		return zero, err
+	}
+	s, err := open(path)
+	if err != nil {
+		return s, err
+	}
+	a.onClose(func() { _ = s.Close() })
+	return s, nil
 }
 
 // Redis returns the shared Redis client, connecting and pinging it on first use. It returns

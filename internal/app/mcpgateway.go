@@ -36,17 +36,8 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	if rdb != nil {
 		store = mcpgateway.NewRedisServerStore(rdb, a.cfg.RedisPrefix+"mcpgateway:")
 		a.watchRedis(mcpgatewayv1.MCPGatewayService_ServiceDesc.ServiceName, rdb)
-	} else {
-		path, err := a.dataPath("mcpgateway.db")
-		if err != nil {
-			return err
-		}
-		bs, err := mcpgateway.OpenBoltServerStore(path)
-		if err != nil {
-			return err
-		}
-		a.onClose(func() { _ = bs.Close() })
-		store = bs
+	} else if store, err = openInDataDir(a, "mcpgateway.db", mcpgateway.OpenBoltServerStore); err != nil {
+		return err
 	}
 	gw := mcpgateway.New(mcpgateway.Options{
 		Config:   cfg,

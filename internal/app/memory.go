@@ -61,15 +61,12 @@ func (a *App) initMemory(ctx context.Context) error {
 		a.watchRedis(name, rdb)
 		a.srv.WatchDependency("qdrant/"+name, []string{name}, 2*time.Second, sem.Ping)
 	} else {
-		path, err := a.dataPath("memory.db")
+		bs, err := openInDataDir(a, "memory.db", func(path string) (*memory.BoltStore, error) {
+			return memory.OpenBoltStore(path, memory.BoltOptions{EpisodicTTL: cfg.EpisodicTTL, Embedder: emb.Name(), Dimension: emb.Dimension()})
+		})
 		if err != nil {
 			return err
 		}
-		bs, err := memory.OpenBoltStore(path, memory.BoltOptions{EpisodicTTL: cfg.EpisodicTTL, Embedder: emb.Name(), Dimension: emb.Dimension()})
-		if err != nil {
-			return err
-		}
-		a.onClose(func() { _ = bs.Close() })
 		opts.Episodic, opts.Semantic, opts.State = bs.Episodic(), bs.Semantic(), bs
 	}
 

@@ -63,17 +63,8 @@ func (a *App) initOrchestrator(ctx context.Context) error {
 	if rdb != nil {
 		deps.Store = orchestrator.NewRedisStore(rdb, a.cfg.RedisPrefix+"orchestrator:")
 		a.watchRedis(orchestratorv1.OrchestratorService_ServiceDesc.ServiceName, rdb)
-	} else {
-		path, err := a.dataPath("orchestrator.db")
-		if err != nil {
-			return err
-		}
-		bs, err := orchestrator.OpenBoltStore(path)
-		if err != nil {
-			return err
-		}
-		a.onClose(func() { _ = bs.Close() })
-		deps.Store = bs
+	} else if deps.Store, err = openInDataDir(a, "orchestrator.db", orchestrator.OpenBoltStore); err != nil {
+		return err
 	}
 
 	_, js, err := a.NATS(ctx)

@@ -20,17 +20,8 @@ func (a *App) initSession(ctx context.Context) error {
 	if rdb != nil {
 		store = session.NewRedisStore(rdb, a.cfg.RedisPrefix+"session:")
 		a.watchRedis(sessionv1.SessionService_ServiceDesc.ServiceName, rdb)
-	} else {
-		path, err := a.dataPath("session.db")
-		if err != nil {
-			return err
-		}
-		bs, err := session.OpenBoltStore(path)
-		if err != nil {
-			return err
-		}
-		a.onClose(func() { _ = bs.Close() })
-		store = bs
+	} else if store, err = openInDataDir(a, "session.db", session.OpenBoltStore); err != nil {
+		return err
 	}
 	svc := session.NewService(store, tok, a.cfg.Session, a.log)
 	a.srv.Register(&sessionv1.SessionService_ServiceDesc, svc)

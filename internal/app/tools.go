@@ -25,17 +25,8 @@ func (a *App) initTools(ctx context.Context) error {
 	if rdb != nil {
 		store = tools.NewRedisStore(rdb, a.cfg.RedisPrefix+"tools:")
 		a.watchRedis(toolsv1.ToolService_ServiceDesc.ServiceName, rdb)
-	} else {
-		path, err := a.dataPath("tools.db")
-		if err != nil {
-			return err
-		}
-		bs, err := tools.OpenBoltStore(path)
-		if err != nil {
-			return err
-		}
-		a.onClose(func() { _ = bs.Close() })
-		store = bs
+	} else if store, err = openInDataDir(a, "tools.db", tools.OpenBoltStore); err != nil {
+		return err
 	}
 	svc, err := tools.NewService(store, tools.Options{
 		Config:    a.cfg.Tools,
