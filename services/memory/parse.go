@@ -27,6 +27,11 @@ var errNotJSON = errors.New("the model's reply holds no JSON object with a memor
 // maxReplyBytes caps what is parsed of a reply.
 const maxReplyBytes = 256 << 10
 
+// maxStarts caps the brackets a reply is tried from. Each try may scan to the end of the reply,
+// so without a cap a reply of 64 KiB of "[" costs seconds (quadratic); the contract's JSON is
+// among the first few brackets of any real reply.
+const maxStarts = 64
+
 // parseExtraction reads the extraction contract {"memories":[{"type","content","confidence",
 // "attributes"}]} from a model reply, surviving what models wrap around JSON: code fences, a
 // sentence before or after, a bare list instead of the object, confidences as strings or
@@ -36,7 +41,11 @@ func parseExtraction(reply string) ([]rawCandidate, error) {
 	if len(reply) > maxReplyBytes {
 		reply = reply[:maxReplyBytes]
 	}
-	for _, start := range jsonStarts(reply) {
+	starts := jsonStarts(reply)
+	if len(starts) > maxStarts {
+		starts = starts[:maxStarts]
+	}
+	for _, start := range starts {
 		end := matchingEnd(reply, start)
 		if end < 0 {
 			continue
