@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestParseExtraction(t *testing.T) {
@@ -81,7 +82,9 @@ func FuzzParseExtraction(f *testing.F) {
 	})
 }
 
-// FuzzDecodeEntry: a corrupt stored record is an error, never a panic.
+// FuzzDecodeEntry: a corrupt stored record is an error, never a panic; a record that decodes
+// re-encodes to one that decodes to the same entry (-0 may come back as 0: the sparse form
+// keeps only non-zero components).
 func FuzzDecodeEntry(f *testing.F) {
 	e := Entry{Memory: testMemory("u", newID(), pref, "用户喜欢川菜", timeZero()), Vector: vecOf(1, 2, 0.5)}
 	good, _ := encodeEntry(e)
@@ -99,8 +102,20 @@ func FuzzDecodeEntry(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encode: %v", err)
 		}
-		if _, err := decodeEntry(again); err != nil {
+		back, err := decodeEntry(again)
+		if err != nil {
 			t.Fatalf("decode of a re-encoded entry: %v", err)
+		}
+		if !proto.Equal(back.Memory, got.Memory) {
+			t.Fatalf("memory changed in a round trip: %v then %v", got.Memory, back.Memory)
+		}
+		if len(back.Vector) != len(got.Vector) {
+			t.Fatalf("vector of %d components came back with %d", len(got.Vector), len(back.Vector))
+		}
+		for i, v := range got.Vector {
+			if w := back.Vector[i]; math.Float32bits(v) != math.Float32bits(w) && !(v == 0 && w == 0) {
+				t.Fatalf("component %d changed from %v to %v", i, v, w)
+			}
 		}
 	})
 }
