@@ -167,6 +167,11 @@ func nodeJSON(buf *bytes.Buffer, n *yaml.Node, depth int) error {
 	if depth > 128 {
 		return errors.New("nested too deeply")
 	}
+	// Aliases let a few lines expand exponentially ("billion laughs"): stop at the size a schema
+	// may have at all.
+	if buf.Len() > maxSchemaBytes {
+		return fmt.Errorf("expands to more than %d bytes", maxSchemaBytes)
+	}
 	switch n.Kind {
 	case yaml.DocumentNode:
 		if len(n.Content) == 0 {
