@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"go.yaml.in/yaml/v3"
 )
 
 // FuzzCheckArguments feeds arbitrary argument text through parsing, coercion and validation.
@@ -102,8 +103,8 @@ func FuzzCompileSchema(f *testing.F) {
 	})
 }
 
-// FuzzParseToolsFile: any file text is parsed or refused, never a panic, and durations that
-// parse are valid.
+// FuzzParseToolsFile: any file text is parsed or refused, never a panic, durations that parse
+// are valid, and a schema written as YAML (not as a string of JSON) becomes valid JSON.
 func FuzzParseToolsFile(f *testing.F) {
 	f.Add(toolsYAML)
 	f.Add(`{"tools":[{"name":"a","input_schema":{"type":"object","x":&a [1,*a]}}]}`)
@@ -113,9 +114,27 @@ func FuzzParseToolsFile(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, s := range specs {
+		var nodes struct {
+			Tools []struct {
+				InputSchema  yaml.Node `yaml:"input_schema"`
+				OutputSchema yaml.Node `yaml:"output_schema"`
+			} `yaml:"tools"`
+		}
+		if err := yaml.Unmarshal([]byte(text), &nodes); err != nil || len(nodes.Tools) != len(specs) {
+			t.Fatalf("parsed %d tools from %q, but YAML reads %d (%v)", len(specs), text, len(nodes.Tools), err)
+		}
+		for i, s := range specs {
 			if s.GetTimeout() != nil && s.GetTimeout().CheckValid() != nil {
 				t.Fatalf("invalid timeout from %q", text)
+			}
+			for _, sc := range []struct {
+				node *yaml.Node
+				text string
+			}{{&nodes.Tools[i].InputSchema, s.GetInputSchema()}, {&nodes.Tools[i].OutputSchema, s.GetOutputSchema()}} {
+				fromYAML := sc.node.Kind != 0 && !(sc.node.Kind == yaml.ScalarNode && sc.node.Tag == "!!str")
+				if fromYAML && !json.Valid([]byte(sc.text)) {
+					t.Fatalf("schema of tools[%d] from YAML is not JSON: %q (file %q)", i, sc.text, text)
+				}
 			}
 		}
 	})
