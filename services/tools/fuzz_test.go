@@ -32,40 +32,48 @@ func FuzzCheckArguments(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, text string) {
-		args, coercions, violations, perr := checkArguments(cs, text)
-		trimmed := strings.TrimSpace(text)
-		if (perr != nil) != (trimmed != "" && !json.Valid([]byte(trimmed))) {
-			t.Fatalf("parse error %v for %q (json.Valid=%v)", perr, text, json.Valid([]byte(trimmed)))
-		}
-		if perr != nil || len(violations) > 0 {
-			for _, v := range violations {
-				if v.GetMessage() == "" {
-					t.Fatalf("violation without a message at %q", v.GetPointer())
-				}
-			}
-			return
-		}
-		if !json.Valid(args) {
-			t.Fatalf("passed arguments are not JSON: %q", args)
-		}
-		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cs.root.Validate(inst); err != nil {
-			t.Fatalf("passed arguments %s fail the schema: %v", args, err)
-		}
-		again, c2, v2, err := checkArguments(cs, string(args))
-		if err != nil || len(c2) > 0 || len(v2) > 0 {
-			t.Fatalf("second check of %s: coercions %v violations %v err %v (first coercions %v)", args, c2, v2, err, coercions)
-		}
-		if !bytes.Equal(again, args) && len(coercions) == 0 {
-			t.Fatalf("arguments changed without a coercion: %s → %s", args, again)
-		}
+		checkArgumentsHolds(t, cs, text)
 	})
 }
 
-// FuzzEvaluate: the calculator never panics, and a result is always a finite number.
+// checkArgumentsHolds asserts the invariants of checkArguments for one schema and text.
+func checkArgumentsHolds(t *testing.T, cs *compiledSchema, text string) {
+	t.Helper()
+	args, coercions, violations, perr := checkArguments(cs, text)
+	trimmed := strings.TrimSpace(text)
+	if (perr != nil) != (trimmed != "" && !json.Valid([]byte(trimmed))) {
+		t.Fatalf("parse error %v for %q (json.Valid=%v)", perr, text, json.Valid([]byte(trimmed)))
+	}
+	if perr != nil || len(violations) > 0 {
+		for _, v := range violations {
+			if v.GetMessage() == "" {
+				t.Fatalf("violation without a message at %q", v.GetPointer())
+			}
+		}
+		return
+	}
+	if !json.Valid(args) {
+		t.Fatalf("passed arguments are not JSON: %q", args)
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.root.Validate(inst); err != nil {
+		t.Fatalf("passed arguments %s fail the schema: %v", args, err)
+	}
+	again, c2, v2, err := checkArguments(cs, string(args))
+	if err != nil || len(c2) > 0 || len(v2) > 0 {
+		t.Fatalf("second check of %s: coercions %v violations %v err %v (first coercions %v)", args, c2, v2, err, coercions)
+	}
+	if !bytes.Equal(again, args) && len(coercions) == 0 {
+		t.Fatalf("arguments changed without a coercion: %s → %s", args, again)
+	}
+}
+
+// FuzzEvaluate: the calculator never panics, a result is always a finite number, and the value
+// of a complete expression does not change with parentheses around it, a minus in front of it
+// or blanks around it.
 func FuzzEvaluate(f *testing.F) {
 	for _, s := range []string{"1+2*3", "(1+2)^-3", "sqrt(2)**2", "max(1,2,3)", "round(2.5, 1)", "--1", "1/0", "1e309", "((((", "pi*e", "2 × 3 ÷ 4", "1_0.5_"} {
 		f.Add(s)
@@ -78,11 +86,26 @@ func FuzzEvaluate(f *testing.F) {
 		if err != nil && v != 0 {
 			t.Fatalf("Evaluate(%q) returned %v with error %v", expr, v, err)
 		}
+		if err != nil {
+			return
+		}
+		for _, c := range []struct {
+			expr string
+			want float64
+		}{{"(" + expr + ")", v}, {"-(" + expr + ")", -v}, {" " + expr + "\n", v}} {
+			w, err := Evaluate(c.expr)
+			if err != nil && !strings.Contains(err.Error(), "nests deeper") && len(c.expr) <= maxExpressionBytes {
+				t.Fatalf("Evaluate(%q) = %v but Evaluate(%q) fails: %v", expr, v, c.expr, err)
+			}
+			if err == nil && w != c.want {
+				t.Fatalf("Evaluate(%q) = %v, want %v as Evaluate(%q) = %v", c.expr, w, c.want, expr, v)
+			}
+		}
 	})
 }
 
 // FuzzCompileSchema: registration never panics on a schema, never reads outside it, and a
-// compiled schema validates any instance without panicking.
+// compiled schema checks any instance with the invariants of FuzzCheckArguments.
 func FuzzCompileSchema(f *testing.F) {
 	for _, s := range []string{
 		bookingSchema, `{"type":"object"}`, `{"type":"object","$ref":"#/$defs/x","$defs":{"x":{"$ref":"#/$defs/x"}}}`,
@@ -99,7 +122,7 @@ func FuzzCompileSchema(f *testing.F) {
 			}
 			return
 		}
-		_, _, _, _ = checkArguments(cs, instance)
+		checkArgumentsHolds(t, cs, instance)
 	})
 }
 
