@@ -5,6 +5,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/hermes-agent/hermes/internal/testenv"
 )
 
 // TestMicroservicesTwoOrchestrators runs the load generator briefly the way bench/README.md
@@ -18,7 +20,7 @@ func TestMicroservicesTwoOrchestrators(t *testing.T) {
 	res, err := run(context.Background(), config{
 		mode: "microservices", orchestrators: 2, sessions: 4,
 		duration: 2 * time.Second, warmup: 500 * time.Millisecond,
-		redisURL: "redis://127.0.0.1:6379/0", natsURL: "nats://127.0.0.1:4222",
+		redisURL: testenv.RedisURL(), natsURL: "nats://127.0.0.1:4222",
 	}, &out)
 	t.Log(out.String())
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hermes-agent/hermes/internal/qdranttest"
+	"github.com/hermes-agent/hermes/internal/testenv"
 	"github.com/hermes-agent/hermes/pkg/events"
 	"github.com/hermes-agent/hermes/pkg/model/scripted"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
@@ -51,12 +52,13 @@ func TestMemoryTargetWiring(t *testing.T) {
 	}
 	defer model.Close()
 	ns := "appmem" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "")
+	_, prefix := testenv.Redis(t)
 	modes := map[string][]string{
 		// Embedded stores, the real NATS (a namespace of its own).
 		"embedded": {"--nats-url=nats://127.0.0.1:4222", "--nats-namespace=" + ns + "e"},
 		// Redis + Qdrant (the test double unless HERMES_TEST_QDRANT_ADDR is set).
-		"redis+qdrant": {"--nats-url=nats://127.0.0.1:4222", "--nats-namespace=" + ns + "r", "--redis-url=redis://127.0.0.1:6379/0",
-			"--redis-prefix=" + ns + ":", "--qdrant-addr=" + qdranttest.Addr(t), "--memory.qdrant-collection=" + ns},
+		"redis+qdrant": {"--nats-url=nats://127.0.0.1:4222", "--nats-namespace=" + ns + "r", "--redis-url=" + testenv.RedisURL(),
+			"--redis-prefix=" + prefix, "--qdrant-addr=" + qdranttest.Addr(t), "--memory.qdrant-collection=" + ns},
 	}
 	for name, args := range modes {
 		t.Run(name, func(t *testing.T) {

@@ -3,28 +3,18 @@ package mcpgateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/hermes-agent/hermes/internal/testenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
 func testRedisStore(t *testing.T) *RedisServerStore {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		t.Fatalf("redis: %v (start redis-server)", err)
-	}
-	prefix := fmt.Sprintf("hermes-test:%d:mcpgateway:", time.Now().UnixNano())
-	t.Cleanup(func() {
-		rdb.Del(context.Background(), prefix+"servers")
-		_ = rdb.Close()
-	})
-	return NewRedisServerStore(rdb, prefix)
+	rdb, prefix := testenv.Redis(t)
+	return NewRedisServerStore(rdb, prefix+"mcpgateway:")
 }
 
 // TestServerStoreConformance runs the same checks against both stores.

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermes-agent/hermes/internal/testenv"
 	"github.com/hermes-agent/hermes/pkg/events"
 	"github.com/hermes-agent/hermes/pkg/model/scripted"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
@@ -48,7 +49,7 @@ type replicaStores struct {
 }
 
 func sharedStores(t *testing.T, dim int) replicaStores {
-	rdb, prefix := testRedis(t)
+	rdb, prefix := testenv.Redis(t)
 	qc, coll := testQdrant(t)
 	qs, err := NewQdrantSemantic(context.Background(), qc, coll, dim)
 	if err != nil {

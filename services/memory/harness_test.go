@@ -4,16 +4,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
-
+	"github.com/hermes-agent/hermes/internal/testenv"
 	"github.com/hermes-agent/hermes/pkg/model"
 	"github.com/hermes-agent/hermes/pkg/model/scripted"
 	"github.com/hermes-agent/hermes/pkg/rpc"
@@ -91,7 +87,7 @@ func newHarness(t *testing.T, backend string, o harnessOpts) *harness {
 		h.bolt = bs
 		opts.Episodic, opts.Semantic, opts.State = bs.Episodic(), bs.Semantic(), bs
 	case "redis+qdrant":
-		rdb, prefix := testRedis(t)
+		rdb, prefix := testenv.Redis(t)
 		h.prefix = prefix
 		h.redis = &redisHandle{keys: func(p string) []string {
 			k, err := scanKeys(context.Background(), rdb, p)
@@ -119,22 +115,8 @@ func newHarness(t *testing.T, backend string, o harnessOpts) *harness {
 	h.svc = svc
 	srv := rpc.NewServer(rpc.ServerOptions{Logger: testLogger(), ShutdownTimeout: time.Second})
 	srv.Register(&memoryv1.MemoryService_ServiceDesc, svc)
-	lis := bufconn.Listen(1 << 20)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(ctx, lis); close(done) }()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		cancel()
-		<-done
-		svc.Close()
-	})
+	t.Cleanup(svc.Close) // after the server has stopped: cleanups run last-in first-out
+	conn := testenv.Serve(t, srv)
 	h.client = memoryv1.NewMemoryServiceClient(conn)
 	return h
 }

@@ -11,37 +11,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/qdrant/go-client/qdrant"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/hermes-agent/hermes/internal/qdranttest"
+	"github.com/hermes-agent/hermes/internal/testenv"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
 const testDim = 64
-
-// testRedis connects to the real Redis at 127.0.0.1:6379 and returns a random key prefix that
-// is cleaned up after the test. An unreachable Redis fails the test.
-func testRedis(t testing.TB) (*redis.Client, string) {
-	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatalf("Redis at 127.0.0.1:6379 is required: %v", err)
-	}
-	prefix := "test:" + randomToken() + ":"
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		keys, _ := scanKeys(ctx, rdb, prefix+"*")
-		if len(keys) > 0 {
-			rdb.Del(ctx, keys...)
-		}
-		_ = rdb.Close()
-	})
-	return rdb, prefix
-}
 
 // testQdrant returns a client of a real Qdrant (HERMES_TEST_QDRANT_ADDR) or of the test double,
 // and a fresh collection name.
@@ -89,7 +66,7 @@ func tierBackends() []tierBackend {
 			return openTestBolt(t, ttl).Semantic()
 		}},
 		{name: "redis-episodic", hasTTL: true, new: func(t *testing.T, ttl time.Duration) TierStore {
-			rdb, prefix := testRedis(t)
+			rdb, prefix := testenv.Redis(t)
 			return NewRedisEpisodic(rdb, prefix, ttl, testDim)
 		}},
 		{name: "qdrant-semantic", new: func(t *testing.T, _ time.Duration) TierStore {
@@ -363,7 +340,7 @@ func stateBackends() []stateBackend {
 	return []stateBackend{
 		{"bolt", func(t *testing.T) StateStore { return openTestBolt(t, time.Hour) }},
 		{"redis", func(t *testing.T) StateStore {
-			rdb, prefix := testRedis(t)
+			rdb, prefix := testenv.Redis(t)
 			return NewRedisState(rdb, prefix)
 		}},
 	}

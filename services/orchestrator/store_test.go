@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/hermes-agent/hermes/internal/testenv"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 )
 
@@ -25,28 +25,6 @@ func randomID(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
-}
-
-// testRedis connects to the Redis CI starts; the test fails when it is not reachable. Keys go
-// under a random prefix that is deleted afterwards.
-func testRedis(t testing.TB) (*redis.Client, string) {
-	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatalf("Redis at 127.0.0.1:6379 is required: %v", err)
-	}
-	prefix := "hermes-test-" + randomID(t) + ":"
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			rdb.Del(ctx, iter.Val())
-		}
-		_ = rdb.Close()
-	})
-	return rdb, prefix
 }
 
 func storeBackends(t *testing.T) map[string]func(t *testing.T) Store {
@@ -60,7 +38,7 @@ func storeBackends(t *testing.T) map[string]func(t *testing.T) Store {
 			return s
 		},
 		"redis": func(t *testing.T) Store {
-			rdb, prefix := testRedis(t)
+			rdb, prefix := testenv.Redis(t)
 			return NewRedisStore(rdb, prefix)
 		},
 	}

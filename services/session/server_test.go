@@ -5,22 +5,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/hermes-agent/hermes/internal/testenv"
 	"github.com/hermes-agent/hermes/pkg/rpc"
 	"github.com/hermes-agent/hermes/pkg/tokenizer"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
@@ -38,43 +32,13 @@ func serve(t testing.TB, store session.Store) sessionv1.SessionServiceClient {
 	}
 	srv := rpc.NewServer(rpc.ServerOptions{Logger: quiet})
 	srv.Register(&sessionv1.SessionService_ServiceDesc, session.NewService(store, tok, session.Config{WindowTurns: 12, TokenBudget: 100_000, MaxEvicted: 200}, quiet))
-	lis := bufconn.Listen(1 << 20)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		cancel()
-		<-done
-	})
+	conn := testenv.Serve(t, srv)
 	return sessionv1.NewSessionServiceClient(conn)
 }
 
 func redisStore(t testing.TB) session.Store {
 	t.Helper()
-	url := os.Getenv("HERMES_TEST_REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	opts, _ := redis.ParseURL(url)
-	rdb := redis.NewClient(opts)
-	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		t.Fatalf("redis: %v", err)
-	}
-	prefix := fmt.Sprintf("hermes-test:%d:", time.Now().UnixNano())
-	t.Cleanup(func() {
-		keys, _ := rdb.Keys(context.Background(), prefix+"*").Result()
-		if len(keys) > 0 {
-			rdb.Del(context.Background(), keys...)
-		}
-		_ = rdb.Close()
-	})
+	rdb, prefix := testenv.Redis(t)
 	return session.NewRedisStore(rdb, prefix)
 }
 

@@ -3,56 +3,21 @@ package session
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/big"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/hermes-agent/hermes/internal/testenv"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 )
-
-// testRedis connects to the Redis the tests use (HERMES_TEST_REDIS_URL, default
-// redis://127.0.0.1:6379/0) and returns it with a fresh key prefix whose keys are deleted when
-// the test ends. A missing Redis fails the test: CI starts one.
-func testRedis(t testing.TB) (*redis.Client, string) {
-	t.Helper()
-	url := os.Getenv("HERMES_TEST_REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatalf("redis at %s: %v (start redis-server, or set HERMES_TEST_REDIS_URL)", opts.Addr, err)
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	prefix := "hermes-test:" + hex.EncodeToString(b) + ":"
-	t.Cleanup(func() {
-		ctx := context.Background()
-		keys, _ := rdb.Keys(ctx, prefix+"*").Result()
-		if len(keys) > 0 {
-			rdb.Del(ctx, keys...)
-		}
-		_ = rdb.Close()
-	})
-	return rdb, prefix
-}
 
 type backend struct {
 	name string
@@ -62,7 +27,7 @@ type backend struct {
 func backends() []backend {
 	return []backend{
 		{"redis", func(t testing.TB) Store {
-			rdb, prefix := testRedis(t)
+			rdb, prefix := testenv.Redis(t)
 			return NewRedisStore(rdb, prefix)
 		}},
 		{"bolt", func(t testing.TB) Store {

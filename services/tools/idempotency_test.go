@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-agent/hermes/internal/testenv"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -38,7 +39,7 @@ func paySpec(url string) *toolsv1.ToolSpec {
 func TestIdempotentConcurrentCalls(t *testing.T) {
 	setups := map[string]func(t *testing.T) []toolsv1.ToolServiceClient{
 		"redis, two replicas": func(t *testing.T) []toolsv1.ToolServiceClient {
-			rdb, prefix := testRedis(t)
+			rdb, prefix := testenv.Redis(t)
 			a := serve(t, newTestService(t, NewRedisStore(rdb, prefix), Options{}))
 			b := serve(t, newTestService(t, NewRedisStore(rdb, prefix), Options{}))
 			return []toolsv1.ToolServiceClient{a, b}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hermes-agent/hermes/internal/testenv"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -154,7 +155,7 @@ func TestRequestValidation(t *testing.T) {
 // which compiles the stored schema on first use.
 func TestReplicasShareRegistry(t *testing.T) {
 	srv, _ := echoServer(t)
-	rdb, prefix := testRedis(t)
+	rdb, prefix := testenv.Redis(t)
 	a := serve(t, newTestService(t, NewRedisStore(rdb, prefix), Options{}))
 	svcB := newTestService(t, NewRedisStore(rdb, prefix), Options{})
 	b := serve(t, svcB)
@@ -189,7 +190,7 @@ func TestReplicasShareRegistry(t *testing.T) {
 }
 
 func TestRedisDownIsUnavailable(t *testing.T) {
-	rdb, prefix := testRedis(t)
+	rdb, prefix := testenv.Redis(t)
 	store := NewRedisStore(rdb, prefix)
 	c := serve(t, newTestService(t, store, Options{}))
 	mustRegister(t, c, httpSpec("t", "http://127.0.0.1:1/", emptyObjectSchema))

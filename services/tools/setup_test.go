@@ -7,17 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hermes-agent/hermes/internal/testenv"
 	"github.com/hermes-agent/hermes/pkg/rpc"
 	"github.com/hermes-agent/hermes/pkg/tokenizer"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
@@ -31,39 +28,8 @@ func randomID() string {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// testRedis connects to the test Redis (HERMES_TEST_REDIS_URL, default 127.0.0.1:6379) and
-// fails the test when it is unreachable. It returns a random key prefix whose keys are deleted
-// when the test ends.
-func testRedis(t testing.TB) (*redis.Client, string) {
-	t.Helper()
-	url := os.Getenv("HERMES_TEST_REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379/0"
-	}
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatalf("redis url: %v", err)
-	}
-	rdb := redis.NewClient(opts)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatalf("redis at %s is required for this test: %v", opts.Addr, err)
-	}
-	prefix := "hermes-test:" + randomID() + ":"
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 500).Iterator()
-		for iter.Next(ctx) {
-			rdb.Del(ctx, iter.Val())
-		}
-		_ = rdb.Close()
-	})
-	return rdb, prefix
-}
-
 func testRedisStore(t testing.TB) *RedisStore {
-	rdb, prefix := testRedis(t)
+	rdb, prefix := testenv.Redis(t)
 	return NewRedisStore(rdb, prefix)
 }
 
@@ -117,26 +83,9 @@ func newTestService(t testing.TB, store Store, opts Options) *Service {
 // returns a client.
 func serve(t testing.TB, svc *Service) toolsv1.ToolServiceClient {
 	t.Helper()
-	lis := bufconn.Listen(1 << 20)
 	srv := rpc.NewServer(rpc.ServerOptions{Logger: quietLogger(), ShutdownTimeout: time.Second})
 	srv.Register(&toolsv1.ToolService_ServiceDesc, svc)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ctx, lis)
-	}()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		cancel()
-		<-done
-	})
+	conn := testenv.Serve(t, srv)
 	return toolsv1.NewToolServiceClient(conn)
 }
 

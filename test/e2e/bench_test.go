@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/hermes-agent/hermes/internal/app"
 	"github.com/hermes-agent/hermes/internal/demo"
+	"github.com/hermes-agent/hermes/internal/testenv"
 	"github.com/hermes-agent/hermes/pkg/events"
 	"github.com/hermes-agent/hermes/pkg/model"
 	"github.com/hermes-agent/hermes/pkg/model/scripted"
@@ -238,12 +238,11 @@ func startOverhead(b *testing.B, micro bool) *overheadStack {
 		o.orchAddr = a.Addr()
 		return o
 	}
-	checkBackends(b)
+	_, prefix := testenv.Redis(b)
+	checkNATS(b)
 	ns := "bench" + randomToken(b)
-	prefix := "hermes-bench-" + randomToken(b) + ":"
-	s := &stack{t: b, prefix: prefix, names: events.NamespacedNames(ns)}
-	s.rdb = redis.NewClient(&redis.Options{Addr: redisAddr})
-	b.Cleanup(s.cleanupBackends)
+	s := &stack{t: b, names: events.NamespacedNames(ns)}
+	b.Cleanup(s.cleanupNATS)
 	apps := map[string]*app.App{}
 	listeners := map[string]string{}
 	for _, t := range app.Targets() {
@@ -252,7 +251,7 @@ func startOverhead(b *testing.B, micro bool) *overheadStack {
 		cfg.DataDir = b.TempDir()
 		cfg.NATSURL, cfg.NATSNamespace = natsURL, ns
 		if t != app.TargetMemory {
-			cfg.RedisURL, cfg.RedisPrefix = "redis://"+redisAddr, prefix
+			cfg.RedisURL, cfg.RedisPrefix = testenv.RedisURL(), prefix
 		}
 		// Targets start in dependency order, so each knows the addresses it calls (the tool
 		// service reaches the gateway only for MCP tools, which this benchmark does not use).

@@ -23,12 +23,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/hermes-agent/hermes/internal/app"
 	"github.com/hermes-agent/hermes/internal/demo"
+	"github.com/hermes-agent/hermes/internal/testenv"
 	"github.com/hermes-agent/hermes/pkg/events"
 	"github.com/hermes-agent/hermes/pkg/model/scripted"
 	"github.com/hermes-agent/hermes/pkg/rpc"
@@ -39,10 +39,7 @@ import (
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
-const (
-	redisAddr = "127.0.0.1:6379"
-	natsURL   = "nats://127.0.0.1:4222"
-)
+const natsURL = "nats://127.0.0.1:4222"
 
 func randomToken(t testing.TB) string {
 	t.Helper()
@@ -78,7 +75,6 @@ type stack struct {
 	conn   *grpc.ClientConn
 	memC   *grpc.ClientConn
 	names  events.Names
-	rdb    *redis.Client
 	prefix string
 
 	sessions sessionv1.SessionServiceClient
@@ -99,15 +95,9 @@ type stackOptions struct {
 	extracts bool
 }
 
-func checkBackends(t testing.TB) {
+// checkNATS fails the test when the shared NATS is not reachable (testenv.Redis checks Redis).
+func checkNATS(t testing.TB) {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatalf("Redis at %s is required: %v", redisAddr, err)
-	}
 	nc, err := nats.Connect(natsURL, nats.Timeout(3*time.Second))
 	if err != nil {
 		t.Fatalf("NATS at %s is required: %v", natsURL, err)
@@ -147,12 +137,11 @@ func startStack(t testing.TB, h scripted.Handler, o stackOptions) *stack {
 		s.main = startApp(t, ctx, base, log)
 		s.memory = s.main
 	} else {
-		checkBackends(t)
+		_, s.prefix = testenv.Redis(t)
+		checkNATS(t)
 		ns := "e2e" + randomToken(t)
 		s.names = events.NamespacedNames(ns)
-		s.prefix = "hermes-e2e-" + randomToken(t) + ":"
-		s.rdb = redis.NewClient(&redis.Options{Addr: redisAddr})
-		t.Cleanup(s.cleanupBackends)
+		t.Cleanup(s.cleanupNATS)
 
 		memCfg := base
 		memCfg.Target = app.TargetMemory
@@ -163,7 +152,7 @@ func startStack(t testing.TB, h scripted.Handler, o stackOptions) *stack {
 		mainCfg := base
 		mainCfg.Target = strings.Join([]string{app.TargetSession, app.TargetTools, app.TargetMCPGateway, app.TargetOrchestrator}, ",")
 		mainCfg.DataDir = t.TempDir()
-		mainCfg.RedisURL, mainCfg.RedisPrefix = "redis://"+redisAddr, s.prefix
+		mainCfg.RedisURL, mainCfg.RedisPrefix = testenv.RedisURL(), s.prefix
 		mainCfg.NATSURL, mainCfg.NATSNamespace = natsURL, ns
 		mainCfg.MemoryAddr = s.memory.Addr()
 		if o.configure != nil {
@@ -198,15 +187,10 @@ func startApp(t testing.TB, ctx context.Context, cfg app.Config, log *slog.Logge
 	return a
 }
 
-// cleanupBackends deletes the test's Redis keys and NATS stream.
-func (s *stack) cleanupBackends() {
+// cleanupNATS deletes the test's NATS stream (testenv.Redis deletes its Redis keys).
+func (s *stack) cleanupNATS() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	iter := s.rdb.Scan(ctx, 0, s.prefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		s.rdb.Del(ctx, iter.Val())
-	}
-	_ = s.rdb.Close()
 	if nc, err := nats.Connect(natsURL); err == nil {
 		if js, err := jetstream.New(nc); err == nil {
 			_ = js.DeleteStream(ctx, s.names.Stream)

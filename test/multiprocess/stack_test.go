@@ -22,6 +22,7 @@ import (
 	"github.com/hermes-agent/hermes/internal/demo/restaurant"
 	"github.com/hermes-agent/hermes/internal/otlptest"
 	"github.com/hermes-agent/hermes/internal/qdranttest"
+	"github.com/hermes-agent/hermes/internal/testenv"
 	"github.com/hermes-agent/hermes/pkg/events"
 	"github.com/hermes-agent/hermes/pkg/model/scripted"
 	"github.com/hermes-agent/hermes/pkg/rpc"
@@ -33,11 +34,9 @@ import (
 	"github.com/hermes-agent/hermes/test/multiprocess/cluster"
 )
 
-// The backends the tests share with other packages (CI starts them; scripts/ensure-backends.sh).
-const (
-	sharedRedis = "127.0.0.1:6379"
-	sharedNATS  = "nats://127.0.0.1:4222"
-)
+// The NATS the tests share with other packages (CI starts it; scripts/ensure-backends.sh). The
+// shared Redis is testenv.RedisURL.
+const sharedNATS = "nats://127.0.0.1:4222"
 
 // stackOptions tune a test's cluster.
 type stackOptions struct {
@@ -93,25 +92,20 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		s.natsURL = sharedNATS
 	}
 
-	redisURL := "redis://" + sharedRedis + "/0"
+	redisURL := testenv.RedisURL()
 	if o.dedicatedRedis {
+		// StartRedis has waited until it answers PING; the server goes away with the test, so
+		// its keys need no cleanup.
 		r, err := cluster.StartRedis(filepath.Join(dir, "redis"))
 		if err != nil {
 			t.Fatalf("dedicated redis-server: %v", err)
 		}
 		t.Cleanup(r.Close)
 		s.redis, redisURL = r, r.URL()
-	}
-	opts, _ := redis.ParseURL(redisURL)
-	s.rdb = redis.NewClient(opts)
-	t.Cleanup(func() { _ = s.rdb.Close() })
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := s.rdb.Ping(pctx).Err(); err != nil {
-		t.Fatalf("Redis at %s is not reachable (start it with scripts/ensure-backends.sh): %v", opts.Addr, err)
-	}
-	if !o.dedicatedRedis {
-		t.Cleanup(func() { deleteKeys(s.rdb, s.prefix) })
+		s.rdb = redis.NewClient(&redis.Options{Addr: r.Addr()})
+		t.Cleanup(func() { _ = s.rdb.Close() })
+	} else {
+		s.rdb, s.prefix = testenv.Redis(t)
 	}
 	nc, js, err := events.Connect(s.natsURL, "hermes-multiprocess-test", nil)
 	if err != nil {
@@ -211,20 +205,6 @@ func (s *stack) conn(target string) *grpc.ClientConn {
 	}
 	s.t.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-// deleteKeys removes every key under prefix.
-func deleteKeys(rdb *redis.Client, prefix string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	iter := rdb.Scan(ctx, 0, prefix+"*", 500).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	for i := 0; i < len(keys); i += 500 {
-		_ = rdb.Del(ctx, keys[i:min(i+500, len(keys))]...).Err()
-	}
 }
 
 // addRestaurant starts the restaurant MCP server (on addr, "" for a free port) and adds it to

@@ -1,0 +1,98 @@
+// Package testenv is test support: the shared backends CI starts (Redis) and in-memory gRPC
+// serving, set up the same way for every package's tests. It is not _test.go code only so that
+// several packages can share it; nothing but tests imports it.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/hermes-agent/hermes/pkg/rpc"
+)
+
+// RedisURL is the Redis the tests use: HERMES_TEST_REDIS_URL, by default
+// redis://127.0.0.1:6379/0.
+func RedisURL() string {
+	if url := os.Getenv("HERMES_TEST_REDIS_URL"); url != "" {
+		return url
+	}
+	return "redis://127.0.0.1:6379/0"
+}
+
+// Redis connects to the test Redis (RedisURL) and returns it with a fresh random key prefix
+// ("hermes-test:<hex>:"). When the test ends the prefix's keys are deleted and the client is
+// closed. An unreachable Redis fails the test, never skips it: CI starts one.
+func Redis(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	opts, err := redis.ParseURL(RedisURL())
+	if err != nil {
+		t.Fatalf("HERMES_TEST_REDIS_URL: %v", err)
+	}
+	rdb := redis.NewClient(opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		t.Fatalf("Redis at %s is required (CI starts it; locally scripts/ensure-backends.sh, or set HERMES_TEST_REDIS_URL): %v", opts.Addr, err)
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	prefix := "hermes-test:" + hex.EncodeToString(b) + ":"
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		DeleteKeys(ctx, rdb, prefix)
+		_ = rdb.Close()
+	})
+	return rdb, prefix
+}
+
+// DeleteKeys deletes every key under prefix, ignoring errors (it cleans up after a test).
+func DeleteKeys(ctx context.Context, rdb redis.UniversalClient, prefix string) {
+	iter := rdb.Scan(ctx, 0, prefix+"*", 500).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	for i := 0; i < len(keys); i += 500 {
+		_ = rdb.Del(ctx, keys[i:min(i+500, len(keys))]...).Err()
+	}
+}
+
+// Serve runs srv on an in-memory listener (bufconn) until the test ends and returns a client
+// connection to it. At the end the connection is closed first, so no call is left open, then
+// srv shuts down and Serve waits for it.
+func Serve(t testing.TB, srv *rpc.Server) *grpc.ClientConn {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ctx, lis)
+	}()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		cancel()
+		<-done
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		cancel()
+		<-done
+	})
+	return conn
+}
