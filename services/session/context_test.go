@@ -288,5 +288,57 @@ func FuzzBuildContext(f *testing.F) {
 		d := referenceContext(all, summarySeq, nTurns, 50)
 		a := assemble(d, int(budget), 50, func(string) int32 { return 1 })
 		checkInvariants(t, all, a)
+		checkBudgetAndBlocks(t, all, a, int(budget), summarySeq, 50)
 	})
+}
+
+// checkBudgetAndBlocks asserts what assemble promises beyond pairing: the window is the log's
+// tail from windowStartSeq, within the budget unless it is the last turn alone, with every
+// message that is not a tool call or result kept in order; pinned holds sticky messages older
+// than the window; evicted holds messages older than the window and newer than the summary,
+// at most maxEvicted of them.
+func checkBudgetAndBlocks(t *testing.T, all []*sessionv1.Message, a *assembled, budget int, summarySeq int64, maxEvicted int) {
+	t.Helper()
+	if len(all) == 0 {
+		return
+	}
+	start := a.windowStartSeq
+	if start < 1 || start > int64(len(all)) {
+		t.Fatalf("window starts at seq %d of %d messages", start, len(all))
+	}
+	tail := all[start-1:]
+	tokens := 0
+	for _, m := range tail {
+		tokens += int(m.GetTokenCount())
+	}
+	if budget > 0 && a.windowTurns > 1 && tokens > budget {
+		t.Fatalf("window of %d turns holds %d tokens, budget %d", a.windowTurns, tokens, budget)
+	}
+	var want, got []int64
+	for _, m := range tail {
+		if !isCall(m) && !isResult(m) {
+			want = append(want, m.GetSeq())
+		}
+	}
+	for _, m := range a.window {
+		if !isCall(m) && !isResult(m) {
+			got = append(got, m.GetSeq())
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("window messages other than tool calls and results (-want +got):\n%s", diff)
+	}
+	for i, m := range a.pinned {
+		if !m.GetSticky() || m.GetSeq() >= start || (i > 0 && m.GetSeq() <= a.pinned[i-1].GetSeq()) {
+			t.Fatalf("pinned %v with the window at %d", seqList(a.pinned), start)
+		}
+	}
+	if len(a.evicted) > maxEvicted {
+		t.Fatalf("%d evicted, at most %d", len(a.evicted), maxEvicted)
+	}
+	for i, m := range a.evicted {
+		if m.GetSeq() <= summarySeq || m.GetSeq() >= start || (i > 0 && m.GetSeq() <= a.evicted[i-1].GetSeq()) {
+			t.Fatalf("evicted %v with the summary through %d and the window at %d", seqList(a.evicted), summarySeq, start)
+		}
+	}
 }
