@@ -181,6 +181,17 @@ func FuzzFillFromMemory(f *testing.F) {
 		if len(after) != len(before)+len(filled) {
 			t.Fatalf("%d arguments after filling %d into %d", len(after), len(filled), len(before))
 		}
+		// What is reported filled is what the arguments now hold, and fits the schema's type.
+		for _, fa := range filled {
+			if string(after[fa.GetName()]) != fa.GetValue() {
+				t.Fatalf("filled %s = %s, but the arguments hold %s", fa.GetName(), fa.GetValue(), after[fa.GetName()])
+			}
+			var v any
+			_ = json.Unmarshal([]byte(fa.GetValue()), &v)
+			if _, isString := v.(string); isString == (fa.GetName() == "party_size") {
+				t.Fatalf("filled %s = %s, of the wrong type", fa.GetName(), fa.GetValue())
+			}
+		}
 	})
 }
 
