@@ -51,14 +51,14 @@ func Redis(t testing.TB) (*redis.Client, string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		DeleteKeys(ctx, rdb, prefix)
+		deleteKeys(ctx, rdb, prefix)
 		_ = rdb.Close()
 	})
 	return rdb, prefix
 }
 
-// DeleteKeys deletes every key under prefix, ignoring errors (it cleans up after a test).
-func DeleteKeys(ctx context.Context, rdb redis.UniversalClient, prefix string) {
+// deleteKeys deletes every key under prefix, ignoring errors (it cleans up after a test).
+func deleteKeys(ctx context.Context, rdb redis.UniversalClient, prefix string) {
 	iter := rdb.Scan(ctx, 0, prefix+"*", 500).Iterator()
 	var keys []string
 	for iter.Next(ctx) {
@@ -95,4 +95,17 @@ func Serve(t testing.TB, srv *rpc.Server) *grpc.ClientConn {
 		<-done
 	})
 	return conn
+}
+
+// WaitFor polls cond every 20 ms until it holds and fails the test when timeout passes first
+// (a liveness bound, not a timing assertion).
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/internal/testenv"
 	"github.com/hermes-agent/hermes/pkg/config"
 	"github.com/hermes-agent/hermes/pkg/rpc"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
@@ -145,17 +146,6 @@ func (h *hermes) toolSet(t *testing.T) map[string]*toolsv1.Tool {
 	return out
 }
 
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func (h *hermes) server(t *testing.T, name string) *pb.Server {
 	t.Helper()
 	resp, err := h.gw.ListServers(context.Background(), &pb.ListServersRequest{})
@@ -226,7 +216,7 @@ func TestHowItIsChecked(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the gateway to see the exit", 10*time.Second, func() bool { return h.server(t, "everything").GetPid() != int32(pid) })
+	testenv.WaitFor(t, 10*time.Second, "the gateway to see the exit", func() bool { return h.server(t, "everything").GetPid() != int32(pid) })
 	start := time.Now()
 	r = h.execute(t, "ev_get-sum", `{"a": 1, "b": 2}`)
 	t.Logf("ExecuteTool right after the kill: %v in %s", r.GetError().GetCode(), time.Since(start).Round(time.Millisecond))
@@ -236,7 +226,7 @@ func TestHowItIsChecked(t *testing.T) {
 	if r := h.execute(t, "ev2_get-sum", `{"a": 1, "b": 2}`); !r.GetSuccess() {
 		t.Errorf("the second server is affected by the first one's death: %v", r)
 	}
-	waitFor(t, "ev_get-sum to work again", 60*time.Second, func() bool {
+	testenv.WaitFor(t, 60*time.Second, "ev_get-sum to work again", func() bool {
 		return h.execute(t, "ev_get-sum", `{"a": 1, "b": 2}`).GetSuccess()
 	})
 
@@ -285,7 +275,7 @@ func TestRegistryCollisionsAndChanges(t *testing.T) {
 	url, addTool := mcpgateway.ProbeServer(t)
 	h.addReady(t, &pb.ServerSpec{Name: "probe", Prefix: "pr", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: url}}})
 	addTool("late")
-	waitFor(t, "pr_late in the tool service", 10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "pr_late in the tool service", func() bool {
 		_, ok := h.toolSet(t)["pr_late"]
 		return ok
 	})
@@ -302,7 +292,7 @@ func TestRegistryCollisionsAndChanges(t *testing.T) {
 	h.stop(t)
 	h2 := startHermes(t, dir)
 	// The servers added at run time are stored, so they come back; only the ghost's tool goes.
-	waitFor(t, "the restart to prune the servers it no longer has and keep the stored ones", 20*time.Second, func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the restart to prune the servers it no longer has and keep the stored ones", func() bool {
 		tools := h2.toolSet(t)
 		_, ghost := tools["ghost_tool"]
 		_, col := tools["col_get-sum"]
@@ -399,12 +389,12 @@ func TestMicroservices(t *testing.T) {
 		t.Errorf("tool_count = %d with no tool service to register in", srv.GetToolCount())
 	}
 	tl := startHermes(t, t.TempDir(), "--target=tools", fmt.Sprintf("--listen=127.0.0.1:%d", toolsPort), "--mcpgateway-addr="+gw.app.Addr())
-	waitFor(t, "the tools to be registered once the tool service is up", 60*time.Second, func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the tools to be registered once the tool service is up", func() bool {
 		_, ok := tl.toolSet(t)["ev_get-sum"]
 		return ok
 	})
 	if r := tl.execute(t, "ev_get-sum", `{"a": 3, "b": 4}`); !r.GetSuccess() || !strings.Contains(r.GetOutput(), "is 7.") {
 		t.Errorf("ExecuteTool across services = %v", r)
 	}
-	waitFor(t, "last_error to clear", 10*time.Second, func() bool { return gw.server(t, "everything").GetLastError() == "" })
+	testenv.WaitFor(t, 10*time.Second, "last_error to clear", func() bool { return gw.server(t, "everything").GetLastError() == "" })
 }

@@ -176,18 +176,6 @@ func serverState(t *testing.T, c pb.MCPGatewayServiceClient, name string) *pb.Se
 	return nil
 }
 
-// waitFor polls cond until it holds or the time runs out.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func toolNames(tools []*pb.MCPTool) map[string]string {
 	out := map[string]string{}
 	for _, tl := range tools {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/hermes-agent/hermes/internal/testenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
@@ -153,7 +154,7 @@ func TestProbeServer(t *testing.T) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "late"}}}, nil
 		})
 		p.srv.RemoveTools("add")
-		waitFor(t, "the new tool list", 10*time.Second, func() bool {
+		testenv.WaitFor(t, 10*time.Second, "the new tool list", func() bool {
 			tools, err := c.ListTools(context.Background(), &pb.ListToolsRequest{Server: "probe"})
 			if err != nil {
 				t.Fatal(err)
@@ -243,7 +244,7 @@ func TestCollisionAcrossServers(t *testing.T) {
 	if _, err := c.RemoveServer(context.Background(), &pb.RemoveServerRequest{Name: "first"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the second server to take the name", 10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the second server to take the name", func() bool {
 		return call(t, c, "pr_a_b", `{}`).GetOutput() == "from b"
 	})
 }

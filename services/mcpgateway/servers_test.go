@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hermes-agent/hermes/internal/testenv"
 	"github.com/hermes-agent/hermes/pkg/rpc"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
@@ -132,7 +133,7 @@ func TestAddRemoveAndFilters(t *testing.T) {
 	if int(rm.GetRemovedTools()) != len(tools.GetTools()) {
 		t.Errorf("removed_tools = %d, want %d", rm.GetRemovedTools(), len(tools.GetTools()))
 	}
-	waitFor(t, "the server process to exit", 10*time.Second, func() bool { return processGone(int(pid)) })
+	testenv.WaitFor(t, 10*time.Second, "the server process to exit", func() bool { return processGone(int(pid)) })
 	if tools, _ := c.ListTools(context.Background(), &pb.ListToolsRequest{}); len(tools.GetTools()) != 0 {
 		t.Errorf("tools left after RemoveServer: %v", tools.GetTools())
 	}

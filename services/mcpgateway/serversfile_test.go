@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hermes-agent/hermes/internal/testenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
@@ -111,7 +112,7 @@ func TestServersFileAtStart(t *testing.T) {
 	if err := g.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the file's server to be ready", 60*time.Second, func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the file's server to be ready", func() bool {
 		return serverState(t, c, "everything").GetState() == pb.ServerState_SERVER_STATE_READY
 	})
 	if r := call(t, c, "ev_echo", `{"message":"from file"}`); r.GetOutput() != "Echo: from file" {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hermes-agent/hermes/internal/testenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
@@ -62,7 +63,7 @@ func TestKilledServerComesBack(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the gateway to notice the exit", 10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the gateway to notice the exit", func() bool {
 		return serverState(t, c, "ev").GetPid() != int32(pid)
 	})
 	// 5 s is far below the call timeout: a call that hung would miss it.
@@ -78,7 +79,7 @@ func TestKilledServerComesBack(t *testing.T) {
 	if r := call(t, c, "other_get-sum", `{"a":2,"b":2}`); !r.GetSuccess() {
 		t.Errorf("the other server is affected: %+v", r)
 	}
-	waitFor(t, "the server to be reconnected", 60*time.Second, func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the server to be reconnected", func() bool {
 		s := serverState(t, c, "ev")
 		return s.GetState() == pb.ServerState_SERVER_STATE_READY && s.GetPid() != 0 && s.GetPid() != int32(pid)
 	})
@@ -101,7 +102,7 @@ func TestUnavailableIsImmediate(t *testing.T) {
 	if err := syscall.Kill(int(first.GetPid()), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the server to be failed", 10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the server to be failed", func() bool {
 		return serverState(t, c, "ev").GetState() == pb.ServerState_SERVER_STATE_FAILED
 	})
 	s := serverState(t, c, "ev")
@@ -135,11 +136,11 @@ func TestHungServerIsReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-	waitFor(t, "the hung server to be given up", 10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the hung server to be given up", func() bool {
 		return serverState(t, c, "ev").GetPid() != int32(pid)
 	})
-	waitFor(t, "the hung process to be killed", 10*time.Second, func() bool { return processGone(pid) })
-	waitFor(t, "a new server process", 60*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the hung process to be killed", func() bool { return processGone(pid) })
+	testenv.WaitFor(t, 60*time.Second, "a new server process", func() bool {
 		s := serverState(t, c, "ev")
 		return s.GetState() == pb.ServerState_SERVER_STATE_READY && s.GetPid() != 0
 	})
@@ -162,7 +163,7 @@ func TestHTTPServerRestart(t *testing.T) {
 	startEverythingHTTP(t, port)
 	// The first call after the restart may find the old session gone; the gateway then probes,
 	// reconnects, and the tool answers again.
-	waitFor(t, "the tool to answer on a new session", 60*time.Second, func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the tool to answer on a new session", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		r, err := c.CallTool(ctx, &pb.CallToolRequest{Name: "evh_get-sum", Arguments: `{"a":2,"b":2}`})

@@ -75,7 +75,7 @@ func TestReplicasShareServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	addReady(t, a, httpSpec("probe", "pr", url))
-	waitFor(t, "replica b connects to the stored server", 10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "replica b connects to the stored server", func() bool {
 		s := serverStateOrNil(b, "probe")
 		return s != nil && s.GetState() == pb.ServerState_SERVER_STATE_READY
 	})
@@ -85,7 +85,7 @@ func TestReplicasShareServers(t *testing.T) {
 	if _, err := b.RemoveServer(context.Background(), &pb.RemoveServerRequest{Name: "probe"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "replica a drops the removed server", 10*time.Second, func() bool { return serverStateOrNil(a, "probe") == nil })
+	testenv.WaitFor(t, 10*time.Second, "replica a drops the removed server", func() bool { return serverStateOrNil(a, "probe") == nil })
 }
 
 // TestAddedServersSurviveRestart: with the embedded store, a server added at run time is
@@ -114,7 +114,7 @@ func TestAddedServersSurviveRestart(t *testing.T) {
 	if err := g2.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the stored server reconnects after the restart", 10*time.Second, func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the stored server reconnects after the restart", func() bool {
 		s := serverStateOrNil(c2, "probe")
 		return s != nil && s.GetState() == pb.ServerState_SERVER_STATE_READY
 	})

@@ -105,17 +105,6 @@ func publishTurns(t *testing.T, js jetstream.JetStream, names events.Names, user
 	return out
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func listAll(t *testing.T, svc *Service, user string) []*memoryv1.Memory {
 	t.Helper()
 	page, _, err := svc.list(context.Background(), listParams{userID: user, pageSize: 1000, includeExpired: true})
@@ -138,7 +127,7 @@ func TestConsumerExtractsPublishedTurn(t *testing.T) {
 	}
 	defer c.Stop(5 * time.Second)
 	publishTurns(t, js, names, "pub-user.with.dots", 1)
-	waitFor(t, 15*time.Second, "the extracted memory", func() bool { return len(listAll(t, svc, "pub-user.with.dots")) == 1 })
+	testenv.WaitFor(t, 15*time.Second, "the extracted memory", func() bool { return len(listAll(t, svc, "pub-user.with.dots")) == 1 })
 	m := listAll(t, svc, "pub-user.with.dots")[0]
 	if !strings.HasPrefix(m.GetContent(), "用户的爱好编号011号") || m.GetSource() != memoryv1.Source_SOURCE_EXPLICIT {
 		t.Errorf("memory: %v", m)
@@ -148,7 +137,7 @@ func TestConsumerExtractsPublishedTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the ack", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the ack", func() bool {
 		info, err := cons.Info(context.Background())
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
 	})
@@ -186,7 +175,7 @@ func TestConsumerKilledMidBatchLosesNothingAndDuplicatesNothing(t *testing.T) {
 	_, js := connect()
 	const n = 12
 	turns := publishTurns(t, js, names, "batch", n)
-	waitFor(t, 20*time.Second, "the victim to be mid-batch", func() bool { return stuck.Load() >= 5 })
+	testenv.WaitFor(t, 20*time.Second, "the victim to be mid-batch", func() bool { return stuck.Load() >= 5 })
 	written := len(listAll(t, victim, "batch"))
 	cV.kill()
 	ncV.Close()
@@ -201,7 +190,7 @@ func TestConsumerKilledMidBatchLosesNothingAndDuplicatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cS.Stop(5 * time.Second)
-	waitFor(t, 60*time.Second, "every turn recorded", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "every turn recorded", func() bool {
 		for _, tf := range turns {
 			rec, busy, tok, err := st.state.ClaimTurn(context.Background(), "batch", tf.GetTurnId(), time.Millisecond)
 			if err != nil || busy || rec == nil {
@@ -269,7 +258,7 @@ func TestConsumerDeadLetters(t *testing.T) {
 	if _, err := js.Publish(ctxT(t), names.TurnFinishedSubject("poison"), []byte("{not json")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "two dead letters", func() bool { mu.Lock(); defer mu.Unlock(); return len(dead) == 2 })
+	testenv.WaitFor(t, 30*time.Second, "two dead letters", func() bool { mu.Lock(); defer mu.Unlock(); return len(dead) == 2 })
 	mu.Lock()
 	defer mu.Unlock()
 	var sawModel, sawDecode bool
@@ -303,7 +292,7 @@ func TestConsumerDeadLetters(t *testing.T) {
 		t.Errorf("%d model calls, want 2 deliveries x 2 attempts", n)
 	}
 	cons, _ := js.Consumer(ctxT(t), names.Stream, names.ExtractorConsumer)
-	waitFor(t, 10*time.Second, "nothing pending", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "nothing pending", func() bool {
 		info, err := cons.Info(context.Background())
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
 	})

@@ -193,7 +193,7 @@ func TestIdempotencyWaiterTimesOut(t *testing.T) {
 	go func() {
 		done <- execute(t, c, &toolsv1.ExecuteToolRequest{Name: "pay", Arguments: `{"amount":1}`, IdempotencyKey: "k"})
 	}()
-	waitFor(t, 5*time.Second, "the first call to start", func() bool { return runs.Load() == 1 })
+	testenv.WaitFor(t, 5*time.Second, "the first call to start", func() bool { return runs.Load() == 1 })
 	// The second call's budget is the caller's 300 ms deadline.
 	ctx := ctxTimeout(t, 300*time.Millisecond)
 	resp, err := c.ExecuteTool(ctx, &toolsv1.ExecuteToolRequest{Name: "pay", Arguments: `{"amount":1}`, IdempotencyKey: "k"})

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/hermes-agent/hermes/internal/testenv"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -223,7 +224,7 @@ func testStoreExpiry(t *testing.T, s Store) {
 	if c, _ := s.ClaimCall(ctx, "short", "o1", "a", 50*time.Millisecond); c.State != CallOwned {
 		t.Fatal("not owned")
 	}
-	waitFor(t, 3*time.Second, "pending claim to expire", func() bool {
+	testenv.WaitFor(t, 3*time.Second, "pending claim to expire", func() bool {
 		c, err := s.ClaimCall(ctx, "short", "o2", "a", time.Minute)
 		return err == nil && c.State == CallOwned
 	})
@@ -233,21 +234,8 @@ func testStoreExpiry(t *testing.T, s Store) {
 	if ok, _ := s.CompleteCall(ctx, "short", "o2", []byte("r"), 50*time.Millisecond); !ok {
 		t.Fatal("complete failed")
 	}
-	waitFor(t, 3*time.Second, "done record to expire", func() bool {
+	testenv.WaitFor(t, 3*time.Second, "done record to expire", func() bool {
 		c, err := s.ClaimCall(ctx, "short", "o3", "a", time.Minute)
 		return err == nil && c.State == CallOwned
 	})
-}
-
-// waitFor polls cond until it holds or the limit passes (a liveness bound, not a timing
-// assertion).
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/app"
 	"github.com/hermes-agent/hermes/internal/demo"
+	"github.com/hermes-agent/hermes/internal/testenv"
 	"github.com/hermes-agent/hermes/pkg/events"
 	"github.com/hermes-agent/hermes/pkg/model/scripted"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
@@ -167,7 +168,7 @@ func TestCancelledTurn(t *testing.T) {
 		<-started
 		cancel()
 		var kinds []string
-		waitFor(t, 10*time.Second, "the cancelled step to be stored", func() bool {
+		testenv.WaitFor(t, 10*time.Second, "the cancelled step to be stored", func() bool {
 			kinds = kinds[:0]
 			for _, m := range s.messages(sid, "u1") {
 				kinds = append(kinds, m.GetKind().String())
@@ -179,12 +180,12 @@ func TestCancelledTurn(t *testing.T) {
 			msgs[1].GetToolCallId() != msgs[2].GetToolCallId() || !strings.Contains(msgs[2].GetContent(), "cancelled") {
 			t.Fatalf("stored %v, want user, tool_call, tool_result(cancelled) as a pair", msgs)
 		}
-		waitFor(t, 10*time.Second, "the tool's request to be cancelled", func() bool {
+		testenv.WaitFor(t, 10*time.Second, "the tool's request to be cancelled", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return toolCtxDone
 		})
-		waitFor(t, 10*time.Second, "a CANCELLED turn record", func() bool {
+		testenv.WaitFor(t, 10*time.Second, "a CANCELLED turn record", func() bool {
 			got, err := s.orch.GetTurn(context.Background(), &orchestratorv1.GetTurnRequest{TurnId: turnID, UserId: "u1"})
 			return err == nil && got.GetTurn().GetStatus() == orchestratorv1.TurnStatus_TURN_STATUS_CANCELLED
 		})
@@ -382,7 +383,7 @@ func TestPublishFailureKeepsTheTurn(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	waitFor(t, 30*time.Second, "turn.finished to reach the stream", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "turn.finished to reach the stream", func() bool {
 		st, err := js.Stream(context.Background(), events.DefaultNames().Stream)
 		if err != nil {
 			return false

@@ -306,18 +306,6 @@ func keys(m map[string]bool) []string {
 	return out
 }
 
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // systemText returns the joined system messages of a request.
 func systemText(req scripted.Request) string {
 	var b strings.Builder
