@@ -5,7 +5,6 @@ import (
 	"errors"
 	"maps"
 	"math/rand/v2"
-	"slices"
 	"sort"
 	"time"
 
@@ -200,16 +199,8 @@ func (s *Service) mergeDuplicates(ctx context.Context, userID string, lives []ti
 					k.Attributes[key] = v
 				}
 			}
-			for _, kw := range dm.GetKeywords() {
-				if !slices.Contains(k.Keywords, kw) && len(k.Keywords) < maxKeywords {
-					k.Keywords = append(k.Keywords, kw)
-				}
-			}
-			for _, id := range dm.GetSourceMessageIds() {
-				if !slices.Contains(k.SourceMessageIds, id) && len(k.SourceMessageIds) < maxSourceMessages {
-					k.SourceMessageIds = append(k.SourceMessageIds, id)
-				}
-			}
+			k.Keywords = appendNew(k.Keywords, dm.GetKeywords(), maxKeywords)
+			k.SourceMessageIds = appendNew(k.SourceMessageIds, dm.GetSourceMessageIds(), maxSourceMessages)
 			k.RecallCount += dm.GetRecallCount()
 			k.Confidence = max(k.GetConfidence(), dm.GetConfidence())
 			if dm.GetUpdatedAt().AsTime().After(k.GetUpdatedAt().AsTime()) {

@@ -275,6 +275,42 @@ func decodeEntry(b []byte) (Entry, error) {
 	return Entry{Memory: m, Vector: vec}, nil
 }
 
+// touchEach records a recall at `at` on each entry of ids that get finds and saves it with save,
+// which reports false for an entry that went away meanwhile; it returns the ids saved. It is
+// Touch of the tiers that read and write one entry at a time.
+func touchEach(ids []string, at time.Time, get func(id string) (Entry, error), save func(id string, e Entry) (bool, error)) ([]string, error) {
+	var touched []string
+	for _, id := range ids {
+		e, err := get(id)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return touched, err
+		}
+		e.Memory.LastRecalledAt = ts(at)
+		e.Memory.RecallCount++
+		ok, err := save(id, e)
+		if err != nil {
+			return touched, err
+		}
+		if ok {
+			touched = append(touched, id)
+		}
+	}
+	return touched, nil
+}
+
+// appendNew appends the items of src that dst does not hold yet, while dst has fewer than limit.
+func appendNew(dst, src []string, limit int) []string {
+	for _, x := range src {
+		if !slices.Contains(dst, x) && len(dst) < limit {
+			dst = append(dst, x)
+		}
+	}
+	return dst
+}
+
 // cosine is the cosine similarity of two vectors (0 when either is zero).
 func cosine(a, b []float32) float64 {
 	if len(a) != len(b) {

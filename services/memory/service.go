@@ -353,16 +353,8 @@ func (s *Service) update(ctx context.Context, t TierStore, old Entry, m *memoryv
 	}
 	maps.Copy(attrs, m.GetAttributes())
 	e.Attributes = attrs
-	for _, k := range m.GetKeywords() {
-		if !slices.Contains(e.Keywords, k) && len(e.Keywords) < maxKeywords {
-			e.Keywords = append(e.Keywords, k)
-		}
-	}
-	for _, id := range m.GetSourceMessageIds() {
-		if !slices.Contains(e.SourceMessageIds, id) && len(e.SourceMessageIds) < maxSourceMessages {
-			e.SourceMessageIds = append(e.SourceMessageIds, id)
-		}
-	}
+	e.Keywords = appendNew(e.Keywords, m.GetKeywords(), maxKeywords)
+	e.SourceMessageIds = appendNew(e.SourceMessageIds, m.GetSourceMessageIds(), maxSourceMessages)
 	if m.GetSubject() != "" && e.GetSubject() == "" {
 		e.Subject = m.GetSubject()
 	}

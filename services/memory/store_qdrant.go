@@ -313,33 +313,24 @@ func (s *QdrantSemantic) BySubject(ctx context.Context, userID, subject string) 
 // Touch implements TierStore. The payload is set through a filter on id and user, so a point
 // deleted meanwhile is not recreated.
 func (s *QdrantSemantic) Touch(ctx context.Context, userID string, ids []string, at time.Time) ([]string, error) {
-	var touched []string
-	for _, id := range ids {
-		e, err := s.Get(ctx, userID, id)
-		if errors.Is(err, ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return touched, err
-		}
-		e.Memory.LastRecalledAt = ts(at)
-		e.Memory.RecallCount++
-		b, err := proto.Marshal(e.Memory)
-		if err != nil {
-			return touched, err
-		}
-		wait := true
-		_, err = s.c.SetPayload(ctx, &qdrant.SetPayloadPoints{
-			CollectionName: s.coll, Wait: &wait,
-			Payload:        map[string]*qdrant.Value{pfRecord: qdrant.NewValueString(base64.StdEncoding.EncodeToString(b))},
-			PointsSelector: qdrant.NewPointsSelectorFilter(userFilter(userID, qdrant.NewHasID(qdrant.NewID(id)))),
+	return touchEach(ids, at,
+		func(id string) (Entry, error) { return s.Get(ctx, userID, id) },
+		func(id string, e Entry) (bool, error) {
+			b, err := proto.Marshal(e.Memory)
+			if err != nil {
+				return false, err
+			}
+			wait := true
+			_, err = s.c.SetPayload(ctx, &qdrant.SetPayloadPoints{
+				CollectionName: s.coll, Wait: &wait,
+				Payload:        map[string]*qdrant.Value{pfRecord: qdrant.NewValueString(base64.StdEncoding.EncodeToString(b))},
+				PointsSelector: qdrant.NewPointsSelectorFilter(userFilter(userID, qdrant.NewHasID(qdrant.NewID(id)))),
+			})
+			if err != nil {
+				return false, fmt.Errorf("qdrant set payload: %w", err)
+			}
+			return true, nil
 		})
-		if err != nil {
-			return touched, fmt.Errorf("qdrant set payload: %w", err)
-		}
-		touched = append(touched, id)
-	}
-	return touched, nil
 }
 
 // DeleteUser implements TierStore.

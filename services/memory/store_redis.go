@@ -238,26 +238,9 @@ func (s *RedisEpisodic) BySubject(ctx context.Context, userID, subject string) (
 
 // Touch implements TierStore.
 func (s *RedisEpisodic) Touch(ctx context.Context, userID string, ids []string, at time.Time) ([]string, error) {
-	var touched []string
-	for _, id := range ids {
-		e, err := s.Get(ctx, userID, id)
-		if errors.Is(err, ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return touched, err
-		}
-		e.Memory.LastRecalledAt = ts(at)
-		e.Memory.RecallCount++
-		ok, err := s.put(ctx, e, true)
-		if err != nil {
-			return touched, err
-		}
-		if ok {
-			touched = append(touched, id)
-		}
-	}
-	return touched, nil
+	return touchEach(ids, at,
+		func(id string) (Entry, error) { return s.Get(ctx, userID, id) },
+		func(_ string, e Entry) (bool, error) { return s.put(ctx, e, true) })
 }
 
 // DeleteUser implements TierStore. It scans for the user's memory keys rather than trusting
