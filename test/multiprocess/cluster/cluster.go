@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -79,14 +80,21 @@ func Build(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
-// FreePort returns a loopback port nothing listens on right now.
+// FreePort returns a loopback port nothing listens on right now. The port is handed to a
+// process that binds it later, so it is taken below Linux's ephemeral range (32768–60999):
+// ports that other tests get from listening on :0 come from that range, and could otherwise be
+// taken in between.
 func FreePort() (int, error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for range 200 {
+		port := 20000 + mathrand.IntN(12000)
+		lis, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		_ = lis.Close()
+		return port, nil
 	}
-	defer func() { _ = lis.Close() }()
-	return lis.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no free port in 20000-31999")
 }
 
 // FreeAddr returns 127.0.0.1:<a free port>.
