@@ -66,3 +66,12 @@ func TestGeneratedCodeIsCurrent(t *testing.T) {
 		t.Fatal("buf generated nothing")
 	}
 }
+
+// TestNoBreakingChangeAgainstMain runs buf breaking (FILE rules) against the main branch, so a
+// change that breaks the wire or generated-code compatibility of the API fails the tests.
+func TestNoBreakingChangeAgainstMain(t *testing.T) {
+	if err := exec.Command("git", "-C", "..", "rev-parse", "--verify", "--quiet", "refs/heads/main").Run(); err != nil {
+		t.Skip("no main branch in this checkout to compare against")
+	}
+	buf(t, "breaking", "--against", ".git#branch=main")
+}
