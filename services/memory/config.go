@@ -36,6 +36,9 @@ type Config struct {
 	// LexicalMinSimilarity is the recall threshold for the lexical hashing embedder, which scores
 	// differently; calibrated on testdata/retrieval.json.
 	LexicalMinSimilarity float64
+	// LexicalRelativeSimilarity leaves out of a lexical recall (with a threshold above zero) the
+	// memories below this fraction of the best one's similarity; 0 disables it.
+	LexicalRelativeSimilarity float64
 	// DuplicateSimilarity is the similarity at or above which a new memory of the same type
 	// updates an existing one instead of adding a copy (model embedder).
 	DuplicateSimilarity float64
@@ -105,7 +108,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ExtractMaxInputBytes, "memory.extract-max-input-bytes", 16000, "cap on the turn text sent to the extraction model")
 
 	fs.Float64Var(&c.MinSimilarity, "memory.min-similarity", 0.45, "recall similarity threshold with a model embedder")
-	fs.Float64Var(&c.LexicalMinSimilarity, "memory.lexical-min-similarity", 0.12, "recall similarity threshold with the lexical hashing embedder (calibrated, see bench/README.md)")
+	fs.Float64Var(&c.LexicalMinSimilarity, "memory.lexical-min-similarity", 0.07, "recall similarity threshold with the lexical hashing embedder (calibrated, see bench/README.md)")
+	fs.Float64Var(&c.LexicalRelativeSimilarity, "memory.lexical-relative-similarity", 0.4, "with the lexical embedder, leave out memories below this fraction of the best one's similarity (0 disables; calibrated, see bench/README.md)")
 	fs.Float64Var(&c.DuplicateSimilarity, "memory.duplicate-similarity", 0.92, "similarity at which a new memory updates an existing one of the same type (model embedder)")
 	fs.Float64Var(&c.LexicalDuplicateSimilarity, "memory.lexical-duplicate-similarity", 0.85, "duplicate similarity with the lexical hashing embedder")
 	fs.DurationVar(&c.MaxAge, "memory.max-age", 30*24*time.Hour, "memories not updated within this age are not recalled, except facts")

@@ -56,23 +56,109 @@ const (
 	wTrigram    = 0.25
 )
 
+// vector is the stored form. Its term weighting, 1 + ln(summed feature weight), is kept as first
+// released so that stored vectors keep their meaning (it makes a feature of weight below 1/e
+// seen once count slightly negative); the vectors only find candidates and near duplicates, and
+// recall scores the candidates exactly with lexicalProfile's weights.
 func (e *LexicalEmbedder) vector(text string) []float32 {
 	feats := map[string]float64{}
 	lexicalFeatures(text, func(f string, w float64) { feats[f] += w })
 	v := make([]float32, e.dim)
 	for f, w := range feats {
-		h := fnv.New64a()
-		_, _ = h.Write([]byte(f))
-		x := h.Sum64()
-		idx := int(x % uint64(e.dim))
-		sign := float32(1)
-		if x>>63 == 1 {
-			sign = -1
-		}
+		idx, sign := e.bucket(f)
 		// Sublinear term frequency: a word repeated five times is not five times the evidence.
-		v[idx] += sign * float32(1+math.Log(w))
+		v[idx] += float32(sign) * float32(1+math.Log(w))
 	}
 	return normalize(v)
+}
+
+// bucket is the vector component a feature is hashed to, with its sign.
+func (e *LexicalEmbedder) bucket(f string) (int, float64) {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(f))
+	x := h.Sum64()
+	if x>>63 == 1 {
+		return int(x % uint64(e.dim)), -1
+	}
+	return int(x % uint64(e.dim)), 1
+}
+
+// lexicalProfile is a text's features, unhashed, each with its weight — the feature type's
+// weight × (1 + ln count) — and the vector component it hashes to, whose document frequency
+// stands for the feature's.
+type lexicalProfile struct {
+	feats map[string]lexFeature
+	norm  float64 // Euclidean norm of the weights
+}
+
+type lexFeature struct {
+	w      float64
+	bucket int
+}
+
+func (e *LexicalEmbedder) profile(text string) lexicalProfile {
+	type acc struct{ n, w float64 }
+	counts := map[string]acc{}
+	lexicalFeatures(text, func(f string, w float64) {
+		a := counts[f]
+		counts[f] = acc{a.n + 1, w}
+	})
+	p := lexicalProfile{feats: make(map[string]lexFeature, len(counts))}
+	var sq float64
+	for f, a := range counts {
+		w := a.w * (1 + math.Log(a.n))
+		idx, _ := e.bucket(f)
+		p.feats[f] = lexFeature{w: w, bucket: idx}
+		sq += w * w
+	}
+	p.norm = math.Sqrt(sq)
+	return p
+}
+
+// lexicalIDF weighs a feature by how few of the user's memories have it (BM25's inverse
+// document frequency over n memories). A feature none of them has counts as one seen once:
+// an unknown word is not more telling than a rare one, and with a handful of memories every
+// feature weighs the same, which is plain cosine similarity.
+func lexicalIDF(n, df int) float64 {
+	d := float64(max(df, 1))
+	return math.Log(1 + max(float64(n)-d+0.5, 0.5)/(d+0.5))
+}
+
+// lexicalQuery is a query's profile with the IDF weights of the user's memories.
+type lexicalQuery struct {
+	p         lexicalProfile
+	idf2      map[string]float64 // feature → IDF²
+	idf2ByDim map[int]float64    // vector component → IDF² of the features hashed there
+	norm      float64            // norm of weight × IDF²
+}
+
+// weighted is the query's vector with each component multiplied by its IDF², unit length: the
+// candidate search ranks by the same weighting as lexicalSimilarity.
+func (q lexicalQuery) weighted(vec []float32) []float32 {
+	out := make([]float32, len(vec))
+	for k, w := range q.idf2ByDim {
+		if k < len(vec) {
+			out[k] = vec[k] * float32(w)
+		}
+	}
+	return normalize(out)
+}
+
+// lexicalSimilarity is the cosine between the query's IDF²-weighted features and a memory's
+// features. Weighting only the query by IDF² gives the same ranking as IDF on both sides
+// while a memory's own weights stay fixed, so its stored vector needs no corpus statistics.
+// It is in [0, 1]: weights are positive.
+func lexicalSimilarity(q lexicalQuery, d lexicalProfile) float64 {
+	if q.norm == 0 || d.norm == 0 {
+		return 0
+	}
+	var dot float64
+	for f, qf := range q.p.feats {
+		if df, ok := d.feats[f]; ok {
+			dot += qf.w * q.idf2[f] * df.w
+		}
+	}
+	return dot / (q.norm * d.norm)
 }
 
 // lexicalFeatures calls emit for every feature of text with its weight.

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"container/heap"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -336,6 +337,37 @@ func (x *vectorIndex) searchInverted(u *userIndex, q SearchQuery, f *filter, off
 			}
 		}
 	}
+}
+
+// docFreq returns how many entries the user has and, per dimension, how many of them have a
+// non-zero component there: the length of its postings, plus the dense vectors that do.
+func (x *vectorIndex) docFreq(userID string, dims []int) (int, []int) {
+	df := make([]int, len(dims))
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	u := x.users[userID]
+	if u == nil {
+		return 0, df
+	}
+	for i, k := range dims {
+		if k >= 0 && k < x.dim && k <= math.MaxUint16 {
+			df[i] = len(u.post[uint16(k)])
+		}
+	}
+	if u.dense > 0 {
+		for s := range u.slots {
+			e := &u.slots[s]
+			if e.id == "" || e.idx != nil {
+				continue
+			}
+			for i, k := range dims {
+				if k >= 0 && k < len(e.val) && e.val[k] != 0 {
+					df[i]++
+				}
+			}
+		}
+	}
+	return len(u.pos), df
 }
 
 // bySubject returns the ids of the user's live entries of a subject.

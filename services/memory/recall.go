@@ -31,6 +31,13 @@ type recallParams struct {
 // raw similarity first; only the memories that passed are then ordered by a score that weighs
 // in recency and the source's weight, so recency reorders relevant memories but never lets an
 // irrelevant one in. Facts are exempt from the age limit.
+//
+// With the lexical embedder the similarity is lexical: the stored vectors find candidates (the
+// query vector weighted by IDF² over the user's memories, see lexicalSimilarity), and each
+// candidate is then scored exactly on its unhashed features, so hash collisions add nothing.
+// A threshold above zero also leaves out memories below memory.lexical-relative-similarity ×
+// the best similarity: a weak match next to a much stronger one is usually a shared common
+// word. Both cuts come before recency weighting.
 func (s *Service) recall(ctx context.Context, p recallParams) ([]*memoryv1.RecalledMemory, error) {
 	vec, err := s.embedOne(ctx, p.query)
 	if err != nil {
@@ -38,6 +45,23 @@ func (s *Service) recall(ctx context.Context, p recallParams) ([]*memoryv1.Recal
 	}
 	now := s.now()
 	q := SearchQuery{Vector: vec, MinSimilarity: p.minSimilarity, Limit: max(3*p.limit, 20), Types: p.types}
+	lex, lexOK := s.emb.(lexicalEmbedding)
+	var lq lexicalQuery
+	var lexN int
+	if lexOK && s.emb.Lexical() {
+		lq, lexN, err = s.lexicalQuery(ctx, lex, p.userID, p.query)
+		if err != nil {
+			return nil, err
+		}
+		q.Vector = lq.weighted(vec)
+		// Candidates: anything sharing a feature, the best 50 or more; the exact score decides.
+		q.Limit = max(10*p.limit, 50)
+		if p.minSimilarity > 0 {
+			q.MinSimilarity = 1e-9
+		}
+	} else {
+		lexOK = false
+	}
 	if p.maxAge > 0 {
 		q.UpdatedAfter = now.Add(-p.maxAge)
 	}
@@ -68,6 +92,17 @@ func (s *Service) recall(ctx context.Context, p recallParams) ([]*memoryv1.Recal
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
+	// vecSim keeps the vector's similarity of each lexical hit for the reason.
+	vecSim := map[string]float64{}
+	if lexOK {
+		for i := range results {
+			for j := range results[i].hits {
+				h := &results[i].hits[j]
+				vecSim[h.Memory.GetId()] = h.Similarity
+				h.Similarity = lexicalSimilarity(lq, lex.profile(embedText(h.Memory)))
+			}
+		}
+	}
 
 	type cand struct {
 		hit    Hit
@@ -77,17 +112,42 @@ func (s *Service) recall(ctx context.Context, p recallParams) ([]*memoryv1.Recal
 		byAttr string
 	}
 	seen := map[string]bool{}
-	var relevant []cand
+	var passed []cand
+	best := 0.0
 	for _, r := range results[:2] {
 		for _, h := range r.hits {
 			if h.Similarity < p.minSimilarity || seen[h.Memory.GetId()] {
 				continue
 			}
 			seen[h.Memory.GetId()] = true
-			score, why := s.weigh(h, now)
-			relevant = append(relevant, cand{hit: h, tier: r.tier, score: score,
-				reason: fmt.Sprintf("similarity %.3f >= %.3f; %s", h.Similarity, p.minSimilarity, why)})
+			best = max(best, h.Similarity)
+			passed = append(passed, cand{hit: h, tier: r.tier})
 		}
+	}
+	rel := 0.0
+	if lexOK && p.minSimilarity > 0 {
+		rel = min(max(s.cfg.LexicalRelativeSimilarity, 0), 1)
+	}
+	var relevant []cand
+	for _, c := range passed {
+		h := c.hit
+		if h.Similarity < rel*best {
+			delete(seen, h.Memory.GetId())
+			continue
+		}
+		score, why := s.weigh(h, now)
+		c.score = score
+		switch {
+		case !lexOK:
+			c.reason = fmt.Sprintf("similarity %.3f >= %.3f; %s", h.Similarity, p.minSimilarity, why)
+		case rel > 0:
+			c.reason = fmt.Sprintf("lexical similarity %.3f >= %.3f and >= %.2f x best %.3f (IDF over %d memories; hashed vector %.3f); %s",
+				h.Similarity, p.minSimilarity, rel, best, lexN, vecSim[h.Memory.GetId()], why)
+		default:
+			c.reason = fmt.Sprintf("lexical similarity %.3f >= %.3f (IDF over %d memories; hashed vector %.3f); %s",
+				h.Similarity, p.minSimilarity, lexN, vecSim[h.Memory.GetId()], why)
+		}
+		relevant = append(relevant, c)
 	}
 	sort.SliceStable(relevant, func(i, j int) bool { return relevant[i].score > relevant[j].score })
 	if len(relevant) > p.limit {
@@ -154,6 +214,52 @@ func (s *Service) recall(ctx context.Context, p recallParams) ([]*memoryv1.Recal
 		}
 	}
 	return out, nil
+}
+
+// lexicalEmbedding is the lexical embedder's exact scoring, which recall uses when the
+// embedder is lexical.
+type lexicalEmbedding interface {
+	profile(text string) lexicalProfile
+}
+
+// lexicalQuery profiles the query and weighs its features by IDF² over the user's memories in
+// both tiers; n is how many memories that is.
+func (s *Service) lexicalQuery(ctx context.Context, lex lexicalEmbedding, userID, query string) (lexicalQuery, int, error) {
+	qp := lex.profile(query)
+	var dims []int
+	at := map[int]int{}
+	for _, f := range qp.feats {
+		if _, ok := at[f.bucket]; !ok {
+			at[f.bucket] = len(dims)
+			dims = append(dims, f.bucket)
+		}
+	}
+	var n [2]int
+	var df [2][]int
+	g, gctx := errgroup.WithContext(ctx)
+	for i, t := range []TierStore{s.ep, s.sem} {
+		g.Go(func() error {
+			var err error
+			n[i], df[i], err = t.DocFreq(gctx, userID, dims)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return lexicalQuery{}, 0, err
+	}
+	total := n[0] + n[1]
+	lq := lexicalQuery{p: qp, idf2: make(map[string]float64, len(qp.feats)), idf2ByDim: map[int]float64{}}
+	var sq float64
+	for f, qf := range qp.feats {
+		j := at[qf.bucket]
+		idf := lexicalIDF(total, df[0][j]+df[1][j])
+		lq.idf2[f] = idf * idf
+		lq.idf2ByDim[qf.bucket] = idf * idf
+		w := qf.w * idf * idf
+		sq += w * w
+	}
+	lq.norm = math.Sqrt(sq)
+	return lq, total, nil
 }
 
 // weigh is the ordering score of a memory that passed the threshold: similarity × source

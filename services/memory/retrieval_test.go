@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
@@ -45,15 +49,20 @@ func loadRetrievalSet(t testing.TB) retrievalSet {
 	return s
 }
 
-// rankedSims returns, per query, the similarity-ranked (memory set id, similarity) pairs of
-// the query's user — the raw ranking before any threshold — through the embedded store's
-// Search, exactly as Recall runs it.
+// rankedHit is a recalled memory (by its set id) with its similarity.
 type rankedHit struct {
 	id  string
 	sim float64
 }
 
-func rankRetrievalSet(t testing.TB, emb Embedder) ([][]rankedHit, retrievalSet) {
+// retrievalEval is the set loaded into an embedded store, with a Service over it.
+type retrievalEval struct {
+	set     retrievalSet
+	svc     *Service
+	byStore map[string]string // store id → set id
+}
+
+func newRetrievalEval(t testing.TB, emb Embedder, cfg Config) *retrievalEval {
 	t.Helper()
 	set := loadRetrievalSet(t)
 	ctx := context.Background()
@@ -61,9 +70,9 @@ func rankRetrievalSet(t testing.TB, emb Embedder) ([][]rankedHit, retrievalSet) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bs.Close()
+	t.Cleanup(func() { _ = bs.Close() })
 	now := time.Now()
-	byStoreID := map[string]string{}
+	ev := &retrievalEval{set: set, byStore: map[string]string{}}
 	const batch = 64
 	for start := 0; start < len(set.Memories); start += batch {
 		end := min(start+batch, len(set.Memories))
@@ -72,8 +81,8 @@ func rankRetrievalSet(t testing.TB, emb Embedder) ([][]rankedHit, retrievalSet) 
 		for _, sm := range set.Memories[start:end] {
 			typ, _ := parseType(sm.Type)
 			m := &memoryv1.Memory{Id: newID(), UserId: sm.User, Type: typ, Content: sm.Content, Subject: normalizeSubject(sm.Subject),
-				Attributes: sm.Attributes, CreatedAt: ts(now), UpdatedAt: ts(now)}
-			byStoreID[m.Id] = sm.ID
+				Attributes: sm.Attributes, Source: memoryv1.Source_SOURCE_USER_REQUEST, CreatedAt: ts(now), UpdatedAt: ts(now)}
+			ev.byStore[m.Id] = sm.ID
 			ms = append(ms, m)
 			texts = append(texts, embedText(m))
 		}
@@ -87,26 +96,56 @@ func rankRetrievalSet(t testing.TB, emb Embedder) ([][]rankedHit, retrievalSet) 
 			}
 		}
 	}
-	out := make([][]rankedHit, len(set.Queries))
-	for qi, q := range set.Queries {
-		v, err := emb.Embed(ctx, []string{q.Query})
-		if err != nil {
-			t.Fatal(err)
-		}
-		hits, err := bs.Semantic().Search(ctx, q.User, SearchQuery{Vector: v[0], MinSimilarity: -1, Limit: 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, h := range hits {
-			out[qi] = append(out[qi], rankedHit{byStoreID[h.Memory.GetId()], h.Similarity})
-		}
+	cfg.MaintenanceInterval = 0
+	cfg.RecencyWeight = 0 // every memory of the set is as old; recency could only add float noise
+	svc, err := NewService(cfg, Options{Episodic: bs.Episodic(), Semantic: bs.Semantic(), State: bs, Embedder: emb, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out, set
+	t.Cleanup(svc.Close)
+	ev.svc = svc
+	return ev
 }
 
-// retrievalMetrics are measured at a threshold: what Recall with limit 5 returns.
+// recallAll runs Recall (limit 5 unless given) for every query and returns what it returned.
+func (ev *retrievalEval) recallAll(t testing.TB, minSimilarity float64, limit int) [][]rankedHit {
+	t.Helper()
+	out := make([][]rankedHit, len(ev.set.Queries))
+	for qi, q := range ev.set.Queries {
+		got, err := ev.svc.recall(context.Background(), recallParams{userID: q.User, query: q.Query, limit: limit, minSimilarity: minSimilarity})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range got {
+			out[qi] = append(out[qi], rankedHit{ev.byStore[r.GetMemory().GetId()], r.GetSimilarity()})
+		}
+	}
+	return out
+}
+
+// cut is what Recall with limit 5 returns from a ranking (best first) at a threshold and a
+// relative cut: the same rules, applied offline so a sweep needs one Recall per query.
+func cut(ranked []rankedHit, threshold, rel float64) []rankedHit {
+	var passed []rankedHit
+	best := 0.0
+	for _, h := range ranked {
+		if h.sim >= threshold {
+			passed = append(passed, h)
+			best = max(best, h.sim)
+		}
+	}
+	var out []rankedHit
+	for _, h := range passed {
+		if (threshold <= 0 || h.sim >= rel*best) && len(out) < 5 {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// retrievalMetrics are measured on what Recall with limit 5 returns.
 type retrievalMetrics struct {
-	threshold     float64
+	queries       int
 	recall5       float64 // relevant memories returned / relevant memories (queries with answers)
 	precision     float64 // relevant returned / returned (all queries, no-answer ones included)
 	rankOnly      float64 // recall@5 without a threshold: the ranking alone
@@ -114,58 +153,67 @@ type retrievalMetrics struct {
 	noAnswerFalse int // memories returned for queries with no relevant memory
 }
 
-func measure(ranked [][]rankedHit, set retrievalSet, threshold float64) retrievalMetrics {
-	m := retrievalMetrics{threshold: threshold}
-	var relTotal, relFound, relRank, returned, correct int
+// measure scores returned (what Recall returned per query) against the set; ranked is the
+// ranking without a threshold, for ranking-only recall@5. only selects the queries (nil: all).
+func measure(set retrievalSet, returned, ranked [][]rankedHit, only func(qi int) bool) retrievalMetrics {
+	var m retrievalMetrics
+	var relTotal, relFound, relRank, correct int
 	for qi, q := range set.Queries {
-		var top []string
-		var rankTop []string
-		for _, h := range ranked[qi] {
-			if len(rankTop) < 5 {
-				rankTop = append(rankTop, h.id)
-			}
-			if h.sim >= threshold && len(top) < 5 {
-				top = append(top, h.id)
-			}
+		if only != nil && !only(qi) {
+			continue
 		}
-		returned += len(top)
-		for _, id := range top {
-			if slices.Contains(q.Relevant, id) {
+		m.queries++
+		m.returned += len(returned[qi])
+		for _, h := range returned[qi] {
+			if slices.Contains(q.Relevant, h.id) {
 				correct++
 			}
 		}
 		if len(q.Relevant) == 0 {
-			m.noAnswerFalse += len(top)
+			m.noAnswerFalse += len(returned[qi])
 		}
 		for _, r := range q.Relevant {
 			relTotal++
-			if slices.Contains(top, r) {
+			if slices.ContainsFunc(returned[qi], func(h rankedHit) bool { return h.id == r }) {
 				relFound++
 			}
-			if slices.Contains(rankTop, r) {
+			if slices.ContainsFunc(ranked[qi][:min(5, len(ranked[qi]))], func(h rankedHit) bool { return h.id == r }) {
 				relRank++
 			}
 		}
 	}
-	m.returned = returned
 	m.recall5 = float64(relFound) / float64(relTotal)
 	m.rankOnly = float64(relRank) / float64(relTotal)
-	if returned > 0 {
-		m.precision = float64(correct) / float64(returned)
-	} else {
-		m.precision = 1
+	m.precision = 1
+	if m.returned > 0 {
+		m.precision = float64(correct) / float64(m.returned)
 	}
 	return m
 }
 
 func (m retrievalMetrics) String() string {
-	return fmt.Sprintf("threshold %.2f: recall@5 %.3f, precision %.3f (%d returned, %d for no-answer queries), ranking-only recall@5 %.3f",
-		m.threshold, m.recall5, m.precision, m.returned, m.noAnswerFalse, m.rankOnly)
+	return fmt.Sprintf("recall@5 %.3f, precision %.3f (%d returned, %d for no-answer queries), ranking-only recall@5 %.3f",
+		m.recall5, m.precision, m.returned, m.noAnswerFalse, m.rankOnly)
 }
 
+func f1(m retrievalMetrics) float64 {
+	if m.recall5+m.precision == 0 {
+		return 0
+	}
+	return 2 * m.recall5 * m.precision / (m.recall5 + m.precision)
+}
+
+// Halves of the set: calibration (even query positions) and held out (odd). Each user's
+// queries and the no-answer queries alternate in the file, so both halves have every user and
+// five no-answer queries.
+func calibrationHalf(qi int) bool { return qi%2 == 0 }
+func heldOutHalf(qi int) bool     { return qi%2 == 1 }
+
 // TestRetrievalSet measures recall@5 and precision of each embedder on testdata/retrieval.json
-// at its configured default threshold, and sweeps thresholds to show the calibration. The
-// OpenAI-compatible embedder is measured too when HERMES_EMBED_BASE_URL (and
+// through Recall at its configured defaults, on the calibration half, the held-out half and
+// the whole set, and sweeps the threshold (and the lexical relative cut) on the calibration
+// half to show how the defaults were chosen and what they do on queries they were not chosen
+// on. The OpenAI-compatible embedder is measured too when HERMES_EMBED_BASE_URL (and
 // HERMES_EMBED_MODEL) point at an endpoint.
 func TestRetrievalSet(t *testing.T) {
 	set := loadRetrievalSet(t)
@@ -188,10 +236,11 @@ func TestRetrievalSet(t *testing.T) {
 	type embCase struct {
 		emb       Embedder
 		threshold float64
+		rel       float64
 		minRecall float64
 		minPrec   float64
 	}
-	cases := []embCase{{NewLexicalEmbedder(cfg.LexicalDimensions), cfg.LexicalMinSimilarity, 0.35, 0.25}}
+	cases := []embCase{{NewLexicalEmbedder(cfg.LexicalDimensions), cfg.LexicalMinSimilarity, cfg.LexicalRelativeSimilarity, 0.55, 0.45}}
 	if base := os.Getenv("HERMES_EMBED_BASE_URL"); base != "" {
 		mdl := os.Getenv("HERMES_EMBED_MODEL")
 		if mdl == "" {
@@ -201,31 +250,83 @@ func TestRetrievalSet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cases = append(cases, embCase{e, cfg.MinSimilarity, 0, 0})
+		cases = append(cases, embCase{e, cfg.MinSimilarity, 0, 0, 0})
 	}
 	for _, c := range cases {
 		t.Run(c.emb.Name(), func(t *testing.T) {
-			ranked, set := rankRetrievalSet(t, c.emb)
-			def := measure(ranked, set, c.threshold)
-			t.Logf("%s default %s", c.emb.Name(), def)
-			var sweep []retrievalMetrics
-			for _, th := range []float64{0.05, 0.08, 0.10, 0.12, 0.15, 0.17, 0.20, 0.25, 0.30, 0.35, 0.40, 0.45, 0.50} {
-				sweep = append(sweep, measure(ranked, set, th))
+			ev := newRetrievalEval(t, c.emb, cfg)
+			// The ranking: Recall without a threshold (nor the relative cut that comes with one).
+			ranked := ev.recallAll(t, 1e-9, 20)
+			if c.emb.Lexical() {
+				ev.svc.cfg.LexicalRelativeSimilarity = 0
+				ranked = ev.recallAll(t, 1e-9, 20)
+				ev.svc.cfg.LexicalRelativeSimilarity = c.rel
 			}
-			sort.SliceStable(sweep, func(i, j int) bool { return f1(sweep[i]) > f1(sweep[j]) })
-			for _, m := range sweep[:6] {
-				t.Logf("  best F1 %.3f at %s", f1(m), m)
+			rel := 0.0
+			if c.emb.Lexical() {
+				rel = c.rel
 			}
-			if def.recall5 < c.minRecall || def.precision < c.minPrec {
-				t.Errorf("%s at its default threshold: %s; want recall@5 >= %.2f and precision >= %.2f", c.emb.Name(), def, c.minRecall, c.minPrec)
+			// What Recall returns at the defaults, measured, and the offline cut must agree.
+			got := ev.recallAll(t, c.threshold, 5)
+			for qi := range got {
+				want := cut(ranked[qi], c.threshold, rel)
+				if d := cmp.Diff(want, got[qi], cmp.AllowUnexported(rankedHit{}), cmpopts.EquateApprox(0, 1e-9), cmpopts.EquateEmpty()); d != "" {
+					t.Errorf("query %d: Recall and the offline cut disagree (-cut +recall):\n%s", qi, d)
+				}
+			}
+			for _, h := range []struct {
+				name string
+				only func(int) bool
+			}{{"calibration half", calibrationHalf}, {"held-out half", heldOutHalf}, {"all", nil}} {
+				t.Logf("%s default (threshold %.3f, relative %.2f), %s: %s", c.emb.Name(), c.threshold, rel, h.name, measure(set, got, ranked, h.only))
+			}
+			type point struct {
+				th, rel float64
+				a, b    retrievalMetrics
+			}
+			var sweep []point
+			rels := []float64{0}
+			if c.emb.Lexical() {
+				// At most 0.7: a memory that matches as well but is twice as long scores 1/√2 of
+				// the other (cosine), and must not be cut for its length. The set cannot show what
+				// a tighter cut loses (one query has two relevant memories), only what it gains.
+				rels = []float64{0, 0.3, 0.4, 0.5, 0.6, 0.7}
+			}
+			for _, r := range rels {
+				for th := 0.02; th <= 0.601; th += 0.01 {
+					cutAll := make([][]rankedHit, len(ranked))
+					for qi := range ranked {
+						cutAll[qi] = cut(ranked[qi], th, r)
+					}
+					sweep = append(sweep, point{th, r, measure(set, cutAll, ranked, calibrationHalf), measure(set, cutAll, ranked, heldOutHalf)})
+				}
+			}
+			// The calibration: the best F1 on the calibration half; among ties the least
+			// aggressive relative cut, then the middle of the tied thresholds (a plateau's middle
+			// moves least when the memories do).
+			sort.SliceStable(sweep, func(i, j int) bool {
+				if fi, fj := f1(sweep[i].a), f1(sweep[j].a); math.Abs(fi-fj) > 1e-9 {
+					return fi > fj
+				}
+				return sweep[i].rel < sweep[j].rel
+			})
+			var tied []point
+			for _, p := range sweep {
+				if math.Abs(f1(p.a)-f1(sweep[0].a)) < 1e-9 && p.rel == sweep[0].rel {
+					tied = append(tied, p)
+				}
+			}
+			sort.Slice(tied, func(i, j int) bool { return tied[i].th < tied[j].th })
+			pick := tied[len(tied)/2]
+			t.Logf("%s calibrated on the calibration half: threshold %.2f, relative %.2f (F1 %.3f; %d tied thresholds %.2f..%.2f); held-out half there: F1 %.3f, %s",
+				c.emb.Name(), pick.th, pick.rel, f1(pick.a), len(tied), tied[0].th, tied[len(tied)-1].th, f1(pick.b), pick.b)
+			for _, p := range sweep[:12] {
+				t.Logf("  calibration F1 %.3f at threshold %.2f relative %.1f: calibration %s | held out: F1 %.3f, %s", f1(p.a), p.th, p.rel, p.a, f1(p.b), p.b)
+			}
+			all := measure(set, got, ranked, nil)
+			if all.recall5 < c.minRecall || all.precision < c.minPrec {
+				t.Errorf("%s at its defaults: %s; want recall@5 >= %.2f and precision >= %.2f", c.emb.Name(), all, c.minRecall, c.minPrec)
 			}
 		})
 	}
-}
-
-func f1(m retrievalMetrics) float64 {
-	if m.recall5+m.precision == 0 {
-		return 0
-	}
-	return 2 * m.recall5 * m.precision / (m.recall5 + m.precision)
 }

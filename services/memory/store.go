@@ -31,6 +31,12 @@ type TierStore interface {
 	Touch(ctx context.Context, userID string, ids []string, at time.Time) ([]string, error)
 	// DeleteUser removes every memory of the user and counts them.
 	DeleteUser(ctx context.Context, userID string) (UserCounts, error)
+	// DocFreq returns how many memories of the user the tier holds and, for each of dims, how
+	// many of them have a non-zero vector component there: the document frequencies of the
+	// lexical embedder's features, which recall weighs a query by. Expired memories count, and
+	// memories past their TTL may until they are removed; the Qdrant tier counts components of
+	// sparse vectors only (the lexical embedder's).
+	DocFreq(ctx context.Context, userID string, dims []int) (n int, df []int, err error)
 }
 
 // SearchQuery filters a Search.

@@ -281,6 +281,12 @@ func (t *BoltTier) Search(_ context.Context, userID string, q SearchQuery) ([]Hi
 	return out, err
 }
 
+// DocFreq implements TierStore, from the in-process index's postings.
+func (t *BoltTier) DocFreq(_ context.Context, userID string, dims []int) (int, []int, error) {
+	n, df := t.idx.docFreq(userID, dims)
+	return n, df, nil
+}
+
 // Scan implements TierStore.
 func (t *BoltTier) Scan(_ context.Context, userID string, fn func(Entry) error) error {
 	now := t.s.now()

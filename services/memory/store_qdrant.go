@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/qdrant/go-client/qdrant"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -29,7 +30,20 @@ const (
 	pfSubject  = "subject"
 	pfAttrKeys = "attr_keys"
 	pfContent  = "content"
+	// pfLexDims lists the non-zero components of a sparse (lexical) vector, so DocFreq can
+	// count them with a payload index.
+	pfLexDims = "lex_dims"
+	// pfSchema is the layout version, on the collection's meta point only.
+	pfSchema = "hermes_memory_schema"
 )
+
+// qdrantSchema is the point layout this store writes: 2 added lex_dims. A collection whose
+// meta point says less (or that has none) gets lex_dims backfilled when the store opens it.
+const qdrantSchema = 2
+
+// qdrantMetaID is the collection's meta point. It has no user_id, so no per-user filter — every
+// read, count and delete of memories has one — ever matches it.
+var qdrantMetaID = derivedID("hermes", "memory", "qdrant collection meta")
 
 // QdrantSemantic is the semantic tier in Qdrant through the official go-client: one collection
 // with cosine distance, a tenant payload index on user_id, and indexes on the filter fields.
@@ -85,6 +99,7 @@ func NewQdrantSemantic(ctx context.Context, c *qdrant.Client, collection string,
 		{pfUpdated, qdrant.FieldType_FieldTypeInteger, nil},
 		{pfSubject, qdrant.FieldType_FieldTypeKeyword, nil},
 		{pfAttrKeys, qdrant.FieldType_FieldTypeKeyword, nil},
+		{pfLexDims, qdrant.FieldType_FieldTypeInteger, nil},
 	}
 	for _, ix := range indexes {
 		wait := true
@@ -94,10 +109,107 @@ func NewQdrantSemantic(ctx context.Context, c *qdrant.Client, collection string,
 			return nil, fmt.Errorf("qdrant: payload index %s: %w", ix.field, err)
 		}
 	}
+	if err := s.migrate(ctx); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
-func (s *QdrantSemantic) payload(m *memoryv1.Memory) (map[string]*qdrant.Value, error) {
+// migrate brings a collection written by an earlier layout up to qdrantSchema: points with a
+// sparse vector and no lex_dims get it (set on its own, so a concurrent write of the record is
+// not overwritten), then the meta point records the schema. Replicas starting together may
+// both run it; it is idempotent.
+func (s *QdrantSemantic) migrate(ctx context.Context) error {
+	pts, err := s.c.Get(ctx, &qdrant.GetPoints{CollectionName: s.coll, Ids: []*qdrant.PointId{qdrant.NewID(qdrantMetaID)}, WithPayload: qdrant.NewWithPayload(true)})
+	if err != nil {
+		return fmt.Errorf("qdrant: collection %s meta: %w", s.coll, err)
+	}
+	if len(pts) == 1 && pts[0].GetPayload()[pfSchema].GetIntegerValue() >= qdrantSchema {
+		return nil
+	}
+	var offset *qdrant.PointId
+	limit := uint32(256)
+	for {
+		page, next, err := s.c.ScrollAndOffset(ctx, &qdrant.ScrollPoints{
+			CollectionName: s.coll, Offset: offset, Limit: &limit,
+			WithPayload: qdrant.NewWithPayloadInclude(pfUser, pfLexDims), WithVectors: qdrant.NewWithVectors(true),
+		})
+		if err != nil {
+			return fmt.Errorf("qdrant: collection %s migration: %w", s.coll, err)
+		}
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(8)
+		for _, p := range page {
+			pl := p.GetPayload()
+			if pl[pfUser] == nil || pl[pfLexDims] != nil {
+				continue
+			}
+			dims := sparseDims(pointVector(p.GetVectors()))
+			if dims == nil {
+				continue
+			}
+			id := p.GetId()
+			g.Go(func() error {
+				wait := true
+				_, err := s.c.SetPayload(gctx, &qdrant.SetPayloadPoints{
+					CollectionName: s.coll, Wait: &wait,
+					Payload:        map[string]*qdrant.Value{pfLexDims: lexDimsValue(dims)},
+					PointsSelector: qdrant.NewPointsSelector(id),
+				})
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return fmt.Errorf("qdrant: collection %s migration: %w", s.coll, err)
+		}
+		if next == nil {
+			break
+		}
+		offset = next
+	}
+	meta := make([]float32, s.dim)
+	meta[0] = 1 // cosine needs a non-zero vector; no query filters reach this point
+	wait := true
+	_, err = s.c.Upsert(ctx, &qdrant.UpsertPoints{CollectionName: s.coll, Wait: &wait, Points: []*qdrant.PointStruct{{
+		Id: qdrant.NewID(qdrantMetaID), Vectors: qdrant.NewVectorsDense(meta),
+		Payload: map[string]*qdrant.Value{pfSchema: qdrant.NewValueInt(qdrantSchema)},
+	}}})
+	if err != nil {
+		return fmt.Errorf("qdrant: collection %s meta: %w", s.coll, err)
+	}
+	return nil
+}
+
+// sparseDims returns the non-zero components of a sparse vector (the lexical embedder's, under
+// the index's density rule), or nil for a dense one.
+func sparseDims(vec []float32) []int64 {
+	nnz := 0
+	for _, f := range vec {
+		if f != 0 {
+			nnz++
+		}
+	}
+	if nnz*6 >= len(vec)*4 {
+		return nil
+	}
+	out := make([]int64, 0, nnz)
+	for i, f := range vec {
+		if f != 0 {
+			out = append(out, int64(i))
+		}
+	}
+	return out
+}
+
+func lexDimsValue(dims []int64) *qdrant.Value {
+	vs := make([]*qdrant.Value, len(dims))
+	for i, d := range dims {
+		vs[i] = qdrant.NewValueInt(d)
+	}
+	return qdrant.NewValueFromList(vs...)
+}
+
+func (s *QdrantSemantic) payload(m *memoryv1.Memory, vec []float32) (map[string]*qdrant.Value, error) {
 	b, err := proto.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("encode memory: %w", err)
@@ -106,7 +218,7 @@ func (s *QdrantSemantic) payload(m *memoryv1.Memory) (map[string]*qdrant.Value, 
 	for _, k := range attrKeys(m) {
 		keys = append(keys, qdrant.NewValueString(k))
 	}
-	return map[string]*qdrant.Value{
+	p := map[string]*qdrant.Value{
 		pfRecord:   qdrant.NewValueString(base64.StdEncoding.EncodeToString(b)),
 		pfUser:     qdrant.NewValueString(m.GetUserId()),
 		pfType:     qdrant.NewValueString(typeName(m.GetType())),
@@ -115,7 +227,11 @@ func (s *QdrantSemantic) payload(m *memoryv1.Memory) (map[string]*qdrant.Value, 
 		pfSubject:  qdrant.NewValueString(m.GetSubject()),
 		pfAttrKeys: qdrant.NewValueFromList(keys...),
 		pfContent:  qdrant.NewValueString(m.GetContent()),
-	}, nil
+	}
+	if dims := sparseDims(vec); dims != nil {
+		p[pfLexDims] = lexDimsValue(dims)
+	}
+	return p, nil
 }
 
 func pointEntry(id *qdrant.PointId, payload map[string]*qdrant.Value, vec *qdrant.VectorsOutput) (Entry, error) {
@@ -128,15 +244,18 @@ func pointEntry(id *qdrant.PointId, payload map[string]*qdrant.Value, vec *qdran
 	if err := proto.Unmarshal(b, m); err != nil {
 		return Entry{}, fmt.Errorf("qdrant point %s: bad record: %w", id.GetUuid(), err)
 	}
-	e := Entry{Memory: m}
-	if v := vec.GetVector(); v != nil {
-		if d := v.GetDense(); d != nil {
-			e.Vector = d.GetData()
-		} else {
-			e.Vector = v.GetData() //nolint:staticcheck // older servers fill only data
-		}
+	return Entry{Memory: m, Vector: pointVector(vec)}, nil
+}
+
+func pointVector(vec *qdrant.VectorsOutput) []float32 {
+	v := vec.GetVector()
+	if v == nil {
+		return nil
 	}
-	return e, nil
+	if d := v.GetDense(); d != nil {
+		return d.GetData()
+	}
+	return v.GetData() //nolint:staticcheck // older servers fill only data
 }
 
 func userFilter(userID string, extra ...*qdrant.Condition) *qdrant.Filter {
@@ -150,7 +269,7 @@ func (s *QdrantSemantic) Put(ctx context.Context, e Entry) error {
 	}
 	m := cloneMemory(e.Memory)
 	m.ExpiresAt = nil
-	p, err := s.payload(m)
+	p, err := s.payload(m, e.Vector)
 	if err != nil {
 		return err
 	}
@@ -178,8 +297,8 @@ func (s *QdrantSemantic) Get(ctx context.Context, userID, id string) (Entry, err
 		return Entry{}, fmt.Errorf("qdrant get: %w", err)
 	}
 	for _, p := range pts {
-		if p.GetPayload()[pfUser].GetStringValue() != userID {
-			continue // another user's point is not found, whatever its id
+		if u := p.GetPayload()[pfUser]; u == nil || u.GetStringValue() != userID {
+			continue // another user's point (or the meta point) is not found, whatever its id
 		}
 		return pointEntry(p.GetId(), p.GetPayload(), p.GetVectors())
 	}
@@ -255,6 +374,33 @@ func (s *QdrantSemantic) Search(ctx context.Context, userID string, q SearchQuer
 		out = append(out, Hit{Entry: e, Similarity: float64(p.GetScore())})
 	}
 	return out, nil
+}
+
+// DocFreq implements TierStore with one count of the user's points and one per dimension, on
+// the lex_dims payload index (eight at a time). Expired points count, as in the other tiers.
+func (s *QdrantSemantic) DocFreq(ctx context.Context, userID string, dims []int) (int, []int, error) {
+	df := make([]int, len(dims))
+	var n uint64
+	exact := true
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	g.Go(func() error {
+		c, err := s.c.Count(gctx, &qdrant.CountPoints{CollectionName: s.coll, Filter: userFilter(userID), Exact: &exact})
+		n = c
+		return err
+	})
+	for i, k := range dims {
+		g.Go(func() error {
+			c, err := s.c.Count(gctx, &qdrant.CountPoints{CollectionName: s.coll,
+				Filter: userFilter(userID, qdrant.NewMatchInt(pfLexDims, int64(k))), Exact: &exact})
+			df[i] = int(c)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, nil, fmt.Errorf("qdrant count: %w", err)
+	}
+	return int(n), df, nil
 }
 
 // scroll calls fn for every point matching f.

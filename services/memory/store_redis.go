@@ -177,6 +177,29 @@ func (s *RedisEpisodic) Search(ctx context.Context, userID string, q SearchQuery
 	return searchEntries(all, q), nil
 }
 
+// DocFreq implements TierStore over the user's episodic memories, loaded as Search loads them.
+func (s *RedisEpisodic) DocFreq(ctx context.Context, userID string, dims []int) (int, []int, error) {
+	all, err := s.all(ctx, userID)
+	if err != nil {
+		return 0, nil, err
+	}
+	n, df := entriesDocFreq(all, dims)
+	return n, df, nil
+}
+
+// entriesDocFreq counts, per dimension, the entries with a non-zero component there.
+func entriesDocFreq(all []Entry, dims []int) (int, []int) {
+	df := make([]int, len(dims))
+	for _, e := range all {
+		for i, k := range dims {
+			if k >= 0 && k < len(e.Vector) && e.Vector[k] != 0 {
+				df[i]++
+			}
+		}
+	}
+	return len(all), df
+}
+
 // searchEntries is exact search over loaded entries, with SearchQuery's semantics.
 func searchEntries(all []Entry, q SearchQuery) []Hit {
 	var hits []Hit

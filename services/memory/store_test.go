@@ -197,6 +197,20 @@ func TestTierStoreConformance(t *testing.T) {
 					}
 				})
 			}
+			t.Run("document frequencies count the user's vectors per component", func(t *testing.T) {
+				n, df, err := s.DocFreq(ctx, "alice", []int{1, 2, 3, 4, 20})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// A, B, C and the expired D all point along 1; A and D along 2; B along 3; C along 4.
+				if d := cmp.Diff([]int{4, 2, 1, 1, 0}, df); n != 4 || d != "" {
+					t.Errorf("n = %d, want 4; df (-want +got):\n%s", n, d)
+				}
+				n, df, err = s.DocFreq(ctx, "carol", []int{1})
+				if err != nil || n != 0 || len(df) != 1 || df[0] != 0 {
+					t.Errorf("a user without memories: n %d df %v err %v", n, df, err)
+				}
+			})
 			t.Run("by subject is live only", func(t *testing.T) {
 				got, err := s.BySubject(ctx, "alice", "drink")
 				if err != nil {
@@ -480,5 +494,61 @@ func TestStateStoreConformance(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// A collection written before lex_dims existed gets it backfilled when the store opens it, so
+// document frequencies count its points; the meta point that records this is no user's.
+func TestQdrantMigratesLexDims(t *testing.T) {
+	ctx := context.Background()
+	c, coll := testQdrant(t)
+	if err := c.CreateCollection(ctx, &qdrant.CreateCollection{CollectionName: coll,
+		VectorsConfig: qdrant.NewVectorsConfig(&qdrant.VectorParams{Size: testDim, Distance: qdrant.Distance_Cosine})}); err != nil {
+		t.Fatal(err)
+	}
+	old := &QdrantSemantic{c: c, coll: coll, dim: testDim}
+	now := time.Now()
+	var ids []string
+	for i, v := range [][]float32{vecOf(1, 2, 0.1), vecOf(1, 3, 0.1)} {
+		m := testMemory("alice", newID(), memoryv1.MemoryType_MEMORY_TYPE_FACT, fmt.Sprint("fact ", i), now)
+		ids = append(ids, m.GetId())
+		p, err := old.payload(m, nil) // the layout of schema 1: no lex_dims
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait := true
+		if _, err := c.Upsert(ctx, &qdrant.UpsertPoints{CollectionName: coll, Wait: &wait, Points: []*qdrant.PointStruct{{
+			Id: qdrant.NewID(m.GetId()), Vectors: qdrant.NewVectorsDense(v), Payload: p}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // the second open finds the meta point and does nothing
+		s, err := NewQdrantSemantic(ctx, c, coll, testDim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, df, err := s.DocFreq(ctx, "alice", []int{1, 2, 3, 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff([]int{2, 1, 1, 0}, df); n != 2 || d != "" {
+			t.Errorf("after migration: n = %d, df (-want +got):\n%s", n, d)
+		}
+		var got []string
+		if err := s.Scan(ctx, "alice", func(e Entry) error { got = append(got, e.Memory.GetId()); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		sort.Strings(got)
+		sort.Strings(ids)
+		if d := cmp.Diff(ids, got); d != "" {
+			t.Errorf("alice's points (-want +got):\n%s", d)
+		}
+		if _, err := s.Get(ctx, "", qdrantMetaID); !errors.Is(err, ErrNotFound) {
+			t.Errorf("the meta point read as a memory: %v", err)
+		}
+	}
+	pts, err := c.Get(ctx, &qdrant.GetPoints{CollectionName: coll, Ids: []*qdrant.PointId{qdrant.NewID(qdrantMetaID)}, WithPayload: qdrant.NewWithPayload(true)})
+	if err != nil || len(pts) != 1 || pts[0].GetPayload()[pfSchema].GetIntegerValue() != qdrantSchema {
+		t.Errorf("meta point: %v %v", pts, err)
 	}
 }
