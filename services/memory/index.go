@@ -79,8 +79,7 @@ func makeIndexEntry(m *memoryv1.Memory, vec []float32) indexEntry {
 			nnz++
 		}
 	}
-	// Sparse storage costs 6 bytes per non-zero against 4 per bucket: use it below 2/3 density.
-	if len(vec) <= 1<<16 && nnz*6 < len(vec)*4 {
+	if storedSparse(nnz, len(vec)) {
 		e.idx = make([]uint16, 0, nnz)
 		e.val = make([]float32, 0, nnz)
 		for i, f := range vec {
@@ -127,6 +126,13 @@ func (u *userIndex) postSlot(slot int32) {
 	for j, k := range e.idx {
 		u.post[k] = append(u.post[k], posting{slot, e.val[j]})
 	}
+}
+
+// storedSparse says whether a vector of n components, nnz of them non-zero, is kept as
+// index/value pairs: sparse storage costs 6 bytes per non-zero against 4 per component, so
+// below 2/3 density, and its indexes are uint16.
+func storedSparse(nnz, n int) bool {
+	return n <= 1<<16 && nnz*6 < n*4
 }
 
 func (x *vectorIndex) put(userID string, m *memoryv1.Memory, vec []float32) {

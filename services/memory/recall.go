@@ -137,15 +137,15 @@ func (s *Service) recall(ctx context.Context, p recallParams) ([]*memoryv1.Recal
 		}
 		score, why := s.weigh(h, now)
 		c.score = score
-		switch {
-		case !lexOK:
+		if !lexOK {
 			c.reason = fmt.Sprintf("similarity %.3f >= %.3f; %s", h.Similarity, p.minSimilarity, why)
-		case rel > 0:
-			c.reason = fmt.Sprintf("lexical similarity %.3f >= %.3f and >= %.2f x best %.3f (IDF over %d memories; hashed vector %.3f); %s",
-				h.Similarity, p.minSimilarity, rel, best, lexN, vecSim[h.Memory.GetId()], why)
-		default:
-			c.reason = fmt.Sprintf("lexical similarity %.3f >= %.3f (IDF over %d memories; hashed vector %.3f); %s",
-				h.Similarity, p.minSimilarity, lexN, vecSim[h.Memory.GetId()], why)
+		} else {
+			relCut := ""
+			if rel > 0 {
+				relCut = fmt.Sprintf(" and >= %.2f x best %.3f", rel, best)
+			}
+			c.reason = fmt.Sprintf("lexical similarity %.3f >= %.3f%s (IDF over %d memories; hashed vector %.3f); %s",
+				h.Similarity, p.minSimilarity, relCut, lexN, vecSim[h.Memory.GetId()], why)
 		}
 		relevant = append(relevant, c)
 	}

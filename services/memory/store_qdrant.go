@@ -189,7 +189,7 @@ func sparseDims(vec []float32) []int64 {
 			nnz++
 		}
 	}
-	if nnz*6 >= len(vec)*4 {
+	if !storedSparse(nnz, len(vec)) {
 		return nil
 	}
 	out := make([]int64, 0, nnz)
