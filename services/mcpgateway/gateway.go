@@ -127,11 +127,10 @@ var (
 // succeeded or failed (or ctx ends); the server keeps being retried either way. With a store,
 // the server is stored first, so every replica connects to it.
 func (g *Gateway) AddServer(ctx context.Context, spec *pb.ServerSpec, wait bool) (*pb.Server, error) {
-	spec = proto.Clone(spec).(*pb.ServerSpec)
-	if spec.Prefix == "" {
-		spec.Prefix = spec.Name
-	}
+	spec = withDefaultPrefix(spec)
 	g.addMu.Lock()
+	// Checked before the store write, so a refused spec is never stored; connect checks again
+	// with the insert.
 	if err := g.checkAdd(spec); err != nil {
 		g.addMu.Unlock()
 		return nil, err
@@ -143,6 +142,12 @@ func (g *Gateway) AddServer(ctx context.Context, spec *pb.ServerSpec, wait bool)
 		}
 	}
 	c, err := g.connect(spec, false)
+	if err != nil && g.store != nil {
+		// The caller is told it was not added, so no replica may connect it either.
+		if derr := g.store.DeleteServer(context.WithoutCancel(ctx), spec.GetName()); derr != nil {
+			g.log.Warn("MCP server stored but not connected, and not removed from the store", "server", spec.GetName(), "error", derr)
+		}
+	}
 	g.addMu.Unlock()
 	if err != nil {
 		return nil, err
@@ -156,11 +161,25 @@ func (g *Gateway) AddServer(ctx context.Context, spec *pb.ServerSpec, wait bool)
 	return c.snapshot(), nil
 }
 
+// withDefaultPrefix is a copy of spec whose prefix defaults to its name.
+func withDefaultPrefix(spec *pb.ServerSpec) *pb.ServerSpec {
+	spec = proto.Clone(spec).(*pb.ServerSpec)
+	if spec.Prefix == "" {
+		spec.Prefix = spec.Name
+	}
+	return spec
+}
+
 // checkAdd refuses a spec whose name or prefix a server of this gateway has, or one past the
 // limit.
 func (g *Gateway) checkAdd(spec *pb.ServerSpec) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.checkAddLocked(spec)
+}
+
+// checkAddLocked is checkAdd with g.mu held.
+func (g *Gateway) checkAddLocked(spec *pb.ServerSpec) error {
 	if g.closed {
 		return fmt.Errorf("%w: the gateway is shutting down", errUnavailable)
 	}
@@ -178,12 +197,14 @@ func (g *Gateway) checkAdd(spec *pb.ServerSpec) error {
 	return nil
 }
 
-// connect starts the connection of a checked spec.
+// connect checks a spec and starts its connection. The check and the insert are one critical
+// section, so Close either sees the new connection or refuses it.
 func (g *Gateway) connect(spec *pb.ServerSpec, fromFile bool) (*serverConn, error) {
-	if err := g.checkAdd(spec); err != nil {
+	g.mu.Lock()
+	if err := g.checkAddLocked(spec); err != nil {
+		g.mu.Unlock()
 		return nil, err
 	}
-	g.mu.Lock()
 	c := newServerConn(g, spec)
 	c.fromFile = fromFile
 	g.servers[spec.Name] = c
@@ -227,19 +248,21 @@ func (g *Gateway) disconnect(ctx context.Context, c *serverConn) int {
 	c.cancel()
 	<-c.done
 	removed := c.releaseAll(ctx)
-	g.resyncOthers(c)
+	g.resyncOthers()
 	return removed
 }
 
 // syncStore makes this replica's servers those of the store (plus the file's): it connects to
 // stored servers it lacks, drops the ones deleted there, and reconnects the ones that changed.
 func (g *Gateway) syncStore(ctx context.Context) error {
+	// Listed under addMu: a server added or removed here between the list and the lock would
+	// otherwise be undone until the next sync.
+	g.addMu.Lock()
+	defer g.addMu.Unlock()
 	specs, err := g.store.ListServers(ctx)
 	if err != nil {
 		return err
 	}
-	g.addMu.Lock()
-	defer g.addMu.Unlock()
 	want := map[string]*pb.ServerSpec{}
 	for _, s := range specs {
 		want[s.GetName()] = s
@@ -274,7 +297,7 @@ func (g *Gateway) syncStore(ctx context.Context) error {
 }
 
 // resyncOthers lets servers whose tools collided with the removed server's claim them now.
-func (g *Gateway) resyncOthers(removed *serverConn) {
+func (g *Gateway) resyncOthers() {
 	g.mu.Lock()
 	var others []*serverConn
 	for _, c := range g.servers {
@@ -286,7 +309,6 @@ func (g *Gateway) resyncOthers(removed *serverConn) {
 			c.requestResync()
 		}
 	}
-	_ = removed
 }
 
 // Servers returns every server's state, by name.
@@ -591,10 +613,7 @@ func (g *Gateway) Start() error {
 			return err
 		}
 		for _, spec := range specs {
-			if spec.Prefix == "" {
-				spec.Prefix = spec.Name
-			}
-			if _, err := g.connect(spec, true); err != nil {
+			if _, err := g.connect(withDefaultPrefix(spec), true); err != nil {
 				return fmt.Errorf("MCP servers file %s: server %q: %w", g.cfg.ServersFile, spec.Name, err)
 			}
 		}

@@ -69,27 +69,23 @@ func (s *RedisServerStore) ListServers(ctx context.Context) ([]*pb.ServerSpec, e
 	if err != nil {
 		return nil, fmt.Errorf("%w: redis: %w", errUnavailable, err)
 	}
-	return decodeSpecs(func(yield func([]byte) error) error {
-		for _, v := range all {
-			if err := yield([]byte(v)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-func decodeSpecs(each func(func([]byte) error) error) ([]*pb.ServerSpec, error) {
-	var out []*pb.ServerSpec
-	err := each(func(raw []byte) error {
-		spec := &pb.ServerSpec{}
-		if err := proto.Unmarshal(raw, spec); err != nil {
-			return fmt.Errorf("decode stored MCP server: %w", err)
+	out := make([]*pb.ServerSpec, 0, len(all))
+	for _, v := range all {
+		spec, err := decodeSpec([]byte(v))
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, spec)
-		return nil
-	})
-	return out, err
+	}
+	return out, nil
+}
+
+func decodeSpec(raw []byte) (*pb.ServerSpec, error) {
+	spec := &pb.ServerSpec{}
+	if err := proto.Unmarshal(raw, spec); err != nil {
+		return nil, fmt.Errorf("decode stored MCP server: %w", err)
+	}
+	return spec, nil
 }
 
 // BoltServerStore keeps specs in a bbolt file (monolithic mode).
@@ -141,11 +137,13 @@ func (s *BoltServerStore) DeleteServer(_ context.Context, name string) error {
 func (s *BoltServerStore) ListServers(_ context.Context) ([]*pb.ServerSpec, error) {
 	var out []*pb.ServerSpec
 	err := s.db.View(func(tx *bolt.Tx) error {
-		var err error
-		out, err = decodeSpecs(func(yield func([]byte) error) error {
-			return tx.Bucket(bServers).ForEach(func(_, v []byte) error { return yield(v) })
+		return tx.Bucket(bServers).ForEach(func(_, v []byte) error {
+			spec, err := decodeSpec(v)
+			if err == nil {
+				out = append(out, spec)
+			}
+			return err
 		})
-		return err
 	})
 	return out, err
 }
