@@ -9,11 +9,11 @@ import (
 
 func TestDraftSchema(t *testing.T) {
 	type contact struct {
-		Name  string `json:"name" description:"Full name"`
+		Name  string `json:"name" jsonschema:"Full name"`
 		Phone string `json:"phone,omitempty"`
 	}
 	type booking struct {
-		City    string            `json:"city" description:"City to book in"`
+		City    string            `json:"city" jsonschema:"City to book in"`
 		Guests  int               `json:"guests"`
 		Price   *float64          `json:"price"`
 		Tags    []string          `json:"tags,omitempty"`
@@ -33,9 +33,9 @@ func TestDraftSchema(t *testing.T) {
 		"extra":{"additionalProperties":{"type":"boolean"},"type":"object"},
 		"guests":{"type":"integer"},
 		"labels":{"additionalProperties":{"type":"string"},"type":"object"},
-		"price":{"type":"number"},
-		"tags":{"items":{"type":"string"},"type":"array"}},
-		"required":["city","guests","contact"],"type":"object"}`
+		"price":{"type":["null","number"]},
+		"tags":{"items":{"type":"string"},"type":["null","array"]}},
+		"required":["city","guests","price","contact"],"type":"object"}`
 	var g, w any
 	_ = json.Unmarshal([]byte(got), &g)
 	if err := json.Unmarshal([]byte(want), &w); err != nil {
