@@ -268,7 +268,8 @@ func (s *Service) executeAt(ctx context.Context, req *toolsv1.ExecuteToolRequest
 		key = idempotencyRecordKey(spec.GetName(), req.GetIdempotencyKey())
 		wctx, cancel := context.WithDeadline(ctx, b.deadline)
 		var claim *Claim
-		owner, claim, err = s.idem.claim(wctx, key, argsHash(args))
+		hash := argsHash(args)
+		owner, claim, err = s.idem.claim(wctx, key, hash)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
@@ -279,7 +280,7 @@ func (s *Service) executeAt(ctx context.Context, req *toolsv1.ExecuteToolRequest
 			return nil, ctx.Err()
 		case err != nil:
 			return nil, unavailable("use the idempotency store", err)
-		case claim.ArgsHash != argsHash(args):
+		case claim.ArgsHash != hash:
 			return failure(res, toolsv1.ErrorCode_ERROR_CODE_VALIDATION, fmt.Sprintf(
 				"The idempotency key %q was already used for a call of %s with different arguments. Use a new key for a different call, or repeat the original arguments.",
 				truncateRunes(req.GetIdempotencyKey(), 80), spec.GetName())), nil
