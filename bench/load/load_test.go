@@ -35,6 +35,10 @@ func TestMicroservicesTwoOrchestrators(t *testing.T) {
 	if len(res.perAddr) != 2 {
 		t.Errorf("turns per orchestrator %v: want turns on both replicas", res.perAddr)
 	}
+	// Five targets and the second orchestrator, each read before and after the window.
+	if len(res.cpu) != 6 {
+		t.Errorf("CPU figures for %d processes (%v), want 6: some /metrics was not read", len(res.cpu), res.cpu)
+	}
 	for name, cpu := range res.cpu {
 		if cpu <= 0 && name != "mcpgateway" {
 			t.Errorf("%s used no CPU in the window: its /metrics was not read", name)

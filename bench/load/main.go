@@ -270,7 +270,9 @@ func drive(ctx context.Context, c config, tg target) (*result, error) {
 		selfBefore            time.Duration
 		busyBefore, totBefore uint64
 	)
+	beforeRead := make(chan struct{})
 	go func() {
+		defer close(beforeRead)
 		time.Sleep(time.Until(measureFrom))
 		m := cpuSeconds(tg.procs)
 		sc := selfCPU()
@@ -324,6 +326,7 @@ func drive(ctx context.Context, c config, tg target) (*result, error) {
 		return nil, err
 	}
 	res.elapsed = time.Since(measureFrom)
+	<-beforeRead
 	after := cpuSeconds(tg.procs)
 	selfAfter := selfCPU()
 	busyAfter, totAfter := machineCPU()
@@ -335,7 +338,9 @@ func drive(ctx context.Context, c config, tg target) (*result, error) {
 	}
 	res.cpu = map[string]float64{}
 	for k, v := range after {
-		res.cpu[k] = v - cpuBefore[k]
+		if b, ok := cpuBefore[k]; ok { // a process whose /metrics was not read both times has no figure
+			res.cpu[k] = v - b
+		}
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -111,25 +113,49 @@ func (c *chatClient) loop(ctx context.Context) error {
 			return err
 		}
 	} else {
-		if _, err := c.sessions.GetSession(c.auth(ctx), &sessionv1.GetSessionRequest{SessionId: c.session, UserId: c.user}); err != nil {
+		if err := c.use(ctx, c.session); err != nil {
 			return fmt.Errorf("session %s: %s", c.session, status.Convert(err).Message())
 		}
 		c.out("Continuing session %s as %s. /help lists the commands.\n", c.session, c.user)
 	}
-	in := bufio.NewScanner(c.env.stdin)
-	in.Buffer(make([]byte, 64<<10), 1<<20)
+	// Lines are read on their own goroutine so that Ctrl-C (which ends ctx) ends the chat at the
+	// prompt too, not only after the next Enter.
+	lines := make(chan string)
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(lines)
+		in := bufio.NewScanner(c.env.stdin)
+		in.Buffer(make([]byte, 64<<10), 1<<20)
+		for in.Scan() {
+			select {
+			case lines <- in.Text():
+			case <-ctx.Done():
+				return
+			}
+		}
+		readErr <- in.Err()
+	}()
 	for {
 		c.out("\nyou › ")
-		if !in.Scan() {
+		var line string
+		select {
+		case <-ctx.Done():
 			c.out("\n")
-			return in.Err()
+			return nil
+		case l, ok := <-lines:
+			if !ok {
+				c.out("\n")
+				select {
+				case err := <-readErr:
+					return err
+				default:
+					return nil
+				}
+			}
+			line = strings.TrimSpace(l)
 		}
-		line := strings.TrimSpace(in.Text())
 		if line == "" {
 			continue
-		}
-		if ctx.Err() != nil {
-			return nil
 		}
 		if quit, err := c.command(ctx, line); quit {
 			return nil
@@ -137,6 +163,15 @@ func (c *chatClient) loop(ctx context.Context) error {
 			c.out("  ! %s\n", status.Convert(err).Message())
 		}
 	}
+}
+
+// use makes the user's session id the current one, once the session service has it.
+func (c *chatClient) use(ctx context.Context, id string) error {
+	if _, err := c.sessions.GetSession(c.auth(ctx), &sessionv1.GetSessionRequest{SessionId: id, UserId: c.user}); err != nil {
+		return err
+	}
+	c.session = id
+	return nil
 }
 
 // command runs a line: a slash command or a message.
@@ -156,10 +191,9 @@ func (c *chatClient) command(ctx context.Context, line string) (bool, error) {
 		if arg == "" {
 			return false, errors.New("usage: /use <session id>")
 		}
-		if _, err := c.sessions.GetSession(c.auth(ctx), &sessionv1.GetSessionRequest{SessionId: arg, UserId: c.user}); err != nil {
+		if err := c.use(ctx, arg); err != nil {
 			return false, err
 		}
-		c.session = arg
 		c.out("  now in session %s\n", arg)
 	case "/memory":
 		return false, c.listMemories(ctx)
@@ -222,8 +256,8 @@ func (c *chatClient) listMemories(ctx context.Context) error {
 			strings.ToLower(strings.TrimPrefix(m.GetTier().String(), "TIER_")), m.GetContent())
 		if len(m.GetAttributes()) > 0 {
 			var parts []string
-			for k, v := range m.GetAttributes() {
-				parts = append(parts, k+"="+v)
+			for _, k := range slices.Sorted(maps.Keys(m.GetAttributes())) {
+				parts = append(parts, k+"="+m.GetAttributes()[k])
 			}
 			c.out(" [%s]", strings.Join(parts, ", "))
 		}

@@ -8,10 +8,11 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/hermes-agent/hermes/internal/app"
@@ -292,12 +293,17 @@ func BenchmarkTurnOverhead(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer conn.Close()
-			sessConn, _ := rpc.Dial(o.addrs[app.TargetSession])
-			defer sessConn.Close()
-			toolsConn, _ := rpc.Dial(o.addrs[app.TargetTools])
-			defer toolsConn.Close()
-			memConn, _ := rpc.Dial(o.addrs[app.TargetMemory])
-			defer memConn.Close()
+			dial := func(addr string) *grpc.ClientConn {
+				c, err := rpc.Dial(addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = c.Close() })
+				return c
+			}
+			sessConn := dial(o.addrs[app.TargetSession])
+			toolsConn := dial(o.addrs[app.TargetTools])
+			memConn := dial(o.addrs[app.TargetMemory])
 			orch := orchestratorv1.NewOrchestratorServiceClient(conn)
 			sess := sessionv1.NewSessionServiceClient(sessConn)
 			tools := toolsv1.NewToolServiceClient(toolsConn)
@@ -308,17 +314,32 @@ func BenchmarkTurnOverhead(b *testing.B) {
 				b.Fatal(err)
 			}
 			ctx := context.Background()
-			newSession := func() string {
+			// createSession and runTurn return their errors, for the client goroutines below;
+			// newSession and turn fail the benchmark, on its own goroutine.
+			createSession := func() (string, error) {
 				r, err := sess.CreateSession(ctx, &sessionv1.CreateSessionRequest{UserId: "bench"})
+				return r.GetSession().GetId(), err
+			}
+			runTurn := func(sid string) error {
+				res, err := demo.RunTurn(ctx, orch, &orchestratorv1.RunTurnRequest{SessionId: sid, UserId: "bench", Text: "what time is it?"}, nil)
+				switch {
+				case err != nil:
+					return fmt.Errorf("turn: %w", err)
+				case res.Completed == nil:
+					return fmt.Errorf("turn did not complete: %v", res.Failed)
+				}
+				return nil
+			}
+			newSession := func() string {
+				sid, err := createSession()
 				if err != nil {
 					b.Fatal(err)
 				}
-				return r.GetSession().GetId()
+				return sid
 			}
 			turn := func(sid string) {
-				res, err := demo.RunTurn(ctx, orch, &orchestratorv1.RunTurnRequest{SessionId: sid, UserId: "bench", Text: "what time is it?"}, nil)
-				if err != nil || res.Completed == nil {
-					b.Fatalf("turn: %v %v", err, res.Failed)
+				if err := runTurn(sid); err != nil {
+					b.Fatal(err)
 				}
 			}
 			// The RPCs and model calls of one turn, made directly.
@@ -408,22 +429,28 @@ func BenchmarkTurnOverhead(b *testing.B) {
 
 			// Throughput with 4 clients at once.
 			const clients, perClient = 4, 15
-			var wg sync.WaitGroup
+			var g errgroup.Group
 			start := time.Now()
 			for range clients {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					sid := newSession()
+				g.Go(func() error {
+					var sid string
 					for j := range perClient {
-						if j == 10 {
-							sid = newSession()
+						if j%10 == 0 {
+							var err error
+							if sid, err = createSession(); err != nil {
+								return err
+							}
 						}
-						turn(sid)
+						if err := runTurn(sid); err != nil {
+							return err
+						}
 					}
-				}()
+					return nil
+				})
 			}
-			wg.Wait()
+			if err := g.Wait(); err != nil {
+				b.Fatal(err)
+			}
 			parallel := float64(clients*perClient) / time.Since(start).Seconds()
 
 			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -318,13 +318,17 @@ type load struct {
 	outcomes []turnOutcome
 	wg       sync.WaitGroup
 	stop     chan struct{}
+	stopOnce sync.Once
 	done     chan struct{} // closed when every worker has returned
 }
 
 // startLoad starts workers; next returns the session, user and text of a worker's i-th turn
-// (i from 0); it returns "" as text when the worker has no more turns.
-func startLoad(ctx context.Context, c orchestratorv1.OrchestratorServiceClient, workers int, next func(worker, i int) (session, user, text string)) *load {
+// (i from 0); it returns "" as text when the worker has no more turns. The workers are stopped
+// and waited for when the test ends, also when it fails before finish (registered after the
+// stack, so before the processes are stopped).
+func startLoad(t *testing.T, ctx context.Context, c orchestratorv1.OrchestratorServiceClient, workers int, next func(worker, i int) (session, user, text string)) *load {
 	l := &load{stop: make(chan struct{}), done: make(chan struct{})}
+	t.Cleanup(func() { l.stopWorkers(); <-l.done })
 	for w := range workers {
 		l.wg.Add(1)
 		go func() {
@@ -355,17 +359,26 @@ func startLoad(ctx context.Context, c orchestratorv1.OrchestratorServiceClient, 
 }
 
 // completed counts completed turns so far.
-func (l *load) completed() int {
+func (l *load) completed() int { return l.count(turnOutcome.ok) }
+
+// failedCount counts failed turns so far.
+func (l *load) failedCount() int {
+	return l.count(func(o turnOutcome) bool { return !o.ok() })
+}
+
+func (l *load) count(match func(turnOutcome) bool) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
 	for _, o := range l.outcomes {
-		if o.ok() {
+		if match(o) {
 			n++
 		}
 	}
 	return n
 }
+
+func (l *load) stopWorkers() { l.stopOnce.Do(func() { close(l.stop) }) }
 
 // waitCompleted waits until n turns have completed in total, or the timeout passes.
 func (l *load) waitCompleted(t *testing.T, n int, timeout time.Duration) {
@@ -387,7 +400,7 @@ func (l *load) waitCompleted(t *testing.T, n int, timeout time.Duration) {
 
 // finish stops the workers and returns every outcome.
 func (l *load) finish() []turnOutcome {
-	close(l.stop)
+	l.stopWorkers()
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
