@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hermes-agent/hermes/internal/demo"
+	"github.com/hermes-agent/hermes/pkg/rpc"
+	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
 // TestChat drives `hermes chat` against a running embedded stack with the demo's scripted
@@ -19,9 +22,10 @@ func TestChat(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	script := strings.Join([]string{
-		demo.FirstMessage,
-		"/sessions",
+	// The first turn, then — once the extractor has written its memory — the rest, so /memory
+	// and /forget see a memory to list and to forget.
+	first := demo.FirstMessage + "\n/sessions\n"
+	rest := strings.Join([]string{
 		"/memory",
 		"/new",
 		"/sticky 我的会员号是 M-23891",
@@ -40,7 +44,23 @@ func TestChat(t *testing.T) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	code := run(cctx, []string{"chat", "--addr", st.App.Addr()}, strings.NewReader(script), &out, &errb, env)
+	conn, err := rpc.Dial(st.App.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stdin, feed := io.Pipe()
+	exit := make(chan int, 1)
+	go func() {
+		exit <- run(cctx, []string{"chat", "--addr", st.App.Addr()}, stdin, &out, &errb, env)
+	}()
+	_, _ = io.WriteString(feed, first)
+	if _, err := demo.WaitForMemory(cctx, memoryv1.NewMemoryServiceClient(conn), "chat-user", 30*time.Second); err != nil {
+		t.Error(err)
+	}
+	_, _ = io.WriteString(feed, rest)
+	_ = feed.Close()
+	code := <-exit
 	got := out.String()
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errb.String(), got)
@@ -56,12 +76,18 @@ func TestChat(t *testing.T) {
 		"done in 2 steps · usage: ",
 		"unknown command /bogus",
 		"usage: /use <session id>",
-		"forgot ",
+		"(preference, semantic) ",
+		"restaurant_name=蜀香园]",
+		"forgot 1 memories",
 		"no memories yet",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
+	}
+	// The first /memory lists the memory; only the one after /forget finds none.
+	if f, n := strings.Index(got, "forgot "), strings.Index(got, "no memories yet"); f < 0 || n < f {
+		t.Errorf("\"no memories yet\" before /forget:\n%s", got)
 	}
 	if strings.Count(got, "New session ") != 2 || !strings.Contains(got, "  * ") {
 		t.Errorf("want two sessions and the current one marked:\n%s", got)
