@@ -1,10 +1,10 @@
 package main
 
 import (
-	"strings"
 	"sync"
 
 	"github.com/hermes-agent/hermes/pkg/model/scripted"
+	"github.com/hermes-agent/hermes/services/memory"
 	"github.com/hermes-agent/hermes/services/orchestrator"
 )
 
@@ -21,9 +21,9 @@ func (m *modelCounter) wrap(h scripted.Handler) scripted.Handler {
 		kind := "assistant"
 		if len(req.Messages) > 0 && req.Messages[0].Role == "system" {
 			switch sys := req.Messages[0].Content; {
-			case strings.HasPrefix(sys, "You extract long-term memories"):
+			case sys == memory.ExtractionSystemPrompt:
 				kind = "extraction"
-			case strings.HasPrefix(sys, orchestrator.SummarySystemPrompt[:40]):
+			case sys == orchestrator.SummarySystemPrompt:
 				kind = "summary"
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/hermes-agent/hermes/pkg/model/scripted"
+	"github.com/hermes-agent/hermes/services/memory"
 	"github.com/hermes-agent/hermes/services/orchestrator"
 )
 
@@ -23,9 +24,6 @@ const (
 	PartySize       = 2
 )
 
-// extractionPromptStart is how the memory service's extraction prompt begins.
-const extractionPromptStart = "You extract long-term memories"
-
 // Model is the scripted model of the demo: it plays the assistant of the restaurant example,
 // answers the memory extractor's JSON requests and the orchestrator's summary requests. It
 // decides from what each request contains, as a model would, not from a fixed sequence.
@@ -36,7 +34,7 @@ func Model() scripted.Handler {
 			sys = req.Messages[0].Content
 		}
 		switch {
-		case strings.HasPrefix(sys, extractionPromptStart):
+		case sys == memory.ExtractionSystemPrompt:
 			return extraction(req)
 		case strings.HasPrefix(sys, orchestrator.SummarySystemPrompt[:40]):
 			return scripted.Text(`{"goal":"find and book a restaurant","decisions":[],"facts":[],"open_items":[]}`)

@@ -40,8 +40,9 @@ func (e *badReplyError) Error() string {
 
 func (e *badReplyError) Unwrap() error { return e.err }
 
-// extractionSystemPrompt is the fixed contract given to the extraction model.
-const extractionSystemPrompt = `You extract long-term memories about the USER from one finished conversation turn.
+// ExtractionSystemPrompt is the fixed contract given to the extraction model. Scripted models
+// in tests and the demo recognise extraction requests by it.
+const ExtractionSystemPrompt = `You extract long-term memories about the USER from one finished conversation turn.
 
 Answer with one JSON object and nothing else:
 {"memories":[{"type":"preference|fact|event|habit|config","content":"...","confidence":0.0,"subject":"...","attributes":{"key":"value"},"keywords":["..."]}]}
@@ -315,7 +316,7 @@ func (s *Service) askModel(ctx context.Context, mat material) ([]rawCandidate, e
 		JSON:        true,
 		Temperature: &zero,
 		Messages: []model.Message{
-			{Role: model.RoleSystem, Content: extractionSystemPrompt},
+			{Role: model.RoleSystem, Content: ExtractionSystemPrompt},
 			{Role: model.RoleUser, Content: mat.prompt(max(s.cfg.ExtractMaxInputBytes, 1000))},
 		},
 	}

@@ -37,6 +37,7 @@ import (
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+	"github.com/hermes-agent/hermes/services/memory"
 )
 
 const natsURL = "nats://127.0.0.1:4222"
@@ -323,7 +324,7 @@ func durationpbOf(d time.Duration) *durationpb.Duration { return durationpb.New(
 // only plays the assistant.
 func withExtractor(h scripted.Handler) scripted.Handler {
 	return func(req scripted.Request) scripted.Reply {
-		if len(req.Messages) > 0 && strings.HasPrefix(req.Messages[0].Content, "You extract long-term memories") {
+		if len(req.Messages) > 0 && req.Messages[0].Content == memory.ExtractionSystemPrompt {
 			return scripted.Text(`{"memories":[]}`)
 		}
 		return h(req)

@@ -17,6 +17,7 @@ import (
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+	"github.com/hermes-agent/hermes/services/memory"
 	"github.com/hermes-agent/hermes/test/multiprocess/cluster"
 )
 
@@ -189,7 +190,7 @@ func extractionsPerMember(s *stack, prefix string) extractionCount {
 	seen := map[string]bool{}
 	var c extractionCount
 	for _, r := range s.model.Requests() {
-		if len(r.Messages) == 0 || !strings.HasPrefix(r.Messages[0].Content, "You extract long-term memories") {
+		if len(r.Messages) == 0 || r.Messages[0].Content != memory.ExtractionSystemPrompt {
 			continue
 		}
 		if m := re.FindStringSubmatch(r.LastUser()); m != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/pkg/model/scripted"
+	"github.com/hermes-agent/hermes/services/memory"
 )
 
 // LoadTurn is the user message of a load turn: a calculation (one calculator tool call, then an
@@ -48,7 +49,7 @@ func Model(opts ModelOptions) scripted.Handler {
 			sys = req.Messages[0].Content
 		}
 		user := req.LastUser()
-		if strings.HasPrefix(sys, "You extract long-term memories") {
+		if sys == memory.ExtractionSystemPrompt {
 			if m := loadMember.FindStringSubmatch(user); m != nil {
 				b, _ := json.Marshal(map[string]any{"memories": []any{map[string]any{
 					"type": "fact", "content": MemberContent(m[1]), "confidence": 0.95,
