@@ -183,7 +183,7 @@ func (s *Service) RunTurn(req *orchestratorv1.RunTurnRequest, stream grpc.Server
 	t := s.newTurn(req, user, func(ev *orchestratorv1.TurnEvent) error {
 		return stream.Send(&orchestratorv1.RunTurnResponse{Event: ev})
 	})
-	release, err := s.lockSession(ctx, t.session, t.id)
+	ctx, release, err := s.lockSession(ctx, t.session, t.id)
 	if err != nil {
 		return err
 	}
@@ -197,23 +197,26 @@ const sessionLease = 15 * time.Second
 
 // lockSession waits, as long as the caller does, until no other turn of the session runs, then
 // holds the session's lease for this turn, renewing it until the returned release is called.
-func (s *Service) lockSession(ctx context.Context, session, turnID string) (func(), error) {
+// The returned context is the turn's: it ends if a renewal finds the lease taken by another
+// turn (this one's renewals failed for a whole lease), so two turns never write one session.
+func (s *Service) lockSession(ctx context.Context, session, turnID string) (context.Context, func(), error) {
 	wait := 20 * time.Millisecond
 	for {
 		ok, holder, err := s.deps.Store.LockSession(ctx, session, turnID, sessionLease)
 		if err != nil {
-			return nil, storeStatus(err)
+			return nil, nil, storeStatus(err)
 		}
 		if ok {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return nil, status.FromContextError(fmt.Errorf("waiting for turn %s of session %s to finish: %w", holder, session, ctx.Err())).Err()
+			return nil, nil, status.FromContextError(fmt.Errorf("waiting for turn %s of session %s to finish: %w", holder, session, ctx.Err())).Err()
 		case <-time.After(wait):
 		}
 		wait = min(wait*2, 500*time.Millisecond)
 	}
+	turnCtx, lost := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
 	renewed := make(chan struct{})
 	go func() {
@@ -226,16 +229,23 @@ func (s *Service) lockSession(ctx context.Context, session, turnID string) (func
 				return
 			case <-t.C:
 				rctx, cancel := context.WithTimeout(context.Background(), sessionLease/3)
-				if _, _, err := s.deps.Store.LockSession(rctx, session, turnID, sessionLease); err != nil {
-					s.log.Warn("session lease not renewed", "session", session, "turn", turnID, "error", err)
-				}
+				ok, holder, err := s.deps.Store.LockSession(rctx, session, turnID, sessionLease)
 				cancel()
+				switch {
+				case err != nil:
+					s.log.Warn("session lease not renewed", "session", session, "turn", turnID, "error", err)
+				case !ok:
+					s.log.Error("session lease lost to another turn; cancelling this one", "session", session, "turn", turnID, "holder", holder)
+					lost(fmt.Errorf("the session's lease passed to turn %s", holder))
+					return
+				}
 			}
 		}
 	}()
-	return func() {
+	return turnCtx, func() {
 		close(stop)
 		<-renewed
+		lost(nil)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 		defer cancel()
 		if err := s.deps.Store.UnlockSession(rctx, session, turnID); err != nil {

@@ -253,12 +253,15 @@ func (t *turn) run(parent context.Context) error {
 	}}})
 	// The RUNNING record is written while the turn goes on; the final record waits for it, so
 	// it is never overwritten by the older one.
+	// The record is taken now, before the loop can change the turn; only the write is
+	// concurrent.
 	t.running = make(chan struct{})
+	running := t.record(orchestratorv1.TurnStatus_TURN_STATUS_RUNNING)
 	go func() {
 		defer close(t.running)
 		rctx, cancel := detached(ctx)
 		defer cancel()
-		t.putRecord(rctx, orchestratorv1.TurnStatus_TURN_STATUS_RUNNING)
+		t.putRecord(rctx, running)
 	}()
 
 	err = t.loop(ctx)
@@ -748,7 +751,11 @@ func (t *turn) finishCall(o *outcome) {
 		fin.ErrorCode, fin.Error = code, r.GetError().GetMessage()
 	}
 	o.finished = fin
-	t.s.met.toolCall(context.Background(), o.call.Name, fin.GetErrorCode())
+	label := o.call.Name
+	if t.byName[label] == nil {
+		label = "unknown" // a name the model made up: one series for all of them, not one each
+	}
+	t.s.met.toolCall(context.Background(), label, fin.GetErrorCode())
 	t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_ToolResult{ToolResult: fin}})
 	t.mu.Lock()
 	t.toolCalls = append(t.toolCalls, &orchestratorv1.ToolCallRecord{Call: o.started, Result: fin})
@@ -854,7 +861,7 @@ func (t *turn) finish(ctx context.Context, err error) {
 		}}})
 	}
 	<-t.running
-	t.putRecord(sctx, st)
+	t.putRecord(sctx, t.record(st))
 	t.publish(ctx)
 }
 
@@ -885,7 +892,8 @@ func (t *turn) setPending(ctx context.Context, st orchestratorv1.TurnStatus) {
 	}
 }
 
-func (t *turn) putRecord(ctx context.Context, st orchestratorv1.TurnStatus) {
+// record is the turn's record as it stands, in status st.
+func (t *turn) record(st orchestratorv1.TurnStatus) *orchestratorv1.Turn {
 	t.mu.Lock()
 	rec := &orchestratorv1.Turn{
 		Id: t.id, SessionId: t.session, UserId: t.user, Status: st, Text: t.text, Answer: t.answer,
@@ -897,6 +905,10 @@ func (t *turn) putRecord(ctx context.Context, st orchestratorv1.TurnStatus) {
 	if st != orchestratorv1.TurnStatus_TURN_STATUS_RUNNING {
 		rec.FinishedAt = timestamppb.Now()
 	}
+	return rec
+}
+
+func (t *turn) putRecord(ctx context.Context, rec *orchestratorv1.Turn) {
 	if err := t.s.deps.Store.PutTurn(ctx, rec, t.s.cfg.TurnRetention); err != nil {
 		t.s.log.Warn("turn record not stored", "turn", t.id, "error", err)
 	}
