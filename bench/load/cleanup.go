@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hermes-agent/hermes/pkg/events"
+	"github.com/hermes-agent/hermes/internal/events"
 )
 
 // cleanupBackends removes what a microservices run left in the shared Redis (keys under its

@@ -3,7 +3,7 @@ package main
 import (
 	"sync"
 
-	"github.com/hermes-agent/hermes/pkg/model/scripted"
+	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/services/memory"
 	"github.com/hermes-agent/hermes/services/orchestrator"
 )

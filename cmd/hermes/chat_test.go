@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/hermes-agent/hermes/internal/demo"
-	"github.com/hermes-agent/hermes/pkg/rpc"
+	"github.com/hermes-agent/hermes/internal/rpc"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 

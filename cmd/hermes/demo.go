@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/hermes-agent/hermes/internal/demo"
-	"github.com/hermes-agent/hermes/pkg/telemetry"
+	"github.com/hermes-agent/hermes/internal/telemetry"
 )
 
 // runDemo plays the article's restaurant example on a fresh embedded stack with the scripted

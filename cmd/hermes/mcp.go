@@ -9,9 +9,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/hermes-agent/hermes/pkg/config"
-	"github.com/hermes-agent/hermes/pkg/rpc"
-	"github.com/hermes-agent/hermes/pkg/telemetry"
+	"github.com/hermes-agent/hermes/internal/config"
+	"github.com/hermes-agent/hermes/internal/rpc"
+	"github.com/hermes-agent/hermes/internal/telemetry"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 	"github.com/hermes-agent/hermes/services/mcpgateway"
 )

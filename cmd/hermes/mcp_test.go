@@ -13,7 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hermes-agent/hermes/internal/app"
-	"github.com/hermes-agent/hermes/pkg/config"
+	"github.com/hermes-agent/hermes/internal/config"
 )
 
 // TestMCPServeStdio runs `hermes mcp serve --stdio` against a Hermes process and drives it with

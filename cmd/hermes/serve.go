@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hermes-agent/hermes/internal/app"
-	"github.com/hermes-agent/hermes/pkg/config"
-	"github.com/hermes-agent/hermes/pkg/telemetry"
+	"github.com/hermes-agent/hermes/internal/config"
+	"github.com/hermes-agent/hermes/internal/telemetry"
 )
 
 // loadServeConfig parses the serve flags with environment and config-file fallbacks.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hermes-agent/hermes/internal/app"
-	"github.com/hermes-agent/hermes/pkg/config"
+	"github.com/hermes-agent/hermes/internal/config"
 )
 
 // settings are the settings `hermes serve` has, read from the binary's own flag registration,
@@ -33,7 +33,7 @@ func newSettings() *settings {
 func (s *settings) validEnv(name, value string, known bool) error {
 	f, ok := s.byEnv[name]
 	if !ok {
-		return errors.New("not a setting of hermes serve (see pkg/config and the services' Config.RegisterFlags)")
+		return errors.New("not a setting of hermes serve (see internal/config and the services' Config.RegisterFlags)")
 	}
 	if !known {
 		return nil

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hermes-agent/hermes/pkg/model"
+	"github.com/hermes-agent/hermes/internal/model"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	"github.com/hermes-agent/hermes/services/memory"
 )

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-agent/hermes/internal/events"
+	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/qdranttest"
 	"github.com/hermes-agent/hermes/internal/testenv"
-	"github.com/hermes-agent/hermes/pkg/events"
-	"github.com/hermes-agent/hermes/pkg/model/scripted"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"

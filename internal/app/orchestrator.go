@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
-	"github.com/hermes-agent/hermes/pkg/events"
-	"github.com/hermes-agent/hermes/pkg/model"
+	"github.com/hermes-agent/hermes/internal/events"
+	"github.com/hermes-agent/hermes/internal/model"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"

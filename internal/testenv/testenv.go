@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/hermes-agent/hermes/pkg/rpc"
+	"github.com/hermes-agent/hermes/internal/rpc"
 )
 
 // RedisURL is the Redis the tests use: HERMES_TEST_REDIS_URL, by default

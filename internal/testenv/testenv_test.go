@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/hermes-agent/hermes/pkg/rpc"
+	"github.com/hermes-agent/hermes/internal/rpc"
 )
 
 func TestRedisDeletesPrefixAtEnd(t *testing.T) {

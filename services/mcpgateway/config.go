@@ -6,7 +6,7 @@ import (
 )
 
 // Config holds the mcpgateway service's settings; each is a flag with an environment variable
-// and a YAML key (see pkg/config). The MCP endpoint and the servers file have short names
+// and a YAML key (see internal/config). The MCP endpoint and the servers file have short names
 // (HERMES_MCP_LISTEN, HERMES_MCP_SERVERS); the rest live under "mcpgateway.".
 type Config struct {
 	// MCPListen is the HTTP address where Hermes' own tools are served over Streamable HTTP;

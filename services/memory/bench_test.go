@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hermes-agent/hermes/pkg/model"
-	"github.com/hermes-agent/hermes/pkg/model/scripted"
+	"github.com/hermes-agent/hermes/internal/model"
+	"github.com/hermes-agent/hermes/internal/model/scripted"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
@@ -119,7 +119,7 @@ func BenchmarkRecall(b *testing.B) {
 }
 
 // BenchmarkExtract measures ExtractTurn end to end with the scripted model (a real
-// OpenAI-compatible HTTP server in process, through pkg/model): the model call, parsing,
+// OpenAI-compatible HTTP server in process, through internal/model): the model call, parsing,
 // grounding, dedupe and contradiction checks, and the writes, on the embedded store.
 func BenchmarkExtract(b *testing.B) {
 	var calls atomic.Int64

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/hermes-agent/hermes/pkg/events"
+	"github.com/hermes-agent/hermes/internal/events"
 )
 
 // Consumer is the memory extractor on NATS JetStream: the durable pull consumer

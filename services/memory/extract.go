@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hermes-agent/hermes/pkg/model"
+	"github.com/hermes-agent/hermes/internal/model"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/hermes-agent/hermes/pkg/model/scripted"
+	"github.com/hermes-agent/hermes/internal/model/scripted"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-agent/hermes/internal/model"
+	"github.com/hermes-agent/hermes/internal/model/scripted"
+	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/testenv"
-	"github.com/hermes-agent/hermes/pkg/model"
-	"github.com/hermes-agent/hermes/pkg/model/scripted"
-	"github.com/hermes-agent/hermes/pkg/rpc"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
@@ -122,7 +122,7 @@ func newHarness(t *testing.T, backend string, o harnessOpts) *harness {
 }
 
 // scriptedModel starts the scripted model (a real OpenAI-compatible HTTP server in process)
-// and returns the real pkg/model client talking to it.
+// and returns the real internal/model client talking to it.
 func scriptedModel(t *testing.T, h scripted.Handler) (*model.Client, *scripted.Server) {
 	t.Helper()
 	srv, err := scripted.New(h)

@@ -11,11 +11,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hermes-agent/hermes/pkg/model"
+	"github.com/hermes-agent/hermes/internal/model"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
-// Completer is the part of the model client extraction needs (pkg/model's *Client has it).
+// Completer is the part of the model client extraction needs (internal/model's *Client has it).
 type Completer interface {
 	Complete(ctx context.Context, req model.Request) (*model.Response, error)
 }

@@ -15,7 +15,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/hermes-agent/hermes/pkg/boltstore"
+	"github.com/hermes-agent/hermes/internal/boltstore"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 

@@ -7,8 +7,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/hermes-agent/hermes/pkg/model"
-	"github.com/hermes-agent/hermes/pkg/tokenizer"
+	"github.com/hermes-agent/hermes/internal/model"
+	"github.com/hermes-agent/hermes/internal/tokenizer"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"

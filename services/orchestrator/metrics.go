@@ -12,7 +12,7 @@ import (
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 )
 
-// metrics are the orchestrator's Prometheus-exported instruments (through pkg/telemetry's
+// metrics are the orchestrator's Prometheus-exported instruments (through internal/telemetry's
 // global meter provider): turn latency by outcome, tool-call outcomes, and the tokens turns use.
 // Exported as hermes_turn_duration_seconds, hermes_tool_calls_total and hermes_tokens_total.
 type metrics struct {

@@ -22,9 +22,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/hermes-agent/hermes/pkg/model"
-	"github.com/hermes-agent/hermes/pkg/rpc"
-	"github.com/hermes-agent/hermes/pkg/tokenizer"
+	"github.com/hermes-agent/hermes/internal/model"
+	"github.com/hermes-agent/hermes/internal/rpc"
+	"github.com/hermes-agent/hermes/internal/tokenizer"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"

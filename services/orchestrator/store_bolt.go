@@ -11,7 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/hermes-agent/hermes/pkg/boltstore"
+	"github.com/hermes-agent/hermes/internal/boltstore"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 )
 

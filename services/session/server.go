@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/hermes-agent/hermes/pkg/rpc"
-	"github.com/hermes-agent/hermes/pkg/tokenizer"
+	"github.com/hermes-agent/hermes/internal/rpc"
+	"github.com/hermes-agent/hermes/internal/tokenizer"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 )
 

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/hermes-agent/hermes/pkg/boltstore"
+	"github.com/hermes-agent/hermes/internal/boltstore"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 )
 

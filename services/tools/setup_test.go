@@ -14,9 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/testenv"
-	"github.com/hermes-agent/hermes/pkg/rpc"
-	"github.com/hermes-agent/hermes/pkg/tokenizer"
+	"github.com/hermes-agent/hermes/internal/tokenizer"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 

@@ -14,7 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/hermes-agent/hermes/pkg/rpc"
+	"github.com/hermes-agent/hermes/internal/rpc"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/internal/demo/restaurant"
-	"github.com/hermes-agent/hermes/pkg/events"
+	"github.com/hermes-agent/hermes/internal/events"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 

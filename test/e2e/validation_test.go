@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hermes-agent/hermes/pkg/model/scripted"
+	"github.com/hermes-agent/hermes/internal/model/scripted"
 )
 
 const bookSchema = `{

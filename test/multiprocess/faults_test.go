@@ -13,7 +13,7 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/internal/demo/restaurant"
-	"github.com/hermes-agent/hermes/pkg/events"
+	"github.com/hermes-agent/hermes/internal/events"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"

@@ -20,12 +20,12 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/internal/demo/restaurant"
+	"github.com/hermes-agent/hermes/internal/events"
+	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/otlptest"
 	"github.com/hermes-agent/hermes/internal/qdranttest"
+	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/testenv"
-	"github.com/hermes-agent/hermes/pkg/events"
-	"github.com/hermes-agent/hermes/pkg/model/scripted"
-	"github.com/hermes-agent/hermes/pkg/rpc"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
@@ -174,7 +174,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	s.tools = toolsv1.NewToolServiceClient(s.conn("tools"))
 	s.gateway = mcpgatewayv1.NewMCPGatewayServiceClient(s.conn("mcpgateway"))
 	s.memory = memoryv1.NewMemoryServiceClient(s.conn("memory"))
-	// RunTurn is called as an outside client (grpcurl, an app) calls it: without pkg/rpc's
+	// RunTurn is called as an outside client (grpcurl, an app) calls it: without internal/rpc's
 	// transparent retries on UNAVAILABLE, so a fault reaches the caller as it happens. (A retried
 	// RunTurn is a new turn: were a retry to follow a write whose acknowledgement was lost, the
 	// user's message would be stored twice.)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hermes-agent/hermes/internal/demo"
-	"github.com/hermes-agent/hermes/pkg/model/scripted"
+	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/services/memory"
 )
 

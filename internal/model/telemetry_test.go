@@ -8,8 +8,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/hermes-agent/hermes/pkg/model"
-	"github.com/hermes-agent/hermes/pkg/model/scripted"
+	"github.com/hermes-agent/hermes/internal/model"
+	"github.com/hermes-agent/hermes/internal/model/scripted"
 )
 
 // TestGenAISpan: a model call is a client span with the GenAI attributes (model, input and

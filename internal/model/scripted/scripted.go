@@ -1,7 +1,7 @@
 // Package scripted is the scripted model: a real OpenAI-compatible HTTP server, started in the
 // process, that answers POST /v1/chat/completions (streaming SSE and plain JSON, tool calls,
 // usage) from a script instead of a neural network. Tests and `hermes demo` point the
-// production client (pkg/model) at it, so everything between Hermes and the wire is the code
+// production client (internal/model) at it, so everything between Hermes and the wire is the code
 // that runs against a real provider. It is a stand-in and says so: every answer's model name
 // is prefixed "scripted:".
 package scripted
@@ -19,7 +19,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/hermes-agent/hermes/pkg/tokenizer"
+	"github.com/hermes-agent/hermes/internal/tokenizer"
 )
 
 // Message is one message of a request as the client sent it.

@@ -15,7 +15,7 @@ import (
 // Model calls are traced and measured with the OpenTelemetry GenAI semantic conventions: a
 // client span "chat <model>" with gen_ai.* attributes, and the gen_ai.client.token.usage and
 // gen_ai.client.operation.duration histograms.
-const instrumentation = "github.com/hermes-agent/hermes/pkg/model"
+const instrumentation = "github.com/hermes-agent/hermes/internal/model"
 
 type instruments struct {
 	tracer   trace.Tracer
@@ -23,7 +23,7 @@ type instruments struct {
 	duration metric.Float64Histogram
 }
 
-// newInstruments uses the global providers, which pkg/telemetry installs; without them the OTel
+// newInstruments uses the global providers, which internal/telemetry installs; without them the OTel
 // API's no-op implementations make this free.
 func newInstruments() instruments {
 	meter := otel.Meter(instrumentation)
