@@ -323,6 +323,7 @@ type TurnEvent struct {
 	//	*TurnEvent_Summary
 	//	*TurnEvent_Completed
 	//	*TurnEvent_Failed
+	//	*TurnEvent_ToolProgress
 	Event         isTurnEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -460,6 +461,15 @@ func (x *TurnEvent) GetFailed() *TurnFailed {
 	return nil
 }
 
+func (x *TurnEvent) GetToolProgress() *ToolProgress {
+	if x != nil {
+		if x, ok := x.Event.(*TurnEvent_ToolProgress); ok {
+			return x.ToolProgress
+		}
+	}
+	return nil
+}
+
 type isTurnEvent_Event interface {
 	isTurnEvent_Event()
 }
@@ -509,6 +519,11 @@ type TurnEvent_Failed struct {
 	Failed *TurnFailed `protobuf:"bytes,11,opt,name=failed,proto3,oneof"`
 }
 
+type TurnEvent_ToolProgress struct {
+	// A running tool reported progress.
+	ToolProgress *ToolProgress `protobuf:"bytes,12,opt,name=tool_progress,json=toolProgress,proto3,oneof"`
+}
+
 func (*TurnEvent_Started) isTurnEvent_Event() {}
 
 func (*TurnEvent_Context) isTurnEvent_Event() {}
@@ -526,6 +541,90 @@ func (*TurnEvent_Summary) isTurnEvent_Event() {}
 func (*TurnEvent_Completed) isTurnEvent_Event() {}
 
 func (*TurnEvent_Failed) isTurnEvent_Event() {}
+
+func (*TurnEvent_ToolProgress) isTurnEvent_Event() {}
+
+// ToolProgress is progress reported by a running tool (MCP progress notifications).
+type ToolProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call.
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The tool's name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Work done so far; increases with every report.
+	Progress float64 `protobuf:"fixed64,3,opt,name=progress,proto3" json:"progress,omitempty"`
+	// Total work, when the tool knows it (0 when unknown).
+	Total float64 `protobuf:"fixed64,4,opt,name=total,proto3" json:"total,omitempty"`
+	// What the tool is doing, for a person.
+	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolProgress) Reset() {
+	*x = ToolProgress{}
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolProgress) ProtoMessage() {}
+
+func (x *ToolProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolProgress.ProtoReflect.Descriptor instead.
+func (*ToolProgress) Descriptor() ([]byte, []int) {
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ToolProgress) GetCallId() string {
+	if x != nil {
+		return x.CallId
+	}
+	return ""
+}
+
+func (x *ToolProgress) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ToolProgress) GetProgress() float64 {
+	if x != nil {
+		return x.Progress
+	}
+	return 0
+}
+
+func (x *ToolProgress) GetTotal() float64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ToolProgress) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
 
 // TurnStarted opens a turn.
 type TurnStarted struct {
@@ -546,7 +645,7 @@ type TurnStarted struct {
 
 func (x *TurnStarted) Reset() {
 	*x = TurnStarted{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[4]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +657,7 @@ func (x *TurnStarted) String() string {
 func (*TurnStarted) ProtoMessage() {}
 
 func (x *TurnStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[4]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +670,7 @@ func (x *TurnStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStarted.ProtoReflect.Descriptor instead.
 func (*TurnStarted) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{4}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TurnStarted) GetTurnId() string {
@@ -636,7 +735,7 @@ type TokenBreakdown struct {
 
 func (x *TokenBreakdown) Reset() {
 	*x = TokenBreakdown{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +747,7 @@ func (x *TokenBreakdown) String() string {
 func (*TokenBreakdown) ProtoMessage() {}
 
 func (x *TokenBreakdown) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +760,7 @@ func (x *TokenBreakdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenBreakdown.ProtoReflect.Descriptor instead.
 func (*TokenBreakdown) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TokenBreakdown) GetSystemPrompt() int32 {
@@ -754,7 +853,7 @@ type ContextAssembled struct {
 
 func (x *ContextAssembled) Reset() {
 	*x = ContextAssembled{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +865,7 @@ func (x *ContextAssembled) String() string {
 func (*ContextAssembled) ProtoMessage() {}
 
 func (x *ContextAssembled) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +878,7 @@ func (x *ContextAssembled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextAssembled.ProtoReflect.Descriptor instead.
 func (*ContextAssembled) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ContextAssembled) GetStep() int32 {
@@ -866,7 +965,7 @@ type RecalledMemory struct {
 
 func (x *RecalledMemory) Reset() {
 	*x = RecalledMemory{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +977,7 @@ func (x *RecalledMemory) String() string {
 func (*RecalledMemory) ProtoMessage() {}
 
 func (x *RecalledMemory) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +990,7 @@ func (x *RecalledMemory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecalledMemory.ProtoReflect.Descriptor instead.
 func (*RecalledMemory) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RecalledMemory) GetId() string {
@@ -949,7 +1048,7 @@ type MemoriesRecalled struct {
 
 func (x *MemoriesRecalled) Reset() {
 	*x = MemoriesRecalled{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1060,7 @@ func (x *MemoriesRecalled) String() string {
 func (*MemoriesRecalled) ProtoMessage() {}
 
 func (x *MemoriesRecalled) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1073,7 @@ func (x *MemoriesRecalled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoriesRecalled.ProtoReflect.Descriptor instead.
 func (*MemoriesRecalled) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MemoriesRecalled) GetMemories() []*RecalledMemory {
@@ -1004,7 +1103,7 @@ type TextDelta struct {
 
 func (x *TextDelta) Reset() {
 	*x = TextDelta{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1115,7 @@ func (x *TextDelta) String() string {
 func (*TextDelta) ProtoMessage() {}
 
 func (x *TextDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1128,7 @@ func (x *TextDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextDelta.ProtoReflect.Descriptor instead.
 func (*TextDelta) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TextDelta) GetText() string {
@@ -1061,7 +1160,7 @@ type FilledArgument struct {
 
 func (x *FilledArgument) Reset() {
 	*x = FilledArgument{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1172,7 @@ func (x *FilledArgument) String() string {
 func (*FilledArgument) ProtoMessage() {}
 
 func (x *FilledArgument) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1185,7 @@ func (x *FilledArgument) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilledArgument.ProtoReflect.Descriptor instead.
 func (*FilledArgument) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FilledArgument) GetName() string {
@@ -1131,7 +1230,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1242,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1255,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ToolCallStarted) GetCallId() string {
@@ -1228,7 +1327,7 @@ type ToolCallFinished struct {
 
 func (x *ToolCallFinished) Reset() {
 	*x = ToolCallFinished{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1339,7 @@ func (x *ToolCallFinished) String() string {
 func (*ToolCallFinished) ProtoMessage() {}
 
 func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1352,7 @@ func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallFinished.ProtoReflect.Descriptor instead.
 func (*ToolCallFinished) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ToolCallFinished) GetCallId() string {
@@ -1336,7 +1435,7 @@ type SummaryUpdated struct {
 
 func (x *SummaryUpdated) Reset() {
 	*x = SummaryUpdated{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1447,7 @@ func (x *SummaryUpdated) String() string {
 func (*SummaryUpdated) ProtoMessage() {}
 
 func (x *SummaryUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1460,7 @@ func (x *SummaryUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryUpdated.ProtoReflect.Descriptor instead.
 func (*SummaryUpdated) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SummaryUpdated) GetThroughSeq() int64 {
@@ -1413,7 +1512,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1524,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1537,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Usage) GetPromptTokens() int64 {
@@ -1502,7 +1601,7 @@ type TurnCompleted struct {
 
 func (x *TurnCompleted) Reset() {
 	*x = TurnCompleted{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1613,7 @@ func (x *TurnCompleted) String() string {
 func (*TurnCompleted) ProtoMessage() {}
 
 func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1626,7 @@ func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCompleted.ProtoReflect.Descriptor instead.
 func (*TurnCompleted) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TurnCompleted) GetTurnId() string {
@@ -1584,7 +1683,7 @@ type TurnFailed struct {
 
 func (x *TurnFailed) Reset() {
 	*x = TurnFailed{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1695,7 @@ func (x *TurnFailed) String() string {
 func (*TurnFailed) ProtoMessage() {}
 
 func (x *TurnFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1708,7 @@ func (x *TurnFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnFailed.ProtoReflect.Descriptor instead.
 func (*TurnFailed) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TurnFailed) GetTurnId() string {
@@ -1660,7 +1759,7 @@ type ToolCallRecord struct {
 
 func (x *ToolCallRecord) Reset() {
 	*x = ToolCallRecord{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1771,7 @@ func (x *ToolCallRecord) String() string {
 func (*ToolCallRecord) ProtoMessage() {}
 
 func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1784,7 @@ func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallRecord.ProtoReflect.Descriptor instead.
 func (*ToolCallRecord) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ToolCallRecord) GetCall() *ToolCallStarted {
@@ -1726,14 +1825,16 @@ type Turn struct {
 	// When it started.
 	StartedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	// When it finished.
-	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// Who cancelled the turn, when it was cancelled through CancelTurn (the principal's name).
+	CancelledBy   string `protobuf:"bytes,12,opt,name=cancelled_by,json=cancelledBy,proto3" json:"cancelled_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Turn) Reset() {
 	*x = Turn{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1846,7 @@ func (x *Turn) String() string {
 func (*Turn) ProtoMessage() {}
 
 func (x *Turn) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1859,7 @@ func (x *Turn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Turn.ProtoReflect.Descriptor instead.
 func (*Turn) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Turn) GetId() string {
@@ -1838,6 +1939,13 @@ func (x *Turn) GetFinishedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Turn) GetCancelledBy() string {
+	if x != nil {
+		return x.CancelledBy
+	}
+	return ""
+}
+
 // GetTurnRequest is the input of GetTurn.
 type GetTurnRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1851,7 +1959,7 @@ type GetTurnRequest struct {
 
 func (x *GetTurnRequest) Reset() {
 	*x = GetTurnRequest{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1863,7 +1971,7 @@ func (x *GetTurnRequest) String() string {
 func (*GetTurnRequest) ProtoMessage() {}
 
 func (x *GetTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1876,7 +1984,7 @@ func (x *GetTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTurnRequest.ProtoReflect.Descriptor instead.
 func (*GetTurnRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetTurnRequest) GetTurnId() string {
@@ -1904,7 +2012,7 @@ type GetTurnResponse struct {
 
 func (x *GetTurnResponse) Reset() {
 	*x = GetTurnResponse{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2024,7 @@ func (x *GetTurnResponse) String() string {
 func (*GetTurnResponse) ProtoMessage() {}
 
 func (x *GetTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,10 +2037,248 @@ func (x *GetTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTurnResponse.ProtoReflect.Descriptor instead.
 func (*GetTurnResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetTurnResponse) GetTurn() *Turn {
+	if x != nil {
+		return x.Turn
+	}
+	return nil
+}
+
+// ListTurnsRequest is the input of ListTurns.
+type ListTurnsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session. Required.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The user that owns it. Required unless API keys are enabled.
+	UserId string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// At most this many turns (default 20, at most 100).
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Continue after a previous page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTurnsRequest) Reset() {
+	*x = ListTurnsRequest{}
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTurnsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTurnsRequest) ProtoMessage() {}
+
+func (x *ListTurnsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTurnsRequest.ProtoReflect.Descriptor instead.
+func (*ListTurnsRequest) Descriptor() ([]byte, []int) {
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListTurnsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ListTurnsRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+func (x *ListTurnsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTurnsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListTurnsResponse is the output of ListTurns.
+type ListTurnsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Turns, newest first, without events.
+	Turns []*Turn `protobuf:"bytes,1,rep,name=turns,proto3" json:"turns,omitempty"`
+	// Set when more turns follow.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTurnsResponse) Reset() {
+	*x = ListTurnsResponse{}
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTurnsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTurnsResponse) ProtoMessage() {}
+
+func (x *ListTurnsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTurnsResponse.ProtoReflect.Descriptor instead.
+func (*ListTurnsResponse) Descriptor() ([]byte, []int) {
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListTurnsResponse) GetTurns() []*Turn {
+	if x != nil {
+		return x.Turns
+	}
+	return nil
+}
+
+func (x *ListTurnsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// CancelTurnRequest is the input of CancelTurn.
+type CancelTurnRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turn's id. Required.
+	TurnId string `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	// The user that owns it. Required unless API keys are enabled.
+	UserId string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// Why, for the record (optional).
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTurnRequest) Reset() {
+	*x = CancelTurnRequest{}
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTurnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTurnRequest) ProtoMessage() {}
+
+func (x *CancelTurnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTurnRequest.ProtoReflect.Descriptor instead.
+func (*CancelTurnRequest) Descriptor() ([]byte, []int) {
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *CancelTurnRequest) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *CancelTurnRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+func (x *CancelTurnRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// CancelTurnResponse is the output of CancelTurn.
+type CancelTurnResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turn's record after the cancellation (without events).
+	Turn          *Turn `protobuf:"bytes,1,opt,name=turn,proto3" json:"turn,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTurnResponse) Reset() {
+	*x = CancelTurnResponse{}
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTurnResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTurnResponse) ProtoMessage() {}
+
+func (x *CancelTurnResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTurnResponse.ProtoReflect.Descriptor instead.
+func (*CancelTurnResponse) Descriptor() ([]byte, []int) {
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *CancelTurnResponse) GetTurn() *Turn {
 	if x != nil {
 		return x.Turn
 	}
@@ -1961,7 +2307,7 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\rsystem_prompt\x18\x06 \x01(\tR\fsystemPrompt\x12\x16\n" +
 	"\x06sticky\x18\a \x01(\bR\x06sticky\"J\n" +
 	"\x0fRunTurnResponse\x127\n" +
-	"\x05event\x18\x01 \x01(\v2!.hermes.orchestrator.v1.TurnEventR\x05event\"\xbe\x05\n" +
+	"\x05event\x18\x01 \x01(\v2!.hermes.orchestrator.v1.TurnEventR\x05event\"\x8b\x06\n" +
 	"\tTurnEvent\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x05R\x03seq\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12?\n" +
@@ -1975,8 +2321,15 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\asummary\x18\t \x01(\v2&.hermes.orchestrator.v1.SummaryUpdatedH\x00R\asummary\x12E\n" +
 	"\tcompleted\x18\n" +
 	" \x01(\v2%.hermes.orchestrator.v1.TurnCompletedH\x00R\tcompleted\x12<\n" +
-	"\x06failed\x18\v \x01(\v2\".hermes.orchestrator.v1.TurnFailedH\x00R\x06failedB\a\n" +
-	"\x05event\"\x9e\x01\n" +
+	"\x06failed\x18\v \x01(\v2\".hermes.orchestrator.v1.TurnFailedH\x00R\x06failed\x12K\n" +
+	"\rtool_progress\x18\f \x01(\v2$.hermes.orchestrator.v1.ToolProgressH\x00R\ftoolProgressB\a\n" +
+	"\x05event\"\x87\x01\n" +
+	"\fToolProgress\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
+	"\bprogress\x18\x03 \x01(\x01R\bprogress\x12\x14\n" +
+	"\x05total\x18\x04 \x01(\x01R\x05total\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\"\x9e\x01\n" +
 	"\vTurnStarted\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1d\n" +
 	"\n" +
@@ -2074,7 +2427,7 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x05steps\x18\x05 \x01(\x05R\x05steps\"\x8f\x01\n" +
 	"\x0eToolCallRecord\x12;\n" +
 	"\x04call\x18\x01 \x01(\v2'.hermes.orchestrator.v1.ToolCallStartedR\x04call\x12@\n" +
-	"\x06result\x18\x02 \x01(\v2(.hermes.orchestrator.v1.ToolCallFinishedR\x06result\"\xe5\x03\n" +
+	"\x06result\x18\x02 \x01(\v2(.hermes.orchestrator.v1.ToolCallFinishedR\x06result\"\x88\x04\n" +
 	"\x04Turn\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -2091,11 +2444,28 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"started_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
 	"\vfinished_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishedAt\"B\n" +
+	"finishedAt\x12!\n" +
+	"\fcancelled_by\x18\f \x01(\tR\vcancelledBy\"B\n" +
 	"\x0eGetTurnRequest\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\"C\n" +
 	"\x0fGetTurnResponse\x120\n" +
+	"\x04turn\x18\x01 \x01(\v2\x1c.hermes.orchestrator.v1.TurnR\x04turn\"\x86\x01\n" +
+	"\x10ListTurnsRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"o\n" +
+	"\x11ListTurnsResponse\x122\n" +
+	"\x05turns\x18\x01 \x03(\v2\x1c.hermes.orchestrator.v1.TurnR\x05turns\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"]\n" +
+	"\x11CancelTurnRequest\x12\x17\n" +
+	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x17\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"F\n" +
+	"\x12CancelTurnResponse\x120\n" +
 	"\x04turn\x18\x01 \x01(\v2\x1c.hermes.orchestrator.v1.TurnR\x04turn*\x90\x01\n" +
 	"\n" +
 	"TurnStatus\x12\x1b\n" +
@@ -2103,10 +2473,13 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x13TURN_STATUS_RUNNING\x10\x01\x12\x19\n" +
 	"\x15TURN_STATUS_COMPLETED\x10\x02\x12\x16\n" +
 	"\x12TURN_STATUS_FAILED\x10\x03\x12\x19\n" +
-	"\x15TURN_STATUS_CANCELLED\x10\x042\xcf\x01\n" +
+	"\x15TURN_STATUS_CANCELLED\x10\x042\x96\x03\n" +
 	"\x13OrchestratorService\x12\\\n" +
 	"\aRunTurn\x12&.hermes.orchestrator.v1.RunTurnRequest\x1a'.hermes.orchestrator.v1.RunTurnResponse0\x01\x12Z\n" +
-	"\aGetTurn\x12&.hermes.orchestrator.v1.GetTurnRequest\x1a'.hermes.orchestrator.v1.GetTurnResponseBLZJgithub.com/hermes-agent/hermes/proto/hermes/orchestrator/v1;orchestratorv1b\x06proto3"
+	"\aGetTurn\x12&.hermes.orchestrator.v1.GetTurnRequest\x1a'.hermes.orchestrator.v1.GetTurnResponse\x12`\n" +
+	"\tListTurns\x12(.hermes.orchestrator.v1.ListTurnsRequest\x1a).hermes.orchestrator.v1.ListTurnsResponse\x12c\n" +
+	"\n" +
+	"CancelTurn\x12).hermes.orchestrator.v1.CancelTurnRequest\x1a*.hermes.orchestrator.v1.CancelTurnResponseBLZJgithub.com/hermes-agent/hermes/proto/hermes/orchestrator/v1;orchestratorv1b\x06proto3"
 
 var (
 	file_hermes_orchestrator_v1_orchestrator_proto_rawDescOnce sync.Once
@@ -2121,73 +2494,85 @@ func file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_hermes_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hermes_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_hermes_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_hermes_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(TurnStatus)(0),               // 0: hermes.orchestrator.v1.TurnStatus
 	(*RunTurnRequest)(nil),        // 1: hermes.orchestrator.v1.RunTurnRequest
 	(*TurnOptions)(nil),           // 2: hermes.orchestrator.v1.TurnOptions
 	(*RunTurnResponse)(nil),       // 3: hermes.orchestrator.v1.RunTurnResponse
 	(*TurnEvent)(nil),             // 4: hermes.orchestrator.v1.TurnEvent
-	(*TurnStarted)(nil),           // 5: hermes.orchestrator.v1.TurnStarted
-	(*TokenBreakdown)(nil),        // 6: hermes.orchestrator.v1.TokenBreakdown
-	(*ContextAssembled)(nil),      // 7: hermes.orchestrator.v1.ContextAssembled
-	(*RecalledMemory)(nil),        // 8: hermes.orchestrator.v1.RecalledMemory
-	(*MemoriesRecalled)(nil),      // 9: hermes.orchestrator.v1.MemoriesRecalled
-	(*TextDelta)(nil),             // 10: hermes.orchestrator.v1.TextDelta
-	(*FilledArgument)(nil),        // 11: hermes.orchestrator.v1.FilledArgument
-	(*ToolCallStarted)(nil),       // 12: hermes.orchestrator.v1.ToolCallStarted
-	(*ToolCallFinished)(nil),      // 13: hermes.orchestrator.v1.ToolCallFinished
-	(*SummaryUpdated)(nil),        // 14: hermes.orchestrator.v1.SummaryUpdated
-	(*Usage)(nil),                 // 15: hermes.orchestrator.v1.Usage
-	(*TurnCompleted)(nil),         // 16: hermes.orchestrator.v1.TurnCompleted
-	(*TurnFailed)(nil),            // 17: hermes.orchestrator.v1.TurnFailed
-	(*ToolCallRecord)(nil),        // 18: hermes.orchestrator.v1.ToolCallRecord
-	(*Turn)(nil),                  // 19: hermes.orchestrator.v1.Turn
-	(*GetTurnRequest)(nil),        // 20: hermes.orchestrator.v1.GetTurnRequest
-	(*GetTurnResponse)(nil),       // 21: hermes.orchestrator.v1.GetTurnResponse
-	nil,                           // 22: hermes.orchestrator.v1.RecalledMemory.AttributesEntry
-	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 24: google.protobuf.Timestamp
+	(*ToolProgress)(nil),          // 5: hermes.orchestrator.v1.ToolProgress
+	(*TurnStarted)(nil),           // 6: hermes.orchestrator.v1.TurnStarted
+	(*TokenBreakdown)(nil),        // 7: hermes.orchestrator.v1.TokenBreakdown
+	(*ContextAssembled)(nil),      // 8: hermes.orchestrator.v1.ContextAssembled
+	(*RecalledMemory)(nil),        // 9: hermes.orchestrator.v1.RecalledMemory
+	(*MemoriesRecalled)(nil),      // 10: hermes.orchestrator.v1.MemoriesRecalled
+	(*TextDelta)(nil),             // 11: hermes.orchestrator.v1.TextDelta
+	(*FilledArgument)(nil),        // 12: hermes.orchestrator.v1.FilledArgument
+	(*ToolCallStarted)(nil),       // 13: hermes.orchestrator.v1.ToolCallStarted
+	(*ToolCallFinished)(nil),      // 14: hermes.orchestrator.v1.ToolCallFinished
+	(*SummaryUpdated)(nil),        // 15: hermes.orchestrator.v1.SummaryUpdated
+	(*Usage)(nil),                 // 16: hermes.orchestrator.v1.Usage
+	(*TurnCompleted)(nil),         // 17: hermes.orchestrator.v1.TurnCompleted
+	(*TurnFailed)(nil),            // 18: hermes.orchestrator.v1.TurnFailed
+	(*ToolCallRecord)(nil),        // 19: hermes.orchestrator.v1.ToolCallRecord
+	(*Turn)(nil),                  // 20: hermes.orchestrator.v1.Turn
+	(*GetTurnRequest)(nil),        // 21: hermes.orchestrator.v1.GetTurnRequest
+	(*GetTurnResponse)(nil),       // 22: hermes.orchestrator.v1.GetTurnResponse
+	(*ListTurnsRequest)(nil),      // 23: hermes.orchestrator.v1.ListTurnsRequest
+	(*ListTurnsResponse)(nil),     // 24: hermes.orchestrator.v1.ListTurnsResponse
+	(*CancelTurnRequest)(nil),     // 25: hermes.orchestrator.v1.CancelTurnRequest
+	(*CancelTurnResponse)(nil),    // 26: hermes.orchestrator.v1.CancelTurnResponse
+	nil,                           // 27: hermes.orchestrator.v1.RecalledMemory.AttributesEntry
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
 }
 var file_hermes_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
 	2,  // 0: hermes.orchestrator.v1.RunTurnRequest.options:type_name -> hermes.orchestrator.v1.TurnOptions
-	23, // 1: hermes.orchestrator.v1.TurnOptions.timeout:type_name -> google.protobuf.Duration
+	28, // 1: hermes.orchestrator.v1.TurnOptions.timeout:type_name -> google.protobuf.Duration
 	4,  // 2: hermes.orchestrator.v1.RunTurnResponse.event:type_name -> hermes.orchestrator.v1.TurnEvent
-	24, // 3: hermes.orchestrator.v1.TurnEvent.time:type_name -> google.protobuf.Timestamp
-	5,  // 4: hermes.orchestrator.v1.TurnEvent.started:type_name -> hermes.orchestrator.v1.TurnStarted
-	7,  // 5: hermes.orchestrator.v1.TurnEvent.context:type_name -> hermes.orchestrator.v1.ContextAssembled
-	9,  // 6: hermes.orchestrator.v1.TurnEvent.memories:type_name -> hermes.orchestrator.v1.MemoriesRecalled
-	10, // 7: hermes.orchestrator.v1.TurnEvent.delta:type_name -> hermes.orchestrator.v1.TextDelta
-	12, // 8: hermes.orchestrator.v1.TurnEvent.tool_call:type_name -> hermes.orchestrator.v1.ToolCallStarted
-	13, // 9: hermes.orchestrator.v1.TurnEvent.tool_result:type_name -> hermes.orchestrator.v1.ToolCallFinished
-	14, // 10: hermes.orchestrator.v1.TurnEvent.summary:type_name -> hermes.orchestrator.v1.SummaryUpdated
-	16, // 11: hermes.orchestrator.v1.TurnEvent.completed:type_name -> hermes.orchestrator.v1.TurnCompleted
-	17, // 12: hermes.orchestrator.v1.TurnEvent.failed:type_name -> hermes.orchestrator.v1.TurnFailed
-	6,  // 13: hermes.orchestrator.v1.ContextAssembled.tokens:type_name -> hermes.orchestrator.v1.TokenBreakdown
-	22, // 14: hermes.orchestrator.v1.RecalledMemory.attributes:type_name -> hermes.orchestrator.v1.RecalledMemory.AttributesEntry
-	8,  // 15: hermes.orchestrator.v1.MemoriesRecalled.memories:type_name -> hermes.orchestrator.v1.RecalledMemory
-	11, // 16: hermes.orchestrator.v1.ToolCallStarted.filled:type_name -> hermes.orchestrator.v1.FilledArgument
-	23, // 17: hermes.orchestrator.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
-	15, // 18: hermes.orchestrator.v1.TurnCompleted.usage:type_name -> hermes.orchestrator.v1.Usage
-	15, // 19: hermes.orchestrator.v1.TurnFailed.usage:type_name -> hermes.orchestrator.v1.Usage
-	12, // 20: hermes.orchestrator.v1.ToolCallRecord.call:type_name -> hermes.orchestrator.v1.ToolCallStarted
-	13, // 21: hermes.orchestrator.v1.ToolCallRecord.result:type_name -> hermes.orchestrator.v1.ToolCallFinished
-	0,  // 22: hermes.orchestrator.v1.Turn.status:type_name -> hermes.orchestrator.v1.TurnStatus
-	4,  // 23: hermes.orchestrator.v1.Turn.events:type_name -> hermes.orchestrator.v1.TurnEvent
-	15, // 24: hermes.orchestrator.v1.Turn.usage:type_name -> hermes.orchestrator.v1.Usage
-	18, // 25: hermes.orchestrator.v1.Turn.tool_calls:type_name -> hermes.orchestrator.v1.ToolCallRecord
-	24, // 26: hermes.orchestrator.v1.Turn.started_at:type_name -> google.protobuf.Timestamp
-	24, // 27: hermes.orchestrator.v1.Turn.finished_at:type_name -> google.protobuf.Timestamp
-	19, // 28: hermes.orchestrator.v1.GetTurnResponse.turn:type_name -> hermes.orchestrator.v1.Turn
-	1,  // 29: hermes.orchestrator.v1.OrchestratorService.RunTurn:input_type -> hermes.orchestrator.v1.RunTurnRequest
-	20, // 30: hermes.orchestrator.v1.OrchestratorService.GetTurn:input_type -> hermes.orchestrator.v1.GetTurnRequest
-	3,  // 31: hermes.orchestrator.v1.OrchestratorService.RunTurn:output_type -> hermes.orchestrator.v1.RunTurnResponse
-	21, // 32: hermes.orchestrator.v1.OrchestratorService.GetTurn:output_type -> hermes.orchestrator.v1.GetTurnResponse
-	31, // [31:33] is the sub-list for method output_type
-	29, // [29:31] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	29, // 3: hermes.orchestrator.v1.TurnEvent.time:type_name -> google.protobuf.Timestamp
+	6,  // 4: hermes.orchestrator.v1.TurnEvent.started:type_name -> hermes.orchestrator.v1.TurnStarted
+	8,  // 5: hermes.orchestrator.v1.TurnEvent.context:type_name -> hermes.orchestrator.v1.ContextAssembled
+	10, // 6: hermes.orchestrator.v1.TurnEvent.memories:type_name -> hermes.orchestrator.v1.MemoriesRecalled
+	11, // 7: hermes.orchestrator.v1.TurnEvent.delta:type_name -> hermes.orchestrator.v1.TextDelta
+	13, // 8: hermes.orchestrator.v1.TurnEvent.tool_call:type_name -> hermes.orchestrator.v1.ToolCallStarted
+	14, // 9: hermes.orchestrator.v1.TurnEvent.tool_result:type_name -> hermes.orchestrator.v1.ToolCallFinished
+	15, // 10: hermes.orchestrator.v1.TurnEvent.summary:type_name -> hermes.orchestrator.v1.SummaryUpdated
+	17, // 11: hermes.orchestrator.v1.TurnEvent.completed:type_name -> hermes.orchestrator.v1.TurnCompleted
+	18, // 12: hermes.orchestrator.v1.TurnEvent.failed:type_name -> hermes.orchestrator.v1.TurnFailed
+	5,  // 13: hermes.orchestrator.v1.TurnEvent.tool_progress:type_name -> hermes.orchestrator.v1.ToolProgress
+	7,  // 14: hermes.orchestrator.v1.ContextAssembled.tokens:type_name -> hermes.orchestrator.v1.TokenBreakdown
+	27, // 15: hermes.orchestrator.v1.RecalledMemory.attributes:type_name -> hermes.orchestrator.v1.RecalledMemory.AttributesEntry
+	9,  // 16: hermes.orchestrator.v1.MemoriesRecalled.memories:type_name -> hermes.orchestrator.v1.RecalledMemory
+	12, // 17: hermes.orchestrator.v1.ToolCallStarted.filled:type_name -> hermes.orchestrator.v1.FilledArgument
+	28, // 18: hermes.orchestrator.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
+	16, // 19: hermes.orchestrator.v1.TurnCompleted.usage:type_name -> hermes.orchestrator.v1.Usage
+	16, // 20: hermes.orchestrator.v1.TurnFailed.usage:type_name -> hermes.orchestrator.v1.Usage
+	13, // 21: hermes.orchestrator.v1.ToolCallRecord.call:type_name -> hermes.orchestrator.v1.ToolCallStarted
+	14, // 22: hermes.orchestrator.v1.ToolCallRecord.result:type_name -> hermes.orchestrator.v1.ToolCallFinished
+	0,  // 23: hermes.orchestrator.v1.Turn.status:type_name -> hermes.orchestrator.v1.TurnStatus
+	4,  // 24: hermes.orchestrator.v1.Turn.events:type_name -> hermes.orchestrator.v1.TurnEvent
+	16, // 25: hermes.orchestrator.v1.Turn.usage:type_name -> hermes.orchestrator.v1.Usage
+	19, // 26: hermes.orchestrator.v1.Turn.tool_calls:type_name -> hermes.orchestrator.v1.ToolCallRecord
+	29, // 27: hermes.orchestrator.v1.Turn.started_at:type_name -> google.protobuf.Timestamp
+	29, // 28: hermes.orchestrator.v1.Turn.finished_at:type_name -> google.protobuf.Timestamp
+	20, // 29: hermes.orchestrator.v1.GetTurnResponse.turn:type_name -> hermes.orchestrator.v1.Turn
+	20, // 30: hermes.orchestrator.v1.ListTurnsResponse.turns:type_name -> hermes.orchestrator.v1.Turn
+	20, // 31: hermes.orchestrator.v1.CancelTurnResponse.turn:type_name -> hermes.orchestrator.v1.Turn
+	1,  // 32: hermes.orchestrator.v1.OrchestratorService.RunTurn:input_type -> hermes.orchestrator.v1.RunTurnRequest
+	21, // 33: hermes.orchestrator.v1.OrchestratorService.GetTurn:input_type -> hermes.orchestrator.v1.GetTurnRequest
+	23, // 34: hermes.orchestrator.v1.OrchestratorService.ListTurns:input_type -> hermes.orchestrator.v1.ListTurnsRequest
+	25, // 35: hermes.orchestrator.v1.OrchestratorService.CancelTurn:input_type -> hermes.orchestrator.v1.CancelTurnRequest
+	3,  // 36: hermes.orchestrator.v1.OrchestratorService.RunTurn:output_type -> hermes.orchestrator.v1.RunTurnResponse
+	22, // 37: hermes.orchestrator.v1.OrchestratorService.GetTurn:output_type -> hermes.orchestrator.v1.GetTurnResponse
+	24, // 38: hermes.orchestrator.v1.OrchestratorService.ListTurns:output_type -> hermes.orchestrator.v1.ListTurnsResponse
+	26, // 39: hermes.orchestrator.v1.OrchestratorService.CancelTurn:output_type -> hermes.orchestrator.v1.CancelTurnResponse
+	36, // [36:40] is the sub-list for method output_type
+	32, // [32:36] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_hermes_orchestrator_v1_orchestrator_proto_init() }
@@ -2205,6 +2590,7 @@ func file_hermes_orchestrator_v1_orchestrator_proto_init() {
 		(*TurnEvent_Summary)(nil),
 		(*TurnEvent_Completed)(nil),
 		(*TurnEvent_Failed)(nil),
+		(*TurnEvent_ToolProgress)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2212,7 +2598,7 @@ func file_hermes_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hermes_orchestrator_v1_orchestrator_proto_rawDesc), len(file_hermes_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,8 +19,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OrchestratorService_RunTurn_FullMethodName = "/hermes.orchestrator.v1.OrchestratorService/RunTurn"
-	OrchestratorService_GetTurn_FullMethodName = "/hermes.orchestrator.v1.OrchestratorService/GetTurn"
+	OrchestratorService_RunTurn_FullMethodName    = "/hermes.orchestrator.v1.OrchestratorService/RunTurn"
+	OrchestratorService_GetTurn_FullMethodName    = "/hermes.orchestrator.v1.OrchestratorService/GetTurn"
+	OrchestratorService_ListTurns_FullMethodName  = "/hermes.orchestrator.v1.OrchestratorService/ListTurns"
+	OrchestratorService_CancelTurn_FullMethodName = "/hermes.orchestrator.v1.OrchestratorService/CancelTurn"
 )
 
 // OrchestratorServiceClient is the client API for OrchestratorService service.
@@ -35,6 +37,11 @@ type OrchestratorServiceClient interface {
 	RunTurn(ctx context.Context, in *RunTurnRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunTurnResponse], error)
 	// GetTurn returns the record of a finished turn.
 	GetTurn(ctx context.Context, in *GetTurnRequest, opts ...grpc.CallOption) (*GetTurnResponse, error)
+	// ListTurns lists a session's turns, newest first, without their events.
+	ListTurns(ctx context.Context, in *ListTurnsRequest, opts ...grpc.CallOption) (*ListTurnsResponse, error)
+	// CancelTurn ends a running turn. Its record says who cancelled it; the session stays
+	// consistent (every tool call of the turn gets its result).
+	CancelTurn(ctx context.Context, in *CancelTurnRequest, opts ...grpc.CallOption) (*CancelTurnResponse, error)
 }
 
 type orchestratorServiceClient struct {
@@ -74,6 +81,26 @@ func (c *orchestratorServiceClient) GetTurn(ctx context.Context, in *GetTurnRequ
 	return out, nil
 }
 
+func (c *orchestratorServiceClient) ListTurns(ctx context.Context, in *ListTurnsRequest, opts ...grpc.CallOption) (*ListTurnsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTurnsResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_ListTurns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *orchestratorServiceClient) CancelTurn(ctx context.Context, in *CancelTurnRequest, opts ...grpc.CallOption) (*CancelTurnResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelTurnResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_CancelTurn_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OrchestratorServiceServer is the server API for OrchestratorService service.
 // All implementations must embed UnimplementedOrchestratorServiceServer
 // for forward compatibility.
@@ -86,6 +113,11 @@ type OrchestratorServiceServer interface {
 	RunTurn(*RunTurnRequest, grpc.ServerStreamingServer[RunTurnResponse]) error
 	// GetTurn returns the record of a finished turn.
 	GetTurn(context.Context, *GetTurnRequest) (*GetTurnResponse, error)
+	// ListTurns lists a session's turns, newest first, without their events.
+	ListTurns(context.Context, *ListTurnsRequest) (*ListTurnsResponse, error)
+	// CancelTurn ends a running turn. Its record says who cancelled it; the session stays
+	// consistent (every tool call of the turn gets its result).
+	CancelTurn(context.Context, *CancelTurnRequest) (*CancelTurnResponse, error)
 	mustEmbedUnimplementedOrchestratorServiceServer()
 }
 
@@ -101,6 +133,12 @@ func (UnimplementedOrchestratorServiceServer) RunTurn(*RunTurnRequest, grpc.Serv
 }
 func (UnimplementedOrchestratorServiceServer) GetTurn(context.Context, *GetTurnRequest) (*GetTurnResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetTurn not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) ListTurns(context.Context, *ListTurnsRequest) (*ListTurnsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTurns not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) CancelTurn(context.Context, *CancelTurnRequest) (*CancelTurnResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelTurn not implemented")
 }
 func (UnimplementedOrchestratorServiceServer) mustEmbedUnimplementedOrchestratorServiceServer() {}
 func (UnimplementedOrchestratorServiceServer) testEmbeddedByValue()                             {}
@@ -152,6 +190,42 @@ func _OrchestratorService_GetTurn_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrchestratorService_ListTurns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTurnsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).ListTurns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_ListTurns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).ListTurns(ctx, req.(*ListTurnsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OrchestratorService_CancelTurn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelTurnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).CancelTurn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_CancelTurn_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).CancelTurn(ctx, req.(*CancelTurnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OrchestratorService_ServiceDesc is the grpc.ServiceDesc for OrchestratorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -162,6 +236,14 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetTurn",
 			Handler:    _OrchestratorService_GetTurn_Handler,
+		},
+		{
+			MethodName: "ListTurns",
+			Handler:    _OrchestratorService_ListTurns_Handler,
+		},
+		{
+			MethodName: "CancelTurn",
+			Handler:    _OrchestratorService_CancelTurn_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

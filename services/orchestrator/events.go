@@ -1,0 +1,186 @@
+package orchestrator
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"sync"
+	"unicode"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/hermes-agent/hermes/internal/model"
+	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
+	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+)
+
+// rememberCue finds a request to remember something, which lets the extractor use tool results.
+var rememberCue = regexp.MustCompile(`(?i)\bremember\b|记住|记下|别忘|記住|記下`)
+
+// emitter numbers events, sends them to the client and keeps them for the turn record. Tool
+// calls run concurrently, so sends are serialized.
+type emitter struct {
+	mu     sync.Mutex
+	seq    int32
+	send   func(*orchestratorv1.TurnEvent) error
+	events []*orchestratorv1.TurnEvent
+	gone   bool
+}
+
+func (e *emitter) emit(ev *orchestratorv1.TurnEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.seq++
+	ev.Seq = e.seq
+	ev.Time = timestamppb.Now()
+	e.events = append(e.events, ev)
+	if e.gone {
+		return
+	}
+	if err := e.send(ev); err != nil {
+		// The client went away; its context is cancelled, which ends the turn.
+		e.gone = true
+	}
+}
+
+// recorded returns the events for the turn record, with consecutive text deltas of a step
+// merged so that a long answer is not stored token by token.
+func (e *emitter) recorded() []*orchestratorv1.TurnEvent {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []*orchestratorv1.TurnEvent
+	for _, ev := range e.events {
+		if d := ev.GetDelta(); d != nil && len(out) > 0 {
+			if prev := out[len(out)-1].GetDelta(); prev != nil && prev.GetStep() == d.GetStep() {
+				prev.Text += d.GetText()
+				continue
+			}
+			ev = proto.Clone(ev).(*orchestratorv1.TurnEvent)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// usageAcc sums the usage of a turn's model calls.
+type usageAcc struct {
+	u         orchestratorv1.Usage
+	estimated bool
+}
+
+// add counts one call: the provider's usage when it reported one, else the tokenizer's counts.
+func (a *usageAcc) add(u model.Usage, promptEstimate, completionEstimate int) {
+	a.u.ModelCalls++
+	if !u.Reported {
+		a.estimated = true
+		a.u.PromptTokens += int64(promptEstimate)
+		a.u.CompletionTokens += int64(completionEstimate)
+		a.u.TotalTokens += int64(promptEstimate + completionEstimate)
+		return
+	}
+	a.u.PromptTokens += int64(u.PromptTokens)
+	a.u.CompletionTokens += int64(u.CompletionTokens)
+	a.u.CachedTokens += int64(u.CachedTokens)
+	total := u.TotalTokens
+	if total == 0 {
+		total = u.PromptTokens + u.CompletionTokens
+	}
+	a.u.TotalTokens += int64(total)
+}
+
+func (a *usageAcc) proto() *orchestratorv1.Usage {
+	u := proto.Clone(&a.u).(*orchestratorv1.Usage)
+	u.Source = "provider"
+	if a.estimated {
+		u.Source = "tokenizer"
+	}
+	if u.ModelCalls == 0 {
+		u.Source = ""
+	}
+	return u
+}
+
+// record is the turn's record as it stands, in status st.
+func (t *turn) record(st orchestratorv1.TurnStatus) *orchestratorv1.Turn {
+	t.mu.Lock()
+	rec := &orchestratorv1.Turn{
+		Id: t.id, SessionId: t.session, UserId: t.user, Status: st, Text: t.text, Answer: t.answer,
+		Usage: t.usage.proto(), ToolCalls: append([]*orchestratorv1.ToolCallRecord(nil), t.toolCalls...),
+		StartedAt: timestamppb.New(t.started),
+	}
+	t.mu.Unlock()
+	rec.Events = t.em.recorded()
+	if st != orchestratorv1.TurnStatus_TURN_STATUS_RUNNING {
+		rec.FinishedAt = timestamppb.Now()
+	}
+	return rec
+}
+
+func (t *turn) putRecord(ctx context.Context, rec *orchestratorv1.Turn) {
+	if err := t.s.deps.Store.PutTurn(ctx, rec, t.s.cfg.TurnRetention); err != nil {
+		t.s.log.Warn("turn record not stored", "turn", t.id, "error", err)
+	}
+}
+
+// publish sends turn.finished in the background, retrying until PublishTimeout; a failure is
+// logged and never fails the user's turn.
+func (t *turn) publish(ctx context.Context) {
+	if t.s.deps.Publish == nil {
+		return
+	}
+	ev := &eventsv1.TurnFinished{
+		TurnId: t.id, SessionId: t.session, UserId: t.user, FinishedAt: timestamppb.Now(),
+		RememberRequested: rememberCue.MatchString(t.text),
+	}
+	if t.memText != "" {
+		ev.Messages = append(ev.Messages, &eventsv1.TurnMessage{
+			Message:          &sessionv1.Message{Role: sessionv1.Role_ROLE_SYSTEM, Kind: sessionv1.MessageKind_MESSAGE_KIND_TEXT, Content: t.memText},
+			IsRecalledMemory: true,
+		})
+	}
+	t.mu.Lock()
+	for _, m := range t.stored {
+		ev.Messages = append(ev.Messages, &eventsv1.TurnMessage{Message: m, IsToolResult: m.GetKind() == sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT})
+	}
+	t.mu.Unlock()
+	for _, r := range t.memories {
+		ev.RecalledMemoryIds = append(ev.RecalledMemoryIds, r.GetMemory().GetId())
+	}
+	carrier := propagation.MapCarrier{}
+	otel.GetTextMapPropagator().Inject(ctx, carrier)
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	ev.Traceparent = carrier.Get("traceparent")
+
+	s := t.s
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		pctx, cancel := context.WithTimeout(s.bgCtx, s.cfg.PublishTimeout)
+		defer cancel()
+		pctx = trace.ContextWithSpanContext(pctx, trace.SpanContextFromContext(ctx))
+		if err := s.deps.Publish(pctx, ev); err != nil {
+			s.log.Error("turn.finished not published; the memory extractor will not see this turn", "turn", ev.GetTurnId(), "error", err)
+		}
+	}()
+}
+
+// canonicalCode is a gRPC code's canonical name ("DEADLINE_EXCEEDED"), the spelling of the
+// gRPC specification, grpcurl and every other language.
+func canonicalCode(c codes.Code) string {
+	var b strings.Builder
+	prev := rune(0)
+	for _, r := range c.String() {
+		if unicode.IsUpper(r) && unicode.IsLower(prev) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToUpper(r))
+		prev = r
+	}
+	return b.String()
+}

@@ -1,0 +1,238 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc/status"
+
+	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
+	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+// prepare gathers what the context is built from: BuildContext (with the summary extended for
+// evicted messages), the tools for the turn and then the memories (recall is told the tools'
+// required arguments so a memory that can fill one is found), and the task state, concurrently.
+func (t *turn) prepare(ctx context.Context) error {
+	var (
+		built *sessionv1.BuildContextResponse
+		state TaskState
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		var err error
+		built, err = t.buildContext(gctx)
+		return err
+	})
+	g.Go(func() error {
+		if err := t.loadTools(gctx); err != nil {
+			return err
+		}
+		t.recall(gctx)
+		return nil
+	})
+	g.Go(func() error {
+		var err error
+		state, err = t.s.deps.Store.TaskState(gctx, t.session)
+		if err != nil {
+			return &turnError{code: status.Code(storeStatus(err)), msg: "loading the task state: " + err.Error()}
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	t.hadPending = len(state.Pending) > 0
+
+	b := &t.blocks
+	b.systemPrompt = t.s.cfg.SystemPrompt
+	b.counted = map[string]int32{t.s.cfg.SystemPrompt: t.s.promptTokens}
+	if sp := t.opts.GetSystemPrompt(); sp != "" {
+		b.systemPrompt = sp
+	}
+	b.memory = t.memText
+	b.pinned = renderPinned(built.GetPinned())
+	b.summary = renderSummary(built.GetSummary())
+	var shown int
+	b.taskState, shown = renderTaskState(state, t.s.cfg.TaskStateContextSteps)
+	var history, current []*sessionv1.Message
+	for _, m := range built.GetWindow() {
+		if m.GetSeq() < t.userMsg.GetSeq() {
+			history = append(history, m)
+			b.historyTokens += int(m.GetTokenCount())
+		} else {
+			current = append(current, m)
+		}
+	}
+	if len(current) == 0 {
+		current = []*sessionv1.Message{t.userMsg}
+	}
+	b.history = sessionToModel(history)
+	b.current = sessionToModel(current)
+	b.tools = t.mtools
+	for _, tool := range t.tools {
+		b.toolTokens += toolSchemaTokens(t.s.deps.Tokenizer, tool)
+	}
+	t.ctxInfo.Repairs = int32(len(built.GetRepairs()))
+	t.ctxInfo.WindowTurns = built.GetWindowTurns()
+	t.ctxInfo.TaskStateSteps = int32(shown)
+	t.ctxInfo.PinnedMessages = int32(len(built.GetPinned()))
+	t.ctxInfo.SummaryThroughSeq = built.GetSummary().GetSeq()
+	return nil
+}
+
+// buildContext calls BuildContext and folds evicted messages into the summary, in up to
+// maxSummaryRounds batches.
+func (t *turn) buildContext(ctx context.Context) (*sessionv1.BuildContextResponse, error) {
+	ctx, span := t.s.tracer.Start(ctx, "orchestrator.build_context")
+	defer span.End()
+	for round := 0; ; round++ {
+		built, err := t.s.deps.Session.BuildContext(ctx, &sessionv1.BuildContextRequest{SessionId: t.session, UserId: t.user})
+		if err != nil {
+			return nil, &turnError{code: status.Code(err), msg: "session service: " + status.Convert(err).Message()}
+		}
+		if len(built.GetEvicted()) == 0 || round >= maxSummaryRounds {
+			return built, nil
+		}
+		sum, ok := t.extendSummary(ctx, built)
+		if ok {
+			built.Summary = sum
+		}
+		if !built.GetEvictedTruncated() || !ok {
+			return built, nil
+		}
+	}
+}
+
+// extendSummary folds one batch of evicted messages into the summary and stores it.
+func (t *turn) extendSummary(ctx context.Context, built *sessionv1.BuildContextResponse) (*sessionv1.Message, bool) {
+	ctx, span := t.s.tracer.Start(ctx, "orchestrator.summary")
+	defer span.End()
+	evicted := built.GetEvicted()
+	through := evicted[len(evicted)-1].GetSeq()
+	res := t.s.sum.extend(ctx, t.model, built.GetSummary().GetContent(), evicted)
+	if res.called {
+		t.mu.Lock()
+		t.usage.add(res.usage, 0, 0)
+		t.mu.Unlock()
+	}
+	up, err := t.s.deps.Session.UpdateSummary(ctx, &sessionv1.UpdateSummaryRequest{
+		SessionId: t.session, UserId: t.user, Content: res.text, ThroughSeq: through,
+	})
+	if err != nil {
+		// Another turn may have folded further already (FAILED_PRECONDITION); either way this
+		// turn goes on with the summary it has.
+		t.s.log.Warn("summary not stored", "session", t.session, "through_seq", through, "error", err)
+		span.SetStatus(otelcodes.Error, err.Error())
+		return nil, false
+	}
+	if res.fallback {
+		span.SetAttributes(attribute.String("hermes.summary_fallback", res.reason))
+	}
+	t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Summary{Summary: &orchestratorv1.SummaryUpdated{
+		ThroughSeq:     through,
+		Tokens:         up.GetSummary().GetTokenCount(),
+		Fallback:       res.fallback,
+		FoldedMessages: int32(len(evicted)),
+	}}})
+	return up.GetSummary(), true
+}
+
+// loadTools picks the tools for the turn: the requested groups, or SelectTools (which returns
+// all of them when there are at most MaxTools).
+func (t *turn) loadTools(ctx context.Context) error {
+	ctx, span := t.s.tracer.Start(ctx, "orchestrator.tools")
+	defer span.End()
+	tc := t.s.deps.Tools
+	var tools []*toolsv1.Tool
+	if groups := t.opts.GetToolGroups(); len(groups) > 0 {
+		token := ""
+		for {
+			resp, err := tc.ListTools(ctx, &toolsv1.ListToolsRequest{Groups: groups, PageSize: 1000, PageToken: token})
+			if err != nil {
+				return &turnError{code: status.Code(err), msg: "listing tools: " + status.Convert(err).Message()}
+			}
+			tools = append(tools, resp.GetTools()...)
+			if token = resp.GetNextPageToken(); token == "" {
+				break
+			}
+		}
+		t.ctxInfo.ToolSelection = fmt.Sprintf("%d tools of groups %s", len(tools), strings.Join(groups, ", "))
+	} else {
+		resp, err := tc.SelectTools(ctx, &toolsv1.SelectToolsRequest{Text: t.text, MaxTools: int32(t.s.cfg.MaxTools)})
+		if err != nil {
+			return &turnError{code: status.Code(err), msg: "selecting tools: " + status.Convert(err).Message()}
+		}
+		for _, st := range resp.GetTools() {
+			tools = append(tools, st.GetTool())
+		}
+		if resp.GetAllTools() {
+			t.ctxInfo.ToolSelection = fmt.Sprintf("all %d tools", len(tools))
+		} else {
+			t.ctxInfo.ToolSelection = fmt.Sprintf("selected %d of %d tools (groups %s; %d of %d schema tokens)",
+				len(tools), resp.GetTotalTools(), strings.Join(resp.GetGroups(), ", "), resp.GetSelectedSchemaTokens(), resp.GetTotalSchemaTokens())
+		}
+	}
+	t.tools = tools
+	t.byName = make(map[string]*toolsv1.Tool, len(tools))
+	for _, tool := range tools {
+		t.byName[tool.GetSpec().GetName()] = tool
+		t.ctxInfo.Tools = append(t.ctxInfo.Tools, tool.GetSpec().GetName())
+	}
+	t.mtools = modelTools(tools)
+	return nil
+}
+
+// recall fetches memories; a failure is reported and the turn goes on without them.
+func (t *turn) recall(ctx context.Context) {
+	if t.opts.GetSkipMemory() {
+		return
+	}
+	ev := &orchestratorv1.MemoriesRecalled{}
+	defer func() {
+		t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Memories{Memories: ev}})
+	}()
+	if t.s.deps.Memory == nil {
+		ev.Error = "no memory service is configured"
+		return
+	}
+	ctx, span := t.s.tracer.Start(ctx, "orchestrator.recall")
+	defer span.End()
+	var keys []string
+	seen := map[string]bool{}
+	for _, tool := range t.tools {
+		for _, k := range requiredArgs(tool.GetSpec().GetInputSchema()) {
+			if !seen[k] && len(keys) < 16 {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	resp, err := t.s.deps.Memory.Recall(ctx, &memoryv1.RecallRequest{
+		UserId: t.user, Query: t.text, Limit: int32(t.s.cfg.MemoryLimit), AttributeKeys: keys,
+	})
+	if err != nil {
+		ev.Error = "recall failed, the turn goes on without memories: " + status.Convert(err).Message()
+		span.SetStatus(otelcodes.Error, err.Error())
+		return
+	}
+	mems := resp.GetMemories()
+	if len(mems) > t.s.cfg.MemoryLimit {
+		mems = mems[:t.s.cfg.MemoryLimit]
+	}
+	t.memories = mems
+	t.memText = renderMemories(mems)
+	for _, r := range mems {
+		m := r.GetMemory()
+		ev.Memories = append(ev.Memories, &orchestratorv1.RecalledMemory{
+			Id: m.GetId(), Content: m.GetContent(), Score: r.GetScore(), Type: memoryTypeName(m.GetType()),
+			Attributes: m.GetAttributes(), Reason: r.GetReason(),
+		})
+	}
+}

@@ -1,0 +1,219 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/hermes-agent/hermes/internal/model"
+	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+)
+
+// outcome is one tool call of a step.
+type outcome struct {
+	call     model.ToolCall
+	started  *orchestratorv1.ToolCallStarted
+	result   *toolsv1.ToolResult
+	finished *orchestratorv1.ToolCallFinished
+}
+
+// runTools runs a step's tool calls concurrently, then stores the whole step — the assistant's
+// text, every call and every result — in one append, so the log never holds a call without its
+// result. A client that goes away cancels the calls; they are stored with a "cancelled" result.
+func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) error {
+	calls := resp.ToolCalls
+	outs := make([]*outcome, len(calls))
+	seenIDs := map[string]bool{}
+	for i, c := range calls {
+		if c.ID == "" || seenIDs[c.ID] {
+			c.ID = fmt.Sprintf("%s-%d-%d", strings.ToLower(t.id), step, i)
+		}
+		seenIDs[c.ID] = true
+		outs[i] = t.startCall(step, c)
+	}
+	var wg sync.WaitGroup
+	for i, o := range outs {
+		if i >= t.s.cfg.MaxCallsPerStep {
+			o.result = &toolsv1.ToolResult{Error: &toolsv1.ToolError{
+				Code:    toolsv1.ErrorCode_ERROR_CODE_EXECUTION,
+				Message: fmt.Sprintf("not run: at most %d tool calls are allowed in one step; call this again in the next step", t.s.cfg.MaxCallsPerStep),
+			}}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o.result = t.execute(ctx, o)
+		}()
+	}
+	wg.Wait()
+	for _, o := range outs {
+		t.finishCall(o)
+	}
+
+	// Store the step.
+	var msgs []*sessionv1.NewMessage
+	md := map[string]string{"turn_id": t.id}
+	if resp.Content != "" {
+		msgs = append(msgs, &sessionv1.NewMessage{Role: sessionv1.Role_ROLE_ASSISTANT, Kind: sessionv1.MessageKind_MESSAGE_KIND_TEXT,
+			Content: resp.Content, ClientId: fmt.Sprintf("%s:%d:text", t.id, step), Metadata: md})
+	}
+	for i, o := range outs {
+		msgs = append(msgs, &sessionv1.NewMessage{Role: sessionv1.Role_ROLE_ASSISTANT, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL,
+			Content: o.call.Arguments, ToolCallId: o.call.ID, ToolName: o.call.Name, ClientId: fmt.Sprintf("%s:%d:call:%d", t.id, step, i), Metadata: md})
+	}
+	content := make([]string, len(outs))
+	for i, o := range outs {
+		content[i] = toolResultContent(o.result)
+		msgs = append(msgs, &sessionv1.NewMessage{Role: sessionv1.Role_ROLE_TOOL, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT,
+			Content: content[i], ToolCallId: o.call.ID, ToolName: o.call.Name, ClientId: fmt.Sprintf("%s:%d:result:%d", t.id, step, i), Metadata: md})
+	}
+	if _, err := t.append(ctx, msgs); err != nil {
+		return err
+	}
+	assistant := model.Message{Role: model.RoleAssistant, Content: resp.Content}
+	for _, o := range outs {
+		assistant.ToolCalls = append(assistant.ToolCalls, o.call)
+	}
+	t.blocks.current = append(t.blocks.current, assistant)
+	for i, o := range outs {
+		t.blocks.current = append(t.blocks.current, model.Message{Role: model.RoleTool, ToolCallID: o.call.ID, Content: content[i]})
+	}
+	t.recordSteps(ctx, outs)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return t.checkFailures(outs)
+}
+
+// startCall fills missing required arguments from memory, derives the idempotency key, and
+// announces the call.
+func (t *turn) startCall(step int32, c model.ToolCall) *outcome {
+	tool := t.byName[c.Name]
+	var filled []*orchestratorv1.FilledArgument
+	if tool != nil {
+		c.Arguments, filled = fillFromMemory(tool.GetSpec().GetInputSchema(), c.Arguments, t.memories)
+	}
+	started := &orchestratorv1.ToolCallStarted{CallId: c.ID, Name: c.Name, Arguments: c.Arguments, Filled: filled, Step: step}
+	if tool.GetSpec().GetIdempotent() {
+		started.IdempotencyKey = IdempotencyKey(t.session, c.Name, c.Arguments)
+	}
+	t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_ToolCall{ToolCall: started}})
+	return &outcome{call: c, started: started}
+}
+
+// execute runs one call through the tool service. A failure to reach the service becomes a
+// failed result the model sees; a cancelled turn gives a "cancelled" result.
+func (t *turn) execute(ctx context.Context, o *outcome) *toolsv1.ToolResult {
+	ctx, span := t.s.tracer.Start(ctx, "orchestrator.tool", trace.WithAttributes(attribute.String("hermes.tool", o.call.Name)))
+	defer span.End()
+	start := time.Now()
+	resp, err := t.s.deps.Tools.ExecuteTool(ctx, &toolsv1.ExecuteToolRequest{
+		Name: o.call.Name, Arguments: o.call.Arguments, CallId: o.call.ID,
+		SessionId: t.session, UserId: t.user, IdempotencyKey: o.started.GetIdempotencyKey(),
+	})
+	switch {
+	case err == nil:
+		if !resp.GetResult().GetSuccess() {
+			span.SetStatus(otelcodes.Error, resp.GetResult().GetError().GetMessage())
+		}
+		return resp.GetResult()
+	case ctx.Err() != nil:
+		return &toolsv1.ToolResult{Duration: durationpb.New(time.Since(start)), Error: &toolsv1.ToolError{
+			Code: toolsv1.ErrorCode_ERROR_CODE_UNSPECIFIED, Message: "cancelled: the turn ended before the tool finished; it may or may not have run",
+		}}
+	default:
+		span.SetStatus(otelcodes.Error, err.Error())
+		return &toolsv1.ToolResult{Duration: durationpb.New(time.Since(start)), Error: &toolsv1.ToolError{
+			Code: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: "the tool service could not run the call: " + status.Convert(err).Message(),
+		}}
+	}
+}
+
+func (t *turn) finishCall(o *outcome) {
+	r := o.result
+	code := failureCode(r)
+	fin := &orchestratorv1.ToolCallFinished{
+		CallId: o.call.ID, Name: o.call.Name, Success: r.GetSuccess(), Output: clip(r.GetOutput(), outputPreviewRunes),
+		Duration: r.GetDuration(), Attempts: r.GetAttempts(), Replayed: r.GetReplayed(),
+	}
+	if !r.GetSuccess() {
+		fin.ErrorCode, fin.Error = code, r.GetError().GetMessage()
+	}
+	o.finished = fin
+	label := o.call.Name
+	if t.byName[label] == nil {
+		label = "unknown" // a name the model made up: one series for all of them, not one each
+	}
+	t.s.met.toolCall(context.Background(), label, fin.GetErrorCode())
+	t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_ToolResult{ToolResult: fin}})
+	t.mu.Lock()
+	t.toolCalls = append(t.toolCalls, &orchestratorv1.ToolCallRecord{Call: o.started, Result: fin})
+	t.mu.Unlock()
+}
+
+// recordSteps adds the step's successful calls to the task state.
+func (t *turn) recordSteps(ctx context.Context, outs []*outcome) {
+	var steps []Step
+	for _, o := range outs {
+		if !o.result.GetSuccess() {
+			continue
+		}
+		args, err := CanonicalJSON(o.call.Arguments)
+		if err != nil {
+			args = o.call.Arguments
+		}
+		_, gist := resultGist(toolResultContent(o.result))
+		steps = append(steps, Step{
+			Tool: o.call.Name, Arguments: args, Result: clip(gist, resultPreviewRunes), TurnID: t.id, CallID: o.call.ID,
+			IdempotencyKey: o.started.GetIdempotencyKey(), Replayed: o.result.GetReplayed(), At: time.Now().UTC(),
+		})
+	}
+	if len(steps) == 0 {
+		return
+	}
+	sctx, cancel := detached(ctx)
+	defer cancel()
+	if err := t.s.deps.Store.AddSteps(sctx, t.session, steps, t.s.cfg.TaskStateSteps); err != nil {
+		t.s.log.Warn("task state not updated", "session", t.session, "error", err)
+	}
+}
+
+// checkFailures ends the turn when the same tool failed the same way MaxSameFailures times in a
+// row: the model is not correcting itself, and looping would only burn tokens.
+func (t *turn) checkFailures(outs []*outcome) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, o := range outs {
+		name := o.call.Name
+		if o.result.GetSuccess() {
+			for k := range t.failures {
+				if strings.HasPrefix(k, name+"\x00") {
+					delete(t.failures, k)
+				}
+			}
+			delete(t.unresolved, name)
+			continue
+		}
+		code := o.finished.GetErrorCode()
+		k := name + "\x00" + code
+		t.failures[k]++
+		t.unresolved[name] = fmt.Sprintf("%s failed (%s): %s", name, code, clip(o.result.GetError().GetMessage(), 200))
+		if n := t.failures[k]; n >= t.s.cfg.MaxSameFailures {
+			msg := fmt.Sprintf("stopped after the tool %s failed %d times in a row (%s): %s", name, n, code, clip(o.result.GetError().GetMessage(), 300))
+			return &turnError{code: codes.Aborted, msg: msg, closing: "I could not finish this: " + msg}
+		}
+	}
+	return nil
+}
