@@ -84,6 +84,7 @@ type Config struct {
 	MCPGateway   mcpgateway.Config
 	Memory       memory.Config
 	Orchestrator orchestrator.Config
+	HTTP         HTTPConfig
 }
 
 // RegisterFlags registers every setting.
@@ -96,6 +97,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.MCPGateway.RegisterFlags(fs)
 	c.Memory.RegisterFlags(fs)
 	c.Orchestrator.RegisterFlags(fs)
+	c.HTTP.RegisterFlags(fs)
 }
 
 // ParseTargets turns "all" or a comma list into the set of targets, rejecting unknown names.
@@ -130,6 +132,7 @@ type App struct {
 	addr    string
 	targets map[string]bool
 	getenv  func(string) string
+	http    *httpAPI // nil without --http-listen
 
 	mu      sync.Mutex
 	closers []func()
@@ -177,6 +180,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 			return nil, fmt.Errorf("%s: %w", m.name, err)
 		}
 	}
+	if err := a.initHTTP(); err != nil {
+		a.closeAll()
+		_ = lis.Close()
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -201,7 +209,9 @@ func (a *App) Services() []string { return a.srv.Services() }
 // Run serves until ctx is cancelled, then shuts down gracefully and closes the backends.
 func (a *App) Run(ctx context.Context) error {
 	a.log.Info("hermes serving", "addr", a.addr, "targets", a.cfg.Target, "services", a.srv.Services())
+	waitHTTP := a.serveHTTP(ctx)
 	err := a.srv.Serve(ctx, a.lis)
+	waitHTTP()
 	a.closeAll()
 	return err
 }

@@ -1,0 +1,85 @@
+package app
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+
+	"github.com/hermes-agent/hermes/internal/httpapi"
+	"github.com/hermes-agent/hermes/internal/rpc"
+)
+
+// HTTPConfig is the listener of the HTTP/JSON API.
+type HTTPConfig struct {
+	// Listen is the HTTP address; empty disables the API.
+	Listen string
+}
+
+// RegisterFlags registers the HTTP API's settings.
+func (c *HTTPConfig) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "http-listen", "", "HTTP address serving the API as JSON, RunTurn as server-sent events and GET /openapi.json (for example 127.0.0.1:8080); empty disables it")
+}
+
+// httpAPI is the HTTP/JSON API of a process: its listener and server.
+type httpAPI struct {
+	lis  net.Listener
+	srv  *httpapi.Server
+	addr string
+}
+
+// initHTTP opens the HTTP API's listener. Its calls go to this process's own gRPC server, so
+// they pass through the same interceptors as any gRPC client's, and it exposes the services
+// this process serves.
+func (a *App) initHTTP() error {
+	if a.cfg.HTTP.Listen == "" {
+		return nil
+	}
+	conn, err := rpc.Dial(a.addr)
+	if err != nil {
+		return err
+	}
+	a.onClose(func() { _ = conn.Close() })
+	srv, err := httpapi.New(conn, httpapi.Options{
+		Services:        a.srv.Services(),
+		Logger:          a.log.With("component", "http"),
+		ShutdownTimeout: a.cfg.ShutdownTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", a.cfg.HTTP.Listen)
+	if err != nil {
+		return fmt.Errorf("http listen on %s: %w", a.cfg.HTTP.Listen, err)
+	}
+	a.onClose(func() { _ = lis.Close() })
+	a.http = &httpAPI{lis: lis, srv: srv, addr: dialable(lis.Addr().String())}
+	return nil
+}
+
+// HTTPAddr is the address of the HTTP/JSON API, dialable from this host; empty when it is off.
+func (a *App) HTTPAddr() string {
+	if a.http == nil {
+		return ""
+	}
+	return a.http.addr
+}
+
+// serveHTTP serves the HTTP API until ctx ends; the returned function waits for its shutdown.
+func (a *App) serveHTTP(ctx context.Context) (wait func()) {
+	if a.http == nil {
+		return func() {}
+	}
+	a.log.Info("http api serving", "addr", a.http.addr, "openapi", "http://"+a.http.addr+"/openapi.json")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := a.http.srv.Serve(ctx, a.http.lis); err != nil {
+			a.log.Error("http api", "error", err)
+		}
+	}()
+	return func() { <-done }
+}
+
+// DialableAddr turns a listen address into one this host can dial (":7070" → "127.0.0.1:7070").
+func DialableAddr(addr string) string { return dialable(addr) }
