@@ -25,7 +25,7 @@ const (
 	maxUserBytes    = 128
 	maxNameBytes    = 64
 	// reloadEvery is how often a changed file is noticed.
-	reloadEvery = 2 * time.Second
+	reloadEvery  = 2 * time.Second
 	digestPrefix = "sha256:"
 )
 

@@ -60,9 +60,9 @@ func Policy() map[string]Access {
 	return map[string]Access{
 		// Health is open: probes and load balancers carry no credentials. Reflection describes
 		// the API (no data) to any authenticated caller, so grpcurl works with a key.
-		healthpb.Health_Check_FullMethodName:                                  public,
-		healthpb.Health_Watch_FullMethodName:                                  public,
-		healthpb.Health_List_FullMethodName:                                   public,
+		healthpb.Health_Check_FullMethodName:                                   public,
+		healthpb.Health_Watch_FullMethodName:                                   public,
+		healthpb.Health_List_FullMethodName:                                    public,
 		reflectionv1.ServerReflection_ServerReflectionInfo_FullMethodName:      authenticated,
 		reflectionv1alpha.ServerReflection_ServerReflectionInfo_FullMethodName: authenticated,
 
