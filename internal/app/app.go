@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
+	"github.com/hermes-agent/hermes/internal/auth"
 	"github.com/hermes-agent/hermes/internal/config"
 	"github.com/hermes-agent/hermes/internal/events"
 	"github.com/hermes-agent/hermes/internal/rpc"
@@ -132,6 +133,7 @@ type App struct {
 	addr    string
 	targets map[string]bool
 	getenv  func(string) string
+	sec     *security
 	http    *httpAPI // nil without --http-listen
 
 	mu      sync.Mutex
@@ -139,7 +141,12 @@ type App struct {
 	redis   *redis.Client
 	nc      *nats.Conn
 	js      jetstream.JetStream
-	conns   map[string]*grpc.ClientConn
+	conns   map[string]grpc.ClientConnInterface
+	authn   *auth.Authenticator
+	keys    *auth.KeyFile
+	// dialOpts carry the transport security and service credentials of calls to services in
+	// other processes.
+	dialOpts []grpc.DialOption
 
 	serveDone chan error
 	cancel    context.CancelFunc
@@ -152,24 +159,37 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	sec, err := newSecurity(cfg.Common, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := sec.checkListen("listen", cfg.Listen, sec.grpcProtected()); err != nil {
+		return nil, err
+	}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	a := &App{
-		cfg:     cfg,
-		log:     log,
-		lis:     lis,
-		addr:    dialable(lis.Addr().String()),
-		targets: targets,
-		getenv:  os.Getenv,
-		conns:   map[string]*grpc.ClientConn{},
+		cfg:      cfg,
+		log:      log,
+		lis:      lis,
+		addr:     dialable(lis.Addr().String()),
+		targets:  targets,
+		getenv:   os.Getenv,
+		conns:    map[string]grpc.ClientConnInterface{},
+		authn:    sec.authn,
+		keys:     sec.keys,
+		dialOpts: sec.dialOpts,
 		srv: rpc.NewServer(rpc.ServerOptions{
 			Logger:          log,
 			ShutdownTimeout: cfg.ShutdownTimeout,
 			DrainDelay:      cfg.DrainDelay,
+			Auth:            sec.authn,
+			Creds:           sec.serverCreds,
 		}),
 	}
+	a.sec = sec
 	for _, m := range modules {
 		if !targets[m.name] {
 			continue
@@ -361,9 +381,11 @@ func (a *App) Tokenizer() (*tokenizer.Tokenizer, error) {
 	return tokenizer.New(a.cfg.Tokenizer)
 }
 
-// Conn returns a client connection to a target: this process when it runs the target and no
-// address is configured, otherwise the configured HERMES_<TARGET>_ADDR.
-func (a *App) Conn(target string) (*grpc.ClientConn, error) {
+// Conn returns a client connection to a target: the in-process channel when this process runs
+// the target and no address is configured (no network, the service principal), otherwise a
+// connection to the configured HERMES_<TARGET>_ADDR with the process's TLS and service
+// credentials.
+func (a *App) Conn(target string) (grpc.ClientConnInterface, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if c, ok := a.conns[target]; ok {
@@ -380,9 +402,10 @@ func (a *App) Conn(target string) (*grpc.ClientConn, error) {
 		if !a.targets[target] {
 			return nil, fmt.Errorf("the %s service is not in this process: set --%s-addr (%s)", target, target, config.EnvName(target+"-addr"))
 		}
-		addr = a.addr
+		a.conns[target] = a.srv.InProcess()
+		return a.conns[target], nil
 	}
-	c, err := rpc.Dial(addr)
+	c, err := rpc.Dial(addr, a.dialOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -390,3 +413,8 @@ func (a *App) Conn(target string) (*grpc.ClientConn, error) {
 	a.closers = append(a.closers, func() { _ = c.Close() })
 	return c, nil
 }
+
+// InProcessPublic is a connection to this process's services for calls made on behalf of an
+// outside caller (the HTTP API): the credentials of each call's metadata are authenticated and
+// authorized as on the gRPC listener.
+func (a *App) InProcessPublic() grpc.ClientConnInterface { return a.srv.InProcessPublic() }

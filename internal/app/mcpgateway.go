@@ -57,6 +57,11 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	if cfg.MCPListen == "" {
 		return nil
 	}
+	// The endpoint runs Hermes' tools for its clients: the power of ExecuteTool, checked with the
+	// same keys and policy as the gRPC listener.
+	if err := a.sec.checkListen("mcp-listen", cfg.MCPListen, a.keys != nil); err != nil {
+		return err
+	}
 	lis, err := net.Listen("tcp", cfg.MCPListen)
 	if err != nil {
 		return fmt.Errorf("MCP endpoint: listen on %s: %w", cfg.MCPListen, err)
@@ -74,7 +79,7 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 		path = "/mcp"
 	}
 	mux := http.NewServeMux()
-	mux.Handle(path, ep.HTTPHandler())
+	mux.Handle(path, a.sec.httpAuth(toolsv1.ToolService_ExecuteTool_FullMethodName, ep.HTTPHandler()))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	runCtx, stop := context.WithCancel(context.Background())
 	go ep.Run(runCtx)

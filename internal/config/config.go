@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/hermes-agent/hermes/internal/rpc"
 )
 
 // EnvName is the environment variable of a flag: "redis-url" is HERMES_REDIS_URL and
@@ -165,6 +167,20 @@ type Common struct {
 	ShutdownTimeout time.Duration
 	DrainDelay      time.Duration
 
+	// Access and transport security (see README "Access and security").
+	AuthFile       string
+	InsecureNoAuth bool
+	ServiceKeyFile string
+	TLSCert        string
+	TLSKey         string
+	TLSClientCA    string
+	TLSClientAuth  string
+	TLSCA          string
+	TLSServerName  string
+	// Operator allowlists of the powers that read secrets or reach other hosts.
+	SecretEnvAllow []string
+	EgressAllow    []string
+
 	// Addresses of the services, for targets that call others. Empty means "in this process".
 	SessionAddr      string
 	ToolsAddr        string
@@ -195,6 +211,17 @@ func (c *Common) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MetricsListen, "metrics-listen", "", "HTTP address for Prometheus /metrics; empty disables it")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "how long in-flight calls may drain on SIGTERM")
 	fs.DurationVar(&c.DrainDelay, "drain-delay", 0, "how long to keep serving after health turns NOT_SERVING on SIGTERM")
+	fs.StringVar(&c.AuthFile, "auth-file", "", "YAML file of API keys and their principals (\"<key>: <user_id>\" or \"<key>: {role: user|operator|service, user: …}\"), re-read when it changes; every RPC then needs \"authorization: Bearer <key>\"")
+	fs.BoolVar(&c.InsecureNoAuth, "insecure-no-auth", false, "allow listening on a non-loopback address without API keys or client certificates (anyone who reaches the port owns every user's data; not for production)")
+	fs.StringVar(&c.ServiceKeyFile, "service-key-file", "", "file holding an API key of role service, sent on calls to other Hermes services (when they are not reached with mutual TLS)")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate chain served on the gRPC listener and presented to other Hermes services (reloaded when it changes)")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&c.TLSClientCA, "tls-client-ca", "", "PEM CA bundle that signs Hermes' own certificates: a caller with a certificate it verifies is the service principal")
+	fs.StringVar(&c.TLSClientAuth, "tls-client-auth", "", "with --tls-client-ca: require (only callers with a certificate connect; the default) or optional (users with API keys connect too)")
+	fs.StringVar(&c.TLSCA, "tls-ca", "", "PEM CA bundle that verifies the Hermes services this process calls; turns TLS on for those calls")
+	fs.StringVar(&c.TLSServerName, "tls-server-name", "", "name expected in the called services' certificates (default: the host of their address)")
+	fs.Func("secret-env-allow", "comma list of environment variables that tools and MCP servers may read secrets from (secret_env, bearer_token_env, header env); none by default", listFlag(&c.SecretEnvAllow))
+	fs.Func("egress-allow", "comma list of host:port (or host:* / CIDR:port) that webhooks, HTTP MCP servers and http_fetch may reach although they are loopback, private or link-local addresses", listFlag(&c.EgressAllow))
 	fs.StringVar(&c.SessionAddr, "session-addr", "", "address of the session service; empty means this process")
 	fs.StringVar(&c.ToolsAddr, "tools-addr", "", "address of the tool service; empty means this process")
 	fs.StringVar(&c.MCPGatewayAddr, "mcpgateway-addr", "", "address of the MCP gateway; empty means this process")
@@ -208,4 +235,32 @@ func (c *Common) APIKey(getenv func(string) string) string {
 		return c.ModelAPIKey
 	}
 	return getenv("OPENAI_API_KEY")
+}
+
+// listFlag parses a comma-separated list into *dst (each flag occurrence replaces the list, so
+// the environment and the file follow the same rule as the command line).
+func listFlag(dst *[]string) func(string) error {
+	return func(v string) error {
+		*dst = SplitList(v)
+		return nil
+	}
+}
+
+// SplitList splits a comma-separated list, trimming blanks and dropping empty items.
+func SplitList(v string) []string {
+	var out []string
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// TLS is the transport security configuration of the process.
+func (c *Common) TLS() rpc.TLSConfig {
+	return rpc.TLSConfig{
+		CertFile: c.TLSCert, KeyFile: c.TLSKey, ClientCAFile: c.TLSClientCA, ClientAuth: c.TLSClientAuth,
+		CAFile: c.TLSCA, ServerName: c.TLSServerName,
+	}
 }

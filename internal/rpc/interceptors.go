@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/hermes-agent/hermes/internal/auth"
 )
 
 // recoverUnary turns a panic in a handler into an INTERNAL error and logs it with its stack, so
@@ -41,13 +43,16 @@ func panicError(ctx context.Context, log *slog.Logger, method string, r any) err
 	return status.Errorf(codes.Internal, "internal error in %s; the server logged the details", method)
 }
 
-// logUnary logs every finished call: method, code, duration and peer. Server faults are logged
-// at error level, client errors at info, successes at debug.
+// logUnary logs every finished call: method, code, duration, peer and principal. Server faults
+// are logged at error (or warn, for a backend that is down or slow) with their error; client
+// errors — a bad request, a missing key, something that does not exist — are expected outcomes
+// and logged at info with their detail; successes at debug.
 func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
+		ctx, rec := auth.WithRecorder(ctx)
 		resp, err := handler(ctx, req)
-		logCall(ctx, log, info.FullMethod, start, err)
+		logCall(ctx, log, info.FullMethod, start, rec, err)
 		return resp, err
 	}
 }
@@ -55,13 +60,14 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 func logStream(log *slog.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		start := time.Now()
-		err := handler(srv, ss)
-		logCall(ss.Context(), log, info.FullMethod, start, err)
+		ctx, rec := auth.WithRecorder(ss.Context())
+		err := handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
+		logCall(ctx, log, info.FullMethod, start, rec, err)
 		return err
 	}
 }
 
-func logCall(ctx context.Context, log *slog.Logger, method string, start time.Time, err error) {
+func logCall(ctx context.Context, log *slog.Logger, method string, start time.Time, rec *auth.Recorder, err error) {
 	code := status.Code(err)
 	level := slog.LevelDebug
 	switch code {
@@ -84,8 +90,23 @@ func logCall(ctx context.Context, log *slog.Logger, method string, start time.Ti
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		attrs = append(attrs, slog.String("peer", p.Addr.String()))
 	}
+	if name := rec.Name(); name != "" {
+		attrs = append(attrs, slog.String("principal", name))
+	}
 	if err != nil {
-		attrs = append(attrs, slog.String("error", status.Convert(err).Message()))
+		key := "detail"
+		if level >= slog.LevelWarn {
+			key = "error"
+		}
+		attrs = append(attrs, slog.String(key, status.Convert(err).Message()))
 	}
 	log.LogAttrs(ctx, level, "rpc", attrs...)
 }
+
+// serverStream is a ServerStream with another context.
+type serverStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *serverStream) Context() context.Context { return s.ctx }

@@ -143,7 +143,9 @@ func TestHealthFollowsDependencies(t *testing.T) {
 }
 
 func TestGracefulShutdownDrains(t *testing.T) {
-	_, svc, conn, cancel, done := start(t, ServerOptions{ShutdownTimeout: 5 * time.Second})
+	// The drain delay keeps the listener answering while health reports NOT_SERVING, as a load
+	// balancer would see it; without it the GOAWAY of the graceful stop may come first.
+	_, svc, conn, cancel, done := start(t, ServerOptions{ShutdownTimeout: 5 * time.Second, DrainDelay: 2 * time.Second})
 	c := testpb.NewTestServiceClient(conn)
 	result := make(chan error, 1)
 	go func() {

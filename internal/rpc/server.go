@@ -12,12 +12,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fullstorydev/grpchan/inprocgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+
+	"github.com/hermes-agent/hermes/internal/auth"
 )
 
 // Default limits. Messages larger than MaxMessageBytes are refused by gRPC with
@@ -39,6 +43,11 @@ type ServerOptions struct {
 	// DrainDelay is how long the server keeps answering after health turns NOT_SERVING, so load
 	// balancers stop sending new calls before the listener closes.
 	DrainDelay time.Duration
+	// Auth authenticates and authorizes every call (network and in-process) against the one
+	// policy table; nil serves without it (tests of the plumbing itself).
+	Auth *auth.Authenticator
+	// Creds are the listener's transport credentials (TLS, mutual TLS); nil serves plaintext.
+	Creds credentials.TransportCredentials
 	// ExtraOptions are appended to the server's options.
 	ExtraOptions []grpc.ServerOption
 }
@@ -50,6 +59,12 @@ type Server struct {
 	health *health.Server
 	log    *slog.Logger
 	opts   ServerOptions
+	// inproc carries calls between the services of this process without the network: the
+	// callers are Hermes' own services (the service principal). public carries calls made in
+	// this process for an outside caller (the HTTP API), authenticated from their metadata.
+	// Both run the same interceptors as the listener.
+	inproc *inprocgrpc.Channel
+	public *inprocgrpc.Channel
 
 	mu       sync.Mutex
 	services []string
@@ -69,17 +84,29 @@ func NewServer(opts ServerOptions) *Server {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	s := &Server{health: health.NewServer(), log: opts.Logger, opts: opts, deps: map[string]*dependency{}}
+	unary := []grpc.UnaryServerInterceptor{recoverUnary(opts.Logger), logUnary(opts.Logger)}
+	stream := []grpc.StreamServerInterceptor{recoverStream(opts.Logger), logStream(opts.Logger)}
+	if opts.Auth != nil {
+		unary = append(unary, opts.Auth.UnaryInterceptor())
+		stream = append(stream, opts.Auth.StreamInterceptor())
+	}
+	trustU, trustS := auth.TrustInProcess()
+	s.inproc = newChannel(append([]grpc.UnaryServerInterceptor{trustU}, unary...), append([]grpc.StreamServerInterceptor{trustS}, stream...))
+	s.public = newChannel(unary, stream)
 	serverOpts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
 		grpc.MaxSendMsgSize(opts.MaxMessageBytes),
-		grpc.ChainUnaryInterceptor(recoverUnary(opts.Logger), logUnary(opts.Logger)),
-		grpc.ChainStreamInterceptor(recoverStream(opts.Logger), logStream(opts.Logger)),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 		// Clients behind load balancers keep connections alive with pings; allow them.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// gRPC clients re-resolve DNS only when a connection ends; ageing connections out makes
 		// callers spread onto new replicas after a scale-up. The grace outlasts a turn's deadline.
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: 5 * time.Minute, MaxConnectionAgeGrace: 3 * time.Minute}),
+	}
+	if opts.Creds != nil {
+		serverOpts = append(serverOpts, grpc.Creds(opts.Creds))
 	}
 	serverOpts = append(serverOpts, opts.ExtraOptions...)
 	s.grpc = grpc.NewServer(serverOpts...)
@@ -94,11 +121,23 @@ func NewServer(opts ServerOptions) *Server {
 // Register adds a service implementation and marks its name SERVING in the health service.
 func (s *Server) Register(desc *grpc.ServiceDesc, impl any) {
 	s.grpc.RegisterService(desc, impl)
+	s.inproc.RegisterService(desc, impl)
+	s.public.RegisterService(desc, impl)
 	s.mu.Lock()
 	s.services = append(s.services, desc.ServiceName)
 	s.mu.Unlock()
 	s.refreshHealth()
 }
+
+// InProcess is a connection to this server's services for Hermes' own services in the same
+// process: no network, no serialization (messages are cloned), the same interceptors, and the
+// caller is the service principal.
+func (s *Server) InProcess() grpc.ClientConnInterface { return s.inproc }
+
+// InProcessPublic is a connection to this server's services for calls made on behalf of an
+// outside caller (the HTTP API): the credentials in the call's metadata are authenticated as on
+// the network listener.
+func (s *Server) InProcessPublic() grpc.ClientConnInterface { return s.public }
 
 // GRPC returns the underlying server, for tests and for registering extra services.
 func (s *Server) GRPC() *grpc.Server { return s.grpc }
@@ -155,5 +194,39 @@ func (s *Server) Shutdown() {
 		s.log.Warn("drain deadline passed; stopping remaining calls")
 		s.grpc.Stop()
 		<-done
+	}
+}
+
+// newChannel is an in-process channel with the interceptor chains and the tracing of the
+// network path, so one turn stays one trace across the services of a process.
+func newChannel(unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServerInterceptor) *inprocgrpc.Channel {
+	return new(inprocgrpc.Channel).
+		WithServerUnaryInterceptor(chainUnary(unary)).
+		WithServerStreamInterceptor(chainStream(stream)).
+		WithClientStatsHandler(otelgrpc.NewClientHandler()).
+		WithServerStatsHandler(otelgrpc.NewServerHandler())
+}
+
+// chainUnary runs interceptors in order, as grpc.ChainUnaryInterceptor does on a server.
+func chainUnary(in []grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		next := handler
+		for i := len(in) - 1; i >= 0; i-- {
+			ic, h := in[i], next
+			next = func(ctx context.Context, req any) (any, error) { return ic(ctx, req, info, h) }
+		}
+		return next(ctx, req)
+	}
+}
+
+// chainStream runs interceptors in order, as grpc.ChainStreamInterceptor does on a server.
+func chainStream(in []grpc.StreamServerInterceptor) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		next := handler
+		for i := len(in) - 1; i >= 0; i-- {
+			ic, h := in[i], next
+			next = func(srv any, ss grpc.ServerStream) error { return ic(srv, ss, info, h) }
+		}
+		return next(srv, ss)
 	}
 }

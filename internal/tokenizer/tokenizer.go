@@ -5,6 +5,8 @@ package tokenizer
 import (
 	"fmt"
 	"sync"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/pkoukk/tiktoken-go"
 	loader "github.com/pkoukk/tiktoken-go-loader"
@@ -53,12 +55,69 @@ func New(encoding string) (*Tokenizer, error) {
 // Name is the encoding's name.
 func (t *Tokenizer) Name() string { return t.name }
 
+// maxRun is the longest run of one character class (letters, or punctuation and symbols)
+// encoded in one piece. tiktoken's pre-tokenizer makes such a run one pre-token and its BPE
+// merges take time quadratic in the pre-token's length (64,000 bytes of one repeated character
+// took 3.7 s), so a longer run — a repeated character, a long word-like blob, CJK text without
+// punctuation, a line of "=====" — is cut into pieces at rune boundaries and each piece is
+// encoded on its own: the text is split before BPE, not estimated. Counting is then linear in
+// the text's length whatever its shape; it is exact for text without such runs (no ordinary
+// pre-token is that long) and off by about one token per cut inside them.
+const maxRun = 128
+
 // Count returns the number of tokens of text, with special tokens counted as text.
 func (t *Tokenizer) Count(text string) int {
-	if text == "" {
-		return 0
+	n := 0
+	pieces(text, func(p string) { n += len(t.enc.EncodeOrdinary(p)) })
+	return n
+}
+
+// Run classes: the pre-tokenizer keeps letters (with marks) together and punctuation and
+// symbols together; blanks, digits (at most three to a pre-token) and control characters end a
+// run.
+const (
+	classBreak = iota
+	classLetter
+	classPunct
+)
+
+func runClass(r rune) int {
+	switch {
+	case r < utf8.RuneSelf && (r == ' ' || r < 0x20 || r >= '0' && r <= '9'):
+		return classBreak
+	case unicode.IsLetter(r) || unicode.IsMark(r):
+		return classLetter
+	case unicode.IsSpace(r) || unicode.IsNumber(r) || unicode.IsControl(r):
+		return classBreak
 	}
-	return len(t.enc.EncodeOrdinary(text))
+	return classPunct
+}
+
+// pieces calls fn with consecutive pieces of text that together are text, cutting only inside
+// runs of one class longer than maxRun bytes, at rune boundaries.
+func pieces(text string, fn func(string)) {
+	if text == "" {
+		return
+	}
+	start, run, class := 0, 0, classBreak
+	for i := 0; i < len(text); {
+		r, size := utf8.DecodeRuneInString(text[i:])
+		c := runClass(r)
+		switch {
+		case c == classBreak:
+			run = 0
+		case c != class:
+			run = size
+		case run+size > maxRun:
+			fn(text[start:i])
+			start, run = i, size
+		default:
+			run += size
+		}
+		class = c
+		i += size
+	}
+	fn(text[start:])
 }
 
 // CountMessage returns the tokens a chat message of this content costs, including its overhead.

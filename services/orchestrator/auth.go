@@ -2,127 +2,41 @@ package orchestrator
 
 import (
 	"context"
-	"crypto/sha256"
-	"fmt"
-	"os"
-	"strings"
-	"sync"
-	"time"
+	"slices"
 
-	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/hermes-agent/hermes/internal/auth"
+	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 )
 
-// apiKeys maps API keys to users, from a YAML file of "<key>: <user_id>" entries. The file is
-// re-read when it changes (checked at most every two seconds), so keys can be added or revoked
-// without a restart. Keys are held only as SHA-256 digests.
-type apiKeys struct {
-	path string
-
-	mu      sync.Mutex
-	users   map[[32]byte]string
-	modTime time.Time
-	size    int64
-	checked time.Time
+// authorize returns the user a request runs for. The shared interceptor (internal/auth) has
+// authenticated the caller and scoped a user principal to its own user — the request's user_id
+// is then that user, filled in when the request left it empty — so the request's user is the
+// one to act for; operators and services name any user.
+func (s *Service) authorize(_ context.Context, requested string) (string, error) {
+	return requested, nil
 }
 
-// loadAPIKeys reads the file; an empty path means API keys are off (nil).
-func loadAPIKeys(path string) (*apiKeys, error) {
-	if path == "" {
-		return nil, nil
-	}
-	k := &apiKeys{path: path}
-	if err := k.reload(true); err != nil {
-		return nil, err
-	}
-	return k, nil
-}
+// callerName names who made a request, for the turn's record.
+func callerName(ctx context.Context) string { return auth.CallerName(ctx) }
 
-// parseAPIKeys parses the file's content.
-func parseAPIKeys(data []byte) (map[[32]byte]string, error) {
-	var raw map[string]string
-	if err := yaml.Unmarshal(data, &raw); err != nil {
-		return nil, fmt.Errorf("want a YAML map of \"<key>: <user_id>\": %w", err)
+// checkOptions applies the operator's rules to a turn's options: the model only from the
+// operator's list, and the configured system prompt replaced only by an operator or a service.
+func (s *Service) checkOptions(ctx context.Context, o *orchestratorv1.TurnOptions) error {
+	if m := o.GetModel(); m != "" && !s.modelAllowed(m) {
+		return status.Errorf(codes.PermissionDenied, "options.model %q is not offered; the operator allows the configured model and --orchestrator.models", clip(m, 128))
 	}
-	users := make(map[[32]byte]string, len(raw))
-	for key, user := range raw {
-		key, user = strings.TrimSpace(key), strings.TrimSpace(user)
-		switch {
-		case len(key) < 16:
-			return nil, fmt.Errorf("key for user %q is shorter than 16 characters", user)
-		case user == "" || len(user) > 128:
-			return nil, fmt.Errorf("a key maps to user %q: want 1 to 128 bytes", user)
-		}
-		users[sha256.Sum256([]byte(key))] = user
+	if o.GetReplaceSystemPrompt() && !auth.IsPrivileged(ctx) {
+		return status.Error(codes.PermissionDenied, "options.replace_system_prompt is for operators; a user's system_prompt is added after the configured one")
 	}
-	return users, nil
-}
-
-func (k *apiKeys) reload(force bool) error {
-	fi, err := os.Stat(k.path)
-	if err != nil {
-		return fmt.Errorf("auth file: %w", err)
-	}
-	if !force && fi.ModTime().Equal(k.modTime) && fi.Size() == k.size {
-		return nil
-	}
-	data, err := os.ReadFile(k.path)
-	if err != nil {
-		return fmt.Errorf("auth file: %w", err)
-	}
-	users, err := parseAPIKeys(data)
-	if err != nil {
-		return fmt.Errorf("auth file %s: %w", k.path, err)
-	}
-	k.users, k.modTime, k.size = users, fi.ModTime(), fi.Size()
 	return nil
 }
 
-// user returns the user of a key, re-reading a changed file first. A file that became
-// unreadable keeps the last good keys.
-func (k *apiKeys) user(key string) (string, bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if now := time.Now(); now.Sub(k.checked) > 2*time.Second {
-		k.checked = now
-		_ = k.reload(false)
+func (s *Service) modelAllowed(m string) bool {
+	if s.deps.Model != nil && m == s.deps.Model.Model() {
+		return true
 	}
-	u, ok := k.users[sha256.Sum256([]byte(key))]
-	return u, ok
-}
-
-// keyFromContext reads "authorization: Bearer <key>" or "x-api-key: <key>".
-func keyFromContext(ctx context.Context) string {
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
-		if after, ok := strings.CutPrefix(v, "Bearer "); ok {
-			return strings.TrimSpace(after)
-		}
-	}
-	if v := md.Get("x-api-key"); len(v) > 0 {
-		return strings.TrimSpace(v[0])
-	}
-	return ""
-}
-
-// authorize returns the user a request runs for. Without API keys it is the user the request
-// names. With keys the user comes from the key; naming another user is PERMISSION_DENIED.
-func (s *Service) authorize(ctx context.Context, requested string) (string, error) {
-	if s.keys == nil {
-		return requested, nil
-	}
-	key := keyFromContext(ctx)
-	if key == "" {
-		return "", status.Error(codes.Unauthenticated, "an API key is required: send the metadata \"authorization: Bearer <key>\"")
-	}
-	user, ok := s.keys.user(key)
-	if !ok {
-		return "", status.Error(codes.Unauthenticated, "the API key is not known")
-	}
-	if requested != "" && requested != user {
-		return "", status.Errorf(codes.PermissionDenied, "the API key belongs to another user than %q", requested)
-	}
-	return user, nil
+	return slices.Contains(s.cfg.Models, m) || m == s.cfg.SummaryModel && m != ""
 }

@@ -3,6 +3,8 @@ package orchestrator
 import (
 	"flag"
 	"time"
+
+	"github.com/hermes-agent/hermes/internal/config"
 )
 
 // DefaultSystemPrompt is the system prompt when none is configured.
@@ -12,8 +14,8 @@ const DefaultSystemPrompt = "You are Hermes, a helpful assistant that gets thing
 	"Never repeat a step the task state lists as done; use its recorded result instead. " +
 	"Answer in the user's language."
 
-// Config holds the orchestrator's settings; each is a flag under "orchestrator." (plus
-// "auth-file") with an environment variable (HERMES_ORCHESTRATOR_...) and a YAML key.
+// Config holds the orchestrator's settings; each is a flag under "orchestrator." with an
+// environment variable (HERMES_ORCHESTRATOR_...) and a YAML key.
 type Config struct {
 	// SystemPrompt opens every model request.
 	SystemPrompt string
@@ -53,8 +55,9 @@ type Config struct {
 	TurnRetention time.Duration
 	// PublishTimeout is how long a turn.finished publish is retried in the background.
 	PublishTimeout time.Duration
-	// AuthFile is a YAML file of API keys (key: user_id); empty disables API keys.
-	AuthFile string
+	// Models are the model names a turn may ask for in its options, besides the configured
+	// --model (an operator decision: models differ in cost and in what they may see).
+	Models []string
 }
 
 // RegisterFlags registers the settings with their defaults.
@@ -77,7 +80,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.TaskStateContextSteps, "orchestrator.task-state-context-steps", 12, "most recent done steps shown to the model")
 	fs.DurationVar(&c.TurnRetention, "orchestrator.turn-retention", 7*24*time.Hour, "how long finished turn records are kept for GetTurn")
 	fs.DurationVar(&c.PublishTimeout, "orchestrator.publish-timeout", 2*time.Minute, "how long a turn.finished publish is retried in the background")
-	fs.StringVar(&c.AuthFile, "auth-file", "", "YAML file of API keys (\"<key>: <user_id>\" per line); when set, RunTurn and GetTurn need a key (authorization: Bearer <key>) and the user comes from it")
+	fs.Func("orchestrator.models", "comma list of model names a turn may choose in its options besides --model (none by default)", func(v string) error {
+		c.Models = config.SplitList(v)
+		return nil
+	})
 }
 
 // withDefaults fills zero values, so a Config built in code works.

@@ -3,15 +3,12 @@ package orchestrator
 import (
 	"context"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/model"
@@ -243,64 +240,6 @@ func TestSummaryBackoff(t *testing.T) {
 	s.record(nil)
 	if s.backingOff() {
 		t.Fatal("a success did not reset the back-off")
-	}
-}
-
-func TestAPIKeysFile(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "keys.yaml")
-	write := func(s string) {
-		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("sk-alice-0123456789abcdef: alice\n")
-	keys, err := loadAPIKeys(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &Service{keys: keys}
-	ctx := func(md ...string) context.Context {
-		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(md...))
-	}
-	tests := []struct {
-		name      string
-		ctx       context.Context
-		requested string
-		user      string
-		code      codes.Code
-	}{
-		{"bearer", ctx("authorization", "Bearer sk-alice-0123456789abcdef"), "", "alice", codes.OK},
-		{"x-api-key", ctx("x-api-key", "sk-alice-0123456789abcdef"), "alice", "alice", codes.OK},
-		{"missing", context.Background(), "alice", "", codes.Unauthenticated},
-		{"wrong", ctx("authorization", "Bearer sk-alice-0123456789abcdeX"), "", "", codes.Unauthenticated},
-		{"other user", ctx("authorization", "Bearer sk-alice-0123456789abcdef"), "bob", "", codes.PermissionDenied},
-	}
-	for _, tc := range tests {
-		user, err := s.authorize(tc.ctx, tc.requested)
-		if status.Code(err) != tc.code || user != tc.user {
-			t.Errorf("%s: %q, %v; want %q, %s", tc.name, user, err, tc.user, tc.code)
-		}
-	}
-	// A changed file is picked up; a broken one keeps the last good keys.
-	write("sk-bob-0123456789abcdefgh: bob\n")
-	keys.checked = time.Time{}
-	keys.modTime = time.Time{}
-	if u, ok := keys.user("sk-bob-0123456789abcdefgh"); !ok || u != "bob" {
-		t.Errorf("reloaded key: %q %v", u, ok)
-	}
-	write(": : not yaml")
-	keys.checked, keys.modTime = time.Time{}, time.Time{}
-	if u, ok := keys.user("sk-bob-0123456789abcdefgh"); !ok || u != "bob" {
-		t.Errorf("after a broken file: %q %v, want the last good keys", u, ok)
-	}
-	for _, bad := range []string{"short: alice\n", "sk-0123456789abcdef: \"\"\n", "[1, 2]"} {
-		if _, err := parseAPIKeys([]byte(bad)); err == nil {
-			t.Errorf("parseAPIKeys(%q) accepted it", bad)
-		}
-	}
-	if _, err := loadAPIKeys(filepath.Join(dir, "missing.yaml")); err == nil {
-		t.Error("a missing auth file was accepted")
 	}
 }
 

@@ -54,7 +54,11 @@ func (t *turn) prepare(ctx context.Context) error {
 	b.systemPrompt = t.s.cfg.SystemPrompt
 	b.counted = map[string]int32{t.s.cfg.SystemPrompt: t.s.promptTokens}
 	if sp := t.opts.GetSystemPrompt(); sp != "" {
-		b.systemPrompt = sp
+		if t.opts.GetReplaceSystemPrompt() {
+			b.systemPrompt = sp
+		} else {
+			b.systemPrompt += "\n\n" + sp
+		}
 	}
 	b.memory = t.memText
 	b.pinned = renderPinned(built.GetPinned())

@@ -66,7 +66,6 @@ type Service struct {
 	deps   Deps
 	cfg    Config
 	log    *slog.Logger
-	keys   *apiKeys
 	sum    *summarizer
 	tracer trace.Tracer
 	met    metrics
@@ -79,7 +78,7 @@ type Service struct {
 	bg       sync.WaitGroup
 }
 
-// NewService returns the orchestrator. It fails when the auth file cannot be read.
+// NewService returns the orchestrator.
 func NewService(deps Deps, cfg Config, log *slog.Logger) (*Service, error) {
 	if deps.Session == nil || deps.Tools == nil || deps.Store == nil || deps.Tokenizer == nil {
 		return nil, errors.New("orchestrator: the session and tool clients, a store and a tokenizer are required")
@@ -88,16 +87,11 @@ func NewService(deps Deps, cfg Config, log *slog.Logger) (*Service, error) {
 		log = slog.Default()
 	}
 	cfg = cfg.withDefaults()
-	keys, err := loadAPIKeys(cfg.AuthFile)
-	if err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{
 		deps:     deps,
 		cfg:      cfg,
 		log:      log,
-		keys:     keys,
 		tracer:   otel.Tracer("github.com/hermes-agent/hermes/services/orchestrator"),
 		met:      newMetrics(),
 		bgCtx:    ctx,
@@ -175,6 +169,9 @@ func (s *Service) RunTurn(req *orchestratorv1.RunTurnRequest, stream grpc.Server
 		return err
 	}
 	if err := validateRun(req, user); err != nil {
+		return err
+	}
+	if err := s.checkOptions(ctx, req.GetOptions()); err != nil {
 		return err
 	}
 	if s.deps.Model == nil {

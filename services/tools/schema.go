@@ -37,13 +37,16 @@ func (noRemoteRefs) Load(url string) (any, error) {
 	return nil, fmt.Errorf("refers to the external document %q; only references inside the schema (\"#/...\") are supported", url)
 }
 
-// compileSchema parses and compiles a JSON Schema. With wantObject, it must describe an object:
+// compileSchema parses, measures (schemacost.go) and compiles a JSON Schema. With wantObject, it must describe an object:
 // its top-level "type" is "object". Drafts 4, 6, 7, 2019-09 and 2020-12 are accepted through
 // "$schema"; without it the schema is read as 2020-12, which for the keywords tools use reads
 // draft-07 schemas the same way.
 func compileSchema(text string, wantObject bool) (*compiledSchema, error) {
 	if len(text) > maxSchemaBytes {
 		return nil, fmt.Errorf("is %d bytes; at most %d are allowed", len(text), maxSchemaBytes)
+	}
+	if d := jsonDepth([]byte(text)); d > maxSchemaDepth {
+		return nil, fmt.Errorf("nests %d levels deep; at most %d are allowed", d, maxSchemaDepth)
 	}
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
 	if err != nil {
@@ -57,6 +60,9 @@ func compileSchema(text string, wantObject bool) (*compiledSchema, error) {
 		if err := checkObjectType(obj); err != nil {
 			return nil, err
 		}
+	}
+	if _, err := measureSchema(doc); err != nil {
+		return nil, err
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
@@ -200,4 +206,32 @@ func compactJSON(text string) (string, error) {
 		return "", err
 	}
 	return buf.String(), nil
+}
+
+// jsonDepth is the deepest nesting of arrays and objects in JSON text, found without decoding
+// it (text that is not JSON gets some number; the decoder reports the syntax error).
+func jsonDepth(data []byte) int {
+	depth, deepest, inString, escaped := 0, 0, false, false
+	for _, c := range data {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			if depth++; depth > deepest {
+				deepest = depth
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return deepest
 }

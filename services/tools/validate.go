@@ -36,6 +36,9 @@ func parseArguments(text string) (any, error) {
 	if len(data) == 0 {
 		return map[string]any{}, nil
 	}
+	if d := jsonDepth(data); d > maxArgumentDepth {
+		return nil, &argumentsError{fmt.Sprintf("the arguments nest %d levels deep; at most %d are allowed", d, maxArgumentDepth)}
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var v any

@@ -282,12 +282,22 @@ func TestAPIKeys(t *testing.T) {
 	if err := os.WriteFile(file, []byte("sk-alice-0123456789abcdef: alice\nsk-bob-0123456789abcdefgh: bob\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := startStack(t, func(scripted.Request) scripted.Reply { return scripted.Text("hi") }, stackOptions{configure: func(c *app.Config) { c.Orchestrator.AuthFile = file }})
-	alice := s.newSession("alice")
-	bob := s.newSession("bob")
+	s := startStack(t, func(scripted.Request) scripted.Reply { return scripted.Text("hi") }, stackOptions{configure: func(c *app.Config) { c.AuthFile = file }})
 	with := func(key string) context.Context {
 		return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
 	}
+	if _, err := s.sessions.CreateSession(context.Background(), &sessionv1.CreateSessionRequest{UserId: "alice"}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("CreateSession without a key: %v, want UNAUTHENTICATED", err)
+	}
+	session := func(key string) string {
+		resp, err := s.sessions.CreateSession(with(key), &sessionv1.CreateSessionRequest{Title: "e2e"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetSession().GetId()
+	}
+	alice := session("sk-alice-0123456789abcdef")
+	bob := session("sk-bob-0123456789abcdefgh")
 	call := func(ctx context.Context, req *orchestratorv1.RunTurnRequest) (*orchestratorv1.TurnEvent, error) {
 		stream, err := s.orch.RunTurn(ctx, req)
 		if err != nil {

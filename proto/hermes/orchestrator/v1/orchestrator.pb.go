@@ -160,7 +160,8 @@ func (x *RunTurnRequest) GetOptions() *TurnOptions {
 // TurnOptions tune one turn.
 type TurnOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Model name; default the server's HERMES_MODEL.
+	// Model name; default the server's HERMES_MODEL. Only HERMES_MODEL and the operator's
+	// --orchestrator.models are accepted (PERMISSION_DENIED otherwise).
 	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
 	// Maximum model steps; 0 means 10.
 	MaxSteps int32 `protobuf:"varint,2,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
@@ -170,12 +171,15 @@ type TurnOptions struct {
 	ToolGroups []string `protobuf:"bytes,4,rep,name=tool_groups,json=toolGroups,proto3" json:"tool_groups,omitempty"`
 	// Do not recall memories for this turn.
 	SkipMemory bool `protobuf:"varint,5,opt,name=skip_memory,json=skipMemory,proto3" json:"skip_memory,omitempty"`
-	// Replace the configured system prompt for this turn.
+	// Instructions for this turn, added after the operator's system prompt (they never replace
+	// it unless replace_system_prompt is set).
 	SystemPrompt string `protobuf:"bytes,6,opt,name=system_prompt,json=systemPrompt,proto3" json:"system_prompt,omitempty"`
 	// Mark the user message sticky.
-	Sticky        bool `protobuf:"varint,7,opt,name=sticky,proto3" json:"sticky,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Sticky bool `protobuf:"varint,7,opt,name=sticky,proto3" json:"sticky,omitempty"`
+	// Operators and services only: system_prompt replaces the configured system prompt.
+	ReplaceSystemPrompt bool `protobuf:"varint,8,opt,name=replace_system_prompt,json=replaceSystemPrompt,proto3" json:"replace_system_prompt,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *TurnOptions) Reset() {
@@ -253,6 +257,13 @@ func (x *TurnOptions) GetSystemPrompt() string {
 func (x *TurnOptions) GetSticky() bool {
 	if x != nil {
 		return x.Sticky
+	}
+	return false
+}
+
+func (x *TurnOptions) GetReplaceSystemPrompt() bool {
+	if x != nil {
+		return x.ReplaceSystemPrompt
 	}
 	return false
 }
@@ -2295,7 +2306,7 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x12\n" +
 	"\x04text\x18\x03 \x01(\tR\x04text\x12=\n" +
-	"\aoptions\x18\x04 \x01(\v2#.hermes.orchestrator.v1.TurnOptionsR\aoptions\"\xf4\x01\n" +
+	"\aoptions\x18\x04 \x01(\v2#.hermes.orchestrator.v1.TurnOptionsR\aoptions\"\xa8\x02\n" +
 	"\vTurnOptions\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1b\n" +
 	"\tmax_steps\x18\x02 \x01(\x05R\bmaxSteps\x123\n" +
@@ -2305,7 +2316,8 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\vskip_memory\x18\x05 \x01(\bR\n" +
 	"skipMemory\x12#\n" +
 	"\rsystem_prompt\x18\x06 \x01(\tR\fsystemPrompt\x12\x16\n" +
-	"\x06sticky\x18\a \x01(\bR\x06sticky\"J\n" +
+	"\x06sticky\x18\a \x01(\bR\x06sticky\x122\n" +
+	"\x15replace_system_prompt\x18\b \x01(\bR\x13replaceSystemPrompt\"J\n" +
 	"\x0fRunTurnResponse\x127\n" +
 	"\x05event\x18\x01 \x01(\v2!.hermes.orchestrator.v1.TurnEventR\x05event\"\x8b\x06\n" +
 	"\tTurnEvent\x12\x10\n" +

@@ -1,0 +1,83 @@
+package auth
+
+import (
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+)
+
+// TestEveryRPCHasAPolicy: every method of every Hermes service declared in the protos has an
+// entry in the policy table, so a new RPC cannot be served before someone decides who may call
+// it (a method without an entry is refused for everyone).
+func TestEveryRPCHasAPolicy(t *testing.T) {
+	policy := Policy()
+	var methods int
+	protoregistry.GlobalFiles.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
+		if !strings.HasPrefix(string(fd.Package()), "hermes.") {
+			return true
+		}
+		for i := 0; i < fd.Services().Len(); i++ {
+			sd := fd.Services().Get(i)
+			for j := 0; j < sd.Methods().Len(); j++ {
+				md := sd.Methods().Get(j)
+				name := "/" + string(sd.FullName()) + "/" + string(md.Name())
+				methods++
+				acc, ok := policy[name]
+				if !ok {
+					t.Errorf("%s has no entry in the policy table (internal/auth/policy.go)", name)
+					continue
+				}
+				if acc.Public {
+					t.Errorf("%s is public: only health checks may be", name)
+				}
+				if len(acc.Roles) == 0 {
+					t.Errorf("%s: no role may call it", name)
+				}
+				if acc.UserScoped {
+					f := md.Input().Fields().ByName("user_id")
+					if f == nil || f.Kind() != protoreflect.StringKind || f.IsList() {
+						t.Errorf("%s is user-scoped but %s has no string user_id", name, md.Input().FullName())
+					}
+				}
+			}
+		}
+		return true
+	})
+	if methods < 36 {
+		t.Fatalf("found %d Hermes methods; the proto packages are not linked in", methods)
+	}
+}
+
+// TestOperatorOnlyPowers pins the decisions that keep dangerous powers from users: a user key
+// may not register tools or MCP servers, run tools directly, run maintenance or write summaries.
+func TestOperatorOnlyPowers(t *testing.T) {
+	a := New(nil, nil)
+	user := Principal{Role: RoleUser, User: "alice", Name: "user:alice"}
+	for _, m := range []string{
+		"/hermes.tools.v1.ToolService/RegisterTool",
+		"/hermes.tools.v1.ToolService/UnregisterTool",
+		"/hermes.tools.v1.ToolService/ExecuteTool",
+		"/hermes.mcpgateway.v1.MCPGatewayService/AddServer",
+		"/hermes.mcpgateway.v1.MCPGatewayService/RemoveServer",
+		"/hermes.mcpgateway.v1.MCPGatewayService/CallTool",
+		"/hermes.memory.v1.MemoryService/RunMaintenance",
+		"/hermes.memory.v1.MemoryService/ExtractTurn",
+		"/hermes.session.v1.SessionService/UpdateSummary",
+		"/hermes.nothing.v1.Unknown/Method",
+	} {
+		if err := a.Authorize(user, m, nil); err == nil {
+			t.Errorf("a user may call %s", m)
+		}
+	}
+	ops := Principal{Role: RoleOperator, Name: "operator:ops"}
+	for _, m := range []string{"/hermes.tools.v1.ToolService/RegisterTool", "/hermes.mcpgateway.v1.MCPGatewayService/AddServer", "/hermes.memory.v1.MemoryService/RunMaintenance", "/hermes.memory.v1.MemoryService/ForgetUser"} {
+		if err := a.Authorize(ops, m, nil); err != nil {
+			t.Errorf("an operator may not call %s: %v", m, err)
+		}
+	}
+	if err := a.Authorize(Principal{Role: RoleService, Name: "service:x"}, "/hermes.mcpgateway.v1.MCPGatewayService/AddServer", nil); err == nil {
+		t.Error("a service may add MCP servers; only operators may")
+	}
+}
