@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fullstorydev/grpchan/inprocgrpc"
@@ -63,8 +64,8 @@ type Server struct {
 	// callers are Hermes' own services (the service principal). public carries calls made in
 	// this process for an outside caller (the HTTP API), authenticated from their metadata.
 	// Both run the same interceptors as the listener.
-	inproc *inprocgrpc.Channel
-	public *inprocgrpc.Channel
+	inproc *channel
+	public *channel
 
 	mu       sync.Mutex
 	services []string
@@ -197,14 +198,61 @@ func (s *Server) Shutdown() {
 	}
 }
 
-// newChannel is an in-process channel with the interceptor chains and the tracing of the
-// network path, so one turn stays one trace across the services of a process.
-func newChannel(unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServerInterceptor) *inprocgrpc.Channel {
-	return new(inprocgrpc.Channel).
-		WithServerUnaryInterceptor(chainUnary(unary)).
-		WithServerStreamInterceptor(chainStream(stream)).
+// channel is an in-process channel with the interceptor chains and the tracing of the network
+// path, so one turn stays one trace across the services of a process. Services may register
+// while calls run (a module's background work starts before later modules register), which
+// grpchan's handler map does not allow: each registration builds a new channel with every
+// service so far and swaps it in, and a call uses the channel current when it starts.
+type channel struct {
+	unary  grpc.UnaryServerInterceptor
+	stream grpc.StreamServerInterceptor
+	cur    atomic.Pointer[inprocgrpc.Channel]
+
+	// mu serializes registrations; it guards services.
+	mu       sync.Mutex
+	services []registeredService
+}
+
+type registeredService struct {
+	desc *grpc.ServiceDesc
+	impl any
+}
+
+func newChannel(unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServerInterceptor) *channel {
+	c := &channel{unary: chainUnary(unary), stream: chainStream(stream)}
+	c.cur.Store(c.build())
+	return c
+}
+
+// build is a channel serving the registered services; the caller holds mu (or owns c).
+func (c *channel) build() *inprocgrpc.Channel {
+	ch := new(inprocgrpc.Channel).
+		WithServerUnaryInterceptor(c.unary).
+		WithServerStreamInterceptor(c.stream).
 		WithClientStatsHandler(otelgrpc.NewClientHandler()).
 		WithServerStatsHandler(otelgrpc.NewServerHandler())
+	for _, r := range c.services {
+		ch.RegisterService(r.desc, r.impl)
+	}
+	return ch
+}
+
+// RegisterService adds a service for the calls that start from now on.
+func (c *channel) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.services = append(c.services, registeredService{desc, impl})
+	c.cur.Store(c.build())
+}
+
+// Invoke implements grpc.ClientConnInterface.
+func (c *channel) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return c.cur.Load().Invoke(ctx, method, args, reply, opts...)
+}
+
+// NewStream implements grpc.ClientConnInterface.
+func (c *channel) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return c.cur.Load().NewStream(ctx, desc, method, opts...)
 }
 
 // chainUnary runs interceptors in order, as grpc.ChainUnaryInterceptor does on a server.
