@@ -7,7 +7,6 @@ import (
 	"net"
 
 	"github.com/hermes-agent/hermes/internal/httpapi"
-	"github.com/hermes-agent/hermes/internal/rpc"
 )
 
 // HTTPConfig is the listener of the HTTP/JSON API.
@@ -28,19 +27,18 @@ type httpAPI struct {
 	addr string
 }
 
-// initHTTP opens the HTTP API's listener. Its calls go to this process's own gRPC server, so
-// they pass through the same interceptors as any gRPC client's, and it exposes the services
-// this process serves.
+// initHTTP opens the HTTP API's listener. Its calls go to this process's gRPC server over the
+// in-process channel for outside callers, so each is authenticated and authorized from its own
+// Authorization header by the same interceptors as a call on the gRPC listener; it exposes the
+// services this process serves. Without API keys it listens on loopback only (checkListen).
 func (a *App) initHTTP() error {
 	if a.cfg.HTTP.Listen == "" {
 		return nil
 	}
-	conn, err := rpc.Dial(a.addr)
-	if err != nil {
+	if err := a.sec.checkListen("http-listen", a.cfg.HTTP.Listen, a.keys != nil); err != nil {
 		return err
 	}
-	a.onClose(func() { _ = conn.Close() })
-	srv, err := httpapi.New(conn, httpapi.Options{
+	srv, err := httpapi.New(a.InProcessPublic(), httpapi.Options{
 		Services:        a.srv.Services(),
 		Logger:          a.log.With("component", "http"),
 		ShutdownTimeout: a.cfg.ShutdownTimeout,

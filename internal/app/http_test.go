@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/testenv"
@@ -23,9 +23,12 @@ import (
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 )
 
+// The API keys of the test: alice's, bob's and an operator's.
 const (
-	httpTestKey  = "http-test-key-0123456789"
+	httpTestKey  = "http-test-key-alice-0123456789"
 	httpTestUser = "alice"
+	bobKey       = "http-test-key-bob-0123456789"
+	operatorKey  = "http-test-key-ops-0123456789"
 )
 
 // startHTTP runs every target with the HTTP API on, API keys for the orchestrator and a
@@ -48,7 +51,7 @@ func startHTTP(t *testing.T) (*App, string) {
 	t.Cleanup(model.Close)
 	dir := t.TempDir()
 	keys := filepath.Join(dir, "keys.yaml")
-	if err := os.WriteFile(keys, []byte(httpTestKey+": "+httpTestUser+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(keys, []byte(httpTestKey+": "+httpTestUser+"\n"+bobKey+": bob\n"+operatorKey+": {role: operator, name: ops}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var cfg Config
@@ -70,7 +73,8 @@ func startHTTP(t *testing.T) (*App, string) {
 	return a, "http://" + a.HTTPAddr()
 }
 
-// call makes one JSON request and decodes the answer into a map.
+// call makes one JSON request with the API key as a bearer token (a key starting "x-api-key "
+// goes in that header instead) and decodes the answer into a map.
 func call(t *testing.T, method, url, key, body string) (int, map[string]any) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -80,7 +84,9 @@ func call(t *testing.T, method, url, key, body string) (int, map[string]any) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
+	if k, ok := strings.CutPrefix(key, "x-api-key "); ok {
+		req.Header.Set("X-Api-Key", k)
+	} else if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -139,8 +145,29 @@ func readEvents(t *testing.T, body io.Reader, stop func(sseEvent) bool) []sseEve
 	return out
 }
 
+// getTurn reads a turn through the HTTP API, as alice; nil while it has no record.
+func getTurn(t *testing.T, base, id string) *orchestratorv1.Turn {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/v1/turns/"+id, nil)
+	req.Header.Set("Authorization", "Bearer "+httpTestKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusNotFound {
+		return nil
+	}
+	var got orchestratorv1.GetTurnResponse
+	if err := protojson.Unmarshal(raw, &got); err != nil {
+		t.Fatalf("GET /v1/turns/%s: %d %s: %v", id, resp.StatusCode, raw, err)
+	}
+	return got.GetTurn()
+}
+
 func TestHTTPAPI(t *testing.T) {
-	a, base := startHTTP(t)
+	_, base := startHTTP(t)
 
 	// The OpenAPI document generated from the protos is served as committed.
 	resp, err := http.Get(base + "/openapi.json")
@@ -153,7 +180,7 @@ func TestHTTPAPI(t *testing.T) {
 		t.Errorf("GET /openapi.json: %d %s, %d bytes (committed: %d)", resp.StatusCode, resp.Header.Get("Content-Type"), len(doc), len(hermesproto.OpenAPI))
 	}
 
-	code, created := call(t, "POST", base+"/v1/sessions", "", `{"user_id":"alice","title":"dinner"}`)
+	code, created := call(t, "POST", base+"/v1/sessions", httpTestKey, `{"title":"dinner"}`)
 	if code != http.StatusOK {
 		t.Fatalf("create session: %d %v", code, created)
 	}
@@ -168,17 +195,21 @@ func TestHTTPAPI(t *testing.T) {
 		status                        int
 		grpcCode                      float64
 	}{
-		{"get own session", "GET", "/v1/sessions/" + sid + "?user_id=alice", "", "", 200, 0},
-		{"another user's session", "GET", "/v1/sessions/" + sid + "?user_id=bob", "", "", 403, 7},
-		{"missing session", "GET", "/v1/sessions/nope?user_id=alice", "", "", 404, 5},
-		{"misspelt field", "POST", "/v1/sessions", "", `{"user_id":"alice","titel":"x"}`, 400, 3},
-		{"invalid argument", "POST", "/v1/sessions", "", `{"title":"no user"}`, 400, 3},
-		{"no such route", "GET", "/v1/nothing", "", "", 404, 5},
-		{"body over the limit", "POST", "/v1/sessions", "", `{"title":"` + strings.Repeat("x", 5<<20) + `"}`, 413, 8},
-		// The API key travels as authorization metadata through the orchestrator's check.
-		{"turn without a key", "GET", "/v1/turns/t1", "", "", 401, 16},
-		{"turn with an unknown key", "GET", "/v1/turns/t1", "unknown-key-0123456789", "", 401, 16},
-		{"turn with a key", "GET", "/v1/turns/t1", httpTestKey, "", 404, 5},
+		{"own session", "GET", "/v1/sessions/" + sid, httpTestKey, "", 200, 0},
+		{"own session with X-Api-Key", "GET", "/v1/sessions/" + sid, "x-api-key " + httpTestKey, "", 200, 0},
+		{"another user's session", "GET", "/v1/sessions/" + sid + "?user_id=alice", bobKey, "", 403, 7},
+		{"missing session", "GET", "/v1/sessions/nope", httpTestKey, "", 404, 5},
+		{"misspelt field", "POST", "/v1/sessions", httpTestKey, `{"titel":"x"}`, 400, 3},
+		{"invalid message", "POST", "/v1/sessions/" + sid + "/messages", httpTestKey, `{"messages":[{"content":"no role"}]}`, 400, 3},
+		{"no such route", "GET", "/v1/nothing", httpTestKey, "", 404, 5},
+		{"body over the limit", "POST", "/v1/sessions", httpTestKey, `{"title":"` + strings.Repeat("x", 5<<20) + `"}`, 413, 8},
+		// The credentials travel as metadata through the gRPC server's authentication and
+		// authorization.
+		{"no key", "GET", "/v1/sessions/" + sid, "", "", 401, 16},
+		{"unknown key", "GET", "/v1/sessions/" + sid, "unknown-key-0123456789", "", 401, 16},
+		{"a user registering a tool", "POST", "/v1/tools", httpTestKey, `{"spec":{"name":"x"}}`, 403, 7},
+		{"an operator listing tools", "GET", "/v1/tools", operatorKey, "", 200, 0},
+		{"missing turn", "GET", "/v1/turns/t1", httpTestKey, "", 404, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, body := call(t, tc.method, base+tc.path, tc.key, tc.body)
@@ -281,17 +312,10 @@ func TestHTTPAPI(t *testing.T) {
 		if turnID == "" {
 			t.Fatal("no started event")
 		}
-		conn, err := a.Conn(TargetOrchestrator)
-		if err != nil {
-			t.Fatal(err)
-		}
-		orch := orchestratorv1.NewOrchestratorServiceClient(conn)
-		octx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+httpTestKey)
 		var last *orchestratorv1.Turn
 		testenv.WaitFor(t, 60*time.Second, "the turn to end after the client went away", func() bool {
-			got, err := orch.GetTurn(octx, &orchestratorv1.GetTurnRequest{TurnId: turnID})
-			last = got.GetTurn()
-			return err == nil && last.GetStatus() != orchestratorv1.TurnStatus_TURN_STATUS_RUNNING
+			last = getTurn(t, base, turnID)
+			return last != nil && last.GetStatus() != orchestratorv1.TurnStatus_TURN_STATUS_RUNNING
 		})
 		// The orchestrator records the cancellation as CANCELLED, or as FAILED with the code
 		// CANCELED when it cut a backend call short; either way the client's leaving ended it.

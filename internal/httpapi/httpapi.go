@@ -6,8 +6,8 @@
 // Every HTTP request becomes a gRPC call on a client connection to the process's own gRPC server,
 // so it passes through the same interceptors (authentication, authorization, validation, logs,
 // metrics) as a gRPC client's call: the request's Authorization header travels as the call's
-// "authorization" metadata, and no other header is forwarded as metadata except the
-// gateway's own x-forwarded-for and x-forwarded-host.
+// "authorization" metadata (X-Api-Key as "x-api-key"), and no other header is forwarded as
+// metadata except the gateway's own x-forwarded-for and x-forwarded-host.
 package httpapi
 
 import (
@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -168,10 +169,15 @@ func New(conn grpc.ClientConnInterface, opts Options) (*Server, error) {
 	}
 	s.gw = runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, s.marshaler),
-		// Only Authorization becomes metadata (the gateway forwards it by itself); every other
-		// header stays out of the call, so an HTTP client cannot set metadata that a gRPC
-		// client could not.
-		runtime.WithIncomingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		// Only the credentials become metadata: Authorization (the gateway forwards it by itself)
+		// and X-Api-Key. Every other header stays out of the call, so an HTTP client cannot set
+		// metadata that a gRPC client could not.
+		runtime.WithIncomingHeaderMatcher(func(h string) (string, bool) {
+			if strings.EqualFold(h, "X-Api-Key") {
+				return "x-api-key", true
+			}
+			return "", false
+		}),
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithHealthzEndpoint(healthpb.NewHealthClient(conn)),
 	)
