@@ -11,12 +11,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 )
-
-// version is set at build time with -ldflags "-X main.version=v1.2.3".
-var version = ""
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -56,9 +52,20 @@ func (e errUsage) Error() string { return e.msg }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
 	env := &cliEnv{stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch {
+	case len(args) == 0:
+		usage(stderr)
+		return 2
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "-help":
 		usage(stdout)
 		return 0
+	case args[0] == "help":
+		// "hermes help chat" is "hermes chat -h".
+		if len(args) == 1 {
+			usage(stdout)
+			return 0
+		}
+		args = []string{args[1], "-h"}
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {
@@ -101,29 +108,12 @@ func newFlagSet(name string) *flag.FlagSet {
 	return fs
 }
 
-// parseErr turns a flag parsing error into a one-line usage error, and -h into the usage.
+// parseErr turns a flag parsing error into a one-line usage error, and -h into the command's
+// help.
 func parseErr(name string, fs *flag.FlagSet, env *cliEnv, err error) error {
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintf(env.stdout, "Usage: hermes %s [flags]\n\nEvery flag can also be set by the environment variable shown, or in the --config YAML file.\n\n", name)
-		fs.SetOutput(env.stdout)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
+		printHelp(env.stdout, name, fs, "")
 		return err
 	}
 	return errUsage{fmt.Sprintf("%v (run hermes %s -h)", err, name)}
-}
-
-func versionString() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
-
-func runVersion(_ context.Context, env *cliEnv, _ []string) error {
-	fmt.Fprintf(env.stdout, "hermes %s\n", versionString())
-	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -19,17 +20,21 @@ func loadServeConfig(name string, env *cliEnv, args []string) (app.Config, error
 	var cfg app.Config
 	fs := newFlagSet(name)
 	cfg.RegisterFlags(fs)
-	// Show each flag's environment variable in -h.
-	fs.VisitAll(func(f *flag.Flag) {
-		if !strings.Contains(f.Usage, config.EnvName(f.Name)) {
-			f.Usage += " [" + config.EnvName(f.Name) + "]"
+	if group, ok := helpGroupArg(args); ok {
+		if group != "" && group != "all" && !slices.ContainsFunc(serveFlagGroups(), func(g flagGroup) bool { return g.key == group }) && group != "other" {
+			return cfg, errUsage{fmt.Sprintf("no settings group %q (run hermes %s -h)", group, name)}
 		}
-	})
+		printHelp(env.stdout, name, fs, group)
+		return cfg, flag.ErrHelp
+	}
 	if err := config.Load(fs, args, env.getenv, "config"); err != nil {
 		return cfg, parseErr(name, fs, env, err)
 	}
 	if fs.NArg() > 0 {
 		return cfg, errUsage{fmt.Sprintf("unexpected argument %q (run hermes %s -h)", fs.Arg(0), name)}
+	}
+	if _, err := app.ParseTargets(cfg.Target); err != nil {
+		return cfg, errUsage{fmt.Sprintf("--target: %v", err)}
 	}
 	if cfg.ModelAPIKey == "" {
 		cfg.ModelAPIKey = cfg.APIKey(env.getenv)
@@ -50,11 +55,13 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	// go-redis logs connection failures through a package-level logger; send them to ours at
 	// debug level: the errors reach the caller anyway.
 	redis.SetLogger(redisLogger{log})
+	build := readBuildInfo()
+	log.Info("hermes starting", build.logAttrs()...)
 	serviceName := "hermes"
 	if cfg.Target != app.TargetAll {
 		serviceName = "hermes-" + strings.ReplaceAll(cfg.Target, ",", "-")
 	}
-	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: serviceName, Version: cfg.Version, MetricsListen: cfg.MetricsListen, Logger: log})
+	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: serviceName, Version: cfg.Version, Revision: build.shortRevision(), MetricsListen: cfg.MetricsListen, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -51,6 +52,8 @@ type Options struct {
 	ServiceName string
 	// Version is the service.version.
 	Version string
+	// Revision is the VCS revision the binary was built from, for hermes_build_info.
+	Revision string
 	// MetricsListen is the HTTP address serving /metrics; empty disables the endpoint (metrics
 	// are still recorded).
 	MetricsListen string
@@ -97,7 +100,7 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	otel.SetTracerProvider(t.tracer)
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(opts))
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
@@ -121,6 +124,27 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 		}()
 	}
 	return t, nil
+}
+
+// buildInfo is the hermes_build_info gauge: always 1, its labels say what is running.
+func buildInfo(opts Options) prometheus.Collector {
+	label := func(v string) string {
+		if v == "" {
+			return "unknown"
+		}
+		return v
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "hermes_build_info",
+		Help: "Always 1; the labels are the version, VCS revision and Go version of the running binary.",
+		ConstLabels: prometheus.Labels{
+			"version":    label(opts.Version),
+			"revision":   label(opts.Revision),
+			"go_version": runtime.Version(),
+		},
+	})
+	g.Set(1)
+	return g
 }
 
 // Shutdown flushes pending spans and stops the exporters and the metrics server.
