@@ -1,20 +1,21 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"time"
 
+	"golang.org/x/term"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hermes-agent/hermes/internal/app"
 	"github.com/hermes-agent/hermes/internal/config"
 	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/internal/rpc"
@@ -23,40 +24,59 @@ import (
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 )
 
-const chatHelp = `Type a message and press Enter. Commands:
+const chatHelp = `Type a message and press Enter; a pasted block of lines is one message. Commands:
   /new              start a new session (a fresh context; memories carry over)
   /sessions         list your sessions
   /use <id>         continue another of your sessions
+  /context          the last turn's context: token shares per block, recalled memories, evicted messages
   /memory           list what Hermes remembers about you
   /forget <id|all>  forget one memory, or everything about you
   /sticky <text>    send a message that survives trimming
   /help             this help
-  /quit             leave (Ctrl-D works too)`
+  /quit             leave (Ctrl-D works too)
+Keys: ↑/↓ history, Ctrl-R search it, Ctrl-C cancels the running turn (or clears the line).`
+
+// defaultChatAddr is where hermes serve listens by default.
+const defaultChatAddr = "127.0.0.1:7070"
 
 // chatClient is a chat against a running server.
 type chatClient struct {
-	env      *cliEnv
-	user     string
-	session  string
-	verbose  bool
-	timeout  time.Duration
-	auth     func(context.Context) context.Context
+	env     *cliEnv
+	addr    string
+	user    string
+	session string
+	verbose bool
+	live    bool
+	timeout time.Duration
+	dataDir string
+	history bool
+	auth    func(context.Context) context.Context
+
 	sessions sessionv1.SessionServiceClient
 	memory   memoryv1.MemoryServiceClient
 	orch     orchestratorv1.OrchestratorServiceClient
+
+	// last is the last turn run in this chat, for /context.
+	last *chatTurn
 }
 
 func runChat(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlagSet("chat")
-	addr := fs.String("addr", "127.0.0.1:7070", "address of a running hermes (all services, or the orchestrator)")
+	// Without --addr the chat goes where hermes serve listens: HERMES_LISTEN, or its default.
+	defAddr := defaultChatAddr
+	if l := env.getenv("HERMES_LISTEN"); l != "" {
+		defAddr = app.DialableAddr(l)
+	}
+	addr := fs.String("addr", defAddr, "address of a running hermes (all services, or the orchestrator)")
 	sessionAddr := fs.String("session-addr", "", "address of the session service; empty means --addr")
 	memoryAddr := fs.String("memory-addr", "", "address of the memory service; empty means --addr")
-	user := fs.String("user", "", "your user id (default $USER); with API keys it comes from the key")
+	user := fs.String("user", "", "your user id (default $USER); with --api-key the server takes it from the key")
 	session := fs.String("session", "", "continue this session instead of starting a new one")
 	apiKey := fs.String("api-key", "", "API key, when the server runs with --auth-file")
-	verbose := fs.Bool("v", false, "show the tools and token breakdown of every model step")
+	verbose := fs.Bool("v", false, "also show each turn's id and model, every model step's token breakdown and tools, and the full usage")
 	timeout := fs.Duration("timeout", 0, "deadline of each turn; 0 uses the server's")
-	fs.VisitAll(func(f *flag.Flag) { f.Usage += " [" + config.EnvName("chat."+f.Name) + "]" })
+	dataDir := fs.String("data-dir", config.DefaultDataDir(), "where the input history is kept (chat/<user>.history)")
+	history := fs.Bool("history", true, "keep the input history in --data-dir")
 	if err := config.Load(fs, args, func(k string) string {
 		return env.getenv(strings.Replace(k, "HERMES_", "HERMES_CHAT_", 1))
 	}, ""); err != nil {
@@ -65,11 +85,11 @@ func runChat(ctx context.Context, env *cliEnv, args []string) error {
 	if fs.NArg() > 0 {
 		return errUsage{fmt.Sprintf("unexpected argument %q (run hermes chat -h)", fs.Arg(0))}
 	}
-	if *user == "" {
+	if *user == "" && *apiKey == "" {
 		*user = env.getenv("USER")
-	}
-	if *user == "" {
-		*user = "me"
+		if *user == "" {
+			*user = "me"
+		}
 	}
 	conn, err := rpc.Dial(*addr)
 	if err != nil {
@@ -90,7 +110,8 @@ func runChat(ctx context.Context, env *cliEnv, args []string) error {
 		defer mconn.Close()
 	}
 	c := &chatClient{
-		env: env, user: *user, session: *session, verbose: *verbose, timeout: *timeout,
+		env: env, addr: *addr, user: *user, session: *session, verbose: *verbose, timeout: *timeout,
+		dataDir: *dataDir, history: *history, live: isTerminal(env.stdout),
 		auth:     func(ctx context.Context) context.Context { return ctx },
 		sessions: sessionv1.NewSessionServiceClient(sconn),
 		memory:   memoryv1.NewMemoryServiceClient(mconn),
@@ -105,7 +126,18 @@ func runChat(ctx context.Context, env *cliEnv, args []string) error {
 	return c.loop(ctx)
 }
 
+// isTerminal reports whether w is a terminal.
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
 func (c *chatClient) out(format string, args ...any) { fmt.Fprintf(c.env.stdout, format, args...) }
+
+// unreachable is the one line saying that no server answers, and what to do.
+func (c *chatClient) unreachable() error {
+	return fmt.Errorf("no Hermes server answers at %s: start one with \"hermes serve\" (or \"hermes demo -serve %s\" to try the scripted model), or point --addr (HERMES_CHAT_ADDR) at one", c.addr, c.addr)
+}
 
 func (c *chatClient) loop(ctx context.Context) error {
 	if c.session == "" {
@@ -114,46 +146,28 @@ func (c *chatClient) loop(ctx context.Context) error {
 		}
 	} else {
 		if err := c.use(ctx, c.session); err != nil {
+			if status.Code(err) == codes.Unavailable {
+				return c.unreachable()
+			}
 			return fmt.Errorf("session %s: %s", c.session, status.Convert(err).Message())
 		}
 		c.out("Continuing session %s as %s. /help lists the commands.\n", c.session, c.user)
 	}
-	// Lines are read on their own goroutine so that Ctrl-C (which ends ctx) ends the chat at the
-	// prompt too, not only after the next Enter.
-	lines := make(chan string)
-	readErr := make(chan error, 1)
-	go func() {
-		defer close(lines)
-		in := bufio.NewScanner(c.env.stdin)
-		in.Buffer(make([]byte, 64<<10), 1<<20)
-		for in.Scan() {
-			select {
-			case lines <- in.Text():
-			case <-ctx.Done():
-				return
-			}
-		}
-		readErr <- in.Err()
-	}()
+	in, err := c.openInput()
+	if err != nil {
+		return err
+	}
+	defer in.Close()
 	for {
-		c.out("\nyou › ")
-		var line string
-		select {
-		case <-ctx.Done():
+		line, err := in.ReadLine(ctx)
+		switch {
+		case errors.Is(err, errQuit):
 			c.out("\n")
 			return nil
-		case l, ok := <-lines:
-			if !ok {
-				c.out("\n")
-				select {
-				case err := <-readErr:
-					return err
-				default:
-					return nil
-				}
-			}
-			line = strings.TrimSpace(l)
+		case err != nil:
+			return err
 		}
+		line = strings.TrimSpace(line)
 		if line == "" {
 			continue
 		}
@@ -167,10 +181,15 @@ func (c *chatClient) loop(ctx context.Context) error {
 
 // use makes the user's session id the current one, once the session service has it.
 func (c *chatClient) use(ctx context.Context, id string) error {
-	if _, err := c.sessions.GetSession(c.auth(ctx), &sessionv1.GetSessionRequest{SessionId: id, UserId: c.user}); err != nil {
+	resp, err := c.sessions.GetSession(c.auth(ctx), &sessionv1.GetSessionRequest{SessionId: id, UserId: c.user})
+	if err != nil {
 		return err
 	}
 	c.session = id
+	if u := resp.GetSession().GetUserId(); u != "" {
+		c.user = u
+	}
+	c.last = nil
 	return nil
 }
 
@@ -195,6 +214,8 @@ func (c *chatClient) command(ctx context.Context, line string) (bool, error) {
 			return false, err
 		}
 		c.out("  now in session %s\n", arg)
+	case "/context":
+		return false, c.showContext(ctx)
 	case "/memory":
 		return false, c.listMemories(ctx)
 	case "/forget":
@@ -205,7 +226,7 @@ func (c *chatClient) command(ctx context.Context, line string) (bool, error) {
 		}
 		return false, c.turn(ctx, arg, true)
 	default:
-		if strings.HasPrefix(cmd, "/") {
+		if strings.HasPrefix(cmd, "/") && !strings.Contains(cmd, "\n") {
 			return false, fmt.Errorf("unknown command %s (/help lists them)", cmd)
 		}
 		return false, c.turn(ctx, line, false)
@@ -216,9 +237,16 @@ func (c *chatClient) command(ctx context.Context, line string) (bool, error) {
 func (c *chatClient) newSession(ctx context.Context) error {
 	resp, err := c.sessions.CreateSession(c.auth(ctx), &sessionv1.CreateSessionRequest{UserId: c.user, Title: "hermes chat " + time.Now().Format("2006-01-02 15:04")})
 	if err != nil {
+		if status.Code(err) == codes.Unavailable {
+			return c.unreachable()
+		}
 		return fmt.Errorf("create a session: %s", status.Convert(err).Message())
 	}
 	c.session = resp.GetSession().GetId()
+	if u := resp.GetSession().GetUserId(); u != "" {
+		c.user = u
+	}
+	c.last = nil
 	c.out("New session %s for %s. /help lists the commands.\n", c.session, c.user)
 	return nil
 }
@@ -237,8 +265,9 @@ func (c *chatClient) listSessions(ctx context.Context) error {
 			mark = "*"
 		}
 		st := s.GetState()
-		c.out("  %s %s  %-28q %3d turns %5d messages %7d tokens  last active %s\n", mark, s.GetId(), s.GetTitle(),
-			st.GetTurnCount(), st.GetMessageCount(), st.GetTokenCount(), st.GetUpdatedAt().AsTime().Local().Format("2006-01-02 15:04"))
+		c.out("  %s %s  %-28q %9s %12s %14s  last active %s\n", mark, s.GetId(), s.GetTitle(),
+			demo.Plural(int(st.GetTurnCount()), "turn", "turns"), demo.Plural(int(st.GetMessageCount()), "message", "messages"),
+			demo.Plural(int(st.GetTokenCount()), "token", "tokens"), st.GetUpdatedAt().AsTime().Local().Format("2006-01-02 15:04"))
 	}
 	return nil
 }
@@ -275,7 +304,7 @@ func (c *chatClient) forget(ctx context.Context, arg string) error {
 		if err != nil {
 			return err
 		}
-		c.out("  forgot %d memories (and %d expired ones) about %s\n", resp.GetMemories(), resp.GetExpired(), c.user)
+		c.out("  forgot %s (and %d expired) about %s\n", demo.Plural(int(resp.GetMemories()), "memory", "memories"), resp.GetExpired(), c.user)
 	default:
 		if _, err := c.memory.Forget(c.auth(ctx), &memoryv1.ForgetRequest{UserId: c.user, MemoryId: arg}); err != nil {
 			return err
@@ -283,17 +312,4 @@ func (c *chatClient) forget(ctx context.Context, arg string) error {
 		c.out("  forgot %s\n", arg)
 	}
 	return nil
-}
-
-func (c *chatClient) turn(ctx context.Context, text string, sticky bool) error {
-	opts := &orchestratorv1.TurnOptions{Sticky: sticky}
-	if c.timeout > 0 {
-		opts.Timeout = durationpb.New(c.timeout)
-	}
-	p := &demo.Printer{W: c.env.stdout, Verbose: c.verbose}
-	_, err := demo.RunTurn(c.auth(ctx), c.orch, &orchestratorv1.RunTurnRequest{SessionId: c.session, UserId: c.user, Text: text, Options: opts}, p)
-	if err != nil && ctx.Err() != nil {
-		return errors.New("turn cancelled")
-	}
-	return err
 }

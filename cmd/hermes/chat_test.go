@@ -24,7 +24,7 @@ func TestChat(t *testing.T) {
 	defer st.Close()
 	// The first turn, then — once the extractor has written its memory — the rest, so /memory
 	// and /forget see a memory to list and to forget.
-	first := demo.FirstMessage + "\n/sessions\n"
+	first := demo.FirstMessage + "\n/sessions\n/context\n"
 	rest := strings.Join([]string{
 		"/memory",
 		"/new",
@@ -65,20 +65,28 @@ func TestChat(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errb.String(), got)
 	}
+	// The per-step token breakdown is for -v only.
+	if strings.Contains(got, "context for step") || strings.Contains(got, "· usage: ") {
+		t.Errorf("the default output shows the per-step breakdown:\n%s", got)
+	}
 	for _, want := range []string{
 		"New session ",
 		"for chat-user",
-		"memories recalled: none",
 		"→ locallife_search_restaurant {\"restaurant_name\":\"蜀香园\"}",
 		"← locallife_search_restaurant ok",
 		"assistant › 蜀香园在朝阳区建国路 88 号",
-		"context for step 1: ",
-		"done in 2 steps · usage: ",
+		"done in 2 steps · ",
+		"Context of the last model call (turn ",
+		"  [SSS",
+		"  T tool schemas ",
+		"Memories recalled: none passed the similarity threshold",
+		"Evicted: none (every turn of the session is in the window)",
+		"you › /sessions\n",
 		"unknown command /bogus",
 		"usage: /use <session id>",
 		"(preference, semantic) ",
 		"restaurant_name=蜀香园]",
-		"forgot 1 memories",
+		"forgot 1 memory ",
 		"no memories yet",
 	} {
 		if !strings.Contains(got, want) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/internal/demo"
 )
 
 // helpWidth is the width -h output wraps at.
@@ -152,7 +153,7 @@ func groupLine(key string, flags []*flag.Flag) string {
 	for i, f := range flags {
 		names[i] = "--" + f.Name
 	}
-	line := fmt.Sprintf("  %-13s%s: ", key, plural(len(flags), "setting", "settings"))
+	line := fmt.Sprintf("  %-13s%s: ", key, demo.Plural(len(flags), "setting", "settings"))
 	for i, n := range names {
 		if len([]rune(line))+len(n)+2 > helpWidth {
 			return strings.TrimSuffix(line, ", ") + ", …"
@@ -163,14 +164,6 @@ func groupLine(key string, flags []*flag.Flag) string {
 		}
 	}
 	return line
-}
-
-// plural is "1 setting", "2 settings".
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
 }
 
 // printFlagGroup writes a group's flags one per line: the flag and its argument, then what it

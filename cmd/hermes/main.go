@@ -15,8 +15,11 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	// Ctrl-C is delivered to the command: most stop on it, hermes chat cancels the running turn.
+	interrupts := make(chan os.Signal, 1)
+	signal.Notify(interrupts, os.Interrupt)
+	code := runEnv(ctx, &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, interrupts: interrupts}, os.Args[1:])
 	stop()
 	os.Exit(code)
 }
@@ -26,6 +29,8 @@ type command struct {
 	name  string
 	short string
 	run   func(ctx context.Context, env *cliEnv, args []string) error
+	// interactive commands read env.interrupts themselves; the others end on the first.
+	interactive bool
 }
 
 // cliEnv is what a subcommand may touch of the outside world; tests substitute it.
@@ -33,15 +38,17 @@ type cliEnv struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// interrupts carries Ctrl-C (SIGINT); nil when nothing delivers them (tests).
+	interrupts <-chan os.Signal
 }
 
 func commands() []command {
 	return []command{
-		{"serve", "run the gRPC services (all in one process, or --target=<service>)", runServe},
-		{"chat", "chat with a running server: streams answers, shows tool calls, filled arguments and memories", runChat},
-		{"demo", "play the article's restaurant example offline (scripted model, embedded stack, demo MCP server)", runDemo},
-		{"mcp", "serve Hermes' tools to MCP clients (hermes mcp serve --stdio)", runMCP},
-		{"version", "print the version", runVersion},
+		{"serve", "run the gRPC services (all in one process, or --target=<service>)", runServe, false},
+		{"chat", "chat with a running server: streams answers, shows tool calls, filled arguments and memories", runChat, true},
+		{"demo", "play the article's restaurant example offline (scripted model, embedded stack, demo MCP server)", runDemo, false},
+		{"mcp", "serve Hermes' tools to MCP clients (hermes mcp serve --stdio)", runMCP, false},
+		{"version", "print the version, VCS revision and Go version of this binary", runVersion, false},
 	}
 }
 
@@ -50,8 +57,14 @@ type errUsage struct{ msg string }
 
 func (e errUsage) Error() string { return e.msg }
 
+// run runs a command line without interrupts, for tests.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
-	env := &cliEnv{stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv}
+	return runEnv(ctx, &cliEnv{stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv}, args)
+}
+
+// runEnv runs a command line and returns its exit code: 0, 1 for a failure, 2 for a usage error.
+func runEnv(ctx context.Context, env *cliEnv, args []string) int {
+	stdout, stderr := env.stdout, env.stderr
 	switch {
 	case len(args) == 0:
 		usage(stderr)
@@ -70,6 +83,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	for _, c := range commands() {
 		if c.name != args[0] {
 			continue
+		}
+		if !c.interactive && env.interrupts != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			defer cancel()
+			go func() {
+				select {
+				case <-env.interrupts:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
 		}
 		err := c.run(ctx, env, args[1:])
 		switch {

@@ -9,15 +9,24 @@ import (
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 )
 
-// Printer renders a turn's events for a person: the context's token composition, recalled
-// memories, tool calls with the arguments filled from memory, results, the streamed answer and
-// the usage. `hermes chat` and `hermes demo` share it.
+// Printer renders a turn's events for a person: the streamed answer, recalled memories, tool
+// calls with their arguments (and the ones filled from memory), a progress line while a tool
+// reports progress, results, and the outcome. Verbose adds what a developer wants: the turn's
+// id and model, the token composition and tools of every model step, and the full usage.
+// `hermes chat` and `hermes demo` share it.
 type Printer struct {
 	W io.Writer
-	// Verbose prints the full token breakdown and the tool list of every model step.
+	// Verbose prints the turn's header, every model step's token breakdown and tools, and the
+	// full token usage.
 	Verbose bool
+	// Live redraws the progress line in place (W is a terminal); otherwise progress is printed
+	// as lines, one per tenth of the work or new message.
+	Live bool
 
 	inText bool
+	// progress is the call whose progress line is showing, with what was last printed of it.
+	progress     string
+	progressShow string
 	// LastContext is the context of the turn's last model call.
 	LastContext *orchestratorv1.ContextAssembled
 }
@@ -27,11 +36,21 @@ func (p *Printer) endText() {
 		fmt.Fprintln(p.W)
 		p.inText = false
 	}
+	p.endProgress()
+}
+
+// endProgress ends a live progress line, so the next output starts on a clean line.
+func (p *Printer) endProgress() {
+	if p.progress != "" && p.Live {
+		fmt.Fprint(p.W, "\r\x1b[K")
+	}
+	p.progress, p.progressShow = "", ""
 }
 
 // Event prints one event.
 func (p *Printer) Event(ev *orchestratorv1.TurnEvent) {
 	if d := ev.GetDelta(); d != nil {
+		p.endProgress()
 		if !p.inText {
 			fmt.Fprint(p.W, "assistant › ")
 			p.inText = true
@@ -39,17 +58,25 @@ func (p *Printer) Event(ev *orchestratorv1.TurnEvent) {
 		fmt.Fprint(p.W, d.GetText())
 		return
 	}
+	if tp := ev.GetToolProgress(); tp != nil {
+		p.toolProgress(tp)
+		return
+	}
 	p.endText()
 	switch e := ev.GetEvent().(type) {
 	case *orchestratorv1.TurnEvent_Started:
-		fmt.Fprintf(p.W, "  [turn %s · message #%d · model %s]\n", e.Started.GetTurnId(), e.Started.GetUserMessageSeq(), e.Started.GetModel())
+		if p.Verbose {
+			fmt.Fprintf(p.W, "  [turn %s · message #%d · model %s]\n", e.Started.GetTurnId(), e.Started.GetUserMessageSeq(), e.Started.GetModel())
+		}
 	case *orchestratorv1.TurnEvent_Context:
 		c := e.Context
 		p.LastContext = c
-		fmt.Fprintf(p.W, "  context for step %d: %s\n", c.GetStep(), Composition(c.GetTokens()))
-		if p.Verbose || c.GetStep() == 1 {
-			fmt.Fprintf(p.W, "    tools: %s (%s); window %d turns, %d pinned, %d task-state steps, %d repairs\n",
-				strings.Join(c.GetTools(), ", "), c.GetToolSelection(), c.GetWindowTurns(), c.GetPinnedMessages(), c.GetTaskStateSteps(), c.GetRepairs())
+		if p.Verbose {
+			fmt.Fprintf(p.W, "  context for step %d: %s\n", c.GetStep(), Composition(c.GetTokens()))
+			fmt.Fprintf(p.W, "    tools: %s (%s); window %s, %s, %s, %s\n",
+				strings.Join(c.GetTools(), ", "), c.GetToolSelection(), Plural(int(c.GetWindowTurns()), "turn", "turns"),
+				Plural(int(c.GetPinnedMessages()), "pinned message", "pinned messages"),
+				Plural(int(c.GetTaskStateSteps()), "task-state step", "task-state steps"), Plural(int(c.GetRepairs()), "repair", "repairs"))
 		}
 	case *orchestratorv1.TurnEvent_Memories:
 		m := e.Memories
@@ -57,9 +84,11 @@ func (p *Printer) Event(ev *orchestratorv1.TurnEvent) {
 		case m.GetError() != "":
 			fmt.Fprintf(p.W, "  memories: %s\n", m.GetError())
 		case len(m.GetMemories()) == 0:
-			fmt.Fprintln(p.W, "  memories recalled: none")
+			if p.Verbose {
+				fmt.Fprintln(p.W, "  memories recalled: none")
+			}
 		default:
-			fmt.Fprintf(p.W, "  memories recalled: %d\n", len(m.GetMemories()))
+			fmt.Fprintf(p.W, "  %s recalled\n", Plural(len(m.GetMemories()), "memory", "memories"))
 			for _, r := range m.GetMemories() {
 				fmt.Fprintf(p.W, "    • (%s) %s%s  score %.2f", r.GetType(), r.GetContent(), attrs(r.GetAttributes()), r.GetScore())
 				if r.GetReason() != "" {
@@ -74,7 +103,7 @@ func (p *Printer) Event(ev *orchestratorv1.TurnEvent) {
 		for _, f := range c.GetFilled() {
 			fmt.Fprintf(p.W, "      filled from memory %s: %s = %s\n", f.GetMemoryId(), f.GetName(), f.GetValue())
 		}
-		if c.GetIdempotencyKey() != "" {
+		if c.GetIdempotencyKey() != "" && p.Verbose {
 			fmt.Fprintf(p.W, "      idempotency key %s\n", c.GetIdempotencyKey())
 		}
 	case *orchestratorv1.TurnEvent_ToolResult:
@@ -95,21 +124,89 @@ func (p *Printer) Event(ev *orchestratorv1.TurnEvent) {
 		if s.GetFallback() {
 			how = "by the extractive fallback"
 		}
-		fmt.Fprintf(p.W, "  summary extended %s: %d messages folded in, now covers through #%d (%d tokens)\n", how, s.GetFoldedMessages(), s.GetThroughSeq(), s.GetTokens())
+		fmt.Fprintf(p.W, "  summary extended %s: %s folded in, now covers through #%d (%d tokens)\n", how,
+			Plural(int(s.GetFoldedMessages()), "message", "messages"), s.GetThroughSeq(), s.GetTokens())
 	case *orchestratorv1.TurnEvent_Completed:
 		c := e.Completed
-		fmt.Fprintf(p.W, "  done in %d steps · %s\n", c.GetSteps(), usage(c.GetUsage()))
+		if p.Verbose {
+			fmt.Fprintf(p.W, "  done in %s · %s\n", Plural(int(c.GetSteps()), "step", "steps"), usage(c.GetUsage()))
+		} else {
+			fmt.Fprintf(p.W, "  done in %s · %s\n", Plural(int(c.GetSteps()), "step", "steps"), Plural(int(c.GetUsage().GetTotalTokens()), "token", "tokens"))
+		}
 	case *orchestratorv1.TurnEvent_Failed:
 		f := e.Failed
-		fmt.Fprintf(p.W, "  ✗ turn failed (%s): %s\n", f.GetCode(), f.GetMessage())
-		if f.GetUsage().GetModelCalls() > 0 {
+		if f.GetCode() == "CANCELED" || f.GetCode() == "CANCELLED" {
+			fmt.Fprintf(p.W, "  ⏹ turn cancelled: %s\n", f.GetMessage())
+		} else {
+			fmt.Fprintf(p.W, "  ✗ turn failed (%s): %s\n", f.GetCode(), f.GetMessage())
+		}
+		if f.GetUsage().GetModelCalls() > 0 && p.Verbose {
 			fmt.Fprintf(p.W, "    %s\n", usage(f.GetUsage()))
 		}
 	}
 }
 
-// Flush ends a line of streamed text.
+// toolProgress draws a running tool's progress: a bar when the tool knows its total, the
+// amount done otherwise, and its message.
+func (p *Printer) toolProgress(tp *orchestratorv1.ToolProgress) {
+	p.endTextOnly()
+	show := fmt.Sprintf("  ⋯ %s %s", tp.GetName(), progressText(tp.GetProgress(), tp.GetTotal(), p.Live))
+	if msg := oneLine(tp.GetMessage(), 80); msg != "" {
+		show += " " + msg
+	}
+	if p.Live {
+		fmt.Fprint(p.W, "\r\x1b[K"+show)
+		p.progress, p.progressShow = tp.GetCallId(), show
+		return
+	}
+	// Not a terminal: a line when the call, its tenth of the work or its message changes.
+	key := fmt.Sprintf("%s %s %d", tp.GetCallId(), tp.GetMessage(), tenth(tp.GetProgress(), tp.GetTotal()))
+	if key != p.progressShow {
+		fmt.Fprintln(p.W, show)
+		p.progressShow = key
+	}
+}
+
+// endTextOnly ends streamed text without touching the progress line.
+func (p *Printer) endTextOnly() {
+	if p.inText {
+		fmt.Fprintln(p.W)
+		p.inText = false
+	}
+}
+
+func tenth(done, total float64) int {
+	if total <= 0 {
+		return int(done)
+	}
+	return int(10 * done / total)
+}
+
+// progressText is "[██████░░░░] 60%" with a total, "3 done" without.
+func progressText(done, total float64, bar bool) string {
+	if total <= 0 {
+		return fmt.Sprintf("%g done", done)
+	}
+	frac := min(max(done/total, 0), 1)
+	pct := fmt.Sprintf("%d%% (%g/%g)", int(100*frac+0.5), done, total)
+	if !bar {
+		return pct
+	}
+	const width = 20
+	full := int(frac*width + 0.5)
+	return "[" + strings.Repeat("█", full) + strings.Repeat("░", width-full) + "] " + pct
+}
+
+// Flush ends a line of streamed text or progress.
 func (p *Printer) Flush() { p.endText() }
+
+// Plural is "1 step", "2 steps".
+func Plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
 
 // Composition renders a token breakdown with each block's share.
 func Composition(t *orchestratorv1.TokenBreakdown) string {
