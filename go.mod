@@ -3,10 +3,12 @@ module github.com/hermes-agent/hermes
 go 1.26.7
 
 require (
+	github.com/creack/pty v1.1.24
 	github.com/fullstorydev/grpchan v1.1.2
 	github.com/google/go-cmp v0.7.0
 	github.com/google/jsonschema-go v0.4.3
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.34.0
+	github.com/hinshun/vt10x v0.0.0-20220301184237-5011da428d02
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.56.0

@@ -79,6 +79,11 @@ func newTerminalInput(history string, out io.Writer) (*terminalInput, error) {
 	if err := rl.Config.Set("enable-bracketed-paste", true); err != nil {
 		return nil, err
 	}
+	// The prompt always starts a line, so the editor need not ask the terminal where the cursor
+	// is: some terminals never answer, and keys typed while the answer is awaited are lost.
+	if err := rl.Config.Set("cursor-position-probe", false); err != nil {
+		return nil, err
+	}
 	rl.Completer = func(line []rune, cursor int) readline.Completions {
 		if len(line) > 0 && line[0] == '/' && !strings.ContainsRune(string(line[:cursor]), ' ') {
 			return readline.CompleteValues(chatCommands()...)
