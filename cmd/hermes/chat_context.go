@@ -259,7 +259,7 @@ func renderEvicted(w io.Writer, msgs []*sessionv1.Message, truncated bool, a *or
 	if truncated {
 		more = " (and older ones not read)"
 	}
-	fmt.Fprintf(w, "Evicted: %s older than the %s window%s, #%d–#%d: %d in the summary, %d pinned, %d not summarised yet\n",
+	fmt.Fprintf(w, "Evicted: %s before the window of %s%s, #%d–#%d: %d in the summary, %d pinned, %d not summarised yet\n",
 		demo.Plural(len(evicted), "message", "messages"), demo.Plural(window, "turn", "turns"), more,
 		evicted[0].GetSeq(), evicted[len(evicted)-1].GetSeq(), summarised, pinned, len(evicted)-summarised-pinned)
 	shown := evicted[max(0, len(evicted)-contextEvictedShown):]

@@ -239,8 +239,9 @@ func ArticleComposition(t *orchestratorv1.TokenBreakdown, replyTokens int32) str
 }
 
 func usage(u *orchestratorv1.Usage) string {
-	return fmt.Sprintf("usage: %d prompt (%d cached) + %d completion = %d tokens over %d model calls (counted by the %s)",
-		u.GetPromptTokens(), u.GetCachedTokens(), u.GetCompletionTokens(), u.GetTotalTokens(), u.GetModelCalls(), u.GetSource())
+	return fmt.Sprintf("usage: %d prompt (%d cached) + %d completion = %s over %s (counted by the %s)",
+		u.GetPromptTokens(), u.GetCachedTokens(), u.GetCompletionTokens(), Plural(int(u.GetTotalTokens()), "token", "tokens"),
+		Plural(int(u.GetModelCalls()), "model call", "model calls"), u.GetSource())
 }
 
 func attrs(m map[string]string) string {
