@@ -133,8 +133,8 @@ func renderContext(w io.Writer, s *orchestratorv1.TurnStarted, a *orchestratorv1
 	var bar strings.Builder
 	for i, b := range blocks {
 		cell := strings.Repeat(b.mark, widths[i])
-		if color {
-			cell = fmt.Sprintf("\x1b[%dm%s\x1b[0m", b.color, strings.Repeat(" ", widths[i]))
+		if color && widths[i] > 0 {
+			cell = fmt.Sprintf("\x1b[30;%dm%s\x1b[0m", b.color, cell)
 		}
 		bar.WriteString(cell)
 	}
@@ -142,7 +142,7 @@ func renderContext(w io.Writer, s *orchestratorv1.TurnStarted, a *orchestratorv1
 	for _, b := range blocks {
 		mark := b.mark
 		if color {
-			mark = fmt.Sprintf("\x1b[%dm \x1b[0m", b.color)
+			mark = fmt.Sprintf("\x1b[30;%dm%s\x1b[0m", b.color, b.mark)
 		}
 		share := ""
 		if total > 0 && b.tokens > 0 {
