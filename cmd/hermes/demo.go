@@ -16,6 +16,7 @@ func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 	logLevel := fs.String("log-level", "error", "log level of the services: debug, info, warn, error")
 	dataDir := fs.String("data-dir", "", "keep the embedded stores in this directory instead of a temporary one")
 	serve := fs.String("serve", "", "after the demo, keep serving on this gRPC address (for example 127.0.0.1:7070) until Ctrl-C")
+	httpListen := fs.String("http-listen", "", "with -serve, also serve the HTTP/JSON API on this address (for example 127.0.0.1:8080)")
 	if err := fs.Parse(args); err != nil {
 		return parseErr("demo", fs, env, err)
 	}
@@ -26,5 +27,8 @@ func runDemo(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return errUsage{err.Error()}
 	}
-	return demo.Run(ctx, demo.Options{Out: env.stdout, Log: log, DataDir: *dataDir, Verbose: *verbose, Serve: *serve})
+	if *httpListen != "" && *serve == "" {
+		return errUsage{"-http-listen needs -serve (run hermes demo -h)"}
+	}
+	return demo.Run(ctx, demo.Options{Out: env.stdout, Log: log, DataDir: *dataDir, Verbose: *verbose, Serve: *serve, HTTPListen: *httpListen})
 }

@@ -52,6 +52,8 @@ type Options struct {
 	// Serve, when set, keeps the stack serving on this gRPC address after the demo until ctx
 	// ends, so that grpcurl or `hermes chat` can talk to it (the scripted model stays the model).
 	Serve string
+	// HTTPListen, when set, also serves the HTTP/JSON API on this address.
+	HTTPListen string
 }
 
 // DefaultConfig is the serving configuration with every default and nothing from the
@@ -80,10 +82,10 @@ type Stack struct {
 // StartStack starts the scripted model, the restaurant MCP server and a monolithic Hermes in
 // dataDir, and adds the MCP server to the gateway.
 func StartStack(ctx context.Context, dataDir string, log *slog.Logger) (*Stack, error) {
-	return startStack(ctx, dataDir, "127.0.0.1:0", log)
+	return startStack(ctx, dataDir, "127.0.0.1:0", "", log)
 }
 
-func startStack(ctx context.Context, dataDir, listen string, log *slog.Logger) (*Stack, error) {
+func startStack(ctx context.Context, dataDir, listen, httpListen string, log *slog.Logger) (*Stack, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -98,6 +100,7 @@ func startStack(ctx context.Context, dataDir, listen string, log *slog.Logger) (
 	}
 	cfg := DefaultConfig()
 	cfg.Listen = listen
+	cfg.HTTP.Listen = httpListen
 	cfg.DataDir = dataDir
 	cfg.ModelBaseURL = st.Model.URL()
 	cfg.Model = "restaurant-demo"
@@ -253,7 +256,7 @@ func Run(ctx context.Context, opts Options) error {
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
-	st, err := startStack(ctx, dir, listen, opts.Log)
+	st, err := startStack(ctx, dir, listen, opts.HTTPListen, opts.Log)
 	if err != nil {
 		return err
 	}
@@ -323,6 +326,9 @@ func Run(ctx context.Context, opts Options) error {
 	if opts.Serve != "" {
 		fmt.Fprintf(out, "\nStill serving on %s with the scripted model (user %q, sessions %s and %s); Ctrl-C stops.\n",
 			st.App.Addr(), User, s1.GetSession().GetId(), s2.GetSession().GetId())
+		if a := st.App.HTTPAddr(); a != "" {
+			fmt.Fprintf(out, "HTTP/JSON API on http://%s (OpenAPI: http://%s/openapi.json).\n", a, a)
+		}
 		<-ctx.Done()
 	}
 	return nil

@@ -25,7 +25,6 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -179,7 +178,6 @@ func New(conn grpc.ClientConnInterface, opts Options) (*Server, error) {
 			return "", false
 		}),
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
-		runtime.WithHealthzEndpoint(healthpb.NewHealthClient(conn)),
 	)
 	ctx := context.Background()
 	for _, g := range gateways() {
