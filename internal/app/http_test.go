@@ -73,9 +73,9 @@ func startHTTP(t *testing.T) (*App, string) {
 	return a, "http://" + a.HTTPAddr()
 }
 
-// call makes one JSON request with the API key as a bearer token (a key starting "x-api-key "
-// goes in that header instead) and decodes the answer into a map.
-func call(t *testing.T, method, url, key, body string) (int, map[string]any) {
+// do makes one request with the API key as a bearer token (a key starting "x-api-key " goes
+// in that header instead) and returns the status and body.
+func do(t *testing.T, method, url, key, body string) (int, []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -98,11 +98,18 @@ func call(t *testing.T, method, url, key, body string) (int, map[string]any) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp.StatusCode, raw
+}
+
+// call makes one JSON request and decodes the answer into a map.
+func call(t *testing.T, method, url, key, body string) (int, map[string]any) {
+	t.Helper()
+	code, raw := do(t, method, url, key, body)
 	var out map[string]any
 	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatalf("%s %s: %d, not JSON: %q", method, url, resp.StatusCode, raw)
+		t.Fatalf("%s %s: %d, not JSON: %q", method, url, code, raw)
 	}
-	return resp.StatusCode, out
+	return code, out
 }
 
 // sseEvent is one server-sent event.
@@ -148,20 +155,13 @@ func readEvents(t *testing.T, body io.Reader, stop func(sseEvent) bool) []sseEve
 // getTurn reads a turn through the HTTP API, as alice; nil while it has no record.
 func getTurn(t *testing.T, base, id string) *orchestratorv1.Turn {
 	t.Helper()
-	req, _ := http.NewRequest("GET", base+"/v1/turns/"+id, nil)
-	req.Header.Set("Authorization", "Bearer "+httpTestKey)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode == http.StatusNotFound {
+	code, raw := do(t, "GET", base+"/v1/turns/"+id, httpTestKey, "")
+	if code == http.StatusNotFound {
 		return nil
 	}
 	var got orchestratorv1.GetTurnResponse
 	if err := protojson.Unmarshal(raw, &got); err != nil {
-		t.Fatalf("GET /v1/turns/%s: %d %s: %v", id, resp.StatusCode, raw, err)
+		t.Fatalf("GET /v1/turns/%s: %d %s: %v", id, code, raw, err)
 	}
 	return got.GetTurn()
 }
