@@ -215,8 +215,10 @@ func TestBuiltinPanicIsAResult(t *testing.T) {
 		Spec: spec("boom", "A builtin with a bug.", emptyObjectSchema, time.Second, true),
 		Run:  func(context.Context, json.RawMessage) (any, error) { panic("index out of range") },
 	})
-	c, _ := newClient(t, Options{Builtins: b})
-	mustRegister(t, c, b.m["boom"].Spec)
+	c, svc := newClient(t, Options{Builtins: b})
+	if err := svc.RegisterBuiltins(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	for range 2 {
 		res := execute(t, c, &toolsv1.ExecuteToolRequest{Name: "boom", Arguments: `{}`, IdempotencyKey: "k"})
 		if res.GetError().GetCode() != toolsv1.ErrorCode_ERROR_CODE_EXECUTION || !strings.Contains(res.GetError().GetMessage(), "index out of range") {

@@ -365,7 +365,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 	ctx := context.Background()
 	for _, spec := range []*toolsv1.ToolSpec{httpSpec("hang", srv.URL, emptyObjectSchema), httpSpec("flaky", flaky.URL, emptyObjectSchema)} {
 		spec.Timeout = dur(100 * time.Millisecond)
-		if _, _, err := svc.reg.Register(ctx, spec, "api"); err != nil {
+		if _, _, err := svc.reg.Register(ctx, spec, "api", true); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hermes-agent/hermes/internal/auth"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/tokenizer"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
@@ -108,7 +109,7 @@ func (s *Service) Registry() *Registry { return s.reg }
 func (s *Service) RegisterBuiltins(ctx context.Context) error {
 	for _, name := range s.builtins.names() {
 		bt, _ := s.builtins.get(name)
-		if _, _, err := s.reg.Register(ctx, bt.Spec, "builtin"); err != nil {
+		if _, _, err := s.reg.Register(ctx, bt.Spec, SourceBuiltin, true); err != nil {
 			return fmt.Errorf("register builtin %s: %w", name, err)
 		}
 	}
@@ -124,6 +125,13 @@ func boundary(what string, err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
+	var owned *OwnedError
+	if errors.As(err, &owned) {
+		if owned.Source == SourceBuiltin {
+			return status.Errorf(codes.PermissionDenied, "%q is a builtin tool; builtins cannot be replaced or removed", owned.Name)
+		}
+		return status.Errorf(codes.PermissionDenied, "tool %q is registered by source %q; only an operator may replace or remove it", owned.Name, owned.Source)
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return status.FromContextError(err).Err()
 	}
@@ -132,7 +140,12 @@ func boundary(what string, err error) error {
 
 // RegisterTool implements ToolService.
 func (s *Service) RegisterTool(ctx context.Context, req *toolsv1.RegisterToolRequest) (*toolsv1.RegisterToolResponse, error) {
-	tool, changed, err := s.reg.Register(ctx, req.GetSpec(), req.GetSource())
+	source := req.GetSource()
+	if source == SourceBuiltin || source == sourceFile {
+		return nil, status.Errorf(codes.InvalidArgument, "source %q is set by the server itself; register with source api or mcp:<server>", source)
+	}
+	// A name belongs to the source that registered it; only an operator replaces another's.
+	tool, changed, err := s.reg.Register(ctx, req.GetSpec(), source, auth.IsOperator(ctx))
 	if err != nil {
 		return nil, boundary("store the tool", err)
 	}
@@ -150,7 +163,10 @@ func (s *Service) UnregisterTool(ctx context.Context, req *toolsv1.UnregisterToo
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	if err := s.reg.Delete(ctx, req.GetName()); err != nil {
+	if req.GetSource() == "" && !auth.IsOperator(ctx) {
+		return nil, status.Error(codes.PermissionDenied, "only an operator removes a tool of any source; set source to remove your own")
+	}
+	if err := s.reg.Delete(ctx, req.GetName(), req.GetSource()); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return nil, s.notFound(ctx, req.GetName())
 		}

@@ -561,7 +561,9 @@ type RegisterToolRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The tool's contract. Required.
 	Spec *ToolSpec `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
-	// Where it comes from; default "api".
+	// Where it comes from: "api" (the default) or "mcp:<server>". A name belongs to the source
+	// that registered it: another source may replace it only as an operator, and builtins are
+	// never replaced (PERMISSION_DENIED).
 	Source        string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -670,7 +672,10 @@ func (x *RegisterToolResponse) GetChanged() bool {
 type UnregisterToolRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The tool's name. Required.
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Remove the tool only if it has this source (PERMISSION_DENIED otherwise). Required for
+	// services (the MCP gateway removes only the tools of its servers); operators may omit it.
+	Source        string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -708,6 +713,13 @@ func (*UnregisterToolRequest) Descriptor() ([]byte, []int) {
 func (x *UnregisterToolRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *UnregisterToolRequest) GetSource() string {
+	if x != nil {
+		return x.Source
 	}
 	return ""
 }
@@ -1703,9 +1715,10 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"\x06source\x18\x02 \x01(\tR\x06source\"[\n" +
 	"\x14RegisterToolResponse\x12)\n" +
 	"\x04tool\x18\x01 \x01(\v2\x15.hermes.tools.v1.ToolR\x04tool\x12\x18\n" +
-	"\achanged\x18\x02 \x01(\bR\achanged\"+\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"C\n" +
 	"\x15UnregisterToolRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x18\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\"\x18\n" +
 	"\x16UnregisterToolResponse\"$\n" +
 	"\x0eGetToolRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"<\n" +
