@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hermes-agent/hermes/internal/secretenv"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -255,7 +256,7 @@ func TestWebhookRequest(t *testing.T) {
 	}))
 	defer srv.Close()
 	env := map[string]string{"WEATHER_TOKEN": "s3cret"}
-	c, _ := newClient(t, Options{Getenv: func(k string) string { return env[k] }})
+	c, _ := newClient(t, Options{Secrets: secretenv.New([]string{"WEATHER_TOKEN"}, func(k string) string { return env[k] })})
 	spec := httpSpec("weather", srv.URL, `{"type":"object","properties":{"city":{"type":"string"}}}`)
 	spec.GetHttp().Headers = map[string]string{"X-Region": "eu"}
 	spec.GetHttp().SecretEnv = "WEATHER_TOKEN"

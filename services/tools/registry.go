@@ -24,6 +24,7 @@ type Registry struct {
 	builtins   *Builtins
 	tok        *tokenizer.Tokenizer
 	maxTimeout time.Duration
+	rules      specRules
 
 	mu      sync.Mutex
 	schemas map[string]*lazySchema
@@ -39,8 +40,8 @@ type lazySchema struct {
 }
 
 // NewRegistry returns a registry over store.
-func NewRegistry(store Store, builtins *Builtins, tok *tokenizer.Tokenizer, maxTimeout time.Duration) *Registry {
-	return &Registry{store: store, builtins: builtins, tok: tok, maxTimeout: maxTimeout, schemas: map[string]*lazySchema{}}
+func NewRegistry(store Store, builtins *Builtins, tok *tokenizer.Tokenizer, maxTimeout time.Duration, rules specRules) *Registry {
+	return &Registry{store: store, builtins: builtins, tok: tok, maxTimeout: maxTimeout, rules: rules, schemas: map[string]*lazySchema{}}
 }
 
 // Register validates, compiles and stores a spec. Invalid specs are an INVALID_ARGUMENT error
@@ -49,7 +50,7 @@ func NewRegistry(store Store, builtins *Builtins, tok *tokenizer.Tokenizer, maxT
 func (r *Registry) Register(ctx context.Context, spec *toolsv1.ToolSpec, source string, replaceOthers bool) (*toolsv1.Tool, bool, error) {
 	spec = proto.Clone(spec).(*toolsv1.ToolSpec)
 	var v rpc.Violations
-	cs := checkSpec(spec, r.builtins, r.maxTimeout, &v)
+	cs := checkSpec(spec, r.builtins, r.maxTimeout, r.rules, &v)
 	if source == "" {
 		source = "api"
 	}

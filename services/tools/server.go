@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -23,7 +22,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/auth"
+	"github.com/hermes-agent/hermes/internal/egress"
 	"github.com/hermes-agent/hermes/internal/rpc"
+	"github.com/hermes-agent/hermes/internal/secretenv"
 	"github.com/hermes-agent/hermes/internal/tokenizer"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
@@ -44,14 +45,19 @@ type Options struct {
 	Config Config
 	// Tokenizer counts schema tokens. Required.
 	Tokenizer *tokenizer.Tokenizer
-	// Builtins are the Go tools offered; nil means NewBuiltins(Config).
+	// Builtins are the Go tools offered; nil means NewBuiltins(Config, Egress).
 	Builtins *Builtins
 	// MCP returns the gateway client for mcp tools, on first use; nil makes them unavailable.
 	MCP func() (MCPCaller, error)
-	// HTTPClient runs webhook tools; nil means a client that does not follow redirects.
+	// Egress is the operator's policy for outbound connections of webhooks and http_fetch; nil
+	// refuses every loopback, private and link-local address.
+	Egress *egress.Policy
+	// HTTPClient runs webhook tools; nil means a client through Egress that does not follow
+	// redirects.
 	HTTPClient *http.Client
-	// Getenv reads webhook secrets; nil means os.Getenv.
-	Getenv func(string) string
+	// Secrets reads webhook secrets from the environment variables the operator allowed; nil
+	// allows none.
+	Secrets *secretenv.Reader
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -82,20 +88,23 @@ func NewService(store Store, opts Options) (*Service, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.Builtins == nil {
-		opts.Builtins = NewBuiltins(cfg)
+	if opts.Egress == nil {
+		opts.Egress = &egress.Policy{}
 	}
-	if opts.Getenv == nil {
-		opts.Getenv = os.Getenv
+	if opts.Builtins == nil {
+		opts.Builtins = NewBuiltins(cfg, opts.Egress)
+	}
+	if opts.Secrets == nil {
+		opts.Secrets = secretenv.New(nil, nil)
 	}
 	return &Service{
 		cfg:         cfg,
 		log:         opts.Logger,
-		reg:         NewRegistry(store, opts.Builtins, opts.Tokenizer, cfg.MaxTimeout),
+		reg:         NewRegistry(store, opts.Builtins, opts.Tokenizer, cfg.MaxTimeout, specRules{secrets: opts.Secrets, egress: opts.Egress}),
 		idem:        newIdempotency(store, cfg.IdempotencyTTL, opts.Logger),
 		builtins:    opts.Builtins,
 		tracer:      otel.Tracer("github.com/hermes-agent/hermes/services/tools"),
-		httpExec:    newHTTPExecutor(opts.HTTPClient, opts.Getenv, cfg.MaxResponseBytes),
+		httpExec:    newHTTPExecutor(opts.HTTPClient, opts.Egress, opts.Secrets, cfg.MaxResponseBytes),
 		mcpExec:     &mcpExecutor{connect: opts.MCP},
 		builtinExec: &builtinExecutor{builtins: opts.Builtins},
 	}, nil

@@ -238,7 +238,7 @@ func (s *Service) LoadToolsFile(ctx context.Context, path string) (int, error) {
 	seen := map[string]bool{}
 	for i, spec := range specs {
 		var v rpc.Violations
-		checkSpec(cloneSpec(spec), s.builtins, s.cfg.MaxTimeout, &v)
+		checkSpec(cloneSpec(spec), s.builtins, s.cfg.MaxTimeout, s.reg.rules, &v)
 		if seen[spec.GetName()] {
 			v.Add("spec.name", "%q is declared twice", spec.GetName())
 		}
