@@ -3,9 +3,9 @@ package app
 import (
 	"context"
 
+	"github.com/hermes-agent/hermes/internal/secretenv"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
-	"github.com/hermes-agent/hermes/internal/secretenv"
 	"github.com/hermes-agent/hermes/services/tools"
 )
 

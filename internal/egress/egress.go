@@ -86,15 +86,15 @@ func parseRule(s string) (rule, error) {
 
 // internal ranges that are not covered by netip's predicates.
 var internalPrefixes = []netip.Prefix{
-	netip.MustParsePrefix("100.64.0.0/10"),   // shared address space (carrier-grade NAT)
-	netip.MustParsePrefix("192.0.0.0/24"),    // IETF protocol assignments
-	netip.MustParsePrefix("198.18.0.0/15"),   // benchmarking
-	netip.MustParsePrefix("240.0.0.0/4"),     // reserved, and the broadcast address
-	netip.MustParsePrefix("64:ff9b:1::/48"),  // local-use NAT64
-	netip.MustParsePrefix("2001:db8::/32"),   // documentation
-	netip.MustParsePrefix("fec0::/10"),       // deprecated site-local
-	netip.MustParsePrefix("0.0.0.0/8"),       // "this network"
-	netip.MustParsePrefix("::/128"),          // unspecified
+	netip.MustParsePrefix("100.64.0.0/10"),  // shared address space (carrier-grade NAT)
+	netip.MustParsePrefix("192.0.0.0/24"),   // IETF protocol assignments
+	netip.MustParsePrefix("198.18.0.0/15"),  // benchmarking
+	netip.MustParsePrefix("240.0.0.0/4"),    // reserved, and the broadcast address
+	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64
+	netip.MustParsePrefix("2001:db8::/32"),  // documentation
+	netip.MustParsePrefix("fec0::/10"),      // deprecated site-local
+	netip.MustParsePrefix("0.0.0.0/8"),      // "this network"
+	netip.MustParsePrefix("::/128"),         // unspecified
 }
 
 var nat64 = netip.MustParsePrefix("64:ff9b::/96")
