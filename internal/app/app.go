@@ -336,7 +336,7 @@ func (a *App) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error)
 		}
 		a.closers = append(a.closers, emb.Close)
 		url = emb.URL()
-		a.log.Info("embedded NATS with JetStream", "url", url)
+		a.log.Info("embedded NATS with JetStream (token required)", "addr", emb.Addr())
 	}
 	nc, js, err := events.Connect(url, "hermes", a.log)
 	if err != nil {
