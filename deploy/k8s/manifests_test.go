@@ -22,30 +22,39 @@ var (
 
 // TestRenderedManifests renders every overlay and base from disk and applies the policy.
 func TestRenderedManifests(t *testing.T) {
-	// The model key is never in git outside the dev placeholder: prod expects it created first.
-	modelSecret := map[string]bool{"Secret/hermes-model": true}
+	// Secrets are never in git outside the dev placeholders: prod expects them created first.
+	secrets := map[string]bool{"Secret/hermes-model": true, "Secret/hermes-secrets": true}
+	// The base leaves the certificates to components/cert-manager or the operator's PKI.
+	certificates := map[string]bool{}
+	for _, d := range hermesDeployments {
+		certificates["Secret/"+d+"-tls"] = true
+	}
+	baseExternal := union(secrets, certificates)
 	// A single service's base leaves the shared configuration to the aggregate base.
-	shared := map[string]bool{"Secret/hermes-model": true, "ConfigMap/hermes-config": true}
+	shared := union(baseExternal, map[string]bool{"ConfigMap/hermes-config": true})
 
 	tests := []struct {
 		dir          string
 		external     map[string]bool
 		pinnedImages bool
+		whole        bool // the whole of Hermes: NetworkPolicies and mutual TLS required
 		deployments  []string
 		statefulSets []string
 		extra        func(t *testing.T, r *rendered)
 	}{
-		{dir: "overlays/dev", pinnedImages: true, deployments: hermesDeployments, statefulSets: backends, extra: checkDev},
-		{dir: "overlays/prod", external: modelSecret, pinnedImages: true, deployments: hermesDeployments, statefulSets: backends, extra: checkProd},
-		{dir: "base", external: modelSecret, deployments: hermesDeployments, statefulSets: backends},
+		{dir: "overlays/dev", pinnedImages: true, whole: true, deployments: hermesDeployments, statefulSets: backends, extra: checkDev},
+		{dir: "overlays/prod", external: secrets, pinnedImages: true, whole: true, deployments: hermesDeployments, statefulSets: backends, extra: checkProd},
+		{dir: "base", external: baseExternal, whole: true, deployments: hermesDeployments, statefulSets: backends},
 		{dir: "base/config"},
+		{dir: "base/secrets"},
+		{dir: "base/network"},
 		{dir: "base/session", external: shared, deployments: []string{"hermes-session"}},
 		{dir: "base/tools", external: shared, deployments: []string{"hermes-tools"}},
 		{dir: "base/mcpgateway", external: shared, deployments: []string{"hermes-mcpgateway"}},
 		{dir: "base/memory", external: shared, deployments: []string{"hermes-memory"}},
 		{dir: "base/orchestrator", external: shared, deployments: []string{"hermes-orchestrator"}},
-		{dir: "base/nats", statefulSets: []string{"hermes-nats"}},
-		{dir: "base/redis", statefulSets: []string{"hermes-redis"}},
+		{dir: "base/nats", external: secrets, statefulSets: []string{"hermes-nats"}},
+		{dir: "base/redis", external: secrets, statefulSets: []string{"hermes-redis"}},
 		{dir: "base/qdrant", statefulSets: []string{"hermes-qdrant"}},
 	}
 	for _, tt := range tests {
@@ -60,7 +69,7 @@ func TestRenderedManifests(t *testing.T) {
 			if diff := cmp.Diff(tt.statefulSets, r.statefulSetNames()); diff != "" {
 				t.Errorf("%s: StatefulSets (-want +got):\n%s", tt.dir, diff)
 			}
-			pol := policy{settings: newSettings(), external: tt.external, pinnedImages: tt.pinnedImages}
+			pol := policy{settings: newSettings(), external: tt.external, pinnedImages: tt.pinnedImages, networkPolicies: tt.whole, tls: tt.whole}
 			for _, problem := range pol.check(r) {
 				t.Errorf("%s: %s", tt.dir, problem)
 			}
@@ -126,6 +135,16 @@ func checkProd(t *testing.T, r *rendered) {
 	}
 }
 
+func union(sets ...map[string]bool) map[string]bool {
+	out := map[string]bool{}
+	for _, s := range sets {
+		for k := range s {
+			out[k] = true
+		}
+	}
+	return out
+}
+
 func keys[V any](m map[string]V) []string {
 	var out []string
 	for k := range m {
@@ -160,7 +179,8 @@ spec:
       serviceAccountName: hermes-session
       enableServiceLinks: false
       terminationGracePeriodSeconds: 40
-      securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}
+      automountServiceAccountToken: false
+      securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
       containers:
         - name: hermes
           image: hermes:v1
