@@ -58,8 +58,8 @@ type issuer struct {
 }
 
 type issuerSpec struct {
-	SelfSigned *struct{}  `json:"selfSigned,omitempty"`
-	CA         *caIssuer  `json:"ca,omitempty"`
+	SelfSigned *struct{} `json:"selfSigned,omitempty"`
+	CA         *caIssuer `json:"ca,omitempty"`
 }
 
 type caIssuer struct {

@@ -458,6 +458,62 @@ func TestPolicyRejects(t *testing.T) {
 			want:    "references ServiceAccount/hermes-session, which is not in the render",
 		},
 		{
+			name:    "no fixed group",
+			patches: []string{jsonPatch("Deployment", `- {op: remove, path: /spec/template/spec/securityContext/runAsGroup}`)},
+			want:    "no fixed runAsGroup",
+		},
+		{
+			name:    "no fixed user",
+			patches: []string{jsonPatch("Deployment", `- {op: remove, path: /spec/template/spec/securityContext/runAsUser}`)},
+			want:    "no fixed runAsUser",
+		},
+		{
+			name:    "ServiceAccount token mounted",
+			patches: []string{jsonPatch("Deployment", `- {op: replace, path: /spec/template/spec/automountServiceAccountToken, value: true}`)},
+			want:    "Deployment/hermes-session: automountServiceAccountToken is not false",
+		},
+		{
+			name:    "TCP probe on a plaintext listener",
+			patches: []string{jsonPatch("Deployment", `- {op: replace, path: `+container+`/readinessProbe, value: {tcpSocket: {port: grpc}}}`)},
+			want:    "readiness probe is a TCP connect, but the listener is plaintext",
+		},
+		{
+			name:    "listener without keys",
+			patches: []string{jsonPatch("Deployment", `- {op: add, path: `+container+`/env/-, value: {name: HERMES_INSECURE_NO_AUTH, value: "true"}}`)},
+			want:    "sets HERMES_INSECURE_NO_AUTH",
+		},
+		{
+			name:    "password in clear in a URL",
+			patches: []string{jsonPatch("Deployment", `- {op: add, path: `+container+`/env/-, value: {name: HERMES_REDIS_URL, value: "redis://:hunter2@hermes-redis:6379/0"}}`)},
+			want:    "env HERMES_REDIS_URL: the URL carries its password in clear",
+		},
+		{
+			name:    "reference to an undefined variable",
+			patches: []string{jsonPatch("Deployment", `- {op: add, path: `+container+`/env/-, value: {name: HERMES_REDIS_URL, value: "redis://:$(REDIS_PASSWORD)@hermes-redis:6379/0"}}`)},
+			want:    "env HERMES_REDIS_URL uses $(REDIS_PASSWORD), which is not defined before it in env",
+		},
+		{
+			name: "reference to a variable defined after it",
+			patches: []string{jsonPatch("Deployment", "- {op: add, path: "+container+"/env/-, value: {name: HERMES_REDIS_URL, value: \"redis://:$(REDIS_PASSWORD)@hermes-redis:6379/0\"}}\n"+
+				"- {op: add, path: "+container+"/env/-, value: {name: REDIS_PASSWORD, valueFrom: {secretKeyRef: {name: s, key: k, optional: true}}}}")},
+			want: "env HERMES_REDIS_URL uses $(REDIS_PASSWORD), which is not defined before it in env",
+		},
+		{
+			name:    "credential as a literal",
+			patches: []string{jsonPatch("Deployment", `- {op: add, path: `+container+`/env/-, value: {name: HERMES_MODEL_API_KEY, value: sk-live-1234}}`)},
+			want:    "env HERMES_MODEL_API_KEY holds a literal value",
+		},
+		{
+			name:    "password in a ConfigMap",
+			replace: map[string]string{"kustomization.yaml": minimal["kustomization.yaml"] + "  - name: backend\n    literals: [REDIS_PASSWORD=hunter2]\n"},
+			want:    "key REDIS_PASSWORD holds a credential",
+		},
+		{
+			name:    "password in a configuration file",
+			replace: map[string]string{"kustomization.yaml": minimal["kustomization.yaml"] + "  - name: redis\n    literals: [\"redis.conf=port 6379\\nrequirepass hunter2\"]\n"},
+			want:    "requirepass is written in clear",
+		},
+		{
 			name:    "image without a tag",
 			patches: []string{jsonPatch("Deployment", `- {op: replace, path: `+container+`/image, value: "ghcr.io/hermes-agent/hermes"}`)},
 			want:    `image "ghcr.io/hermes-agent/hermes" has no pinned tag`,

@@ -53,7 +53,7 @@ type rendered struct {
 	pdbs            []*policyv1.PodDisruptionBudget
 	netpols         []*networkingv1.NetworkPolicy
 	certificates    []*certificate
-	issuers         map[string]*issuer // by namespace/name
+	issuers         map[string]*issuer           // by namespace/name
 	configMaps      map[string]*corev1.ConfigMap // by namespace/name
 	secrets         map[string]*corev1.Secret
 	serviceAccounts map[string]*corev1.ServiceAccount

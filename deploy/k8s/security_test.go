@@ -3,9 +3,11 @@ package k8s_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
+	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -246,4 +248,260 @@ func secretFile(spec *corev1.PodSpec, c corev1.Container, path string) (secret, 
 		}
 	}
 	return "", "", fmt.Errorf("is not among the items volume %s projects from Secret/%s", mount.Name, vol.Secret.SecretName)
+}
+
+// secure replaces minimal's files with a whole Hermes in miniature: mutual TLS from a
+// cert-manager Certificate, API keys from a Secret, TCP probes, and NetworkPolicies.
+var secure = map[string]string{
+	"kustomization.yaml": `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources: [sa.yaml, deploy.yaml, svc.yaml, hpa.yaml, pdb.yaml, netpol.yaml, certs.yaml, secret.yaml]
+configMapGenerator:
+  - name: hermes-config
+    literals: [HERMES_LISTEN=0.0.0.0:7070, HERMES_SESSION_ADDR=dns:///hermes-session:7070]
+`,
+	"deploy.yaml": `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: hermes-session}
+spec:
+  selector: {matchLabels: {app.kubernetes.io/name: hermes-session}}
+  template:
+    metadata: {labels: {app.kubernetes.io/name: hermes-session}}
+    spec:
+      serviceAccountName: hermes-session
+      automountServiceAccountToken: false
+      enableServiceLinks: false
+      terminationGracePeriodSeconds: 40
+      securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
+      containers:
+        - name: hermes
+          image: hermes:v1
+          args: [serve, --target=session]
+          ports: [{name: grpc, containerPort: 7070}]
+          envFrom: [{configMapRef: {name: hermes-config}}]
+          env:
+            - {name: HERMES_DRAIN_DELAY, value: 5s}
+            - {name: HERMES_SHUTDOWN_TIMEOUT, value: 20s}
+            - {name: HERMES_TLS_CERT, value: /etc/hermes/tls/tls.crt}
+            - {name: HERMES_TLS_KEY, value: /etc/hermes/tls/tls.key}
+            - {name: HERMES_TLS_CA, value: /etc/hermes/tls/ca.crt}
+            - {name: HERMES_TLS_CLIENT_CA, value: /etc/hermes/tls/ca.crt}
+            - {name: HERMES_TLS_CLIENT_AUTH, value: require}
+            - {name: HERMES_AUTH_FILE, value: /etc/hermes/auth/auth.yaml}
+          readinessProbe: {tcpSocket: {port: grpc}}
+          livenessProbe: {tcpSocket: {port: 7070}}
+          resources:
+            requests: {cpu: 10m, memory: 16Mi}
+            limits: {cpu: 100m, memory: 64Mi}
+          securityContext:
+            readOnlyRootFilesystem: true
+            allowPrivilegeEscalation: false
+            capabilities: {drop: [ALL]}
+          volumeMounts:
+            - {name: tls, mountPath: /etc/hermes/tls, readOnly: true}
+            - {name: auth, mountPath: /etc/hermes/auth, readOnly: true}
+      volumes:
+        - {name: tls, secret: {secretName: hermes-session-tls}}
+        - {name: auth, secret: {secretName: hermes-secrets, items: [{key: auth.yaml, path: auth.yaml}]}}
+`,
+	"svc.yaml": `apiVersion: v1
+kind: Service
+metadata: {name: hermes-session}
+spec:
+  selector: {app.kubernetes.io/name: hermes-session}
+  ports: [{name: grpc, port: 7070, targetPort: grpc}]
+`,
+	"pdb.yaml": `apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: hermes-session}
+spec:
+  maxUnavailable: 1
+  selector: {matchLabels: {app.kubernetes.io/name: hermes-session}}
+`,
+	"netpol.yaml": `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: hermes-session}
+spec:
+  podSelector: {matchLabels: {app.kubernetes.io/name: hermes-session}}
+  policyTypes: [Ingress, Egress]
+  ingress:
+    - from: [{podSelector: {matchLabels: {app.kubernetes.io/name: hermes-session}}}]
+`,
+	"certs.yaml": `apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata: {name: hermes-selfsigned}
+spec: {selfSigned: {}}
+---
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata: {name: hermes-ca}
+spec:
+  isCA: true
+  commonName: hermes-ca
+  secretName: hermes-ca
+  duration: 43800h
+  renewBefore: 8760h
+  issuerRef: {name: hermes-selfsigned, kind: Issuer, group: cert-manager.io}
+---
+apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata: {name: hermes-ca}
+spec: {ca: {secretName: hermes-ca}}
+---
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata: {name: hermes-session}
+spec:
+  secretName: hermes-session-tls
+  dnsNames: [hermes-session, hermes-session-headless]
+  usages: [digital signature, server auth, client auth]
+  duration: 720h
+  renewBefore: 240h
+  issuerRef: {name: hermes-ca, kind: Issuer, group: cert-manager.io}
+`,
+	"secret.yaml": `apiVersion: v1
+kind: Secret
+metadata: {name: hermes-secrets}
+stringData: {auth.yaml: "{}"}
+`,
+}
+
+// TestSecurityPolicyRejects: each case breaks one rule of mutual TLS, API keys or
+// NetworkPolicies in the secure kustomization, and the policy must name the problem.
+func TestSecurityPolicyRejects(t *testing.T) {
+	const container = "/spec/template/spec/containers/0"
+	tests := []struct {
+		name    string
+		replace map[string]string
+		patches []string
+		want    string // a substring of exactly one problem; "" means valid
+	}{
+		{name: "valid"},
+		{
+			name:    "native gRPC probe on a TLS listener",
+			patches: []string{jsonPatch("Deployment", `- {op: replace, path: `+container+`/readinessProbe, value: {grpc: {port: 7070, service: hermes.session.v1.SessionService}}}`)},
+			want:    "readiness probe is a native gRPC health check, which the kubelet makes in plaintext",
+		},
+		{
+			name:    "TCP probe on another port",
+			patches: []string{jsonPatch("Deployment", `- {op: replace, path: `+container+`/livenessProbe/tcpSocket/port, value: 9090}`)},
+			want:    "liveness probe connects to port 9090, not the container's gRPC port",
+		},
+		{
+			name:    "no CA to verify the services it calls",
+			patches: []string{jsonPatch("Deployment", `- {op: remove, path: `+container+`/env/4}`)},
+			want:    "HERMES_TLS_CA is not set",
+		},
+		{
+			name:    "internal service accepting callers without a certificate",
+			patches: []string{jsonPatch("Deployment", `- {op: replace, path: `+container+`/env/6/value, value: optional}`)},
+			want:    `HERMES_TLS_CLIENT_AUTH is "optional", want "require" for the session target`,
+		},
+		{
+			name:    "certificate mounted with subPath",
+			patches: []string{jsonPatch("Deployment", `- {op: add, path: `+container+`/volumeMounts/0/subPath, value: tls.crt}`)},
+			want:    "HERMES_TLS_CERT=/etc/hermes/tls/tls.crt is in volume tls mounted with subPath",
+		},
+		{
+			name:    "key file under another name",
+			patches: []string{jsonPatch("Deployment", `- {op: replace, path: `+container+`/env/3/value, value: /etc/hermes/tls/key.pem}`)},
+			want:    `HERMES_TLS_KEY=/etc/hermes/tls/key.pem is key "key.pem" of Secret/hermes-session-tls; cert-manager writes it as "tls.key"`,
+		},
+		{
+			name:    "API keys in a ConfigMap",
+			patches: []string{jsonPatch("Deployment", `- {op: replace, path: /spec/template/spec/volumes/1, value: {name: auth, configMap: {name: hermes-config}}}`)},
+			want:    "HERMES_AUTH_FILE=/etc/hermes/auth/auth.yaml is in volume auth, which is not a Secret",
+		},
+		{
+			name:    "API keys file not projected",
+			patches: []string{jsonPatch("Deployment", `- {op: replace, path: /spec/template/spec/volumes/1/secret/items/0/path, value: keys.yaml}`)},
+			want:    "HERMES_AUTH_FILE=/etc/hermes/auth/auth.yaml is not among the items volume auth projects from Secret/hermes-secrets",
+		},
+		{
+			name:    "projected key the Secret lacks",
+			patches: []string{jsonPatch("Deployment", `- {op: replace, path: /spec/template/spec/volumes/1/secret/items/0/key, value: keys.yaml}`)},
+			want:    `volume auth: Secret/hermes-secrets has no key "keys.yaml"`,
+		},
+		{
+			name:    "certificate without the headless name",
+			patches: []string{jsonPatch("Certificate", `- {op: replace, path: /spec/dnsNames, value: [hermes-session]}`)},
+			want:    "Certificate/hermes-session does not name hermes-session-headless",
+		},
+		{
+			name:    "certificate only for servers",
+			patches: []string{jsonPatch("Certificate", `- {op: replace, path: /spec/usages, value: [digital signature, server auth]}`)},
+			want:    `Certificate/hermes-session lacks the usage "client auth"`,
+		},
+		{
+			name:    "self-signed service certificate",
+			patches: []string{jsonPatch("Certificate", `- {op: replace, path: /spec/issuerRef/name, value: hermes-selfsigned}`)},
+			want:    "Certificate/hermes-session is not issued by a CA Issuer",
+		},
+		{
+			name:    "ClusterIssuer",
+			patches: []string{jsonPatch("Certificate", `- {op: replace, path: /spec/issuerRef/kind, value: ClusterIssuer}`)},
+			want:    "is not an Issuer of the namespace",
+		},
+		{
+			name:    "renewal window as long as the certificate",
+			patches: []string{jsonPatch("Certificate", `- {op: replace, path: /spec/renewBefore, value: 720h}`)},
+			want:    "renewBefore 720h0m0s is not shorter than duration 720h0m0s",
+		},
+		{
+			name:    "namespace placeholder left in a name",
+			patches: []string{jsonPatch("Certificate", `- {op: add, path: /spec/dnsNames/-, value: hermes-session.NAMESPACE.svc}`)},
+			want:    `dnsName "hermes-session.NAMESPACE.svc"`,
+		},
+		{
+			name:    "CA Issuer without a CA certificate",
+			replace: map[string]string{"certs.yaml": strings.Replace(secure["certs.yaml"], "  isCA: true\n", "", 1)},
+			want:    "Issuer/hermes-ca: ca.secretName hermes-ca is not the Secret of a CA Certificate",
+		},
+		{
+			name:    "no NetworkPolicy",
+			replace: map[string]string{"netpol.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: unrelated}\n"},
+			want:    "hermes-session: no NetworkPolicy restricts its Ingress",
+		},
+		{
+			name:    "ingress restricted, egress open",
+			patches: []string{jsonPatch("NetworkPolicy", `- {op: replace, path: /spec/policyTypes, value: [Ingress]}`)},
+			want:    "hermes-session: no NetworkPolicy restricts its Egress",
+		},
+		{
+			name:    "policy for a misspelt workload",
+			patches: []string{jsonPatch("NetworkPolicy", `- {op: replace, path: /spec/podSelector/matchLabels/app.kubernetes.io~1name, value: hermes-sesion}`)},
+			want:    "NetworkPolicy/hermes-session: selects no workload's pods",
+		},
+		{
+			name:    "peer that is a misspelt workload",
+			patches: []string{jsonPatch("NetworkPolicy", `- {op: replace, path: /spec/ingress/0/from/0/podSelector/matchLabels/app.kubernetes.io~1name, value: hermes-orchestrater}`)},
+			want:    "peer app.kubernetes.io/name=hermes-orchestrater selects no workload's pods",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			replace := maps.Clone(secure)
+			maps.Copy(replace, tt.replace)
+			r, err := render(inMemory(t, replace, tt.patches...), "/app")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := policy{settings: newSettings(), pinnedImages: true, networkPolicies: true, tls: true}.check(r)
+			if tt.want == "" {
+				if len(got) != 0 {
+					t.Fatalf("the valid kustomization has problems:\n%s", strings.Join(got, "\n"))
+				}
+				return
+			}
+			var matched []string
+			for _, p := range got {
+				if strings.Contains(p, tt.want) {
+					matched = append(matched, p)
+				}
+			}
+			if len(matched) != 1 {
+				t.Errorf("want exactly one problem containing %q, got:\n%s", tt.want, strings.Join(got, "\n"))
+			}
+		})
+	}
 }
