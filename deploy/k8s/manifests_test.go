@@ -59,7 +59,7 @@ func TestRenderedManifests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.dir, func(t *testing.T) {
-			r, err := render(filesys.MakeFsOnDisk(), tt.dir)
+			r, err := renderDisk(tt.dir)
 			if err != nil {
 				t.Fatalf("%s does not decode strictly into the Kubernetes API types:\n%v", tt.dir, err)
 			}

@@ -392,7 +392,7 @@ var wantReachability = map[string][]string{
 func TestReachability(t *testing.T) {
 	for _, dir := range []string{"base", "overlays/dev", "overlays/prod"} {
 		t.Run(dir, func(t *testing.T) {
-			r, err := render(filesys.MakeFsOnDisk(), dir)
+			r, err := renderDisk(dir)
 			if err != nil {
 				t.Fatal(err)
 			}

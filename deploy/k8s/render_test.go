@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -92,6 +93,18 @@ func render(fSys filesys.FileSystem, dir string) (*rendered, error) {
 		r.add(obj)
 	}
 	return r, errors.Join(errs...)
+}
+
+// renders caches renderDisk: the directories on disk do not change during a run, and callers
+// only read what a render returns.
+var renders sync.Map // dir -> func() (*rendered, error)
+
+// renderDisk renders a directory of deploy/k8s once per test binary.
+func renderDisk(dir string) (*rendered, error) {
+	f, _ := renders.LoadOrStore(dir, sync.OnceValues(func() (*rendered, error) {
+		return render(filesys.MakeFsOnDisk(), dir)
+	}))
+	return f.(func() (*rendered, error))()
 }
 
 // decode decodes one object strictly. The serializer returns the object together with a strict

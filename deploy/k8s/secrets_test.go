@@ -13,7 +13,6 @@ import (
 	"go.yaml.in/yaml/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
 // secretRef is one key of one Secret.
@@ -76,7 +75,7 @@ func TestBackendCredentials(t *testing.T) {
 	usesNATS := []string{"hermes-memory", "hermes-orchestrator"}
 	for _, dir := range []string{"base", "overlays/dev", "overlays/prod"} {
 		t.Run(dir, func(t *testing.T) {
-			r, err := render(filesys.MakeFsOnDisk(), dir)
+			r, err := renderDisk(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -177,7 +176,7 @@ func TestNATSConfig(t *testing.T) {
 // TestDevSecrets: the dev placeholders hold no API key (a key in git would open the
 // orchestrator to anyone who reads it), and the passwords fit unescaped in the URLs.
 func TestDevSecrets(t *testing.T) {
-	r, err := render(filesys.MakeFsOnDisk(), "overlays/dev")
+	r, err := renderDisk("overlays/dev")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +204,7 @@ func TestDevSecrets(t *testing.T) {
 func TestDialledNamesAreCertified(t *testing.T) {
 	for _, dir := range []string{"overlays/dev", "overlays/prod"} {
 		t.Run(dir, func(t *testing.T) {
-			r, err := render(filesys.MakeFsOnDisk(), dir)
+			r, err := renderDisk(dir)
 			if err != nil {
 				t.Fatal(err)
 			}
