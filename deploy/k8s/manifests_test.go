@@ -69,7 +69,7 @@ func TestRenderedManifests(t *testing.T) {
 			if diff := cmp.Diff(tt.statefulSets, r.statefulSetNames()); diff != "" {
 				t.Errorf("%s: StatefulSets (-want +got):\n%s", tt.dir, diff)
 			}
-			pol := policy{settings: newSettings(), external: tt.external, pinnedImages: tt.pinnedImages, networkPolicies: tt.whole, tls: tt.whole}
+			pol := policy{settings: newSettings(), external: tt.external, pinnedImages: tt.pinnedImages, whole: tt.whole}
 			for _, problem := range pol.check(r) {
 				t.Errorf("%s: %s", tt.dir, problem)
 			}

@@ -45,12 +45,10 @@ type policy struct {
 	external map[string]bool
 	// pinnedImages requires every image to name a tag other than latest (overlays).
 	pinnedImages bool
-	// networkPolicies requires every pod to be selected by NetworkPolicies for its ingress and
-	// its egress (renders of the whole of Hermes).
-	networkPolicies bool
-	// tls requires every Hermes container to serve and call with mutual TLS from a mounted
-	// Secret, and to read its API keys from a mounted Secret (renders of the whole of Hermes).
-	tls bool
+	// whole marks a render of the whole of Hermes, which must also have NetworkPolicies for
+	// every pod's ingress and egress, mutual TLS and API keys from mounted Secrets in every
+	// Hermes container, and a Service for every in-cluster address a container's env dials.
+	whole bool
 }
 
 // problems collects policy violations, each prefixed with the object it is about.
@@ -80,7 +78,7 @@ func (pol policy) check(r *rendered) []string {
 	}
 	checkNames(&p, r)
 	checkCertificates(&p, r)
-	if pol.networkPolicies {
+	if pol.whole {
 		checkNetworkCoverage(&p, r)
 	}
 	for _, cm := range r.configMaps {
@@ -197,8 +195,13 @@ func (pol policy) checkPod(p *problems, r *rendered, obj, ns string, pod *corev1
 			pol.checkHermesSettings(p, cobj, c, env)
 			checkHermesProbes(p, cobj, c, env)
 			pol.checkGrace(p, obj, spec, env)
-			if pol.tls {
+			if pol.whole {
 				checkHermesTLS(p, r, cobj, ns, spec, c, env)
+				for _, e := range c.Env {
+					if e.ValueFrom == nil {
+						checkAddress(p, r, cobj, ns, e.Name, e.Value)
+					}
+				}
 			}
 		default:
 			if c.ReadinessProbe == nil {
@@ -433,37 +436,35 @@ func (pol policy) requireObject(p *problems, r *rendered, obj, ns, kind, name st
 	}
 }
 
-// checkAddresses requires every in-cluster address an environment ConfigMap gives a Hermes setting (a short
-// host name such as hermes-redis) to be a Service of the render with that port.
+// checkAddresses requires every in-cluster address an environment ConfigMap gives a Hermes
+// setting to be a Service of the render with that port.
 func (pol policy) checkAddresses(p *problems, r *rendered, cm *corev1.ConfigMap) {
-	keys := make([]string, 0, len(cm.Data))
-	for k := range cm.Data {
-		keys = append(keys, k)
+	for _, k := range keys(cm.Data) {
+		checkAddress(p, r, "ConfigMap/"+cm.Name, cm.Namespace, k, cm.Data[k])
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if !strings.HasPrefix(k, "HERMES_") || !(strings.HasSuffix(k, "_ADDR") || strings.HasSuffix(k, "_URL")) {
+}
+
+// checkAddress requires the in-cluster address (a short host name such as hermes-redis) of a
+// HERMES_*_ADDR or HERMES_*_URL setting to be a Service of the render with that port.
+func checkAddress(p *problems, r *rendered, obj, ns, name, value string) {
+	if !strings.HasPrefix(name, "HERMES_") || !(strings.HasSuffix(name, "_ADDR") || strings.HasSuffix(name, "_URL")) {
+		return
+	}
+	host, port, ok := hostPort(value)
+	if !ok || strings.Contains(host, ".") || host == "localhost" || net.ParseIP(host) != nil {
+		return // not an in-cluster short name
+	}
+	for _, s := range r.services {
+		if s.Namespace != ns || s.Name != host {
 			continue
 		}
-		host, port, ok := hostPort(cm.Data[k])
-		if !ok || strings.Contains(host, ".") || host == "localhost" || net.ParseIP(host) != nil {
-			continue // not an in-cluster short name
-		}
-		found := false
-		for _, s := range r.services {
-			if s.Namespace != cm.Namespace || s.Name != host {
-				continue
+		for _, sp := range s.Spec.Ports {
+			if fmt.Sprint(sp.Port) == port {
+				return
 			}
-			for _, sp := range s.Spec.Ports {
-				if fmt.Sprint(sp.Port) == port {
-					found = true
-				}
-			}
-		}
-		if !found {
-			p.addf("ConfigMap/"+cm.Name, "%s=%s: no Service %s with port %s in the render", k, cm.Data[k], host, port)
 		}
 	}
+	p.addf(obj, "%s=%s: no Service %s with port %s in the render", name, value, host, port)
 }
 
 // usedAsEnv reports whether some workload takes its environment from the ConfigMap.

@@ -458,6 +458,11 @@ func TestSecurityPolicyRejects(t *testing.T) {
 			want:    "Issuer/hermes-ca: ca.secretName hermes-ca is not the Secret of a CA Certificate",
 		},
 		{
+			name:    "address in env of a Service that is not there",
+			patches: []string{jsonPatch("Deployment", `- {op: add, path: `+container+`/env/-, value: {name: HERMES_TOOLS_ADDR, value: "dns:///hermes-tool:7070"}}`)},
+			want:    "HERMES_TOOLS_ADDR=dns:///hermes-tool:7070: no Service hermes-tool with port 7070 in the render",
+		},
+		{
 			name:    "no NetworkPolicy",
 			replace: map[string]string{"netpol.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: unrelated}\n"},
 			want:    "hermes-session: no NetworkPolicy restricts its Ingress",
@@ -486,7 +491,7 @@ func TestSecurityPolicyRejects(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := policy{settings: newSettings(), pinnedImages: true, networkPolicies: true, tls: true}.check(r)
+			got := policy{settings: newSettings(), pinnedImages: true, whole: true}.check(r)
 			if tt.want == "" {
 				if len(got) != 0 {
 					t.Fatalf("the valid kustomization has problems:\n%s", strings.Join(got, "\n"))
