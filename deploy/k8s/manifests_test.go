@@ -6,6 +6,7 @@ package k8s_test
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -263,14 +264,50 @@ func jsonPatch(kind, ops string) string {
 
 // TestPolicyRejects: each case breaks one rule in an otherwise valid kustomization, and the
 // policy must name the object and the problem.
+// rejectCase breaks one rule in a valid kustomization.
+type rejectCase struct {
+	name    string
+	replace map[string]string
+	patches []string
+	want    string // a substring of exactly one problem; "" means valid
+}
+
+// checkRejects renders each case (files replaced over minimal, patches added) and requires the
+// policy to report exactly one problem containing its want, or none for a valid case.
+func checkRejects(t *testing.T, pol policy, files map[string]string, tests []rejectCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			replace := map[string]string{}
+			maps.Copy(replace, files)
+			maps.Copy(replace, tt.replace)
+			r, err := render(inMemory(t, replace, tt.patches...), "/app")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := pol.check(r)
+			if tt.want == "" {
+				if len(got) != 0 {
+					t.Fatalf("the valid kustomization has problems:\n%s", strings.Join(got, "\n"))
+				}
+				return
+			}
+			var matched []string
+			for _, p := range got {
+				if strings.Contains(p, tt.want) {
+					matched = append(matched, p)
+				}
+			}
+			if len(matched) != 1 {
+				t.Errorf("want exactly one problem containing %q, got:\n%s", tt.want, strings.Join(got, "\n"))
+			}
+		})
+	}
+}
+
 func TestPolicyRejects(t *testing.T) {
 	const container = "/spec/template/spec/containers/0"
-	tests := []struct {
-		name    string
-		replace map[string]string
-		patches []string
-		want    string // a substring of exactly one problem; "" means valid
-	}{
+	checkRejects(t, policy{settings: newSettings(), pinnedImages: true}, nil, []rejectCase{
 		{name: "valid"},
 		{
 			name:    "no readiness probe",
@@ -518,31 +555,7 @@ func TestPolicyRejects(t *testing.T) {
 			patches: []string{jsonPatch("Deployment", `- {op: replace, path: `+container+`/image, value: "ghcr.io/hermes-agent/hermes"}`)},
 			want:    `image "ghcr.io/hermes-agent/hermes" has no pinned tag`,
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r, err := render(inMemory(t, tt.replace, tt.patches...), "/app")
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := policy{settings: newSettings(), pinnedImages: true}.check(r)
-			if tt.want == "" {
-				if len(got) != 0 {
-					t.Fatalf("the valid kustomization has problems:\n%s", strings.Join(got, "\n"))
-				}
-				return
-			}
-			var matched []string
-			for _, p := range got {
-				if strings.Contains(p, tt.want) {
-					matched = append(matched, p)
-				}
-			}
-			if len(matched) != 1 {
-				t.Errorf("want exactly one problem containing %q, got:\n%s", tt.want, strings.Join(got, "\n"))
-			}
-		})
-	}
+	})
 }
 
 // TestStrictDecodingRejects: a field the API does not have (a typo, wrong case, a duplicate) or

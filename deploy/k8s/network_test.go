@@ -209,13 +209,7 @@ func (r *rendered) candidateConnections(endpoints []endpoint) []connection {
 		}
 	}
 	for _, np := range r.netpols {
-		var ports []networkingv1.NetworkPolicyPort
-		for _, rule := range np.Spec.Ingress {
-			ports = append(ports, rule.Ports...)
-		}
-		for _, rule := range np.Spec.Egress {
-			ports = append(ports, rule.Ports...)
-		}
+		_, ports := rules(np)
 		for _, p := range ports {
 			if p.Port != nil && p.Port.Type == intstr.Int {
 				add(p.Port.IntVal)
@@ -324,13 +318,7 @@ func checkNetworkCoverage(p *problems, r *rendered) {
 		if namesWorkload(&np.Spec.PodSelector) && !slices.ContainsFunc(pods, func(e endpoint) bool { return sel.Matches(labels.Set(e.labels)) }) {
 			p.addf(obj, "selects no workload's pods")
 		}
-		var peers []networkingv1.NetworkPolicyPeer
-		for _, rule := range np.Spec.Ingress {
-			peers = append(peers, rule.From...)
-		}
-		for _, rule := range np.Spec.Egress {
-			peers = append(peers, rule.To...)
-		}
+		peers, _ := rules(np)
 		for _, peer := range peers {
 			if peer.PodSelector == nil || peer.NamespaceSelector != nil || !namesWorkload(peer.PodSelector) {
 				continue
@@ -340,6 +328,17 @@ func checkNetworkCoverage(p *problems, r *rendered) {
 			}
 		}
 	}
+}
+
+// rules returns the peers and ports of all a policy's rules, ingress and egress.
+func rules(np *networkingv1.NetworkPolicy) (peers []networkingv1.NetworkPolicyPeer, ports []networkingv1.NetworkPolicyPort) {
+	for _, rule := range np.Spec.Ingress {
+		peers, ports = append(peers, rule.From...), append(ports, rule.Ports...)
+	}
+	for _, rule := range np.Spec.Egress {
+		peers, ports = append(peers, rule.To...), append(ports, rule.Ports...)
+	}
+	return peers, ports
 }
 
 // namesWorkload reports whether a selector picks workloads by app.kubernetes.io/name.

@@ -569,32 +569,23 @@ func checkContainerSecurity(p *problems, obj string, pod *corev1.PodSecurityCont
 	if c == nil {
 		c = &corev1.SecurityContext{}
 	}
-	runAsNonRoot := c.RunAsNonRoot
-	if runAsNonRoot == nil {
-		runAsNonRoot = pod.RunAsNonRoot
-	}
-	if runAsNonRoot == nil || !*runAsNonRoot {
+	if runAsNonRoot := override(c.RunAsNonRoot, pod.RunAsNonRoot); runAsNonRoot == nil || !*runAsNonRoot {
 		p.addf(obj, "runAsNonRoot is not true")
 	}
-	runAsUser := c.RunAsUser
-	if runAsUser == nil {
-		runAsUser = pod.RunAsUser
-	}
-	switch {
-	case runAsUser == nil:
-		p.addf(obj, "no fixed runAsUser: the image decides which user runs it")
-	case *runAsUser == 0:
-		p.addf(obj, "runs as user 0")
-	}
-	runAsGroup := c.RunAsGroup
-	if runAsGroup == nil {
-		runAsGroup = pod.RunAsGroup
-	}
-	switch {
-	case runAsGroup == nil:
-		p.addf(obj, "no fixed runAsGroup: the image decides the group, and with it who may read the mounted Secrets")
-	case *runAsGroup == 0:
-		p.addf(obj, "runs as group 0")
+	for _, id := range []struct {
+		field, name string
+		value       *int64
+		unset       string
+	}{
+		{"runAsUser", "user", override(c.RunAsUser, pod.RunAsUser), "the image decides which user runs it"},
+		{"runAsGroup", "group", override(c.RunAsGroup, pod.RunAsGroup), "the image decides the group, and with it who may read the mounted Secrets"},
+	} {
+		switch {
+		case id.value == nil:
+			p.addf(obj, "no fixed %s: %s", id.field, id.unset)
+		case *id.value == 0:
+			p.addf(obj, "runs as %s 0", id.name)
+		}
 	}
 	if c.ReadOnlyRootFilesystem == nil || !*c.ReadOnlyRootFilesystem {
 		p.addf(obj, "readOnlyRootFilesystem is not true")
@@ -610,13 +601,17 @@ func checkContainerSecurity(p *problems, obj string, pod *corev1.PodSecurityCont
 	} else if len(c.Capabilities.Add) > 0 {
 		p.addf(obj, "adds capabilities %v", c.Capabilities.Add)
 	}
-	seccomp := c.SeccompProfile
-	if seccomp == nil {
-		seccomp = pod.SeccompProfile
-	}
-	if seccomp == nil || (seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault && seccomp.Type != corev1.SeccompProfileTypeLocalhost) {
+	if seccomp := override(c.SeccompProfile, pod.SeccompProfile); seccomp == nil || (seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault && seccomp.Type != corev1.SeccompProfileTypeLocalhost) {
 		p.addf(obj, "seccompProfile is not RuntimeDefault")
 	}
+}
+
+// override returns the container's setting when it has one, else the pod's.
+func override[T any](container, pod *T) *T {
+	if container != nil {
+		return container
+	}
+	return pod
 }
 
 func checkResources(p *problems, obj string, res corev1.ResourceRequirements) {

@@ -3,7 +3,6 @@ package k8s_test
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -370,12 +369,7 @@ stringData: {auth.yaml: "{}"}
 // NetworkPolicies in the secure kustomization, and the policy must name the problem.
 func TestSecurityPolicyRejects(t *testing.T) {
 	const container = "/spec/template/spec/containers/0"
-	tests := []struct {
-		name    string
-		replace map[string]string
-		patches []string
-		want    string // a substring of exactly one problem; "" means valid
-	}{
+	checkRejects(t, policy{settings: newSettings(), pinnedImages: true, whole: true}, secure, []rejectCase{
 		{name: "valid"},
 		{
 			name:    "native gRPC probe on a TLS listener",
@@ -482,31 +476,5 @@ func TestSecurityPolicyRejects(t *testing.T) {
 			patches: []string{jsonPatch("NetworkPolicy", `- {op: replace, path: /spec/ingress/0/from/0/podSelector/matchLabels/app.kubernetes.io~1name, value: hermes-orchestrater}`)},
 			want:    "peer app.kubernetes.io/name=hermes-orchestrater selects no workload's pods",
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			replace := maps.Clone(secure)
-			maps.Copy(replace, tt.replace)
-			r, err := render(inMemory(t, replace, tt.patches...), "/app")
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := policy{settings: newSettings(), pinnedImages: true, whole: true}.check(r)
-			if tt.want == "" {
-				if len(got) != 0 {
-					t.Fatalf("the valid kustomization has problems:\n%s", strings.Join(got, "\n"))
-				}
-				return
-			}
-			var matched []string
-			for _, p := range got {
-				if strings.Contains(p, tt.want) {
-					matched = append(matched, p)
-				}
-			}
-			if len(matched) != 1 {
-				t.Errorf("want exactly one problem containing %q, got:\n%s", tt.want, strings.Join(got, "\n"))
-			}
-		})
-	}
+	})
 }
