@@ -123,7 +123,6 @@ var pendingSecuritySettings = []struct {
 	{name: "tls-client-auth", values: []string{"require", "optional"}},
 	{name: "tls-ca"},
 	{name: "insecure-no-auth", boolean: true},
-	{name: "mcpgateway.stdio-allow"},
 	{name: "secret-env-allow"},
 	{name: "egress-allow"},
 }
