@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/hermes-agent/hermes/internal/app"
@@ -81,50 +80,10 @@ func newSettingsFlagSet() *flag.FlagSet {
 	return fs
 }
 
-// registerFlags registers exactly what `hermes serve` registers, plus the settings the security
-// work adds (pendingSecuritySettings) that the binary does not have yet.
+// registerFlags registers exactly what `hermes serve` registers.
 func registerFlags(fs *flag.FlagSet) {
 	var cfg app.Config
 	cfg.RegisterFlags(fs)
-	for _, s := range pendingSecuritySettings {
-		if fs.Lookup(s.name) != nil {
-			continue // the binary has it now; this entry can go
-		}
-		const usage = "pending: added by the security work"
-		switch {
-		case s.boolean:
-			fs.Bool(s.name, false, usage)
-		case s.values == nil:
-			fs.String(s.name, "", usage)
-		default:
-			fs.Func(s.name, usage, func(v string) error {
-				if !slices.Contains(s.values, v) {
-					return fmt.Errorf("want one of %q", s.values)
-				}
-				return nil
-			})
-		}
-	}
-}
-
-// pendingSecuritySettings are the settings added by the security work (issue 11: auth, mTLS,
-// allowlists, egress policy), which the manifests already use while the binary on this branch
-// does not register them yet. DELETE THIS LIST when the security work is merged: from then on
-// the binary's own flag registration is the only source, and a name spelt differently there
-// fails this test. values, when set, are the only values the setting accepts.
-var pendingSecuritySettings = []struct {
-	name    string
-	boolean bool
-	values  []string
-}{
-	{name: "tls-cert"},
-	{name: "tls-key"},
-	{name: "tls-client-ca"},
-	{name: "tls-client-auth", values: []string{"require", "optional"}},
-	{name: "tls-ca"},
-	{name: "insecure-no-auth", boolean: true},
-	{name: "secret-env-allow"},
-	{name: "egress-allow"},
 }
 
 // duration is a duration setting's value in env, or the flag's default.

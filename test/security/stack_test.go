@@ -153,7 +153,7 @@ func startCluster(t *testing.T) *stack {
 		NATSURL: "nats://127.0.0.1:4222", NATSNamespace: "sec" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "")),
 		QdrantAddr:   qdranttest.Addr(t),
 		ModelBaseURL: m.URL(), Model: "scripted-test",
-		Env:          []string{"HERMES_AUTH_FILE=" + keys, "HERMES_SERVICE_KEY_FILE=" + svc},
+		Env: []string{"HERMES_AUTH_FILE=" + keys, "HERMES_SERVICE_KEY_FILE=" + svc},
 	})
 	if err != nil {
 		t.Fatal(err)
