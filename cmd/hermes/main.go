@@ -45,6 +45,7 @@ func commands() []command {
 		{"chat", "chat with a running server: streams answers, shows tool calls, filled arguments and memories", runChat},
 		{"demo", "play the article's restaurant example offline (scripted model, embedded stack, demo MCP server)", runDemo},
 		{"mcp", "serve Hermes' tools to MCP clients (hermes mcp serve --stdio)", runMCP},
+		{"certs", "make a development CA and service certificates for mutual TLS", runCerts},
 		{"version", "print the version", runVersion},
 	}
 }

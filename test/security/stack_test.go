@@ -170,3 +170,8 @@ func startCluster(t *testing.T) *stack {
 	}
 	return s
 }
+
+// metadataCtx is ctx with key as a bearer credential.
+func metadataCtx(ctx context.Context, key string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+key)
+}
