@@ -51,7 +51,9 @@ func newCerts(t *testing.T) *certs {
 	return c
 }
 
-func (c *certs) path(parts ...string) string { return filepath.Join(append([]string{c.dir}, parts...)...) }
+func (c *certs) path(parts ...string) string {
+	return filepath.Join(append([]string{c.dir}, parts...)...)
+}
 
 // clientTLS dials with the CA of the test and, when given, a client certificate of dir.
 func (c *certs) dial(t *testing.T, addr, certDir string) *grpc.ClientConn {
