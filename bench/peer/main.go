@@ -61,7 +61,7 @@ func main() {
 	}
 	c.dir = dir
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err = runAll(ctx, c, os.Stdout, os.Stderr)
+	_, err = runAll(ctx, c, os.Stdout, os.Stderr)
 	stop()
 	if keep {
 		fmt.Fprintf(os.Stderr, "data and logs kept in %s\n", dir)
@@ -73,34 +73,41 @@ func main() {
 	}
 }
 
-// runAll builds Hermes if needed, runs the repeats and the strace run, and prints the report.
-func runAll(ctx context.Context, c config, out, progress io.Writer) error {
+// results are the runs of each system and the strace runs.
+type results struct {
+	runs   map[string][]*run
+	probes []*run
+}
+
+// runAll builds Hermes if needed, runs the repeats and the strace run, prints the report and
+// returns the runs.
+func runAll(ctx context.Context, c config, out, progress io.Writer) (*results, error) {
 	for _, s := range c.systems {
 		if systemTitle[s] == "" {
-			return fmt.Errorf("-systems: unknown %q, want some of %s", s, strings.Join(allSystems, ", "))
+			return nil, fmt.Errorf("-systems: unknown %q, want some of %s", s, strings.Join(allSystems, ", "))
 		}
 	}
 	if c.repeats < 1 || c.seqSess < 1 || c.seqTurns < 1 || c.concSess < 1 || c.concTurns < 1 {
-		return errors.New("-repeats, -seq-sessions, -seq-turns, -conc-sessions and -conc-turns must be positive")
+		return nil, errors.New("-repeats, -seq-sessions, -seq-turns, -conc-sessions and -conc-turns must be positive")
 	}
 	if c.hermesBin == "" {
 		fmt.Fprintln(progress, "building ./cmd/hermes …")
 		root, err := hermesRoot()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if c.hermesBin, err = build(ctx, root, "./cmd/hermes", filepath.Join(c.dir, "hermes")); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if c.adkBin == "" {
 		fmt.Fprintln(progress, "building ./adkpeer …")
 		root, err := hermesRoot()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if c.adkBin, err = build(ctx, filepath.Join(root, "bench", "peer", "adkpeer"), ".", filepath.Join(c.dir, "adkpeer")); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	start := time.Now()
@@ -111,7 +118,7 @@ func runAll(ctx context.Context, c config, out, progress io.Writer) error {
 			s := c.systems[(i+rep)%len(c.systems)]
 			r, err := runSystem(ctx, c, s, rep, false, progress)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			runs[s] = append(runs[s], r)
 		}
@@ -133,7 +140,7 @@ func runAll(ctx context.Context, c config, out, progress io.Writer) error {
 				}
 				r, err := runSystem(ctx, p, s, 0, true, progress)
 				if err != nil {
-					return err
+					return nil, err
 				}
 				probes = append(probes, r)
 			}
@@ -141,7 +148,7 @@ func runAll(ctx context.Context, c config, out, progress io.Writer) error {
 	}
 	fmt.Fprintf(out, "\nhermes binary %s; %d CPUs; %s; took %s\n", c.hermesBin, runtime.NumCPU(), runtime.Version(), time.Since(start).Round(time.Second))
 	report(out, c, runs, probes)
-	return nil
+	return &results{runs: runs, probes: probes}, nil
 }
 
 func contains(list []string, s string) bool {

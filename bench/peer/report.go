@@ -70,6 +70,15 @@ func sumPhases(r *run, f func(*phase) time.Duration) (float64, bool) {
 	return msf(d) / float64(n), true
 }
 
+// failed is the number of failed turns over every phase.
+func failed(r *run) (float64, bool) {
+	n := 0
+	for _, p := range r.phases {
+		n += p.failed
+	}
+	return float64(n), true
+}
+
 func peakRSS(r *run) (float64, bool) { return float64(r.hwm) / (1 << 20), r.hwm > 0 }
 func endRSS(r *run) (float64, bool)  { return float64(r.rss) / (1 << 20), r.rss > 0 }
 
@@ -128,7 +137,7 @@ func report(out io.Writer, c config, runs map[string][]*run, probes []*run) {
 		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s |\n", systemTitle[s], over(rs, p50), over(rs, p99), over(rs, concRate), over(rs, allCPU), over(rs, peakRSS).format("%.0f"))
 	}
 
-	fmt.Fprintf(out, "\n| system | CPU/turn sequential | round-robin | concurrent | Redis+NATS (shared) per turn | harness (client + model) per turn | p50 at %d at once | RSS at the end MiB | model calls (assistant / extraction / summary), last repeat |\n|---|---|---|---|---|---|---|---|---|\n", c.concSess)
+	fmt.Fprintf(out, "\n| system | CPU/turn sequential | round-robin | concurrent | Redis+NATS (shared) per turn | harness (client + model) per turn | p50 at %d at once | RSS at the end MiB | failed turns | model calls (assistant / extraction / summary), last repeat |\n|---|---|---|---|---|---|---|---|---|---|\n", c.concSess)
 	for _, s := range c.systems {
 		rs := runs[s]
 		calls := "—"
@@ -140,7 +149,7 @@ func report(out io.Writer, c config, runs map[string][]*run, probes []*run) {
 		if s == hermesMicro {
 			shared = over(rs, sharedCPU).String()
 		}
-		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", systemTitle[s], over(rs, seqCPU), over(rs, rrCPU), over(rs, concCPU), shared, over(rs, harnessCPU), over(rs, concP50), over(rs, endRSS).format("%.0f"), calls)
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", systemTitle[s], over(rs, seqCPU), over(rs, rrCPU), over(rs, concCPU), shared, over(rs, harnessCPU), over(rs, concP50), over(rs, endRSS).format("%.0f"), over(rs, failed).format("%.0f"), calls)
 	}
 
 	type pair struct{ a, b string }

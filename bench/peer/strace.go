@@ -50,8 +50,8 @@ func hermesUnderStrace(dir, bin, out string) (string, error) {
 
 // syncStats are the sync calls of a window.
 type syncStats struct {
-	calls int
-	time  time.Duration // summed over calls, which may overlap in different threads
+	calls  int
+	time   time.Duration // summed over calls, which may overlap in different threads
 	byName map[string]int
 }
 
