@@ -46,6 +46,8 @@ type phase struct {
 	err    error // the first failure
 	lat    []time.Duration
 	wall   time.Duration            // first turn sent to last answer received
+	start  time.Time                // the first turn sent
+	end    time.Time                // the work after the turns settled
 	cpu    map[string]time.Duration // per process, from the first turn to the end of the settle
 	self   time.Duration            // the harness's CPU over the same window
 	shared map[string]bool
@@ -138,24 +140,25 @@ func runSystem(ctx context.Context, c config, kind string, repeat int, strace bo
 	if strace {
 		names = []string{phaseSeq}
 	}
-	var from time.Time
 	for _, name := range names {
-		if name == phaseSeq {
-			from = time.Now()
-		}
 		p, err := runPhase(ctx, c, sys, name, tag, &calls)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", kind, name, err)
 		}
 		r.phases[name] = p
-		fmt.Fprintf(log, "  %-12s %-11s %4d turns  p50 %6.1f ms  p99 %6.1f ms  %6.1f turns/s  CPU/turn %5.1f ms\n",
-			kind, name, p.turns, msf(pct(p.lat, 50)), msf(pct(p.lat, 99)), p.rate(), msf(p.serverCPU()/time.Duration(max(p.turns, 1))))
+		cpu := fmt.Sprintf("CPU/turn %5.1f ms", msf(p.serverCPU()/time.Duration(max(p.turns, 1))))
+		if strace {
+			cpu = "(under strace)"
+		}
+		fmt.Fprintf(log, "  %-12s %-11s %4d turns  p50 %6.1f ms  p99 %6.1f ms  %6.1f turns/s  %s\n",
+			kind, name, p.turns, msf(pct(p.lat, 50)), msf(pct(p.lat, 99)), p.rate(), cpu)
 		if p.failed > 0 {
 			fmt.Fprintf(log, "  %-12s %-11s %d turns FAILED, the first: %v\n", kind, name, p.failed, p.err)
 		}
 	}
 	if strace {
-		st, err := parseSyncs(e.strace, from, time.Now())
+		p := r.phases[phaseSeq]
+		st, err := parseSyncs(e.strace, p.start, p.end)
 		if err != nil {
 			return nil, err
 		}
@@ -232,12 +235,13 @@ func runPhase(ctx context.Context, c config, sys system, name, tag string, calls
 		}()
 	}
 	wg.Wait()
-	p.wall = time.Since(start)
+	p.start, p.wall = start, time.Since(start)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
 	settle(ctx, calls, c.settle)
 	cpu1, self1 := cpuSnapshot(ps), selfCPU()
+	p.end = time.Now()
 	p.cpu = map[string]time.Duration{}
 	for k, v := range cpu1 {
 		if b, ok := cpu0[k]; ok {

@@ -211,6 +211,9 @@ func targets(out io.Writer, c config, runs map[string][]*run) {
 		}
 		lines = append(lines, fmt.Sprintf("- %s: %s", mark, fmt.Sprintf(format, args...)))
 	}
+	info := func(format string, args ...any) {
+		lines = append(lines, "- measured: "+fmt.Sprintf(format, args...))
+	}
 	if len(mono) > 0 && len(sql) > 0 {
 		for _, m := range []struct {
 			name   string
@@ -228,7 +231,7 @@ func targets(out io.Writer, c config, runs map[string][]*run) {
 	if len(mono) > 0 && len(mem) > 0 {
 		a, b := over(mono, allCPU), over(mem, allCPU)
 		check(a.med <= 2*b.med, "Hermes monolithic CPU per turn at most 2× adk-go in-memory: %.1f / %.1f = %s", a.med, b.med, ratio(a, b))
-		check(true, "p50 against adk-go in-memory (as close as durability allows): %s×", ratio(over(mono, p50), over(mem, p50)))
+		info("Hermes monolithic p50 against adk-go in-memory (as close as durability allows; see the sync calls): %s×", ratio(over(mono, p50), over(mem, p50)))
 	}
 	if len(mono) > 0 && len(micro) > 0 {
 		a, b := over(micro, p50), over(mono, p50)

@@ -18,7 +18,9 @@ func TestChatParams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	decl := calc.(interface{ Declaration() *genai.FunctionDeclaration }).Declaration()
+	decl := calc.(interface {
+		Declaration() *genai.FunctionDeclaration
+	}).Declaration()
 	req := &model.LLMRequest{
 		Config: &genai.GenerateContentConfig{
 			SystemInstruction: genai.NewContentFromText("be brief", genai.RoleUser),

@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hermes-agent/hermes/internal/events"
+	"github.com/hermes-agent/hermes/internal/testenv"
 )
 
 // RemoveBackendData removes what a cluster started with a RedisPrefix and NATSNamespace left in
@@ -18,14 +19,7 @@ func RemoveBackendData(redisURL, prefix, natsURL, namespace string) {
 	defer cancel()
 	if opts, err := redis.ParseURL(redisURL); err == nil && prefix != "" {
 		rdb := redis.NewClient(opts)
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		var keys []string
-		for iter.Next(ctx) {
-			keys = append(keys, iter.Val())
-		}
-		for i := 0; i < len(keys); i += 500 {
-			_ = rdb.Del(ctx, keys[i:min(i+500, len(keys))]...).Err()
-		}
+		testenv.DeleteKeys(ctx, rdb, prefix)
 		_ = rdb.Close()
 	}
 	if nc, js, err := events.Connect(natsURL, "hermes-cluster-cleanup", nil); err == nil && namespace != "" {
