@@ -51,6 +51,7 @@ type phase struct {
 	cpu    map[string]time.Duration // per process, from the first turn to the end of the settle
 	self   time.Duration            // the harness's CPU over the same window
 	shared map[string]bool
+	names  []string // the processes, in the system's order
 }
 
 // run is one system's run in one repeat.
@@ -200,6 +201,7 @@ func runPhase(ctx context.Context, c config, sys system, name, tag string, calls
 	p := &phase{shared: map[string]bool{}}
 	for _, pr := range ps {
 		p.shared[pr.name] = pr.shared
+		p.names = append(p.names, pr.name)
 	}
 	cpu0, self0 := cpuSnapshot(ps), selfCPU()
 	var mu sync.Mutex

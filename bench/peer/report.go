@@ -57,6 +57,33 @@ func harnessCPU(r *run) (float64, bool) {
 	return sumPhases(r, func(p *phase) time.Duration { return p.self })
 }
 
+// processCPU is one process's CPU per turn over every phase.
+func processCPU(name string) metric {
+	return func(r *run) (float64, bool) {
+		for _, p := range r.phases {
+			if _, ok := p.cpu[name]; !ok {
+				return 0, false
+			}
+		}
+		return sumPhases(r, func(p *phase) time.Duration { return p.cpu[name] })
+	}
+}
+
+// processNames are the measured processes of a system's runs, in the order first seen.
+func processNames(runs []*run) []string {
+	var names []string
+	for _, r := range runs {
+		for _, p := range r.phases {
+			for _, n := range p.names {
+				if !slices.Contains(names, n) {
+					names = append(names, n)
+				}
+			}
+		}
+	}
+	return names
+}
+
 func sumPhases(r *run, f func(*phase) time.Duration) (float64, bool) {
 	var d time.Duration
 	n := 0
@@ -150,6 +177,15 @@ func report(out io.Writer, c config, runs map[string][]*run, probes []*run) {
 			shared = over(rs, sharedCPU).String()
 		}
 		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", systemTitle[s], over(rs, seqCPU), over(rs, rrCPU), over(rs, concCPU), shared, over(rs, harnessCPU), over(rs, concP50), over(rs, endRSS).format("%.0f"), over(rs, failed).format("%.0f"), calls)
+	}
+
+	fmt.Fprintf(out, "\nCPU per turn of each process, ms (all phases; Redis and NATS are the machine's shared servers, other work included):\n\n| system | processes |\n|---|---|\n")
+	for _, s := range c.systems {
+		var parts []string
+		for _, n := range processNames(runs[s]) {
+			parts = append(parts, fmt.Sprintf("%s %s", n, over(runs[s], processCPU(n))))
+		}
+		fmt.Fprintf(out, "| %s | %s |\n", systemTitle[s], strings.Join(parts, " · "))
 	}
 
 	type pair struct{ a, b string }
