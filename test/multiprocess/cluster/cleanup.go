@@ -17,12 +17,15 @@ import (
 func RemoveBackendData(redisURL, prefix, natsURL, namespace string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if opts, err := redis.ParseURL(redisURL); err == nil && prefix != "" {
+	if prefix == "" || namespace == "" {
+		return // nothing of the run's own to remove: never delete every key or the default stream
+	}
+	if opts, err := redis.ParseURL(redisURL); err == nil {
 		rdb := redis.NewClient(opts)
 		testenv.DeleteKeys(ctx, rdb, prefix)
 		_ = rdb.Close()
 	}
-	if nc, js, err := events.Connect(natsURL, "hermes-cluster-cleanup", nil); err == nil && namespace != "" {
+	if nc, js, err := events.Connect(natsURL, "hermes-cluster-cleanup", nil); err == nil {
 		_ = js.DeleteStream(ctx, events.NamespacedNames(namespace).Stream)
 		nc.Close()
 	}
