@@ -159,7 +159,7 @@ func runSystem(ctx context.Context, c config, kind string, repeat int, strace bo
 	}
 	if strace {
 		p := r.phases[phaseSeq]
-		st, err := parseSyncs(e.strace, p.start, p.end)
+		st, err := parseSyncs(e.strace, dir, p.start, p.end)
 		if err != nil {
 			return nil, err
 		}

@@ -217,6 +217,7 @@ func report(out io.Writer, c config, runs map[string][]*run, probes []*run) {
 
 	if len(probes) > 0 {
 		fmt.Fprintf(out, "\nSync calls (strace, a separate run of %d sequential turns under `strace -f --seccomp-bpf -T`; %s):\n\n| system | sync calls per turn | by call | time in them per turn ms | mean per call ms | p50 under strace ms |\n|---|---|---|---|---|---|\n", c.fsyncTurns, syncCalls)
+		var files []string
 		for _, r := range probes {
 			st := r.syncs
 			p := r.phases[phaseSeq]
@@ -231,7 +232,14 @@ func report(out io.Writer, c config, runs map[string][]*run, probes []*run) {
 				mean = msf(st.time) / float64(st.calls)
 			}
 			fmt.Fprintf(out, "| %s | %.2f | %s | %.2f | %.2f | %.1f |\n", systemTitle[r.system], float64(st.calls)/n, strings.Join(by, ", "), msf(st.time)/n, mean, msf(pct(p.lat, 50)))
+			var fs []string
+			for k, v := range st.byFile {
+				fs = append(fs, fmt.Sprintf("`%s` %.2f", k, float64(v)/n))
+			}
+			slices.Sort(fs)
+			files = append(files, fmt.Sprintf("- %s: %s", systemTitle[r.system], strings.Join(fs, " · ")))
 		}
+		fmt.Fprintf(out, "\nSync calls per turn by file (below the run's data directory):\n\n%s\n", strings.Join(files, "\n"))
 	}
 	targets(out, c, runs)
 }
