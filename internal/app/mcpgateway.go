@@ -57,18 +57,22 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	if cfg.MCPListen == "" {
 		return nil
 	}
+	ep, err := mcpgateway.NewMCPServer(mcpgateway.MCPServerOptions{
+		Tools: func() (mcpgateway.ToolClient, error) {
+			return tools()
+		},
+		Logger:   a.log.With("service", "mcp-endpoint"),
+		Version:  a.cfg.Version,
+		Refresh:  cfg.ToolsRefresh,
+		Endpoint: cfg.Endpoint,
+	})
+	if err != nil {
+		return fmt.Errorf("MCP endpoint: %w", err)
+	}
 	lis, err := net.Listen("tcp", cfg.MCPListen)
 	if err != nil {
 		return fmt.Errorf("MCP endpoint: listen on %s: %w", cfg.MCPListen, err)
 	}
-	ep := mcpgateway.NewMCPServer(mcpgateway.MCPServerOptions{
-		Tools: func() (mcpgateway.ToolClient, error) {
-			return tools()
-		},
-		Logger:  a.log.With("service", "mcp-endpoint"),
-		Version: a.cfg.Version,
-		Refresh: cfg.ToolsRefresh,
-	})
 	path := cfg.MCPPath
 	if path == "" {
 		path = "/mcp"
