@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+	"github.com/hermes-agent/hermes/services/mcpgateway"
 )
 
 // sseEvent is one server-sent event as a client reads it.
@@ -278,10 +281,11 @@ func TestEndpointHTTPLimits(t *testing.T) {
 	}
 }
 
-// TestEndpointTools: annotations and output schemas reach MCP clients; a result far beyond the
-// tool service's preview size keeps its structured content, and one beyond the endpoint's limit
-// is an error that says so, never a success without the structured content its schema requires.
-func TestEndpointTools(t *testing.T) {
+// startRowsHermes starts Hermes with the tools rows_100 and rows_300, which return objects of
+// 100 and 300 rows of 1000 bytes and declare an output schema, and an MCP endpoint that passes
+// on results up to 200,000 bytes.
+func startRowsHermes(t *testing.T) *hermes {
+	t.Helper()
 	row := strings.Repeat("x", 1000)
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := strconv.Atoi(r.URL.Query().Get("rows"))
@@ -291,7 +295,7 @@ func TestEndpointTools(t *testing.T) {
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"rows": rows})
 	}))
-	defer hook.Close()
+	t.Cleanup(hook.Close)
 	h := startHermes(t, t.TempDir(), "--mcpgateway.mcp-max-result-bytes=200000")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -304,6 +308,16 @@ func TestEndpointTools(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return h
+}
+
+// TestEndpointTools: annotations and output schemas reach MCP clients; a result far beyond the
+// tool service's preview size keeps its structured content, and one beyond the endpoint's limit
+// is an error that says so, never a success without the structured content its schema requires.
+func TestEndpointTools(t *testing.T) {
+	h := startRowsHermes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil)
 	sess, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.mcpURL}, nil)
 	if err != nil {
@@ -340,5 +354,43 @@ func TestEndpointTools(t *testing.T) {
 	}
 	if !res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "larger than the 200000 bytes") {
 		t.Errorf("rows_300: isError %v, %.200s", res.IsError, res.Content[0].(*mcp.TextContent).Text)
+	}
+}
+
+// TestInspectorAcceptsLargeResults runs the MCP Inspector's CLI mode against the endpoint: a
+// large result of a tool with an output schema is accepted (the Inspector's client rejects a
+// success without structured content with -32600), and so is the error for one over the
+// endpoint's limit.
+func TestInspectorAcceptsLargeResults(t *testing.T) {
+	cli := mcpgateway.NodeScript(t, "@modelcontextprotocol/inspector-cli/build/index.js")
+	h := startRowsHermes(t)
+	for _, tc := range []struct {
+		tool    string
+		isError bool
+	}{{"rows_100", false}, {"rows_300", true}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		cmd := exec.CommandContext(ctx, mcpgateway.Node(t), cli, h.mcpURL, "--method", "tools/call", "--tool-name", tc.tool)
+		// The CLI finds its own package.json relative to the working directory.
+		cmd.Dir = filepath.Dir(cli)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		cancel()
+		if err != nil {
+			t.Fatalf("inspector tools/call %s: %v\n%s", tc.tool, err, stderr.String())
+		}
+		var res struct {
+			IsError           bool           `json:"isError"`
+			StructuredContent map[string]any `json:"structuredContent"`
+			Content           []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.Fatalf("inspector output for %s is not a result: %v\n%.500s", tc.tool, err, out)
+		}
+		if res.IsError != tc.isError || (!tc.isError && len(res.StructuredContent["rows"].([]any)) != 100) {
+			t.Errorf("%s through the Inspector: isError %v, structured %v", tc.tool, res.IsError, res.StructuredContent != nil)
+		}
 	}
 }
