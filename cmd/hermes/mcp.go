@@ -110,17 +110,21 @@ func firstSync(ctx context.Context, srv *mcpgateway.MCPServer, wait time.Duratio
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	delay := 100 * time.Millisecond
+	var why error // the last error that says more than "out of time"
 	for {
 		err := srv.Sync(ctx)
 		if err == nil {
 			return nil
 		}
+		if st, ok := status.FromError(errors.Unwrap(err)); ok && errors.Unwrap(err) != nil {
+			err = errors.New(st.Message())
+		}
+		if why == nil || ctx.Err() == nil {
+			why = err
+		}
 		select {
 		case <-ctx.Done():
-			if st, ok := status.FromError(errors.Unwrap(err)); ok && errors.Unwrap(err) != nil {
-				return errors.New(st.Message())
-			}
-			return err
+			return why
 		case <-time.After(delay):
 			delay = min(2*delay, time.Second)
 		}
