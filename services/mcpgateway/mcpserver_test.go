@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -329,5 +332,83 @@ func TestSubstitute(t *testing.T) {
 		if got := substitute(in, vars); got != want {
 			t.Errorf("substitute(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestCatalogReload: a changed catalog file is served on the next reload; a subscriber of a
+// resource whose content changed is notified, a removed resource is gone, and an invalid file
+// leaves the last good catalog served.
+func TestCatalogReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "catalog.yaml")
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("resources:\n  - {uri: 'docs://a', name: a, text: one}\n  - {uri: 'docs://b', name: b, text: bee}\n")
+	s, err := NewMCPServer(MCPServerOptions{
+		Tools:    func() (ToolClient, error) { return nil, errors.New("no tool service in this test") },
+		Logger:   testLogger(t),
+		Endpoint: EndpointConfig{Catalog: path},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	updated := make(chan string, 10)
+	ts := httptest.NewServer(s.HTTPHandler())
+	defer ts.Close()
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
+	})
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: ts.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	read := func(uri string) (string, error) {
+		res, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
+		if err != nil {
+			return "", err
+		}
+		return res.Contents[0].Text, nil
+	}
+	if got, err := read("docs://a"); err != nil || got != "one" {
+		t.Fatalf("docs://a = %q, %v", got, err)
+	}
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "docs://a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: "docs://nope"}); err == nil {
+		t.Error("subscribed to a resource the catalog does not have")
+	}
+
+	write("resources:\n  - {uri: 'docs://a', name: a, text: two, mime_type: text/plain}\n")
+	if err := s.reloadCatalog(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case uri := <-updated:
+		if uri != "docs://a" {
+			t.Errorf("updated %q", uri)
+		}
+	case <-ctx.Done():
+		t.Fatal("no notifications/resources/updated for the changed resource")
+	}
+	if got, err := read("docs://a"); err != nil || got != "two" {
+		t.Errorf("docs://a after the change = %q, %v", got, err)
+	}
+	if _, err := read("docs://b"); err == nil {
+		t.Error("a removed resource is still served")
+	}
+
+	write("resources: [{uri: 'docs://a'}]\n")
+	if err := s.reloadCatalog(ctx); err == nil {
+		t.Error("an invalid catalog was accepted")
+	}
+	if got, err := read("docs://a"); err != nil || got != "two" {
+		t.Errorf("docs://a after an invalid change = %q, %v; want the last good catalog", got, err)
 	}
 }
