@@ -57,6 +57,10 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	if cfg.MCPListen == "" {
 		return nil
 	}
+	lis, err := net.Listen("tcp", cfg.MCPListen)
+	if err != nil {
+		return fmt.Errorf("MCP endpoint: listen on %s: %w", cfg.MCPListen, err)
+	}
 	ep, err := mcpgateway.NewMCPServer(mcpgateway.MCPServerOptions{
 		Tools: func() (mcpgateway.ToolClient, error) {
 			return tools()
@@ -67,11 +71,8 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 		Endpoint: cfg.Endpoint,
 	})
 	if err != nil {
+		_ = lis.Close()
 		return fmt.Errorf("MCP endpoint: %w", err)
-	}
-	lis, err := net.Listen("tcp", cfg.MCPListen)
-	if err != nil {
-		return fmt.Errorf("MCP endpoint: listen on %s: %w", cfg.MCPListen, err)
 	}
 	path := cfg.MCPPath
 	if path == "" {

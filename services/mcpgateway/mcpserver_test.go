@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/yosida95/uritemplate/v3"
 
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
@@ -411,4 +412,54 @@ func TestCatalogReload(t *testing.T) {
 	if got, err := read("docs://a"); err != nil || got != "two" {
 		t.Errorf("docs://a after an invalid change = %q, %v; want the last good catalog", got, err)
 	}
+}
+
+// FuzzParseCatalog: any input is accepted or refused with an error, never a panic, and an
+// accepted catalog can be served: its templates compile and its prompts render.
+func FuzzParseCatalog(f *testing.F) {
+	f.Add("resources: [{uri: 'a://b', name: b, text: x}]")
+	f.Add("resource_templates: [{uri_template: 'a://{x}/{+y}', name: t, text: '{x}'}]")
+	f.Add("prompts: [{name: p, arguments: [{name: a, values: [x]}], messages: [{role: user, text: '{a}'}, {role: user, resource: {uri: '{a}', blob: AA==}}]}]")
+	f.Add("{}")
+	f.Fuzz(func(t *testing.T, in string) {
+		c, err := parseCatalog(strings.NewReader(in))
+		if err != nil {
+			return
+		}
+		for _, tm := range c.ResourceTemplates {
+			_ = templateResource(tm, uritemplateMustNew(t, tm.URITemplate))
+		}
+		for _, p := range c.Prompts {
+			args := map[string]string{}
+			for _, a := range p.Arguments {
+				args[a.Name] = "v{" + a.Name + "}"
+			}
+			if _, err := renderPrompt(p)(context.Background(), &mcp.GetPromptRequest{Params: &mcp.GetPromptParams{Name: p.Name, Arguments: args}}); err != nil {
+				t.Errorf("prompt %q with every argument: %v", p.Name, err)
+			}
+		}
+	})
+}
+
+func uritemplateMustNew(t *testing.T, s string) *uritemplate.Template {
+	t.Helper()
+	ut, err := uritemplate.New(s)
+	if err != nil {
+		t.Fatalf("an accepted template does not compile: %q: %v", s, err)
+	}
+	return ut
+}
+
+// FuzzOriginAllowed: never a panic, and an origin is judged by its normalized form.
+func FuzzOriginAllowed(f *testing.F) {
+	for _, s := range []string{"http://localhost:1", "https://a.example.com", "null", "http://[::1]", "http://127.0.0.1.evil.com", "HTTP://LOCALHOST"} {
+		f.Add(s)
+	}
+	allowed := parseOrigins("https://a.example.com")
+	f.Fuzz(func(t *testing.T, origin string) {
+		got := originAllowed(origin, allowed)
+		if n, ok := normalizeOrigin(origin); ok && originAllowed(n, allowed) != got {
+			t.Errorf("%q allowed=%v but its normal form %q is judged differently", origin, got, n)
+		}
+	})
 }
