@@ -119,7 +119,7 @@ func conformanceFixtures() http.Handler {
 	})
 	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
 		args, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		text("Completed with arguments " + string(args))(w, r)
+		text("Completed with arguments "+string(args))(w, r)
 	})
 	return mux
 }

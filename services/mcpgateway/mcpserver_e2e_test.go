@@ -302,7 +302,7 @@ func startRowsHermes(t *testing.T) *hermes {
 	out := `{"type":"object","properties":{"rows":{"type":"array","items":{"type":"string"}}},"required":["rows"]}`
 	for name, rows := range map[string]int{"rows_100": 100, "rows_300": 300} {
 		spec := &toolsv1.ToolSpec{Name: name, Description: "returns rows", InputSchema: `{"type":"object"}`, OutputSchema: out,
-			Executor: &toolsv1.ToolSpec_Http{Http: &toolsv1.HTTPExecutor{Url: fmt.Sprintf("%s/?rows=%d", hook.URL, rows)}},
+			Executor:    &toolsv1.ToolSpec_Http{Http: &toolsv1.HTTPExecutor{Url: fmt.Sprintf("%s/?rows=%d", hook.URL, rows)}},
 			Annotations: &toolsv1.ToolAnnotations{Title: new("Rows"), ReadOnlyHint: new(true), OpenWorldHint: new(false)}}
 		if _, err := h.tools.RegisterTool(ctx, &toolsv1.RegisterToolRequest{Spec: spec}); err != nil {
 			t.Fatal(err)
