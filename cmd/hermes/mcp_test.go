@@ -35,30 +35,37 @@ func startToolService(t *testing.T, listen, dataDir string) *app.App {
 	return a
 }
 
+// serveStdio runs `hermes mcp serve --stdio` with args in the background and connects the Go
+// SDK's MCP client to its stdin and stdout; done gets the exit status.
+func serveStdio(ctx context.Context, t *testing.T, args ...string) (sess *mcp.ClientSession, done <-chan int, stderr *bytes.Buffer) {
+	t.Helper()
+	clientIn, serverOut := io.Pipe()
+	serverIn, clientOut := io.Pipe()
+	stderr = &bytes.Buffer{}
+	exit := make(chan int, 1)
+	go func() {
+		code := run(ctx, append([]string{"mcp", "serve", "--stdio"}, args...), serverIn, serverOut, stderr,
+			func(k string) string { return map[string]string{"HERMES_LISTEN": "0.0.0.0:7070"}[k] })
+		_ = serverOut.Close()
+		exit <- code
+	}()
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	sess, err := client.Connect(ctx, &mcp.IOTransport{Reader: clientIn, Writer: clientOut}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v (stderr: %s)", err, stderr.String())
+	}
+	return sess, exit, stderr
+}
+
 // TestMCPServeStdio runs `hermes mcp serve --stdio` against a Hermes process and drives it with
 // the Go SDK's MCP client over the command's stdin and stdout.
 func TestMCPServeStdio(t *testing.T) {
 	a := startToolService(t, "127.0.0.1:0", t.TempDir())
 	defer func() { _ = a.Stop() }()
 
-	clientIn, serverOut := io.Pipe()
-	serverIn, clientOut := io.Pipe()
-	var stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	done := make(chan int, 1)
-	go func() {
-		code := run(ctx, []string{"mcp", "serve", "--stdio", "--tools-addr", a.Addr()}, serverIn, serverOut, &stderr,
-			func(k string) string { return map[string]string{"HERMES_LISTEN": "0.0.0.0:7070"}[k] })
-		_ = serverOut.Close()
-		done <- code
-	}()
-
-	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
-	sess, err := client.Connect(ctx, &mcp.IOTransport{Reader: clientIn, Writer: clientOut}, nil)
-	if err != nil {
-		t.Fatalf("connect: %v (stderr: %s)", err, stderr.String())
-	}
+	sess, done, stderr := serveStdio(ctx, t, "--tools-addr", a.Addr())
 	var names []string
 	for tl, err := range sess.Tools(ctx, nil) {
 		if err != nil {
@@ -140,23 +147,9 @@ func TestMCPServeStdioOutage(t *testing.T) {
 		}
 	}()
 
-	clientIn, serverOut := io.Pipe()
-	serverIn, clientOut := io.Pipe()
-	var stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	done := make(chan int, 1)
-	go func() {
-		code := run(ctx, []string{"mcp", "serve", "--stdio", "--tools-addr", addr, "--mcpgateway.tools-refresh", "100ms"}, serverIn, serverOut, &stderr,
-			func(string) string { return "" })
-		_ = serverOut.Close()
-		done <- code
-	}()
-	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
-	sess, err := client.Connect(ctx, &mcp.IOTransport{Reader: clientIn, Writer: clientOut}, nil)
-	if err != nil {
-		t.Fatalf("connect: %v (stderr: %s)", err, stderr.String())
-	}
+	sess, _, _ := serveStdio(ctx, t, "--tools-addr", addr, "--mcpgateway.tools-refresh", "100ms")
 	defer sess.Close()
 	call := func() *mcp.CallToolResult {
 		t.Helper()
