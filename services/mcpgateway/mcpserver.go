@@ -163,7 +163,7 @@ func (s *MCPServer) Run(ctx context.Context) {
 		case <-t.C:
 			s.syncLogged(ctx)
 			if err := s.reloadCatalog(ctx); err != nil {
-				s.log.Warn("MCP endpoint: the catalog file is not valid; serving the last one read", "file", s.cfg.Catalog, "error", err)
+				s.log.Warn("MCP endpoint: reading the catalog file failed; serving the last one read", "file", s.cfg.Catalog, "error", err)
 			}
 		}
 	}

@@ -119,7 +119,10 @@ type catalogSource struct {
 	mu      sync.Mutex // guards the fields below; held while a new catalog is applied
 	modTime time.Time
 	size    int64
-	cur     *catalog
+	// failed is the stat of a version of the file that did not parse, so it is reported once,
+	// not on every refresh.
+	failed os.FileInfo
+	cur    *catalog
 	// templates are cur's compiled URI templates, by uri_template.
 	templates map[string]*uritemplate.Template
 }
@@ -276,6 +279,9 @@ func (s *MCPServer) reloadCatalog(ctx context.Context) error {
 	if src.cur != nil && fi.ModTime().Equal(src.modTime) && fi.Size() == src.size {
 		return nil
 	}
+	if src.failed != nil && fi.ModTime().Equal(src.failed.ModTime()) && fi.Size() == src.failed.Size() {
+		return nil
+	}
 	f, err := os.Open(src.path)
 	if err != nil {
 		return fmt.Errorf("catalog %s: %w", src.path, err)
@@ -283,8 +289,10 @@ func (s *MCPServer) reloadCatalog(ctx context.Context) error {
 	next, err := parseCatalog(f)
 	_ = f.Close()
 	if err != nil {
+		src.failed = fi
 		return fmt.Errorf("catalog %s: %w", src.path, err)
 	}
+	src.failed = nil
 	prev := src.cur
 	if prev == nil {
 		prev = &catalog{}
