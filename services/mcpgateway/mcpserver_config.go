@@ -55,7 +55,7 @@ func (c *EndpointConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.EventsPerStream, "mcpgateway.mcp-events-per-stream", 1000, "SSE events kept per stream for resumption")
 	fs.DurationVar(&c.EventMaxAge, "mcpgateway.mcp-event-max-age", 10*time.Minute, "SSE events older than this cannot be resumed")
 	fs.DurationVar(&c.SSERetry, "mcpgateway.mcp-sse-retry", 2*time.Second, "reconnection delay suggested to MCP clients in the SSE retry field")
-	fs.DurationVar(&c.ProgressInterval, "mcpgateway.mcp-progress-interval", time.Second, "how often a running tool call sends progress and a debug log message to the MCP client")
+	fs.DurationVar(&c.ProgressInterval, "mcpgateway.mcp-progress-interval", time.Second, "how often a running tool call sends progress and a debug log message to the MCP client (at least 10ms)")
 	fs.BoolVar(&c.ElicitMissing, "mcpgateway.mcp-elicit-missing", true, "ask the MCP client's user for required arguments a call left out (when the client supports elicitation)")
 }
 
@@ -91,5 +91,7 @@ func (c EndpointConfig) withDefaults() EndpointConfig {
 	if c.ProgressInterval <= 0 {
 		c.ProgressInterval = d.ProgressInterval
 	}
+	// Each running call ticks at this interval: a floor keeps a typo from costing a CPU.
+	c.ProgressInterval = max(c.ProgressInterval, 10*time.Millisecond)
 	return c
 }
