@@ -130,8 +130,8 @@ type callReport struct {
 	start   time.Time
 	stop    chan struct{}
 	done    chan struct{}
-	// last is the last progress value sent; only the goroutine that owns the report at the
-	// time (loop, then finish after loop ended) touches it.
+	// last is the last progress value sent; one goroutine at a time touches it: the caller's
+	// in startReport, then loop's, then the caller's again in finish once loop has ended.
 	last float64
 }
 
