@@ -66,14 +66,19 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("MCP endpoint: listen on %s: %w", cfg.MCPListen, err)
 	}
-	ep := mcpgateway.NewMCPServer(mcpgateway.MCPServerOptions{
+	ep, err := mcpgateway.NewMCPServer(mcpgateway.MCPServerOptions{
 		Tools: func() (mcpgateway.ToolClient, error) {
 			return tools()
 		},
-		Logger:  a.log.With("service", "mcp-endpoint"),
-		Version: a.cfg.Version,
-		Refresh: cfg.ToolsRefresh,
+		Logger:   a.log.With("service", "mcp-endpoint"),
+		Version:  a.cfg.Version,
+		Refresh:  cfg.ToolsRefresh,
+		Endpoint: cfg.Endpoint,
 	})
+	if err != nil {
+		_ = lis.Close()
+		return fmt.Errorf("MCP endpoint: %w", err)
+	}
 	path := cfg.MCPPath
 	if path == "" {
 		path = "/mcp"

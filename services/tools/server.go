@@ -282,6 +282,9 @@ func (s *Service) ExecuteTool(ctx context.Context, req *toolsv1.ExecuteToolReque
 	v.MaxLen("session_id", req.GetSessionId(), maxIDBytes)
 	v.MaxLen("user_id", req.GetUserId(), maxIDBytes)
 	v.MaxLen("idempotency_key", req.GetIdempotencyKey(), maxIDBytes)
+	if req.GetMaxOutputBytes() < 0 {
+		v.Add("max_output_bytes", "must not be negative")
+	}
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
