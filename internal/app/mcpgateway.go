@@ -2,12 +2,14 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"time"
 
+	"github.com/hermes-agent/hermes/internal/rpc"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 	"github.com/hermes-agent/hermes/services/mcpgateway"
@@ -86,6 +88,15 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.Handle(path, a.sec.httpAuth(toolsv1.ToolService_ExecuteTool_FullMethodName, ep.HTTPHandler()))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	scheme := "http"
+	if tc := a.cfg.TLS(); tc.Server() {
+		// The process's certificate; MCP clients authenticate with keys, not certificates.
+		if hs.TLSConfig, err = (rpc.TLSConfig{CertFile: tc.CertFile, KeyFile: tc.KeyFile}).ServerTLS(a.log); err != nil {
+			_ = lis.Close()
+			return fmt.Errorf("MCP endpoint: %w", err)
+		}
+		lis, scheme = tls.NewListener(lis, hs.TLSConfig), "https"
+	}
 	runCtx, stop := context.WithCancel(context.Background())
 	go ep.Run(runCtx)
 	go func() {
@@ -93,7 +104,7 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 			a.log.Error("MCP endpoint stopped", "error", err)
 		}
 	}()
-	a.log.Info("MCP endpoint serving Hermes tools", "url", "http://"+dialable(lis.Addr().String())+path)
+	a.log.Info("MCP endpoint serving Hermes tools", "url", scheme+"://"+dialable(lis.Addr().String())+path)
 	a.onClose(func() {
 		stop()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
