@@ -1,9 +1,16 @@
 # syntax=docker/dockerfile:1
-# The one Hermes binary, static, in a minimal non-root image. Every target runs from it:
-#   docker run --rm -p 7070:7070 hermes:dev                                   # monolithic
-#   docker run --rm hermes:dev serve --target=session --redis-url=redis://… # one service
+# The one Hermes binary, static, in a minimal image that runs as a non-root user. The only path
+# that user owns is the data volume's mount point; run with --read-only and nothing else is
+# writable (the base image's /tmp included). Every target runs from it:
+#   docker run --rm --read-only -p 7070:7070 -v hermes-data:/var/lib/hermes \
+#     -v "$PWD/auth.yaml:/etc/hermes/auth.yaml:ro" -e HERMES_AUTH_FILE=/etc/hermes/auth.yaml hermes:dev
+#                                                          # monolithic, API keys from auth.yaml
+#   docker run --rm --read-only hermes:dev serve --target=session --redis-url=redis://…   # one service
 #
 #   docker build -t hermes:dev --build-arg VERSION=$(git describe --tags --always --dirty) .
+#
+# In Kubernetes (deploy/k8s) the pods run it with a read-only root file system, as user and group
+# 65532, with emptyDirs at /tmp and /var/lib/hermes.
 
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 WORKDIR /src
@@ -19,15 +26,21 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/hermes ./cmd/hermes \
  && mkdir -p /out/data
 
-# distroless static: CA certificates, /etc/passwd with nonroot (65532), no shell.
+# distroless static: CA certificates, /etc/passwd with nonroot (65532), no shell, no package
+# manager.
 FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/hermes /hermes
-# The data directory of monolithic mode, owned by the user that writes it.
-COPY --from=build --chown=65532:65532 /out/data /var/lib/hermes
+# Owned by root and not writable: the running user cannot replace the binary.
+COPY --from=build --chown=0:0 --chmod=0555 /out/hermes /hermes
+# The data directory of monolithic mode is the one path the user owns, and only as the mount
+# point of a volume: VOLUME makes docker mount one there (an anonymous one when none is given),
+# which it initialises with this owner, so the embedded stores never write into the image's
+# layers. Run with --read-only (and --tmpfs /tmp if anything needs scratch space) to keep it so.
+COPY --from=build --chown=65532:65532 --chmod=0700 /out/data /var/lib/hermes
 USER 65532:65532
 # gRPC (HERMES_LISTEN); Prometheus /metrics when HERMES_METRICS_LISTEN=0.0.0.0:9090.
 EXPOSE 7070 9090
-# The image listens on every interface; the binary's own default is 127.0.0.1:7070.
+# The image listens on every interface; the binary's own default is 127.0.0.1:7070. A
+# non-loopback listener needs API keys (HERMES_AUTH_FILE) or mutual TLS, see deploy/k8s.
 ENV HERMES_LISTEN=0.0.0.0:7070 \
     HERMES_DATA_DIR=/var/lib/hermes
 VOLUME ["/var/lib/hermes"]

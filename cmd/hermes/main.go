@@ -48,6 +48,7 @@ func commands() []command {
 		{"chat", "chat with a running server: streams answers, shows tool calls, filled arguments and memories", runChat, true},
 		{"demo", "play the article's restaurant example offline (scripted model, embedded stack, demo MCP server)", runDemo, false},
 		{"mcp", "serve Hermes' tools to MCP clients (hermes mcp serve --stdio)", runMCP, false},
+		{"certs", "make a development CA and service certificates for mutual TLS", runCerts, false},
 		{"version", "print the version, VCS revision and Go version of this binary", runVersion, false},
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"google.golang.org/grpc/status"
+
 	"github.com/hermes-agent/hermes/internal/config"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/telemetry"
@@ -29,7 +31,10 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 	path := fs.String("mcpgateway.mcp-path", "/mcp", "HTTP path of the endpoint with --mcp-listen")
 	toolsAddr := fs.String("tools-addr", "127.0.0.1:7070", "gRPC address of the Hermes tool service")
 	refresh := fs.Duration("mcpgateway.tools-refresh", 5*time.Second, "how often the tool list is re-read")
+	wait := fs.Duration("tools-wait", 10*time.Second, "how long to wait at start for the tool service to answer before giving up")
 	logLevel := fs.String("log-level", "warn", "log level (logs go to stderr): debug, info, warn, error")
+	var endpoint mcpgateway.EndpointConfig
+	endpoint.RegisterFlags(fs)
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " [" + config.EnvName(f.Name) + "]" })
 	if err := config.Load(fs, args[1:], env.getenv, ""); err != nil {
 		return parseErr("mcp serve", fs, env, err)
@@ -51,12 +56,22 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	defer conn.Close()
 	client := toolsv1.NewToolServiceClient(conn)
-	srv := mcpgateway.NewMCPServer(mcpgateway.MCPServerOptions{
-		Tools:   func() (mcpgateway.ToolClient, error) { return client, nil },
-		Logger:  log,
-		Version: versionString(),
-		Refresh: *refresh,
+	srv, err := mcpgateway.NewMCPServer(mcpgateway.MCPServerOptions{
+		Tools:    func() (mcpgateway.ToolClient, error) { return client, nil },
+		Logger:   log,
+		Version:  versionString(),
+		Refresh:  *refresh,
+		Endpoint: endpoint,
 	})
+	if err != nil {
+		return err
+	}
+	// An MCP client shows a server with no tools as working: without the tool service there is
+	// nothing to serve, so say so and exit. Later outages are answered per call, and the
+	// connection comes back by itself.
+	if err := firstSync(ctx, srv, *wait); err != nil {
+		return fmt.Errorf("the Hermes tool service at %s is unreachable: %w", *toolsAddr, err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go srv.Run(ctx)
@@ -87,4 +102,31 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	return nil
+}
+
+// firstSync reads the tool list, retrying for up to wait while the tool service does not
+// answer (it may be starting next to this command).
+func firstSync(ctx context.Context, srv *mcpgateway.MCPServer, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	delay := 100 * time.Millisecond
+	var why error // the last error that says more than "out of time"
+	for {
+		err := srv.Sync(ctx)
+		if err == nil {
+			return nil
+		}
+		if st, ok := status.FromError(errors.Unwrap(err)); ok && errors.Unwrap(err) != nil {
+			err = errors.New(st.Message())
+		}
+		if why == nil || ctx.Err() == nil {
+			why = err
+		}
+		select {
+		case <-ctx.Done():
+			return why
+		case <-time.After(delay):
+			delay = min(2*delay, time.Second)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -14,15 +15,16 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/app"
 	"github.com/hermes-agent/hermes/internal/config"
+	"github.com/hermes-agent/hermes/internal/testenv"
 )
 
-// TestMCPServeStdio runs `hermes mcp serve --stdio` against a Hermes process and drives it with
-// the Go SDK's MCP client over the command's stdin and stdout.
-func TestMCPServeStdio(t *testing.T) {
+// startToolService starts a Hermes process with the tool service on listen.
+func startToolService(t *testing.T, listen, dataDir string) *app.App {
+	t.Helper()
 	var cfg app.Config
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
-	if err := config.Load(fs, []string{"--listen=127.0.0.1:0", "--data-dir=" + t.TempDir(), "--target=tools", "--mcpgateway-addr=127.0.0.1:1"}, func(string) string { return "" }, "config"); err != nil {
+	if err := config.Load(fs, []string{"--listen=" + listen, "--data-dir=" + dataDir, "--target=tools", "--mcpgateway-addr=127.0.0.1:1"}, func(string) string { return "" }, "config"); err != nil {
 		t.Fatal(err)
 	}
 	a, err := app.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -30,26 +32,40 @@ func TestMCPServeStdio(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Start()
-	defer func() { _ = a.Stop() }()
+	return a
+}
 
+// serveStdio runs `hermes mcp serve --stdio` with args in the background and connects the Go
+// SDK's MCP client to its stdin and stdout; done gets the exit status.
+func serveStdio(ctx context.Context, t *testing.T, args ...string) (sess *mcp.ClientSession, done <-chan int, stderr *bytes.Buffer) {
+	t.Helper()
 	clientIn, serverOut := io.Pipe()
 	serverIn, clientOut := io.Pipe()
-	var stderr bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	done := make(chan int, 1)
+	stderr = &bytes.Buffer{}
+	exit := make(chan int, 1)
 	go func() {
-		code := run(ctx, []string{"mcp", "serve", "--stdio", "--tools-addr", a.Addr()}, serverIn, serverOut, &stderr,
+		code := run(ctx, append([]string{"mcp", "serve", "--stdio"}, args...), serverIn, serverOut, stderr,
 			func(k string) string { return map[string]string{"HERMES_LISTEN": "0.0.0.0:7070"}[k] })
 		_ = serverOut.Close()
-		done <- code
+		exit <- code
 	}()
-
 	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
 	sess, err := client.Connect(ctx, &mcp.IOTransport{Reader: clientIn, Writer: clientOut}, nil)
 	if err != nil {
 		t.Fatalf("connect: %v (stderr: %s)", err, stderr.String())
 	}
+	return sess, exit, stderr
+}
+
+// TestMCPServeStdio runs `hermes mcp serve --stdio` against a Hermes process and drives it with
+// the Go SDK's MCP client over the command's stdin and stdout.
+func TestMCPServeStdio(t *testing.T) {
+	a := startToolService(t, "127.0.0.1:0", t.TempDir())
+	defer func() { _ = a.Stop() }()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sess, done, stderr := serveStdio(ctx, t, "--tools-addr", a.Addr())
 	var names []string
 	for tl, err := range sess.Tools(ctx, nil) {
 		if err != nil {
@@ -86,4 +102,82 @@ func TestMCPServeUsage(t *testing.T) {
 			t.Errorf("hermes %v exited %d, want 2 (usage): %s", args, code, errb.String())
 		}
 	}
+}
+
+// TestMCPServeStdioToolServiceDown: with no tool service at start, `hermes mcp serve --stdio`
+// exits with status 1 and one line that says why, instead of serving an empty tool list.
+func TestMCPServeStdioToolServiceDown(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code := run(ctx, []string{"mcp", "serve", "--stdio", "--tools-addr", closedAddr(t), "--tools-wait", "300ms"},
+		strings.NewReader(""), &stdout, &stderr, func(string) string { return "" })
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if code != 1 || len(lines) != 1 || !strings.Contains(lines[0], "tool service at 127.0.0.1:") || !strings.Contains(lines[0], "is unreachable") {
+		t.Errorf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+	if stdout.Len() != 0 {
+		t.Errorf("stdout (the protocol stream) got %q", stdout.String())
+	}
+}
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}
+
+// TestMCPServeStdioOutage: when the tool service goes away after the start, the session stays
+// up, the tool list stays served, each call answers with an error that says what happened, and
+// calls work again once the tool service is back.
+func TestMCPServeStdioOutage(t *testing.T) {
+	addr := closedAddr(t)
+	dataDir := t.TempDir()
+	a := startToolService(t, addr, dataDir)
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = a.Stop()
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	sess, _, _ := serveStdio(ctx, t, "--tools-addr", addr, "--mcpgateway.tools-refresh", "100ms")
+	defer sess.Close()
+	call := func() *mcp.CallToolResult {
+		t.Helper()
+		res, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "current_time", Arguments: map[string]any{}})
+		if err != nil {
+			t.Fatalf("current_time: %v", err)
+		}
+		return res
+	}
+	if res := call(); res.IsError {
+		t.Fatalf("current_time with the tool service up: %+v", res.Content)
+	}
+
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	stopped = true
+	res := call()
+	if text := res.Content[0].(*mcp.TextContent).Text; !res.IsError || !strings.Contains(text, "tool service is unavailable") {
+		t.Errorf("current_time with the tool service down: isError %v %q", res.IsError, text)
+	}
+	if tools, err := sess.ListTools(ctx, nil); err != nil || len(tools.Tools) == 0 {
+		t.Errorf("tools/list with the tool service down: %+v, %v; want the last list", tools, err)
+	}
+
+	a = startToolService(t, addr, dataDir)
+	stopped = false
+	testenv.WaitFor(t, 60*time.Second, "calls to work again after the tool service is back", func() bool {
+		return !call().IsError
+	})
 }

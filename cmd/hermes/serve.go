@@ -70,6 +70,7 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	tel.Handle("/readyz", a.ReadyHandler())
 	return a.Run(ctx)
 }
 

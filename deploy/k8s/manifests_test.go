@@ -6,6 +6,7 @@ package k8s_test
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -22,35 +23,44 @@ var (
 
 // TestRenderedManifests renders every overlay and base from disk and applies the policy.
 func TestRenderedManifests(t *testing.T) {
-	// The model key is never in git outside the dev placeholder: prod expects it created first.
-	modelSecret := map[string]bool{"Secret/hermes-model": true}
+	// Secrets are never in git outside the dev placeholders: prod expects them created first.
+	secrets := map[string]bool{"Secret/hermes-model": true, "Secret/hermes-secrets": true}
+	// The base leaves the certificates to components/cert-manager or the operator's PKI.
+	certificates := map[string]bool{}
+	for _, d := range hermesDeployments {
+		certificates["Secret/"+d+"-tls"] = true
+	}
+	baseExternal := union(secrets, certificates)
 	// A single service's base leaves the shared configuration to the aggregate base.
-	shared := map[string]bool{"Secret/hermes-model": true, "ConfigMap/hermes-config": true}
+	shared := union(baseExternal, map[string]bool{"ConfigMap/hermes-config": true})
 
 	tests := []struct {
 		dir          string
 		external     map[string]bool
 		pinnedImages bool
+		whole        bool // the whole of Hermes: NetworkPolicies and mutual TLS required
 		deployments  []string
 		statefulSets []string
 		extra        func(t *testing.T, r *rendered)
 	}{
-		{dir: "overlays/dev", pinnedImages: true, deployments: hermesDeployments, statefulSets: backends, extra: checkDev},
-		{dir: "overlays/prod", external: modelSecret, pinnedImages: true, deployments: hermesDeployments, statefulSets: backends, extra: checkProd},
-		{dir: "base", external: modelSecret, deployments: hermesDeployments, statefulSets: backends},
+		{dir: "overlays/dev", pinnedImages: true, whole: true, deployments: hermesDeployments, statefulSets: backends, extra: checkDev},
+		{dir: "overlays/prod", external: secrets, pinnedImages: true, whole: true, deployments: hermesDeployments, statefulSets: backends, extra: checkProd},
+		{dir: "base", external: baseExternal, whole: true, deployments: hermesDeployments, statefulSets: backends},
 		{dir: "base/config"},
+		{dir: "base/secrets"},
+		{dir: "base/network"},
 		{dir: "base/session", external: shared, deployments: []string{"hermes-session"}},
 		{dir: "base/tools", external: shared, deployments: []string{"hermes-tools"}},
 		{dir: "base/mcpgateway", external: shared, deployments: []string{"hermes-mcpgateway"}},
 		{dir: "base/memory", external: shared, deployments: []string{"hermes-memory"}},
 		{dir: "base/orchestrator", external: shared, deployments: []string{"hermes-orchestrator"}},
-		{dir: "base/nats", statefulSets: []string{"hermes-nats"}},
-		{dir: "base/redis", statefulSets: []string{"hermes-redis"}},
+		{dir: "base/nats", external: secrets, statefulSets: []string{"hermes-nats"}},
+		{dir: "base/redis", external: secrets, statefulSets: []string{"hermes-redis"}},
 		{dir: "base/qdrant", statefulSets: []string{"hermes-qdrant"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.dir, func(t *testing.T) {
-			r, err := render(filesys.MakeFsOnDisk(), tt.dir)
+			r, err := renderDisk(tt.dir)
 			if err != nil {
 				t.Fatalf("%s does not decode strictly into the Kubernetes API types:\n%v", tt.dir, err)
 			}
@@ -60,7 +70,7 @@ func TestRenderedManifests(t *testing.T) {
 			if diff := cmp.Diff(tt.statefulSets, r.statefulSetNames()); diff != "" {
 				t.Errorf("%s: StatefulSets (-want +got):\n%s", tt.dir, diff)
 			}
-			pol := policy{settings: newSettings(), external: tt.external, pinnedImages: tt.pinnedImages}
+			pol := policy{settings: newSettings(), external: tt.external, pinnedImages: tt.pinnedImages, whole: tt.whole}
 			for _, problem := range pol.check(r) {
 				t.Errorf("%s: %s", tt.dir, problem)
 			}
@@ -126,6 +136,16 @@ func checkProd(t *testing.T, r *rendered) {
 	}
 }
 
+func union(sets ...map[string]bool) map[string]bool {
+	out := map[string]bool{}
+	for _, s := range sets {
+		for k := range s {
+			out[k] = true
+		}
+	}
+	return out
+}
+
 func keys[V any](m map[string]V) []string {
 	var out []string
 	for k := range m {
@@ -160,7 +180,8 @@ spec:
       serviceAccountName: hermes-session
       enableServiceLinks: false
       terminationGracePeriodSeconds: 40
-      securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}
+      automountServiceAccountToken: false
+      securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
       containers:
         - name: hermes
           image: hermes:v1
@@ -243,14 +264,50 @@ func jsonPatch(kind, ops string) string {
 
 // TestPolicyRejects: each case breaks one rule in an otherwise valid kustomization, and the
 // policy must name the object and the problem.
+// rejectCase breaks one rule in a valid kustomization.
+type rejectCase struct {
+	name    string
+	replace map[string]string
+	patches []string
+	want    string // a substring of exactly one problem; "" means valid
+}
+
+// checkRejects renders each case (files replaced over minimal, patches added) and requires the
+// policy to report exactly one problem containing its want, or none for a valid case.
+func checkRejects(t *testing.T, pol policy, files map[string]string, tests []rejectCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			replace := map[string]string{}
+			maps.Copy(replace, files)
+			maps.Copy(replace, tt.replace)
+			r, err := render(inMemory(t, replace, tt.patches...), "/app")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := pol.check(r)
+			if tt.want == "" {
+				if len(got) != 0 {
+					t.Fatalf("the valid kustomization has problems:\n%s", strings.Join(got, "\n"))
+				}
+				return
+			}
+			var matched []string
+			for _, p := range got {
+				if strings.Contains(p, tt.want) {
+					matched = append(matched, p)
+				}
+			}
+			if len(matched) != 1 {
+				t.Errorf("want exactly one problem containing %q, got:\n%s", tt.want, strings.Join(got, "\n"))
+			}
+		})
+	}
+}
+
 func TestPolicyRejects(t *testing.T) {
 	const container = "/spec/template/spec/containers/0"
-	tests := []struct {
-		name    string
-		replace map[string]string
-		patches []string
-		want    string // a substring of exactly one problem; "" means valid
-	}{
+	checkRejects(t, policy{settings: newSettings(), pinnedImages: true}, nil, []rejectCase{
 		{name: "valid"},
 		{
 			name:    "no readiness probe",
@@ -438,35 +495,67 @@ func TestPolicyRejects(t *testing.T) {
 			want:    "references ServiceAccount/hermes-session, which is not in the render",
 		},
 		{
+			name:    "no fixed group",
+			patches: []string{jsonPatch("Deployment", `- {op: remove, path: /spec/template/spec/securityContext/runAsGroup}`)},
+			want:    "no fixed runAsGroup",
+		},
+		{
+			name:    "no fixed user",
+			patches: []string{jsonPatch("Deployment", `- {op: remove, path: /spec/template/spec/securityContext/runAsUser}`)},
+			want:    "no fixed runAsUser",
+		},
+		{
+			name:    "ServiceAccount token mounted",
+			patches: []string{jsonPatch("Deployment", `- {op: replace, path: /spec/template/spec/automountServiceAccountToken, value: true}`)},
+			want:    "Deployment/hermes-session: automountServiceAccountToken is not false",
+		},
+		{
+			name:    "TCP probe on a plaintext listener",
+			patches: []string{jsonPatch("Deployment", `- {op: replace, path: `+container+`/readinessProbe, value: {tcpSocket: {port: grpc}}}`)},
+			want:    "readiness probe is a TCP connect, but the listener is plaintext",
+		},
+		{
+			name:    "listener without keys",
+			patches: []string{jsonPatch("Deployment", `- {op: add, path: `+container+`/env/-, value: {name: HERMES_INSECURE_NO_AUTH, value: "true"}}`)},
+			want:    "sets HERMES_INSECURE_NO_AUTH",
+		},
+		{
+			name:    "password in clear in a URL",
+			patches: []string{jsonPatch("Deployment", `- {op: add, path: `+container+`/env/-, value: {name: HERMES_REDIS_URL, value: "redis://:hunter2@hermes-redis:6379/0"}}`)},
+			want:    "env HERMES_REDIS_URL: the URL carries its password in clear",
+		},
+		{
+			name:    "reference to an undefined variable",
+			patches: []string{jsonPatch("Deployment", `- {op: add, path: `+container+`/env/-, value: {name: HERMES_REDIS_URL, value: "redis://:$(REDIS_PASSWORD)@hermes-redis:6379/0"}}`)},
+			want:    "env HERMES_REDIS_URL uses $(REDIS_PASSWORD), which is not defined before it in env",
+		},
+		{
+			name: "reference to a variable defined after it",
+			patches: []string{jsonPatch("Deployment", "- {op: add, path: "+container+"/env/-, value: {name: HERMES_REDIS_URL, value: \"redis://:$(REDIS_PASSWORD)@hermes-redis:6379/0\"}}\n"+
+				"- {op: add, path: "+container+"/env/-, value: {name: REDIS_PASSWORD, valueFrom: {secretKeyRef: {name: s, key: k, optional: true}}}}")},
+			want: "env HERMES_REDIS_URL uses $(REDIS_PASSWORD), which is not defined before it in env",
+		},
+		{
+			name:    "credential as a literal",
+			patches: []string{jsonPatch("Deployment", `- {op: add, path: `+container+`/env/-, value: {name: HERMES_MODEL_API_KEY, value: sk-live-1234}}`)},
+			want:    "env HERMES_MODEL_API_KEY holds a literal value",
+		},
+		{
+			name:    "password in a ConfigMap",
+			replace: map[string]string{"kustomization.yaml": minimal["kustomization.yaml"] + "  - name: backend\n    literals: [REDIS_PASSWORD=hunter2]\n"},
+			want:    "key REDIS_PASSWORD holds a credential",
+		},
+		{
+			name:    "password in a configuration file",
+			replace: map[string]string{"kustomization.yaml": minimal["kustomization.yaml"] + "  - name: redis\n    literals: [\"redis.conf=port 6379\\nrequirepass hunter2\"]\n"},
+			want:    "requirepass is written in clear",
+		},
+		{
 			name:    "image without a tag",
 			patches: []string{jsonPatch("Deployment", `- {op: replace, path: `+container+`/image, value: "ghcr.io/hermes-agent/hermes"}`)},
 			want:    `image "ghcr.io/hermes-agent/hermes" has no pinned tag`,
 		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r, err := render(inMemory(t, tt.replace, tt.patches...), "/app")
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := policy{settings: newSettings(), pinnedImages: true}.check(r)
-			if tt.want == "" {
-				if len(got) != 0 {
-					t.Fatalf("the valid kustomization has problems:\n%s", strings.Join(got, "\n"))
-				}
-				return
-			}
-			var matched []string
-			for _, p := range got {
-				if strings.Contains(p, tt.want) {
-					matched = append(matched, p)
-				}
-			}
-			if len(matched) != 1 {
-				t.Errorf("want exactly one problem containing %q, got:\n%s", tt.want, strings.Join(got, "\n"))
-			}
-		})
-	}
+	})
 }
 
 // TestStrictDecodingRejects: a field the API does not have (a typo, wrong case, a duplicate) or

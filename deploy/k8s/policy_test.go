@@ -45,6 +45,10 @@ type policy struct {
 	external map[string]bool
 	// pinnedImages requires every image to name a tag other than latest (overlays).
 	pinnedImages bool
+	// whole marks a render of the whole of Hermes, which must also have NetworkPolicies for
+	// every pod's ingress and egress, mutual TLS and API keys from mounted Secrets in every
+	// Hermes container, and a Service for every in-cluster address a container's env dials.
+	whole bool
 }
 
 // problems collects policy violations, each prefixed with the object it is about.
@@ -73,10 +77,15 @@ func (pol policy) check(r *rendered) []string {
 		checkService(&p, r, s)
 	}
 	checkNames(&p, r)
+	checkCertificates(&p, r)
+	if pol.whole {
+		checkNetworkCoverage(&p, r)
+	}
 	for _, cm := range r.configMaps {
 		if usedAsEnv(r, cm) {
 			pol.checkAddresses(&p, r, cm)
 		}
+		checkNoClearSecrets(&p, cm)
 	}
 	sort.Strings(p)
 	return p
@@ -153,12 +162,20 @@ func (pol policy) checkPod(p *problems, r *rendered, obj, ns string, pod *corev1
 		pol.requireObject(p, r, obj, ns, "ServiceAccount", spec.ServiceAccountName)
 	}
 	checkPodSecurity(p, obj, spec)
+	if !tokenOff(r, ns, spec) {
+		p.addf(obj, "automountServiceAccountToken is not false (on the pod or its ServiceAccount): no Hermes pod calls the Kubernetes API, so none needs a token")
+	}
 	for _, v := range spec.Volumes {
 		switch {
 		case v.ConfigMap != nil && (v.ConfigMap.Optional == nil || !*v.ConfigMap.Optional):
 			pol.requireObject(p, r, obj, ns, "ConfigMap", v.ConfigMap.Name)
 		case v.Secret != nil && (v.Secret.Optional == nil || !*v.Secret.Optional):
 			pol.requireObject(p, r, obj, ns, "Secret", v.Secret.SecretName)
+			for _, item := range v.Secret.Items {
+				if !secretHasKey(r, ns, v.Secret.SecretName, item.Key) {
+					p.addf(obj, "volume %s: Secret/%s has no key %q", v.Name, v.Secret.SecretName, item.Key)
+				}
+			}
 		}
 	}
 	for i, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
@@ -169,14 +186,23 @@ func (pol policy) checkPod(p *problems, r *rendered, obj, ns string, pod *corev1
 			checkImage(p, cobj, c.Image)
 		}
 		env := pol.resolveEnv(p, r, cobj, ns, c)
+		checkEnvSecrets(p, cobj, c)
 		if i < len(spec.InitContainers) {
 			continue
 		}
 		switch {
 		case hermes:
 			pol.checkHermesSettings(p, cobj, c, env)
-			checkHermesProbes(p, cobj, c)
+			checkHermesProbes(p, cobj, c, env)
 			pol.checkGrace(p, obj, spec, env)
+			if pol.whole {
+				checkHermesTLS(p, r, cobj, ns, spec, c, env)
+				for _, e := range c.Env {
+					if e.ValueFrom == nil {
+						checkAddress(p, r, cobj, ns, e.Name, e.Value)
+					}
+				}
+			}
 		default:
 			if c.ReadinessProbe == nil {
 				p.addf(cobj, "no readiness probe")
@@ -188,38 +214,61 @@ func (pol policy) checkPod(p *problems, r *rendered, obj, ns string, pod *corev1
 	}
 }
 
-func checkHermesProbes(p *problems, obj string, c corev1.Container) {
+// checkHermesProbes: the probes must work against the listener as configured. The kubelet's
+// native gRPC probe speaks plaintext and presents no client certificate, so a process serving TLS
+// (HERMES_TLS_CERT) is probed with a TCP connect to its gRPC port; without TLS the native gRPC
+// health check is required, readiness asking for the target's own service (NOT_SERVING while
+// its backends are down).
+func checkHermesProbes(p *problems, obj string, c corev1.Container, env map[string]envVar) {
 	target := targetOf(c.Args)
+	want, known := grpcServiceOf[target]
+	switch {
+	case target == "":
+		p.addf(obj, "args %q do not run one target (serve --target=<service>)", c.Args)
+	case !known:
+		p.addf(obj, "unknown target %q", target)
+	}
+	cert, ok := env["HERMES_TLS_CERT"]
+	tls := ok && (cert.value != "" || !cert.known)
+	grpcPort, hasGRPC := containerPort(c, "grpc")
 	for _, probe := range []struct {
-		kind string
-		p    *corev1.Probe
-	}{{"readiness", c.ReadinessProbe}, {"liveness", c.LivenessProbe}} {
+		kind     string
+		p        *corev1.Probe
+		required bool
+	}{{"startup", c.StartupProbe, false}, {"readiness", c.ReadinessProbe, true}, {"liveness", c.LivenessProbe, true}} {
 		switch {
 		case probe.p == nil:
-			p.addf(obj, "no %s probe", probe.kind)
-			continue
-		case probe.p.GRPC == nil:
-			p.addf(obj, "%s probe is not a native gRPC health check (grpc: {port: 7070, ...})", probe.kind)
-			continue
-		}
-		if !hasPort(c, intstr.FromInt32(probe.p.GRPC.Port)) {
-			p.addf(obj, "%s probe checks port %d, which the container does not expose", probe.kind, probe.p.GRPC.Port)
+			if probe.required {
+				p.addf(obj, "no %s probe", probe.kind)
+			}
+		case probe.p.GRPC != nil && tls:
+			p.addf(obj, "%s probe is a native gRPC health check, which the kubelet makes in plaintext without a client certificate, but the listener serves TLS (HERMES_TLS_CERT): probe the gRPC port with tcpSocket", probe.kind)
+		case probe.p.GRPC != nil:
+			if !hasPort(c, intstr.FromInt32(probe.p.GRPC.Port)) {
+				p.addf(obj, "%s probe checks port %d, which the container does not expose", probe.kind, probe.p.GRPC.Port)
+			}
+		case probe.p.TCPSocket != nil && !tls:
+			p.addf(obj, "%s probe is a TCP connect, but the listener is plaintext: use the native gRPC health check (grpc: {port: 7070, ...})", probe.kind)
+		case probe.p.TCPSocket != nil:
+			if port, ok := resolvePort(c, probe.p.TCPSocket.Port); !ok || !hasGRPC || port != grpcPort {
+				p.addf(obj, "%s probe connects to port %s, not the container's gRPC port", probe.kind, probe.p.TCPSocket.Port.String())
+			}
+		default:
+			if tls {
+				p.addf(obj, "%s probe is not a TCP connect to the gRPC port (tcpSocket: {port: grpc})", probe.kind)
+			} else {
+				p.addf(obj, "%s probe is not a native gRPC health check (grpc: {port: 7070, ...})", probe.kind)
+			}
 		}
 	}
-	if c.ReadinessProbe == nil || c.ReadinessProbe.GRPC == nil {
+	if c.ReadinessProbe == nil || c.ReadinessProbe.GRPC == nil || !known || tls {
 		return
 	}
-	want, ok := grpcServiceOf[target]
 	got := ""
 	if c.ReadinessProbe.GRPC.Service != nil {
 		got = *c.ReadinessProbe.GRPC.Service
 	}
-	switch {
-	case target == "":
-		p.addf(obj, "args %q do not run one target (serve --target=<service>)", c.Args)
-	case !ok:
-		p.addf(obj, "unknown target %q", target)
-	case got != want:
+	if got != want {
 		p.addf(obj, "readiness probe asks for health service %q; the %s target reports %q (NOT_SERVING while its backends are down)", got, target, want)
 	}
 }
@@ -352,10 +401,8 @@ func (pol policy) resolveEnv(p *problems, r *rendered, obj, ns string, c corev1.
 				ref := vf.SecretKeyRef
 				v.from = "Secret/" + ref.Name
 				optional := ref.Optional != nil && *ref.Optional
-				if s := r.secrets[ns+"/"+ref.Name]; s != nil {
-					_, inData := s.Data[ref.Key]
-					_, inString := s.StringData[ref.Key]
-					if !inData && !inString && !optional {
+				if s := r.secrets[ns+"/"+ref.Name]; s != nil || r.certificateFor(ns, ref.Name) != nil {
+					if !secretHasKey(r, ns, ref.Name, ref.Key) && !optional {
 						p.addf(obj, "env %s: Secret/%s has no key %q", e.Name, ref.Name, ref.Key)
 					}
 				} else if !optional {
@@ -380,6 +427,7 @@ func (pol policy) requireObject(p *problems, r *rendered, obj, ns, kind, name st
 		_, ok = r.configMaps[ns+"/"+name]
 	case "Secret":
 		_, ok = r.secrets[ns+"/"+name]
+		ok = ok || r.certificateFor(ns, name) != nil
 	case "ServiceAccount":
 		_, ok = r.serviceAccounts[ns+"/"+name]
 	}
@@ -388,37 +436,35 @@ func (pol policy) requireObject(p *problems, r *rendered, obj, ns, kind, name st
 	}
 }
 
-// checkAddresses requires every in-cluster address an environment ConfigMap gives a Hermes setting (a short
-// host name such as hermes-redis) to be a Service of the render with that port.
+// checkAddresses requires every in-cluster address an environment ConfigMap gives a Hermes
+// setting to be a Service of the render with that port.
 func (pol policy) checkAddresses(p *problems, r *rendered, cm *corev1.ConfigMap) {
-	keys := make([]string, 0, len(cm.Data))
-	for k := range cm.Data {
-		keys = append(keys, k)
+	for _, k := range keys(cm.Data) {
+		checkAddress(p, r, "ConfigMap/"+cm.Name, cm.Namespace, k, cm.Data[k])
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if !strings.HasPrefix(k, "HERMES_") || !(strings.HasSuffix(k, "_ADDR") || strings.HasSuffix(k, "_URL")) {
+}
+
+// checkAddress requires the in-cluster address (a short host name such as hermes-redis) of a
+// HERMES_*_ADDR or HERMES_*_URL setting to be a Service of the render with that port.
+func checkAddress(p *problems, r *rendered, obj, ns, name, value string) {
+	if !strings.HasPrefix(name, "HERMES_") || !(strings.HasSuffix(name, "_ADDR") || strings.HasSuffix(name, "_URL")) {
+		return
+	}
+	host, port, ok := hostPort(value)
+	if !ok || strings.Contains(host, ".") || host == "localhost" || net.ParseIP(host) != nil {
+		return // not an in-cluster short name
+	}
+	for _, s := range r.services {
+		if s.Namespace != ns || s.Name != host {
 			continue
 		}
-		host, port, ok := hostPort(cm.Data[k])
-		if !ok || strings.Contains(host, ".") || host == "localhost" || net.ParseIP(host) != nil {
-			continue // not an in-cluster short name
-		}
-		found := false
-		for _, s := range r.services {
-			if s.Namespace != cm.Namespace || s.Name != host {
-				continue
+		for _, sp := range s.Spec.Ports {
+			if fmt.Sprint(sp.Port) == port {
+				return
 			}
-			for _, sp := range s.Spec.Ports {
-				if fmt.Sprint(sp.Port) == port {
-					found = true
-				}
-			}
-		}
-		if !found {
-			p.addf("ConfigMap/"+cm.Name, "%s=%s: no Service %s with port %s in the render", k, cm.Data[k], host, port)
 		}
 	}
+	p.addf(obj, "%s=%s: no Service %s with port %s in the render", name, value, host, port)
 }
 
 // usedAsEnv reports whether some workload takes its environment from the ConfigMap.
@@ -523,19 +569,23 @@ func checkContainerSecurity(p *problems, obj string, pod *corev1.PodSecurityCont
 	if c == nil {
 		c = &corev1.SecurityContext{}
 	}
-	runAsNonRoot := c.RunAsNonRoot
-	if runAsNonRoot == nil {
-		runAsNonRoot = pod.RunAsNonRoot
-	}
-	if runAsNonRoot == nil || !*runAsNonRoot {
+	if runAsNonRoot := override(c.RunAsNonRoot, pod.RunAsNonRoot); runAsNonRoot == nil || !*runAsNonRoot {
 		p.addf(obj, "runAsNonRoot is not true")
 	}
-	runAsUser := c.RunAsUser
-	if runAsUser == nil {
-		runAsUser = pod.RunAsUser
-	}
-	if runAsUser != nil && *runAsUser == 0 {
-		p.addf(obj, "runs as user 0")
+	for _, id := range []struct {
+		field, name string
+		value       *int64
+		unset       string
+	}{
+		{"runAsUser", "user", override(c.RunAsUser, pod.RunAsUser), "the image decides which user runs it"},
+		{"runAsGroup", "group", override(c.RunAsGroup, pod.RunAsGroup), "the image decides the group, and with it who may read the mounted Secrets"},
+	} {
+		switch {
+		case id.value == nil:
+			p.addf(obj, "no fixed %s: %s", id.field, id.unset)
+		case *id.value == 0:
+			p.addf(obj, "runs as %s 0", id.name)
+		}
 	}
 	if c.ReadOnlyRootFilesystem == nil || !*c.ReadOnlyRootFilesystem {
 		p.addf(obj, "readOnlyRootFilesystem is not true")
@@ -551,13 +601,17 @@ func checkContainerSecurity(p *problems, obj string, pod *corev1.PodSecurityCont
 	} else if len(c.Capabilities.Add) > 0 {
 		p.addf(obj, "adds capabilities %v", c.Capabilities.Add)
 	}
-	seccomp := c.SeccompProfile
-	if seccomp == nil {
-		seccomp = pod.SeccompProfile
-	}
-	if seccomp == nil || (seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault && seccomp.Type != corev1.SeccompProfileTypeLocalhost) {
+	if seccomp := override(c.SeccompProfile, pod.SeccompProfile); seccomp == nil || (seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault && seccomp.Type != corev1.SeccompProfileTypeLocalhost) {
 		p.addf(obj, "seccompProfile is not RuntimeDefault")
 	}
+}
+
+// override returns the container's setting when it has one, else the pod's.
+func override[T any](container, pod *T) *T {
+	if container != nil {
+		return container
+	}
+	return pod
 }
 
 func checkResources(p *problems, obj string, res corev1.ResourceRequirements) {

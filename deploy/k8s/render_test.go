@@ -4,13 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -18,7 +21,8 @@ import (
 
 // decoder decodes strictly into the Kubernetes API types of the kinds the manifests may use: an
 // unknown or misspelt field (matched case-sensitively), a duplicate field, or a kind or version
-// outside this scheme (autoscaling/v1, a typo in kind) is an error.
+// outside this scheme (autoscaling/v1, a typo in kind) is an error. cert-manager's kinds decode
+// into the subset of their API that components/cert-manager uses (certmanager_test.go).
 var decoder = func() runtime.Decoder {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
@@ -32,6 +36,10 @@ var decoder = func() runtime.Decoder {
 			panic(err)
 		}
 	}
+	certManager := schema.GroupVersion{Group: "cert-manager.io", Version: "v1"}
+	scheme.AddKnownTypeWithName(certManager.WithKind("Certificate"), &certificate{})
+	scheme.AddKnownTypeWithName(certManager.WithKind("Issuer"), &issuer{})
+	metav1.AddToGroupVersion(scheme, certManager)
 	return serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
 }()
 
@@ -44,6 +52,9 @@ type rendered struct {
 	services        []*corev1.Service
 	hpas            []*autoscalingv2.HorizontalPodAutoscaler
 	pdbs            []*policyv1.PodDisruptionBudget
+	netpols         []*networkingv1.NetworkPolicy
+	certificates    []*certificate
+	issuers         map[string]*issuer           // by namespace/name
 	configMaps      map[string]*corev1.ConfigMap // by namespace/name
 	secrets         map[string]*corev1.Secret
 	serviceAccounts map[string]*corev1.ServiceAccount
@@ -64,6 +75,7 @@ func render(fSys filesys.FileSystem, dir string) (*rendered, error) {
 		secrets:         map[string]*corev1.Secret{},
 		serviceAccounts: map[string]*corev1.ServiceAccount{},
 		namespaces:      map[string]bool{},
+		issuers:         map[string]*issuer{},
 	}
 	var errs []error
 	for _, res := range m.Resources() {
@@ -81,6 +93,18 @@ func render(fSys filesys.FileSystem, dir string) (*rendered, error) {
 		r.add(obj)
 	}
 	return r, errors.Join(errs...)
+}
+
+// renders caches renderDisk: the directories on disk do not change during a run, and callers
+// only read what a render returns.
+var renders sync.Map // dir -> func() (*rendered, error)
+
+// renderDisk renders a directory of deploy/k8s once per test binary.
+func renderDisk(dir string) (*rendered, error) {
+	f, _ := renders.LoadOrStore(dir, sync.OnceValues(func() (*rendered, error) {
+		return render(filesys.MakeFsOnDisk(), dir)
+	}))
+	return f.(func() (*rendered, error))()
 }
 
 // decode decodes one object strictly. The serializer returns the object together with a strict
@@ -106,6 +130,12 @@ func (r *rendered) add(obj runtime.Object) {
 		r.hpas = append(r.hpas, o)
 	case *policyv1.PodDisruptionBudget:
 		r.pdbs = append(r.pdbs, o)
+	case *networkingv1.NetworkPolicy:
+		r.netpols = append(r.netpols, o)
+	case *certificate:
+		r.certificates = append(r.certificates, o)
+	case *issuer:
+		r.issuers[o.Namespace+"/"+o.Name] = o
 	case *corev1.ConfigMap:
 		r.configMaps[o.Namespace+"/"+o.Name] = o
 	case *corev1.Secret:

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -223,6 +224,10 @@ func dialable(addr string) string {
 // Addr is the gRPC address the process serves on, dialable from this host.
 func (a *App) Addr() string { return a.addr }
 
+// ReadyHandler answers HTTP readiness probes: 200 while every service of the process is
+// SERVING.
+func (a *App) ReadyHandler() http.Handler { return a.srv.ReadyHandler() }
+
 // Services lists the registered gRPC service names.
 func (a *App) Services() []string { return a.srv.Services() }
 
@@ -346,7 +351,7 @@ func (a *App) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error)
 		}
 		a.closers = append(a.closers, emb.Close)
 		url = emb.URL()
-		a.log.Info("embedded NATS with JetStream", "url", url)
+		a.log.Info("embedded NATS with JetStream (token required)", "addr", emb.Addr())
 	}
 	nc, js, err := events.Connect(url, "hermes", a.log)
 	if err != nil {

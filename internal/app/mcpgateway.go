@@ -2,12 +2,14 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"time"
 
+	"github.com/hermes-agent/hermes/internal/rpc"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 	"github.com/hermes-agent/hermes/services/mcpgateway"
@@ -66,14 +68,19 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("MCP endpoint: listen on %s: %w", cfg.MCPListen, err)
 	}
-	ep := mcpgateway.NewMCPServer(mcpgateway.MCPServerOptions{
+	ep, err := mcpgateway.NewMCPServer(mcpgateway.MCPServerOptions{
 		Tools: func() (mcpgateway.ToolClient, error) {
 			return tools()
 		},
-		Logger:  a.log.With("service", "mcp-endpoint"),
-		Version: a.cfg.Version,
-		Refresh: cfg.ToolsRefresh,
+		Logger:   a.log.With("service", "mcp-endpoint"),
+		Version:  a.cfg.Version,
+		Refresh:  cfg.ToolsRefresh,
+		Endpoint: cfg.Endpoint,
 	})
+	if err != nil {
+		_ = lis.Close()
+		return fmt.Errorf("MCP endpoint: %w", err)
+	}
 	path := cfg.MCPPath
 	if path == "" {
 		path = "/mcp"
@@ -81,6 +88,15 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	mux := http.NewServeMux()
 	mux.Handle(path, a.sec.httpAuth(toolsv1.ToolService_ExecuteTool_FullMethodName, ep.HTTPHandler()))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	scheme := "http"
+	if tc := a.cfg.TLS(); tc.Server() {
+		// The process's certificate; MCP clients authenticate with keys, not certificates.
+		if hs.TLSConfig, err = (rpc.TLSConfig{CertFile: tc.CertFile, KeyFile: tc.KeyFile}).ServerTLS(a.log); err != nil {
+			_ = lis.Close()
+			return fmt.Errorf("MCP endpoint: %w", err)
+		}
+		lis, scheme = tls.NewListener(lis, hs.TLSConfig), "https"
+	}
 	runCtx, stop := context.WithCancel(context.Background())
 	go ep.Run(runCtx)
 	go func() {
@@ -88,7 +104,7 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 			a.log.Error("MCP endpoint stopped", "error", err)
 		}
 	}()
-	a.log.Info("MCP endpoint serving Hermes tools", "url", "http://"+dialable(lis.Addr().String())+path)
+	a.log.Info("MCP endpoint serving Hermes tools", "url", scheme+"://"+dialable(lis.Addr().String())+path)
 	a.onClose(func() {
 		stop()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -17,6 +17,8 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/auth"
 	"github.com/hermes-agent/hermes/internal/config"
+	"github.com/hermes-agent/hermes/internal/egress"
+	"github.com/hermes-agent/hermes/internal/secretenv"
 )
 
 // security is the access configuration of a process: the API keys, the authenticator every
@@ -28,10 +30,18 @@ type security struct {
 	authn       *auth.Authenticator
 	serverCreds credentials.TransportCredentials
 	dialOpts    []grpc.DialOption
+	// egress decides the outbound connections made for tools and MCP servers; secrets the
+	// environment variables their specs may read.
+	egress  *egress.Policy
+	secrets *secretenv.Reader
 }
 
 func newSecurity(cfg config.Common, log *slog.Logger) (*security, error) {
-	s := &security{cfg: cfg, log: log}
+	s := &security{cfg: cfg, log: log, secrets: secretenv.New(cfg.SecretEnvAllow, nil)}
+	var err error
+	if s.egress, err = egress.New(cfg.EgressAllow); err != nil {
+		return nil, err
+	}
 	if cfg.AuthFile != "" {
 		keys, err := auth.LoadKeyFile(cfg.AuthFile, log)
 		if err != nil {
@@ -45,7 +55,6 @@ func newSecurity(cfg config.Common, log *slog.Logger) (*security, error) {
 	if err := tlsCfg.Validate(); err != nil {
 		return nil, err
 	}
-	var err error
 	if s.serverCreds, err = tlsCfg.ServerCredentials(log); err != nil {
 		return nil, err
 	}

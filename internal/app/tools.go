@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 
+	"github.com/hermes-agent/hermes/internal/secretenv"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 	"github.com/hermes-agent/hermes/services/tools"
@@ -32,7 +33,8 @@ func (a *App) initTools(ctx context.Context) error {
 		Config:    a.cfg.Tools,
 		Tokenizer: tok,
 		Logger:    a.log.With("service", "tools"),
-		Getenv:    a.getenv,
+		Egress:    a.sec.egress,
+		Secrets:   secretenv.New(a.cfg.SecretEnvAllow, a.getenv),
 		MCP: func() (tools.MCPCaller, error) {
 			conn, err := a.Conn(TargetMCPGateway)
 			if err != nil {

@@ -1,9 +1,14 @@
 package auth
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 )
@@ -80,4 +85,29 @@ func TestOperatorOnlyPowers(t *testing.T) {
 	if err := a.Authorize(Principal{Role: RoleService, Name: "service:x"}, "/hermes.mcpgateway.v1.MCPGatewayService/AddServer", nil); err == nil {
 		t.Error("a service may add MCP servers; only operators may")
 	}
+}
+
+// TestHealthNeedsNoKey: probes and load balancers carry no credentials; with keys configured a
+// health check still answers while every other call needs a key.
+func TestHealthNeedsNoKey(t *testing.T) {
+	k, err := LoadKeyFile(writeKeys(t, "sk-alice-0123456789abcdef: alice\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(k, nil)
+	if _, err := a.check(context.Background(), "/grpc.health.v1.Health/Check", nil); err != nil {
+		t.Errorf("health check without a key: %v", err)
+	}
+	if _, err := a.check(context.Background(), "/hermes.session.v1.SessionService/ListSessions", nil); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("ListSessions without a key: %v, want UNAUTHENTICATED", err)
+	}
+}
+
+func writeKeys(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "keys.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

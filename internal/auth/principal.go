@@ -99,6 +99,13 @@ func CallerName(ctx context.Context) string {
 	return p.Name
 }
 
+// IsOperator reports whether the caller of ctx is an operator or anonymous (authentication
+// off). A call without a principal (a direct Go call, never a network call) counts as one.
+func IsOperator(ctx context.Context) bool {
+	p, ok := FromContext(ctx)
+	return !ok || p.Anonymous || p.Role == RoleOperator
+}
+
 // IsPrivileged reports whether the caller of ctx is an operator, a service or anonymous. A call
 // without a principal (a direct Go call in a unit test, never a network call: the interceptor
 // always sets one) is treated as privileged.

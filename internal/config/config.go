@@ -217,7 +217,13 @@ func (c *Common) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "PEM certificate chain served on the gRPC listener and presented to other Hermes services (reloaded when it changes)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	fs.StringVar(&c.TLSClientCA, "tls-client-ca", "", "PEM CA bundle that signs Hermes' own certificates: a caller with a certificate it verifies is the service principal")
-	fs.StringVar(&c.TLSClientAuth, "tls-client-auth", "", "with --tls-client-ca: require (only callers with a certificate connect; the default) or optional (users with API keys connect too)")
+	fs.Func("tls-client-auth", "with --tls-client-ca: require (only callers with a certificate connect; the default) or optional (users with API keys connect too)", func(v string) error {
+		if v != "require" && v != "optional" {
+			return fmt.Errorf("want require or optional")
+		}
+		c.TLSClientAuth = v
+		return nil
+	})
 	fs.StringVar(&c.TLSCA, "tls-ca", "", "PEM CA bundle that verifies the Hermes services this process calls; turns TLS on for those calls")
 	fs.StringVar(&c.TLSServerName, "tls-server-name", "", "name expected in the called services' certificates (default: the host of their address)")
 	fs.Func("secret-env-allow", "comma list of environment variables that tools and MCP servers may read secrets from (secret_env, bearer_token_env, header env); none by default", listFlag(&c.SecretEnvAllow))

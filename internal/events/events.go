@@ -5,10 +5,13 @@ package events
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -104,10 +107,10 @@ func Connect(url, name string, log *slog.Logger) (*nats.Conn, jetstream.JetStrea
 				log.Warn("nats disconnected", "error", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrl()) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", redactURL(c.ConnectedUrl())) }),
 	)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(url), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -182,22 +185,41 @@ func PublishTurnFinished(ctx context.Context, js jetstream.JetStream, n Names, e
 	}
 }
 
+// redactURL drops the credentials (user, password or token) from a server URL for logs and
+// errors.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	u.User = nil
+	return u.String()
+}
+
 // Embedded is a NATS server with JetStream running inside the process (monolithic mode).
 type Embedded struct {
-	srv *server.Server
+	srv   *server.Server
+	token string
 }
 
 // StartEmbedded starts a NATS server with a JetStream file store in dir, listening on a random
-// loopback port.
+// loopback port. It requires a token generated at start, so another local user cannot read
+// every user's turn events or publish forged ones.
 func StartEmbedded(dir string) (*Embedded, error) {
+	tok := make([]byte, 24)
+	if _, err := rand.Read(tok); err != nil {
+		return nil, fmt.Errorf("embedded NATS: token: %w", err)
+	}
+	token := hex.EncodeToString(tok)
 	srv, err := server.NewServer(&server.Options{
-		ServerName: "hermes-embedded",
-		Host:       "127.0.0.1",
-		Port:       server.RANDOM_PORT,
-		JetStream:  true,
-		StoreDir:   dir,
-		NoSigs:     true,
-		NoLog:      true,
+		ServerName:    "hermes-embedded",
+		Host:          "127.0.0.1",
+		Port:          server.RANDOM_PORT,
+		JetStream:     true,
+		StoreDir:      dir,
+		NoSigs:        true,
+		NoLog:         true,
+		Authorization: token,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS: %w", err)
@@ -207,11 +229,16 @@ func StartEmbedded(dir string) (*Embedded, error) {
 		srv.Shutdown()
 		return nil, errors.New("embedded NATS: not ready after 10s")
 	}
-	return &Embedded{srv: srv}, nil
+	return &Embedded{srv: srv, token: token}, nil
 }
 
-// URL is the client URL of the embedded server.
-func (e *Embedded) URL() string { return e.srv.ClientURL() }
+// URL is the client URL of the embedded server, with its token: keep it out of logs (Addr).
+func (e *Embedded) URL() string {
+	return strings.Replace(e.srv.ClientURL(), "nats://", "nats://"+e.token+"@", 1)
+}
+
+// Addr is the server's address, without the token.
+func (e *Embedded) Addr() string { return strings.TrimPrefix(e.srv.ClientURL(), "nats://") }
 
 // Close stops the server.
 func (e *Embedded) Close() {

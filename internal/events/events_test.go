@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
@@ -99,5 +101,31 @@ func TestUnmarshalRejectsIncomplete(t *testing.T) {
 	}
 	if _, err := UnmarshalTurnFinished([]byte(`{"turnId":"x","userId":"u","futureField":1}`)); err != nil {
 		t.Errorf("unknown fields must be tolerated: %v", err)
+	}
+}
+
+// TestEmbeddedNeedsItsToken: the embedded server refuses a local client without the token
+// generated at start (another local user would read every user's turn events), and its address
+// for logs carries no token.
+func TestEmbeddedNeedsItsToken(t *testing.T) {
+	emb, err := StartEmbedded(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Close()
+	if nc, err := nats.Connect("nats://"+emb.Addr(), nats.MaxReconnects(0)); err == nil {
+		nc.Close()
+		t.Fatal("a client without the token connected")
+	}
+	if strings.Contains(emb.Addr(), "@") {
+		t.Errorf("Addr %q carries credentials", emb.Addr())
+	}
+	nc, _, err := Connect(emb.URL(), "test", nil)
+	if err != nil {
+		t.Fatalf("with the token: %v", err)
+	}
+	nc.Close()
+	if got := redactURL("nats://s3cret@127.0.0.1:4222"); strings.Contains(got, "s3cret") {
+		t.Errorf("redactURL kept the token: %s", got)
 	}
 }

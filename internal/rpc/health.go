@@ -2,6 +2,9 @@ package rpc
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"strings"
 	"time"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -90,4 +93,29 @@ func (s *Server) refreshHealth() {
 		}
 		s.health.SetServingStatus(svc, st)
 	}
+}
+
+// ReadyHandler answers HTTP readiness probes (the kubelet's httpGet on the plaintext metrics
+// listener, where its gRPC probe cannot reach a mutual-TLS listener): 200 while every
+// registered service is SERVING, 503 with the ones that are not.
+func (s *Server) ReadyHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var down []string
+		for _, name := range append([]string{""}, s.Services()...) {
+			res, err := s.health.Check(r.Context(), &healthpb.HealthCheckRequest{Service: name})
+			if err != nil || res.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				if name == "" {
+					name = "(server)"
+				}
+				down = append(down, name)
+			}
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if len(down) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not serving: %s\n", strings.Join(down, ", "))
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 }

@@ -85,17 +85,22 @@ func NewServer(opts ServerOptions) *Server {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	s := &Server{health: health.NewServer(), log: opts.Logger, opts: opts, deps: map[string]*dependency{}}
-	unary := []grpc.UnaryServerInterceptor{recoverUnary(opts.Logger), logUnary(opts.Logger)}
-	stream := []grpc.StreamServerInterceptor{recoverStream(opts.Logger), logStream(opts.Logger)}
+	codec := newUTF8Codec()
+	unary := []grpc.UnaryServerInterceptor{recoverUnary(opts.Logger), logUnary(opts.Logger), codec.checkUTF8Unary()}
+	stream := []grpc.StreamServerInterceptor{recoverStream(opts.Logger), logStream(opts.Logger), codec.checkUTF8Stream()}
 	if opts.Auth != nil {
 		unary = append(unary, opts.Auth.UnaryInterceptor())
 		stream = append(stream, opts.Auth.StreamInterceptor())
 	}
+	// Innermost: every handler's error leaves as a status of the one taxonomy.
+	unary = append(unary, classifyUnary(opts.Logger))
+	stream = append(stream, classifyStream(opts.Logger))
 	trustU, trustS := auth.TrustInProcess()
 	s.inproc = newChannel(append([]grpc.UnaryServerInterceptor{trustU}, unary...), append([]grpc.StreamServerInterceptor{trustS}, stream...))
 	s.public = newChannel(unary, stream)
 	serverOpts := []grpc.ServerOption{
 		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.ForceServerCodecV2(codec),
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
 		grpc.MaxSendMsgSize(opts.MaxMessageBytes),
 		grpc.ChainUnaryInterceptor(unary...),

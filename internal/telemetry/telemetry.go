@@ -66,6 +66,7 @@ type Telemetry struct {
 	tracer  *sdktrace.TracerProvider
 	meter   *sdkmetric.MeterProvider
 	metrics *http.Server
+	mux     *http.ServeMux
 	// MetricsAddr is the address /metrics listens on, when enabled.
 	MetricsAddr string
 }
@@ -115,6 +116,8 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		t.mux = mux
 		t.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		t.MetricsAddr = lis.Addr().String()
 		go func() {
@@ -145,6 +148,14 @@ func buildInfo(opts Options) prometheus.Collector {
 	})
 	g.Set(1)
 	return g
+}
+
+// Handle adds a handler to the metrics listener (no-op when it is disabled): the readiness
+// probe, which needs the services that start after telemetry.
+func (t *Telemetry) Handle(pattern string, h http.Handler) {
+	if t.mux != nil {
+		t.mux.Handle(pattern, h)
+	}
 }
 
 // Shutdown flushes pending spans and stops the exporters and the metrics server.

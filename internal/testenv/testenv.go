@@ -51,14 +51,15 @@ func Redis(t testing.TB) (*redis.Client, string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		deleteKeys(ctx, rdb, prefix)
+		DeleteKeys(ctx, rdb, prefix)
 		_ = rdb.Close()
 	})
 	return rdb, prefix
 }
 
-// deleteKeys deletes every key under prefix, ignoring errors (it cleans up after a test).
-func deleteKeys(ctx context.Context, rdb redis.UniversalClient, prefix string) {
+// DeleteKeys deletes every key under prefix, ignoring errors (it cleans up after a test or a
+// benchmark run).
+func DeleteKeys(ctx context.Context, rdb redis.UniversalClient, prefix string) {
 	iter := rdb.Scan(ctx, 0, prefix+"*", 500).Iterator()
 	var keys []string
 	for iter.Next(ctx) {

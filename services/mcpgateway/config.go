@@ -45,6 +45,8 @@ type Config struct {
 	StopGrace time.Duration
 	// SyncInterval is how often a replica re-reads the shared server store.
 	SyncInterval time.Duration
+	// Endpoint configures Hermes' own MCP endpoint (on MCPListen).
+	Endpoint EndpointConfig
 }
 
 // RegisterFlags registers the settings with their defaults.
@@ -66,6 +68,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ToolsRefresh, "mcpgateway.tools-refresh", 5*time.Second, "how often the MCP endpoint re-reads the tool service's tools")
 	fs.DurationVar(&c.StopGrace, "mcpgateway.stop-grace", 2*time.Second, "how long a stdio MCP server may take to exit before it is signalled")
 	fs.DurationVar(&c.SyncInterval, "mcpgateway.sync-interval", 2*time.Second, "how often a gateway re-reads the stored servers that AddServer added (all replicas connect to them)")
+	c.Endpoint.RegisterFlags(fs)
 }
 
 // withDefaults fills zero values, so a Config built in code (tests, the CLI) works.

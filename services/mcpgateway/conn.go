@@ -729,7 +729,7 @@ func (c *serverConn) syncRegistry(ctx context.Context) error {
 		if _, ok := desired[name]; ok {
 			continue
 		}
-		if err := reg.Unregister(ctx, name); err != nil {
+		if err := reg.Unregister(ctx, name, c.source); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -787,7 +787,7 @@ func (c *serverConn) releaseAll(ctx context.Context) int {
 	}
 	removed := 0
 	for name := range registered {
-		if err := g.reg.Unregister(ctx, name); err != nil {
+		if err := g.reg.Unregister(ctx, name, c.source); err != nil {
 			g.log.Warn("unregistering a removed MCP server's tool failed; it stays in the tool service until the next start prunes it", "tool", name, "error", err)
 			continue
 		}

@@ -55,6 +55,8 @@ func startHermes(t *testing.T, dataDir string, extra ...string) *hermes {
 		"--mcpgateway.stop-grace=500ms",
 		"--mcpgateway.tools-refresh=200ms",
 		"--shutdown-timeout=5s",
+		// The test's webhooks and HTTP MCP servers listen on loopback; the operator allows it.
+		"--egress-allow=127.0.0.1:*,localhost:*",
 	}, extra...)
 	var cfg app.Config
 	fs := flag.NewFlagSet("hermes", flag.ContinueOnError)

@@ -673,7 +673,7 @@ func (g *Gateway) prune() {
 				if have {
 					continue
 				}
-				if err = g.reg.Unregister(ctx, name); err != nil {
+				if err = g.reg.Unregister(ctx, name, src); err != nil {
 					break
 				}
 				removed++

@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
 
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
@@ -33,43 +31,94 @@ type MCPServerOptions struct {
 	Logger *slog.Logger
 	// Version is reported in serverInfo.
 	Version string
-	// Refresh is how often the tool list is re-read; 0 means 5 s.
+	// Refresh is how often the tool list (and the catalog file) is re-read; 0 means 5 s.
 	Refresh time.Duration
+	// Endpoint holds the limits and the optional catalog of resources and prompts.
+	Endpoint EndpointConfig
 }
 
-// MCPServer serves the tool service's tools to any MCP client, over Streamable HTTP or stdio.
-// Calls go through ToolService.ExecuteTool, so they get its validation, timeouts, retries and
-// idempotency; a tool's failure is an isError result the client's model can act on.
+// LabelMCPOutput is the ToolSpec label that says how Hermes' MCP endpoint passes a tool's
+// output on. With the value "content" the output is an MCP tool result, a JSON object
+// {"content": [...], "structuredContent": {...}, "isError": false}, whose content blocks (text,
+// image, audio, resource, resource_link) reach MCP clients as they are; otherwise the output is
+// text, and a JSON object output is also the structured content.
+const LabelMCPOutput = "mcp.output"
+
+// Limits of the endpoint's tool handling.
+const (
+	// elicitTimeout bounds how long a call waits for the user to answer an elicitation.
+	elicitTimeout = 5 * time.Minute
+	// maxElicitProperties is the most missing arguments asked for in one elicitation.
+	maxElicitProperties = 20
+)
+
+// MCPServer serves the tool service's tools to any MCP client, over Streamable HTTP or stdio,
+// and the resources and prompts of an optional catalog file. Calls go through
+// ToolService.ExecuteTool, so they get its validation, timeouts, retries and idempotency; a
+// tool's failure is an isError result the client's model can act on.
 type MCPServer struct {
 	opts   MCPServerOptions
+	cfg    EndpointConfig
 	log    *slog.Logger
 	server *mcp.Server
+	events *eventStore
+	// catalog is nil without a catalog file.
+	catalog *catalogSource
 
 	syncMu sync.Mutex // one sync at a time
 	mu     sync.Mutex
-	known  map[string]int64 // tool name → version served
+	known  map[string]*servedTool // guarded by mu: tool name → what is served
 }
 
-// NewMCPServer returns an endpoint; call Sync or Run to load the tools.
-func NewMCPServer(opts MCPServerOptions) *MCPServer {
+// servedTool is what the endpoint keeps of a tool it serves.
+type servedTool struct {
+	version int64
+	// structured: the tool declares an output schema, so every successful result must carry
+	// structured content.
+	structured bool
+	// content: the output is an MCP tool result (LabelMCPOutput).
+	content bool
+	// required and props are the input schema's top-level required names and property
+	// schemas, for asking the user for missing arguments.
+	required []string
+	props    map[string]json.RawMessage
+}
+
+// NewMCPServer returns an endpoint; call Sync or Run to load the tools. It fails when the
+// catalog file cannot be read.
+func NewMCPServer(opts MCPServerOptions) (*MCPServer, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	if opts.Refresh <= 0 {
 		opts.Refresh = 5 * time.Second
 	}
-	s := &MCPServer{opts: opts, log: opts.Logger, known: map[string]int64{}}
+	cfg := opts.Endpoint.withDefaults()
+	s := &MCPServer{opts: opts, cfg: cfg, log: opts.Logger, known: map[string]*servedTool{}}
+	s.events = newEventStore(cfg.EventStoreBytes, cfg.EventsPerStream, cfg.EventMaxAge)
+	if cfg.Catalog != "" {
+		s.catalog = &catalogSource{path: cfg.Catalog}
+	}
 	s.server = mcp.NewServer(&mcp.Implementation{Name: "hermes", Title: "Hermes tools", Version: opts.Version}, &mcp.ServerOptions{
 		Instructions: "Tools registered in Hermes. Arguments are validated against each tool's input schema before the tool runs; " +
 			"a failed call returns isError with a message that says how to correct the arguments.",
 		Capabilities: &mcp.ServerCapabilities{
-			Tools:   &mcp.ToolCapabilities{ListChanged: true},
-			Logging: &mcp.LoggingCapabilities{},
+			Tools:       &mcp.ToolCapabilities{ListChanged: true},
+			Logging:     &mcp.LoggingCapabilities{},
+			Resources:   &mcp.ResourceCapabilities{ListChanged: true, Subscribe: true},
+			Prompts:     &mcp.PromptCapabilities{ListChanged: true},
+			Completions: &mcp.CompletionCapabilities{},
 		},
-		Logger: opts.Logger,
+		CompletionHandler:  s.complete,
+		SubscribeHandler:   s.subscribe,
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+		Logger:             opts.Logger,
 	})
 	s.server.AddReceivingMiddleware(s.freshen)
-	return s
+	if err := s.reloadCatalog(context.Background()); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // freshen re-reads the tool list before tools/list and before a call of a tool not yet known,
@@ -82,26 +131,27 @@ func (s *MCPServer) freshen(next mcp.MethodHandler) mcp.MethodHandler {
 		case "tools/list":
 			s.syncLogged(ctx)
 		case "tools/call":
-			if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil {
-				s.mu.Lock()
-				_, known := s.known[r.Params.Name]
-				s.mu.Unlock()
-				if !known {
-					s.syncLogged(ctx)
-				}
+			if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil && s.served(r.Params.Name) == nil {
+				s.syncLogged(ctx)
 			}
 		}
 		return next(ctx, method, req)
 	}
 }
 
+func (s *MCPServer) served(name string) *servedTool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.known[name]
+}
+
 func (s *MCPServer) syncLogged(ctx context.Context) {
 	if err := s.Sync(ctx); err != nil {
-		s.log.Warn("MCP endpoint: reading the tool service's tools failed", "error", err)
+		s.log.Warn("MCP endpoint: reading the tool service's tools failed; serving the last list", "error", err)
 	}
 }
 
-// Run keeps the tool list current until ctx ends.
+// Run keeps the tool list and the catalog current until ctx ends.
 func (s *MCPServer) Run(ctx context.Context) {
 	t := time.NewTicker(s.opts.Refresh)
 	defer t.Stop()
@@ -112,11 +162,15 @@ func (s *MCPServer) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			s.syncLogged(ctx)
+			if err := s.reloadCatalog(ctx); err != nil {
+				s.log.Warn("MCP endpoint: reading the catalog file failed; serving the last one read", "file", s.cfg.Catalog, "error", err)
+			}
 		}
 	}
 }
 
-// Sync makes the served tools those of the tool service.
+// Sync makes the served tools those of the tool service. On error nothing changes: the last
+// list read stays served.
 func (s *MCPServer) Sync(ctx context.Context) error {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
@@ -142,7 +196,7 @@ func (s *MCPServer) Sync(ctx context.Context) error {
 		}
 	}
 	s.mu.Lock()
-	known := make(map[string]int64, len(s.known))
+	known := make(map[string]*servedTool, len(s.known))
 	for k, v := range s.known {
 		known[k] = v
 	}
@@ -158,19 +212,24 @@ func (s *MCPServer) Sync(ctx context.Context) error {
 		s.server.RemoveTools(gone...)
 	}
 	for name, t := range current {
-		if v, ok := known[name]; ok && v == t.GetVersion() {
+		if st, ok := known[name]; ok && st.version == t.GetVersion() {
 			continue
 		}
-		tool, err := mcpTool(t.GetSpec())
+		tool, st, err := mcpTool(t.GetSpec())
 		if err != nil {
 			s.log.Warn("MCP endpoint: tool not served", "tool", name, "error", err)
 			continue
 		}
+		st.version = t.GetVersion()
+		// The handler reads the entry at call time, so it is in place before the tool is.
+		s.mu.Lock()
+		s.known[name] = st
+		s.mu.Unlock()
 		if err := s.addTool(tool); err != nil {
 			s.log.Warn("MCP endpoint: tool not served", "tool", name, "error", err)
 			continue
 		}
-		known[name] = t.GetVersion()
+		known[name] = st
 	}
 	s.mu.Lock()
 	s.known = known
@@ -190,41 +249,74 @@ func (s *MCPServer) addTool(t *mcp.Tool) (err error) {
 	return nil
 }
 
-// mcpTool is a tool service tool as an MCP tool.
-func mcpTool(spec *toolsv1.ToolSpec) (*mcp.Tool, error) {
+// mcpTool is a tool service tool as an MCP tool, and what the endpoint keeps of it. The input
+// schema is passed on as declared ($schema, $defs, additionalProperties and all).
+func mcpTool(spec *toolsv1.ToolSpec) (*mcp.Tool, *servedTool, error) {
 	in, err := objectSchema(json.RawMessage(spec.GetInputSchema()))
 	if err != nil {
-		return nil, fmt.Errorf("input schema: %w", err)
+		return nil, nil, fmt.Errorf("input schema: %w", err)
+	}
+	st := &servedTool{content: spec.GetLabels()[LabelMCPOutput] == "content"}
+	var shape struct {
+		Required   []string                   `json:"required"`
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	if json.Unmarshal([]byte(in), &shape) == nil {
+		st.required, st.props = shape.Required, shape.Properties
 	}
 	t := &mcp.Tool{Name: spec.GetName(), Description: spec.GetDescription(), InputSchema: json.RawMessage(in)}
 	if spec.GetOutputSchema() != "" {
 		if out, err := objectSchema(json.RawMessage(spec.GetOutputSchema())); err == nil {
 			t.OutputSchema = json.RawMessage(out)
+			st.structured = true
 		}
 	}
-	if title := spec.GetLabels()["mcp.title"]; title != "" {
-		t.Title = title
+	t.Title = spec.GetLabels()["mcp.title"]
+	if a := spec.GetAnnotations(); a != nil {
+		t.Annotations = &mcp.ToolAnnotations{
+			Title:          a.GetTitle(),
+			ReadOnlyHint:   a.GetReadOnlyHint(),
+			IdempotentHint: a.GetIdempotentHint(),
+		}
+		if a.DestructiveHint != nil {
+			t.Annotations.DestructiveHint = new(a.GetDestructiveHint())
+		}
+		if a.OpenWorldHint != nil {
+			t.Annotations.OpenWorldHint = new(a.GetOpenWorldHint())
+		}
+		if a.Title != nil {
+			t.Title = a.GetTitle()
+		}
 	}
-	return t, nil
+	return t, st, nil
 }
 
-// handler executes a tool through the tool service.
+// handler executes a tool through the tool service: missing required arguments are asked of
+// the user first (when the client can be asked), progress and log messages go to the client
+// while the tool runs, and the result is mapped to MCP.
 func (s *MCPServer) handler(name string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		st := s.served(name)
+		if st == nil {
+			st = &servedTool{}
+		}
 		c, err := s.opts.Tools()
 		if err != nil {
-			return errorResult("the Hermes tool service is unreachable: " + err.Error()), nil
+			return errorResult("The Hermes tool service is unreachable (" + err.Error() + "); the tool was not run. Try again shortly."), nil
 		}
 		args := "{}"
 		if req.Params != nil && len(req.Params.Arguments) > 0 && string(req.Params.Arguments) != "null" {
 			args = string(req.Params.Arguments)
 		}
-		resp, err := c.ExecuteTool(ctx, &toolsv1.ExecuteToolRequest{Name: name, Arguments: args})
+		args = s.elicitMissing(ctx, req, name, st, args)
+
+		rep := s.startReport(ctx, req, name)
+		resp, err := c.ExecuteTool(ctx, &toolsv1.ExecuteToolRequest{Name: name, Arguments: args, MaxOutputBytes: int32(min(s.cfg.MaxResultBytes, 1<<30))})
+		rep.finish(resp.GetResult(), err)
 		if err != nil {
-			st := status.Convert(err)
-			return errorResult(fmt.Sprintf("the Hermes tool service failed (%s): %s", st.Code(), st.Message())), nil
+			return serviceError(err), nil
 		}
-		return toMCPResult(resp.GetResult()), nil
+		return toMCPResult(resp.GetResult(), st, s.cfg.MaxResultBytes), nil
 	}
 }
 
@@ -233,19 +325,26 @@ func errorResult(msg string) *mcp.CallToolResult {
 }
 
 // toMCPResult turns a ToolResult into an MCP result: the output as text (a JSON string output
-// as its plain text), a JSON object output also as structuredContent; a failure as isError with
-// the message and every validation violation.
-func toMCPResult(r *toolsv1.ToolResult) *mcp.CallToolResult {
+// as its plain text), a JSON object output also as structuredContent, the output of a tool
+// labelled mcp.output=content as the content blocks it holds; a failure as isError with the
+// message and any violation the message does not already list. A tool with an output schema
+// never answers success without structured content: a preview cut at limit bytes is an
+// isError result that says so.
+func toMCPResult(r *toolsv1.ToolResult, st *servedTool, limit int) *mcp.CallToolResult {
 	if r == nil {
 		return errorResult("the tool service returned no result")
 	}
 	if !r.GetSuccess() {
 		var b strings.Builder
-		b.WriteString(r.GetError().GetMessage())
+		msg := r.GetError().GetMessage()
+		b.WriteString(msg)
 		if b.Len() == 0 {
 			b.WriteString("the tool failed")
 		}
 		for _, v := range r.GetError().GetViolations() {
+			if v.GetMessage() != "" && strings.Contains(msg, v.GetMessage()) {
+				continue
+			}
 			ptr := v.GetPointer()
 			if ptr == "" {
 				ptr = "(arguments)"
@@ -255,26 +354,48 @@ func toMCPResult(r *toolsv1.ToolResult) *mcp.CallToolResult {
 		return errorResult(b.String())
 	}
 	out := r.GetOutput()
-	res := &mcp.CallToolResult{}
 	var str string
-	if err := json.Unmarshal([]byte(out), &str); err == nil {
-		res.Content = []mcp.Content{&mcp.TextContent{Text: str}}
-		return res
+	isString := json.Unmarshal([]byte(out), &str) == nil
+	if r.GetTruncated() {
+		if !isString {
+			str = out
+		}
+		if st.structured || st.content {
+			return errorResult(fmt.Sprintf("The tool succeeded, but its output (%d bytes) is larger than the %d bytes this MCP endpoint passes on, "+
+				"so its structured result cannot be sent; the start of it follows.\n%s", r.GetOutputBytes(), limit, str))
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: str}}}
 	}
-	res.Content = []mcp.Content{&mcp.TextContent{Text: out}}
+	if st.content && !isString {
+		if res, err := contentResult(out); err == nil {
+			if st.structured && res.StructuredContent == nil && !res.IsError {
+				return errorResult("The tool declares an output schema, but its result has no structuredContent.")
+			}
+			return res
+		}
+	}
+	if isString {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: str}}}
+	}
+	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: out}}}
 	var obj map[string]any
-	if !r.GetTruncated() && json.Unmarshal([]byte(out), &obj) == nil && obj != nil {
+	if json.Unmarshal([]byte(out), &obj) == nil && obj != nil {
 		res.StructuredContent = json.RawMessage(out)
 	}
 	return res
 }
 
-// HTTPHandler serves the endpoint over Streamable HTTP.
-func (s *MCPServer) HTTPHandler() http.Handler {
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.server }, &mcp.StreamableHTTPOptions{
-		SessionTimeout: 30 * time.Minute,
-		Logger:         s.log,
-	})
+// contentResult reads the output of a tool labelled mcp.output=content: an MCP tool result.
+func contentResult(out string) (*mcp.CallToolResult, error) {
+	var res mcp.CallToolResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		return nil, err
+	}
+	if len(res.Content) == 0 {
+		return nil, fmt.Errorf("no content")
+	}
+	res.Meta = nil
+	return &res, nil
 }
 
 // ServeStdio serves one MCP session on in/out (newline-delimited JSON) until the client closes

@@ -1,7 +1,6 @@
 package mcpgateway
 
 import (
-	"encoding/json"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -9,7 +8,6 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
-	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
 func TestNormalizeResult(t *testing.T) {
@@ -103,44 +101,6 @@ func TestObjectSchema(t *testing.T) {
 		if _, err := objectSchema(tt.in); (err == nil) != tt.ok {
 			t.Errorf("objectSchema(%v) error = %v, want ok=%v", tt.in, err, tt.ok)
 		}
-	}
-}
-
-func TestToMCPResult(t *testing.T) {
-	tests := []struct {
-		name string
-		in   *toolsv1.ToolResult
-		want *mcp.CallToolResult
-	}{
-		{
-			name: "text output",
-			in:   &toolsv1.ToolResult{Success: true, Output: `"The sum is 5."`},
-			want: &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "The sum is 5."}}},
-		},
-		{
-			name: "object output is also structured",
-			in:   &toolsv1.ToolResult{Success: true, Output: `{"n":1}`},
-			want: &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: `{"n":1}`}}, StructuredContent: json.RawMessage(`{"n":1}`)},
-		},
-		{
-			name: "a truncated preview is text only",
-			in:   &toolsv1.ToolResult{Success: true, Output: `{"n":1}`, Truncated: true},
-			want: &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: `{"n":1}`}}},
-		},
-		{
-			name: "validation failure lists the violations",
-			in: &toolsv1.ToolResult{Error: &toolsv1.ToolError{Code: toolsv1.ErrorCode_ERROR_CODE_VALIDATION, Message: "fix the arguments",
-				Violations: []*toolsv1.Violation{{Pointer: "/a", Message: "want number"}, {Message: "missing b"}}}},
-			want: &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "fix the arguments\n- /a: want number\n- (arguments): missing b"}}},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := toMCPResult(tt.in)
-			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(mcp.CallToolResult{})); diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
-			}
-		})
 	}
 }
 

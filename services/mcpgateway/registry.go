@@ -18,7 +18,7 @@ type Registry interface {
 	// Register adds or replaces a tool registered from source.
 	Register(ctx context.Context, spec *toolsv1.ToolSpec, source string) error
 	// Unregister removes a tool; a tool that does not exist is not an error.
-	Unregister(ctx context.Context, name string) error
+	Unregister(ctx context.Context, name, source string) error
 	// Source returns the source of a registered tool, or found=false.
 	Source(ctx context.Context, name string) (source string, found bool, err error)
 	// BySource lists the names of the tools whose source starts with prefix.
@@ -54,7 +54,7 @@ func (r *ToolServiceRegistry) Register(ctx context.Context, spec *toolsv1.ToolSp
 	switch status.Code(err) {
 	case codes.OK:
 		return nil
-	case codes.AlreadyExists, codes.FailedPrecondition:
+	case codes.AlreadyExists, codes.FailedPrecondition, codes.PermissionDenied:
 		return fmt.Errorf("%w: %s", errConflict, status.Convert(err).Message())
 	case codes.InvalidArgument, codes.ResourceExhausted:
 		return fmt.Errorf("%w: %s", errRefused, status.Convert(err).Message())
@@ -63,12 +63,12 @@ func (r *ToolServiceRegistry) Register(ctx context.Context, spec *toolsv1.ToolSp
 }
 
 // Unregister implements Registry.
-func (r *ToolServiceRegistry) Unregister(ctx context.Context, name string) error {
+func (r *ToolServiceRegistry) Unregister(ctx context.Context, name, source string) error {
 	c, err := r.client()
 	if err != nil {
 		return err
 	}
-	_, err = c.UnregisterTool(ctx, &toolsv1.UnregisterToolRequest{Name: name})
+	_, err = c.UnregisterTool(ctx, &toolsv1.UnregisterToolRequest{Name: name, Source: source})
 	if err != nil && status.Code(err) != codes.NotFound {
 		return fmt.Errorf("unregister %s: %w", name, err)
 	}

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/hermes-agent/hermes/internal/egress"
+
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
@@ -28,13 +30,16 @@ type Builtins struct {
 }
 
 // NewBuiltins returns the standard builtins: current_time, calculator and http_fetch (limited to
-// cfg.FetchAllow).
-func NewBuiltins(cfg Config) *Builtins {
+// cfg.FetchAllow, and connecting through the egress policy; nil refuses internal addresses).
+func NewBuiltins(cfg Config, eg *egress.Policy) *Builtins {
 	cfg = cfg.withDefaults()
+	if eg == nil {
+		eg = &egress.Policy{}
+	}
 	b := &Builtins{m: map[string]*Builtin{}}
 	b.Add(currentTimeBuiltin())
 	b.Add(calculatorBuiltin())
-	b.Add(httpFetchBuiltin(newFetcher(splitList(cfg.FetchAllow), cfg.FetchMaxBytes, nil)))
+	b.Add(httpFetchBuiltin(newFetcher(splitList(cfg.FetchAllow), cfg.FetchMaxBytes, eg.Transport())))
 	return b
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -56,20 +57,35 @@ func newFetcher(allow []string, maxBytes int, transport http.RoundTripper) *fetc
 	return f
 }
 
-// allowed matches the URL's host (without port, case-insensitive) against the allow-list;
-// "*.example.com" matches subdomains of example.com but not example.com itself.
+// allowed matches the URL's host (case-insensitive) and port against the allow-list. An entry
+// "example.com" allows the scheme's default port (80 or 443) only, "example.com:8443" that
+// port, "example.com:*" any; "*.example.com" matches subdomains of example.com but not
+// example.com itself. Where the connection actually goes is checked again by the egress policy.
 func (f *fetcher) allowed(u *url.URL) bool {
 	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
 	if host == "" {
 		return false
 	}
+	port := u.Port()
+	defaultPort := map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	if port == "" {
+		port = defaultPort
+	}
 	for _, a := range f.allow {
 		a = strings.ToLower(strings.TrimSpace(a))
-		if sfx, ok := strings.CutPrefix(a, "*."); ok {
+		ah, ap := a, ""
+		if h, p, err := net.SplitHostPort(a); err == nil {
+			ah, ap = h, p
+		}
+		switch {
+		case ap == "" && port != defaultPort, ap != "" && ap != "*" && ap != port:
+			continue
+		}
+		if sfx, ok := strings.CutPrefix(ah, "*."); ok {
 			if strings.HasSuffix(host, "."+sfx) {
 				return true
 			}
-		} else if host == a {
+		} else if host == ah {
 			return true
 		}
 	}

@@ -171,7 +171,7 @@ func TestHTTPFetch(t *testing.T) {
 	defer srv.Close()
 	u, _ := url.Parse(srv.URL)
 
-	f := newFetcher([]string{u.Hostname(), "*.example.org"}, 51, nil)
+	f := newFetcher([]string{u.Host, "*.example.org"}, 51, testEgress(t).Transport())
 	ctx := context.Background()
 
 	out, err := f.fetch(ctx, srv.URL+"/page")
@@ -204,19 +204,21 @@ func TestHTTPFetch(t *testing.T) {
 	} else if _, ok := err.(*transientError); !ok {
 		t.Errorf("503 is not transient: %T %v", err, err)
 	}
-	if _, err := newFetcher(nil, 10, nil).fetch(ctx, srv.URL+"/page"); err == nil || !strings.Contains(err.Error(), "--tools.fetch-allow") {
+	if _, err := newFetcher(nil, 10, testEgress(t).Transport()).fetch(ctx, srv.URL+"/page"); err == nil || !strings.Contains(err.Error(), "--tools.fetch-allow") {
 		t.Errorf("empty allow-list: %v", err)
 	}
 }
 
 func TestBuiltinPanicIsAResult(t *testing.T) {
-	b := NewBuiltins(testConfig())
+	b := NewBuiltins(testConfig(), testEgress(t))
 	b.Add(&Builtin{
 		Spec: spec("boom", "A builtin with a bug.", emptyObjectSchema, time.Second, true),
 		Run:  func(context.Context, json.RawMessage) (any, error) { panic("index out of range") },
 	})
-	c, _ := newClient(t, Options{Builtins: b})
-	mustRegister(t, c, b.m["boom"].Spec)
+	c, svc := newClient(t, Options{Builtins: b})
+	if err := svc.RegisterBuiltins(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	for range 2 {
 		res := execute(t, c, &toolsv1.ExecuteToolRequest{Name: "boom", Arguments: `{}`, IdempotencyKey: "k"})
 		if res.GetError().GetCode() != toolsv1.ErrorCode_ERROR_CODE_EXECUTION || !strings.Contains(res.GetError().GetMessage(), "index out of range") {

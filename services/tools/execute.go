@@ -295,7 +295,7 @@ func (s *Service) executeAt(ctx context.Context, req *toolsv1.ExecuteToolRequest
 	if o.err != nil {
 		failure(res, o.err.code, o.err.msg)
 	} else {
-		s.finishOutput(res, cs, spec.GetName(), o.output)
+		s.finishOutput(res, cs, spec.GetName(), o.output, s.outputLimit(req))
 	}
 	if owner != "" {
 		s.idem.finish(key, owner, res, o.definitive)
@@ -303,8 +303,17 @@ func (s *Service) executeAt(ctx context.Context, req *toolsv1.ExecuteToolRequest
 	return res, nil
 }
 
-// finishOutput checks the output against the output schema and cuts it to the size limit.
-func (s *Service) finishOutput(res *toolsv1.ToolResult, cs *compiledSpec, name string, out []byte) {
+// outputLimit is the largest output returned whole for req: the service's limit, or the
+// caller's max_output_bytes up to the largest webhook response the service reads.
+func (s *Service) outputLimit(req *toolsv1.ExecuteToolRequest) int {
+	if n := int(req.GetMaxOutputBytes()); n > 0 {
+		return min(n, max(s.cfg.MaxResponseBytes, s.cfg.MaxOutputBytes))
+	}
+	return s.cfg.MaxOutputBytes
+}
+
+// finishOutput checks the output against the output schema and cuts it to limit bytes.
+func (s *Service) finishOutput(res *toolsv1.ToolResult, cs *compiledSpec, name string, out []byte, limit int) {
 	if cs.output != nil {
 		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(string(out)))
 		if err == nil {
@@ -323,7 +332,7 @@ func (s *Service) finishOutput(res *toolsv1.ToolResult, cs *compiledSpec, name s
 	}
 	res.Success = true
 	res.OutputBytes = int64(len(out))
-	res.Output, res.Truncated = truncateOutput(out, s.cfg.MaxOutputBytes)
+	res.Output, res.Truncated = truncateOutput(out, limit)
 }
 
 func orRoot(p string) string {

@@ -16,6 +16,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/hermes-agent/hermes/internal/egress"
+	"github.com/hermes-agent/hermes/internal/secretenv"
+
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
@@ -25,16 +28,16 @@ import (
 // connection failures are transient; other statuses are the tool's failure.
 type httpExecutor struct {
 	client   *http.Client
-	getenv   func(string) string
+	secrets  *secretenv.Reader
 	maxBytes int
 }
 
-func newHTTPExecutor(client *http.Client, getenv func(string) string, maxBytes int) *httpExecutor {
+func newHTTPExecutor(client *http.Client, eg *egress.Policy, secrets *secretenv.Reader, maxBytes int) *httpExecutor {
 	if client == nil {
 		// The trace context travels to the webhook, so its spans join the turn's trace.
-		client = &http.Client{Transport: otelhttp.NewTransport(http.DefaultTransport), CheckRedirect: httpNoRedirect}
+		client = &http.Client{Transport: otelhttp.NewTransport(eg.Transport()), CheckRedirect: httpNoRedirect}
 	}
-	return &httpExecutor{client: client, getenv: getenv, maxBytes: maxBytes}
+	return &httpExecutor{client: client, secrets: secrets, maxBytes: maxBytes}
 }
 
 func (x *httpExecutor) attempt(ctx context.Context, c *call) ([]byte, error) {
@@ -58,9 +61,11 @@ func (x *httpExecutor) attempt(ctx context.Context, c *call) ([]byte, error) {
 		req.Header.Set("Idempotency-Key", c.idempotencyKey)
 	}
 	if env := h.GetSecretEnv(); env != "" {
-		secret := x.getenv(env)
-		if secret == "" {
-			return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, msg: fmt.Sprintf("the tool is not configured: its secret variable %s is not set in the tools service's environment", env)}
+		// Checked again here: the spec may come from a store written by an older version or
+		// another writer.
+		secret, err := x.secrets.Lookup(env)
+		if err != nil {
+			return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, msg: "the tool is not configured: " + err.Error()}
 		}
 		if hdr := h.GetSecretHeader(); hdr != "" && !strings.EqualFold(hdr, "Authorization") {
 			req.Header.Set(hdr, secret)

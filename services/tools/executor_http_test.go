@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hermes-agent/hermes/internal/secretenv"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -255,7 +256,7 @@ func TestWebhookRequest(t *testing.T) {
 	}))
 	defer srv.Close()
 	env := map[string]string{"WEATHER_TOKEN": "s3cret"}
-	c, _ := newClient(t, Options{Getenv: func(k string) string { return env[k] }})
+	c, _ := newClient(t, Options{Secrets: secretenv.New([]string{"WEATHER_TOKEN"}, func(k string) string { return env[k] })})
 	spec := httpSpec("weather", srv.URL, `{"type":"object","properties":{"city":{"type":"string"}}}`)
 	spec.GetHttp().Headers = map[string]string{"X-Region": "eu"}
 	spec.GetHttp().SecretEnv = "WEATHER_TOKEN"
@@ -322,6 +323,24 @@ func TestOutputTruncated(t *testing.T) {
 	if !strings.Contains(res.GetOutput(), "[output truncated: showing the first") || !strings.Contains(res.GetOutput(), "of 50000 bytes") {
 		t.Errorf("no truncation note: …%s", res.GetOutput()[len(res.GetOutput())-120:])
 	}
+
+	// A caller that passes large output on asks for more, up to the webhook response limit.
+	for _, tc := range []struct {
+		max       int32
+		truncated bool
+		maxLen    int
+	}{{60000, false, len(big) + 2}, {20000, true, 20000}, {1 << 30, false, len(big) + 2}} {
+		res := execute(t, c, &toolsv1.ExecuteToolRequest{Name: "big", Arguments: `{}`, MaxOutputBytes: tc.max})
+		if !res.GetSuccess() || res.GetTruncated() != tc.truncated || len(res.GetOutput()) > tc.maxLen || (!tc.truncated && len(res.GetOutput()) != len(big)+2) {
+			t.Errorf("max_output_bytes %d: success=%v truncated=%v len=%d", tc.max, res.GetSuccess(), res.GetTruncated(), len(res.GetOutput()))
+		}
+	}
+	cfg.MaxResponseBytes = 30000
+	c, _ = newClient(t, Options{Config: cfg})
+	mustRegister(t, c, httpSpec("big", srv.URL, emptyObjectSchema))
+	if res := execute(t, c, &toolsv1.ExecuteToolRequest{Name: "big", Arguments: `{}`, MaxOutputBytes: 1 << 20}); res.GetSuccess() {
+		t.Errorf("a response over tools.max-response-bytes succeeded with max_output_bytes: truncated=%v len=%d", res.GetTruncated(), len(res.GetOutput()))
+	}
 }
 
 func TestOutputSchemaChecked(t *testing.T) {
@@ -365,7 +384,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 	ctx := context.Background()
 	for _, spec := range []*toolsv1.ToolSpec{httpSpec("hang", srv.URL, emptyObjectSchema), httpSpec("flaky", flaky.URL, emptyObjectSchema)} {
 		spec.Timeout = dur(100 * time.Millisecond)
-		if _, _, err := svc.reg.Register(ctx, spec, "api"); err != nil {
+		if _, _, err := svc.reg.Register(ctx, spec, "api", true); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -24,6 +24,7 @@ type Registry struct {
 	builtins   *Builtins
 	tok        *tokenizer.Tokenizer
 	maxTimeout time.Duration
+	rules      specRules
 
 	mu      sync.Mutex
 	schemas map[string]*lazySchema
@@ -39,16 +40,17 @@ type lazySchema struct {
 }
 
 // NewRegistry returns a registry over store.
-func NewRegistry(store Store, builtins *Builtins, tok *tokenizer.Tokenizer, maxTimeout time.Duration) *Registry {
-	return &Registry{store: store, builtins: builtins, tok: tok, maxTimeout: maxTimeout, schemas: map[string]*lazySchema{}}
+func NewRegistry(store Store, builtins *Builtins, tok *tokenizer.Tokenizer, maxTimeout time.Duration, rules specRules) *Registry {
+	return &Registry{store: store, builtins: builtins, tok: tok, maxTimeout: maxTimeout, rules: rules, schemas: map[string]*lazySchema{}}
 }
 
 // Register validates, compiles and stores a spec. Invalid specs are an INVALID_ARGUMENT error
-// naming every problem.
-func (r *Registry) Register(ctx context.Context, spec *toolsv1.ToolSpec, source string) (*toolsv1.Tool, bool, error) {
+// naming every problem. A name registered by another source is replaced only with
+// replaceOthers, and the builtins' names only by the builtins (*OwnedError).
+func (r *Registry) Register(ctx context.Context, spec *toolsv1.ToolSpec, source string, replaceOthers bool) (*toolsv1.Tool, bool, error) {
 	spec = proto.Clone(spec).(*toolsv1.ToolSpec)
 	var v rpc.Violations
-	cs := checkSpec(spec, r.builtins, r.maxTimeout, &v)
+	cs := checkSpec(spec, r.builtins, r.maxTimeout, r.rules, &v)
 	if source == "" {
 		source = "api"
 	}
@@ -58,10 +60,13 @@ func (r *Registry) Register(ctx context.Context, spec *toolsv1.ToolSpec, source 
 	if err := v.Err(); err != nil {
 		return nil, false, err
 	}
+	if _, builtin := r.builtins.get(spec.GetName()); builtin && source != SourceBuiltin {
+		return nil, false, &OwnedError{Name: spec.GetName(), Source: SourceBuiltin}
+	}
 	hash := specHash(spec)
 	r.remember(hash, cs)
 	t := &toolsv1.Tool{Spec: spec, Source: source, SchemaTokens: schemaTokens(r.tok, spec)}
-	return r.store.PutTool(ctx, t, hash, time.Now())
+	return r.store.PutTool(ctx, t, hash, time.Now(), replaceOthers)
 }
 
 // remember caches a spec compiled at registration.
@@ -124,8 +129,11 @@ func (r *Registry) Get(ctx context.Context, name string) (*StoredTool, *compiled
 }
 
 // Delete removes a tool, or returns ErrNotFound.
-func (r *Registry) Delete(ctx context.Context, name string) error {
-	return r.store.DeleteTool(ctx, name)
+func (r *Registry) Delete(ctx context.Context, name, source string) error {
+	if _, builtin := r.builtins.get(name); builtin {
+		return &OwnedError{Name: name, Source: SourceBuiltin}
+	}
+	return r.store.DeleteTool(ctx, name, source)
 }
 
 // List returns every tool by name and the revision, reading the store only when the registry

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -22,7 +21,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hermes-agent/hermes/internal/auth"
+	"github.com/hermes-agent/hermes/internal/egress"
 	"github.com/hermes-agent/hermes/internal/rpc"
+	"github.com/hermes-agent/hermes/internal/secretenv"
 	"github.com/hermes-agent/hermes/internal/tokenizer"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
@@ -43,14 +45,19 @@ type Options struct {
 	Config Config
 	// Tokenizer counts schema tokens. Required.
 	Tokenizer *tokenizer.Tokenizer
-	// Builtins are the Go tools offered; nil means NewBuiltins(Config).
+	// Builtins are the Go tools offered; nil means NewBuiltins(Config, Egress).
 	Builtins *Builtins
 	// MCP returns the gateway client for mcp tools, on first use; nil makes them unavailable.
 	MCP func() (MCPCaller, error)
-	// HTTPClient runs webhook tools; nil means a client that does not follow redirects.
+	// Egress is the operator's policy for outbound connections of webhooks and http_fetch; nil
+	// refuses every loopback, private and link-local address.
+	Egress *egress.Policy
+	// HTTPClient runs webhook tools; nil means a client through Egress that does not follow
+	// redirects.
 	HTTPClient *http.Client
-	// Getenv reads webhook secrets; nil means os.Getenv.
-	Getenv func(string) string
+	// Secrets reads webhook secrets from the environment variables the operator allowed; nil
+	// allows none.
+	Secrets *secretenv.Reader
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -81,20 +88,23 @@ func NewService(store Store, opts Options) (*Service, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if opts.Builtins == nil {
-		opts.Builtins = NewBuiltins(cfg)
+	if opts.Egress == nil {
+		opts.Egress = &egress.Policy{}
 	}
-	if opts.Getenv == nil {
-		opts.Getenv = os.Getenv
+	if opts.Builtins == nil {
+		opts.Builtins = NewBuiltins(cfg, opts.Egress)
+	}
+	if opts.Secrets == nil {
+		opts.Secrets = secretenv.New(nil, nil)
 	}
 	return &Service{
 		cfg:         cfg,
 		log:         opts.Logger,
-		reg:         NewRegistry(store, opts.Builtins, opts.Tokenizer, cfg.MaxTimeout),
+		reg:         NewRegistry(store, opts.Builtins, opts.Tokenizer, cfg.MaxTimeout, specRules{secrets: opts.Secrets, egress: opts.Egress}),
 		idem:        newIdempotency(store, cfg.IdempotencyTTL, opts.Logger),
 		builtins:    opts.Builtins,
 		tracer:      otel.Tracer("github.com/hermes-agent/hermes/services/tools"),
-		httpExec:    newHTTPExecutor(opts.HTTPClient, opts.Getenv, cfg.MaxResponseBytes),
+		httpExec:    newHTTPExecutor(opts.HTTPClient, opts.Egress, opts.Secrets, cfg.MaxResponseBytes),
 		mcpExec:     &mcpExecutor{connect: opts.MCP},
 		builtinExec: &builtinExecutor{builtins: opts.Builtins},
 	}, nil
@@ -108,7 +118,7 @@ func (s *Service) Registry() *Registry { return s.reg }
 func (s *Service) RegisterBuiltins(ctx context.Context) error {
 	for _, name := range s.builtins.names() {
 		bt, _ := s.builtins.get(name)
-		if _, _, err := s.reg.Register(ctx, bt.Spec, "builtin"); err != nil {
+		if _, _, err := s.reg.Register(ctx, bt.Spec, SourceBuiltin, true); err != nil {
 			return fmt.Errorf("register builtin %s: %w", name, err)
 		}
 	}
@@ -124,6 +134,13 @@ func boundary(what string, err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
+	var owned *OwnedError
+	if errors.As(err, &owned) {
+		if owned.Source == SourceBuiltin {
+			return status.Errorf(codes.PermissionDenied, "%q is a builtin tool; builtins cannot be replaced or removed", owned.Name)
+		}
+		return status.Errorf(codes.PermissionDenied, "tool %q is registered by source %q; only an operator may replace or remove it", owned.Name, owned.Source)
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return status.FromContextError(err).Err()
 	}
@@ -132,7 +149,12 @@ func boundary(what string, err error) error {
 
 // RegisterTool implements ToolService.
 func (s *Service) RegisterTool(ctx context.Context, req *toolsv1.RegisterToolRequest) (*toolsv1.RegisterToolResponse, error) {
-	tool, changed, err := s.reg.Register(ctx, req.GetSpec(), req.GetSource())
+	source := req.GetSource()
+	if source == SourceBuiltin || source == sourceFile {
+		return nil, status.Errorf(codes.InvalidArgument, "source %q is set by the server itself; register with source api or mcp:<server>", source)
+	}
+	// A name belongs to the source that registered it; only an operator replaces another's.
+	tool, changed, err := s.reg.Register(ctx, req.GetSpec(), source, auth.IsOperator(ctx))
 	if err != nil {
 		return nil, boundary("store the tool", err)
 	}
@@ -150,7 +172,10 @@ func (s *Service) UnregisterTool(ctx context.Context, req *toolsv1.UnregisterToo
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	if err := s.reg.Delete(ctx, req.GetName()); err != nil {
+	if req.GetSource() == "" && !auth.IsOperator(ctx) {
+		return nil, status.Error(codes.PermissionDenied, "only an operator removes a tool of any source; set source to remove your own")
+	}
+	if err := s.reg.Delete(ctx, req.GetName(), req.GetSource()); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return nil, s.notFound(ctx, req.GetName())
 		}
@@ -257,6 +282,9 @@ func (s *Service) ExecuteTool(ctx context.Context, req *toolsv1.ExecuteToolReque
 	v.MaxLen("session_id", req.GetSessionId(), maxIDBytes)
 	v.MaxLen("user_id", req.GetUserId(), maxIDBytes)
 	v.MaxLen("idempotency_key", req.GetIdempotencyKey(), maxIDBytes)
+	if req.GetMaxOutputBytes() < 0 {
+		v.Add("max_output_bytes", "must not be negative")
+	}
 	if err := v.Err(); err != nil {
 		return nil, err
 	}

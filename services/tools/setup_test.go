@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hermes-agent/hermes/internal/egress"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/testenv"
 	"github.com/hermes-agent/hermes/internal/tokenizer"
@@ -71,6 +72,9 @@ func newTestService(t testing.TB, store Store, opts Options) *Service {
 	}
 	if opts.Logger == nil {
 		opts.Logger = quietLogger()
+	}
+	if opts.Egress == nil {
+		opts.Egress = testEgress(t)
 	}
 	svc, err := NewService(store, opts)
 	if err != nil {
@@ -144,4 +148,14 @@ func brokenRedis() *redis.Client {
 	addr := lis.Addr().String()
 	_ = lis.Close()
 	return redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+}
+
+// testEgress allows the loopback servers the tests start, as an operator would list them.
+func testEgress(t testing.TB) *egress.Policy {
+	t.Helper()
+	p, err := egress.New([]string{"127.0.0.1:*", "localhost:*", "[::1]:*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -5,11 +5,16 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hermes-agent/hermes/internal/egress"
+	"github.com/hermes-agent/hermes/internal/secretenv"
 
 	"golang.org/x/net/http/httpguts"
 	"google.golang.org/protobuf/proto"
@@ -43,9 +48,16 @@ type compiledSpec struct {
 	output *compiledSchema // nil without an output schema
 }
 
+// specRules are the operator's rules a spec must follow: the secret variables it may name and
+// the destinations it may reach.
+type specRules struct {
+	secrets *secretenv.Reader
+	egress  *egress.Policy
+}
+
 // checkSpec validates a spec, normalizes it in place (compact schemas, sorted unique groups) and
 // compiles its schemas. Every problem is added to v under field (for example "spec.name").
-func checkSpec(spec *toolsv1.ToolSpec, builtins *Builtins, maxTimeout time.Duration, v *rpc.Violations) *compiledSpec {
+func checkSpec(spec *toolsv1.ToolSpec, builtins *Builtins, maxTimeout time.Duration, rules specRules, v *rpc.Violations) *compiledSpec {
 	if spec == nil {
 		v.Add("spec", "is required")
 		return nil
@@ -115,7 +127,7 @@ func checkSpec(spec *toolsv1.ToolSpec, builtins *Builtins, maxTimeout time.Durat
 
 	switch ex := spec.GetExecutor().(type) {
 	case *toolsv1.ToolSpec_Http:
-		checkHTTPExecutor(ex.Http, v)
+		checkHTTPExecutor(ex.Http, rules, v)
 	case *toolsv1.ToolSpec_Mcp:
 		if !serverRE.MatchString(ex.Mcp.GetServer()) {
 			v.Add("spec.mcp.server", "is required: the gateway's name of the MCP server")
@@ -133,7 +145,7 @@ func checkSpec(spec *toolsv1.ToolSpec, builtins *Builtins, maxTimeout time.Durat
 	return cs
 }
 
-func checkHTTPExecutor(h *toolsv1.HTTPExecutor, v *rpc.Violations) {
+func checkHTTPExecutor(h *toolsv1.HTTPExecutor, rules specRules, v *rpc.Violations) {
 	u, err := url.Parse(h.GetUrl())
 	switch {
 	case h.GetUrl() == "":
@@ -142,6 +154,11 @@ func checkHTTPExecutor(h *toolsv1.HTTPExecutor, v *rpc.Violations) {
 		v.Add("spec.http.url", "%q must be an absolute http or https URL", truncateRunes(h.GetUrl(), 200))
 	case u.User != nil:
 		v.Add("spec.http.url", "must not carry credentials; use secret_env")
+	default:
+		// An address in the URL is refused now; a name is checked on every connection.
+		if err := rules.checkURLAddr(u); err != nil {
+			v.Add("spec.http.url", "%v", err)
+		}
 	}
 	v.MaxLen("spec.http.url", h.GetUrl(), 4096)
 	if len(h.GetHeaders()) > maxHeaders {
@@ -157,6 +174,8 @@ func checkHTTPExecutor(h *toolsv1.HTTPExecutor, v *rpc.Violations) {
 	}
 	if e := h.GetSecretEnv(); e != "" && !envNameRE.MatchString(e) {
 		v.Add("spec.http.secret_env", "%q is not an environment variable name", truncateRunes(e, 80))
+	} else if e != "" && !rules.secrets.Allowed(e) {
+		v.Add("spec.http.secret_env", "%s", secretenv.NotAllowed(e))
 	}
 	if sh := h.GetSecretHeader(); sh != "" {
 		if !httpguts.ValidHeaderFieldName(sh) {
@@ -166,6 +185,24 @@ func checkHTTPExecutor(h *toolsv1.HTTPExecutor, v *rpc.Violations) {
 			v.Add("spec.http.secret_header", "needs secret_env")
 		}
 	}
+}
+
+// checkURLAddr refuses a URL whose host is an internal address the egress policy does not allow.
+func (r specRules) checkURLAddr(u *url.URL) error {
+	a, err := netip.ParseAddr(u.Hostname())
+	if err != nil {
+		return nil
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	n, _ := strconv.Atoi(port)
+	eg := r.egress
+	if eg == nil {
+		eg = &egress.Policy{}
+	}
+	return eg.Check("", a, n)
 }
 
 // looksSecret reports header names that carry credentials.

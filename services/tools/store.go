@@ -3,6 +3,7 @@ package tools
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
@@ -10,6 +11,22 @@ import (
 
 // ErrNotFound is returned for a tool that is not registered.
 var ErrNotFound = errors.New("tool not found")
+
+// OwnedError refuses to replace or remove a tool registered by another source: a name belongs
+// to whoever registered it first (an API principal, an MCP server, the tools file, the builtins).
+type OwnedError struct {
+	Name, Source string
+}
+
+func (e *OwnedError) Error() string {
+	return fmt.Sprintf("tool %q belongs to source %q", e.Name, e.Source)
+}
+
+// Sources the server sets itself: the builtins, which nothing replaces, and the tools file.
+const (
+	SourceBuiltin = "builtin"
+	sourceFile    = "file"
+)
 
 // StoredTool is a registered tool with the hash of its normalized spec, which identifies the
 // spec's content (compiled schemas are cached by it).
@@ -45,12 +62,15 @@ type Claim struct {
 type Store interface {
 	// PutTool stores t (its spec, source and schema_tokens) under t.Spec.Name. A new name gets
 	// version 1; a different hash bumps the version; the same hash and source change nothing
-	// (changed=false). It returns the tool as stored, with version and timestamps set.
-	PutTool(ctx context.Context, t *toolsv1.Tool, hash string, now time.Time) (stored *toolsv1.Tool, changed bool, err error)
+	// (changed=false). A tool of another source is replaced only with replaceOthers, and a
+	// builtin only by a builtin; otherwise the answer is an *OwnedError. It returns the tool as
+	// stored, with version and timestamps set.
+	PutTool(ctx context.Context, t *toolsv1.Tool, hash string, now time.Time, replaceOthers bool) (stored *toolsv1.Tool, changed bool, err error)
 	// GetTool returns a tool, or ErrNotFound.
 	GetTool(ctx context.Context, name string) (*StoredTool, error)
-	// DeleteTool removes a tool, or returns ErrNotFound.
-	DeleteTool(ctx context.Context, name string) error
+	// DeleteTool removes a tool, or returns ErrNotFound. With a source, only a tool of that
+	// source is removed (an *OwnedError otherwise).
+	DeleteTool(ctx context.Context, name, source string) error
 	// ListTools returns every tool by name, with the registry revision they were read at.
 	ListTools(ctx context.Context) ([]*StoredTool, int64, error)
 	// Revision changes whenever the registry changes; caches compare it.

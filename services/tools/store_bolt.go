@@ -115,7 +115,7 @@ func bumpRevision(tx *bolt.Tx) error {
 }
 
 // PutTool implements Store.
-func (s *BoltStore) PutTool(ctx context.Context, t *toolsv1.Tool, hash string, now time.Time) (*toolsv1.Tool, bool, error) {
+func (s *BoltStore) PutTool(ctx context.Context, t *toolsv1.Tool, hash string, now time.Time, replaceOthers bool) (*toolsv1.Tool, bool, error) {
 	if len(hash) > 255 {
 		return nil, false, errors.New("hash too long")
 	}
@@ -134,6 +134,9 @@ func (s *BoltStore) PutTool(ctx context.Context, t *toolsv1.Tool, hash string, n
 			if cur.Hash == hash && cur.Tool.GetSource() == t.GetSource() {
 				stored = cur.Tool
 				return nil
+			}
+			if src := cur.Tool.GetSource(); src != t.GetSource() && (!replaceOthers || src == SourceBuiltin) {
+				return &OwnedError{Name: t.GetSpec().GetName(), Source: src}
 			}
 			next.Version = cur.Tool.GetVersion()
 			if cur.Hash != hash {
@@ -155,6 +158,10 @@ func (s *BoltStore) PutTool(ctx context.Context, t *toolsv1.Tool, hash string, n
 		stored, changed = next, true
 		return bumpRevision(tx)
 	})
+	var owned *OwnedError
+	if errors.As(err, &owned) {
+		return nil, false, owned
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("store tool: %w", err)
 	}
@@ -177,11 +184,21 @@ func (s *BoltStore) GetTool(ctx context.Context, name string) (*StoredTool, erro
 }
 
 // DeleteTool implements Store.
-func (s *BoltStore) DeleteTool(ctx context.Context, name string) error {
+func (s *BoltStore) DeleteTool(ctx context.Context, name, source string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketTools)
-		if b.Get([]byte(name)) == nil {
+		v := b.Get([]byte(name))
+		if v == nil {
 			return ErrNotFound
+		}
+		if source != "" {
+			cur, err := decodeTool(v)
+			if err != nil {
+				return err
+			}
+			if cur.Tool.GetSource() != source {
+				return &OwnedError{Name: name, Source: cur.Tool.GetSource()}
+			}
 		}
 		if err := b.Delete([]byte(name)); err != nil {
 			return err

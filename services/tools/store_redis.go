@@ -37,12 +37,16 @@ func (s *RedisStore) revKey() string             { return s.prefix + "revision" 
 func (s *RedisStore) callKey(key string) string  { return s.prefix + "call:" + key }
 
 // putToolScript stores a spec unless the same hash and source are stored, bumping the version
-// only when the hash differs. KEYS: tool, names, revision. ARGV: name, spec, hash, source,
-// tokens, now (unix nanos). Returns {changed, version, created}.
+// only when the hash differs; a tool of another source is replaced only when ARGV[7] is "1",
+// a builtin never. KEYS: tool, names, revision. ARGV: name, spec, hash, source, tokens, now
+// (unix nanos), replace others. Returns {changed, version, created}, or {-1, owner source}.
 var putToolScript = redis.NewScript(`
 local cur = redis.call('HMGET', KEYS[1], 'hash', 'source', 'version', 'created')
 if cur[1] == ARGV[3] and cur[2] == ARGV[4] then
   return {0, tonumber(cur[3]), cur[4]}
+end
+if cur[2] and cur[2] ~= ARGV[4] and (ARGV[7] ~= '1' or cur[2] == 'builtin') then
+  return {-1, cur[2], ''}
 end
 local version = 1
 local created = ARGV[6]
@@ -58,28 +62,36 @@ redis.call('INCR', KEYS[3])
 return {1, version, created}
 `)
 
-// deleteToolScript removes a tool. KEYS: tool, names, revision. ARGV: name. Returns 1 or 0.
+// deleteToolScript removes a tool, of the source ARGV[2] when it is not empty. KEYS: tool,
+// names, revision. ARGV: name, source. Returns 1, 0 (no such tool) or the owner's source.
 var deleteToolScript = redis.NewScript(`
-if redis.call('DEL', KEYS[1]) == 0 then return 0 end
+local src = redis.call('HGET', KEYS[1], 'source')
+if not src then return 0 end
+if ARGV[2] ~= '' and src ~= ARGV[2] then return src end
+redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('INCR', KEYS[3])
 return 1
 `)
 
 // PutTool implements Store.
-func (s *RedisStore) PutTool(ctx context.Context, t *toolsv1.Tool, hash string, now time.Time) (*toolsv1.Tool, bool, error) {
+func (s *RedisStore) PutTool(ctx context.Context, t *toolsv1.Tool, hash string, now time.Time, replaceOthers bool) (*toolsv1.Tool, bool, error) {
 	spec, err := proto.MarshalOptions{Deterministic: true}.Marshal(t.GetSpec())
 	if err != nil {
 		return nil, false, err
 	}
 	name := t.GetSpec().GetName()
 	res, err := putToolScript.Run(ctx, s.rdb, []string{s.toolKey(name), s.namesKey(), s.revKey()},
-		name, spec, hash, t.GetSource(), t.GetSchemaTokens(), now.UnixNano()).Slice()
+		name, spec, hash, t.GetSource(), t.GetSchemaTokens(), now.UnixNano(), boolArg(replaceOthers)).Slice()
 	if err != nil {
 		return nil, false, fmt.Errorf("store tool: %w", err)
 	}
 	if len(res) != 3 {
 		return nil, false, errors.New("store tool: unexpected script reply")
+	}
+	if toInt64(res[0]) == -1 {
+		owner, _ := res[1].(string)
+		return nil, false, &OwnedError{Name: name, Source: owner}
 	}
 	changed := toInt64(res[0]) == 1
 	if !changed {
@@ -146,15 +158,27 @@ func (s *RedisStore) GetTool(ctx context.Context, name string) (*StoredTool, err
 }
 
 // DeleteTool implements Store.
-func (s *RedisStore) DeleteTool(ctx context.Context, name string) error {
-	n, err := deleteToolScript.Run(ctx, s.rdb, []string{s.toolKey(name), s.namesKey(), s.revKey()}, name).Int()
+func (s *RedisStore) DeleteTool(ctx context.Context, name, source string) error {
+	res, err := deleteToolScript.Run(ctx, s.rdb, []string{s.toolKey(name), s.namesKey(), s.revKey()}, name, source).Result()
 	if err != nil {
 		return fmt.Errorf("delete tool: %w", err)
 	}
-	if n == 0 {
-		return ErrNotFound
+	switch x := res.(type) {
+	case string:
+		return &OwnedError{Name: name, Source: x}
+	case int64:
+		if x == 0 {
+			return ErrNotFound
+		}
 	}
 	return nil
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // ListTools implements Store. The revision is read first, so a change that races with the

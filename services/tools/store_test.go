@@ -50,7 +50,7 @@ func testStoreRegistry(t *testing.T, s Store) {
 	if _, err := s.GetTool(ctx, "nope"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("GetTool of a missing tool: %v, want ErrNotFound", err)
 	}
-	if err := s.DeleteTool(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+	if err := s.DeleteTool(ctx, "nope", ""); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("DeleteTool of a missing tool: %v, want ErrNotFound", err)
 	}
 	rev0, err := s.Revision(ctx)
@@ -76,7 +76,7 @@ func testStoreRegistry(t *testing.T, s Store) {
 		{"other tool", storeTool("a", "x", "api"), "h3", t0, true, 1, t0, t0, "api"},
 	}
 	for _, st := range steps {
-		got, changed, err := s.PutTool(ctx, st.tool, st.hash, st.at)
+		got, changed, err := s.PutTool(ctx, st.tool, st.hash, st.at, true)
 		if err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
@@ -120,7 +120,29 @@ func testStoreRegistry(t *testing.T, s Store) {
 	if rev-rev0 != 4 {
 		t.Errorf("revision moved by %d, want 4", rev-rev0)
 	}
-	if err := s.DeleteTool(ctx, "a"); err != nil {
+	// A name belongs to its source: another source replaces or removes it only when allowed to,
+	// and a builtin never; nothing changes when refused.
+	var owned *OwnedError
+	if _, _, err := s.PutTool(ctx, storeTool("a", "x2", "mcp:evil"), "h9", t0, false); !errors.As(err, &owned) || owned.Source != "api" {
+		t.Errorf("PutTool over another source: %v, want OwnedError of api", err)
+	}
+	if err := s.DeleteTool(ctx, "a", "mcp:evil"); !errors.As(err, &owned) || owned.Source != "api" {
+		t.Errorf("DeleteTool of another source: %v, want OwnedError of api", err)
+	}
+	if _, _, err := s.PutTool(ctx, storeTool("calc", "c", SourceBuiltin), "hb", t0, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.PutTool(ctx, storeTool("calc", "evil", "api"), "he", t0, true); !errors.As(err, &owned) || owned.Source != SourceBuiltin {
+		t.Errorf("PutTool over a builtin: %v, want OwnedError of builtin", err)
+	}
+	if err := s.DeleteTool(ctx, "calc", SourceBuiltin); err != nil {
+		t.Fatal(err)
+	}
+	if rev1, _ := s.Revision(ctx); rev1 != rev+2 {
+		t.Errorf("revision after refused changes moved by %d, want 2 (the builtin's put and delete)", rev1-rev)
+	}
+	rev, _ = s.Revision(ctx)
+	if err := s.DeleteTool(ctx, "a", "api"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.GetTool(ctx, "a"); !errors.Is(err, ErrNotFound) {
@@ -135,7 +157,7 @@ func testStoreRegistry(t *testing.T, s Store) {
 		t.Errorf("after delete, list has %d tools", len(list))
 	}
 	// A name registered again after deletion starts over at version 1.
-	got, _, err := s.PutTool(ctx, storeTool("a", "y", "api"), "h4", t0)
+	got, _, err := s.PutTool(ctx, storeTool("a", "y", "api"), "h4", t0, false)
 	if err != nil || got.GetVersion() != 1 {
 		t.Errorf("re-registered after delete: version %d err %v, want 1", got.GetVersion(), err)
 	}

@@ -238,7 +238,7 @@ func (s *Service) LoadToolsFile(ctx context.Context, path string) (int, error) {
 	seen := map[string]bool{}
 	for i, spec := range specs {
 		var v rpc.Violations
-		checkSpec(cloneSpec(spec), s.builtins, s.cfg.MaxTimeout, &v)
+		checkSpec(cloneSpec(spec), s.builtins, s.cfg.MaxTimeout, s.reg.rules, &v)
 		if seen[spec.GetName()] {
 			v.Add("spec.name", "%q is declared twice", spec.GetName())
 		}
@@ -255,7 +255,7 @@ func (s *Service) LoadToolsFile(ctx context.Context, path string) (int, error) {
 		return 0, fmt.Errorf("tools file %s: %w", path, err)
 	}
 	for _, spec := range specs {
-		if _, _, err := s.reg.Register(ctx, spec, "file"); err != nil {
+		if _, _, err := s.reg.Register(ctx, spec, sourceFile, true); err != nil {
 			return 0, fmt.Errorf("tools file %s: register %s: %w", path, spec.GetName(), err)
 		}
 	}
@@ -264,8 +264,8 @@ func (s *Service) LoadToolsFile(ctx context.Context, path string) (int, error) {
 		return 0, fmt.Errorf("tools file %s: %w", path, err)
 	}
 	for _, st := range list {
-		if name := st.Tool.GetSpec().GetName(); st.Tool.GetSource() == "file" && !seen[name] {
-			if err := s.reg.Delete(ctx, name); err != nil && !errors.Is(err, ErrNotFound) {
+		if name := st.Tool.GetSpec().GetName(); st.Tool.GetSource() == sourceFile && !seen[name] {
+			if err := s.reg.Delete(ctx, name, sourceFile); err != nil && !errors.Is(err, ErrNotFound) {
 				return 0, fmt.Errorf("tools file %s: unregister %s: %w", path, name, err)
 			}
 			s.log.InfoContext(ctx, "tool no longer in the tools file; unregistered", "tool", name)

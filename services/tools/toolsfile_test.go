@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/hermes-agent/hermes/internal/secretenv"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -105,7 +106,7 @@ func TestLoadToolsFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte(toolsYAML), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, svc := newClient(t, Options{})
+	c, svc := newClient(t, Options{Secrets: secretenv.New([]string{"WEATHER_TOKEN"}, nil)})
 	ctx := context.Background()
 	mustRegister(t, c, httpSpec("from_api", "http://127.0.0.1:1/", emptyObjectSchema))
 	n, err := svc.LoadToolsFile(ctx, path)

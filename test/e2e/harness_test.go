@@ -127,6 +127,8 @@ func startStack(t testing.TB, h scripted.Handler, o stackOptions) *stack {
 	base.Listen = "127.0.0.1:0"
 	base.ShutdownTimeout = 5 * time.Second
 	base.Model = "scripted-test"
+	// The webhooks and MCP servers of these tests listen on loopback; the operator allows it.
+	base.EgressAllow = []string{"127.0.0.1:*", "localhost:*"}
 	if !o.noModel {
 		base.ModelBaseURL = s.model.URL()
 	}

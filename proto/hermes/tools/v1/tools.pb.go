@@ -126,8 +126,10 @@ type ToolSpec struct {
 	// Timeout of one attempt; unset means the whole timeout, so a timed-out attempt is final. When
 	// shorter, a timed-out attempt counts as transient and is retried within the timeout.
 	AttemptTimeout *durationpb.Duration `protobuf:"bytes,13,opt,name=attempt_timeout,json=attemptTimeout,proto3" json:"attempt_timeout,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Hints about the tool's behaviour, as MCP defines them; Hermes' MCP endpoint passes them on.
+	Annotations   *ToolAnnotations `protobuf:"bytes,40,opt,name=annotations,proto3" json:"annotations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolSpec) Reset() {
@@ -264,6 +266,13 @@ func (x *ToolSpec) GetAttemptTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *ToolSpec) GetAnnotations() *ToolAnnotations {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
 type isToolSpec_Executor interface {
 	isToolSpec_Executor()
 }
@@ -289,6 +298,89 @@ func (*ToolSpec_Mcp) isToolSpec_Executor() {}
 
 func (*ToolSpec_Builtin) isToolSpec_Executor() {}
 
+// ToolAnnotations are hints about a tool's behaviour (MCP's tool annotations). They are hints:
+// nothing enforces them, and a client must not trust them from an untrusted server.
+type ToolAnnotations struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A human-readable title for the tool.
+	Title *string `protobuf:"bytes,1,opt,name=title,proto3,oneof" json:"title,omitempty"`
+	// The tool does not modify its environment.
+	ReadOnlyHint *bool `protobuf:"varint,2,opt,name=read_only_hint,json=readOnlyHint,proto3,oneof" json:"read_only_hint,omitempty"`
+	// The tool may perform destructive updates (meaningful when it is not read-only).
+	DestructiveHint *bool `protobuf:"varint,3,opt,name=destructive_hint,json=destructiveHint,proto3,oneof" json:"destructive_hint,omitempty"`
+	// Calling the tool again with the same arguments has no additional effect.
+	IdempotentHint *bool `protobuf:"varint,4,opt,name=idempotent_hint,json=idempotentHint,proto3,oneof" json:"idempotent_hint,omitempty"`
+	// The tool may interact with an open world of external entities.
+	OpenWorldHint *bool `protobuf:"varint,5,opt,name=open_world_hint,json=openWorldHint,proto3,oneof" json:"open_world_hint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolAnnotations) Reset() {
+	*x = ToolAnnotations{}
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolAnnotations) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolAnnotations) ProtoMessage() {}
+
+func (x *ToolAnnotations) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolAnnotations.ProtoReflect.Descriptor instead.
+func (*ToolAnnotations) Descriptor() ([]byte, []int) {
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ToolAnnotations) GetTitle() string {
+	if x != nil && x.Title != nil {
+		return *x.Title
+	}
+	return ""
+}
+
+func (x *ToolAnnotations) GetReadOnlyHint() bool {
+	if x != nil && x.ReadOnlyHint != nil {
+		return *x.ReadOnlyHint
+	}
+	return false
+}
+
+func (x *ToolAnnotations) GetDestructiveHint() bool {
+	if x != nil && x.DestructiveHint != nil {
+		return *x.DestructiveHint
+	}
+	return false
+}
+
+func (x *ToolAnnotations) GetIdempotentHint() bool {
+	if x != nil && x.IdempotentHint != nil {
+		return *x.IdempotentHint
+	}
+	return false
+}
+
+func (x *ToolAnnotations) GetOpenWorldHint() bool {
+	if x != nil && x.OpenWorldHint != nil {
+		return *x.OpenWorldHint
+	}
+	return false
+}
+
 // HTTPExecutor runs a tool by POSTing its arguments as JSON to a URL. A 2xx response body is the
 // output; 429 and 5xx are transient and retried; other statuses are execution errors.
 type HTTPExecutor struct {
@@ -308,7 +400,7 @@ type HTTPExecutor struct {
 
 func (x *HTTPExecutor) Reset() {
 	*x = HTTPExecutor{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[1]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -320,7 +412,7 @@ func (x *HTTPExecutor) String() string {
 func (*HTTPExecutor) ProtoMessage() {}
 
 func (x *HTTPExecutor) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[1]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -333,7 +425,7 @@ func (x *HTTPExecutor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPExecutor.ProtoReflect.Descriptor instead.
 func (*HTTPExecutor) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{1}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *HTTPExecutor) GetUrl() string {
@@ -377,7 +469,7 @@ type MCPExecutor struct {
 
 func (x *MCPExecutor) Reset() {
 	*x = MCPExecutor{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[2]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -389,7 +481,7 @@ func (x *MCPExecutor) String() string {
 func (*MCPExecutor) ProtoMessage() {}
 
 func (x *MCPExecutor) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[2]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -402,7 +494,7 @@ func (x *MCPExecutor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MCPExecutor.ProtoReflect.Descriptor instead.
 func (*MCPExecutor) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{2}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *MCPExecutor) GetServer() string {
@@ -430,7 +522,7 @@ type BuiltinExecutor struct {
 
 func (x *BuiltinExecutor) Reset() {
 	*x = BuiltinExecutor{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[3]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -442,7 +534,7 @@ func (x *BuiltinExecutor) String() string {
 func (*BuiltinExecutor) ProtoMessage() {}
 
 func (x *BuiltinExecutor) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[3]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -455,7 +547,7 @@ func (x *BuiltinExecutor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuiltinExecutor.ProtoReflect.Descriptor instead.
 func (*BuiltinExecutor) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{3}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *BuiltinExecutor) GetName() string {
@@ -486,7 +578,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[4]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +590,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[4]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +603,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{4}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Tool) GetSpec() *ToolSpec {
@@ -561,7 +653,9 @@ type RegisterToolRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The tool's contract. Required.
 	Spec *ToolSpec `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
-	// Where it comes from; default "api".
+	// Where it comes from: "api" (the default) or "mcp:<server>". A name belongs to the source
+	// that registered it: another source may replace it only as an operator, and builtins are
+	// never replaced (PERMISSION_DENIED).
 	Source        string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -569,7 +663,7 @@ type RegisterToolRequest struct {
 
 func (x *RegisterToolRequest) Reset() {
 	*x = RegisterToolRequest{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[5]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +675,7 @@ func (x *RegisterToolRequest) String() string {
 func (*RegisterToolRequest) ProtoMessage() {}
 
 func (x *RegisterToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[5]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +688,7 @@ func (x *RegisterToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterToolRequest.ProtoReflect.Descriptor instead.
 func (*RegisterToolRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{5}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RegisterToolRequest) GetSpec() *ToolSpec {
@@ -624,7 +718,7 @@ type RegisterToolResponse struct {
 
 func (x *RegisterToolResponse) Reset() {
 	*x = RegisterToolResponse{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[6]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +730,7 @@ func (x *RegisterToolResponse) String() string {
 func (*RegisterToolResponse) ProtoMessage() {}
 
 func (x *RegisterToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[6]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +743,7 @@ func (x *RegisterToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterToolResponse.ProtoReflect.Descriptor instead.
 func (*RegisterToolResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{6}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RegisterToolResponse) GetTool() *Tool {
@@ -670,14 +764,17 @@ func (x *RegisterToolResponse) GetChanged() bool {
 type UnregisterToolRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The tool's name. Required.
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Remove the tool only if it has this source (PERMISSION_DENIED otherwise). Required for
+	// services (the MCP gateway removes only the tools of its servers); operators may omit it.
+	Source        string `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UnregisterToolRequest) Reset() {
 	*x = UnregisterToolRequest{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[7]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +786,7 @@ func (x *UnregisterToolRequest) String() string {
 func (*UnregisterToolRequest) ProtoMessage() {}
 
 func (x *UnregisterToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[7]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,12 +799,19 @@ func (x *UnregisterToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterToolRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterToolRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{7}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UnregisterToolRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *UnregisterToolRequest) GetSource() string {
+	if x != nil {
+		return x.Source
 	}
 	return ""
 }
@@ -721,7 +825,7 @@ type UnregisterToolResponse struct {
 
 func (x *UnregisterToolResponse) Reset() {
 	*x = UnregisterToolResponse{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[8]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +837,7 @@ func (x *UnregisterToolResponse) String() string {
 func (*UnregisterToolResponse) ProtoMessage() {}
 
 func (x *UnregisterToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[8]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +850,7 @@ func (x *UnregisterToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterToolResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterToolResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{8}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{9}
 }
 
 // GetToolRequest is the input of GetTool.
@@ -760,7 +864,7 @@ type GetToolRequest struct {
 
 func (x *GetToolRequest) Reset() {
 	*x = GetToolRequest{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[9]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +876,7 @@ func (x *GetToolRequest) String() string {
 func (*GetToolRequest) ProtoMessage() {}
 
 func (x *GetToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[9]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +889,7 @@ func (x *GetToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetToolRequest.ProtoReflect.Descriptor instead.
 func (*GetToolRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{9}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetToolRequest) GetName() string {
@@ -806,7 +910,7 @@ type GetToolResponse struct {
 
 func (x *GetToolResponse) Reset() {
 	*x = GetToolResponse{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[10]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +922,7 @@ func (x *GetToolResponse) String() string {
 func (*GetToolResponse) ProtoMessage() {}
 
 func (x *GetToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[10]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +935,7 @@ func (x *GetToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetToolResponse.ProtoReflect.Descriptor instead.
 func (*GetToolResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{10}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetToolResponse) GetTool() *Tool {
@@ -858,7 +962,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[11]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +974,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[11]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +987,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{11}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListToolsRequest) GetGroups() []string {
@@ -927,7 +1031,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[12]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -939,7 +1043,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[12]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -952,7 +1056,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{12}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListToolsResponse) GetTools() []*Tool {
@@ -986,13 +1090,18 @@ type ExecuteToolRequest struct {
 	// stored result afterwards, also when they arrive at the same time. Ignored for tools not
 	// declared idempotent. HTTP tools receive it as the Idempotency-Key header.
 	IdempotencyKey string `protobuf:"bytes,6,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// The largest output returned whole, for callers that pass large output on rather than put it
+	// in a model's context (Hermes' MCP endpoint); longer output becomes a preview. 0 means the
+	// service's limit (tools.max-output-bytes); larger values are capped at
+	// tools.max-response-bytes.
+	MaxOutputBytes int32 `protobuf:"varint,7,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ExecuteToolRequest) Reset() {
 	*x = ExecuteToolRequest{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[13]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1113,7 @@ func (x *ExecuteToolRequest) String() string {
 func (*ExecuteToolRequest) ProtoMessage() {}
 
 func (x *ExecuteToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[13]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1126,7 @@ func (x *ExecuteToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteToolRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteToolRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{13}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExecuteToolRequest) GetName() string {
@@ -1062,6 +1171,13 @@ func (x *ExecuteToolRequest) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *ExecuteToolRequest) GetMaxOutputBytes() int32 {
+	if x != nil {
+		return x.MaxOutputBytes
+	}
+	return 0
+}
+
 // ExecuteToolResponse is the output of ExecuteTool.
 type ExecuteToolResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1073,7 +1189,7 @@ type ExecuteToolResponse struct {
 
 func (x *ExecuteToolResponse) Reset() {
 	*x = ExecuteToolResponse{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[14]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1201,7 @@ func (x *ExecuteToolResponse) String() string {
 func (*ExecuteToolResponse) ProtoMessage() {}
 
 func (x *ExecuteToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[14]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1214,7 @@ func (x *ExecuteToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteToolResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteToolResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{14}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExecuteToolResponse) GetResult() *ToolResult {
@@ -1123,7 +1239,7 @@ type ToolError struct {
 
 func (x *ToolError) Reset() {
 	*x = ToolError{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[15]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1251,7 @@ func (x *ToolError) String() string {
 func (*ToolError) ProtoMessage() {}
 
 func (x *ToolError) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[15]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1264,7 @@ func (x *ToolError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolError.ProtoReflect.Descriptor instead.
 func (*ToolError) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{15}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ToolError) GetCode() ErrorCode {
@@ -1185,7 +1301,7 @@ type Violation struct {
 
 func (x *Violation) Reset() {
 	*x = Violation{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[16]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1313,7 @@ func (x *Violation) String() string {
 func (*Violation) ProtoMessage() {}
 
 func (x *Violation) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[16]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1326,7 @@ func (x *Violation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Violation.ProtoReflect.Descriptor instead.
 func (*Violation) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{16}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Violation) GetPointer() string {
@@ -1242,7 +1358,7 @@ type Coercion struct {
 
 func (x *Coercion) Reset() {
 	*x = Coercion{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[17]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1370,7 @@ func (x *Coercion) String() string {
 func (*Coercion) ProtoMessage() {}
 
 func (x *Coercion) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[17]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1383,7 @@ func (x *Coercion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Coercion.ProtoReflect.Descriptor instead.
 func (*Coercion) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{17}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Coercion) GetPointer() string {
@@ -1322,7 +1438,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[18]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1450,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[18]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1463,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{18}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ToolResult) GetSuccess() bool {
@@ -1442,7 +1558,7 @@ type SelectToolsRequest struct {
 
 func (x *SelectToolsRequest) Reset() {
 	*x = SelectToolsRequest{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[19]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1570,7 @@ func (x *SelectToolsRequest) String() string {
 func (*SelectToolsRequest) ProtoMessage() {}
 
 func (x *SelectToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[19]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1583,7 @@ func (x *SelectToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectToolsRequest.ProtoReflect.Descriptor instead.
 func (*SelectToolsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{19}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SelectToolsRequest) GetText() string {
@@ -1506,7 +1622,7 @@ type SelectedTool struct {
 
 func (x *SelectedTool) Reset() {
 	*x = SelectedTool{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1634,7 @@ func (x *SelectedTool) String() string {
 func (*SelectedTool) ProtoMessage() {}
 
 func (x *SelectedTool) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1647,7 @@ func (x *SelectedTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectedTool.ProtoReflect.Descriptor instead.
 func (*SelectedTool) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{20}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SelectedTool) GetTool() *Tool {
@@ -1576,7 +1692,7 @@ type SelectToolsResponse struct {
 
 func (x *SelectToolsResponse) Reset() {
 	*x = SelectToolsResponse{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1704,7 @@ func (x *SelectToolsResponse) String() string {
 func (*SelectToolsResponse) ProtoMessage() {}
 
 func (x *SelectToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1717,7 @@ func (x *SelectToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectToolsResponse.ProtoReflect.Descriptor instead.
 func (*SelectToolsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{21}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SelectToolsResponse) GetTools() []*SelectedTool {
@@ -1650,7 +1766,7 @@ var File_hermes_tools_v1_tools_proto protoreflect.FileDescriptor
 
 const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"\n" +
-	"\x1bhermes/tools/v1/tools.proto\x12\x0fhermes.tools.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9a\x05\n" +
+	"\x1bhermes/tools/v1/tools.proto\x12\x0fhermes.tools.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xde\x05\n" +
 	"\bToolSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12!\n" +
@@ -1668,13 +1784,25 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	" \x01(\v2\x1c.hermes.tools.v1.MCPExecutorH\x00R\x03mcp\x12<\n" +
 	"\abuiltin\x18\v \x01(\v2 .hermes.tools.v1.BuiltinExecutorH\x00R\abuiltin\x12=\n" +
 	"\x06labels\x18\f \x03(\v2%.hermes.tools.v1.ToolSpec.LabelsEntryR\x06labels\x12B\n" +
-	"\x0fattempt_timeout\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0eattemptTimeout\x1a9\n" +
+	"\x0fattempt_timeout\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0eattemptTimeout\x12B\n" +
+	"\vannotations\x18( \x01(\v2 .hermes.tools.v1.ToolAnnotationsR\vannotations\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
 	"\n" +
 	"\bexecutorB\x0e\n" +
-	"\f_max_retries\"\xe6\x01\n" +
+	"\f_max_retries\"\xbc\x02\n" +
+	"\x0fToolAnnotations\x12\x19\n" +
+	"\x05title\x18\x01 \x01(\tH\x00R\x05title\x88\x01\x01\x12)\n" +
+	"\x0eread_only_hint\x18\x02 \x01(\bH\x01R\freadOnlyHint\x88\x01\x01\x12.\n" +
+	"\x10destructive_hint\x18\x03 \x01(\bH\x02R\x0fdestructiveHint\x88\x01\x01\x12,\n" +
+	"\x0fidempotent_hint\x18\x04 \x01(\bH\x03R\x0eidempotentHint\x88\x01\x01\x12+\n" +
+	"\x0fopen_world_hint\x18\x05 \x01(\bH\x04R\ropenWorldHint\x88\x01\x01B\b\n" +
+	"\x06_titleB\x11\n" +
+	"\x0f_read_only_hintB\x13\n" +
+	"\x11_destructive_hintB\x12\n" +
+	"\x10_idempotent_hintB\x12\n" +
+	"\x10_open_world_hint\"\xe6\x01\n" +
 	"\fHTTPExecutor\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12D\n" +
 	"\aheaders\x18\x02 \x03(\v2*.hermes.tools.v1.HTTPExecutor.HeadersEntryR\aheaders\x12\x1d\n" +
@@ -1703,9 +1831,10 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"\x06source\x18\x02 \x01(\tR\x06source\"[\n" +
 	"\x14RegisterToolResponse\x12)\n" +
 	"\x04tool\x18\x01 \x01(\v2\x15.hermes.tools.v1.ToolR\x04tool\x12\x18\n" +
-	"\achanged\x18\x02 \x01(\bR\achanged\"+\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\"C\n" +
 	"\x15UnregisterToolRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x18\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\tR\x06source\"\x18\n" +
 	"\x16UnregisterToolResponse\"$\n" +
 	"\x0eGetToolRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"<\n" +
@@ -1719,7 +1848,7 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"h\n" +
 	"\x11ListToolsResponse\x12+\n" +
 	"\x05tools\x18\x01 \x03(\v2\x15.hermes.tools.v1.ToolR\x05tools\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc0\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xea\x01\n" +
 	"\x12ExecuteToolRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\targuments\x18\x02 \x01(\tR\targuments\x12\x17\n" +
@@ -1727,7 +1856,8 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x04 \x01(\tR\tsessionId\x12\x17\n" +
 	"\auser_id\x18\x05 \x01(\tR\x06userId\x12'\n" +
-	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\"J\n" +
+	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\x12(\n" +
+	"\x10max_output_bytes\x18\a \x01(\x05R\x0emaxOutputBytes\"J\n" +
 	"\x13ExecuteToolResponse\x123\n" +
 	"\x06result\x18\x01 \x01(\v2\x1b.hermes.tools.v1.ToolResultR\x06result\"\x91\x01\n" +
 	"\tToolError\x12.\n" +
@@ -1803,76 +1933,78 @@ func file_hermes_tools_v1_tools_proto_rawDescGZIP() []byte {
 }
 
 var file_hermes_tools_v1_tools_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hermes_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_hermes_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_hermes_tools_v1_tools_proto_goTypes = []any{
 	(ErrorCode)(0),                 // 0: hermes.tools.v1.ErrorCode
 	(*ToolSpec)(nil),               // 1: hermes.tools.v1.ToolSpec
-	(*HTTPExecutor)(nil),           // 2: hermes.tools.v1.HTTPExecutor
-	(*MCPExecutor)(nil),            // 3: hermes.tools.v1.MCPExecutor
-	(*BuiltinExecutor)(nil),        // 4: hermes.tools.v1.BuiltinExecutor
-	(*Tool)(nil),                   // 5: hermes.tools.v1.Tool
-	(*RegisterToolRequest)(nil),    // 6: hermes.tools.v1.RegisterToolRequest
-	(*RegisterToolResponse)(nil),   // 7: hermes.tools.v1.RegisterToolResponse
-	(*UnregisterToolRequest)(nil),  // 8: hermes.tools.v1.UnregisterToolRequest
-	(*UnregisterToolResponse)(nil), // 9: hermes.tools.v1.UnregisterToolResponse
-	(*GetToolRequest)(nil),         // 10: hermes.tools.v1.GetToolRequest
-	(*GetToolResponse)(nil),        // 11: hermes.tools.v1.GetToolResponse
-	(*ListToolsRequest)(nil),       // 12: hermes.tools.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),      // 13: hermes.tools.v1.ListToolsResponse
-	(*ExecuteToolRequest)(nil),     // 14: hermes.tools.v1.ExecuteToolRequest
-	(*ExecuteToolResponse)(nil),    // 15: hermes.tools.v1.ExecuteToolResponse
-	(*ToolError)(nil),              // 16: hermes.tools.v1.ToolError
-	(*Violation)(nil),              // 17: hermes.tools.v1.Violation
-	(*Coercion)(nil),               // 18: hermes.tools.v1.Coercion
-	(*ToolResult)(nil),             // 19: hermes.tools.v1.ToolResult
-	(*SelectToolsRequest)(nil),     // 20: hermes.tools.v1.SelectToolsRequest
-	(*SelectedTool)(nil),           // 21: hermes.tools.v1.SelectedTool
-	(*SelectToolsResponse)(nil),    // 22: hermes.tools.v1.SelectToolsResponse
-	nil,                            // 23: hermes.tools.v1.ToolSpec.LabelsEntry
-	nil,                            // 24: hermes.tools.v1.HTTPExecutor.HeadersEntry
-	(*durationpb.Duration)(nil),    // 25: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
+	(*ToolAnnotations)(nil),        // 2: hermes.tools.v1.ToolAnnotations
+	(*HTTPExecutor)(nil),           // 3: hermes.tools.v1.HTTPExecutor
+	(*MCPExecutor)(nil),            // 4: hermes.tools.v1.MCPExecutor
+	(*BuiltinExecutor)(nil),        // 5: hermes.tools.v1.BuiltinExecutor
+	(*Tool)(nil),                   // 6: hermes.tools.v1.Tool
+	(*RegisterToolRequest)(nil),    // 7: hermes.tools.v1.RegisterToolRequest
+	(*RegisterToolResponse)(nil),   // 8: hermes.tools.v1.RegisterToolResponse
+	(*UnregisterToolRequest)(nil),  // 9: hermes.tools.v1.UnregisterToolRequest
+	(*UnregisterToolResponse)(nil), // 10: hermes.tools.v1.UnregisterToolResponse
+	(*GetToolRequest)(nil),         // 11: hermes.tools.v1.GetToolRequest
+	(*GetToolResponse)(nil),        // 12: hermes.tools.v1.GetToolResponse
+	(*ListToolsRequest)(nil),       // 13: hermes.tools.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),      // 14: hermes.tools.v1.ListToolsResponse
+	(*ExecuteToolRequest)(nil),     // 15: hermes.tools.v1.ExecuteToolRequest
+	(*ExecuteToolResponse)(nil),    // 16: hermes.tools.v1.ExecuteToolResponse
+	(*ToolError)(nil),              // 17: hermes.tools.v1.ToolError
+	(*Violation)(nil),              // 18: hermes.tools.v1.Violation
+	(*Coercion)(nil),               // 19: hermes.tools.v1.Coercion
+	(*ToolResult)(nil),             // 20: hermes.tools.v1.ToolResult
+	(*SelectToolsRequest)(nil),     // 21: hermes.tools.v1.SelectToolsRequest
+	(*SelectedTool)(nil),           // 22: hermes.tools.v1.SelectedTool
+	(*SelectToolsResponse)(nil),    // 23: hermes.tools.v1.SelectToolsResponse
+	nil,                            // 24: hermes.tools.v1.ToolSpec.LabelsEntry
+	nil,                            // 25: hermes.tools.v1.HTTPExecutor.HeadersEntry
+	(*durationpb.Duration)(nil),    // 26: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
 }
 var file_hermes_tools_v1_tools_proto_depIdxs = []int32{
-	25, // 0: hermes.tools.v1.ToolSpec.timeout:type_name -> google.protobuf.Duration
-	2,  // 1: hermes.tools.v1.ToolSpec.http:type_name -> hermes.tools.v1.HTTPExecutor
-	3,  // 2: hermes.tools.v1.ToolSpec.mcp:type_name -> hermes.tools.v1.MCPExecutor
-	4,  // 3: hermes.tools.v1.ToolSpec.builtin:type_name -> hermes.tools.v1.BuiltinExecutor
-	23, // 4: hermes.tools.v1.ToolSpec.labels:type_name -> hermes.tools.v1.ToolSpec.LabelsEntry
-	25, // 5: hermes.tools.v1.ToolSpec.attempt_timeout:type_name -> google.protobuf.Duration
-	24, // 6: hermes.tools.v1.HTTPExecutor.headers:type_name -> hermes.tools.v1.HTTPExecutor.HeadersEntry
-	1,  // 7: hermes.tools.v1.Tool.spec:type_name -> hermes.tools.v1.ToolSpec
-	26, // 8: hermes.tools.v1.Tool.created_at:type_name -> google.protobuf.Timestamp
-	26, // 9: hermes.tools.v1.Tool.updated_at:type_name -> google.protobuf.Timestamp
-	1,  // 10: hermes.tools.v1.RegisterToolRequest.spec:type_name -> hermes.tools.v1.ToolSpec
-	5,  // 11: hermes.tools.v1.RegisterToolResponse.tool:type_name -> hermes.tools.v1.Tool
-	5,  // 12: hermes.tools.v1.GetToolResponse.tool:type_name -> hermes.tools.v1.Tool
-	5,  // 13: hermes.tools.v1.ListToolsResponse.tools:type_name -> hermes.tools.v1.Tool
-	19, // 14: hermes.tools.v1.ExecuteToolResponse.result:type_name -> hermes.tools.v1.ToolResult
-	0,  // 15: hermes.tools.v1.ToolError.code:type_name -> hermes.tools.v1.ErrorCode
-	17, // 16: hermes.tools.v1.ToolError.violations:type_name -> hermes.tools.v1.Violation
-	16, // 17: hermes.tools.v1.ToolResult.error:type_name -> hermes.tools.v1.ToolError
-	25, // 18: hermes.tools.v1.ToolResult.duration:type_name -> google.protobuf.Duration
-	18, // 19: hermes.tools.v1.ToolResult.coercions:type_name -> hermes.tools.v1.Coercion
-	5,  // 20: hermes.tools.v1.SelectedTool.tool:type_name -> hermes.tools.v1.Tool
-	21, // 21: hermes.tools.v1.SelectToolsResponse.tools:type_name -> hermes.tools.v1.SelectedTool
-	6,  // 22: hermes.tools.v1.ToolService.RegisterTool:input_type -> hermes.tools.v1.RegisterToolRequest
-	8,  // 23: hermes.tools.v1.ToolService.UnregisterTool:input_type -> hermes.tools.v1.UnregisterToolRequest
-	10, // 24: hermes.tools.v1.ToolService.GetTool:input_type -> hermes.tools.v1.GetToolRequest
-	12, // 25: hermes.tools.v1.ToolService.ListTools:input_type -> hermes.tools.v1.ListToolsRequest
-	14, // 26: hermes.tools.v1.ToolService.ExecuteTool:input_type -> hermes.tools.v1.ExecuteToolRequest
-	20, // 27: hermes.tools.v1.ToolService.SelectTools:input_type -> hermes.tools.v1.SelectToolsRequest
-	7,  // 28: hermes.tools.v1.ToolService.RegisterTool:output_type -> hermes.tools.v1.RegisterToolResponse
-	9,  // 29: hermes.tools.v1.ToolService.UnregisterTool:output_type -> hermes.tools.v1.UnregisterToolResponse
-	11, // 30: hermes.tools.v1.ToolService.GetTool:output_type -> hermes.tools.v1.GetToolResponse
-	13, // 31: hermes.tools.v1.ToolService.ListTools:output_type -> hermes.tools.v1.ListToolsResponse
-	15, // 32: hermes.tools.v1.ToolService.ExecuteTool:output_type -> hermes.tools.v1.ExecuteToolResponse
-	22, // 33: hermes.tools.v1.ToolService.SelectTools:output_type -> hermes.tools.v1.SelectToolsResponse
-	28, // [28:34] is the sub-list for method output_type
-	22, // [22:28] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	26, // 0: hermes.tools.v1.ToolSpec.timeout:type_name -> google.protobuf.Duration
+	3,  // 1: hermes.tools.v1.ToolSpec.http:type_name -> hermes.tools.v1.HTTPExecutor
+	4,  // 2: hermes.tools.v1.ToolSpec.mcp:type_name -> hermes.tools.v1.MCPExecutor
+	5,  // 3: hermes.tools.v1.ToolSpec.builtin:type_name -> hermes.tools.v1.BuiltinExecutor
+	24, // 4: hermes.tools.v1.ToolSpec.labels:type_name -> hermes.tools.v1.ToolSpec.LabelsEntry
+	26, // 5: hermes.tools.v1.ToolSpec.attempt_timeout:type_name -> google.protobuf.Duration
+	2,  // 6: hermes.tools.v1.ToolSpec.annotations:type_name -> hermes.tools.v1.ToolAnnotations
+	25, // 7: hermes.tools.v1.HTTPExecutor.headers:type_name -> hermes.tools.v1.HTTPExecutor.HeadersEntry
+	1,  // 8: hermes.tools.v1.Tool.spec:type_name -> hermes.tools.v1.ToolSpec
+	27, // 9: hermes.tools.v1.Tool.created_at:type_name -> google.protobuf.Timestamp
+	27, // 10: hermes.tools.v1.Tool.updated_at:type_name -> google.protobuf.Timestamp
+	1,  // 11: hermes.tools.v1.RegisterToolRequest.spec:type_name -> hermes.tools.v1.ToolSpec
+	6,  // 12: hermes.tools.v1.RegisterToolResponse.tool:type_name -> hermes.tools.v1.Tool
+	6,  // 13: hermes.tools.v1.GetToolResponse.tool:type_name -> hermes.tools.v1.Tool
+	6,  // 14: hermes.tools.v1.ListToolsResponse.tools:type_name -> hermes.tools.v1.Tool
+	20, // 15: hermes.tools.v1.ExecuteToolResponse.result:type_name -> hermes.tools.v1.ToolResult
+	0,  // 16: hermes.tools.v1.ToolError.code:type_name -> hermes.tools.v1.ErrorCode
+	18, // 17: hermes.tools.v1.ToolError.violations:type_name -> hermes.tools.v1.Violation
+	17, // 18: hermes.tools.v1.ToolResult.error:type_name -> hermes.tools.v1.ToolError
+	26, // 19: hermes.tools.v1.ToolResult.duration:type_name -> google.protobuf.Duration
+	19, // 20: hermes.tools.v1.ToolResult.coercions:type_name -> hermes.tools.v1.Coercion
+	6,  // 21: hermes.tools.v1.SelectedTool.tool:type_name -> hermes.tools.v1.Tool
+	22, // 22: hermes.tools.v1.SelectToolsResponse.tools:type_name -> hermes.tools.v1.SelectedTool
+	7,  // 23: hermes.tools.v1.ToolService.RegisterTool:input_type -> hermes.tools.v1.RegisterToolRequest
+	9,  // 24: hermes.tools.v1.ToolService.UnregisterTool:input_type -> hermes.tools.v1.UnregisterToolRequest
+	11, // 25: hermes.tools.v1.ToolService.GetTool:input_type -> hermes.tools.v1.GetToolRequest
+	13, // 26: hermes.tools.v1.ToolService.ListTools:input_type -> hermes.tools.v1.ListToolsRequest
+	15, // 27: hermes.tools.v1.ToolService.ExecuteTool:input_type -> hermes.tools.v1.ExecuteToolRequest
+	21, // 28: hermes.tools.v1.ToolService.SelectTools:input_type -> hermes.tools.v1.SelectToolsRequest
+	8,  // 29: hermes.tools.v1.ToolService.RegisterTool:output_type -> hermes.tools.v1.RegisterToolResponse
+	10, // 30: hermes.tools.v1.ToolService.UnregisterTool:output_type -> hermes.tools.v1.UnregisterToolResponse
+	12, // 31: hermes.tools.v1.ToolService.GetTool:output_type -> hermes.tools.v1.GetToolResponse
+	14, // 32: hermes.tools.v1.ToolService.ListTools:output_type -> hermes.tools.v1.ListToolsResponse
+	16, // 33: hermes.tools.v1.ToolService.ExecuteTool:output_type -> hermes.tools.v1.ExecuteToolResponse
+	23, // 34: hermes.tools.v1.ToolService.SelectTools:output_type -> hermes.tools.v1.SelectToolsResponse
+	29, // [29:35] is the sub-list for method output_type
+	23, // [23:29] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_hermes_tools_v1_tools_proto_init() }
@@ -1885,13 +2017,14 @@ func file_hermes_tools_v1_tools_proto_init() {
 		(*ToolSpec_Mcp)(nil),
 		(*ToolSpec_Builtin)(nil),
 	}
+	file_hermes_tools_v1_tools_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hermes_tools_v1_tools_proto_rawDesc), len(file_hermes_tools_v1_tools_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

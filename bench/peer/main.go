@@ -1,0 +1,192 @@
+// Command peer runs one benchmark turn — user message, a calculator tool call, the tool, the
+// answer — through Hermes (monolithic and microservices) and through Google's adk-go
+// (runner + llmagent + a function tool, in-memory and SQLite sessions) against one instant
+// OpenAI-compatible model (the scripted model, in this process), interleaved, and prints
+// latency, throughput, CPU per turn and RSS of every process as Markdown tables with the
+// Hermes / adk-go ratios.
+//
+// It is a module of its own, so adk-go stays out of Hermes' go.mod. Run it from its directory:
+//
+//	cd bench/peer && go run . [-hermes /path/to/hermes] [-repeats 3]
+//
+// Without -hermes it builds ./cmd/hermes of the repository it sits in. adk-go runs in a child
+// process, the adkpeer command (./adkpeer, a module of its own, built the same way unless -adk
+// names a binary), so that its CPU and RSS are read from /proc like Hermes' and neither side's
+// dependencies are linked into the other's process.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+func main() {
+	var c config
+	var systems string
+	var keep bool
+	flag.StringVar(&systems, "systems", strings.Join(allSystems, ","), "systems to run, comma-separated: "+strings.Join(allSystems, ", "))
+	flag.IntVar(&c.repeats, "repeats", 3, "repeats; the systems run interleaved in each, in a rotated order")
+	flag.IntVar(&c.seqSess, "seq-sessions", 10, "sequential phase: sessions, one after another")
+	flag.IntVar(&c.seqTurns, "seq-turns", 50, "sequential and round-robin phases: turns per session")
+	flag.IntVar(&c.concSess, "conc-sessions", 8, "concurrent phase: sessions at once")
+	flag.IntVar(&c.concTurns, "conc-turns", 25, "concurrent phase: turns per session, back to back")
+	flag.BoolVar(&c.roundRobin, "round-robin", true, "run the round-robin phase (the sequential phase's turns spread across its sessions)")
+	flag.IntVar(&c.warmup, "warmup", 20, "warm-up turns on a session of their own before the phases (not measured)")
+	flag.IntVar(&c.fsyncTurns, "fsync-turns", 100, "turns of the strace run that counts sync calls of Hermes monolithic and adk-go SQLite (0: no such run)")
+	flag.DurationVar(&c.settle, "settle", 300*time.Millisecond, "after a phase, wait until the model has been idle this long (Hermes extracts memories after each turn) before reading CPU")
+	flag.StringVar(&c.hermesBin, "hermes", "", "hermes binary; empty builds ./cmd/hermes of this repository")
+	flag.StringVar(&c.adkBin, "adk", "", "adkpeer binary; empty builds ./adkpeer")
+	flag.StringVar(&c.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "microservices: Redis (keys under a random prefix, removed afterwards)")
+	flag.StringVar(&c.natsURL, "nats-url", "nats://127.0.0.1:4222", "microservices: NATS with JetStream (a random namespace, removed afterwards)")
+	flag.BoolVar(&keep, "keep", false, "keep the temporary directory (logs, data, strace output)")
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("peer: ")
+	c.systems = strings.Split(systems, ",")
+
+	dir, err := os.MkdirTemp("", "hermes-peer-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	c.dir = dir
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	_, err = runAll(ctx, c, os.Stdout, os.Stderr)
+	stop()
+	if keep {
+		fmt.Fprintf(os.Stderr, "data and logs kept in %s\n", dir)
+	} else {
+		_ = os.RemoveAll(dir)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// results are the runs of each system and the strace runs.
+type results struct {
+	runs   map[string][]*run
+	probes []*run
+}
+
+// runAll builds Hermes if needed, runs the repeats and the strace run, prints the report and
+// returns the runs.
+func runAll(ctx context.Context, c config, out, progress io.Writer) (*results, error) {
+	for _, s := range c.systems {
+		if systemTitle[s] == "" {
+			return nil, fmt.Errorf("-systems: unknown %q, want some of %s", s, strings.Join(allSystems, ", "))
+		}
+	}
+	if c.repeats < 1 || c.seqSess < 1 || c.seqTurns < 1 || c.concSess < 1 || c.concTurns < 1 {
+		return nil, errors.New("-repeats, -seq-sessions, -seq-turns, -conc-sessions and -conc-turns must be positive")
+	}
+	if c.hermesBin == "" {
+		fmt.Fprintln(progress, "building ./cmd/hermes …")
+		root, err := hermesRoot()
+		if err != nil {
+			return nil, err
+		}
+		if c.hermesBin, err = build(ctx, root, "./cmd/hermes", filepath.Join(c.dir, "hermes")); err != nil {
+			return nil, err
+		}
+	}
+	if c.adkBin == "" {
+		fmt.Fprintln(progress, "building ./adkpeer …")
+		root, err := hermesRoot()
+		if err != nil {
+			return nil, err
+		}
+		if c.adkBin, err = build(ctx, filepath.Join(root, "bench", "peer", "adkpeer"), ".", filepath.Join(c.dir, "adkpeer")); err != nil {
+			return nil, err
+		}
+	}
+	start := time.Now()
+	runs := map[string][]*run{}
+	for rep := range c.repeats {
+		fmt.Fprintf(progress, "repeat %d of %d\n", rep+1, c.repeats)
+		for i := range c.systems {
+			s := c.systems[(i+rep)%len(c.systems)]
+			r, err := runSystem(ctx, c, s, rep, false, progress)
+			if err != nil {
+				return nil, err
+			}
+			runs[s] = append(runs[s], r)
+		}
+	}
+	var probes []*run
+	if c.fsyncTurns > 0 {
+		if err := straceAvailable(); err != nil {
+			fmt.Fprintf(progress, "no sync-call count: %v\n", err)
+		} else {
+			p := c
+			p.seqSess = max(1, c.fsyncTurns/c.seqTurns)
+			p.seqTurns = min(c.seqTurns, c.fsyncTurns)
+			p.fsyncTurns = p.seqSess * p.seqTurns
+			c.fsyncTurns = p.fsyncTurns
+			fmt.Fprintf(progress, "sync calls under strace\n")
+			for _, s := range []string{hermesMono, adkSQLite} {
+				if !contains(c.systems, s) {
+					continue
+				}
+				r, err := runSystem(ctx, p, s, 0, true, progress)
+				if err != nil {
+					return nil, err
+				}
+				probes = append(probes, r)
+			}
+		}
+	}
+	fmt.Fprintf(out, "\nhermes binary %s; %d CPUs; %s; took %s\n", c.hermesBin, runtime.NumCPU(), runtime.Version(), time.Since(start).Round(time.Second))
+	report(out, c, runs, probes)
+	return &results{runs: runs, probes: probes}, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// build compiles pkg of the module in dir into bin.
+func build(ctx context.Context, dir, pkg, bin string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s in %s: %w\n%s", pkg, dir, err, out)
+	}
+	return bin, nil
+}
+
+// hermesRoot finds the Hermes module's directory: the nearest directory above the working
+// directory whose go.mod declares github.com/hermes-agent/hermes (this module's own go.mod
+// declares .../bench/peer).
+func hermesRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(data), "module github.com/hermes-agent/hermes\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no Hermes go.mod above the working directory: run from bench/peer, or pass -hermes")
+		}
+		dir = parent
+	}
+}

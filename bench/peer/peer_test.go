@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestShortRun runs every system through every phase on a few turns, with the strace run, and
+// checks that each produced the figures the report is made of: no failed turn, latencies, CPU
+// and memory of its processes, and the model calls its turns imply.
+func TestShortRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds hermes and adkpeer, starts eight processes")
+	}
+	c := config{
+		systems: allSystems, repeats: 1,
+		seqSess: 2, seqTurns: 3, concSess: 3, concTurns: 2, roundRobin: true,
+		warmup: 1, fsyncTurns: 3, settle: 300 * time.Millisecond,
+		redisURL: "redis://127.0.0.1:6379/0", natsURL: "nats://127.0.0.1:4222",
+		dir: t.TempDir(),
+	}
+	var out, progress bytes.Buffer
+	res, err := runAll(context.Background(), c, &out, &progress)
+	t.Log(progress.String())
+	t.Log(out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range allSystems {
+		runs := res.runs[s]
+		if len(runs) != 1 {
+			t.Fatalf("%s: %d runs, want 1", s, len(runs))
+		}
+		r := runs[0]
+		turns := 0
+		for _, name := range []string{phaseSeq, phaseRR, phaseConc} {
+			p := r.phases[name]
+			if p == nil {
+				t.Fatalf("%s: no %s phase", s, name)
+			}
+			if p.failed > 0 {
+				t.Errorf("%s %s: %d turns failed, the first: %v", s, name, p.failed, p.err)
+			}
+			if len(p.lat) == 0 || pct(p.lat, 50) <= 0 || p.wall <= 0 {
+				t.Errorf("%s %s: no latencies (%d) or wall time (%s)", s, name, len(p.lat), p.wall)
+			}
+			turns += p.turns
+		}
+		if want := c.seqSess*c.seqTurns*2 + c.concSess*c.concTurns; turns != want {
+			t.Errorf("%s: %d turns, want %d", s, turns, want)
+		}
+		// Each turn asks the model twice: for the tool call, then for the answer.
+		if got, want := r.calls["assistant"], int64(2*(turns+c.warmup)); got != want {
+			t.Errorf("%s: %d assistant model calls, want %d", s, got, want)
+		}
+		if v, _ := allCPU(r); v <= 0 {
+			t.Errorf("%s: no CPU per turn measured", s)
+		}
+		if r.rss <= 0 || r.hwm < r.rss {
+			t.Errorf("%s: RSS %d, peak %d", s, r.rss, r.hwm)
+		}
+	}
+	if strings.Count(out.String(), "| Hermes monolithic") < 3 {
+		t.Errorf("the report lacks Hermes monolithic's rows:\n%s", out.String())
+	}
+	if err := straceAvailable(); err != nil {
+		t.Logf("no strace run: %v", err)
+		return
+	}
+	if len(res.probes) != 2 {
+		t.Fatalf("%d strace runs, want 2 (Hermes monolithic, adk-go SQLite)", len(res.probes))
+	}
+	for _, r := range res.probes {
+		// Both store every turn durably, so each turn syncs at least once.
+		if r.syncs == nil || r.syncs.calls < r.phases[phaseSeq].turns {
+			t.Errorf("%s under strace: %+v sync calls for %d turns", r.system, r.syncs, r.phases[phaseSeq].turns)
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Every process is measured the same way, from /proc: CPU as utime+stime of
+// /proc/<pid>/stat (all threads, clock ticks), memory as VmRSS and VmHWM of
+// /proc/<pid>/status. Nothing is asked of the process itself, so adk-go's child and Hermes'
+// processes are read alike.
+
+// proc is one measured process.
+type proc struct {
+	name string
+	pid  int
+	// shared marks a process that other work on the machine uses too (the running Redis and
+	// NATS servers): its CPU figures include that work.
+	shared bool
+}
+
+// clockTick is USER_HZ, the unit of /proc/<pid>/stat's times; 100 on every Linux port Go
+// supports.
+const clockTick = 100
+
+// procCPU returns the process's user+system CPU time.
+func procCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces: count from after it.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(data[i+1:]))
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+	}
+	return time.Duration(ut+st) * time.Second / clockTick, nil
+}
+
+// procMem returns the resident set now and its peak, in bytes.
+func procMem(pid int) (rss, hwm int64, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		if k == "VmRSS" {
+			rss = kb << 10
+		} else {
+			hwm = kb << 10
+		}
+	}
+	return rss, hwm, nil
+}
+
+// selfCPU is the harness's own CPU: the client side of every turn and the instant model.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// findServer returns the pid of a running process named comm whose command line mentions
+// port, or 0: the Redis and NATS servers a microservices run uses, when they run on this
+// machine.
+func findServer(comm, port string) int {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		c, err := os.ReadFile(d + "/comm")
+		if err != nil || strings.TrimSpace(string(c)) != comm {
+			continue
+		}
+		cmdline, _ := os.ReadFile(d + "/cmdline")
+		if port != "" && !bytes.Contains(cmdline, []byte(port)) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(d))
+		if err == nil {
+			return pid
+		}
+	}
+	return 0
+}
+
+// cpuSnapshot reads the CPU of every process; a process it cannot read is left out.
+func cpuSnapshot(ps []proc) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, p := range ps {
+		if d, err := procCPU(p.pid); err == nil {
+			out[p.name] = d
+		}
+	}
+	return out
+}

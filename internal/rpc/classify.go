@@ -1,0 +1,86 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	rpccode "google.golang.org/genproto/googleapis/rpc/code"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/hermes-agent/hermes/internal/errclass"
+)
+
+// classes maps each error class to its code and the message a caller gets when the error
+// carries none of its own (raw backend text never reaches a reply).
+var classes = []struct {
+	class error
+	code  codes.Code
+	msg   string
+}{
+	{errclass.Unavailable, codes.Unavailable, "a backend is unavailable; retry later"},
+	{errclass.NotFound, codes.NotFound, "not found"},
+	{errclass.Conflict, codes.Aborted, "a concurrent change won; read again and retry"},
+	{errclass.Exists, codes.AlreadyExists, "already exists"},
+	{errclass.Precondition, codes.FailedPrecondition, "the request cannot work in the current state"},
+	{errclass.Invalid, codes.InvalidArgument, "invalid request"},
+	{errclass.Exhausted, codes.ResourceExhausted, "a limit was reached"},
+	{errclass.Denied, codes.PermissionDenied, "permission denied"},
+}
+
+// Classify turns any error into the status a caller gets: statuses pass through, context
+// errors become CANCELLED or DEADLINE_EXCEEDED, classified errors (internal/errclass) their
+// code with their public message, and anything else INTERNAL — a bug, never retried by
+// clients, whose text is logged and not sent.
+func Classify(ctx context.Context, log *slog.Logger, method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "request cancelled")
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	}
+	for _, c := range classes {
+		if !errors.Is(err, c.class) {
+			continue
+		}
+		msg := c.msg
+		var e *errclass.Error
+		if errors.As(err, &e) && e.Public() != "" {
+			msg = e.Public()
+		}
+		if c.code == codes.Unavailable && log != nil {
+			log.WarnContext(ctx, "backend unavailable", "method", method, "error", err)
+		}
+		return status.Error(c.code, msg)
+	}
+	if log != nil {
+		log.ErrorContext(ctx, "unclassified error", "method", method, "error", err)
+	}
+	return status.Errorf(codes.Internal, "internal error in %s; the server logged the details", method)
+}
+
+// classifyUnary applies Classify to every handler's error.
+func classifyUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		return resp, Classify(ctx, log, info.FullMethod, err)
+	}
+}
+
+func classifyStream(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return Classify(ss.Context(), log, info.FullMethod, handler(srv, ss))
+	}
+}
+
+// CodeName is a code's name as gRPC's own definitions spell it (CANCELLED, DEADLINE_EXCEEDED;
+// Go's codes package writes Canceled), for events and records that show codes to people.
+func CodeName(c codes.Code) string { return rpccode.Code(c).String() }
