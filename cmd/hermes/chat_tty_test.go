@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -294,16 +293,4 @@ func TestChatNoServer(t *testing.T) {
 	if !strings.Contains(errb.String(), "at "+addr) {
 		t.Errorf("HERMES_LISTEN not used: %q", errb.String())
 	}
-}
-
-// closedAddr is a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	_ = lis.Close()
-	return addr
 }
