@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/hermes-agent/hermes/internal/app"
@@ -145,6 +146,15 @@ func helpGroupArg(args []string) (group string, ok bool) {
 		}
 	}
 	return "", false
+}
+
+// isServeHelpGroup reports whether "hermes serve -h <group>" names something to show.
+func isServeHelpGroup(group string) bool {
+	switch group {
+	case "", "all", "other":
+		return true
+	}
+	return slices.ContainsFunc(serveFlagGroups(), func(g flagGroup) bool { return g.key == group })
 }
 
 // groupLine is a one-line summary of a group: its key, size and first flags.

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -21,7 +20,7 @@ func loadServeConfig(name string, env *cliEnv, args []string) (app.Config, error
 	fs := newFlagSet(name)
 	cfg.RegisterFlags(fs)
 	if group, ok := helpGroupArg(args); ok {
-		if group != "" && group != "all" && !slices.ContainsFunc(serveFlagGroups(), func(g flagGroup) bool { return g.key == group }) && group != "other" {
+		if !isServeHelpGroup(group) {
 			return cfg, errUsage{fmt.Sprintf("no settings group %q (run hermes %s -h)", group, name)}
 		}
 		printHelp(env.stdout, name, fs, group)
