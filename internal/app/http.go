@@ -2,11 +2,13 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"net"
 
 	"github.com/hermes-agent/hermes/internal/httpapi"
+	"github.com/hermes-agent/hermes/internal/rpc"
 )
 
 // HTTPConfig is the listener of the HTTP/JSON API.
@@ -50,6 +52,9 @@ func (a *App) initHTTP() error {
 	if err != nil {
 		return fmt.Errorf("http listen on %s: %w", a.cfg.HTTP.Listen, err)
 	}
+	if lis, err = a.tlsListener(lis); err != nil {
+		return err
+	}
 	a.onClose(func() { _ = lis.Close() })
 	a.http = &httpAPI{lis: lis, srv: srv, addr: dialable(lis.Addr().String())}
 	return nil
@@ -81,3 +86,19 @@ func (a *App) serveHTTP(ctx context.Context) (wait func()) {
 
 // DialableAddr turns a listen address into one this host can dial (":7070" → "127.0.0.1:7070").
 func DialableAddr(addr string) string { return dialable(addr) }
+
+// tlsListener serves an HTTP listener of the process (the HTTP API, the MCP endpoint) over TLS
+// with the process's certificate when one is configured; their clients authenticate with keys,
+// not client certificates.
+func (a *App) tlsListener(lis net.Listener) (net.Listener, error) {
+	tc := a.cfg.TLS()
+	if !tc.Server() {
+		return lis, nil
+	}
+	cfg, err := (rpc.TLSConfig{CertFile: tc.CertFile, KeyFile: tc.KeyFile}).ServerTLS(a.log)
+	if err != nil {
+		_ = lis.Close()
+		return nil, err
+	}
+	return tls.NewListener(lis, cfg), nil
+}

@@ -2,14 +2,12 @@ package app
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"time"
 
-	"github.com/hermes-agent/hermes/internal/rpc"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 	"github.com/hermes-agent/hermes/services/mcpgateway"
@@ -89,13 +87,11 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	mux.Handle(path, a.sec.httpAuth(toolsv1.ToolService_ExecuteTool_FullMethodName, ep.HTTPHandler()))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	scheme := "http"
-	if tc := a.cfg.TLS(); tc.Server() {
-		// The process's certificate; MCP clients authenticate with keys, not certificates.
-		if hs.TLSConfig, err = (rpc.TLSConfig{CertFile: tc.CertFile, KeyFile: tc.KeyFile}).ServerTLS(a.log); err != nil {
-			_ = lis.Close()
-			return fmt.Errorf("MCP endpoint: %w", err)
-		}
-		lis, scheme = tls.NewListener(lis, hs.TLSConfig), "https"
+	if a.cfg.TLS().Server() {
+		scheme = "https"
+	}
+	if lis, err = a.tlsListener(lis); err != nil {
+		return fmt.Errorf("MCP endpoint: %w", err)
 	}
 	runCtx, stop := context.WithCancel(context.Background())
 	go ep.Run(runCtx)
