@@ -88,7 +88,8 @@ const maxWaitSlice = time.Second
 // Wait acquires key for owner, waiting while another owner holds it: it wakes when the lease is
 // released or completed, or when the holder's lease would expire (a holder that died), and
 // tries again. It returns the first claim that is Acquired or Done, or Held when keepWaiting
-// (nil: always) says to stop waiting for that holder; ctx's error when ctx ends first.
+// (nil: always) says to stop waiting for that holder; when ctx ends first, the last claim seen
+// (who held the lease) with ctx's error.
 func Wait(ctx context.Context, s Store, key, owner string, data []byte, ttl time.Duration, keepWaiting func(Claim) bool) (Claim, error) {
 	for {
 		ch, stop := s.Watch(key)
@@ -103,7 +104,7 @@ func Wait(ctx context.Context, s Store, key, owner string, data []byte, ttl time
 		case <-ctx.Done():
 			t.Stop()
 			stop()
-			return Claim{}, ctx.Err()
+			return c, ctx.Err()
 		case <-ch:
 		case <-t.C:
 		}
