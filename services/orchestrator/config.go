@@ -53,6 +53,9 @@ type Config struct {
 	TurnRetention time.Duration
 	// PublishTimeout is how long a turn.finished publish is retried in the background.
 	PublishTimeout time.Duration
+	// MaxMessageBytes caps the text of each message in the model's context (the session's log
+	// keeps it whole); longer text is cut with a note of what was cut.
+	MaxMessageBytes int
 	// AuthFile is a YAML file of API keys (key: user_id); empty disables API keys.
 	AuthFile string
 }
@@ -77,6 +80,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.TaskStateContextSteps, "orchestrator.task-state-context-steps", 12, "most recent done steps shown to the model")
 	fs.DurationVar(&c.TurnRetention, "orchestrator.turn-retention", 7*24*time.Hour, "how long finished turn records are kept for GetTurn")
 	fs.DurationVar(&c.PublishTimeout, "orchestrator.publish-timeout", 2*time.Minute, "how long a turn.finished publish is retried in the background")
+	fs.IntVar(&c.MaxMessageBytes, "orchestrator.max-message-bytes", 64<<10, "most bytes of one message's text in the model's context; longer text is cut with a note (the session keeps it whole)")
 	fs.StringVar(&c.AuthFile, "auth-file", "", "YAML file of API keys (\"<key>: <user_id>\" per line); when set, RunTurn and GetTurn need a key (authorization: Bearer <key>) and the user comes from it")
 }
 
@@ -121,6 +125,10 @@ func (c Config) withDefaults() Config {
 	if c.TurnRetention <= 0 {
 		c.TurnRetention = 7 * 24 * time.Hour
 	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = 64 << 10
+	}
+	c.MaxMessageBytes = min(c.MaxMessageBytes, 1<<20)
 	if c.PublishTimeout <= 0 {
 		c.PublishTimeout = 2 * time.Minute
 	}

@@ -2,10 +2,12 @@ package orchestrator
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"sync"
 	"unicode"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
@@ -18,6 +20,27 @@ import (
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 )
+
+// Bounds of a turn.finished event: the extractor needs the gist of each message, and NATS
+// refuses payloads above its limit (1 MiB by default).
+const (
+	maxEventBytes        = 256 << 10
+	maxEventMessageBytes = 16 << 10
+)
+
+// clipBytes cuts text to at most n bytes on a character boundary, ending with a note of what
+// was cut (the session's log keeps the whole text).
+func clipBytes(text string, n int) string {
+	if len(text) <= n {
+		return text
+	}
+	note := fmt.Sprintf("\n[… %d of %d bytes cut here; the session log has the whole message]", len(text), len(text))
+	keep := max(n-len(note), 0)
+	for keep > 0 && !utf8.RuneStart(text[keep]) {
+		keep--
+	}
+	return text[:keep] + fmt.Sprintf("\n[… %d of %d bytes cut here; the session log has the whole message]", len(text)-keep, len(text))
+}
 
 // rememberCue finds a request to remember something, which lets the extractor use tool results.
 var rememberCue = regexp.MustCompile(`(?i)\bremember\b|记住|记下|别忘|記住|記下`)
@@ -165,7 +188,17 @@ func (t *turn) finishedEvent(ctx context.Context) *eventsv1.TurnFinished {
 		})
 	}
 	t.mu.Lock()
+	// The event stays well within NATS's payload limit: each message's text gets an equal share
+	// of maxEventBytes (at most maxEventMessageBytes).
+	share := maxEventMessageBytes
+	if n := len(t.stored); n > 0 {
+		share = max(min(share, maxEventBytes/n), 256)
+	}
 	for _, m := range t.stored {
+		if len(m.GetContent()) > share {
+			m = proto.CloneOf(m)
+			m.Content = clipBytes(m.GetContent(), share)
+		}
 		ev.Messages = append(ev.Messages, &eventsv1.TurnMessage{Message: m, IsToolResult: m.GetKind() == sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT})
 	}
 	t.mu.Unlock()
@@ -182,6 +215,9 @@ func (t *turn) finishedEvent(ctx context.Context) *eventsv1.TurnFinished {
 // canonicalCode is a gRPC code's canonical name ("DEADLINE_EXCEEDED"), the spelling of the
 // gRPC specification, grpcurl and every other language.
 func canonicalCode(c codes.Code) string {
+	if c == codes.Canceled {
+		return "CANCELLED" // Go spells the name "Canceled"; the specification does not
+	}
 	var b strings.Builder
 	prev := rune(0)
 	for _, r := range c.String() {

@@ -1,6 +1,10 @@
 package orchestrator
 
-import "testing"
+import (
+	"testing"
+
+	"google.golang.org/grpc/codes"
+)
 
 // TestCanonicalJSONRefusesTrailingData: whatever follows the value, valid JSON or not, makes
 // the input invalid; trailing white space does not.
@@ -14,5 +18,12 @@ func TestCanonicalJSONRefusesTrailingData(t *testing.T) {
 		if _, err := CanonicalJSON(in); err != nil {
 			t.Errorf("CanonicalJSON(%q): %v", in, err)
 		}
+	}
+}
+
+// TestCanonicalCancelled: the specification's name, not Go's spelling.
+func TestCanonicalCancelled(t *testing.T) {
+	if got := canonicalCode(codes.Canceled); got != "CANCELLED" {
+		t.Errorf("canonicalCode(Canceled) = %q, want CANCELLED", got)
 	}
 }

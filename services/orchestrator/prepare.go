@@ -93,7 +93,9 @@ func (t *turn) buildContext(ctx context.Context) (*sessionv1.BuildContextRespons
 	ctx, span := t.s.tracer.Start(ctx, "orchestrator.build_context")
 	defer span.End()
 	for round := 0; ; round++ {
-		built, err := t.s.deps.Session.BuildContext(ctx, &sessionv1.BuildContextRequest{SessionId: t.session, UserId: t.user})
+		built, err := t.s.deps.Session.BuildContext(ctx, &sessionv1.BuildContextRequest{
+			SessionId: t.session, UserId: t.user, MaxMessageBytes: int32(t.s.cfg.MaxMessageBytes),
+		})
 		if err != nil {
 			return nil, &turnError{code: status.Code(err), msg: "session service: " + status.Convert(err).Message()}
 		}

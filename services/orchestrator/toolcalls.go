@@ -205,7 +205,7 @@ func (t *turn) addStep(text string, outs []*outcome, content []string) {
 	}
 	cur = append(cur, assistant)
 	for i, o := range outs {
-		cur = append(cur, model.Message{Role: model.RoleTool, ToolCallID: o.modelID, Content: content[i]})
+		cur = append(cur, model.Message{Role: model.RoleTool, ToolCallID: o.modelID, Content: clipBytes(content[i], t.s.cfg.MaxMessageBytes)})
 	}
 	t.blocks.current, t.lastStep = cur, next
 }

@@ -44,8 +44,9 @@ func clipContent(text string, n int, seq int64) (string, bool) {
 	if len(text) <= n {
 		return text, false
 	}
-	note := fmt.Sprintf("\n[… %d of %d bytes cut here; the whole message is #%d of the session log]", 0, len(text), seq)
-	keep := max(n-len(note)-8, 0)
+	// The note with the most bytes cut is at least as long as the final one.
+	note := fmt.Sprintf("\n[… %d of %d bytes cut here; the whole message is #%d of the session log]", len(text), len(text), seq)
+	keep := max(n-len(note), 0)
 	for keep > 0 && !utf8.RuneStart(text[keep]) {
 		keep--
 	}
