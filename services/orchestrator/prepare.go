@@ -75,6 +75,9 @@ func (t *turn) prepare(ctx context.Context) error {
 	}
 	b.history = sessionToModel(history)
 	b.current = sessionToModel(current)
+	for _, m := range current {
+		b.currentTokens += m.GetTokenCount()
+	}
 	b.tools = t.mtools
 	for _, tool := range t.tools {
 		b.toolTokens += toolSchemaTokens(t.s.deps.Tokenizer, tool)

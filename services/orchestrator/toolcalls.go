@@ -104,8 +104,12 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 		msgs = append(msgs, &sessionv1.NewMessage{Role: sessionv1.Role_ROLE_TOOL, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT,
 			Content: content[i], ToolCallId: o.call.ID, ToolName: o.call.Name, ClientId: fmt.Sprintf("%s:%d:result:%d", t.id, step, i), Metadata: md})
 	}
-	if _, err := t.append(ctx, msgs); err != nil {
+	stored, err := t.append(ctx, msgs)
+	if err != nil {
 		return err
+	}
+	for _, m := range stored {
+		t.blocks.currentTokens += m.GetTokenCount()
 	}
 	t.addStep(resp.Content, outs, content)
 	t.recordSteps(outs)
