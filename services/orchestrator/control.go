@@ -105,12 +105,7 @@ func (s *Service) ListTurns(ctx context.Context, req *orchestratorv1.ListTurnsRe
 		return nil, err
 	}
 	var v rpc.Violations
-	v.Required("session_id", req.GetSessionId())
-	v.MaxLen("session_id", req.GetSessionId(), maxIDBytes)
-	if user == "" {
-		v.Add("user_id", "is required")
-	}
-	v.MaxLen("user_id", user, maxIDBytes)
+	validateRef(&v, "session_id", req.GetSessionId(), user)
 	if n := req.GetPageSize(); n < 0 || n > maxTurnsPage {
 		v.Add("page_size", "must be between 0 and %d", maxTurnsPage)
 	}
@@ -154,12 +149,7 @@ func (s *Service) CancelTurn(ctx context.Context, req *orchestratorv1.CancelTurn
 		return nil, err
 	}
 	var v rpc.Violations
-	v.Required("turn_id", req.GetTurnId())
-	v.MaxLen("turn_id", req.GetTurnId(), maxIDBytes)
-	if user == "" {
-		v.Add("user_id", "is required")
-	}
-	v.MaxLen("user_id", user, maxIDBytes)
+	validateRef(&v, "turn_id", req.GetTurnId(), user)
 	v.MaxLen("reason", req.GetReason(), maxReasonBytes)
 	if err := v.Err(); err != nil {
 		return nil, err

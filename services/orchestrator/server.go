@@ -308,12 +308,7 @@ func (s *Service) GetTurn(ctx context.Context, req *orchestratorv1.GetTurnReques
 		return nil, err
 	}
 	var v rpc.Violations
-	v.Required("turn_id", req.GetTurnId())
-	v.MaxLen("turn_id", req.GetTurnId(), maxIDBytes)
-	if user == "" {
-		v.Add("user_id", "is required")
-	}
-	v.MaxLen("user_id", user, maxIDBytes)
+	validateRef(&v, "turn_id", req.GetTurnId(), user)
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
@@ -322,6 +317,16 @@ func (s *Service) GetTurn(ctx context.Context, req *orchestratorv1.GetTurnReques
 		return nil, err
 	}
 	return &orchestratorv1.GetTurnResponse{Turn: t}, nil
+}
+
+// validateRef checks the id a request names (field) and the user it runs for.
+func validateRef(v *rpc.Violations, field, id, user string) {
+	v.Required(field, id)
+	v.MaxLen(field, id, maxIDBytes)
+	if user == "" {
+		v.Add("user_id", "is required")
+	}
+	v.MaxLen("user_id", user, maxIDBytes)
 }
 
 func storeStatus(err error) error {

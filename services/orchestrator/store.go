@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/hermes-agent/hermes/internal/lease"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
@@ -66,6 +68,19 @@ type Finish struct {
 	MaxPending  int
 	// Event goes to the outbox; nil when events are not published.
 	Event *eventsv1.TurnFinished
+}
+
+// encode returns the record's and the event's protobuf (nil without an event).
+func (f *Finish) encode() (record, event []byte, err error) {
+	if record, err = proto.Marshal(f.Turn); err != nil {
+		return nil, nil, err
+	}
+	if f.Event != nil {
+		if event, err = proto.Marshal(f.Event); err != nil {
+			return nil, nil, err
+		}
+	}
+	return record, event, nil
 }
 
 // mergePending is the pending list a Finish leaves.

@@ -181,15 +181,9 @@ func (s *BoltStore) PutTurn(_ context.Context, turn *orchestratorv1.Turn, _ time
 // FinishTurn implements Store.
 func (s *BoltStore) FinishTurn(_ context.Context, f *Finish) error {
 	turn := f.Turn
-	raw, err := proto.Marshal(turn)
+	raw, event, err := f.encode()
 	if err != nil {
 		return err
-	}
-	var event []byte
-	if f.Event != nil {
-		if event, err = proto.Marshal(f.Event); err != nil {
-			return err
-		}
 	}
 	v := make([]byte, 8, 8+len(raw))
 	binary.BigEndian.PutUint64(v, uint64(s.now().Add(f.TTL).UnixMilli()))

@@ -118,15 +118,9 @@ func (s *RedisStore) PutTurn(ctx context.Context, turn *orchestratorv1.Turn, ttl
 func (s *RedisStore) FinishTurn(ctx context.Context, f *Finish) error {
 	turn := f.Turn
 	sid := turn.GetSessionId()
-	raw, err := proto.Marshal(turn)
+	raw, event, err := f.encode()
 	if err != nil {
 		return err
-	}
-	var event []byte
-	if f.Event != nil {
-		if event, err = proto.Marshal(f.Event); err != nil {
-			return err
-		}
 	}
 	var pending []byte
 	if f.SetPending {
