@@ -259,7 +259,8 @@ func (s *Service) lockSession(ctx context.Context, session, turnID string) (cont
 	case err != nil && ctx.Err() != nil:
 		return nil, nil, status.FromContextError(fmt.Errorf("waiting for turn %s of session %s to finish: %w", c.Owner, session, ctx.Err())).Err()
 	case err != nil:
-		return nil, nil, storeStatus(err)
+		// The lease store is the backend (Redis) that failed.
+		return nil, nil, storeStatus(fmt.Errorf("taking the session's lease: %w: %w", errBackend, err))
 	}
 	turnCtx, lost := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
