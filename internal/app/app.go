@@ -80,6 +80,8 @@ type Config struct {
 	ConfigFile string
 	// Version is reported in telemetry and logs.
 	Version string
+	// PprofListen is the profiler's HTTP address; empty disables it.
+	PprofListen string
 
 	Session      session.Config
 	Tools        tools.Config
@@ -92,6 +94,7 @@ type Config struct {
 // RegisterFlags registers every setting.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Common.RegisterFlags(fs)
+	c.registerPprofFlag(fs)
 	fs.StringVar(&c.Target, "target", TargetAll, "services to run: all, or a comma list of "+strings.Join(Targets(), ", "))
 	fs.StringVar(&c.ConfigFile, "config", "", "optional YAML configuration file (keys are flag names; nested maps join with '.')")
 	c.Session.RegisterFlags(fs)
@@ -136,6 +139,8 @@ type App struct {
 	getenv  func(string) string
 	sec     *security
 	http    *httpAPI // nil without --http-listen
+	// pprofAddr is where the profiler listens, empty when it is off.
+	pprofAddr string
 
 	mu      sync.Mutex
 	closers []func()
@@ -191,6 +196,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		}),
 	}
 	a.sec = sec
+	if err := a.startPprof(); err != nil {
+		_ = lis.Close()
+		return nil, err
+	}
 	for _, m := range modules {
 		if !targets[m.name] {
 			continue

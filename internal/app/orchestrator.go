@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/hermes-agent/hermes/internal/events"
 	"github.com/hermes-agent/hermes/internal/model"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
@@ -61,13 +63,15 @@ func (a *App) initOrchestrator(ctx context.Context) error {
 		return err
 	}
 	if rdb != nil {
-		deps.Store = orchestrator.NewRedisStore(rdb, a.cfg.RedisPrefix+"orchestrator:")
+		st := orchestrator.NewRedisStore(rdb, a.cfg.RedisPrefix+"orchestrator:", log)
+		a.onClose(func() { _ = st.Close() })
+		deps.Store = st
 		a.watchRedis(orchestratorv1.OrchestratorService_ServiceDesc.ServiceName, rdb)
 	} else if deps.Store, err = openInDataDir(a, "orchestrator.db", orchestrator.OpenBoltStore); err != nil {
 		return err
 	}
 
-	_, js, err := a.NATS(ctx)
+	nc, js, err := a.NATS(ctx)
 	if err != nil {
 		return err
 	}
@@ -82,6 +86,14 @@ func (a *App) initOrchestrator(ctx context.Context) error {
 	}
 	// Registered after NATS, so it runs before NATS is drained: pending publishes finish first.
 	a.onClose(func() { svc.Close(a.cfg.ShutdownTimeout) })
+	// Events that could not be published while NATS was away go out when it is back.
+	reconnected := nc.Opts.ReconnectedCB
+	nc.SetReconnectHandler(func(c *nats.Conn) {
+		if reconnected != nil {
+			reconnected(c)
+		}
+		svc.DrainOutbox()
+	})
 	a.srv.Register(&orchestratorv1.OrchestratorService_ServiceDesc, svc)
 	return nil
 }

@@ -24,7 +24,9 @@ func (a *App) initTools(ctx context.Context) error {
 	}
 	var store tools.Store
 	if rdb != nil {
-		store = tools.NewRedisStore(rdb, a.cfg.RedisPrefix+"tools:")
+		rs := tools.NewRedisStore(rdb, a.cfg.RedisPrefix+"tools:")
+		a.onClose(func() { _ = rs.Close() })
+		store = rs
 		a.watchRedis(toolsv1.ToolService_ServiceDesc.ServiceName, rdb)
 	} else if store, err = openInDataDir(a, "tools.db", tools.OpenBoltStore); err != nil {
 		return err

@@ -15,6 +15,10 @@ import (
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
+// PprofMethod names the profiler (--pprof-listen) in the policy table: it shows the process's
+// memory, which holds every user's data, so only operators may use it.
+const PprofMethod = "/hermes.debug/Pprof"
+
 // Access is the decision for one method.
 type Access struct {
 	// Public methods need no credentials (health checks, for load balancers and probes).
@@ -111,6 +115,8 @@ func Policy() map[string]Access {
 		memoryv1.MemoryService_ExtractTurn_FullMethodName:    priv,
 		memoryv1.MemoryService_RecordBehavior_FullMethodName: priv,
 		memoryv1.MemoryService_RunMaintenance_FullMethodName: priv,
+
+		PprofMethod: ops,
 
 		// Turns: users run and control their own.
 		orchestratorv1.OrchestratorService_RunTurn_FullMethodName:    user,

@@ -1,8 +1,11 @@
 package boltstore
 
 import (
+	"fmt"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -30,5 +33,64 @@ func TestOpen(t *testing.T) {
 	_, err = Open(path, &bolt.Options{NoSync: true})
 	if err == nil || !strings.Contains(err.Error(), "in use by another hermes process") {
 		t.Errorf("second open: %v", err)
+	}
+}
+
+// TestGroupCommit checks that concurrent writes all land, that a failing write gets its own
+// error without losing the others of its commit, and that writes of one commit share it.
+func TestGroupCommit(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "g.db"), nil, []byte("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	g := NewGroup(db)
+	const writes = 64
+	var wg sync.WaitGroup
+	errs := make([]error, writes)
+	first := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		// The first write holds its commit until every other write has queued behind it.
+		errs[0] = g.Update(func(tx *bolt.Tx) error {
+			close(first)
+			for g.queued() < writes-1 {
+				runtime.Gosched()
+			}
+			return tx.Bucket([]byte("b")).Put([]byte("0"), []byte("v"))
+		})
+	}()
+	<-first
+	for i := 1; i < writes; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = g.Update(func(tx *bolt.Tx) error {
+				if i%10 == 3 {
+					return fmt.Errorf("write %d refused", i)
+				}
+				return tx.Bucket([]byte("b")).Put([]byte(fmt.Sprint(i)), []byte("v"))
+			})
+		}()
+	}
+	wg.Wait()
+	n := 0
+	_ = db.View(func(tx *bolt.Tx) error {
+		n = tx.Bucket([]byte("b")).Stats().KeyN
+		return nil
+	})
+	for i, err := range errs {
+		if (i%10 == 3) != (err != nil) {
+			t.Errorf("write %d: error %v", i, err)
+		}
+	}
+	if want := writes - 7; n != want {
+		t.Errorf("%d keys stored, want %d", n, want)
+	}
+	// The first commit, then one for the 63 queued writes, plus for each of the 7 failing
+	// writes its rolled-back attempt and its own run.
+	if c := g.commits.Load(); c > 2+2*7 {
+		t.Errorf("%d transactions for %d writes, want at most %d", c, writes, 2+2*7)
 	}
 }

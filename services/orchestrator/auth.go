@@ -19,8 +19,15 @@ func (s *Service) authorize(_ context.Context, requested string) (string, error)
 	return requested, nil
 }
 
-// callerName names who made a request, for the turn's record.
-func callerName(ctx context.Context) string { return auth.CallerName(ctx) }
+// callerName names who made a request, for records such as Turn.cancelled_by: the
+// authenticated principal ("user:alice", "operator:ops"), or the user the request runs for when
+// it came without one (a direct call).
+func callerName(ctx context.Context, user string) string {
+	if name := auth.CallerName(ctx); name != "" {
+		return name
+	}
+	return "user:" + user
+}
 
 // checkOptions applies the operator's rules to a turn's options: the model only from the
 // operator's list, and the configured system prompt replaced only by an operator or a service.

@@ -58,6 +58,9 @@ type Config struct {
 	// Models are the model names a turn may ask for in its options, besides the configured
 	// --model (an operator decision: models differ in cost and in what they may see).
 	Models []string
+	// MaxMessageBytes caps the text of each message in the model's context (the session's log
+	// keeps it whole); longer text is cut with a note of what was cut.
+	MaxMessageBytes int
 }
 
 // RegisterFlags registers the settings with their defaults.
@@ -84,6 +87,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.Models = config.SplitList(v)
 		return nil
 	})
+	fs.IntVar(&c.MaxMessageBytes, "orchestrator.max-message-bytes", 64<<10, "most bytes of one message's text in the model's context; longer text is cut with a note (the session keeps it whole)")
 }
 
 // withDefaults fills zero values, so a Config built in code works.
@@ -127,6 +131,10 @@ func (c Config) withDefaults() Config {
 	if c.TurnRetention <= 0 {
 		c.TurnRetention = 7 * 24 * time.Hour
 	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = 64 << 10
+	}
+	c.MaxMessageBytes = min(c.MaxMessageBytes, 1<<20)
 	if c.PublishTimeout <= 0 {
 		c.PublishTimeout = 2 * time.Minute
 	}

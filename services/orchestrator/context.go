@@ -37,14 +37,15 @@ type contextBlocks struct {
 	// historyTokens is the session's count of the window before the current message.
 	historyTokens int
 	current       []model.Message
+	// currentTokens is the session's count of the current turn's stored messages: they were
+	// counted when they were appended, and are not counted again.
+	currentTokens int32
 	tools         []model.Tool
 	toolTokens    int
 
-	// counted memoizes token counts: the blocks stay the same for all steps of a turn, and the
-	// current turn only grows, so each message is counted once.
-	counted    map[string]int32
-	currentN   int
-	currentTok int32
+	// counted memoizes the system blocks' token counts: they stay the same for all steps of a
+	// turn.
+	counted map[string]int32
 }
 
 // messages is the request's message list.
@@ -75,11 +76,6 @@ func (b *contextBlocks) breakdown(tok *tokenizer.Tokenizer) *orchestratorv1.Toke
 		}
 		return n
 	}
-	if b.currentN > len(b.current) {
-		b.currentN, b.currentTok = 0, 0
-	}
-	b.currentTok += int32(countMessages(tok, b.current[b.currentN:]))
-	b.currentN = len(b.current)
 	t := &orchestratorv1.TokenBreakdown{
 		SystemPrompt:   sys(b.systemPrompt),
 		ToolSchemas:    int32(b.toolTokens),
@@ -88,23 +84,10 @@ func (b *contextBlocks) breakdown(tok *tokenizer.Tokenizer) *orchestratorv1.Toke
 		Pinned:         sys(b.pinned),
 		TaskState:      sys(b.taskState),
 		History:        int32(b.historyTokens),
-		CurrentMessage: b.currentTok,
+		CurrentMessage: b.currentTokens,
 	}
 	t.Total = t.SystemPrompt + t.ToolSchemas + t.Memory + t.Summary + t.Pinned + t.TaskState + t.History + t.CurrentMessage
 	return t
-}
-
-// countMessages counts model messages: content, tool-call names and arguments, and the
-// per-message overhead.
-func countMessages(tok *tokenizer.Tokenizer, msgs []model.Message) int {
-	n := 0
-	for _, m := range msgs {
-		n += tok.CountMessage(m.Content)
-		for _, c := range m.ToolCalls {
-			n += tok.Count(c.Name) + tok.Count(c.Arguments)
-		}
-	}
-	return n
 }
 
 // toolSchemaTokens is what a tool's schema costs in a request, as the tool service counted it

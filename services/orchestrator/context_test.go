@@ -65,6 +65,7 @@ func TestContextOrderAndBreakdown(t *testing.T) {
 		history:       []model.Message{{Role: model.RoleUser, Content: "old"}, {Role: model.RoleAssistant, Content: "older answer"}},
 		historyTokens: 17,
 		current:       []model.Message{{Role: model.RoleUser, Content: "now"}},
+		currentTokens: 5,
 		toolTokens:    40,
 	}
 	b.taskState, _ = renderTaskState(TaskState{Done: []Step{{Tool: "add", Arguments: `{"sku":"A1"}`, Result: "ok"}}}, 5)
@@ -88,7 +89,7 @@ func TestContextOrderAndBreakdown(t *testing.T) {
 		t.Errorf("memory block: %q", msgs[1].Content)
 	}
 	bd := b.breakdown(tk)
-	if bd.GetHistory() != 17 || bd.GetToolSchemas() != 40 || bd.GetCurrentMessage() != int32(tk.CountMessage("now")) {
+	if bd.GetHistory() != 17 || bd.GetToolSchemas() != 40 || bd.GetCurrentMessage() != 5 {
 		t.Errorf("breakdown %v", bd)
 	}
 	sum := bd.GetSystemPrompt() + bd.GetToolSchemas() + bd.GetMemory() + bd.GetSummary() + bd.GetPinned() + bd.GetTaskState() + bd.GetHistory() + bd.GetCurrentMessage()

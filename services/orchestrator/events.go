@@ -2,14 +2,15 @@ package orchestrator
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"sync"
 	"unicode"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -20,6 +21,27 @@ import (
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 )
 
+// Bounds of a turn.finished event: the extractor needs the gist of each message, and NATS
+// refuses payloads above its limit (1 MiB by default).
+const (
+	maxEventBytes        = 256 << 10
+	maxEventMessageBytes = 16 << 10
+)
+
+// clipBytes cuts text to at most n bytes on a character boundary, ending with a note of what
+// was cut (the session's log keeps the whole text).
+func clipBytes(text string, n int) string {
+	if len(text) <= n {
+		return text
+	}
+	note := fmt.Sprintf("\n[… %d of %d bytes cut here; the session log has the whole message]", len(text), len(text))
+	keep := max(n-len(note), 0)
+	for keep > 0 && !utf8.RuneStart(text[keep]) {
+		keep--
+	}
+	return text[:keep] + fmt.Sprintf("\n[… %d of %d bytes cut here; the session log has the whole message]", len(text)-keep, len(text))
+}
+
 // rememberCue finds a request to remember something, which lets the extractor use tool results.
 var rememberCue = regexp.MustCompile(`(?i)\bremember\b|记住|记下|别忘|記住|記下`)
 
@@ -28,22 +50,46 @@ var rememberCue = regexp.MustCompile(`(?i)\bremember\b|记住|记下|别忘|記�
 type emitter struct {
 	mu     sync.Mutex
 	seq    int32
-	send   func(*orchestratorv1.TurnEvent) error
+	sendFn func(*orchestratorv1.TurnEvent) error
 	events []*orchestratorv1.TurnEvent
 	gone   bool
 }
 
+// emit numbers an event, keeps it and sends it.
 func (e *emitter) emit(ev *orchestratorv1.TurnEvent) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.add(ev)
+	e.deliver(ev)
+}
+
+// hold numbers and keeps an event without sending it yet: the final event is in the turn
+// record, which is stored before the event is sent.
+func (e *emitter) hold(ev *orchestratorv1.TurnEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.add(ev)
+}
+
+// send sends an event that hold kept.
+func (e *emitter) send(ev *orchestratorv1.TurnEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.deliver(ev)
+}
+
+func (e *emitter) add(ev *orchestratorv1.TurnEvent) {
 	e.seq++
 	ev.Seq = e.seq
 	ev.Time = timestamppb.Now()
 	e.events = append(e.events, ev)
+}
+
+func (e *emitter) deliver(ev *orchestratorv1.TurnEvent) {
 	if e.gone {
 		return
 	}
-	if err := e.send(ev); err != nil {
+	if err := e.sendFn(ev); err != nil {
 		// The client went away; its context is cancelled, which ends the turn.
 		e.gone = true
 	}
@@ -117,7 +163,7 @@ func (t *turn) record(st orchestratorv1.TurnStatus) *orchestratorv1.Turn {
 	t.mu.Unlock()
 	rec.Events = t.em.recorded()
 	if st != orchestratorv1.TurnStatus_TURN_STATUS_RUNNING {
-		rec.FinishedAt = timestamppb.Now()
+		rec.FinishedAt = timestamppb.New(t.s.now())
 	}
 	return rec
 }
@@ -128,14 +174,11 @@ func (t *turn) putRecord(ctx context.Context, rec *orchestratorv1.Turn) {
 	}
 }
 
-// publish sends turn.finished in the background, retrying until PublishTimeout; a failure is
-// logged and never fails the user's turn.
-func (t *turn) publish(ctx context.Context) {
-	if t.s.deps.Publish == nil {
-		return
-	}
+// finishedEvent is the turn's turn.finished event: its stored messages (and the recalled
+// memories it was given) for the memory extractor.
+func (t *turn) finishedEvent(ctx context.Context) *eventsv1.TurnFinished {
 	ev := &eventsv1.TurnFinished{
-		TurnId: t.id, SessionId: t.session, UserId: t.user, FinishedAt: timestamppb.Now(),
+		TurnId: t.id, SessionId: t.session, UserId: t.user, FinishedAt: timestamppb.New(t.s.now()),
 		RememberRequested: rememberCue.MatchString(t.text),
 	}
 	if t.memText != "" {
@@ -145,7 +188,17 @@ func (t *turn) publish(ctx context.Context) {
 		})
 	}
 	t.mu.Lock()
+	// The event stays well within NATS's payload limit: each message's text gets an equal share
+	// of maxEventBytes (at most maxEventMessageBytes).
+	share := maxEventMessageBytes
+	if n := len(t.stored); n > 0 {
+		share = max(min(share, maxEventBytes/n), 256)
+	}
 	for _, m := range t.stored {
+		if len(m.GetContent()) > share {
+			m = proto.CloneOf(m)
+			m.Content = clipBytes(m.GetContent(), share)
+		}
 		ev.Messages = append(ev.Messages, &eventsv1.TurnMessage{Message: m, IsToolResult: m.GetKind() == sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT})
 	}
 	t.mu.Unlock()
@@ -156,23 +209,15 @@ func (t *turn) publish(ctx context.Context) {
 	otel.GetTextMapPropagator().Inject(ctx, carrier)
 	propagation.TraceContext{}.Inject(ctx, carrier)
 	ev.Traceparent = carrier.Get("traceparent")
-
-	s := t.s
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		pctx, cancel := context.WithTimeout(s.bgCtx, s.cfg.PublishTimeout)
-		defer cancel()
-		pctx = trace.ContextWithSpanContext(pctx, trace.SpanContextFromContext(ctx))
-		if err := s.deps.Publish(pctx, ev); err != nil {
-			s.log.Error("turn.finished not published; the memory extractor will not see this turn", "turn", ev.GetTurnId(), "error", err)
-		}
-	}()
+	return ev
 }
 
 // canonicalCode is a gRPC code's canonical name ("DEADLINE_EXCEEDED"), the spelling of the
 // gRPC specification, grpcurl and every other language.
 func canonicalCode(c codes.Code) string {
+	if c == codes.Canceled {
+		return "CANCELLED" // Go spells the name "Canceled"; the specification does not
+	}
 	var b strings.Builder
 	prev := rune(0)
 	for _, r := range c.String() {

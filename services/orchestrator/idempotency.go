@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/big"
 	"sort"
@@ -24,7 +25,8 @@ func CanonicalJSON(raw string) (string, error) {
 	if err := dec.Decode(&v); err != nil {
 		return "", fmt.Errorf("not valid JSON: %w", err)
 	}
-	if _, err := dec.Token(); err == nil {
+	// Only white space may follow the value: anything else, valid JSON or not, is refused.
+	if _, err := dec.Token(); err != io.EOF {
 		return "", errors.New("not valid JSON: data after the value")
 	}
 	var b bytes.Buffer

@@ -79,6 +79,9 @@ func (t *turn) prepare(ctx context.Context) error {
 	}
 	b.history = sessionToModel(history)
 	b.current = sessionToModel(current)
+	for _, m := range current {
+		b.currentTokens += m.GetTokenCount()
+	}
 	b.tools = t.mtools
 	for _, tool := range t.tools {
 		b.toolTokens += toolSchemaTokens(t.s.deps.Tokenizer, tool)
@@ -97,7 +100,9 @@ func (t *turn) buildContext(ctx context.Context) (*sessionv1.BuildContextRespons
 	ctx, span := t.s.tracer.Start(ctx, "orchestrator.build_context")
 	defer span.End()
 	for round := 0; ; round++ {
-		built, err := t.s.deps.Session.BuildContext(ctx, &sessionv1.BuildContextRequest{SessionId: t.session, UserId: t.user})
+		built, err := t.s.deps.Session.BuildContext(ctx, &sessionv1.BuildContextRequest{
+			SessionId: t.session, UserId: t.user, MaxMessageBytes: int32(t.s.cfg.MaxMessageBytes),
+		})
 		if err != nil {
 			return nil, &turnError{code: status.Code(err), msg: "session service: " + status.Convert(err).Message()}
 		}

@@ -16,12 +16,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oklog/ulid/v2"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hermes-agent/hermes/internal/lease"
 	"github.com/hermes-agent/hermes/internal/model"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/tokenizer"
@@ -53,11 +55,26 @@ type Deps struct {
 	// Memory is optional: without it turns run without recall.
 	Memory memoryv1.MemoryServiceClient
 	// Model is nil when no model is configured; turns then fail with FAILED_PRECONDITION.
-	Model     *model.Client
+	Model     Model
 	Tokenizer *tokenizer.Tokenizer
 	Store     Store
 	// Publish is optional: without it no turn.finished events are sent.
 	Publish PublishFunc
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+	// Replica names this process in outbox claims; empty is a random name.
+	Replica string
+}
+
+// Model is what the orchestrator needs of a model endpoint; *model.Client is the production
+// one, and tests give the loop a fake.
+type Model interface {
+	// Model is the default model name.
+	Model() string
+	// Complete makes a chat completion.
+	Complete(ctx context.Context, req model.Request) (*model.Response, error)
+	// Stream makes a streamed chat completion, calling onDelta with each piece of text.
+	Stream(ctx context.Context, req model.Request, onDelta func(string)) (*model.Response, error)
 }
 
 // Service implements orchestratorv1.OrchestratorServiceServer.
@@ -71,6 +88,14 @@ type Service struct {
 	met    metrics
 	// promptTokens is the configured system prompt's token count, counted once.
 	promptTokens int32
+	now          func() time.Time
+	replica      string
+	// kick asks the outbox drainer for a round now (capacity one: kicks coalesce).
+	kick chan struct{}
+	// The outbox drainer runs until Close cancels drainCtx; drained is closed when it stopped.
+	drainCtx    context.Context
+	drainCancel context.CancelFunc
+	drained     chan struct{}
 
 	// Background publishes outlive their turns; Close waits for them.
 	bgCtx    context.Context
@@ -87,8 +112,17 @@ func NewService(deps Deps, cfg Config, log *slog.Logger) (*Service, error) {
 		log = slog.Default()
 	}
 	cfg = cfg.withDefaults()
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	if deps.Replica == "" {
+		deps.Replica = "orchestrator-" + ulid.Make().String()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Service{
+		now:      deps.Now,
+		replica:  deps.Replica,
+		kick:     make(chan struct{}, 1),
 		deps:     deps,
 		cfg:      cfg,
 		log:      log,
@@ -98,13 +132,23 @@ func NewService(deps Deps, cfg Config, log *slog.Logger) (*Service, error) {
 		bgCancel: cancel,
 	}
 	s.promptTokens = int32(deps.Tokenizer.CountMessage(cfg.SystemPrompt))
-	s.sum = &summarizer{model: deps.Model, tok: deps.Tokenizer, cfg: cfg, log: log, now: time.Now}
+	s.sum = &summarizer{model: deps.Model, tok: deps.Tokenizer, cfg: cfg, log: log, now: deps.Now}
+	s.drainCtx, s.drainCancel = context.WithCancel(context.Background())
+	s.drained = make(chan struct{})
+	if deps.Publish != nil {
+		go s.drainOutbox()
+	} else {
+		close(s.drained)
+	}
 	return s, nil
 }
 
-// Close waits for background event publishes to finish (each is bounded by the publish timeout),
-// then cancels what is left after the given grace period.
+// Close stops the outbox drainer (what it did not publish stays in the outbox for the next
+// start), waits for the publishes of finished turns (each bounded by the publish timeout), and
+// cancels what is left after the given grace period.
 func (s *Service) Close(grace time.Duration) {
+	s.drainCancel()
+	<-s.drained
 	done := make(chan struct{})
 	go func() { s.bg.Wait(); close(done) }()
 	select {
@@ -185,6 +229,9 @@ func (s *Service) RunTurn(req *orchestratorv1.RunTurnRequest, stream grpc.Server
 		return err
 	}
 	defer release()
+	t.release = release
+	ctx, stopWatch := s.watchCancel(ctx, t.id)
+	defer stopWatch()
 	return t.run(ctx)
 }
 
@@ -192,26 +239,25 @@ func (s *Service) RunTurn(req *orchestratorv1.RunTurnRequest, stream grpc.Server
 // dies mid-turn (or loses Redis while releasing) blocks the session at most this long.
 const sessionLease = 15 * time.Second
 
+// errLeaseLost is the cause of a turn's end when another turn took its session's lease.
+var errLeaseLost = errors.New("the session's lease passed to another turn")
+
 // lockSession waits, as long as the caller does, until no other turn of the session runs, then
-// holds the session's lease for this turn, renewing it until the returned release is called.
-// The returned context is the turn's: it ends if a renewal finds the lease taken by another
-// turn (this one's renewals failed for a whole lease), so two turns never write one session.
+// holds the session's lease for this turn, renewing it until the returned release is called. A
+// release wakes the next waiting turn at once (internal/lease), on this replica or another. The
+// returned context is the turn's: it ends with errLeaseLost if a renewal finds the lease taken
+// by another turn (this one's renewals failed for a whole lease), so two turns never write one
+// session. release may be called more than once.
 func (s *Service) lockSession(ctx context.Context, session, turnID string) (context.Context, func(), error) {
-	wait := 20 * time.Millisecond
-	for {
-		ok, holder, err := s.deps.Store.LockSession(ctx, session, turnID, sessionLease)
-		if err != nil {
-			return nil, nil, storeStatus(err)
-		}
-		if ok {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, status.FromContextError(fmt.Errorf("waiting for turn %s of session %s to finish: %w", holder, session, ctx.Err())).Err()
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, 500*time.Millisecond)
+	leases := s.deps.Store.Leases()
+	key := sessionKey(session)
+	c, err := lease.Wait(ctx, leases, key, turnID, nil, sessionLease, nil)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, nil, status.FromContextError(fmt.Errorf("waiting for turn %s of session %s to finish: %w", c.Owner, session, ctx.Err())).Err()
+	case err != nil:
+		// The lease store is the backend (Redis) that failed.
+		return nil, nil, storeStatus(fmt.Errorf("taking the session's lease: %w: %w", errBackend, err))
 	}
 	turnCtx, lost := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
@@ -226,28 +272,30 @@ func (s *Service) lockSession(ctx context.Context, session, turnID string) (cont
 				return
 			case <-t.C:
 				rctx, cancel := context.WithTimeout(context.Background(), sessionLease/3)
-				ok, holder, err := s.deps.Store.LockSession(rctx, session, turnID, sessionLease)
+				ok, err := leases.Renew(rctx, key, turnID, sessionLease)
 				cancel()
 				switch {
 				case err != nil:
 					s.log.Warn("session lease not renewed", "session", session, "turn", turnID, "error", err)
 				case !ok:
-					s.log.Error("session lease lost to another turn; cancelling this one", "session", session, "turn", turnID, "holder", holder)
-					lost(fmt.Errorf("the session's lease passed to turn %s", holder))
+					s.log.Error("session lease lost to another turn; cancelling this one", "session", session, "turn", turnID)
+					lost(errLeaseLost)
 					return
 				}
 			}
 		}
 	}()
+	var once sync.Once
 	return turnCtx, func() {
-		close(stop)
-		<-renewed
-		lost(nil)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-		defer cancel()
-		if err := s.deps.Store.UnlockSession(rctx, session, turnID); err != nil {
-			s.log.Warn("session lease not released; it expires by itself", "session", session, "turn", turnID, "after", sessionLease, "error", err)
-		}
+		once.Do(func() {
+			close(stop)
+			<-renewed
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+			defer cancel()
+			if _, err := leases.Release(rctx, key, turnID); err != nil {
+				s.log.Warn("session lease not released; it expires by itself", "session", session, "turn", turnID, "after", sessionLease, "error", err)
+			}
+		})
 	}, nil
 }
 
@@ -258,26 +306,25 @@ func (s *Service) GetTurn(ctx context.Context, req *orchestratorv1.GetTurnReques
 		return nil, err
 	}
 	var v rpc.Violations
-	v.Required("turn_id", req.GetTurnId())
-	v.MaxLen("turn_id", req.GetTurnId(), maxIDBytes)
+	validateRef(&v, "turn_id", req.GetTurnId(), user)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	t, err := s.ownTurn(ctx, req.GetTurnId(), user)
+	if err != nil {
+		return nil, err
+	}
+	return &orchestratorv1.GetTurnResponse{Turn: t}, nil
+}
+
+// validateRef checks the id a request names (field) and the user it runs for.
+func validateRef(v *rpc.Violations, field, id, user string) {
+	v.Required(field, id)
+	v.MaxLen(field, id, maxIDBytes)
 	if user == "" {
 		v.Add("user_id", "is required")
 	}
 	v.MaxLen("user_id", user, maxIDBytes)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	t, err := s.deps.Store.GetTurn(ctx, req.GetTurnId())
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return nil, status.Errorf(codes.NotFound, "turn %q not found (records are kept for %s)", req.GetTurnId(), s.cfg.TurnRetention)
-	case err != nil:
-		return nil, storeStatus(err)
-	}
-	if t.GetUserId() != user {
-		return nil, status.Errorf(codes.PermissionDenied, "turn %q belongs to another user", req.GetTurnId())
-	}
-	return &orchestratorv1.GetTurnResponse{Turn: t}, nil
 }
 
 func storeStatus(err error) error {

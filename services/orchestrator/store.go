@@ -5,11 +5,18 @@ import (
 	"errors"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/hermes-agent/hermes/internal/lease"
+	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 )
 
 // ErrNotFound is returned when a turn record does not exist (or has expired).
 var ErrNotFound = errors.New("not found")
+
+// ErrBadCursor is returned for a page token the store did not issue.
+var ErrBadCursor = errors.New("invalid page token")
 
 // taskStateTTL is how long a session's task state outlives its last change.
 const taskStateTTL = 30 * 24 * time.Hour
@@ -43,25 +50,94 @@ type TaskState struct {
 	Pending []Pending `json:"pending"`
 }
 
-// Store keeps the orchestrator's records: each session's task state and each turn's record.
-// Implementations are safe for concurrent use; every method is atomic.
+// Finish is everything a finished turn stores, written at once: the final record, the steps it
+// did and what it leaves pending (the session's task state), and its turn.finished event in the
+// outbox, from which it is published until acknowledged.
+type Finish struct {
+	Turn *orchestratorv1.Turn
+	// TTL is how long the record is kept.
+	TTL time.Duration
+	// Steps are appended to the session's done steps, of which the newest KeepSteps are kept.
+	Steps     []Step
+	KeepSteps int
+	// SetPending replaces the session's pending list with Pending, after the items already
+	// pending when KeepPending; the newest MaxPending are kept.
+	SetPending  bool
+	KeepPending bool
+	Pending     []Pending
+	MaxPending  int
+	// Event goes to the outbox; nil when events are not published.
+	Event *eventsv1.TurnFinished
+}
+
+// encode returns the record's and the event's protobuf (nil without an event).
+func (f *Finish) encode() (record, event []byte, err error) {
+	if record, err = proto.Marshal(f.Turn); err != nil {
+		return nil, nil, err
+	}
+	if f.Event != nil {
+		if event, err = proto.Marshal(f.Event); err != nil {
+			return nil, nil, err
+		}
+	}
+	return record, event, nil
+}
+
+// mergePending is the pending list a Finish leaves.
+func (f *Finish) mergePending(prev []Pending) []Pending {
+	var out []Pending
+	if f.KeepPending {
+		out = append(out, prev...)
+	}
+	out = append(out, f.Pending...)
+	if f.MaxPending > 0 && len(out) > f.MaxPending {
+		out = out[len(out)-f.MaxPending:]
+	}
+	return out
+}
+
+// keepSteps appends steps to done and keeps the newest keep.
+func keepSteps(done, steps []Step, keep int) []Step {
+	done = append(done, steps...)
+	if keep > 0 && len(done) > keep {
+		done = append([]Step(nil), done[len(done)-keep:]...)
+	}
+	return done
+}
+
+// Store keeps the orchestrator's records: each session's task state, each turn's record (and a
+// per-session index of them), the outbox of turn.finished events, cancellation requests, and
+// the leases (session turns, outbox claims). Implementations are safe for concurrent use; every
+// method is atomic.
 type Store interface {
 	// TaskState returns a session's task state; a session without one has an empty state.
 	TaskState(ctx context.Context, sessionID string) (TaskState, error)
-	// AddSteps appends done steps, keeping only the newest keep.
-	AddSteps(ctx context.Context, sessionID string, steps []Step, keep int) error
-	// SetPending replaces the pending list.
-	SetPending(ctx context.Context, sessionID string, pending []Pending) error
-	// PutTurn stores or replaces a turn record, kept for ttl.
+	// PutTurn stores a running turn's record, kept for ttl, so GetTurn, ListTurns and CancelTurn
+	// find it on any replica.
 	PutTurn(ctx context.Context, turn *orchestratorv1.Turn, ttl time.Duration) error
+	// FinishTurn stores a finished turn in one write.
+	FinishTurn(ctx context.Context, f *Finish) error
 	// GetTurn returns a turn record or ErrNotFound.
 	GetTurn(ctx context.Context, turnID string) (*orchestratorv1.Turn, error)
+	// ListTurns returns up to limit of a session's turns, newest first, after the cursor (""
+	// for the first page), with the cursor of the next page ("" at the end).
+	ListTurns(ctx context.Context, sessionID, cursor string, limit int) ([]*orchestratorv1.Turn, string, error)
 	// DeleteSession removes a session's task state.
 	DeleteSession(ctx context.Context, sessionID string) error
-	// LockSession takes a session's turn lease for holder (a turn id) for ttl, or extends it
-	// when holder has it already, or reports the current holder. One turn runs per session at a time, whichever replica serves it: two
-	// turns at once would interleave their messages in the log.
-	LockSession(ctx context.Context, sessionID, holder string, ttl time.Duration) (acquired bool, current string, err error)
-	// UnlockSession releases the lease if holder still has it.
-	UnlockSession(ctx context.Context, sessionID, holder string) error
+	// Outbox returns up to limit events waiting to be published, oldest first.
+	Outbox(ctx context.Context, limit int) ([]*eventsv1.TurnFinished, error)
+	// DeleteOutbox removes a published event.
+	DeleteOutbox(ctx context.Context, turnID string) error
+	// RequestCancel records that a turn is to be cancelled, for ttl, and wakes the watchers of
+	// cancelKey(turnID).
+	RequestCancel(ctx context.Context, turnID, by, reason string, ttl time.Duration) error
+	// CancelRequest returns who asked to cancel the turn and why; ok is false when nobody did.
+	CancelRequest(ctx context.Context, turnID string) (by, reason string, ok bool, err error)
+	// Leases holds session turn leases and outbox claims.
+	Leases() lease.Store
 }
+
+// Lease keys.
+func sessionKey(sessionID string) string { return "session:" + sessionID }
+func outboxKey(turnID string) string     { return "outbox:" + turnID }
+func cancelKey(turnID string) string     { return "cancel:" + turnID }

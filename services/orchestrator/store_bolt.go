@@ -1,10 +1,15 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -12,38 +17,55 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hermes-agent/hermes/internal/boltstore"
+	"github.com/hermes-agent/hermes/internal/lease"
+	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 )
 
 var (
-	bucketTasks = []byte("tasks")
-	bucketTurns = []byte("turns")
+	bucketTasks        = []byte("tasks")
+	bucketTurns        = []byte("turns")
+	bucketSessionTurns = []byte("session_turns")
+	bucketOutbox       = []byte("outbox")
 )
 
-// BoltStore keeps records in a bbolt file (monolithic mode): bucket "tasks" maps a session to
-// its task state as JSON, bucket "turns" maps a turn id to an 8-byte expiry (Unix ms) followed by
-// the protobuf record.
+// BoltStore keeps records in a bbolt file (monolithic mode):
+//
+//	tasks          session → task state (JSON)
+//	turns          turn id → 8-byte expiry (Unix ms), then the record (protobuf)
+//	session_turns  session 0x00 (MaxUint64 - started ms) turn id → nil   (newest first)
+//	outbox         turn id → turn.finished (protobuf), until published
+//
+// The file serves one process, so what need not survive it lives in memory: running turns'
+// records (a turn does not outlive its process), cancellation requests and the leases. A
+// finished turn is one group-committed write: its record, its task-state changes and its event.
 type BoltStore struct {
-	db  *bolt.DB
-	now func() time.Time
+	db     *bolt.DB
+	group  *boltstore.Group
+	now    func() time.Time
+	leases *lease.Memory
 
-	// Session leases live in memory: the embedded store serves one process.
-	leaseMu sync.Mutex
-	leases  map[string]lease
+	mu sync.Mutex
+	// running holds the records of turns in progress; cancels the cancellation requests.
+	running map[string]*orchestratorv1.Turn
+	cancels map[string]cancelRequest
 }
 
-type lease struct {
-	holder  string
-	expires time.Time
+type cancelRequest struct {
+	by, reason string
+	expires    time.Time
 }
 
 // OpenBoltStore opens or creates the file; a second process opening it fails after a second.
 func OpenBoltStore(path string) (*BoltStore, error) {
-	db, err := boltstore.Open(path, nil, bucketTasks, bucketTurns)
+	db, err := boltstore.Open(path, nil, bucketTasks, bucketTurns, bucketSessionTurns, bucketOutbox)
 	if err != nil {
 		return nil, err
 	}
-	s := &BoltStore{db: db, now: time.Now, leases: map[string]lease{}}
+	s := &BoltStore{
+		db: db, group: boltstore.NewGroup(db), now: time.Now, leases: lease.NewMemory(),
+		running: map[string]*orchestratorv1.Turn{}, cancels: map[string]cancelRequest{},
+	}
 	if err := s.pruneTurns(); err != nil {
 		_ = db.Close()
 		return nil, err
@@ -54,8 +76,11 @@ func OpenBoltStore(path string) (*BoltStore, error) {
 // Close closes the file.
 func (s *BoltStore) Close() error { return s.db.Close() }
 
-// pruneTurns deletes expired turn records; called at open, expired records are otherwise
-// skipped on read.
+// Leases implements Store.
+func (s *BoltStore) Leases() lease.Store { return s.leases }
+
+// pruneTurns deletes expired turn records and their index entries; called at open, expired
+// records are otherwise skipped on read.
 func (s *BoltStore) pruneTurns() error {
 	now := s.now().UnixMilli()
 	return s.db.Update(func(tx *bolt.Tx) error {
@@ -63,7 +88,7 @@ func (s *BoltStore) pruneTurns() error {
 		var stale [][]byte
 		err := b.ForEach(func(k, v []byte) error {
 			if len(v) < 8 || int64(binary.BigEndian.Uint64(v)) < now {
-				stale = append(stale, append([]byte(nil), k...))
+				stale = append(stale, bytes.Clone(k))
 			}
 			return nil
 		})
@@ -75,8 +100,42 @@ func (s *BoltStore) pruneTurns() error {
 				return err
 			}
 		}
+		idx := tx.Bucket(bucketSessionTurns)
+		stale = stale[:0]
+		err = idx.ForEach(func(k, _ []byte) error {
+			if id := indexTurnID(k); id == nil || b.Get(id) == nil {
+				stale = append(stale, bytes.Clone(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range stale {
+			if err := idx.Delete(k); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
+}
+
+// sessionTurnKey orders a session's turns newest first.
+func sessionTurnKey(sid string, started time.Time, id string) []byte {
+	k := make([]byte, 0, len(sid)+1+8+len(id))
+	k = append(k, sid...)
+	k = append(k, 0)
+	k = binary.BigEndian.AppendUint64(k, math.MaxUint64-uint64(started.UnixMilli()))
+	return append(k, id...)
+}
+
+// indexTurnID is the turn id at the end of a session_turns key.
+func indexTurnID(k []byte) []byte {
+	i := bytes.IndexByte(k, 0)
+	if i < 0 || len(k) < i+1+8 {
+		return nil
+	}
+	return k[i+1+8:]
 }
 
 func loadTask(b *bolt.Bucket, sid string) (TaskState, error) {
@@ -111,54 +170,69 @@ func (s *BoltStore) TaskState(_ context.Context, sid string) (TaskState, error) 
 	return st, err
 }
 
-// AddSteps implements Store.
-func (s *BoltStore) AddSteps(_ context.Context, sid string, steps []Step, keep int) error {
-	if len(steps) == 0 {
-		return nil
-	}
-	return s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketTasks)
-		st, err := loadTask(b, sid)
-		if err != nil {
-			return err
-		}
-		st.Done = append(st.Done, steps...)
-		if keep > 0 && len(st.Done) > keep {
-			st.Done = append([]Step(nil), st.Done[len(st.Done)-keep:]...)
-		}
-		return putTask(b, sid, st)
-	})
+// PutTurn implements Store: a running turn's record is kept in memory.
+func (s *BoltStore) PutTurn(_ context.Context, turn *orchestratorv1.Turn, _ time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running[turn.GetId()] = proto.CloneOf(turn)
+	return nil
 }
 
-// SetPending implements Store.
-func (s *BoltStore) SetPending(_ context.Context, sid string, pending []Pending) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketTasks)
-		st, err := loadTask(b, sid)
-		if err != nil {
-			return err
-		}
-		st.Pending = pending
-		return putTask(b, sid, st)
-	})
-}
-
-// PutTurn implements Store.
-func (s *BoltStore) PutTurn(_ context.Context, turn *orchestratorv1.Turn, ttl time.Duration) error {
-	raw, err := proto.Marshal(turn)
+// FinishTurn implements Store.
+func (s *BoltStore) FinishTurn(_ context.Context, f *Finish) error {
+	turn := f.Turn
+	raw, event, err := f.encode()
 	if err != nil {
 		return err
 	}
 	v := make([]byte, 8, 8+len(raw))
-	binary.BigEndian.PutUint64(v, uint64(s.now().Add(ttl).UnixMilli()))
+	binary.BigEndian.PutUint64(v, uint64(s.now().Add(f.TTL).UnixMilli()))
 	v = append(v, raw...)
-	return s.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketTurns).Put([]byte(turn.GetId()), v)
+	sid := turn.GetSessionId()
+	err = s.group.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketTurns).Put([]byte(turn.GetId()), v); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketSessionTurns).Put(sessionTurnKey(sid, turn.GetStartedAt().AsTime(), turn.GetId()), nil); err != nil {
+			return err
+		}
+		if event != nil {
+			if err := tx.Bucket(bucketOutbox).Put([]byte(turn.GetId()), event); err != nil {
+				return err
+			}
+		}
+		if len(f.Steps) == 0 && !f.SetPending {
+			return nil
+		}
+		tb := tx.Bucket(bucketTasks)
+		st, err := loadTask(tb, sid)
+		if err != nil {
+			return err
+		}
+		st.Done = keepSteps(st.Done, f.Steps, f.KeepSteps)
+		if f.SetPending {
+			st.Pending = f.mergePending(st.Pending)
+		}
+		return putTask(tb, sid, st)
 	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.running, turn.GetId())
+	delete(s.cancels, turn.GetId())
+	s.mu.Unlock()
+	return nil
 }
 
 // GetTurn implements Store.
 func (s *BoltStore) GetTurn(_ context.Context, id string) (*orchestratorv1.Turn, error) {
+	s.mu.Lock()
+	if r, ok := s.running[id]; ok {
+		s.mu.Unlock()
+		return proto.CloneOf(r), nil
+	}
+	s.mu.Unlock()
 	t := &orchestratorv1.Turn{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketTurns).Get([]byte(id))
@@ -173,31 +247,128 @@ func (s *BoltStore) GetTurn(_ context.Context, id string) (*orchestratorv1.Turn,
 	return t, nil
 }
 
+// ListTurns implements Store. The cursor is the hex of the last returned index key; running
+// turns (in memory) are merged in by the same order.
+func (s *BoltStore) ListTurns(_ context.Context, sid, cursor string, limit int) ([]*orchestratorv1.Turn, string, error) {
+	prefix := append([]byte(sid), 0)
+	var after []byte
+	if cursor != "" {
+		var err error
+		if after, err = hex.DecodeString(cursor); err != nil || !bytes.HasPrefix(after, prefix) {
+			return nil, "", ErrBadCursor
+		}
+	}
+	type keyed struct {
+		key  []byte
+		turn *orchestratorv1.Turn
+	}
+	var all []keyed
+	s.mu.Lock()
+	for _, r := range s.running {
+		if r.GetSessionId() != sid {
+			continue
+		}
+		k := sessionTurnKey(sid, r.GetStartedAt().AsTime(), r.GetId())
+		if after == nil || bytes.Compare(k, after) > 0 {
+			all = append(all, keyed{k, proto.CloneOf(r)})
+		}
+	}
+	s.mu.Unlock()
+	now := s.now().UnixMilli()
+	err := s.db.View(func(tx *bolt.Tx) error {
+		turns := tx.Bucket(bucketTurns)
+		c := tx.Bucket(bucketSessionTurns).Cursor()
+		k, _ := c.Seek(prefix)
+		if after != nil {
+			if k, _ = c.Seek(after); bytes.Equal(k, after) {
+				k, _ = c.Next()
+			}
+		}
+		found := 0
+		for ; k != nil && bytes.HasPrefix(k, prefix) && found <= limit; k, _ = c.Next() {
+			v := turns.Get(indexTurnID(k))
+			if len(v) < 8 || int64(binary.BigEndian.Uint64(v)) < now {
+				continue
+			}
+			t := &orchestratorv1.Turn{}
+			if err := proto.Unmarshal(v[8:], t); err != nil {
+				return fmt.Errorf("turn %s: %w", indexTurnID(k), err)
+			}
+			all = append(all, keyed{bytes.Clone(k), t})
+			found++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	sort.SliceStable(all, func(i, j int) bool { return bytes.Compare(all[i].key, all[j].key) < 0 })
+	// A turn that finished while this ran is both in memory and on disk: once.
+	all = slices.CompactFunc(all, func(a, b keyed) bool { return bytes.Equal(a.key, b.key) })
+	next := ""
+	if len(all) > limit {
+		all = all[:limit]
+		next = hex.EncodeToString(all[limit-1].key)
+	}
+	out := make([]*orchestratorv1.Turn, len(all))
+	for i, k := range all {
+		out[i] = k.turn
+	}
+	return out, next, nil
+}
+
 // DeleteSession implements Store.
 func (s *BoltStore) DeleteSession(_ context.Context, sid string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.group.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketTasks).Delete([]byte(sid))
 	})
 }
 
-// LockSession implements Store.
-func (s *BoltStore) LockSession(_ context.Context, sid, holder string, ttl time.Duration) (bool, string, error) {
-	s.leaseMu.Lock()
-	defer s.leaseMu.Unlock()
-	now := s.now()
-	if l, ok := s.leases[sid]; ok && l.holder != holder && now.Before(l.expires) {
-		return false, l.holder, nil
-	}
-	s.leases[sid] = lease{holder: holder, expires: now.Add(ttl)}
-	return true, holder, nil
+// Outbox implements Store. Turn ids are ULIDs, so key order is finishing order, near enough.
+func (s *BoltStore) Outbox(_ context.Context, limit int) ([]*eventsv1.TurnFinished, error) {
+	var out []*eventsv1.TurnFinished
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketOutbox).Cursor()
+		for k, v := c.First(); k != nil && len(out) < limit; k, v = c.Next() {
+			ev := &eventsv1.TurnFinished{}
+			if err := proto.Unmarshal(v, ev); err != nil {
+				return fmt.Errorf("outbox entry %s: %w", k, err)
+			}
+			out = append(out, ev)
+		}
+		return nil
+	})
+	return out, err
 }
 
-// UnlockSession implements Store.
-func (s *BoltStore) UnlockSession(_ context.Context, sid, holder string) error {
-	s.leaseMu.Lock()
-	defer s.leaseMu.Unlock()
-	if s.leases[sid].holder == holder {
-		delete(s.leases, sid)
+// DeleteOutbox implements Store.
+func (s *BoltStore) DeleteOutbox(_ context.Context, turnID string) error {
+	return s.group.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketOutbox).Delete([]byte(turnID))
+	})
+}
+
+// RequestCancel implements Store.
+func (s *BoltStore) RequestCancel(ctx context.Context, turnID, by, reason string, ttl time.Duration) error {
+	s.mu.Lock()
+	now := s.now()
+	for id, c := range s.cancels {
+		if !now.Before(c.expires) {
+			delete(s.cancels, id)
+		}
 	}
-	return nil
+	s.cancels[turnID] = cancelRequest{by: by, reason: reason, expires: now.Add(ttl)}
+	s.mu.Unlock()
+	return s.leases.Signal(ctx, cancelKey(turnID))
+}
+
+// CancelRequest implements Store.
+func (s *BoltStore) CancelRequest(_ context.Context, turnID string) (string, string, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.cancels[turnID]
+	if !ok || !s.now().Before(c.expires) {
+		return "", "", false, nil
+	}
+	return c.by, c.reason, true, nil
 }

@@ -5,29 +5,57 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/hermes-agent/hermes/internal/lease"
+	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 )
 
-// RedisStore keeps records in Redis under a prefix: <prefix>task:<session>:done (a list of
-// steps), <prefix>task:<session>:pending (JSON), <prefix>turn:<id> (protobuf).
+// RedisStore keeps records in Redis under a prefix, shared by every replica:
+//
+//	task:<session>:done     list of steps (JSON)
+//	task:<session>:pending  JSON
+//	turn:<id>               the record (protobuf), expiring after the retention
+//	turns:<session>         sorted set of "<started ms, 13 digits>:<turn id>" (lexical order)
+//	outbox                  sorted set of turn ids waiting to be published, by finish time
+//	outbox:<id>             the event (protobuf)
+//	cancel:<id>             "<by>\x00<reason>", expiring
+//	lease:…                 leases (internal/lease)
 type RedisStore struct {
 	rdb    *redis.Client
 	prefix string
+	leases *lease.Redis
 }
 
 // NewRedisStore returns a store over rdb with every key under prefix.
-func NewRedisStore(rdb *redis.Client, prefix string) *RedisStore {
-	return &RedisStore{rdb: rdb, prefix: prefix}
+func NewRedisStore(rdb *redis.Client, prefix string, log *slog.Logger) *RedisStore {
+	return &RedisStore{rdb: rdb, prefix: prefix, leases: lease.NewRedis(rdb, prefix+"lease:", log)}
 }
+
+// Close ends the lease wake-up subscription.
+func (s *RedisStore) Close() error { return s.leases.Close() }
+
+// Leases implements Store.
+func (s *RedisStore) Leases() lease.Store { return s.leases }
 
 func (s *RedisStore) doneKey(sid string) string    { return s.prefix + "task:" + sid + ":done" }
 func (s *RedisStore) pendingKey(sid string) string { return s.prefix + "task:" + sid + ":pending" }
 func (s *RedisStore) turnKey(id string) string     { return s.prefix + "turn:" + id }
+func (s *RedisStore) turnsKey(sid string) string   { return s.prefix + "turns:" + sid }
+func (s *RedisStore) outboxKey() string            { return s.prefix + "outbox" }
+func (s *RedisStore) eventKey(id string) string    { return s.prefix + "outbox:" + id }
+func (s *RedisStore) cancelKey(id string) string   { return s.prefix + "cancel:" + id }
+
+// turnMember orders a session's turns by start time in lexical order.
+func turnMember(t *orchestratorv1.Turn) string {
+	return fmt.Sprintf("%013d:%s", t.GetStartedAt().AsTime().UnixMilli(), t.GetId())
+}
 
 func backendErr(op string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -63,59 +91,82 @@ func (s *RedisStore) TaskState(ctx context.Context, sid string) (TaskState, erro
 	return st, nil
 }
 
-// AddSteps implements Store: RPUSH and LTRIM in one MULTI, so readers never see the list longer
-// than keep.
-func (s *RedisStore) AddSteps(ctx context.Context, sid string, steps []Step, keep int) error {
-	if len(steps) == 0 {
-		return nil
-	}
-	vals := make([]any, len(steps))
-	for i, st := range steps {
-		b, err := json.Marshal(st)
-		if err != nil {
-			return err
-		}
-		vals[i] = b
-	}
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.RPush(ctx, s.doneKey(sid), vals...)
-		p.LTrim(ctx, s.doneKey(sid), int64(-keep), -1)
-		p.Expire(ctx, s.doneKey(sid), taskStateTTL)
-		p.Expire(ctx, s.pendingKey(sid), taskStateTTL)
-		return nil
-	})
-	if err != nil {
-		return backendErr("add steps", err)
-	}
-	return nil
-}
-
-// SetPending implements Store.
-func (s *RedisStore) SetPending(ctx context.Context, sid string, pending []Pending) error {
-	var err error
-	if len(pending) == 0 {
-		err = s.rdb.Del(ctx, s.pendingKey(sid)).Err()
-	} else {
-		var b []byte
-		if b, err = json.Marshal(pending); err != nil {
-			return err
-		}
-		err = s.rdb.Set(ctx, s.pendingKey(sid), b, taskStateTTL).Err()
-	}
-	if err != nil {
-		return backendErr("set pending", err)
-	}
-	return nil
+// putTurn queues the writes of a record and its index entry.
+func (s *RedisStore) putTurn(ctx context.Context, p redis.Pipeliner, turn *orchestratorv1.Turn, raw []byte, ttl time.Duration) {
+	p.Set(ctx, s.turnKey(turn.GetId()), raw, ttl)
+	p.ZAdd(ctx, s.turnsKey(turn.GetSessionId()), redis.Z{Member: turnMember(turn)})
+	p.Expire(ctx, s.turnsKey(turn.GetSessionId()), ttl)
 }
 
 // PutTurn implements Store.
 func (s *RedisStore) PutTurn(ctx context.Context, turn *orchestratorv1.Turn, ttl time.Duration) error {
-	b, err := proto.Marshal(turn)
+	raw, err := proto.Marshal(turn)
 	if err != nil {
 		return err
 	}
-	if err := s.rdb.Set(ctx, s.turnKey(turn.GetId()), b, ttl).Err(); err != nil {
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		s.putTurn(ctx, p, turn, raw, ttl)
+		return nil
+	}); err != nil {
 		return backendErr("put turn", err)
+	}
+	return nil
+}
+
+// FinishTurn implements Store: one MULTI. Keeping the pending items reads them first; the
+// session's turn lease makes this turn the session's only writer.
+func (s *RedisStore) FinishTurn(ctx context.Context, f *Finish) error {
+	turn := f.Turn
+	sid := turn.GetSessionId()
+	raw, event, err := f.encode()
+	if err != nil {
+		return err
+	}
+	var pending []byte
+	if f.SetPending {
+		var prev []Pending
+		if f.KeepPending {
+			st, err := s.TaskState(ctx, sid)
+			if err != nil {
+				return err
+			}
+			prev = st.Pending
+		}
+		if merged := f.mergePending(prev); len(merged) > 0 {
+			if pending, err = json.Marshal(merged); err != nil {
+				return err
+			}
+		}
+	}
+	steps := make([]any, len(f.Steps))
+	for i, st := range f.Steps {
+		if steps[i], err = json.Marshal(st); err != nil {
+			return err
+		}
+	}
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		s.putTurn(ctx, p, turn, raw, f.TTL)
+		if event != nil {
+			p.Set(ctx, s.eventKey(turn.GetId()), event, 0)
+			p.ZAdd(ctx, s.outboxKey(), redis.Z{Score: float64(time.Now().UnixMilli()), Member: turn.GetId()})
+		}
+		if len(steps) > 0 {
+			p.RPush(ctx, s.doneKey(sid), steps...)
+			p.LTrim(ctx, s.doneKey(sid), int64(-f.KeepSteps), -1)
+			p.Expire(ctx, s.doneKey(sid), taskStateTTL)
+		}
+		switch {
+		case f.SetPending && pending == nil:
+			p.Del(ctx, s.pendingKey(sid))
+		case f.SetPending:
+			p.Set(ctx, s.pendingKey(sid), pending, taskStateTTL)
+		case len(steps) > 0:
+			p.Expire(ctx, s.pendingKey(sid), taskStateTTL)
+		}
+		return nil
+	})
+	if err != nil {
+		return backendErr("finish turn", err)
 	}
 	return nil
 }
@@ -136,6 +187,62 @@ func (s *RedisStore) GetTurn(ctx context.Context, id string) (*orchestratorv1.Tu
 	return t, nil
 }
 
+// ListTurns implements Store. The cursor is the last returned index member; members whose
+// record expired are skipped and removed.
+func (s *RedisStore) ListTurns(ctx context.Context, sid, cursor string, limit int) ([]*orchestratorv1.Turn, string, error) {
+	max := "+"
+	if cursor != "" {
+		if _, id, ok := strings.Cut(cursor, ":"); !ok || id == "" || len(cursor) > 200 {
+			return nil, "", ErrBadCursor
+		}
+		max = "(" + cursor
+	}
+	var out []*orchestratorv1.Turn
+	var members []string
+	for len(out) <= limit {
+		page, err := s.rdb.ZRevRangeByLex(ctx, s.turnsKey(sid), &redis.ZRangeBy{Max: max, Min: "-", Count: int64(limit + 1 - len(out))}).Result()
+		if err != nil {
+			return nil, "", backendErr("list turns", err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		keys := make([]string, len(page))
+		for i, m := range page {
+			_, id, _ := strings.Cut(m, ":")
+			keys[i] = s.turnKey(id)
+		}
+		vals, err := s.rdb.MGet(ctx, keys...).Result()
+		if err != nil {
+			return nil, "", backendErr("list turns", err)
+		}
+		var stale []any
+		for i, v := range vals {
+			raw, ok := v.(string)
+			if !ok {
+				stale = append(stale, page[i])
+				continue
+			}
+			t := &orchestratorv1.Turn{}
+			if err := proto.Unmarshal([]byte(raw), t); err != nil {
+				return nil, "", fmt.Errorf("turn %s: %w", keys[i], err)
+			}
+			out = append(out, t)
+			members = append(members, page[i])
+		}
+		if len(stale) > 0 {
+			_ = s.rdb.ZRem(ctx, s.turnsKey(sid), stale...).Err()
+		}
+		max = "(" + page[len(page)-1]
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		next = members[limit-1]
+	}
+	return out, next, nil
+}
+
 // DeleteSession implements Store.
 func (s *RedisStore) DeleteSession(ctx context.Context, sid string) error {
 	if err := s.rdb.Del(ctx, s.doneKey(sid), s.pendingKey(sid)).Err(); err != nil {
@@ -144,37 +251,69 @@ func (s *RedisStore) DeleteSession(ctx context.Context, sid string) error {
 	return nil
 }
 
-func (s *RedisStore) lockKey(sid string) string { return s.prefix + "lock:" + sid }
-
-// lockScript takes a free lease, or extends the caller's own; it returns 1, or the holder.
-var lockScript = redis.NewScript(`
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
-local cur = redis.call('GET', KEYS[1])
-if cur == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]); return 1 end
-if not cur then return '' end
-return cur`)
-
-// LockSession implements Store; the holder calling again extends its lease.
-func (s *RedisStore) LockSession(ctx context.Context, sid, holder string, ttl time.Duration) (bool, string, error) {
-	res, err := lockScript.Run(ctx, s.rdb, []string{s.lockKey(sid)}, holder, ttl.Milliseconds()).Result()
+// Outbox implements Store.
+func (s *RedisStore) Outbox(ctx context.Context, limit int) ([]*eventsv1.TurnFinished, error) {
+	ids, err := s.rdb.ZRange(ctx, s.outboxKey(), 0, int64(limit-1)).Result()
 	if err != nil {
-		return false, "", backendErr("lock session", err)
+		return nil, backendErr("read outbox", err)
 	}
-	if n, ok := res.(int64); ok && n == 1 {
-		return true, holder, nil
+	if len(ids) == 0 {
+		return nil, nil
 	}
-	cur, _ := res.(string)
-	return false, cur, nil
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = s.eventKey(id)
+	}
+	vals, err := s.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, backendErr("read outbox", err)
+	}
+	var out []*eventsv1.TurnFinished
+	for i, v := range vals {
+		raw, ok := v.(string)
+		if !ok {
+			// Published and deleted by another replica after the range was read.
+			_ = s.rdb.ZRem(ctx, s.outboxKey(), ids[i]).Err()
+			continue
+		}
+		ev := &eventsv1.TurnFinished{}
+		if err := proto.Unmarshal([]byte(raw), ev); err != nil {
+			return nil, fmt.Errorf("outbox entry %s: %w", ids[i], err)
+		}
+		out = append(out, ev)
+	}
+	return out, nil
 }
 
-var unlockScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0`)
-
-// UnlockSession implements Store; a lease that expired and went to another holder is kept.
-func (s *RedisStore) UnlockSession(ctx context.Context, sid, holder string) error {
-	if err := unlockScript.Run(ctx, s.rdb, []string{s.lockKey(sid)}, holder).Err(); err != nil {
-		return backendErr("unlock session", err)
+// DeleteOutbox implements Store.
+func (s *RedisStore) DeleteOutbox(ctx context.Context, turnID string) error {
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, s.eventKey(turnID))
+		p.ZRem(ctx, s.outboxKey(), turnID)
+		return nil
+	}); err != nil {
+		return backendErr("delete outbox entry", err)
 	}
 	return nil
+}
+
+// RequestCancel implements Store.
+func (s *RedisStore) RequestCancel(ctx context.Context, turnID, by, reason string, ttl time.Duration) error {
+	if err := s.rdb.Set(ctx, s.cancelKey(turnID), by+"\x00"+reason, ttl).Err(); err != nil {
+		return backendErr("request cancel", err)
+	}
+	return s.leases.Signal(ctx, cancelKey(turnID))
+}
+
+// CancelRequest implements Store.
+func (s *RedisStore) CancelRequest(ctx context.Context, turnID string) (string, string, bool, error) {
+	v, err := s.rdb.Get(ctx, s.cancelKey(turnID)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", "", false, nil
+	}
+	if err != nil {
+		return "", "", false, backendErr("read cancel request", err)
+	}
+	by, reason, _ := strings.Cut(v, "\x00")
+	return by, reason, true, nil
 }

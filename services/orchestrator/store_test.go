@@ -13,8 +13,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/hermes-agent/hermes/internal/testenv"
+	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 )
 
@@ -39,7 +41,9 @@ func storeBackends(t *testing.T) map[string]func(t *testing.T) Store {
 		},
 		"redis": func(t *testing.T) Store {
 			rdb, prefix := testenv.Redis(t)
-			return NewRedisStore(rdb, prefix)
+			st := NewRedisStore(rdb, prefix, nil)
+			t.Cleanup(func() { _ = st.Close() })
+			return st
 		},
 	}
 }
@@ -50,8 +54,10 @@ func TestStoreConformance(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Run("task state", func(t *testing.T) { testTaskState(t, open(t)) })
 			t.Run("turns", func(t *testing.T) { testTurns(t, open(t)) })
-			t.Run("concurrent steps", func(t *testing.T) { testConcurrentSteps(t, open(t)) })
-			t.Run("session lease", func(t *testing.T) { testSessionLease(t, open(t)) })
+			t.Run("list turns", func(t *testing.T) { testListTurns(t, open(t)) })
+			t.Run("outbox", func(t *testing.T) { testOutbox(t, open(t)) })
+			t.Run("cancel requests", func(t *testing.T) { testCancelRequests(t, open(t)) })
+			t.Run("concurrent finishes", func(t *testing.T) { testConcurrentFinishes(t, open(t)) })
 		})
 	}
 }
@@ -60,34 +66,46 @@ func step(i int) Step {
 	return Step{Tool: "add_to_cart", Arguments: fmt.Sprintf(`{"sku":"A%d"}`, i), Result: "ok", TurnID: "t", CallID: fmt.Sprint(i), At: time.UnixMilli(int64(1_700_000_000_000 + i)).UTC()}
 }
 
+// finished is a finished turn of session sid started at ms.
+func finished(id, sid string, ms int64) *orchestratorv1.Turn {
+	return &orchestratorv1.Turn{
+		Id: id, SessionId: sid, UserId: "u", Status: orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED, Text: "text of " + id,
+		StartedAt: timestamppb.New(time.UnixMilli(ms)), FinishedAt: timestamppb.New(time.UnixMilli(ms + 5)),
+	}
+}
+
 func testTaskState(t *testing.T, s Store) {
 	ctx := context.Background()
 	got, err := s.TaskState(ctx, "nobody")
 	if err != nil || len(got.Done) != 0 || len(got.Pending) != 0 {
 		t.Fatalf("empty session: %+v, %v", got, err)
 	}
-	if err := s.AddSteps(ctx, "s1", []Step{step(1), step(2)}, 3); err != nil {
-		t.Fatal(err)
+	p := func(what string) Pending {
+		return Pending{What: what, TurnID: "t", At: time.UnixMilli(1_700_000_000_000).UTC()}
 	}
-	if err := s.AddSteps(ctx, "s1", []Step{step(3), step(4)}, 3); err != nil {
-		t.Fatal(err)
+	finishes := []*Finish{
+		{Turn: finished("a", "s1", 1), Steps: []Step{step(1), step(2)}, KeepSteps: 3},
+		{Turn: finished("b", "s1", 2), Steps: []Step{step(3), step(4)}, KeepSteps: 3, SetPending: true, Pending: []Pending{p("book a table")}},
+		{Turn: finished("c", "s2", 3), Steps: []Step{step(9)}, KeepSteps: 3},
+		// A failed turn keeps what was pending and adds to it, newest MaxPending kept.
+		{Turn: finished("d", "s1", 4), SetPending: true, KeepPending: true, Pending: []Pending{p("pay"), p("ship")}, MaxPending: 2},
 	}
-	pending := []Pending{{What: "book a table", TurnID: "t9", At: time.UnixMilli(1_700_000_000_000).UTC()}}
-	if err := s.SetPending(ctx, "s1", pending); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AddSteps(ctx, "s2", []Step{step(9)}, 3); err != nil {
-		t.Fatal(err)
+	for _, f := range finishes {
+		f.TTL = time.Hour
+		if err := s.FinishTurn(ctx, f); err != nil {
+			t.Fatal(err)
+		}
 	}
 	got, err = s.TaskState(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := TaskState{Done: []Step{step(2), step(3), step(4)}, Pending: pending}
+	want := TaskState{Done: []Step{step(2), step(3), step(4)}, Pending: []Pending{p("pay"), p("ship")}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("task state (-want +got):\n%s", diff)
 	}
-	if err := s.SetPending(ctx, "s1", nil); err != nil {
+	// A completed turn with nothing pending clears the list.
+	if err := s.FinishTurn(ctx, &Finish{Turn: finished("e", "s1", 5), TTL: time.Hour, SetPending: true}); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = s.TaskState(ctx, "s1")
@@ -112,12 +130,7 @@ func testTurns(t *testing.T, s Store) {
 	if _, err := s.GetTurn(ctx, "missing"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("GetTurn(missing) = %v, want ErrNotFound", err)
 	}
-	turn := &orchestratorv1.Turn{Id: "t1", SessionId: "s", UserId: "u", Status: orchestratorv1.TurnStatus_TURN_STATUS_RUNNING, Text: "订位"}
-	if err := s.PutTurn(ctx, turn, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	turn.Status = orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED
-	turn.Answer = "好的"
+	turn := &orchestratorv1.Turn{Id: "t1", SessionId: "s", UserId: "u", Status: orchestratorv1.TurnStatus_TURN_STATUS_RUNNING, Text: "订位", StartedAt: timestamppb.New(time.UnixMilli(7))}
 	if err := s.PutTurn(ctx, turn, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -126,25 +139,151 @@ func testTurns(t *testing.T, s Store) {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(turn, got, protocmp.Transform()); diff != "" {
-		t.Errorf("turn (-want +got):\n%s", diff)
+		t.Errorf("running turn (-want +got):\n%s", diff)
 	}
-	if err := s.PutTurn(ctx, &orchestratorv1.Turn{Id: "short"}, time.Millisecond); err != nil {
+	turn.Status = orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED
+	turn.Answer = "好的"
+	if err := s.FinishTurn(ctx, &Finish{Turn: turn, TTL: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond)
-	if _, err := s.GetTurn(ctx, "short"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("expired turn: %v, want ErrNotFound", err)
+	got, err = s.GetTurn(ctx, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(turn, got, protocmp.Transform()); diff != "" {
+		t.Errorf("finished turn (-want +got):\n%s", diff)
+	}
+	if err := s.FinishTurn(ctx, &Finish{Turn: finished("short", "s", 1), TTL: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the record expires", func() bool {
+		_, err := s.GetTurn(ctx, "short")
+		return errors.Is(err, ErrNotFound)
+	})
+}
+
+func testListTurns(t *testing.T, s Store) {
+	ctx := context.Background()
+	sid := randomID(t)
+	var want []string
+	for i := range 7 {
+		id := fmt.Sprintf("T%02d", i)
+		if err := s.FinishTurn(ctx, &Finish{Turn: finished(id, sid, int64(1000+i)), TTL: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		want = append([]string{id}, want...)
+	}
+	// Another session's turn and a running turn of this one.
+	if err := s.FinishTurn(ctx, &Finish{Turn: finished("other", randomID(t), 5000), TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	running := &orchestratorv1.Turn{Id: "T99", SessionId: sid, UserId: "u", Status: orchestratorv1.TurnStatus_TURN_STATUS_RUNNING, StartedAt: timestamppb.New(time.UnixMilli(9000))}
+	if err := s.PutTurn(ctx, running, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	want = append([]string{"T99"}, want...)
+	var got []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		if pages > 10 {
+			t.Fatal("paging does not end")
+		}
+		page, next, err := s.ListTurns(ctx, sid, cursor, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > 3 {
+			t.Fatalf("page of %d turns, want at most 3", len(page))
+		}
+		for _, tr := range page {
+			got = append(got, tr.GetId())
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("turns newest first (-want +got):\n%s", diff)
+	}
+	if _, _, err := s.ListTurns(ctx, sid, "not-a-cursor", 3); !errors.Is(err, ErrBadCursor) {
+		t.Errorf("bad cursor: %v, want ErrBadCursor", err)
+	}
+	if page, next, err := s.ListTurns(ctx, randomID(t), "", 3); err != nil || len(page) != 0 || next != "" {
+		t.Errorf("unknown session: %v %q %v", page, next, err)
 	}
 }
 
-func testConcurrentSteps(t *testing.T, s Store) {
+func testOutbox(t *testing.T, s Store) {
+	ctx := context.Background()
+	for i := range 3 {
+		id := fmt.Sprintf("O%d", i)
+		ev := &eventsv1.TurnFinished{TurnId: id, UserId: "u", SessionId: "s"}
+		if err := s.FinishTurn(ctx, &Finish{Turn: finished(id, "s", int64(i)), TTL: time.Hour, Event: ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.FinishTurn(ctx, &Finish{Turn: finished("no-event", "s", 9), TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	ids := func() []string {
+		evs, err := s.Outbox(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range evs {
+			out = append(out, e.GetTurnId())
+		}
+		return out
+	}
+	if diff := cmp.Diff([]string{"O0", "O1", "O2"}, ids()); diff != "" {
+		t.Errorf("outbox (-want +got):\n%s", diff)
+	}
+	if evs, _ := s.Outbox(ctx, 2); len(evs) != 2 {
+		t.Errorf("Outbox(limit 2) returned %d", len(evs))
+	}
+	if err := s.DeleteOutbox(ctx, "O1"); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"O0", "O2"}, ids()); diff != "" {
+		t.Errorf("outbox after a delete (-want +got):\n%s", diff)
+	}
+}
+
+func testCancelRequests(t *testing.T, s Store) {
+	ctx := context.Background()
+	if _, _, ok, err := s.CancelRequest(ctx, "t1"); ok || err != nil {
+		t.Fatalf("no request yet: %v %v", ok, err)
+	}
+	ch, stop := s.Leases().Watch(cancelKey("t1"))
+	defer stop()
+	if err := s.RequestCancel(ctx, "t1", "user:u", "Ctrl-C", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("RequestCancel did not wake the turn's watcher")
+	}
+	by, reason, ok, err := s.CancelRequest(ctx, "t1")
+	if err != nil || !ok || by != "user:u" || reason != "Ctrl-C" {
+		t.Errorf("CancelRequest = %q %q %v %v", by, reason, ok, err)
+	}
+	if _, _, ok, _ := s.CancelRequest(ctx, "t2"); ok {
+		t.Error("another turn is cancelled too")
+	}
+}
+
+func testConcurrentFinishes(t *testing.T, s Store) {
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := s.AddSteps(ctx, "c", []Step{step(i)}, 100); err != nil {
+			f := &Finish{Turn: finished(fmt.Sprint("c", i), "c", int64(i)), TTL: time.Hour, Steps: []Step{step(i)}, KeepSteps: 100}
+			if err := s.FinishTurn(ctx, f); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -155,42 +294,6 @@ func testConcurrentSteps(t *testing.T, s Store) {
 		t.Fatal(err)
 	}
 	if len(got.Done) != 20 {
-		t.Errorf("%d steps after 20 concurrent appends, want 20", len(got.Done))
-	}
-}
-
-func testSessionLease(t *testing.T, s Store) {
-	ctx := context.Background()
-	sid := randomID(t)
-	if ok, _, err := s.LockSession(ctx, sid, "turn-a", time.Minute); err != nil || !ok {
-		t.Fatalf("first lock: %v %v", ok, err)
-	}
-	if ok, holder, err := s.LockSession(ctx, sid, "turn-b", time.Minute); err != nil || ok || holder != "turn-a" {
-		t.Fatalf("second turn got the lease: ok=%v holder=%q err=%v", ok, holder, err)
-	}
-	if ok, _, _ := s.LockSession(ctx, randomID(t), "turn-b", time.Minute); !ok {
-		t.Error("another session's lease is blocked")
-	}
-	// The holder extends its own lease.
-	if ok, _, err := s.LockSession(ctx, sid, "turn-a", time.Minute); err != nil || !ok {
-		t.Fatalf("the holder could not extend its lease: %v %v", ok, err)
-	}
-	// Only the holder releases.
-	if err := s.UnlockSession(ctx, sid, "turn-b"); err != nil {
-		t.Fatal(err)
-	}
-	if ok, _, _ := s.LockSession(ctx, sid, "turn-b", time.Minute); ok {
-		t.Error("a non-holder released the lease")
-	}
-	if err := s.UnlockSession(ctx, sid, "turn-a"); err != nil {
-		t.Fatal(err)
-	}
-	if ok, _, _ := s.LockSession(ctx, sid, "turn-b", 50*time.Millisecond); !ok {
-		t.Error("the lease was not released")
-	}
-	// An expired lease (its holder died) goes to the next turn.
-	time.Sleep(120 * time.Millisecond)
-	if ok, _, _ := s.LockSession(ctx, sid, "turn-c", time.Minute); !ok {
-		t.Error("an expired lease still blocks the session")
+		t.Errorf("%d steps after 20 concurrent finishes, want 20", len(got.Done))
 	}
 }

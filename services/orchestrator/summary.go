@@ -116,7 +116,7 @@ func clip(s string, n int) string {
 // extractive summary when the model fails; after repeated failures it stops asking the model for
 // a while (doubling back-off), so a broken endpoint does not add a failing call to every turn.
 type summarizer struct {
-	model *model.Client
+	model Model
 	tok   *tokenizer.Tokenizer
 	cfg   Config
 	log   *slog.Logger

@@ -20,12 +20,30 @@ import (
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
-// outcome is one tool call of a step.
+// outcome is one tool call of a step. call.ID is the call's id in the session, unique in it;
+// modelID is the id the provider gave the call.
 type outcome struct {
 	call     model.ToolCall
+	modelID  string
 	started  *orchestratorv1.ToolCallStarted
 	result   *toolsv1.ToolResult
 	finished *orchestratorv1.ToolCallFinished
+}
+
+// stepIDs locates the latest tool step in the current turn's messages: they carry the
+// provider's call ids, which the provider's next request must answer, until the next step.
+type stepIDs struct {
+	// from is the index of the step's assistant message in blocks.current; ids maps the
+	// provider's call ids to the stored ones.
+	from int
+	ids  map[string]string
+}
+
+// storedCallID is a call's id in the session: the turn id (a ULID), the step and the call's
+// place in it, so pairing calls with results never depends on the provider's ids, which some
+// providers repeat in every turn ("call_0").
+func storedCallID(turnID string, step int32, i int) string {
+	return fmt.Sprintf("%s-%d-%d", strings.ToLower(turnID), step, i)
 }
 
 // runTools runs a step's tool calls concurrently, then stores the whole step — the assistant's
@@ -36,11 +54,14 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 	outs := make([]*outcome, len(calls))
 	seenIDs := map[string]bool{}
 	for i, c := range calls {
-		if c.ID == "" || seenIDs[c.ID] {
-			c.ID = fmt.Sprintf("%s-%d-%d", strings.ToLower(t.id), step, i)
+		modelID := c.ID
+		c.ID = storedCallID(t.id, step, i)
+		if modelID == "" || seenIDs[modelID] {
+			modelID = c.ID // the provider's request needs distinct ids within the step
 		}
-		seenIDs[c.ID] = true
+		seenIDs[modelID] = true
 		outs[i] = t.startCall(step, c)
+		outs[i].modelID = modelID
 	}
 	var wg sync.WaitGroup
 	for i, o := range outs {
@@ -70,8 +91,12 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 			Content: resp.Content, ClientId: fmt.Sprintf("%s:%d:text", t.id, step), Metadata: md})
 	}
 	for i, o := range outs {
+		cmd := md
+		if o.modelID != o.call.ID {
+			cmd = map[string]string{"turn_id": t.id, "model_call_id": o.modelID}
+		}
 		msgs = append(msgs, &sessionv1.NewMessage{Role: sessionv1.Role_ROLE_ASSISTANT, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL,
-			Content: o.call.Arguments, ToolCallId: o.call.ID, ToolName: o.call.Name, ClientId: fmt.Sprintf("%s:%d:call:%d", t.id, step, i), Metadata: md})
+			Content: o.call.Arguments, ToolCallId: o.call.ID, ToolName: o.call.Name, ClientId: fmt.Sprintf("%s:%d:call:%d", t.id, step, i), Metadata: cmd})
 	}
 	content := make([]string, len(outs))
 	for i, o := range outs {
@@ -79,18 +104,15 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 		msgs = append(msgs, &sessionv1.NewMessage{Role: sessionv1.Role_ROLE_TOOL, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT,
 			Content: content[i], ToolCallId: o.call.ID, ToolName: o.call.Name, ClientId: fmt.Sprintf("%s:%d:result:%d", t.id, step, i), Metadata: md})
 	}
-	if _, err := t.append(ctx, msgs); err != nil {
+	stored, err := t.append(ctx, msgs)
+	if err != nil {
 		return err
 	}
-	assistant := model.Message{Role: model.RoleAssistant, Content: resp.Content}
-	for _, o := range outs {
-		assistant.ToolCalls = append(assistant.ToolCalls, o.call)
+	for _, m := range stored {
+		t.blocks.currentTokens += m.GetTokenCount()
 	}
-	t.blocks.current = append(t.blocks.current, assistant)
-	for i, o := range outs {
-		t.blocks.current = append(t.blocks.current, model.Message{Role: model.RoleTool, ToolCallID: o.call.ID, Content: content[i]})
-	}
-	t.recordSteps(ctx, outs)
+	t.addStep(resp.Content, outs, content)
+	t.recordSteps(outs)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -163,9 +185,37 @@ func (t *turn) finishCall(o *outcome) {
 	t.mu.Unlock()
 }
 
-// recordSteps adds the step's successful calls to the task state.
-func (t *turn) recordSteps(ctx context.Context, outs []*outcome) {
-	var steps []Step
+// addStep adds a stored step to the current turn's messages for the next model request. The
+// new step keeps the provider's call ids (its next request answers them); the step before it
+// switches to the stored ids, unique in the session.
+func (t *turn) addStep(text string, outs []*outcome, content []string) {
+	cur := t.blocks.current
+	if prev := t.lastStep; prev.ids != nil && prev.from < len(cur) {
+		for i := range cur[prev.from].ToolCalls {
+			c := &cur[prev.from].ToolCalls[i]
+			c.ID = prev.ids[c.ID]
+		}
+		for i := prev.from + 1; i < len(cur) && cur[i].Role == model.RoleTool; i++ {
+			cur[i].ToolCallID = prev.ids[cur[i].ToolCallID]
+		}
+	}
+	next := stepIDs{from: len(cur), ids: make(map[string]string, len(outs))}
+	assistant := model.Message{Role: model.RoleAssistant, Content: text}
+	for _, o := range outs {
+		c := o.call
+		c.ID = o.modelID
+		next.ids[o.modelID] = o.call.ID
+		assistant.ToolCalls = append(assistant.ToolCalls, c)
+	}
+	cur = append(cur, assistant)
+	for i, o := range outs {
+		cur = append(cur, model.Message{Role: model.RoleTool, ToolCallID: o.modelID, Content: clipBytes(content[i], t.s.cfg.MaxMessageBytes)})
+	}
+	t.blocks.current, t.lastStep = cur, next
+}
+
+// recordSteps keeps the step's successful calls for the task state, stored with the turn's end.
+func (t *turn) recordSteps(outs []*outcome) {
 	for _, o := range outs {
 		if !o.result.GetSuccess() {
 			continue
@@ -175,18 +225,13 @@ func (t *turn) recordSteps(ctx context.Context, outs []*outcome) {
 			args = o.call.Arguments
 		}
 		_, gist := resultGist(toolResultContent(o.result))
-		steps = append(steps, Step{
+		st := Step{
 			Tool: o.call.Name, Arguments: args, Result: clip(gist, resultPreviewRunes), TurnID: t.id, CallID: o.call.ID,
-			IdempotencyKey: o.started.GetIdempotencyKey(), Replayed: o.result.GetReplayed(), At: time.Now().UTC(),
-		})
-	}
-	if len(steps) == 0 {
-		return
-	}
-	sctx, cancel := detached(ctx)
-	defer cancel()
-	if err := t.s.deps.Store.AddSteps(sctx, t.session, steps, t.s.cfg.TaskStateSteps); err != nil {
-		t.s.log.Warn("task state not updated", "session", t.session, "error", err)
+			IdempotencyKey: o.started.GetIdempotencyKey(), Replayed: o.result.GetReplayed(), At: t.s.now().UTC(),
+		}
+		t.mu.Lock()
+		t.done = append(t.done, st)
+		t.mu.Unlock()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +62,9 @@ type turn struct {
 	span    trace.Span
 
 	running chan struct{}
+	// release ends the turn's hold on its session (lockSession); called once the turn's end is
+	// stored, before the final event, so the session's next turn can start at once.
+	release func()
 	// hadPending is whether the task state had pending items when the turn started.
 	hadPending bool
 
@@ -79,6 +83,11 @@ type turn struct {
 
 	mu        sync.Mutex
 	toolCalls []*orchestratorv1.ToolCallRecord
+	// done are the successful tool calls, for the task state, stored with the turn's end.
+	done []Step
+	// lastStep is the current-turn messages of the latest tool step and its calls' ids, which
+	// stay the provider's until the next step is added (see runTools).
+	lastStep stepIDs
 	// failures counts, per tool and error code, the failures in a row.
 	failures map[string]int
 	// unresolved holds this turn's failed calls whose tool did not succeed afterwards.
@@ -93,8 +102,8 @@ func (s *Service) newTurn(req *orchestratorv1.RunTurnRequest, user string, send 
 		user:       user,
 		text:       req.GetText(),
 		opts:       req.GetOptions(),
-		em:         &emitter{send: send},
-		started:    time.Now(),
+		em:         &emitter{sendFn: send},
+		started:    s.now(),
 		failures:   map[string]int{},
 		unresolved: map[string]string{},
 		ctxInfo:    &orchestratorv1.ContextAssembled{},
@@ -201,13 +210,17 @@ func (t *turn) step(ctx context.Context, step int32) (bool, error) {
 	info.Step, info.Tokens = step, tokens
 	t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Context{Context: info}})
 
-	resp, err := t.callModel(ctx, step, msgs)
+	resp, err := t.callModel(ctx, step, msgs, int(tokens.GetTotal()))
 	if err != nil {
 		return false, err
 	}
-	completion := t.s.deps.Tokenizer.Count(resp.Content)
-	for _, c := range resp.ToolCalls {
-		completion += t.s.deps.Tokenizer.Count(c.Name) + t.s.deps.Tokenizer.Count(c.Arguments)
+	// The tokenizer counts only what the provider did not report.
+	completion := 0
+	if !resp.Usage.Reported {
+		completion = t.s.deps.Tokenizer.Count(resp.Content)
+		for _, c := range resp.ToolCalls {
+			completion += t.s.deps.Tokenizer.Count(c.Name) + t.s.deps.Tokenizer.Count(c.Arguments)
+		}
 	}
 	t.mu.Lock()
 	t.usage.add(resp.Usage, int(tokens.GetTotal()), completion)
@@ -219,16 +232,21 @@ func (t *turn) step(ctx context.Context, step int32) (bool, error) {
 	return false, t.runTools(ctx, step, resp)
 }
 
-func (t *turn) callModel(ctx context.Context, step int32, msgs []model.Message) (*model.Response, error) {
+// callModel makes the step's model call. A call that the turn's end cut off still counts, with
+// the prompt's estimate and the tokens of the text streamed until then: the provider was asked
+// and bills what it produced.
+func (t *turn) callModel(ctx context.Context, step int32, msgs []model.Message, promptEstimate int) (*model.Response, error) {
 	ctx, span := t.s.tracer.Start(ctx, "orchestrator.model", trace.WithAttributes(attribute.Int("hermes.step", int(step)), attribute.String("hermes.model", t.model)))
 	defer span.End()
 	req := model.Request{Model: t.model, Messages: msgs, Tools: t.mtools}
 	var (
-		resp *model.Response
-		err  error
+		resp     *model.Response
+		err      error
+		streamed strings.Builder
 	)
 	if t.s.cfg.Stream {
 		resp, err = t.s.deps.Model.Stream(ctx, req, func(d string) {
+			streamed.WriteString(d)
 			t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Delta{Delta: &orchestratorv1.TextDelta{Text: d, Step: step}}})
 		})
 	} else {
@@ -239,6 +257,11 @@ func (t *turn) callModel(ctx context.Context, step int32, msgs []model.Message) 
 	}
 	if err != nil {
 		span.SetStatus(otelcodes.Error, err.Error())
+		if ctx.Err() != nil {
+			t.mu.Lock()
+			t.usage.add(model.Usage{}, promptEstimate, t.s.deps.Tokenizer.Count(streamed.String()))
+			t.mu.Unlock()
+		}
 		return nil, modelError(ctx, err)
 	}
 	return resp, nil
@@ -303,16 +326,21 @@ func (t *turn) append(ctx context.Context, msgs []*sessionv1.NewMessage) ([]*ses
 	return out, nil
 }
 
-// finish ends the turn consistently: closing message, pending items, the final event, the turn
-// record and turn.finished. Writes use a detached context so they happen when the client left.
+// finish ends the turn consistently: the closing message, then one write of the final record,
+// the task state (steps done, what is pending) and the turn.finished event (the outbox), then
+// the session's lease is released and only then the final event sent, so a client that sends its
+// next message on TurnCompleted finds the session free. Writes use a detached context so they
+// happen when the client left.
 func (t *turn) finish(ctx context.Context, err error) {
 	sctx, cancel := detached(ctx)
 	defer cancel()
 	st := orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED
 	var code codes.Code
-	var msg string
+	var msg, by string
 	if err != nil {
 		var te *turnError
+		var cb *cancelledBy
+		cause := context.Cause(ctx)
 		switch {
 		case errors.As(err, &te):
 			st, code, msg = orchestratorv1.TurnStatus_TURN_STATUS_FAILED, te.code, te.msg
@@ -324,6 +352,10 @@ func (t *turn) finish(ctx context.Context, err error) {
 					t.s.log.Warn("closing message not stored", "turn", t.id, "error", aerr)
 				}
 			}
+		case errors.As(cause, &cb):
+			st, code, msg, by = orchestratorv1.TurnStatus_TURN_STATUS_CANCELLED, codes.Canceled, "the turn was "+cb.Error(), cb.by
+		case errors.Is(cause, errLeaseLost):
+			st, code, msg = orchestratorv1.TurnStatus_TURN_STATUS_FAILED, codes.Aborted, "stopped: "+errLeaseLost.Error()+" (this turn could not renew it)"
 		case errors.Is(err, context.DeadlineExceeded):
 			st, code, msg = orchestratorv1.TurnStatus_TURN_STATUS_CANCELLED, codes.DeadlineExceeded, fmt.Sprintf("the turn's deadline of %s passed", t.timeout())
 		case errors.Is(err, context.Canceled):
@@ -333,47 +365,55 @@ func (t *turn) finish(ctx context.Context, err error) {
 		}
 		t.span.SetStatus(otelcodes.Error, msg)
 	}
-	t.setPending(sctx, st)
 
 	usage := t.usage.proto()
-	t.s.met.turnFinished(sctx, st, time.Since(t.started), usage)
+	t.s.met.turnFinished(sctx, st, t.s.now().Sub(t.started), usage)
+	var final *orchestratorv1.TurnEvent
 	if st == orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED {
-		t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Completed{Completed: &orchestratorv1.TurnCompleted{
+		final = &orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Completed{Completed: &orchestratorv1.TurnCompleted{
 			TurnId: t.id, Text: t.answer, Usage: usage, Steps: t.steps, AssistantMessageSeq: t.answered.GetSeq(),
-		}}})
+		}}}
 	} else {
-		t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Failed{Failed: &orchestratorv1.TurnFailed{
+		final = &orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Failed{Failed: &orchestratorv1.TurnFailed{
 			TurnId: t.id, Code: canonicalCode(code), Message: msg, Usage: usage, Steps: t.steps,
-		}}})
+		}}}
 	}
+	t.em.hold(final)
 	<-t.running
-	t.putRecord(sctx, t.record(st))
-	t.publish(ctx)
+	rec := t.record(st)
+	rec.CancelledBy = by
+	f := t.finishRecord(ctx, rec, st)
+	if err := t.s.deps.Store.FinishTurn(sctx, f); err != nil {
+		t.s.log.Warn("turn record, task state and outbox entry not stored", "turn", t.id, "error", err)
+	}
+	if t.release != nil {
+		t.release()
+	}
+	t.em.send(final)
+	if f.Event != nil {
+		t.s.publishNow(ctx, f.Event)
+	}
 }
 
-// setPending records what the session's task still needs.
-func (t *turn) setPending(ctx context.Context, st orchestratorv1.TurnStatus) {
-	var pending []Pending
-	now := time.Now().UTC()
-	if st != orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED {
-		prev, err := t.s.deps.Store.TaskState(ctx, t.session)
-		if err == nil {
-			pending = append(pending, prev.Pending...)
-		}
-		pending = append(pending, Pending{What: "unfinished request: " + clip(t.text, 200), TurnID: t.id, At: now})
+// finishRecord is what the turn's end stores: the record, the steps done, what the session's
+// task still needs, and the turn.finished event.
+func (t *turn) finishRecord(ctx context.Context, rec *orchestratorv1.Turn, st orchestratorv1.TurnStatus) *Finish {
+	f := &Finish{Turn: rec, TTL: t.s.cfg.TurnRetention, KeepSteps: t.s.cfg.TaskStateSteps, MaxPending: maxPending}
+	now := t.s.now().UTC()
+	completed := st == orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED
+	if !completed {
+		f.KeepPending = true
+		f.Pending = append(f.Pending, Pending{What: "unfinished request: " + clip(t.text, 200), TurnID: t.id, At: now})
 	}
 	t.mu.Lock()
+	f.Steps = t.done
 	for _, what := range t.unresolved {
-		pending = append(pending, Pending{What: what, TurnID: t.id, At: now})
+		f.Pending = append(f.Pending, Pending{What: what, TurnID: t.id, At: now})
 	}
 	t.mu.Unlock()
-	if len(pending) > maxPending {
-		pending = pending[len(pending)-maxPending:]
+	f.SetPending = len(f.Pending) > 0 || t.hadPending || !completed
+	if t.s.deps.Publish != nil {
+		f.Event = t.finishedEvent(ctx)
 	}
-	if len(pending) == 0 && !t.hadPending && st == orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED {
-		return
-	}
-	if err := t.s.deps.Store.SetPending(ctx, t.session, pending); err != nil {
-		t.s.log.Warn("pending items not stored", "session", t.session, "error", err)
-	}
+	return f
 }

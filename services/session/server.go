@@ -371,8 +371,9 @@ func (s *Service) ListMessages(ctx context.Context, req *sessionv1.ListMessagesR
 	if err != nil {
 		return nil, toStatus(err, req.GetSessionId())
 	}
+	msgs, cut := pageBySize(msgs)
 	resp := &sessionv1.ListMessagesResponse{Messages: msgs}
-	if len(msgs) == limit && msgs[len(msgs)-1].GetSeq() < sess.GetState().GetLastSeq() {
+	if (cut || len(msgs) == limit) && msgs[len(msgs)-1].GetSeq() < sess.GetState().GetLastSeq() {
 		resp.NextPageToken = fmt.Sprintf("seq:%d", msgs[len(msgs)-1].GetSeq())
 	}
 	return resp, nil
@@ -391,6 +392,9 @@ func (s *Service) BuildContext(ctx context.Context, req *sessionv1.BuildContextR
 	if e := req.GetMaxEvicted(); e < 0 || e > maxEvictedLimit {
 		v.Add("max_evicted", "must be between 0 and %d", maxEvictedLimit)
 	}
+	if n := req.GetMaxMessageBytes(); n < 0 || n > maxMessageBytesLimit {
+		v.Add("max_message_bytes", "must be between 0 and %d", maxMessageBytesLimit)
+	}
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
@@ -406,6 +410,7 @@ func (s *Service) BuildContext(ctx context.Context, req *sessionv1.BuildContextR
 		return nil, toStatus(err, req.GetSessionId())
 	}
 	a := assemble(d, budget, maxEvicted, func(c string) int32 { return int32(s.tok.CountMessage(c)) })
+	s.bound(a, int(orDefault(req.GetMaxMessageBytes(), defaultMessageBytes)))
 	resp := &sessionv1.BuildContextResponse{
 		Pinned:                a.pinned,
 		Window:                a.window,
@@ -427,6 +432,22 @@ func (s *Service) BuildContext(ctx context.Context, req *sessionv1.BuildContextR
 	resp.Tokens.Evicted = sumTokens(a.evicted)
 	resp.Tokens.Total = resp.Tokens.Summary + resp.Tokens.Pinned + resp.Tokens.Window
 	return resp, nil
+}
+
+// bound keeps a built context within its byte bounds: each message's content within
+// maxMessage, the evicted messages within maxEvictedBytes (the rest follows in a later call),
+// and the window and pinned messages together within maxWindowBytes.
+func (s *Service) bound(a *assembled, maxMessage int) {
+	var more bool
+	if a.evicted, more = boundEvicted(a.evicted); more {
+		a.evictedMore = true
+	}
+	if n := len(a.window) + len(a.pinned); n > 0 && contentBytes(a.window, a.pinned) > maxWindowBytes {
+		maxMessage = min(maxMessage, max(maxWindowBytes/n, minMessageBytes))
+	}
+	for _, msgs := range []*[]*sessionv1.Message{&a.window, &a.pinned, &a.evicted} {
+		*msgs, _ = clipMessages(*msgs, maxMessage, s.countMessage)
+	}
 }
 
 func sumTokens(msgs []*sessionv1.Message) int32 {

@@ -32,6 +32,8 @@ import (
 //	                k: seq of sticky messages → nil
 type BoltStore struct {
 	db *bolt.DB
+	// group commits concurrent appends together (one fsync for the appends of several turns).
+	group *boltstore.Group
 }
 
 var (
@@ -55,7 +57,7 @@ func OpenBoltStore(path string) (*BoltStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &BoltStore{db: db}, nil
+	return &BoltStore{db: db, group: boltstore.NewGroup(db)}, nil
 }
 
 // Close closes the file.
@@ -230,10 +232,12 @@ func (b *BoltStore) DeleteSession(_ context.Context, userID, id string) (int64, 
 	return n, err
 }
 
-// Append implements Store. The whole batch is one bbolt transaction.
+// Append implements Store. The whole batch is one bbolt transaction, which concurrent appends
+// to other sessions may share (group commit); it may run again, so it starts from scratch.
 func (b *BoltStore) Append(_ context.Context, userID, sessionID string, batch []AppendItem, expectedLastSeq *int64) (*AppendResult, error) {
-	out := &AppendResult{Messages: make([]*sessionv1.Message, len(batch))}
-	err := b.db.Update(func(tx *bolt.Tx) error {
+	var out *AppendResult
+	err := b.group.Update(func(tx *bolt.Tx) error {
+		out = &AppendResult{Messages: make([]*sessionv1.Message, len(batch))}
 		s, err := getSession(tx, sessionID)
 		if err != nil {
 			return err

@@ -3,7 +3,9 @@ package tools
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -12,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/hermes-agent/hermes/internal/lease"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -19,105 +22,108 @@ import (
 // its owner can still finish; if the owner dies, the key frees itself after it.
 const pendingGrace = 30 * time.Second
 
-// idempotency runs one execution per key. The claim lives in the store (a pending marker set
-// only if absent), so it holds across replicas; calls that find the key pending wait for the
-// result: woken at once in this process, by polling the store across processes.
+// CallState is the state of an idempotency record.
+type CallState int
+
+// Idempotency record states.
+const (
+	// CallOwned: the caller claimed the key and must run the tool, then finish.
+	CallOwned CallState = iota + 1
+	// CallPending: another call holds the key with other arguments.
+	CallPending
+	// CallDone: the key's result is stored.
+	CallDone
+)
+
+// Claim is the outcome of claiming a key.
+type Claim struct {
+	State CallState
+	// ArgsHash is the hash of the arguments the key was first used with.
+	ArgsHash string
+	// Result is the stored result when State is CallDone.
+	Result []byte
+}
+
+// idempotency runs one execution per key, with a lease per key (internal/lease) in the tool
+// store, so it holds across replicas: the lease's data is the arguments' hash, and completing it
+// stores the result. Calls that find the key held with the same arguments wait for the result,
+// woken when the lease is completed or released, in this process or another.
 type idempotency struct {
-	store Store
-	ttl   time.Duration
-	log   *slog.Logger
-	node  string
-	seq   atomic.Uint64
+	leases lease.Store
+	ttl    time.Duration
+	log    *slog.Logger
+	node   string
+	seq    atomic.Uint64
 
-	mu   sync.Mutex
-	wake map[string]*wakeup
+	mu sync.Mutex
+	// hashes holds the arguments' hash of each claim this process owns, for its record.
+	hashes map[string]string
 }
 
-// wakeup is closed when a key's call in this process finishes; n counts its waiters so the
-// entry goes away with the last one.
-type wakeup struct {
-	ch chan struct{}
-	n  int
-}
-
-func newIdempotency(store Store, ttl time.Duration, log *slog.Logger) *idempotency {
+func newIdempotency(leases lease.Store, ttl time.Duration, log *slog.Logger) *idempotency {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	return &idempotency{store: store, ttl: ttl, log: log, node: hex.EncodeToString(b), wake: map[string]*wakeup{}}
+	return &idempotency{leases: leases, ttl: ttl, log: log, node: hex.EncodeToString(b), hashes: map[string]string{}}
+}
+
+// encodeRecord stores the arguments' hash (its length first) with the result.
+func encodeRecord(argsHash string, result []byte) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(argsHash)))
+	b = append(b, argsHash...)
+	return append(b, result...)
+}
+
+func decodeRecord(b []byte) (string, []byte, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || uint64(len(b)-k) < n {
+		return "", nil, errors.New("corrupt idempotency record")
+	}
+	return string(b[k : k+int(n)]), b[k+int(n):], nil
 }
 
 // claim takes the key or waits until it is done. It returns the owner id when this call must
 // run the tool (then finish must follow), else the claim: done with its result, or pending with
 // other arguments. It returns ctx's error when ctx ends while waiting.
 func (d *idempotency) claim(ctx context.Context, key, argsHash string) (string, *Claim, error) {
-	poll := 10 * time.Millisecond
-	for {
-		// Subscribe before reading the store, so a finish in between is not missed.
-		ch := d.subscribe(key)
-		owner := d.node + "-" + strconv.FormatUint(d.seq.Add(1), 10)
-		ttl := pendingGrace
-		if dl, ok := ctx.Deadline(); ok {
-			ttl += time.Until(dl)
-		}
-		c, err := d.store.ClaimCall(ctx, key, owner, argsHash, ttl)
+	owner := d.node + "-" + strconv.FormatUint(d.seq.Add(1), 10)
+	ttl := pendingGrace
+	if dl, ok := ctx.Deadline(); ok {
+		ttl += time.Until(dl)
+	}
+	sameArgs := func(c lease.Claim) bool { return string(c.Data) == argsHash }
+	c, err := lease.Wait(ctx, d.leases, key, owner, []byte(argsHash), ttl, sameArgs)
+	if err != nil {
+		return "", nil, err
+	}
+	switch c.State {
+	case lease.Acquired:
+		d.mu.Lock()
+		d.hashes[owner] = argsHash
+		d.mu.Unlock()
+		return owner, &Claim{State: CallOwned, ArgsHash: argsHash}, nil
+	case lease.Done:
+		hash, result, err := decodeRecord(c.Data)
 		if err != nil {
-			d.unsubscribe(key, ch)
 			return "", nil, err
 		}
-		switch {
-		case c.State == CallOwned:
-			d.unsubscribe(key, ch)
-			return owner, c, nil
-		case c.State == CallDone, c.ArgsHash != argsHash:
-			d.unsubscribe(key, ch)
-			return "", c, nil
-		}
-		t := time.NewTimer(poll)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			d.unsubscribe(key, ch)
-			return "", nil, ctx.Err()
-		case <-ch:
-			t.Stop()
-		case <-t.C:
-			poll = min(poll*3/2, 200*time.Millisecond)
-		}
-		d.unsubscribe(key, ch)
+		return "", &Claim{State: CallDone, ArgsHash: hash, Result: result}, nil
+	default:
+		return "", &Claim{State: CallPending, ArgsHash: string(c.Data)}, nil
 	}
 }
 
-func (d *idempotency) subscribe(key string) chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	w, ok := d.wake[key]
-	if !ok {
-		w = &wakeup{ch: make(chan struct{})}
-		d.wake[key] = w
-	}
-	w.n++
-	return w.ch
-}
-
-func (d *idempotency) unsubscribe(key string, ch chan struct{}) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if w, ok := d.wake[key]; ok && w.ch == ch {
-		if w.n--; w.n <= 0 {
-			delete(d.wake, key)
-		}
-	}
-}
-
-// finish records the result (when record) or releases the key, then wakes local waiters. It
-// uses its own short deadline: the caller's may have passed, and the record must still be
+// finish records the result (when record) or releases the key; either wakes the key's waiters.
+// It uses its own short deadline: the caller's may have passed, and the record must still be
 // written.
 func (d *idempotency) finish(key, owner string, res *toolsv1.ToolResult, record bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	defer d.notify(key)
+	d.mu.Lock()
+	hash := d.hashes[owner]
+	delete(d.hashes, owner)
+	d.mu.Unlock()
 	if !record {
-		if err := d.store.ReleaseCall(ctx, key, owner); err != nil {
+		if _, err := d.leases.Release(ctx, key, owner); err != nil {
 			d.log.Warn("release idempotency key", "key", key, "error", err)
 		}
 		return
@@ -127,7 +133,7 @@ func (d *idempotency) finish(key, owner string, res *toolsv1.ToolResult, record 
 		d.log.Error("encode idempotency record", "key", key, "error", err)
 		return
 	}
-	ok, err := d.store.CompleteCall(ctx, key, owner, b, d.ttl)
+	ok, err := d.leases.Complete(ctx, key, owner, encodeRecord(hash, b), d.ttl)
 	switch {
 	case err != nil:
 		d.log.Warn("store idempotency record; the key frees itself when its claim expires", "key", key, "error", err)
@@ -136,18 +142,9 @@ func (d *idempotency) finish(key, owner string, res *toolsv1.ToolResult, record 
 	}
 }
 
-func (d *idempotency) notify(key string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if w, ok := d.wake[key]; ok {
-		close(w.ch)
-		delete(d.wake, key)
-	}
-}
-
-// pending counts keys with local waiters, for tests.
+// pending counts claims this process owns and has not finished, for tests.
 func (d *idempotency) pending() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.wake)
+	return len(d.hashes)
 }

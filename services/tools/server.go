@@ -101,7 +101,7 @@ func NewService(store Store, opts Options) (*Service, error) {
 		cfg:         cfg,
 		log:         opts.Logger,
 		reg:         NewRegistry(store, opts.Builtins, opts.Tokenizer, cfg.MaxTimeout, specRules{secrets: opts.Secrets, egress: opts.Egress}),
-		idem:        newIdempotency(store, cfg.IdempotencyTTL, opts.Logger),
+		idem:        newIdempotency(store.Leases(), cfg.IdempotencyTTL, opts.Logger),
 		builtins:    opts.Builtins,
 		tracer:      otel.Tracer("github.com/hermes-agent/hermes/services/tools"),
 		httpExec:    newHTTPExecutor(opts.HTTPClient, opts.Egress, opts.Secrets, cfg.MaxResponseBytes),

@@ -31,7 +31,9 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 
 func testRedisStore(t testing.TB) *RedisStore {
 	rdb, prefix := testenv.Redis(t)
-	return NewRedisStore(rdb, prefix)
+	s := NewRedisStore(rdb, prefix)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
 
 func testBoltStore(t testing.TB) *BoltStore {

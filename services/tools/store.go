@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hermes-agent/hermes/internal/lease"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -35,28 +36,6 @@ type StoredTool struct {
 	Hash string
 }
 
-// CallState is the state of an idempotency record.
-type CallState int
-
-// Idempotency record states.
-const (
-	// CallOwned: the caller claimed the key and must run the tool, then Complete or Release.
-	CallOwned CallState = iota + 1
-	// CallPending: another call holds the key and is running the tool.
-	CallPending
-	// CallDone: the key's result is stored.
-	CallDone
-)
-
-// Claim is the outcome of ClaimCall.
-type Claim struct {
-	State CallState
-	// ArgsHash is the hash of the arguments the key was first used with.
-	ArgsHash string
-	// Result is the stored result when State is CallDone.
-	Result []byte
-}
-
 // Store keeps the tool registry and the idempotency records, shared by every replica.
 // Implementations must make each method atomic.
 type Store interface {
@@ -76,12 +55,7 @@ type Store interface {
 	// Revision changes whenever the registry changes; caches compare it.
 	Revision(ctx context.Context) (int64, error)
 
-	// ClaimCall takes an idempotency key for owner unless it is held or done. A claim expires
-	// after pendingTTL, so a crashed owner does not block the key forever.
-	ClaimCall(ctx context.Context, key, owner, argsHash string, pendingTTL time.Duration) (*Claim, error)
-	// CompleteCall stores the owner's result for ttl; it reports false when the owner no longer
-	// holds the claim (it expired and was taken over).
-	CompleteCall(ctx context.Context, key, owner string, result []byte, ttl time.Duration) (bool, error)
-	// ReleaseCall drops the owner's claim without a result, so a later call runs the tool.
-	ReleaseCall(ctx context.Context, key, owner string) error
+	// Leases holds the idempotency records: a lease per key while its call runs, completed
+	// into the call's record.
+	Leases() lease.Store
 }

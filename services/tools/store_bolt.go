@@ -3,7 +3,6 @@ package tools
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -14,32 +13,51 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/hermes-agent/hermes/internal/boltstore"
+	"github.com/hermes-agent/hermes/internal/lease"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
 var (
 	bucketTools = []byte("tools")
-	bucketCalls = []byte("calls")
 	bucketMeta  = []byte("meta")
 	keyRevision = []byte("revision")
+	// bucketOldCalls held the idempotency records before they moved onto internal/lease.
+	bucketOldCalls = []byte("calls")
 )
+
+// bucketIdempotency holds the idempotency records (internal/lease).
+const bucketIdempotency = "idempotency"
 
 // BoltStore is the embedded Store: one bbolt file in the data directory. bbolt allows one
 // process per file, so the idempotency claims it keeps are exact for that process.
 type BoltStore struct {
-	db   *bolt.DB
-	stop chan struct{}
-	done chan struct{}
+	db     *bolt.DB
+	leases *lease.Bolt
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 // OpenBoltStore opens or creates the file. A second process opening it fails after a second
 // instead of waiting forever.
 func OpenBoltStore(path string) (*BoltStore, error) {
-	db, err := boltstore.Open(path, nil, bucketTools, bucketCalls, bucketMeta)
+	db, err := boltstore.Open(path, nil, bucketTools, bucketMeta)
 	if err != nil {
 		return nil, fmt.Errorf("tools store: %w", err)
 	}
-	s := &BoltStore{db: db, stop: make(chan struct{}), done: make(chan struct{})}
+	leases, err := lease.NewBolt(db, bucketIdempotency)
+	if err == nil {
+		err = db.Update(func(tx *bolt.Tx) error {
+			if tx.Bucket(bucketOldCalls) == nil {
+				return nil
+			}
+			return tx.DeleteBucket(bucketOldCalls)
+		})
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("tools store: %w", err)
+	}
+	s := &BoltStore{db: db, leases: leases, stop: make(chan struct{}), done: make(chan struct{})}
 	go s.sweep(10 * time.Minute)
 	return s, nil
 }
@@ -61,25 +79,13 @@ func (s *BoltStore) sweep(every time.Duration) {
 		case <-s.stop:
 			return
 		case <-t.C:
-			_ = s.db.Update(func(tx *bolt.Tx) error {
-				b := tx.Bucket(bucketCalls)
-				now := time.Now().UnixNano()
-				var expired [][]byte
-				_ = b.ForEach(func(k, v []byte) error {
-					var r boltCall
-					if json.Unmarshal(v, &r) != nil || r.Expires <= now {
-						expired = append(expired, append([]byte(nil), k...))
-					}
-					return nil
-				})
-				for _, k := range expired {
-					_ = b.Delete(k)
-				}
-				return nil
-			})
+			_, _ = s.leases.Sweep()
 		}
 	}
 }
+
+// Leases implements Store.
+func (s *BoltStore) Leases() lease.Store { return s.leases }
 
 // encodeTool stores the hash length, the hash, then the Tool message.
 func encodeTool(t *toolsv1.Tool, hash string) ([]byte, error) {
@@ -241,86 +247,4 @@ func (s *BoltStore) Revision(ctx context.Context) (int64, error) {
 		return nil
 	})
 	return rev, err
-}
-
-// boltCall is an idempotency record.
-type boltCall struct {
-	Done    bool   `json:"done,omitempty"`
-	Owner   string `json:"owner,omitempty"`
-	Args    string `json:"args"`
-	Result  []byte `json:"result,omitempty"`
-	Expires int64  `json:"expires"`
-}
-
-func getCall(b *bolt.Bucket, key string, now time.Time) (*boltCall, bool) {
-	v := b.Get([]byte(key))
-	if v == nil {
-		return nil, false
-	}
-	var r boltCall
-	if json.Unmarshal(v, &r) != nil || r.Expires <= now.UnixNano() {
-		return nil, false
-	}
-	return &r, true
-}
-
-func putCall(b *bolt.Bucket, key string, r *boltCall) error {
-	v, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	return b.Put([]byte(key), v)
-}
-
-// ClaimCall implements Store.
-func (s *BoltStore) ClaimCall(ctx context.Context, key, owner, argsHash string, pendingTTL time.Duration) (*Claim, error) {
-	var out *Claim
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketCalls)
-		now := time.Now()
-		if r, ok := getCall(b, key, now); ok {
-			out = &Claim{State: CallPending, ArgsHash: r.Args}
-			if r.Done {
-				out.State, out.Result = CallDone, r.Result
-			}
-			return nil
-		}
-		out = &Claim{State: CallOwned, ArgsHash: argsHash}
-		return putCall(b, key, &boltCall{Owner: owner, Args: argsHash, Expires: now.Add(pendingTTL).UnixNano()})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim idempotency key: %w", err)
-	}
-	return out, nil
-}
-
-// CompleteCall implements Store.
-func (s *BoltStore) CompleteCall(ctx context.Context, key, owner string, result []byte, ttl time.Duration) (bool, error) {
-	ok := false
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketCalls)
-		now := time.Now()
-		r, found := getCall(b, key, now)
-		if !found || r.Done || r.Owner != owner {
-			return nil
-		}
-		ok = true
-		return putCall(b, key, &boltCall{Done: true, Args: r.Args, Result: result, Expires: now.Add(ttl).UnixNano()})
-	})
-	if err != nil {
-		return false, fmt.Errorf("store idempotency record: %w", err)
-	}
-	return ok, nil
-}
-
-// ReleaseCall implements Store.
-func (s *BoltStore) ReleaseCall(ctx context.Context, key, owner string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketCalls)
-		r, found := getCall(b, key, time.Now())
-		if !found || r.Done || r.Owner != owner {
-			return nil
-		}
-		return b.Delete([]byte(key))
-	})
 }

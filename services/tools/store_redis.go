@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/hermes-agent/hermes/internal/lease"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -20,21 +21,27 @@ import (
 //	tool:<name>  hash: spec (ToolSpec protobuf), hash, source, tokens, version, created, updated
 //	tools        sorted set of names (score 0, ordered by name)
 //	revision     counter bumped by every registry change
-//	call:<key>   hash: state (pending|done), owner, args, result; expires
+//	idem:<key>   the idempotency record of a key (internal/lease)
 type RedisStore struct {
 	rdb    redis.UniversalClient
 	prefix string
+	leases *lease.Redis
 }
 
 // NewRedisStore returns a store whose keys all start with prefix.
 func NewRedisStore(rdb redis.UniversalClient, prefix string) *RedisStore {
-	return &RedisStore{rdb: rdb, prefix: prefix}
+	return &RedisStore{rdb: rdb, prefix: prefix, leases: lease.NewRedis(rdb, prefix+"idem:", nil)}
 }
+
+// Leases implements Store.
+func (s *RedisStore) Leases() lease.Store { return s.leases }
+
+// Close ends the idempotency records' wake-up subscription.
+func (s *RedisStore) Close() error { return s.leases.Close() }
 
 func (s *RedisStore) toolKey(name string) string { return s.prefix + "tool:" + name }
 func (s *RedisStore) namesKey() string           { return s.prefix + "tools" }
 func (s *RedisStore) revKey() string             { return s.prefix + "revision" }
-func (s *RedisStore) callKey(key string) string  { return s.prefix + "call:" + key }
 
 // putToolScript stores a spec unless the same hash and source are stored, bumping the version
 // only when the hash differs; a tool of another source is replaced only when ARGV[7] is "1",
@@ -227,73 +234,4 @@ func (s *RedisStore) Revision(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("read registry revision: %w", err)
 	}
 	return rev, nil
-}
-
-// claimScript takes a key (SET NX semantics on a hash). KEYS: call. ARGV: owner, args,
-// pending TTL (ms). Returns {state, args, result}.
-var claimScript = redis.NewScript(`
-local cur = redis.call('HMGET', KEYS[1], 'state', 'args', 'result')
-if cur[1] then
-  return {cur[1], cur[2] or '', cur[3] or ''}
-end
-redis.call('HSET', KEYS[1], 'state', 'pending', 'owner', ARGV[1], 'args', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return {'owned', ARGV[2], ''}
-`)
-
-// completeScript stores the owner's result. KEYS: call. ARGV: owner, result, TTL (ms).
-var completeScript = redis.NewScript(`
-local cur = redis.call('HMGET', KEYS[1], 'state', 'owner')
-if cur[1] ~= 'pending' or cur[2] ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'done', 'result', ARGV[2])
-redis.call('HDEL', KEYS[1], 'owner')
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1
-`)
-
-// releaseScript drops the owner's pending claim. KEYS: call. ARGV: owner.
-var releaseScript = redis.NewScript(`
-local cur = redis.call('HMGET', KEYS[1], 'state', 'owner')
-if cur[1] ~= 'pending' or cur[2] ~= ARGV[1] then return 0 end
-return redis.call('DEL', KEYS[1])
-`)
-
-// ClaimCall implements Store.
-func (s *RedisStore) ClaimCall(ctx context.Context, key, owner, argsHash string, pendingTTL time.Duration) (*Claim, error) {
-	res, err := claimScript.Run(ctx, s.rdb, []string{s.callKey(key)}, owner, argsHash, max(pendingTTL.Milliseconds(), 1)).StringSlice()
-	if err != nil {
-		return nil, fmt.Errorf("claim idempotency key: %w", err)
-	}
-	if len(res) != 3 {
-		return nil, errors.New("claim idempotency key: unexpected script reply")
-	}
-	c := &Claim{ArgsHash: res[1]}
-	switch res[0] {
-	case "owned":
-		c.State = CallOwned
-	case "pending":
-		c.State = CallPending
-	case "done":
-		c.State, c.Result = CallDone, []byte(res[2])
-	default:
-		return nil, fmt.Errorf("claim idempotency key: unknown state %q", res[0])
-	}
-	return c, nil
-}
-
-// CompleteCall implements Store.
-func (s *RedisStore) CompleteCall(ctx context.Context, key, owner string, result []byte, ttl time.Duration) (bool, error) {
-	n, err := completeScript.Run(ctx, s.rdb, []string{s.callKey(key)}, owner, result, max(ttl.Milliseconds(), 1)).Int()
-	if err != nil {
-		return false, fmt.Errorf("store idempotency record: %w", err)
-	}
-	return n == 1, nil
-}
-
-// ReleaseCall implements Store.
-func (s *RedisStore) ReleaseCall(ctx context.Context, key, owner string) error {
-	if err := releaseScript.Run(ctx, s.rdb, []string{s.callKey(key)}, owner).Err(); err != nil {
-		return fmt.Errorf("release idempotency key: %w", err)
-	}
-	return nil
 }

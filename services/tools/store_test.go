@@ -3,14 +3,14 @@ package tools
 import (
 	"context"
 	"errors"
-	"sync"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
-	"github.com/hermes-agent/hermes/internal/testenv"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -24,9 +24,7 @@ func TestStoreConformance(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			t.Run("registry", func(t *testing.T) { testStoreRegistry(t, open(t)) })
-			t.Run("claims", func(t *testing.T) { testStoreClaims(t, open(t)) })
-			t.Run("claim race", func(t *testing.T) { testStoreClaimRace(t, open(t)) })
-			t.Run("expiry", func(t *testing.T) { testStoreExpiry(t, open(t)) })
+			t.Run("idempotency records", func(t *testing.T) { testStoreIdempotencyRecords(t, open(t)) })
 		})
 	}
 }
@@ -163,101 +161,35 @@ func testStoreRegistry(t *testing.T, s Store) {
 	}
 }
 
-func testStoreClaims(t *testing.T, s Store) {
+// testStoreIdempotencyRecords checks the records through the store's leases: the first claim
+// owns the key, a finished call's result is found by the next claim with the same arguments,
+// other arguments conflict, and a released claim frees the key.
+func testStoreIdempotencyRecords(t *testing.T, s Store) {
 	ctx := context.Background()
-	c, err := s.ClaimCall(ctx, "k1", "o1", "args1", time.Minute)
-	if err != nil {
-		t.Fatal(err)
+	d := newIdempotency(s.Leases(), time.Hour, slog.Default())
+	owner, c, err := d.claim(ctx, "k1", "args1")
+	if err != nil || owner == "" || c.State != CallOwned {
+		t.Fatalf("first claim: %q %+v %v", owner, c, err)
 	}
-	if c.State != CallOwned {
-		t.Fatalf("first claim state %v, want owned", c.State)
+	res := &toolsv1.ToolResult{Success: true, Output: `{"paid":true}`}
+	d.finish("k1", owner, res, true)
+	_, c, err = d.claim(ctx, "k1", "args1")
+	if err != nil || c.State != CallDone || c.ArgsHash != "args1" {
+		t.Fatalf("claim after the record: %+v %v", c, err)
 	}
-	c, _ = s.ClaimCall(ctx, "k1", "o2", "args2", time.Minute)
-	if diff := cmp.Diff(&Claim{State: CallPending, ArgsHash: "args1"}, c); diff != "" {
-		t.Errorf("second claim (-want +got):\n%s", diff)
+	got := &toolsv1.ToolResult{}
+	if err := proto.Unmarshal(c.Result, got); err != nil || !proto.Equal(got, res) {
+		t.Errorf("recorded result %v (%v), want %v", got, err, res)
 	}
-	if ok, err := s.CompleteCall(ctx, "k1", "o2", []byte("r"), time.Minute); err != nil || ok {
-		t.Errorf("complete by a non-owner: ok=%v err=%v, want refused", ok, err)
+	if _, c, _ := d.claim(ctx, "k1", "args2"); c.ArgsHash != "args1" {
+		t.Errorf("claim with other arguments: %+v, want the first call's hash", c)
 	}
-	if err := s.ReleaseCall(ctx, "k1", "o2"); err != nil {
-		t.Fatal(err)
+	owner, _, _ = d.claim(ctx, "k2", "a")
+	d.finish("k2", owner, nil, false)
+	if o, c, _ := d.claim(ctx, "k2", "a"); o == "" || c.State != CallOwned {
+		t.Errorf("a released key is not free: %+v", c)
 	}
-	if c, _ := s.ClaimCall(ctx, "k1", "o3", "args1", time.Minute); c.State != CallPending {
-		t.Errorf("release by a non-owner freed the key: %v", c.State)
+	if n := d.pending(); n != 1 {
+		t.Errorf("%d claims pending, want 1 (k2)", n)
 	}
-	if ok, err := s.CompleteCall(ctx, "k1", "o1", []byte("result\x00bytes"), time.Minute); err != nil || !ok {
-		t.Fatalf("complete by the owner: ok=%v err=%v", ok, err)
-	}
-	c, _ = s.ClaimCall(ctx, "k1", "o4", "args1", time.Minute)
-	if diff := cmp.Diff(&Claim{State: CallDone, ArgsHash: "args1", Result: []byte("result\x00bytes")}, c); diff != "" {
-		t.Errorf("claim after completion (-want +got):\n%s", diff)
-	}
-	if ok, _ := s.CompleteCall(ctx, "k1", "o1", []byte("again"), time.Minute); ok {
-		t.Error("a done record was completed twice")
-	}
-	if err := s.ReleaseCall(ctx, "k1", "o1"); err != nil {
-		t.Fatal(err)
-	}
-	if c, _ := s.ClaimCall(ctx, "k1", "o5", "args1", time.Minute); c.State != CallDone {
-		t.Errorf("release removed a done record: %v", c.State)
-	}
-
-	// Release by the owner frees the key.
-	if c, _ := s.ClaimCall(ctx, "k2", "o1", "a", time.Minute); c.State != CallOwned {
-		t.Fatal("k2 not owned")
-	}
-	if err := s.ReleaseCall(ctx, "k2", "o1"); err != nil {
-		t.Fatal(err)
-	}
-	if c, _ := s.ClaimCall(ctx, "k2", "o2", "a", time.Minute); c.State != CallOwned {
-		t.Errorf("after release, claim state %v, want owned", c.State)
-	}
-}
-
-func testStoreClaimRace(t *testing.T, s Store) {
-	ctx := context.Background()
-	var mu sync.Mutex
-	owned := 0
-	var wg sync.WaitGroup
-	for i := range 30 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := s.ClaimCall(ctx, "race", "owner-"+string(rune('A'+i)), "a", time.Minute)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if c.State == CallOwned {
-				mu.Lock()
-				owned++
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if owned != 1 {
-		t.Errorf("%d concurrent claims owned the key, want exactly 1", owned)
-	}
-}
-
-func testStoreExpiry(t *testing.T, s Store) {
-	ctx := context.Background()
-	if c, _ := s.ClaimCall(ctx, "short", "o1", "a", 50*time.Millisecond); c.State != CallOwned {
-		t.Fatal("not owned")
-	}
-	testenv.WaitFor(t, 3*time.Second, "pending claim to expire", func() bool {
-		c, err := s.ClaimCall(ctx, "short", "o2", "a", time.Minute)
-		return err == nil && c.State == CallOwned
-	})
-	if ok, _ := s.CompleteCall(ctx, "short", "o1", []byte("late"), time.Minute); ok {
-		t.Error("the expired owner completed a key another owner holds")
-	}
-	if ok, _ := s.CompleteCall(ctx, "short", "o2", []byte("r"), 50*time.Millisecond); !ok {
-		t.Fatal("complete failed")
-	}
-	testenv.WaitFor(t, 3*time.Second, "done record to expire", func() bool {
-		c, err := s.ClaimCall(ctx, "short", "o3", "a", time.Minute)
-		return err == nil && c.State == CallOwned
-	})
 }

@@ -1310,7 +1310,8 @@ type ListMessagesRequest struct {
 	UserId string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	// Return messages with a sequence number greater than this.
 	AfterSeq int64 `protobuf:"varint,3,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
-	// Maximum number of messages to return, 1 to 1000; 0 means 100.
+	// Maximum number of messages to return, 1 to 1000; 0 means 100. A page also ends before its
+	// content passes 4 MiB (it holds at least one message); next_page_token continues it.
 	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The next_page_token of a previous call; overrides after_seq.
 	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -1452,9 +1453,15 @@ type BuildContextRequest struct {
 	// Maximum number of evicted messages to return, 0 means 200. When more were evicted,
 	// evicted_truncated is set and the oldest are returned first, so a summarizer can catch up
 	// in several calls.
-	MaxEvicted    int32 `protobuf:"varint,5,opt,name=max_evicted,json=maxEvicted,proto3" json:"max_evicted,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxEvicted int32 `protobuf:"varint,5,opt,name=max_evicted,json=maxEvicted,proto3" json:"max_evicted,omitempty"`
+	// Longest content, in bytes, of a message in the response: longer content is cut, with a
+	// note saying how much was cut (the log keeps it whole). 0 means 65536; at most 1048576. The
+	// response as a whole is bounded too: the evicted messages to 1 MiB of content (the rest
+	// follows with evicted_truncated), and the window's messages are cut shorter when together
+	// they exceed 8 MiB.
+	MaxMessageBytes int32 `protobuf:"varint,6,opt,name=max_message_bytes,json=maxMessageBytes,proto3" json:"max_message_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *BuildContextRequest) Reset() {
@@ -1518,6 +1525,13 @@ func (x *BuildContextRequest) GetTokenBudget() int32 {
 func (x *BuildContextRequest) GetMaxEvicted() int32 {
 	if x != nil {
 		return x.MaxEvicted
+	}
+	return 0
+}
+
+func (x *BuildContextRequest) GetMaxMessageBytes() int32 {
+	if x != nil {
+		return x.MaxMessageBytes
 	}
 	return 0
 }
@@ -2270,7 +2284,7 @@ const file_hermes_session_v1_session_proto_rawDesc = "" +
 	"page_token\x18\x05 \x01(\tR\tpageToken\"v\n" +
 	"\x14ListMessagesResponse\x126\n" +
 	"\bmessages\x18\x01 \x03(\v2\x1a.hermes.session.v1.MessageR\bmessages\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb4\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe0\x01\n" +
 	"\x13BuildContextRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
@@ -2278,7 +2292,8 @@ const file_hermes_session_v1_session_proto_rawDesc = "" +
 	"\fwindow_turns\x18\x03 \x01(\x05R\vwindowTurns\x12!\n" +
 	"\ftoken_budget\x18\x04 \x01(\x05R\vtokenBudget\x12\x1f\n" +
 	"\vmax_evicted\x18\x05 \x01(\x05R\n" +
-	"maxEvicted\"o\n" +
+	"maxEvicted\x12*\n" +
+	"\x11max_message_bytes\x18\x06 \x01(\x05R\x0fmaxMessageBytes\"o\n" +
 	"\x06Repair\x121\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1d.hermes.session.v1.RepairKindR\x04kind\x12 \n" +
 	"\ftool_call_id\x18\x02 \x01(\tR\n" +

@@ -1,0 +1,54 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/hermes-agent/hermes/internal/auth"
+)
+
+// registerPprofFlag registers --pprof-listen.
+func (c *Config) registerPprofFlag(fs *flag.FlagSet) {
+	fs.StringVar(&c.PprofListen, "pprof-listen", "", "HTTP address serving Go's profiler under /debug/pprof/ (CPU, heap, goroutines) so an operator can profile a running process; empty disables it")
+}
+
+// startPprof serves the profiler on cfg.PprofListen, when set, until the app closes. It has its
+// own mux: nothing else is reachable on that address.
+func (a *App) startPprof() error {
+	if a.cfg.PprofListen == "" {
+		return nil
+	}
+	// The profile shows the process's memory: loopback only unless keys protect it, and then
+	// for operators only.
+	if err := a.sec.checkListen("pprof-listen", a.cfg.PprofListen, a.keys != nil); err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", a.cfg.PprofListen)
+	if err != nil {
+		return fmt.Errorf("pprof listen on %s: %w", a.cfg.PprofListen, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: a.sec.httpAuth(auth.PprofMethod, mux), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("pprof server stopped", "error", err)
+		}
+	}()
+	a.pprofAddr = lis.Addr().String()
+	a.log.Info("profiler serving", "addr", a.pprofAddr)
+	a.onClose(func() { _ = srv.Close() })
+	return nil
+}
+
+// PprofAddr is the profiler's address, empty when it is off.
+func (a *App) PprofAddr() string { return a.pprofAddr }

@@ -1,0 +1,221 @@
+package lease
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Bolt keeps leases in a bucket of a bbolt file: durable, for one process (bbolt locks the file),
+// for records that must survive a restart (idempotency results). A value is a state byte ('h'
+// held, 'd' done), the expiry in Unix nanoseconds (8 bytes), the owner's length (uvarint), the
+// owner and the data.
+type Bolt struct {
+	db     *bolt.DB
+	bucket []byte
+	hub    hub
+	now    func() time.Time
+}
+
+// NewBolt returns a store in bucket of db, creating the bucket.
+func NewBolt(db *bolt.DB, bucket string) (*Bolt, error) {
+	b := &Bolt{db: db, bucket: []byte(bucket), now: time.Now}
+	err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(b.bucket)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lease bucket %s: %w", bucket, err)
+	}
+	return b, nil
+}
+
+type boltEntry struct {
+	done    bool
+	expires int64
+	owner   string
+	data    []byte
+}
+
+func encodeEntry(e boltEntry) []byte {
+	v := make([]byte, 0, 1+8+binary.MaxVarintLen64+len(e.owner)+len(e.data))
+	st := byte('h')
+	if e.done {
+		st = 'd'
+	}
+	v = append(v, st)
+	v = binary.BigEndian.AppendUint64(v, uint64(e.expires))
+	v = binary.AppendUvarint(v, uint64(len(e.owner)))
+	v = append(v, e.owner...)
+	return append(v, e.data...)
+}
+
+var errCorrupt = errors.New("lease: corrupt record")
+
+func decodeEntry(v []byte) (boltEntry, error) {
+	if len(v) < 10 || (v[0] != 'h' && v[0] != 'd') {
+		return boltEntry{}, errCorrupt
+	}
+	e := boltEntry{done: v[0] == 'd', expires: int64(binary.BigEndian.Uint64(v[1:9]))}
+	n, k := binary.Uvarint(v[9:])
+	if k <= 0 || uint64(len(v)-9-k) < n {
+		return boltEntry{}, errCorrupt
+	}
+	rest := v[9+k:]
+	e.owner = string(rest[:n])
+	e.data = bytes.Clone(rest[n:])
+	return e, nil
+}
+
+// live returns the unexpired entry of key; a corrupt one counts as absent, so it is replaced.
+func (b *Bolt) live(bk *bolt.Bucket, key string, now int64) (boltEntry, bool) {
+	v := bk.Get([]byte(key))
+	if v == nil {
+		return boltEntry{}, false
+	}
+	e, err := decodeEntry(v)
+	if err != nil || e.expires <= now {
+		return boltEntry{}, false
+	}
+	return e, true
+}
+
+// blocking returns the claim a live entry gives a caller other than its owner, if it blocks.
+func blocking(e boltEntry, owner string, now int64) (Claim, bool) {
+	ttl := time.Duration(e.expires - now)
+	switch {
+	case e.done:
+		return Claim{State: Done, Data: e.data, TTL: ttl}, true
+	case e.owner != owner:
+		return Claim{State: Held, Owner: e.owner, Data: e.data, TTL: ttl}, true
+	}
+	return Claim{}, false
+}
+
+// Acquire implements Store. A key held by another owner or done is answered from a read-only
+// transaction, so waiters cost no writes.
+func (b *Bolt) Acquire(_ context.Context, key, owner string, data []byte, ttl time.Duration) (Claim, error) {
+	if err := check(key, owner, ttl); err != nil {
+		return Claim{}, err
+	}
+	var out Claim
+	var found bool
+	err := b.db.View(func(tx *bolt.Tx) error {
+		now := b.now().UnixNano()
+		if e, ok := b.live(tx.Bucket(b.bucket), key, now); ok {
+			out, found = blocking(e, owner, now)
+		}
+		return nil
+	})
+	if err != nil || found {
+		return out, err
+	}
+	err = b.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(b.bucket)
+		now := b.now().UnixNano()
+		if e, ok := b.live(bk, key, now); ok {
+			if out, found = blocking(e, owner, now); found {
+				return nil
+			}
+		}
+		out = Claim{State: Acquired, Owner: owner, Data: bytes.Clone(data), TTL: ttl}
+		return bk.Put([]byte(key), encodeEntry(boltEntry{owner: owner, data: data, expires: now + int64(ttl)}))
+	})
+	if err != nil {
+		return Claim{}, fmt.Errorf("lease: acquire %s: %w", key, err)
+	}
+	return out, nil
+}
+
+// change applies f to the owner's live lease; it reports whether owner held it.
+func (b *Bolt) change(key, owner string, f func(bk *bolt.Bucket, e boltEntry, now int64) error) (bool, error) {
+	ok := false
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(b.bucket)
+		now := b.now().UnixNano()
+		e, live := b.live(bk, key, now)
+		if !live || e.done || e.owner != owner {
+			return nil
+		}
+		ok = true
+		return f(bk, e, now)
+	})
+	return ok, err
+}
+
+// Renew implements Store.
+func (b *Bolt) Renew(_ context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if err := check(key, owner, ttl); err != nil {
+		return false, err
+	}
+	return b.change(key, owner, func(bk *bolt.Bucket, e boltEntry, now int64) error {
+		e.expires = now + int64(ttl)
+		return bk.Put([]byte(key), encodeEntry(e))
+	})
+}
+
+// Release implements Store.
+func (b *Bolt) Release(_ context.Context, key, owner string) (bool, error) {
+	ok, err := b.change(key, owner, func(bk *bolt.Bucket, _ boltEntry, _ int64) error {
+		return bk.Delete([]byte(key))
+	})
+	if ok && err == nil {
+		b.hub.notify(key)
+	}
+	return ok, err
+}
+
+// Complete implements Store.
+func (b *Bolt) Complete(_ context.Context, key, owner string, record []byte, ttl time.Duration) (bool, error) {
+	if err := check(key, owner, ttl); err != nil {
+		return false, err
+	}
+	ok, err := b.change(key, owner, func(bk *bolt.Bucket, _ boltEntry, now int64) error {
+		return bk.Put([]byte(key), encodeEntry(boltEntry{done: true, data: record, expires: now + int64(ttl)}))
+	})
+	if ok && err == nil {
+		b.hub.notify(key)
+	}
+	return ok, err
+}
+
+// Watch implements Store.
+func (b *Bolt) Watch(key string) (<-chan struct{}, func()) { return b.hub.watch(key) }
+
+// Signal implements Store.
+func (b *Bolt) Signal(_ context.Context, key string) error {
+	b.hub.notify(key)
+	return nil
+}
+
+// Sweep deletes expired leases and records (reads skip them meanwhile) and returns how many.
+func (b *Bolt) Sweep() (int, error) {
+	n := 0
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(b.bucket)
+		now := b.now().UnixNano()
+		var stale [][]byte
+		err := bk.ForEach(func(k, v []byte) error {
+			if e, err := decodeEntry(v); err != nil || e.expires <= now {
+				stale = append(stale, bytes.Clone(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range stale {
+			if err := bk.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(stale)
+		return nil
+	})
+	return n, err
+}
