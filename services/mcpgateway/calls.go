@@ -1,0 +1,113 @@
+package mcpgateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	otelcodes "go.opentelemetry.io/otel/codes"
+
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// lookup finds a tool by namespaced name, or by server and original name.
+func (g *Gateway) lookup(name, server, tool string) *toolEntry {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if name != "" {
+		return g.tools[name]
+	}
+	for _, e := range g.tools {
+		if e.conn.spec.Name == server && e.original == tool {
+			return e
+		}
+	}
+	return nil
+}
+
+// CallTool calls a tool and normalizes its result. A call that cannot reach the tool (server
+// not connected, connection broken, timeout) is a response with success=false and an error
+// code, not an error: the tool service passes it to the model like any failed tool. The error
+// return is for a caller that gave up (its context ended) and for invalid arguments.
+func (g *Gateway) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
+	ctx, span := tracer.Start(ctx, "mcp tools/call", trace.WithAttributes(
+		attribute.String("mcp.tool", req.GetName()),
+		attribute.String("mcp.server", req.GetServer()),
+		attribute.String("mcp.original_tool", req.GetTool()),
+	))
+	defer span.End()
+	start := time.Now()
+	resp, err := g.callTool(ctx, req)
+	if resp != nil {
+		resp.Duration = durationpb.New(time.Since(start))
+		span.SetAttributes(attribute.Bool("mcp.success", resp.GetSuccess()), attribute.String("mcp.error_code", resp.GetErrorCode()))
+		if !resp.GetSuccess() {
+			span.SetStatus(otelcodes.Error, resp.GetErrorCode())
+		}
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(otelcodes.Error, err.Error())
+	}
+	return resp, err
+}
+
+var tracer = otel.Tracer("github.com/hermes-agent/hermes/services/mcpgateway")
+
+func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
+	e := g.lookup(req.GetName(), req.GetServer(), req.GetTool())
+	if e == nil {
+		what := req.GetName()
+		if what == "" {
+			what = req.GetServer() + "/" + req.GetTool()
+		}
+		return failed(codeUnknownTool, fmt.Sprintf("no MCP tool %q is known to the gateway; MCPGatewayService.ListTools lists the tools it has", what)), nil
+	}
+	args := json.RawMessage(strings.TrimSpace(req.GetArguments()))
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	c := e.conn
+	sess, why := c.readySession()
+	if sess == nil {
+		return failed(codeUnavailable, fmt.Sprintf("MCP server %q is not connected (%s); it is reconnected automatically, try again shortly", c.spec.Name, why)), nil
+	}
+	timeout := c.callTimeout
+	if d := req.GetTimeout(); d != nil && d.AsDuration() > 0 && d.AsDuration() < timeout {
+		timeout = d.AsDuration()
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := sess.CallTool(cctx, &mcp.CallToolParams{Name: e.original, Arguments: args})
+	if err == nil {
+		return normalizeResult(res, e.outSchema, g.cfg.cleanOptions()), nil
+	}
+	switch {
+	case ctx.Err() != nil:
+		// The caller gave up; the SDK has told the server to cancel the request.
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case errors.Is(cctx.Err(), context.DeadlineExceeded):
+		c.requestProbe()
+		return failed(codeTimeout, fmt.Sprintf("the MCP tool %s did not answer within %s; the call was cancelled on the server", e.name, timeout)), nil
+	}
+	var rpcErr *jsonrpc.Error
+	if errors.As(err, &rpcErr) && !errors.Is(err, mcp.ErrConnectionClosed) && c.alive(sess) {
+		return failed(codeRejected, fmt.Sprintf("MCP server %q rejected the call: %s", c.spec.Name, abbreviate(rpcErr.Message, 2000))), nil
+	}
+	c.requestProbe()
+	return failed(codeUnavailable, fmt.Sprintf("the connection to MCP server %q broke during the call (%s); it is reconnected automatically, try again shortly", c.spec.Name, abbreviate(err.Error(), 500))), nil
+}
+
+func failed(code, msg string) *pb.CallToolResponse {
+	return &pb.CallToolResponse{Success: false, ErrorCode: code, Output: msg}
+}
