@@ -40,6 +40,12 @@ func (g *Gateway) lookup(name, server, tool string) *toolEntry {
 // code, not an error: the tool service passes it to the model like any failed tool. The error
 // return is for a caller that gave up (its context ended) and for invalid arguments.
 func (g *Gateway) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
+	return g.CallToolProgress(ctx, req, nil)
+}
+
+// CallToolProgress is CallTool that passes the progress the tool reports to onProgress (which
+// may be nil), from the goroutine that receives it.
+func (g *Gateway) CallToolProgress(ctx context.Context, req *pb.CallToolRequest, onProgress func(*pb.Progress)) (*pb.CallToolResponse, error) {
 	ctx, span := tracer.Start(ctx, "mcp tools/call", trace.WithAttributes(
 		attribute.String("mcp.tool", req.GetName()),
 		attribute.String("mcp.server", req.GetServer()),
@@ -47,7 +53,7 @@ func (g *Gateway) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.Ca
 	))
 	defer span.End()
 	start := time.Now()
-	resp, err := g.callTool(ctx, req)
+	resp, err := g.callTool(ctx, req, onProgress)
 	if resp != nil {
 		resp.Duration = durationpb.New(time.Since(start))
 		span.SetAttributes(attribute.Bool("mcp.success", resp.GetSuccess()), attribute.String("mcp.error_code", resp.GetErrorCode()))
@@ -64,7 +70,7 @@ func (g *Gateway) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.Ca
 
 var tracer = otel.Tracer("github.com/hermes-agent/hermes/services/mcpgateway")
 
-func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
+func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgress func(*pb.Progress)) (*pb.CallToolResponse, error) {
 	e := g.lookup(req.GetName(), req.GetServer(), req.GetTool())
 	if e == nil {
 		what := req.GetName()
@@ -78,34 +84,58 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest) (*pb.Ca
 		args = json.RawMessage("{}")
 	}
 	c := e.conn
-	sess, why := c.readySession()
-	if sess == nil {
-		return failed(codeUnavailable, fmt.Sprintf("MCP server %q is not connected (%s); it is reconnected automatically, try again shortly", c.spec.Name, why)), nil
-	}
 	timeout := c.callTimeout
 	if d := req.GetTimeout(); d != nil && d.AsDuration() > 0 && d.AsDuration() < timeout {
 		timeout = d.AsDuration()
 	}
+	start := time.Now()
+	l, why := c.waitReady(ctx, min(g.cfg.ReadyWait, timeout/2))
+	if l == nil {
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		return failed(codeUnavailable, fmt.Sprintf("MCP server %q is not connected (%s); it is reconnected automatically, try again shortly", c.spec.Name, why)), nil
+	}
+	timeout -= time.Since(start)
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := sess.CallTool(cctx, &mcp.CallToolParams{Name: e.original, Arguments: args})
+	token, done := g.progress.register(c, onProgress)
+	defer done()
+	var res *mcp.CallToolResult
+	var err error
+	if e.taskSupport == "required" {
+		res, err = g.callTask(cctx, l, e, args, token, onProgress)
+	} else {
+		params := &mcp.CallToolParams{Name: e.original, Arguments: args}
+		if token != "" {
+			params.SetProgressToken(token)
+		}
+		res, err = l.sess.CallTool(cctx, params)
+	}
 	if err == nil {
 		return normalizeResult(res, e.outSchema, g.cfg.cleanOptions()), nil
 	}
 	switch {
 	case ctx.Err() != nil:
-		// The caller gave up; the SDK has told the server to cancel the request.
+		// The caller gave up; the server was told to cancel the request.
 		return nil, status.FromContextError(ctx.Err()).Err()
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
 		c.requestProbe()
-		return failed(codeTimeout, fmt.Sprintf("the MCP tool %s did not answer within %s; the call was cancelled on the server", e.name, timeout)), nil
+		r := failed(codeTimeout, fmt.Sprintf("the MCP tool %s did not answer within %s; the call was cancelled on the server", e.name, timeout.Round(time.Millisecond)))
+		r.MayHaveRun = true
+		return r, nil
 	}
 	var rpcErr *jsonrpc.Error
-	if errors.As(err, &rpcErr) && !errors.Is(err, mcp.ErrConnectionClosed) && c.alive(sess) {
-		return failed(codeRejected, fmt.Sprintf("MCP server %q rejected the call: %s", c.spec.Name, abbreviate(rpcErr.Message, 2000))), nil
+	if errors.As(err, &rpcErr) && !errors.Is(err, mcp.ErrConnectionClosed) && c.alive(l.sess) {
+		r := failed(codeRejected, fmt.Sprintf("MCP server %q rejected the call: %s", c.spec.Name, abbreviate(rpcErr.Message, 2000)))
+		// Invalid request, unknown method or tool, invalid arguments: refused before it ran.
+		r.MayHaveRun = rpcErr.Code != jsonrpc.CodeInvalidParams && rpcErr.Code != jsonrpc.CodeMethodNotFound && rpcErr.Code != jsonrpc.CodeInvalidRequest
+		return r, nil
 	}
 	c.requestProbe()
-	return failed(codeUnavailable, fmt.Sprintf("the connection to MCP server %q broke during the call (%s); it is reconnected automatically, try again shortly", c.spec.Name, abbreviate(err.Error(), 500))), nil
+	r := failed(codeUnavailable, fmt.Sprintf("the connection to MCP server %q broke during the call (%s); the tool may have run", c.spec.Name, abbreviate(err.Error(), 500)))
+	r.MayHaveRun = true
+	return r, nil
 }
 
 func failed(code, msg string) *pb.CallToolResponse {

@@ -45,6 +45,9 @@ type Config struct {
 	StopGrace time.Duration
 	// SyncInterval is how often a replica re-reads the shared server store.
 	SyncInterval time.Duration
+	// ReadyWait is how long a call waits for a server that is (re)connecting, at most half the
+	// call's timeout; a call to a failed server also starts a reconnect attempt at once.
+	ReadyWait time.Duration
 }
 
 // RegisterFlags registers the settings with their defaults.
@@ -65,6 +68,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.PruneStale, "mcpgateway.prune-stale", true, "unregister MCP tools left in the tool service by servers the gateway no longer has")
 	fs.DurationVar(&c.ToolsRefresh, "mcpgateway.tools-refresh", 5*time.Second, "how often the MCP endpoint re-reads the tool service's tools")
 	fs.DurationVar(&c.StopGrace, "mcpgateway.stop-grace", 2*time.Second, "how long a stdio MCP server may take to exit before it is signalled")
+	fs.DurationVar(&c.ReadyWait, "mcpgateway.ready-wait", 3*time.Second, "how long a call waits for an MCP server that is reconnecting (a call to a failed server triggers a reconnect at once); 0 fails such calls at once")
 	fs.DurationVar(&c.SyncInterval, "mcpgateway.sync-interval", 2*time.Second, "how often a gateway re-reads the stored servers that AddServer added (all replicas connect to them)")
 }
 
@@ -108,6 +112,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = d.StopGrace
+	}
+	if c.ReadyWait < 0 {
+		c.ReadyWait = 0
 	}
 	if c.SyncInterval <= 0 {
 		c.SyncInterval = d.SyncInterval

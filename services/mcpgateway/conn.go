@@ -17,8 +17,9 @@ import (
 )
 
 const (
-	// stableAfter is how long a connection must last for the backoff to start over.
-	stableAfter = 10 * time.Second
+	// stableAfter is how long a connection must last for the backoff to start over; a server
+	// that drops every connection sooner keeps backing off.
+	stableAfter = time.Second
 	// legacyProtocol is offered to a stdio server that exited on the server/discover probe of
 	// the newest protocol (modelcontextprotocol/go-sdk#1177): the classic initialize handshake.
 	legacyProtocol = "2025-11-25"
@@ -33,7 +34,8 @@ const (
 // serverConn supervises the connection to one MCP server: it connects, lists and registers the
 // tools, watches the session (process exit, broken HTTP session, failed pings), and reconnects
 // with backoff. Calls use the session only while the state is READY, so a broken server answers
-// "unavailable" at once instead of hanging.
+// "unavailable" at once instead of hanging; a call that finds the server failed asks for an
+// early reconnect (kick) and waits a moment for it.
 type serverConn struct {
 	g           *Gateway
 	spec        *pb.ServerSpec
@@ -50,31 +52,46 @@ type serverConn struct {
 	relist chan struct{} // tools/list_changed arrived
 	resync chan struct{} // another server released names
 	probe  chan struct{} // a call failed: check that the server still answers
+	kick   chan struct{} // a call found the server failed: reconnect without waiting out the backoff
 
 	stderr *tailBuffer
 
-	mu          sync.Mutex
-	state       pb.ServerState
-	lastErr     string
-	regErr      string
-	session     *mcp.ClientSession
-	pid         int
-	protocol    string
-	serverInfo  string
-	hasRes      bool
-	hasPrompts  bool
-	connectedAt time.Time
-	nextRetry   time.Time
-	reconnects  int
-	autoPin     string
-	listing     []*mcp.Tool
-	tools       map[string]*toolEntry
-	skipped     []*pb.SkippedTool
-	warnings    []string
-	registered  map[string]*toolsv1.ToolSpec // in the tool service; nil spec: found there, not yet confirmed
-	seeded      bool
+	// mu guards every field below. It is never held while talking to the server or the tool
+	// service; g.mu, when both are needed, is taken first.
+	mu sync.Mutex
+	// The connection: state, the live session (nil unless READY) and what it negotiated.
+	state        pb.ServerState
+	changed      chan struct{} // closed and replaced whenever state changes
+	cur          *live
+	lastErr      string
+	protocol     string
+	serverInfo   string
+	instructions string
+	hasRes       bool
+	hasPrompts   bool
+	connectedAt  time.Time
+	nextRetry    time.Time
+	reconnects   int
+	autoPin      string
+	// Listing: the last tools/list and what the gateway made of it.
+	listing  []*mcp.Tool
+	tasks    map[string]string // original tool name → execution.taskSupport, when not "forbidden"
+	tools    map[string]*toolEntry
+	skipped  []*pb.SkippedTool
+	warnings []string
+	// Registry sync: what the tool service holds for this server.
+	regErr     string
+	registered map[string]*toolsv1.ToolSpec // nil spec: found there, not yet confirmed
+	seeded     bool
 	// fromFile: declared in the --mcp-servers file, which every replica loads, so not stored.
 	fromFile bool
+}
+
+// live is one connected session.
+type live struct {
+	sess *mcp.ClientSession
+	side sideChannel
+	pid  int
 }
 
 func newServerConn(g *Gateway, spec *pb.ServerSpec) *serverConn {
@@ -96,6 +113,8 @@ func newServerConn(g *Gateway, spec *pb.ServerSpec) *serverConn {
 		relist:      make(chan struct{}, 1),
 		resync:      make(chan struct{}, 1),
 		probe:       make(chan struct{}, 1),
+		kick:        make(chan struct{}, 1),
+		changed:     make(chan struct{}),
 		stderr:      &tailBuffer{max: 4096},
 		state:       pb.ServerState_SERVER_STATE_CONNECTING,
 		tools:       map[string]*toolEntry{},
@@ -113,14 +132,15 @@ func notify(ch chan struct{}) {
 func (c *serverConn) requestRelist() { notify(c.relist) }
 func (c *serverConn) requestResync() { notify(c.resync) }
 func (c *serverConn) requestProbe()  { notify(c.probe) }
+func (c *serverConn) requestKick()   { notify(c.kick) }
 func (c *serverConn) markFirst()     { c.once.Do(func() { close(c.first) }) }
 
-// readySession returns the session when the server is ready, else nil and why not.
-func (c *serverConn) readySession() (*mcp.ClientSession, string) {
+// ready returns the live session when the server is ready, else nil and why not.
+func (c *serverConn) ready() (*live, string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.state == pb.ServerState_SERVER_STATE_READY && c.session != nil {
-		return c.session, ""
+	if c.state == pb.ServerState_SERVER_STATE_READY && c.cur != nil {
+		return c.cur, ""
 	}
 	why := strings.ToLower(strings.TrimPrefix(c.state.String(), "SERVER_STATE_"))
 	if c.lastErr != "" {
@@ -132,27 +152,73 @@ func (c *serverConn) readySession() (*mcp.ClientSession, string) {
 	return nil, why
 }
 
+// waitReady returns the live session, waiting up to wait for a server that is connecting or
+// failed (which it asks to reconnect at once) to become ready.
+func (c *serverConn) waitReady(ctx context.Context, wait time.Duration) (*live, string) {
+	l, why := c.ready()
+	if l != nil || wait <= 0 {
+		return l, why
+	}
+	c.requestKick()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		c.mu.Lock()
+		changed := c.changed
+		c.mu.Unlock()
+		if l, why = c.ready(); l != nil {
+			return l, ""
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return c.ready()
+		case <-ctx.Done():
+			return c.ready()
+		case <-c.ctx.Done():
+			return c.ready()
+		}
+	}
+}
+
+// session returns the session when the server is ready.
+func (c *serverConn) session() *mcp.ClientSession {
+	if l, _ := c.ready(); l != nil {
+		return l.sess
+	}
+	return nil
+}
+
+// setStateLocked changes the state and wakes waitReady; c.mu is held.
+func (c *serverConn) setStateLocked(s pb.ServerState) {
+	c.state = s
+	if s != pb.ServerState_SERVER_STATE_READY {
+		c.cur = nil
+	}
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
 func (c *serverConn) setState(s pb.ServerState, lastErr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.state = s
-	if s != pb.ServerState_SERVER_STATE_READY {
-		c.session, c.pid = nil, 0
-	}
+	c.setStateLocked(s)
 	if lastErr != "" {
 		c.lastErr = lastErr
 	}
 }
 
-func (c *serverConn) setReady(sess *mcp.ClientSession, pid int) {
-	init := sess.InitializeResult()
+func (c *serverConn) setReady(l *live) {
+	init := l.sess.InitializeResult()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.state, c.session, c.pid = pb.ServerState_SERVER_STATE_READY, sess, pid
+	c.setStateLocked(pb.ServerState_SERVER_STATE_READY)
+	c.cur = l
 	c.lastErr, c.nextRetry, c.connectedAt = "", time.Time{}, time.Now()
-	c.protocol, c.serverInfo, c.hasRes, c.hasPrompts = "", "", false, false
+	c.protocol, c.serverInfo, c.instructions, c.hasRes, c.hasPrompts = "", "", "", false, false
 	if init != nil {
 		c.protocol = init.ProtocolVersion
+		c.instructions = init.Instructions
 		if si := init.ServerInfo; si != nil {
 			c.serverInfo = strings.TrimSpace(si.Name + " " + si.Version)
 		}
@@ -160,17 +226,24 @@ func (c *serverConn) setReady(sess *mcp.ClientSession, pid int) {
 			c.hasRes, c.hasPrompts = caps.Resources != nil, caps.Prompts != nil
 		}
 	}
-	c.g.log.Info("MCP server ready", "server", c.spec.Name, "protocol", c.protocol, "server_info", c.serverInfo, "tools", len(c.tools), "pid", pid)
+	c.g.log.Info("MCP server ready", "server", c.spec.Name, "protocol", c.protocol, "server_info", c.serverInfo, "tools", len(c.tools), "pid", l.pid)
 }
 
 func (c *serverConn) setFailed(err error, retryIn time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.state, c.session, c.pid = pb.ServerState_SERVER_STATE_FAILED, nil, 0
+	c.setStateLocked(pb.ServerState_SERVER_STATE_FAILED)
 	if err != nil {
 		c.lastErr = abbreviate(err.Error(), 1000)
 	}
 	c.nextRetry = time.Now().Add(retryIn)
+}
+
+func (c *serverConn) pidLocked() int {
+	if c.cur == nil {
+		return 0
+	}
+	return c.cur.pid
 }
 
 // snapshot is the server as ListServers shows it, with secret values redacted.
@@ -197,7 +270,7 @@ func (c *serverConn) snapshot() *pb.Server {
 		HasResources:    c.hasRes,
 		HasPrompts:      c.hasPrompts,
 		Reconnects:      int32(c.reconnects),
-		Pid:             int32(c.pid),
+		Pid:             int32(c.pidLocked()),
 		SkippedTools:    slices.Clone(c.skipped),
 		Warnings:        slices.Clone(c.warnings),
 	}

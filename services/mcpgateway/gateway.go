@@ -11,10 +11,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/hermes-agent/hermes/internal/backoff"
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 )
 
 // Options configure a Gateway.
@@ -32,6 +37,13 @@ type Options struct {
 	// Store shares the servers added with AddServer between replicas and across restarts; nil
 	// keeps them in this process only.
 	Store ServerStore
+	// HTTPClient sends every outbound HTTP request of the gateway (Streamable HTTP servers,
+	// OAuth token endpoints), so an egress policy plugged into its transport applies to all of
+	// them; nil means a client with http.DefaultTransport's settings.
+	HTTPClient *http.Client
+	// Sampler answers MCP sampling requests of the servers whose spec allows it; nil refuses
+	// them all.
+	Sampler Sampler
 }
 
 // Gateway holds the MCP server connections.
@@ -42,6 +54,13 @@ type Gateway struct {
 	getenv  func(string) string
 	version string
 	store   ServerStore
+	sampler Sampler
+	// httpBase is the transport of Options.HTTPClient, traced; every outbound request uses it.
+	httpBase   http.RoundTripper
+	httpClient *http.Client
+	reconnect  backoff.Policy
+	progress   *progressHub
+	watches    *watchHub
 
 	// addMu orders AddServer, RemoveServer and the store sync, so a server being added here is
 	// not also picked up from the store half-way.
@@ -54,6 +73,7 @@ type Gateway struct {
 	mu      sync.Mutex
 	servers map[string]*serverConn
 	tools   map[string]*toolEntry // namespaced name → tool, across servers
+	badFile []*pb.Server          // entries of the servers file that could not be used
 	closed  bool
 }
 
@@ -68,17 +88,33 @@ func New(opts Options) *Gateway {
 		getenv = os.Getenv
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	cfg := opts.Config.withDefaults()
+	hc := opts.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	}
+	base := hc.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
 	return &Gateway{
-		cfg:     opts.Config.withDefaults(),
-		log:     log,
-		reg:     opts.Registry,
-		store:   opts.Store,
-		getenv:  getenv,
-		version: cmp.Or(opts.Version, "dev"),
-		ctx:     ctx,
-		cancel:  cancel,
-		servers: map[string]*serverConn{},
-		tools:   map[string]*toolEntry{},
+		cfg:        cfg,
+		sampler:    opts.Sampler,
+		httpClient: hc,
+		// otelhttp continues the caller's trace on the server (traceparent) and times requests.
+		httpBase:  otelhttp.NewTransport(base),
+		reconnect: backoff.Policy{Initial: cfg.ReconnectMin, Max: cfg.ReconnectMax, Jitter: 0.2},
+		progress:  newProgressHub(),
+		watches:   newWatchHub(),
+		log:       log,
+		reg:       opts.Registry,
+		store:     opts.Store,
+		getenv:    getenv,
+		version:   cmp.Or(opts.Version, "dev"),
+		ctx:       ctx,
+		cancel:    cancel,
+		servers:   map[string]*serverConn{},
+		tools:     map[string]*toolEntry{},
 	}
 }
 
@@ -106,6 +142,7 @@ var (
 	errExhausted     = errors.New("limit reached")
 	errUnavailable   = errors.New("unavailable")
 	errPrecondition  = errors.New("failed precondition")
+	errInvalid       = errors.New("invalid argument")
 )
 
 // Start connects the servers of the configured mcpServers file and, when enabled, prunes tool
@@ -113,16 +150,23 @@ var (
 // background; a server that cannot connect is retried and does not fail Start.
 func (g *Gateway) Start() error {
 	if g.cfg.ServersFile != "" {
-		specs, err := LoadServersFile(g.cfg.ServersFile, g.getenv)
+		specs, bad, err := LoadServersFile(g.cfg.ServersFile, g.getenv)
 		if err != nil {
 			return err
 		}
 		for _, spec := range specs {
 			if _, err := g.connect(withDefaultPrefix(spec), true); err != nil {
-				return fmt.Errorf("MCP servers file %s: server %q: %w", g.cfg.ServersFile, spec.Name, err)
+				bad = append(bad, badEntry{name: spec.Name, err: err.Error()})
 			}
 		}
-		g.log.Info("MCP servers from file", "file", g.cfg.ServersFile, "servers", len(specs))
+		g.mu.Lock()
+		for _, b := range bad {
+			g.log.Error("MCP servers file: entry not used", "file", g.cfg.ServersFile, "server", b.name, "error", b.err)
+			g.badFile = append(g.badFile, &pb.Server{Spec: &pb.ServerSpec{Name: b.name}, State: pb.ServerState_SERVER_STATE_FAILED,
+				LastError: "not started: the entry in " + g.cfg.ServersFile + " cannot be used: " + abbreviate(b.err, 1000)})
+		}
+		g.mu.Unlock()
+		g.log.Info("MCP servers from file", "file", g.cfg.ServersFile, "servers", len(specs), "failed", len(bad))
 	}
 	if g.store != nil {
 		ctx, cancel := context.WithTimeout(g.ctx, registryTimeout)
@@ -164,8 +208,7 @@ func (g *Gateway) Start() error {
 // not have (added at run time before a restart, or removed from the file). It retries with
 // backoff until it succeeds or the gateway closes.
 func (g *Gateway) prune() {
-	delay := g.cfg.ReconnectMin
-	for {
+	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(g.ctx, registryTimeout)
 		existing, err := g.reg.BySource(ctx, "mcp:")
 		if err == nil {
@@ -191,11 +234,8 @@ func (g *Gateway) prune() {
 		if err == nil || g.ctx.Err() != nil {
 			return
 		}
-		select {
-		case <-g.ctx.Done():
+		if !backoff.Sleep(g.ctx, g.reconnect.Delay(attempt)) {
 			return
-		case <-time.After(delay):
 		}
-		delay = min(delay*2, g.cfg.ReconnectMax)
 	}
 }

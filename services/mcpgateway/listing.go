@@ -1,6 +1,8 @@
 package mcpgateway
 
 import (
+	"encoding/json"
+
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -22,6 +25,7 @@ type toolEntry struct {
 	inputSchema    string
 	outputSchema   string
 	outSchema      *jsonschema.Schema
+	taskSupport    string // "", "optional" or "required"
 	spec           *toolsv1.ToolSpec
 }
 
@@ -33,28 +37,85 @@ func (e *toolEntry) proto() *pb.MCPTool {
 		Description:  e.description,
 		InputSchema:  e.inputSchema,
 		OutputSchema: e.outputSchema,
+		TaskSupport:  e.taskSupport,
 	}
 }
 
-// listTools reads the server's whole tool list.
-func (c *serverConn) listTools(ctx context.Context, sess *mcp.ClientSession) error {
-	var tools []*mcp.Tool
-	for t, err := range sess.Tools(ctx, nil) {
-		if err != nil {
-			return fmt.Errorf("tools/list: %w", err)
+// listTools reads the server's whole tool list. It is read through the side channel, which
+// keeps each tool's execution.taskSupport (the SDK drops it); when that fails the SDK lists
+// (and task-only tools then fail when called, with the server's message).
+func (c *serverConn) listTools(ctx context.Context, l *live) error {
+	tools, tasks, err := listToolsRaw(ctx, l)
+	if err != nil && ctx.Err() == nil {
+		c.g.log.Debug("MCP server: tools/list on the side channel failed; listing through the SDK", "server", c.spec.Name, "error", err)
+		tools, tasks, err = nil, nil, nil
+		for t, lerr := range l.sess.Tools(ctx, nil) {
+			if lerr != nil {
+				err = lerr
+				break
+			}
+			if t == nil {
+				continue
+			}
+			if len(tools) == maxToolsPerServer {
+				break
+			}
+			tools = append(tools, t)
 		}
-		if t == nil {
-			continue
-		}
-		if len(tools) == maxToolsPerServer {
-			break
-		}
-		tools = append(tools, t)
+	}
+	if err != nil {
+		return fmt.Errorf("tools/list: %w", err)
 	}
 	c.mu.Lock()
-	c.listing = tools
+	c.listing, c.tasks = tools, tasks
 	c.mu.Unlock()
 	return nil
+}
+
+// listToolsRaw pages through tools/list on the side channel.
+func listToolsRaw(ctx context.Context, l *live) ([]*mcp.Tool, map[string]string, error) {
+	var tools []*mcp.Tool
+	tasks := map[string]string{}
+	cursor := ""
+	for page := 0; page < 100 && len(tools) < maxToolsPerServer; page++ {
+		params := map[string]any{}
+		if cursor != "" {
+			params["cursor"] = cursor
+		}
+		raw, err := l.side.call(ctx, l.sess, "tools/list", params)
+		if err != nil {
+			return nil, nil, err
+		}
+		var res struct {
+			Tools      []json.RawMessage `json:"tools"`
+			NextCursor string            `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return nil, nil, err
+		}
+		for _, rt := range res.Tools {
+			var t mcp.Tool
+			var x struct {
+				Execution struct {
+					TaskSupport string `json:"taskSupport"`
+				} `json:"execution"`
+			}
+			if json.Unmarshal(rt, &t) != nil || json.Unmarshal(rt, &x) != nil {
+				continue // applyListing reports tools it cannot use; this one cannot even be named
+			}
+			if ts := x.Execution.TaskSupport; ts != "" && ts != "forbidden" {
+				tasks[t.Name] = ts
+			}
+			if len(tools) < maxToolsPerServer {
+				tools = append(tools, &t)
+			}
+		}
+		if res.NextCursor == "" {
+			return tools, tasks, nil
+		}
+		cursor = res.NextCursor
+	}
+	return tools, tasks, nil
 }
 
 // applyListing maps the last listing to namespaced names and claims them, reporting filtered
@@ -63,6 +124,7 @@ func (c *serverConn) listTools(ctx context.Context, sess *mcp.ClientSession) err
 func (c *serverConn) applyListing() {
 	c.mu.Lock()
 	listing := slices.Clone(c.listing)
+	tasks := c.tasks
 	c.mu.Unlock()
 	slices.SortFunc(listing, func(a, b *mcp.Tool) int { return strings.Compare(a.Name, b.Name) })
 
@@ -113,7 +175,7 @@ func (c *serverConn) applyListing() {
 		if description == "" {
 			description = fmt.Sprintf("Tool %s of the MCP server %s.", t.Name, c.spec.Name)
 		}
-		e := &toolEntry{name: name, original: t.Name, conn: c, description: description, inputSchema: in, outputSchema: out, outSchema: outSchema}
+		e := &toolEntry{name: name, original: t.Name, conn: c, description: description, inputSchema: in, outputSchema: out, outSchema: outSchema, taskSupport: tasks[t.Name]}
 		e.spec = c.toolSpec(e, t)
 		next[name] = e
 	}
@@ -142,25 +204,15 @@ func (c *serverConn) toolSpec(e *toolEntry, t *mcp.Tool) *toolsv1.ToolSpec {
 	}
 	labels := map[string]string{"mcp.server": c.spec.Name, "mcp.tool": t.Name}
 	if t.Title != "" {
-		labels["mcp.title"] = abbreviate(t.Title, 200)
+		labels["mcp.title"] = abbreviate(t.Title, 200) // Hermes' MCP endpoint re-exports it
 	}
-	if a := t.Annotations; a != nil {
-		if a.ReadOnlyHint {
-			labels["mcp.read_only"] = "true"
-		}
-		if a.IdempotentHint {
-			labels["mcp.idempotent"] = "true"
-		}
-		if a.DestructiveHint != nil {
-			labels["mcp.destructive"] = fmt.Sprint(*a.DestructiveHint)
-		}
-		if a.OpenWorldHint != nil {
-			labels["mcp.open_world"] = fmt.Sprint(*a.OpenWorldHint)
-		}
+	if e.taskSupport != "" {
+		labels["mcp.task_support"] = e.taskSupport
 	}
+	ann := toolAnnotations(t)
 	// The server's idempotentHint ("calling again with the same arguments has no further
 	// effect") is what the tool service's idempotency protection needs: calls with one key run once.
-	idempotent := t.Annotations != nil && t.Annotations.IdempotentHint
+	idempotent := ann.GetIdempotentHint()
 	return &toolsv1.ToolSpec{
 		Idempotent:   idempotent,
 		Name:         e.name,
@@ -171,5 +223,36 @@ func (c *serverConn) toolSpec(e *toolEntry, t *mcp.Tool) *toolsv1.ToolSpec {
 		Groups:       groups,
 		Executor:     &toolsv1.ToolSpec_Mcp{Mcp: &toolsv1.MCPExecutor{Server: c.spec.Name, Tool: t.Name}},
 		Labels:       labels,
+		Annotations:  ann,
 	}
+}
+
+// toolAnnotations keeps what a tool declares about its behaviour, as the server said it: a hint
+// the server left out stays unset. A title is cleaned like descriptions.
+func toolAnnotations(t *mcp.Tool) *toolsv1.ToolAnnotations {
+	a := t.Annotations
+	title := t.Title
+	if a != nil && a.Title != "" {
+		title = a.Title
+	}
+	if a == nil && title == "" {
+		return nil
+	}
+	out := &toolsv1.ToolAnnotations{}
+	if title != "" {
+		out.Title = proto.String(CleanText(title, "text/plain", CleanOptions{MaxBytes: 200}).Text)
+	}
+	if a != nil {
+		// The SDK reads readOnlyHint and idempotentHint as plain booleans: false and absent are
+		// the same, and both mean what MCP's default means.
+		if a.ReadOnlyHint {
+			out.ReadOnlyHint = proto.Bool(true)
+		}
+		if a.IdempotentHint {
+			out.IdempotentHint = proto.Bool(true)
+		}
+		out.DestructiveHint = a.DestructiveHint
+		out.OpenWorldHint = a.OpenWorldHint
+	}
+	return out
 }

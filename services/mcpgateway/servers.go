@@ -89,6 +89,9 @@ func (g *Gateway) checkAddLocked(spec *pb.ServerSpec) error {
 // connect checks a spec and starts its connection. The check and the insert are one critical
 // section, so Close either sees the new connection or refuses it.
 func (g *Gateway) connect(spec *pb.ServerSpec, fromFile bool) (*serverConn, error) {
+	if err := checkSpec("spec", spec); err != nil {
+		return nil, err
+	}
 	g.mu.Lock()
 	if err := g.checkAddLocked(spec); err != nil {
 		g.mu.Unlock()
@@ -207,8 +210,11 @@ func (g *Gateway) Servers() []*pb.Server {
 	for _, c := range g.servers {
 		conns = append(conns, c)
 	}
+	out := make([]*pb.Server, 0, len(conns)+len(g.badFile))
+	for _, b := range g.badFile {
+		out = append(out, proto.Clone(b).(*pb.Server))
+	}
 	g.mu.Unlock()
-	out := make([]*pb.Server, 0, len(conns))
 	for _, c := range conns {
 		out = append(out, c.snapshot())
 	}

@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
+
+	"github.com/hermes-agent/hermes/internal/backoff"
 
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -19,21 +20,21 @@ func (c *serverConn) run() {
 	attempt := 0
 	for c.ctx.Err() == nil {
 		c.setState(pb.ServerState_SERVER_STATE_CONNECTING, "")
-		sess, pid, err := c.open()
+		began := time.Now()
+		l, err := c.open()
 		if err == nil {
-			c.setReady(sess, pid)
+			c.setReady(l)
 			c.markFirst()
-			began := time.Now()
-			err = c.serve(sess)
+			err = c.serve(l)
 			if c.ctx.Err() != nil {
 				c.setState(pb.ServerState_SERVER_STATE_CONNECTING, "")
-				c.closeSession(sess, pid, false)
+				c.closeSession(l, false)
 				return
 			}
 			c.setState(pb.ServerState_SERVER_STATE_FAILED, err.Error())
-			c.closeSession(sess, pid, true)
+			c.closeSession(l, true)
 			if time.Since(began) >= stableAfter {
-				attempt = 0
+				attempt = 0 // a server restarted at once is back after ReconnectMin
 			}
 			c.g.log.Warn("MCP server connection lost; reconnecting", "server", c.spec.Name, "error", err)
 		}
@@ -44,10 +45,8 @@ func (c *serverConn) run() {
 		attempt++
 		c.setFailed(err, delay)
 		c.markFirst()
-		select {
-		case <-c.ctx.Done():
+		if !c.pause(began, delay) {
 			return
-		case <-time.After(delay):
 		}
 		c.mu.Lock()
 		c.reconnects++
@@ -55,32 +54,40 @@ func (c *serverConn) run() {
 	}
 }
 
-// backoff is exponential with ±20% jitter, between ReconnectMin and ReconnectMax.
-func (c *serverConn) backoff(attempt int) time.Duration {
-	d := c.g.cfg.ReconnectMin
-	for range min(attempt, 30) {
-		d *= 2
-		if d >= c.g.cfg.ReconnectMax {
-			d = c.g.cfg.ReconnectMax
-			break
-		}
+// pause waits out a reconnect delay. A call that finds the server failed (kick) cuts it short,
+// but attempts still start at most once per ReconnectMin. It reports false when the server is
+// being removed.
+func (c *serverConn) pause(lastAttempt time.Time, delay time.Duration) bool {
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-c.ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	case <-c.kick:
 	}
-	jitter := time.Duration(rand.Int64N(int64(d)/5+1)) - d/10
-	return max(d+jitter, time.Millisecond)
+	return backoff.Sleep(c.ctx, time.Until(lastAttempt.Add(c.g.cfg.ReconnectMin)))
+}
+
+// backoff is the pause before reconnect attempt n: exponential between ReconnectMin and
+// ReconnectMax, with ±20% jitter.
+func (c *serverConn) backoff(attempt int) time.Duration {
+	return c.g.reconnect.Delay(attempt)
 }
 
 // open connects, lists the tools and registers them. A stdio server that exits during the
 // newest protocol's server/discover probe is tried once more with the classic handshake.
-func (c *serverConn) open() (*mcp.ClientSession, int, error) {
+func (c *serverConn) open() (*live, error) {
 	c.mu.Lock()
 	pin := c.spec.ProtocolVersion
 	if pin == "" {
 		pin = c.autoPin
 	}
 	c.mu.Unlock()
-	sess, pid, err := c.connect(pin)
+	l, err := c.connect(pin)
 	if err != nil && pin == "" && c.spec.GetStdio() != nil && c.ctx.Err() == nil {
-		sess, pid, err = c.connect(legacyProtocol)
+		l, err = c.connect(legacyProtocol)
 		if err == nil {
 			c.mu.Lock()
 			c.autoPin = legacyProtocol
@@ -89,30 +96,35 @@ func (c *serverConn) open() (*mcp.ClientSession, int, error) {
 		}
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, c.g.cfg.ConnectTimeout)
 	defer cancel()
-	if err := c.listTools(ctx, sess); err != nil {
-		c.closeSession(sess, pid, true)
-		return nil, 0, err
+	if err := c.listTools(ctx, l); err != nil {
+		c.closeSession(l, true)
+		return nil, err
 	}
 	c.applyListing()
 	c.syncRegistryLogged(c.ctx)
-	return sess, pid, nil
+	select {
+	case <-c.kick: // calls made while connecting asked for this very attempt
+	default:
+	}
+	return l, nil
 }
 
 // serve watches a ready session until it breaks or the server is removed. Pings and the
 // session's end are watched here; re-listing and registration run in maintain, so a server that
 // hangs in the middle of a listing is still found out by the pings.
-func (c *serverConn) serve(sess *mcp.ClientSession) error {
+func (c *serverConn) serve(l *live) error {
+	sess := l.sess
 	lost := make(chan error, 1)
 	go func() { lost <- sess.Wait() }()
 	sctx, stop := context.WithCancel(c.ctx)
 	maintained := make(chan struct{})
 	go func() {
 		defer close(maintained)
-		c.maintain(sctx, sess)
+		c.maintain(sctx, l)
 	}()
 	defer func() {
 		stop()
@@ -148,7 +160,7 @@ func (c *serverConn) serve(sess *mcp.ClientSession) error {
 // maintain keeps a ready session's tools current: a debounced re-listing after
 // tools/list_changed, a re-mapping when another server released names, and registration
 // retries while the tool service fails.
-func (c *serverConn) maintain(ctx context.Context, sess *mcp.ClientSession) {
+func (c *serverConn) maintain(ctx context.Context, l *live) {
 	var debounce, regRetry <-chan time.Time
 	regAttempt := 0
 	scheduleReg := func(err error) {
@@ -171,7 +183,7 @@ func (c *serverConn) maintain(ctx context.Context, sess *mcp.ClientSession) {
 		case <-debounce:
 			debounce = nil
 			lctx, cancel := context.WithTimeout(ctx, c.g.cfg.ConnectTimeout)
-			err := c.listTools(lctx, sess)
+			err := c.listTools(lctx, l)
 			cancel()
 			if ctx.Err() != nil {
 				return
@@ -207,7 +219,8 @@ func (c *serverConn) alive(sess *mcp.ClientSession) bool {
 // A healthy session (the server is being removed) gets a graceful close: stdin closed, then
 // SIGTERM, then SIGKILL, as the SDK does. Calls still in flight hold that close up, so after a
 // few grace periods the process group is killed and the rest happens in the background.
-func (c *serverConn) closeSession(sess *mcp.ClientSession, pid int, broken bool) {
+func (c *serverConn) closeSession(l *live, broken bool) {
+	sess, pid := l.sess, l.pid
 	if broken {
 		killProcessGroup(pid)
 	}

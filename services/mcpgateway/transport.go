@@ -11,25 +11,20 @@ import (
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 )
 
 // connect starts the transport and runs the handshake.
-func (c *serverConn) connect(pin string) (*mcp.ClientSession, int, error) {
+func (c *serverConn) connect(pin string) (*live, error) {
 	ctx, cancel := context.WithTimeout(c.ctx, c.g.cfg.ConnectTimeout)
 	defer cancel()
-	t, cmd, err := c.transport()
+	t, cmd, side, err := c.transport()
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	client := mcp.NewClient(&mcp.Implementation{Name: "hermes", Version: c.g.version}, &mcp.ClientOptions{
-		// No roots, sampling or elicitation: the gateway answers no server-initiated requests.
-		Capabilities: &mcp.ClientCapabilities{},
-		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
-			c.requestRelist()
-		},
-		Logger: c.g.log.With("mcp_server", c.spec.Name),
-	})
+	client := mcp.NewClient(&mcp.Implementation{Name: "hermes", Version: c.g.version}, c.clientOptions())
+	if roots := c.roots(); len(roots) > 0 {
+		client.AddRoots(roots...)
+	}
 	var opts *mcp.ClientSessionOptions
 	if pin != "" {
 		opts = &mcp.ClientSessionOptions{ProtocolVersion: pin}
@@ -39,13 +34,13 @@ func (c *serverConn) connect(pin string) (*mcp.ClientSession, int, error) {
 		if cmd != nil && cmd.Process != nil {
 			killProcessGroup(cmd.Process.Pid)
 		}
-		return nil, 0, c.withStderr(fmt.Errorf("connect: %w", err))
+		return nil, c.withStderr(fmt.Errorf("connect: %w", err))
 	}
-	pid := 0
+	l := &live{sess: sess, side: side}
 	if cmd != nil && cmd.Process != nil {
-		pid = cmd.Process.Pid
+		l.pid = cmd.Process.Pid
 	}
-	return sess, pid, nil
+	return l, nil
 }
 
 // withStderr adds the last line a stdio server wrote to stderr, which usually says why it
@@ -60,8 +55,8 @@ func (c *serverConn) withStderr(err error) error {
 	return err
 }
 
-// transport builds the SDK transport from the spec.
-func (c *serverConn) transport() (mcp.Transport, *exec.Cmd, error) {
+// transport builds the SDK transport and the side channel from the spec.
+func (c *serverConn) transport() (mcp.Transport, *exec.Cmd, sideChannel, error) {
 	if st := c.spec.GetStdio(); st != nil {
 		env := make([]string, 0, len(st.Env)+2)
 		for k, v := range st.Env {
@@ -81,7 +76,7 @@ func (c *serverConn) transport() (mcp.Transport, *exec.Cmd, error) {
 		}
 		bin, err := lookPath(st.Command, path, st.WorkingDir)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		cmd := exec.Command(bin, st.Args...)
 		cmd.Env = env // never nil: a nil Env would hand the server the gateway's whole environment
@@ -89,7 +84,8 @@ func (c *serverConn) transport() (mcp.Transport, *exec.Cmd, error) {
 		c.stderr.reset()
 		cmd.Stderr = c.stderr
 		ownProcessGroup(cmd)
-		return &mcp.CommandTransport{Command: cmd, TerminateDuration: c.g.cfg.StopGrace}, cmd, nil
+		side := newStdioSide()
+		return &stdioTransport{cmd: cmd, grace: c.g.cfg.StopGrace, log: c.g.log.With("mcp_server", c.spec.Name), side: side}, cmd, side, nil
 	}
 	ht := c.spec.GetHttp()
 	header := http.Header{}
@@ -99,17 +95,20 @@ func (c *serverConn) transport() (mcp.Transport, *exec.Cmd, error) {
 	if name := ht.BearerTokenEnv; name != "" {
 		tok := c.g.getenv(name)
 		if tok == "" {
-			return nil, nil, fmt.Errorf("the bearer token variable %s is not set in the gateway's environment", name)
+			return nil, nil, nil, fmt.Errorf("the bearer token variable %s is not set in the gateway's environment", name)
 		}
 		header.Set("Authorization", "Bearer "+tok)
 	}
-	// otelhttp continues the caller's trace on the server (traceparent) and times each request.
-	base := otelhttp.NewTransport(http.DefaultTransport.(*http.Transport).Clone())
-	return &mcp.StreamableClientTransport{
-		Endpoint:   ht.Url,
-		HTTPClient: &http.Client{Transport: &headerTransport{base: base, header: header}},
-		MaxRetries: 2,
-	}, nil, nil
+	var rt http.RoundTripper = &headerTransport{base: c.g.httpBase, header: header}
+	if o := ht.GetOauth(); o != nil {
+		var err error
+		if rt, err = c.oauthTransport(o, rt); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	client := &http.Client{Transport: rt}
+	side := &httpSide{client: client, url: ht.Url, notify: c.sideNotification}
+	return &mcp.StreamableClientTransport{Endpoint: ht.Url, HTTPClient: client, MaxRetries: 2}, nil, side, nil
 }
 
 // lookPath finds command on path (the server's PATH, which may differ from the gateway's).

@@ -126,8 +126,12 @@ type ToolSpec struct {
 	// Timeout of one attempt; unset means the whole timeout, so a timed-out attempt is final. When
 	// shorter, a timed-out attempt counts as transient and is retried within the timeout.
 	AttemptTimeout *durationpb.Duration `protobuf:"bytes,13,opt,name=attempt_timeout,json=attemptTimeout,proto3" json:"attempt_timeout,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What the tool declares about its behaviour (MCP tool annotations). Hints, not guarantees:
+	// they come from the tool's server. The tool service never retries a call that may have run
+	// unless the tool is idempotent or read-only.
+	Annotations   *ToolAnnotations `protobuf:"bytes,40,opt,name=annotations,proto3" json:"annotations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolSpec) Reset() {
@@ -264,6 +268,13 @@ func (x *ToolSpec) GetAttemptTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *ToolSpec) GetAnnotations() *ToolAnnotations {
+	if x != nil {
+		return x.Annotations
+	}
+	return nil
+}
+
 type isToolSpec_Executor interface {
 	isToolSpec_Executor()
 }
@@ -289,6 +300,90 @@ func (*ToolSpec_Mcp) isToolSpec_Executor() {}
 
 func (*ToolSpec_Builtin) isToolSpec_Executor() {}
 
+// ToolAnnotations are the behaviour hints of an MCP tool; unset means the server did not say.
+type ToolAnnotations struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A human-readable title of the tool.
+	Title *string `protobuf:"bytes,1,opt,name=title,proto3,oneof" json:"title,omitempty"`
+	// The tool does not modify its environment.
+	ReadOnlyHint *bool `protobuf:"varint,2,opt,name=read_only_hint,json=readOnlyHint,proto3,oneof" json:"read_only_hint,omitempty"`
+	// The tool may perform destructive updates (meaningful when not read-only; MCP's default is
+	// true).
+	DestructiveHint *bool `protobuf:"varint,3,opt,name=destructive_hint,json=destructiveHint,proto3,oneof" json:"destructive_hint,omitempty"`
+	// Calling the tool again with the same arguments has no further effect (meaningful when not
+	// read-only).
+	IdempotentHint *bool `protobuf:"varint,4,opt,name=idempotent_hint,json=idempotentHint,proto3,oneof" json:"idempotent_hint,omitempty"`
+	// The tool interacts with an open world of external entities (MCP's default is true).
+	OpenWorldHint *bool `protobuf:"varint,5,opt,name=open_world_hint,json=openWorldHint,proto3,oneof" json:"open_world_hint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolAnnotations) Reset() {
+	*x = ToolAnnotations{}
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolAnnotations) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolAnnotations) ProtoMessage() {}
+
+func (x *ToolAnnotations) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolAnnotations.ProtoReflect.Descriptor instead.
+func (*ToolAnnotations) Descriptor() ([]byte, []int) {
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ToolAnnotations) GetTitle() string {
+	if x != nil && x.Title != nil {
+		return *x.Title
+	}
+	return ""
+}
+
+func (x *ToolAnnotations) GetReadOnlyHint() bool {
+	if x != nil && x.ReadOnlyHint != nil {
+		return *x.ReadOnlyHint
+	}
+	return false
+}
+
+func (x *ToolAnnotations) GetDestructiveHint() bool {
+	if x != nil && x.DestructiveHint != nil {
+		return *x.DestructiveHint
+	}
+	return false
+}
+
+func (x *ToolAnnotations) GetIdempotentHint() bool {
+	if x != nil && x.IdempotentHint != nil {
+		return *x.IdempotentHint
+	}
+	return false
+}
+
+func (x *ToolAnnotations) GetOpenWorldHint() bool {
+	if x != nil && x.OpenWorldHint != nil {
+		return *x.OpenWorldHint
+	}
+	return false
+}
+
 // HTTPExecutor runs a tool by POSTing its arguments as JSON to a URL. A 2xx response body is the
 // output; 429 and 5xx are transient and retried; other statuses are execution errors.
 type HTTPExecutor struct {
@@ -308,7 +403,7 @@ type HTTPExecutor struct {
 
 func (x *HTTPExecutor) Reset() {
 	*x = HTTPExecutor{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[1]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -320,7 +415,7 @@ func (x *HTTPExecutor) String() string {
 func (*HTTPExecutor) ProtoMessage() {}
 
 func (x *HTTPExecutor) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[1]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -333,7 +428,7 @@ func (x *HTTPExecutor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPExecutor.ProtoReflect.Descriptor instead.
 func (*HTTPExecutor) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{1}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *HTTPExecutor) GetUrl() string {
@@ -377,7 +472,7 @@ type MCPExecutor struct {
 
 func (x *MCPExecutor) Reset() {
 	*x = MCPExecutor{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[2]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -389,7 +484,7 @@ func (x *MCPExecutor) String() string {
 func (*MCPExecutor) ProtoMessage() {}
 
 func (x *MCPExecutor) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[2]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -402,7 +497,7 @@ func (x *MCPExecutor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MCPExecutor.ProtoReflect.Descriptor instead.
 func (*MCPExecutor) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{2}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *MCPExecutor) GetServer() string {
@@ -430,7 +525,7 @@ type BuiltinExecutor struct {
 
 func (x *BuiltinExecutor) Reset() {
 	*x = BuiltinExecutor{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[3]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -442,7 +537,7 @@ func (x *BuiltinExecutor) String() string {
 func (*BuiltinExecutor) ProtoMessage() {}
 
 func (x *BuiltinExecutor) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[3]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -455,7 +550,7 @@ func (x *BuiltinExecutor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuiltinExecutor.ProtoReflect.Descriptor instead.
 func (*BuiltinExecutor) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{3}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *BuiltinExecutor) GetName() string {
@@ -486,7 +581,7 @@ type Tool struct {
 
 func (x *Tool) Reset() {
 	*x = Tool{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[4]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +593,7 @@ func (x *Tool) String() string {
 func (*Tool) ProtoMessage() {}
 
 func (x *Tool) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[4]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +606,7 @@ func (x *Tool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tool.ProtoReflect.Descriptor instead.
 func (*Tool) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{4}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Tool) GetSpec() *ToolSpec {
@@ -569,7 +664,7 @@ type RegisterToolRequest struct {
 
 func (x *RegisterToolRequest) Reset() {
 	*x = RegisterToolRequest{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[5]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +676,7 @@ func (x *RegisterToolRequest) String() string {
 func (*RegisterToolRequest) ProtoMessage() {}
 
 func (x *RegisterToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[5]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +689,7 @@ func (x *RegisterToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterToolRequest.ProtoReflect.Descriptor instead.
 func (*RegisterToolRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{5}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RegisterToolRequest) GetSpec() *ToolSpec {
@@ -624,7 +719,7 @@ type RegisterToolResponse struct {
 
 func (x *RegisterToolResponse) Reset() {
 	*x = RegisterToolResponse{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[6]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +731,7 @@ func (x *RegisterToolResponse) String() string {
 func (*RegisterToolResponse) ProtoMessage() {}
 
 func (x *RegisterToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[6]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +744,7 @@ func (x *RegisterToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterToolResponse.ProtoReflect.Descriptor instead.
 func (*RegisterToolResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{6}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RegisterToolResponse) GetTool() *Tool {
@@ -677,7 +772,7 @@ type UnregisterToolRequest struct {
 
 func (x *UnregisterToolRequest) Reset() {
 	*x = UnregisterToolRequest{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[7]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +784,7 @@ func (x *UnregisterToolRequest) String() string {
 func (*UnregisterToolRequest) ProtoMessage() {}
 
 func (x *UnregisterToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[7]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +797,7 @@ func (x *UnregisterToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterToolRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterToolRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{7}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UnregisterToolRequest) GetName() string {
@@ -721,7 +816,7 @@ type UnregisterToolResponse struct {
 
 func (x *UnregisterToolResponse) Reset() {
 	*x = UnregisterToolResponse{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[8]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +828,7 @@ func (x *UnregisterToolResponse) String() string {
 func (*UnregisterToolResponse) ProtoMessage() {}
 
 func (x *UnregisterToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[8]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +841,7 @@ func (x *UnregisterToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterToolResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterToolResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{8}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{9}
 }
 
 // GetToolRequest is the input of GetTool.
@@ -760,7 +855,7 @@ type GetToolRequest struct {
 
 func (x *GetToolRequest) Reset() {
 	*x = GetToolRequest{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[9]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +867,7 @@ func (x *GetToolRequest) String() string {
 func (*GetToolRequest) ProtoMessage() {}
 
 func (x *GetToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[9]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +880,7 @@ func (x *GetToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetToolRequest.ProtoReflect.Descriptor instead.
 func (*GetToolRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{9}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetToolRequest) GetName() string {
@@ -806,7 +901,7 @@ type GetToolResponse struct {
 
 func (x *GetToolResponse) Reset() {
 	*x = GetToolResponse{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[10]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +913,7 @@ func (x *GetToolResponse) String() string {
 func (*GetToolResponse) ProtoMessage() {}
 
 func (x *GetToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[10]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +926,7 @@ func (x *GetToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetToolResponse.ProtoReflect.Descriptor instead.
 func (*GetToolResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{10}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetToolResponse) GetTool() *Tool {
@@ -858,7 +953,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[11]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +965,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[11]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +978,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{11}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListToolsRequest) GetGroups() []string {
@@ -927,7 +1022,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[12]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -939,7 +1034,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[12]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -952,7 +1047,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{12}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListToolsResponse) GetTools() []*Tool {
@@ -992,7 +1087,7 @@ type ExecuteToolRequest struct {
 
 func (x *ExecuteToolRequest) Reset() {
 	*x = ExecuteToolRequest{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[13]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1099,7 @@ func (x *ExecuteToolRequest) String() string {
 func (*ExecuteToolRequest) ProtoMessage() {}
 
 func (x *ExecuteToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[13]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1112,7 @@ func (x *ExecuteToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteToolRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteToolRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{13}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExecuteToolRequest) GetName() string {
@@ -1073,7 +1168,7 @@ type ExecuteToolResponse struct {
 
 func (x *ExecuteToolResponse) Reset() {
 	*x = ExecuteToolResponse{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[14]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1180,7 @@ func (x *ExecuteToolResponse) String() string {
 func (*ExecuteToolResponse) ProtoMessage() {}
 
 func (x *ExecuteToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[14]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1193,7 @@ func (x *ExecuteToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteToolResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteToolResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{14}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExecuteToolResponse) GetResult() *ToolResult {
@@ -1106,6 +1201,203 @@ func (x *ExecuteToolResponse) GetResult() *ToolResult {
 		return x.Result
 	}
 	return nil
+}
+
+// ExecuteToolStreamRequest is the input of ExecuteToolStream.
+type ExecuteToolStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call, as for ExecuteTool. Required.
+	Request       *ExecuteToolRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecuteToolStreamRequest) Reset() {
+	*x = ExecuteToolStreamRequest{}
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecuteToolStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecuteToolStreamRequest) ProtoMessage() {}
+
+func (x *ExecuteToolStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecuteToolStreamRequest.ProtoReflect.Descriptor instead.
+func (*ExecuteToolStreamRequest) Descriptor() ([]byte, []int) {
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ExecuteToolStreamRequest) GetRequest() *ExecuteToolRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// ExecuteToolStreamResponse is one event of ExecuteToolStream.
+type ExecuteToolStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event.
+	//
+	// Types that are valid to be assigned to Event:
+	//
+	//	*ExecuteToolStreamResponse_Progress
+	//	*ExecuteToolStreamResponse_Response
+	Event         isExecuteToolStreamResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecuteToolStreamResponse) Reset() {
+	*x = ExecuteToolStreamResponse{}
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecuteToolStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecuteToolStreamResponse) ProtoMessage() {}
+
+func (x *ExecuteToolStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecuteToolStreamResponse.ProtoReflect.Descriptor instead.
+func (*ExecuteToolStreamResponse) Descriptor() ([]byte, []int) {
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ExecuteToolStreamResponse) GetEvent() isExecuteToolStreamResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *ExecuteToolStreamResponse) GetProgress() *ToolProgress {
+	if x != nil {
+		if x, ok := x.Event.(*ExecuteToolStreamResponse_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *ExecuteToolStreamResponse) GetResponse() *ExecuteToolResponse {
+	if x != nil {
+		if x, ok := x.Event.(*ExecuteToolStreamResponse_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+type isExecuteToolStreamResponse_Event interface {
+	isExecuteToolStreamResponse_Event()
+}
+
+type ExecuteToolStreamResponse_Progress struct {
+	// The running tool reported progress.
+	Progress *ToolProgress `protobuf:"bytes,1,opt,name=progress,proto3,oneof"`
+}
+
+type ExecuteToolStreamResponse_Response struct {
+	// The call ended; this is the last event.
+	Response *ExecuteToolResponse `protobuf:"bytes,2,opt,name=response,proto3,oneof"`
+}
+
+func (*ExecuteToolStreamResponse_Progress) isExecuteToolStreamResponse_Event() {}
+
+func (*ExecuteToolStreamResponse_Response) isExecuteToolStreamResponse_Event() {}
+
+// ToolProgress is progress a running tool reported.
+type ToolProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Work done so far; increases with every report.
+	Progress float64 `protobuf:"fixed64,1,opt,name=progress,proto3" json:"progress,omitempty"`
+	// Total work, when the tool knows it (0 when unknown).
+	Total float64 `protobuf:"fixed64,2,opt,name=total,proto3" json:"total,omitempty"`
+	// What the tool is doing, for a person.
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolProgress) Reset() {
+	*x = ToolProgress{}
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolProgress) ProtoMessage() {}
+
+func (x *ToolProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolProgress.ProtoReflect.Descriptor instead.
+func (*ToolProgress) Descriptor() ([]byte, []int) {
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ToolProgress) GetProgress() float64 {
+	if x != nil {
+		return x.Progress
+	}
+	return 0
+}
+
+func (x *ToolProgress) GetTotal() float64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ToolProgress) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
 }
 
 // ToolError says why a call failed, in words a model can act on.
@@ -1123,7 +1415,7 @@ type ToolError struct {
 
 func (x *ToolError) Reset() {
 	*x = ToolError{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[15]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1427,7 @@ func (x *ToolError) String() string {
 func (*ToolError) ProtoMessage() {}
 
 func (x *ToolError) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[15]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1440,7 @@ func (x *ToolError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolError.ProtoReflect.Descriptor instead.
 func (*ToolError) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{15}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ToolError) GetCode() ErrorCode {
@@ -1185,7 +1477,7 @@ type Violation struct {
 
 func (x *Violation) Reset() {
 	*x = Violation{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[16]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1489,7 @@ func (x *Violation) String() string {
 func (*Violation) ProtoMessage() {}
 
 func (x *Violation) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[16]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1502,7 @@ func (x *Violation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Violation.ProtoReflect.Descriptor instead.
 func (*Violation) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{16}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Violation) GetPointer() string {
@@ -1242,7 +1534,7 @@ type Coercion struct {
 
 func (x *Coercion) Reset() {
 	*x = Coercion{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[17]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1546,7 @@ func (x *Coercion) String() string {
 func (*Coercion) ProtoMessage() {}
 
 func (x *Coercion) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[17]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1559,7 @@ func (x *Coercion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Coercion.ProtoReflect.Descriptor instead.
 func (*Coercion) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{17}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Coercion) GetPointer() string {
@@ -1322,7 +1614,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[18]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1626,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[18]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1639,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{18}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ToolResult) GetSuccess() bool {
@@ -1442,7 +1734,7 @@ type SelectToolsRequest struct {
 
 func (x *SelectToolsRequest) Reset() {
 	*x = SelectToolsRequest{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[19]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1746,7 @@ func (x *SelectToolsRequest) String() string {
 func (*SelectToolsRequest) ProtoMessage() {}
 
 func (x *SelectToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[19]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1759,7 @@ func (x *SelectToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectToolsRequest.ProtoReflect.Descriptor instead.
 func (*SelectToolsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{19}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SelectToolsRequest) GetText() string {
@@ -1506,7 +1798,7 @@ type SelectedTool struct {
 
 func (x *SelectedTool) Reset() {
 	*x = SelectedTool{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1810,7 @@ func (x *SelectedTool) String() string {
 func (*SelectedTool) ProtoMessage() {}
 
 func (x *SelectedTool) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1823,7 @@ func (x *SelectedTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectedTool.ProtoReflect.Descriptor instead.
 func (*SelectedTool) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{20}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SelectedTool) GetTool() *Tool {
@@ -1576,7 +1868,7 @@ type SelectToolsResponse struct {
 
 func (x *SelectToolsResponse) Reset() {
 	*x = SelectToolsResponse{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1880,7 @@ func (x *SelectToolsResponse) String() string {
 func (*SelectToolsResponse) ProtoMessage() {}
 
 func (x *SelectToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1893,7 @@ func (x *SelectToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectToolsResponse.ProtoReflect.Descriptor instead.
 func (*SelectToolsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{21}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SelectToolsResponse) GetTools() []*SelectedTool {
@@ -1650,7 +1942,7 @@ var File_hermes_tools_v1_tools_proto protoreflect.FileDescriptor
 
 const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"\n" +
-	"\x1bhermes/tools/v1/tools.proto\x12\x0fhermes.tools.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9a\x05\n" +
+	"\x1bhermes/tools/v1/tools.proto\x12\x0fhermes.tools.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xde\x05\n" +
 	"\bToolSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12!\n" +
@@ -1668,13 +1960,25 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	" \x01(\v2\x1c.hermes.tools.v1.MCPExecutorH\x00R\x03mcp\x12<\n" +
 	"\abuiltin\x18\v \x01(\v2 .hermes.tools.v1.BuiltinExecutorH\x00R\abuiltin\x12=\n" +
 	"\x06labels\x18\f \x03(\v2%.hermes.tools.v1.ToolSpec.LabelsEntryR\x06labels\x12B\n" +
-	"\x0fattempt_timeout\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0eattemptTimeout\x1a9\n" +
+	"\x0fattempt_timeout\x18\r \x01(\v2\x19.google.protobuf.DurationR\x0eattemptTimeout\x12B\n" +
+	"\vannotations\x18( \x01(\v2 .hermes.tools.v1.ToolAnnotationsR\vannotations\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
 	"\n" +
 	"\bexecutorB\x0e\n" +
-	"\f_max_retries\"\xe6\x01\n" +
+	"\f_max_retries\"\xbc\x02\n" +
+	"\x0fToolAnnotations\x12\x19\n" +
+	"\x05title\x18\x01 \x01(\tH\x00R\x05title\x88\x01\x01\x12)\n" +
+	"\x0eread_only_hint\x18\x02 \x01(\bH\x01R\freadOnlyHint\x88\x01\x01\x12.\n" +
+	"\x10destructive_hint\x18\x03 \x01(\bH\x02R\x0fdestructiveHint\x88\x01\x01\x12,\n" +
+	"\x0fidempotent_hint\x18\x04 \x01(\bH\x03R\x0eidempotentHint\x88\x01\x01\x12+\n" +
+	"\x0fopen_world_hint\x18\x05 \x01(\bH\x04R\ropenWorldHint\x88\x01\x01B\b\n" +
+	"\x06_titleB\x11\n" +
+	"\x0f_read_only_hintB\x13\n" +
+	"\x11_destructive_hintB\x12\n" +
+	"\x10_idempotent_hintB\x12\n" +
+	"\x10_open_world_hint\"\xe6\x01\n" +
 	"\fHTTPExecutor\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12D\n" +
 	"\aheaders\x18\x02 \x03(\v2*.hermes.tools.v1.HTTPExecutor.HeadersEntryR\aheaders\x12\x1d\n" +
@@ -1729,7 +2033,17 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"\auser_id\x18\x05 \x01(\tR\x06userId\x12'\n" +
 	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\"J\n" +
 	"\x13ExecuteToolResponse\x123\n" +
-	"\x06result\x18\x01 \x01(\v2\x1b.hermes.tools.v1.ToolResultR\x06result\"\x91\x01\n" +
+	"\x06result\x18\x01 \x01(\v2\x1b.hermes.tools.v1.ToolResultR\x06result\"Y\n" +
+	"\x18ExecuteToolStreamRequest\x12=\n" +
+	"\arequest\x18\x01 \x01(\v2#.hermes.tools.v1.ExecuteToolRequestR\arequest\"\xa5\x01\n" +
+	"\x19ExecuteToolStreamResponse\x12;\n" +
+	"\bprogress\x18\x01 \x01(\v2\x1d.hermes.tools.v1.ToolProgressH\x00R\bprogress\x12B\n" +
+	"\bresponse\x18\x02 \x01(\v2$.hermes.tools.v1.ExecuteToolResponseH\x00R\bresponseB\a\n" +
+	"\x05event\"Z\n" +
+	"\fToolProgress\x12\x1a\n" +
+	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x91\x01\n" +
 	"\tToolError\x12.\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1a.hermes.tools.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12:\n" +
@@ -1781,14 +2095,15 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"\x15ERROR_CODE_VALIDATION\x10\x03\x12\x16\n" +
 	"\x12ERROR_CODE_TIMEOUT\x10\x04\x12\x18\n" +
 	"\x14ERROR_CODE_EXECUTION\x10\x05\x12\x1a\n" +
-	"\x16ERROR_CODE_UNAVAILABLE\x10\x062\xa3\x04\n" +
+	"\x16ERROR_CODE_UNAVAILABLE\x10\x062\x91\x05\n" +
 	"\vToolService\x12[\n" +
 	"\fRegisterTool\x12$.hermes.tools.v1.RegisterToolRequest\x1a%.hermes.tools.v1.RegisterToolResponse\x12a\n" +
 	"\x0eUnregisterTool\x12&.hermes.tools.v1.UnregisterToolRequest\x1a'.hermes.tools.v1.UnregisterToolResponse\x12L\n" +
 	"\aGetTool\x12\x1f.hermes.tools.v1.GetToolRequest\x1a .hermes.tools.v1.GetToolResponse\x12R\n" +
 	"\tListTools\x12!.hermes.tools.v1.ListToolsRequest\x1a\".hermes.tools.v1.ListToolsResponse\x12X\n" +
 	"\vExecuteTool\x12#.hermes.tools.v1.ExecuteToolRequest\x1a$.hermes.tools.v1.ExecuteToolResponse\x12X\n" +
-	"\vSelectTools\x12#.hermes.tools.v1.SelectToolsRequest\x1a$.hermes.tools.v1.SelectToolsResponseB>Z<github.com/hermes-agent/hermes/proto/hermes/tools/v1;toolsv1b\x06proto3"
+	"\vSelectTools\x12#.hermes.tools.v1.SelectToolsRequest\x1a$.hermes.tools.v1.SelectToolsResponse\x12l\n" +
+	"\x11ExecuteToolStream\x12).hermes.tools.v1.ExecuteToolStreamRequest\x1a*.hermes.tools.v1.ExecuteToolStreamResponse0\x01B>Z<github.com/hermes-agent/hermes/proto/hermes/tools/v1;toolsv1b\x06proto3"
 
 var (
 	file_hermes_tools_v1_tools_proto_rawDescOnce sync.Once
@@ -1803,76 +2118,86 @@ func file_hermes_tools_v1_tools_proto_rawDescGZIP() []byte {
 }
 
 var file_hermes_tools_v1_tools_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hermes_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_hermes_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_hermes_tools_v1_tools_proto_goTypes = []any{
-	(ErrorCode)(0),                 // 0: hermes.tools.v1.ErrorCode
-	(*ToolSpec)(nil),               // 1: hermes.tools.v1.ToolSpec
-	(*HTTPExecutor)(nil),           // 2: hermes.tools.v1.HTTPExecutor
-	(*MCPExecutor)(nil),            // 3: hermes.tools.v1.MCPExecutor
-	(*BuiltinExecutor)(nil),        // 4: hermes.tools.v1.BuiltinExecutor
-	(*Tool)(nil),                   // 5: hermes.tools.v1.Tool
-	(*RegisterToolRequest)(nil),    // 6: hermes.tools.v1.RegisterToolRequest
-	(*RegisterToolResponse)(nil),   // 7: hermes.tools.v1.RegisterToolResponse
-	(*UnregisterToolRequest)(nil),  // 8: hermes.tools.v1.UnregisterToolRequest
-	(*UnregisterToolResponse)(nil), // 9: hermes.tools.v1.UnregisterToolResponse
-	(*GetToolRequest)(nil),         // 10: hermes.tools.v1.GetToolRequest
-	(*GetToolResponse)(nil),        // 11: hermes.tools.v1.GetToolResponse
-	(*ListToolsRequest)(nil),       // 12: hermes.tools.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),      // 13: hermes.tools.v1.ListToolsResponse
-	(*ExecuteToolRequest)(nil),     // 14: hermes.tools.v1.ExecuteToolRequest
-	(*ExecuteToolResponse)(nil),    // 15: hermes.tools.v1.ExecuteToolResponse
-	(*ToolError)(nil),              // 16: hermes.tools.v1.ToolError
-	(*Violation)(nil),              // 17: hermes.tools.v1.Violation
-	(*Coercion)(nil),               // 18: hermes.tools.v1.Coercion
-	(*ToolResult)(nil),             // 19: hermes.tools.v1.ToolResult
-	(*SelectToolsRequest)(nil),     // 20: hermes.tools.v1.SelectToolsRequest
-	(*SelectedTool)(nil),           // 21: hermes.tools.v1.SelectedTool
-	(*SelectToolsResponse)(nil),    // 22: hermes.tools.v1.SelectToolsResponse
-	nil,                            // 23: hermes.tools.v1.ToolSpec.LabelsEntry
-	nil,                            // 24: hermes.tools.v1.HTTPExecutor.HeadersEntry
-	(*durationpb.Duration)(nil),    // 25: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
+	(ErrorCode)(0),                    // 0: hermes.tools.v1.ErrorCode
+	(*ToolSpec)(nil),                  // 1: hermes.tools.v1.ToolSpec
+	(*ToolAnnotations)(nil),           // 2: hermes.tools.v1.ToolAnnotations
+	(*HTTPExecutor)(nil),              // 3: hermes.tools.v1.HTTPExecutor
+	(*MCPExecutor)(nil),               // 4: hermes.tools.v1.MCPExecutor
+	(*BuiltinExecutor)(nil),           // 5: hermes.tools.v1.BuiltinExecutor
+	(*Tool)(nil),                      // 6: hermes.tools.v1.Tool
+	(*RegisterToolRequest)(nil),       // 7: hermes.tools.v1.RegisterToolRequest
+	(*RegisterToolResponse)(nil),      // 8: hermes.tools.v1.RegisterToolResponse
+	(*UnregisterToolRequest)(nil),     // 9: hermes.tools.v1.UnregisterToolRequest
+	(*UnregisterToolResponse)(nil),    // 10: hermes.tools.v1.UnregisterToolResponse
+	(*GetToolRequest)(nil),            // 11: hermes.tools.v1.GetToolRequest
+	(*GetToolResponse)(nil),           // 12: hermes.tools.v1.GetToolResponse
+	(*ListToolsRequest)(nil),          // 13: hermes.tools.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),         // 14: hermes.tools.v1.ListToolsResponse
+	(*ExecuteToolRequest)(nil),        // 15: hermes.tools.v1.ExecuteToolRequest
+	(*ExecuteToolResponse)(nil),       // 16: hermes.tools.v1.ExecuteToolResponse
+	(*ExecuteToolStreamRequest)(nil),  // 17: hermes.tools.v1.ExecuteToolStreamRequest
+	(*ExecuteToolStreamResponse)(nil), // 18: hermes.tools.v1.ExecuteToolStreamResponse
+	(*ToolProgress)(nil),              // 19: hermes.tools.v1.ToolProgress
+	(*ToolError)(nil),                 // 20: hermes.tools.v1.ToolError
+	(*Violation)(nil),                 // 21: hermes.tools.v1.Violation
+	(*Coercion)(nil),                  // 22: hermes.tools.v1.Coercion
+	(*ToolResult)(nil),                // 23: hermes.tools.v1.ToolResult
+	(*SelectToolsRequest)(nil),        // 24: hermes.tools.v1.SelectToolsRequest
+	(*SelectedTool)(nil),              // 25: hermes.tools.v1.SelectedTool
+	(*SelectToolsResponse)(nil),       // 26: hermes.tools.v1.SelectToolsResponse
+	nil,                               // 27: hermes.tools.v1.ToolSpec.LabelsEntry
+	nil,                               // 28: hermes.tools.v1.HTTPExecutor.HeadersEntry
+	(*durationpb.Duration)(nil),       // 29: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 30: google.protobuf.Timestamp
 }
 var file_hermes_tools_v1_tools_proto_depIdxs = []int32{
-	25, // 0: hermes.tools.v1.ToolSpec.timeout:type_name -> google.protobuf.Duration
-	2,  // 1: hermes.tools.v1.ToolSpec.http:type_name -> hermes.tools.v1.HTTPExecutor
-	3,  // 2: hermes.tools.v1.ToolSpec.mcp:type_name -> hermes.tools.v1.MCPExecutor
-	4,  // 3: hermes.tools.v1.ToolSpec.builtin:type_name -> hermes.tools.v1.BuiltinExecutor
-	23, // 4: hermes.tools.v1.ToolSpec.labels:type_name -> hermes.tools.v1.ToolSpec.LabelsEntry
-	25, // 5: hermes.tools.v1.ToolSpec.attempt_timeout:type_name -> google.protobuf.Duration
-	24, // 6: hermes.tools.v1.HTTPExecutor.headers:type_name -> hermes.tools.v1.HTTPExecutor.HeadersEntry
-	1,  // 7: hermes.tools.v1.Tool.spec:type_name -> hermes.tools.v1.ToolSpec
-	26, // 8: hermes.tools.v1.Tool.created_at:type_name -> google.protobuf.Timestamp
-	26, // 9: hermes.tools.v1.Tool.updated_at:type_name -> google.protobuf.Timestamp
-	1,  // 10: hermes.tools.v1.RegisterToolRequest.spec:type_name -> hermes.tools.v1.ToolSpec
-	5,  // 11: hermes.tools.v1.RegisterToolResponse.tool:type_name -> hermes.tools.v1.Tool
-	5,  // 12: hermes.tools.v1.GetToolResponse.tool:type_name -> hermes.tools.v1.Tool
-	5,  // 13: hermes.tools.v1.ListToolsResponse.tools:type_name -> hermes.tools.v1.Tool
-	19, // 14: hermes.tools.v1.ExecuteToolResponse.result:type_name -> hermes.tools.v1.ToolResult
-	0,  // 15: hermes.tools.v1.ToolError.code:type_name -> hermes.tools.v1.ErrorCode
-	17, // 16: hermes.tools.v1.ToolError.violations:type_name -> hermes.tools.v1.Violation
-	16, // 17: hermes.tools.v1.ToolResult.error:type_name -> hermes.tools.v1.ToolError
-	25, // 18: hermes.tools.v1.ToolResult.duration:type_name -> google.protobuf.Duration
-	18, // 19: hermes.tools.v1.ToolResult.coercions:type_name -> hermes.tools.v1.Coercion
-	5,  // 20: hermes.tools.v1.SelectedTool.tool:type_name -> hermes.tools.v1.Tool
-	21, // 21: hermes.tools.v1.SelectToolsResponse.tools:type_name -> hermes.tools.v1.SelectedTool
-	6,  // 22: hermes.tools.v1.ToolService.RegisterTool:input_type -> hermes.tools.v1.RegisterToolRequest
-	8,  // 23: hermes.tools.v1.ToolService.UnregisterTool:input_type -> hermes.tools.v1.UnregisterToolRequest
-	10, // 24: hermes.tools.v1.ToolService.GetTool:input_type -> hermes.tools.v1.GetToolRequest
-	12, // 25: hermes.tools.v1.ToolService.ListTools:input_type -> hermes.tools.v1.ListToolsRequest
-	14, // 26: hermes.tools.v1.ToolService.ExecuteTool:input_type -> hermes.tools.v1.ExecuteToolRequest
-	20, // 27: hermes.tools.v1.ToolService.SelectTools:input_type -> hermes.tools.v1.SelectToolsRequest
-	7,  // 28: hermes.tools.v1.ToolService.RegisterTool:output_type -> hermes.tools.v1.RegisterToolResponse
-	9,  // 29: hermes.tools.v1.ToolService.UnregisterTool:output_type -> hermes.tools.v1.UnregisterToolResponse
-	11, // 30: hermes.tools.v1.ToolService.GetTool:output_type -> hermes.tools.v1.GetToolResponse
-	13, // 31: hermes.tools.v1.ToolService.ListTools:output_type -> hermes.tools.v1.ListToolsResponse
-	15, // 32: hermes.tools.v1.ToolService.ExecuteTool:output_type -> hermes.tools.v1.ExecuteToolResponse
-	22, // 33: hermes.tools.v1.ToolService.SelectTools:output_type -> hermes.tools.v1.SelectToolsResponse
-	28, // [28:34] is the sub-list for method output_type
-	22, // [22:28] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	29, // 0: hermes.tools.v1.ToolSpec.timeout:type_name -> google.protobuf.Duration
+	3,  // 1: hermes.tools.v1.ToolSpec.http:type_name -> hermes.tools.v1.HTTPExecutor
+	4,  // 2: hermes.tools.v1.ToolSpec.mcp:type_name -> hermes.tools.v1.MCPExecutor
+	5,  // 3: hermes.tools.v1.ToolSpec.builtin:type_name -> hermes.tools.v1.BuiltinExecutor
+	27, // 4: hermes.tools.v1.ToolSpec.labels:type_name -> hermes.tools.v1.ToolSpec.LabelsEntry
+	29, // 5: hermes.tools.v1.ToolSpec.attempt_timeout:type_name -> google.protobuf.Duration
+	2,  // 6: hermes.tools.v1.ToolSpec.annotations:type_name -> hermes.tools.v1.ToolAnnotations
+	28, // 7: hermes.tools.v1.HTTPExecutor.headers:type_name -> hermes.tools.v1.HTTPExecutor.HeadersEntry
+	1,  // 8: hermes.tools.v1.Tool.spec:type_name -> hermes.tools.v1.ToolSpec
+	30, // 9: hermes.tools.v1.Tool.created_at:type_name -> google.protobuf.Timestamp
+	30, // 10: hermes.tools.v1.Tool.updated_at:type_name -> google.protobuf.Timestamp
+	1,  // 11: hermes.tools.v1.RegisterToolRequest.spec:type_name -> hermes.tools.v1.ToolSpec
+	6,  // 12: hermes.tools.v1.RegisterToolResponse.tool:type_name -> hermes.tools.v1.Tool
+	6,  // 13: hermes.tools.v1.GetToolResponse.tool:type_name -> hermes.tools.v1.Tool
+	6,  // 14: hermes.tools.v1.ListToolsResponse.tools:type_name -> hermes.tools.v1.Tool
+	23, // 15: hermes.tools.v1.ExecuteToolResponse.result:type_name -> hermes.tools.v1.ToolResult
+	15, // 16: hermes.tools.v1.ExecuteToolStreamRequest.request:type_name -> hermes.tools.v1.ExecuteToolRequest
+	19, // 17: hermes.tools.v1.ExecuteToolStreamResponse.progress:type_name -> hermes.tools.v1.ToolProgress
+	16, // 18: hermes.tools.v1.ExecuteToolStreamResponse.response:type_name -> hermes.tools.v1.ExecuteToolResponse
+	0,  // 19: hermes.tools.v1.ToolError.code:type_name -> hermes.tools.v1.ErrorCode
+	21, // 20: hermes.tools.v1.ToolError.violations:type_name -> hermes.tools.v1.Violation
+	20, // 21: hermes.tools.v1.ToolResult.error:type_name -> hermes.tools.v1.ToolError
+	29, // 22: hermes.tools.v1.ToolResult.duration:type_name -> google.protobuf.Duration
+	22, // 23: hermes.tools.v1.ToolResult.coercions:type_name -> hermes.tools.v1.Coercion
+	6,  // 24: hermes.tools.v1.SelectedTool.tool:type_name -> hermes.tools.v1.Tool
+	25, // 25: hermes.tools.v1.SelectToolsResponse.tools:type_name -> hermes.tools.v1.SelectedTool
+	7,  // 26: hermes.tools.v1.ToolService.RegisterTool:input_type -> hermes.tools.v1.RegisterToolRequest
+	9,  // 27: hermes.tools.v1.ToolService.UnregisterTool:input_type -> hermes.tools.v1.UnregisterToolRequest
+	11, // 28: hermes.tools.v1.ToolService.GetTool:input_type -> hermes.tools.v1.GetToolRequest
+	13, // 29: hermes.tools.v1.ToolService.ListTools:input_type -> hermes.tools.v1.ListToolsRequest
+	15, // 30: hermes.tools.v1.ToolService.ExecuteTool:input_type -> hermes.tools.v1.ExecuteToolRequest
+	24, // 31: hermes.tools.v1.ToolService.SelectTools:input_type -> hermes.tools.v1.SelectToolsRequest
+	17, // 32: hermes.tools.v1.ToolService.ExecuteToolStream:input_type -> hermes.tools.v1.ExecuteToolStreamRequest
+	8,  // 33: hermes.tools.v1.ToolService.RegisterTool:output_type -> hermes.tools.v1.RegisterToolResponse
+	10, // 34: hermes.tools.v1.ToolService.UnregisterTool:output_type -> hermes.tools.v1.UnregisterToolResponse
+	12, // 35: hermes.tools.v1.ToolService.GetTool:output_type -> hermes.tools.v1.GetToolResponse
+	14, // 36: hermes.tools.v1.ToolService.ListTools:output_type -> hermes.tools.v1.ListToolsResponse
+	16, // 37: hermes.tools.v1.ToolService.ExecuteTool:output_type -> hermes.tools.v1.ExecuteToolResponse
+	26, // 38: hermes.tools.v1.ToolService.SelectTools:output_type -> hermes.tools.v1.SelectToolsResponse
+	18, // 39: hermes.tools.v1.ToolService.ExecuteToolStream:output_type -> hermes.tools.v1.ExecuteToolStreamResponse
+	33, // [33:40] is the sub-list for method output_type
+	26, // [26:33] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_hermes_tools_v1_tools_proto_init() }
@@ -1885,13 +2210,18 @@ func file_hermes_tools_v1_tools_proto_init() {
 		(*ToolSpec_Mcp)(nil),
 		(*ToolSpec_Builtin)(nil),
 	}
+	file_hermes_tools_v1_tools_proto_msgTypes[1].OneofWrappers = []any{}
+	file_hermes_tools_v1_tools_proto_msgTypes[17].OneofWrappers = []any{
+		(*ExecuteToolStreamResponse_Progress)(nil),
+		(*ExecuteToolStreamResponse_Response)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hermes_tools_v1_tools_proto_rawDesc), len(file_hermes_tools_v1_tools_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
