@@ -273,6 +273,7 @@ func (c *serverConn) snapshot() *pb.Server {
 		Pid:             int32(c.pidLocked()),
 		SkippedTools:    slices.Clone(c.skipped),
 		Warnings:        slices.Clone(c.warnings),
+		Instructions:    CleanText(c.instructions, "text/plain", CleanOptions{MaxBytes: 8192, CompactJSONOver: -1}).Text,
 	}
 	if s.LastError == "" && c.state == pb.ServerState_SERVER_STATE_READY {
 		s.LastError = c.regErr

@@ -73,6 +73,9 @@ func sideParams(sess *mcp.ClientSession, params any) (any, error) {
 		meta = map[string]any{}
 	}
 	meta[mcp.MetaKeyProtocolVersion] = init.ProtocolVersion
+	if _, ok := meta[mcp.MetaKeyClientCapabilities]; !ok {
+		meta[mcp.MetaKeyClientCapabilities] = map[string]any{}
+	}
 	m["_meta"] = meta
 	return m, nil
 }
