@@ -46,7 +46,7 @@ func gwCall(t *testing.T, g *Gateway, server, tool, args string) *pb.CallToolRes
 func TestHelperServerDefects(t *testing.T) {
 	g := New(Options{Config: testConfig(), Logger: testLogger(t)})
 	defer g.Close()
-	srv := gwReady(t, g, helperStdio(t, "helper", map[string]string{"HERMES_HELPER_BANNER": "1", "HERMES_HELPER_APPEND": filepath.Join(t.TempDir(), "journal")}))
+	srv := gwReady(t, g, HelperStdio(t, "helper", map[string]string{"HERMES_HELPER_BANNER": "1", "HERMES_HELPER_APPEND": filepath.Join(t.TempDir(), "journal")}))
 	if srv.GetInstructions() != "Use append_line to add lines to the journal." {
 		t.Errorf("instructions = %q", srv.GetInstructions())
 	}

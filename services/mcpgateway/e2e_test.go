@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -397,4 +398,49 @@ func TestMicroservices(t *testing.T) {
 		t.Errorf("ExecuteTool across services = %v", r)
 	}
 	testenv.WaitFor(t, 10*time.Second, "last_error to clear", func() bool { return gw.server(t, "everything").GetLastError() == "" })
+}
+
+// TestAppendOnce is defect 1: a tool that appends a line, whose server dies during the call,
+// appends once whatever the retry settings, over stdio and Streamable HTTP alike, and the result
+// says it may have run. A tool the server declares idempotent is retried and succeeds once the
+// server is back.
+func TestAppendOnce(t *testing.T) {
+	h := startHermes(t, t.TempDir(), "--tools.retry-backoff=2s", "--tools.retry-max-backoff=2s")
+	lines := func(path string) int {
+		data, _ := os.ReadFile(path)
+		return strings.Count(string(data), "\n")
+	}
+	ctx := context.Background()
+	for _, transport := range []string{"stdio", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			journal := filepath.Join(t.TempDir(), "journal")
+			env := map[string]string{"HERMES_HELPER_APPEND": journal}
+			var spec *pb.ServerSpec
+			if transport == "stdio" {
+				spec = mcpgateway.HelperStdio(t, "once"+transport, env)
+			} else {
+				spec = &pb.ServerSpec{Name: "once" + transport, Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: mcpgateway.StartHelperHTTP(t, env)}}}
+			}
+			h.addReady(t, spec)
+			defer func() { _, _ = h.gw.RemoveServer(ctx, &pb.RemoveServerRequest{Name: spec.Name}) }()
+			tl := h.toolSet(t)[spec.Name+"_append_line"]
+			if a := tl.GetSpec().GetAnnotations(); !a.GetDestructiveHint() || a.GetIdempotentHint() || tl.GetSpec().GetIdempotent() {
+				t.Fatalf("append_line in the tool service: annotations %v, idempotent %v", a, tl.GetSpec().GetIdempotent())
+			}
+			r := h.execute(t, spec.Name+"_append_line", `{"line": "once"}`)
+			if r.GetSuccess() || !r.GetMayHaveRun() || r.GetAttempts() != 1 {
+				t.Errorf("append_line: success %v may_have_run %v attempts %d (%s)", r.GetSuccess(), r.GetMayHaveRun(), r.GetAttempts(), r.GetError().GetMessage())
+			}
+			if n := lines(journal); n != 1 {
+				t.Errorf("the journal has %d lines, want 1", n)
+			}
+			if transport == "http" {
+				return // nobody restarts the HTTP server; the retry of an idempotent tool is shown over stdio
+			}
+			r = h.execute(t, spec.Name+"_append_idempotent", `{"line": "again"}`)
+			if !r.GetSuccess() || r.GetAttempts() != 2 {
+				t.Errorf("append_idempotent: success %v attempts %d (%s)", r.GetSuccess(), r.GetAttempts(), r.GetError().GetMessage())
+			}
+		})
+	}
 }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -126,8 +129,8 @@ func helperServer() *mcp.Server {
 	return s
 }
 
-// helperStdio is the spec of the helper server over stdio.
-func helperStdio(t testing.TB, name string, env map[string]string) *pb.ServerSpec {
+// HelperStdio is the spec of the helper server over stdio.
+func HelperStdio(t testing.TB, name string, env map[string]string) *pb.ServerSpec {
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -139,4 +142,44 @@ func helperStdio(t testing.TB, name string, env map[string]string) *pb.ServerSpe
 	return &pb.ServerSpec{Name: name, Transport: &pb.ServerSpec_Stdio{Stdio: &pb.StdioTransport{
 		Command: self, Args: []string{"-test.run=^TestHelperMCPServer$", "-test.count=1"}, Env: e,
 	}}}
+}
+
+// StartHelperHTTP runs the helper server over Streamable HTTP on a free loopback port and
+// returns its URL once it accepts connections; the process is killed at the end of the test.
+func StartHelperHTTP(t testing.TB, env map[string]string) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	cmd := exec.Command(self, "-test.run=^TestHelperMCPServer$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "HERMES_HELPER_MCP=http:"+strconv.Itoa(port))
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+			_ = c.Close()
+			return "http://" + addr + "/mcp"
+		}
+		select {
+		case <-done:
+			t.Fatal("the helper HTTP server exited at start")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Fatal("the helper HTTP server did not start listening")
+	return ""
 }

@@ -60,7 +60,6 @@ type fileServer struct {
 		Scopes          []string `json:"scopes"`
 		AuthMethod      string   `json:"authMethod"`
 	} `json:"oauth"`
-	InstructionsInPrompt bool `json:"instructionsInPrompt"`
 }
 
 // badEntry is an entry of the servers file that cannot be used, and why.
@@ -231,13 +230,12 @@ func stripJSONC(data []byte) []byte {
 func (fs fileServer) spec(name string, getenv func(string) string) (*pb.ServerSpec, error) {
 	x := func(s string) string { return expandEnv(s, getenv) }
 	spec := &pb.ServerSpec{
-		Name:                 name,
-		Prefix:               fs.Prefix,
-		Include:              fs.Include,
-		Exclude:              fs.Exclude,
-		ProtocolVersion:      fs.ProtocolVersion,
-		Groups:               fs.Groups,
-		InstructionsInPrompt: fs.InstructionsInPrompt,
+		Name:            name,
+		Prefix:          fs.Prefix,
+		Include:         fs.Include,
+		Exclude:         fs.Exclude,
+		ProtocolVersion: fs.ProtocolVersion,
+		Groups:          fs.Groups,
 	}
 	for _, r := range fs.Roots {
 		spec.Roots = append(spec.Roots, &pb.Root{Uri: expandEnv(r.URI, getenv), Name: r.Name})

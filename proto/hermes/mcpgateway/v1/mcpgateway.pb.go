@@ -114,12 +114,9 @@ type ServerSpec struct {
 	Sampling *SamplingPolicy `protobuf:"bytes,10,opt,name=sampling,proto3" json:"sampling,omitempty"`
 	// The roots (file:// URIs) the server is told it may work in; empty declares no roots
 	// capability.
-	Roots []*Root `protobuf:"bytes,11,rep,name=roots,proto3" json:"roots,omitempty"`
-	// Add the server's instructions (from its initialize result) to the system prompt of turns
-	// that use its tools.
-	InstructionsInPrompt bool `protobuf:"varint,12,opt,name=instructions_in_prompt,json=instructionsInPrompt,proto3" json:"instructions_in_prompt,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	Roots         []*Root `protobuf:"bytes,11,rep,name=roots,proto3" json:"roots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ServerSpec) Reset() {
@@ -238,13 +235,6 @@ func (x *ServerSpec) GetRoots() []*Root {
 		return x.Roots
 	}
 	return nil
-}
-
-func (x *ServerSpec) GetInstructionsInPrompt() bool {
-	if x != nil {
-		return x.InstructionsInPrompt
-	}
-	return false
 }
 
 type isServerSpec_Transport interface {
@@ -3088,7 +3078,7 @@ var File_hermes_mcpgateway_v1_mcpgateway_proto protoreflect.FileDescriptor
 
 const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\n" +
-	"%hermes/mcpgateway/v1/mcpgateway.proto\x12\x14hermes.mcpgateway.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9d\x04\n" +
+	"%hermes/mcpgateway/v1/mcpgateway.proto\x12\x14hermes.mcpgateway.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe7\x03\n" +
 	"\n" +
 	"ServerSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
@@ -3102,8 +3092,7 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x06groups\x18\t \x03(\tR\x06groups\x12@\n" +
 	"\bsampling\x18\n" +
 	" \x01(\v2$.hermes.mcpgateway.v1.SamplingPolicyR\bsampling\x120\n" +
-	"\x05roots\x18\v \x03(\v2\x1a.hermes.mcpgateway.v1.RootR\x05roots\x124\n" +
-	"\x16instructions_in_prompt\x18\f \x01(\bR\x14instructionsInPromptB\v\n" +
+	"\x05roots\x18\v \x03(\v2\x1a.hermes.mcpgateway.v1.RootR\x05rootsB\v\n" +
 	"\ttransport\"d\n" +
 	"\x0eSamplingPolicy\x12\x14\n" +
 	"\x05allow\x18\x01 \x01(\bR\x05allow\x12\x1d\n" +
