@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"time"
 
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -103,14 +104,27 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 	defer done()
 	var res *mcp.CallToolResult
 	var err error
-	if e.taskSupport == "required" {
-		res, err = g.callTask(cctx, l, e, args, token, onProgress)
-	} else {
-		params := &mcp.CallToolParams{Name: e.original, Arguments: args}
-		if token != "" {
-			params.SetProgressToken(token)
+	for try := 0; ; try++ {
+		if e.taskSupport == "required" {
+			res, err = g.callTask(cctx, l, e, args, token, onProgress)
+		} else {
+			params := &mcp.CallToolParams{Name: e.original, Arguments: args}
+			if token != "" {
+				params.SetProgressToken(token)
+			}
+			res, err = l.sess.CallTool(cctx, params)
 		}
-		res, err = l.sess.CallTool(cctx, params)
+		if err == nil || try > 0 || !notSent(err) || cctx.Err() != nil {
+			break
+		}
+		// The request never reached the tool (an HTTP server restarted and forgot the session,
+		// or refuses connections while it restarts): once a new session is up, send it again.
+		c.requestProbe()
+		next, _ := c.waitNewSession(cctx, min(g.cfg.ReadyWait, time.Until(deadlineOf(cctx))/2), l)
+		if next == nil {
+			break
+		}
+		l = next
 	}
 	if err == nil {
 		return normalizeResult(res, e.outSchema, g.cfg.cleanOptions()), nil
@@ -133,9 +147,27 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 		return r, nil
 	}
 	c.requestProbe()
+	if notSent(err) {
+		return failed(codeUnavailable, fmt.Sprintf("MCP server %q could not be reached (%s); the tool did not run; it is reconnected automatically, try again shortly", c.spec.Name, abbreviate(err.Error(), 500))), nil
+	}
 	r := failed(codeUnavailable, fmt.Sprintf("the connection to MCP server %q broke during the call (%s); the tool may have run", c.spec.Name, abbreviate(err.Error(), 500)))
 	r.MayHaveRun = true
 	return r, nil
+}
+
+// notSent reports whether a failed request certainly never reached the server: the HTTP
+// server no longer knows the session (it answers 404 before reading the request), or it
+// refused the connection. The SDK does not wrap the dial error, so that one is recognised by
+// its text.
+func notSent(err error) bool {
+	return errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, syscall.ECONNREFUSED) || strings.Contains(err.Error(), "connection refused")
+}
+
+func deadlineOf(ctx context.Context) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
+	}
+	return time.Now().Add(time.Hour)
 }
 
 func failed(code, msg string) *pb.CallToolResponse {

@@ -155,8 +155,13 @@ func (c *serverConn) ready() (*live, string) {
 // waitReady returns the live session, waiting up to wait for a server that is connecting or
 // failed (which it asks to reconnect at once) to become ready.
 func (c *serverConn) waitReady(ctx context.Context, wait time.Duration) (*live, string) {
+	return c.waitNewSession(ctx, wait, nil)
+}
+
+// waitNewSession is waitReady for a session other than old, which was found broken.
+func (c *serverConn) waitNewSession(ctx context.Context, wait time.Duration, old *live) (*live, string) {
 	l, why := c.ready()
-	if l != nil || wait <= 0 {
+	if (l != nil && l != old) || wait <= 0 {
 		return l, why
 	}
 	c.requestKick()
@@ -166,7 +171,7 @@ func (c *serverConn) waitReady(ctx context.Context, wait time.Duration) (*live, 
 		c.mu.Lock()
 		changed := c.changed
 		c.mu.Unlock()
-		if l, why = c.ready(); l != nil {
+		if l, why = c.ready(); l != nil && l != old {
 			return l, ""
 		}
 		select {

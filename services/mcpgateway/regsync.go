@@ -73,6 +73,20 @@ func (c *serverConn) syncRegistry(ctx context.Context) error {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	// Names this server has not registered yet may belong to another source: one listing of the
+	// tool service answers that for all of them (a GetTool per name would log an expected
+	// NotFound for each).
+	var others map[string]string
+	for _, name := range names {
+		if _, known := registered[name]; !known {
+			all, err := reg.BySource(ctx, "")
+			if err != nil {
+				return c.setRegErr(err)
+			}
+			others = all
+			break
+		}
+	}
 	for _, name := range names {
 		e := desired[name]
 		prev, known := registered[name]
@@ -80,12 +94,7 @@ func (c *serverConn) syncRegistry(ctx context.Context) error {
 			continue
 		}
 		if !known {
-			src, found, err := reg.Source(ctx, name)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			if found && src != c.source {
+			if src, found := others[name]; found && src != c.source {
 				c.drop(e, fmt.Sprintf("the tool service already has a tool %s from %s", name, src))
 				continue
 			}
