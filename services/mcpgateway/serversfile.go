@@ -161,70 +161,72 @@ func parseServerEntries(data []byte, getenv func(string) string) ([]*pb.ServerSp
 }
 
 // stripJSONC removes // and /* */ comments and trailing commas outside strings, so that a
-// JSONC file (VS Code's mcp.json, Zed's settings) parses as JSON. Offsets in JSON errors stay
-// close: comments become spaces.
+// JSONC file (VS Code's mcp.json, Zed's settings) parses as JSON. Removed bytes become spaces
+// (newlines stay), so offsets in JSON errors still point at the right place.
 func stripJSONC(data []byte) []byte {
 	if !bytes.Contains(data, []byte("/")) && !bytes.Contains(data, []byte(",")) {
 		return data
 	}
-	out := make([]byte, 0, len(data))
-	inString, escaped := false, false
-	for i := 0; i < len(data); i++ {
-		ch := data[i]
-		if inString {
-			out = append(out, ch)
-			switch {
-			case escaped:
-				escaped = false
-			case ch == '\\':
-				escaped = true
-			case ch == '"':
-				inString = false
+	out := bytes.Clone(data)
+	blank := func(from, to int) {
+		for k := from; k < to; k++ {
+			if out[k] != '\n' {
+				out[k] = ' '
 			}
-			continue
 		}
+	}
+	// Comments first, then trailing commas, each pass skipping strings.
+	forEachOutsideStrings(out, func(i int) int {
 		switch {
-		case ch == '"':
-			inString = true
-			out = append(out, ch)
-		case ch == '/' && i+1 < len(data) && data[i+1] == '/':
-			for i < len(data) && data[i] != '\n' {
-				out = append(out, ' ')
-				i++
-			}
-			if i < len(data) {
-				out = append(out, '\n')
-			}
-		case ch == '/' && i+1 < len(data) && data[i+1] == '*':
-			end := bytes.Index(data[i+2:], []byte("*/"))
+		case out[i] == '/' && i+1 < len(out) && out[i+1] == '/':
+			end := bytes.IndexByte(out[i:], '\n')
 			if end < 0 {
-				end = len(data) - i - 2
+				end = len(out) - i
+			}
+			blank(i, i+end)
+			return i + end
+		case out[i] == '/' && i+1 < len(out) && out[i+1] == '*':
+			end := bytes.Index(out[i+2:], []byte("*/"))
+			if end < 0 {
+				end = len(out) - i - 2
 			} else {
 				end += 2
 			}
-			for _, c := range data[i : i+2+end] {
-				if c == '\n' {
-					out = append(out, '\n')
-				} else {
-					out = append(out, ' ')
-				}
-			}
-			i += 1 + end
-		case ch == ',':
+			blank(i, i+2+end)
+			return i + 2 + end
+		}
+		return i + 1
+	})
+	forEachOutsideStrings(out, func(i int) int {
+		if out[i] == ',' {
 			j := i + 1
-			for j < len(data) && (data[j] == ' ' || data[j] == '\t' || data[j] == '\n' || data[j] == '\r') {
+			for j < len(out) && (out[j] == ' ' || out[j] == '\t' || out[j] == '\n' || out[j] == '\r') {
 				j++
 			}
-			if j < len(data) && (data[j] == '}' || data[j] == ']') {
-				out = append(out, ' ')
-			} else {
-				out = append(out, ch)
+			if j < len(out) && (out[j] == '}' || out[j] == ']') {
+				out[i] = ' '
 			}
-		default:
-			out = append(out, ch)
 		}
-	}
+		return i + 1
+	})
 	return out
+}
+
+// forEachOutsideStrings calls visit with each index of data outside JSON strings; visit returns
+// the next index to look at.
+func forEachOutsideStrings(data []byte, visit func(int) int) {
+	for i := 0; i < len(data); {
+		if data[i] != '"' {
+			i = visit(i)
+			continue
+		}
+		for i++; i < len(data) && data[i] != '"'; i++ {
+			if data[i] == '\\' {
+				i++
+			}
+		}
+		i++
+	}
 }
 
 func (fs fileServer) spec(name string, getenv func(string) string) (*pb.ServerSpec, error) {
