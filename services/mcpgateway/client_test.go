@@ -3,13 +3,19 @@ package mcpgateway
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -228,3 +234,57 @@ func (s *scriptedSampler) last() model.Request {
 }
 
 var _ = json.Valid
+
+// TestOAuthClientCredentialsTokenURL: with a configured token endpoint, the gateway gets a token
+// with the client credentials grant (client_secret_post here) and sends it on every request,
+// the side channel's included.
+func TestOAuthClientCredentialsTokenURL(t *testing.T) {
+	var mu sync.Mutex
+	var tokenForms []url.Values
+	tokenSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		mu.Lock()
+		tokenForms = append(tokenForms, r.PostForm)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"access_token":"tok-1","token_type":"Bearer","expires_in":3600}`))
+	}))
+	defer tokenSrv.Close()
+	var unauthorized atomic.Int64
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return helperServer() }, nil)
+	mcpSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer tok-1" {
+			unauthorized.Add(1)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		mcpHandler.ServeHTTP(w, r)
+	}))
+	defer mcpSrv.Close()
+	getenv := func(k string) string {
+		if k == "OAUTH_SECRET" {
+			return "s3cret"
+		}
+		return os.Getenv(k)
+	}
+	g := New(Options{Config: testConfig(), Logger: testLogger(t), Getenv: getenv})
+	defer g.Close()
+	spec := httpSpec("oauth", "oauth", mcpSrv.URL)
+	spec.GetHttp().Oauth = &pb.OAuthClientCredentials{TokenUrl: tokenSrv.URL, ClientId: "hermes", ClientSecretEnv: "OAUTH_SECRET", Scopes: []string{"mcp"}, AuthMethod: "client_secret_post"}
+	gwReady(t, g, spec)
+	if r := gwCall(t, g, "oauth", "json_text", `{}`); !r.GetSuccess() {
+		t.Fatalf("json_text = %v", r)
+	}
+	if n := unauthorized.Load(); n != 0 {
+		t.Errorf("%d requests without the token", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(tokenForms) != 1 {
+		t.Fatalf("%d token requests, want 1 (the token is cached)", len(tokenForms))
+	}
+	f := tokenForms[0]
+	if f.Get("grant_type") != "client_credentials" || f.Get("client_id") != "hermes" || f.Get("client_secret") != "s3cret" || f.Get("scope") != "mcp" {
+		t.Errorf("token request form %v", f)
+	}
+}

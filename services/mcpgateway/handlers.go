@@ -60,13 +60,8 @@ func (c *serverConn) clientOptions() *mcp.ClientOptions {
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 			c.g.progress.deliver(r.Params.ProgressToken, r.Params.Progress, r.Params.Total, r.Params.Message)
 		},
-		// Nobody can answer a form while a tool runs behind the tool service: the request is
-		// declined with the reason, and the server goes on as it does when a user declines.
-		ElicitationHandler: func(ctx context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			c.g.log.Info("MCP server asked for user input (elicitation); declined: Hermes has no way to ask the user during a tool call",
-				"server", c.spec.Name, "message", abbreviate(r.Params.Message, 200))
-			c.g.progress.broadcast(c, "the server asked for user input, which was declined: "+abbreviate(CleanText(r.Params.Message, "text/plain", CleanOptions{MaxBytes: 300}).Text, 300))
-			return &mcp.ElicitResult{Action: "decline", Meta: mcp.Meta{"reason": "Hermes cannot ask the user for input during a tool call"}}, nil
+		ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return c.elicit(r.Params), nil
 		},
 		Logger: c.g.log.With("mcp_server", c.spec.Name),
 	}
@@ -77,6 +72,57 @@ func (c *serverConn) clientOptions() *mcp.ClientOptions {
 		}
 	}
 	return opts
+}
+
+// elicit answers a request for user input. Nobody can fill in a form while a tool runs behind
+// the tool service, so the request is declined with the reason (the server goes on as when a
+// user declines), unless the operator lets a form be accepted with its schema's defaults and
+// every required field has one.
+func (c *serverConn) elicit(p *mcp.ElicitParams) *mcp.ElicitResult {
+	msg := ""
+	if p != nil {
+		msg = CleanText(p.Message, "text/plain", CleanOptions{MaxBytes: 300}).Text
+	}
+	if c.spec.GetElicitation() == "defaults" && p != nil && p.Mode != "url" {
+		if content, ok := schemaDefaults(p.RequestedSchema); ok {
+			c.g.log.Info("MCP server asked for user input (elicitation); accepted with the schema's defaults", "server", c.spec.Name, "message", abbreviate(msg, 200))
+			c.g.progress.broadcast(c, "the server asked for user input, answered with its defaults: "+msg)
+			return &mcp.ElicitResult{Action: "accept", Content: content}
+		}
+	}
+	c.g.log.Info("MCP server asked for user input (elicitation); declined: Hermes cannot ask the user during a tool call", "server", c.spec.Name, "message", abbreviate(msg, 200))
+	c.g.progress.broadcast(c, "the server asked for user input, which was declined: "+msg)
+	return &mcp.ElicitResult{Action: "decline", Meta: mcp.Meta{"reason": "Hermes cannot ask the user for input during a tool call"}}
+}
+
+// schemaDefaults is the content of a form filled with its schema's defaults, when every
+// required field has one.
+func schemaDefaults(schema any) (map[string]any, bool) {
+	raw, err := json.Marshal(schema)
+	if err != nil {
+		return nil, false
+	}
+	var s struct {
+		Properties map[string]struct {
+			Default any `json:"default"`
+		} `json:"properties"`
+		Required []string `json:"required"`
+	}
+	if json.Unmarshal(raw, &s) != nil {
+		return nil, false
+	}
+	content := map[string]any{}
+	for name, prop := range s.Properties {
+		if prop.Default != nil {
+			content[name] = prop.Default
+		}
+	}
+	for _, name := range s.Required {
+		if _, ok := content[name]; !ok {
+			return nil, false
+		}
+	}
+	return content, true
 }
 
 // roots is the spec's roots for the SDK client.

@@ -187,6 +187,11 @@ func ValidateSpec(v *rpc.Violations, field string, s *pb.ServerSpec) {
 			v.Add(field+".sampling.per_minute", "must be between 0 and %d", maxSamplingRate)
 		}
 	}
+	switch s.GetElicitation() {
+	case "", "decline", "defaults":
+	default:
+		v.Add(field+".elicitation", `must be "decline" or "defaults"`)
+	}
 	if len(s.Roots) > maxRoots {
 		v.Add(field+".roots", "has %d roots; at most %d are allowed", len(s.Roots), maxRoots)
 	}
@@ -199,7 +204,7 @@ func ValidateSpec(v *rpc.Violations, field string, s *pb.ServerSpec) {
 	if o := s.GetHttp().GetOauth(); o != nil {
 		f := field + ".http.oauth"
 		u, err := url.Parse(o.GetTokenUrl())
-		if o.GetTokenUrl() == "" || len(o.GetTokenUrl()) > maxURL || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if o.GetTokenUrl() != "" && (len(o.GetTokenUrl()) > maxURL || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
 			v.Add(f+".token_url", "must be an absolute http or https URL of at most %d bytes", maxURL)
 		}
 		if o.GetClientId() == "" || len(o.GetClientId()) > maxPattern {

@@ -48,7 +48,8 @@ type fileServer struct {
 		URI  string `json:"uri"`
 		Name string `json:"name"`
 	} `json:"roots"`
-	Sampling *struct {
+	Elicitation string `json:"elicitation"`
+	Sampling    *struct {
 		Allow     bool  `json:"allow"`
 		MaxTokens int32 `json:"maxTokens"`
 		PerMinute int32 `json:"perMinute"`
@@ -239,6 +240,7 @@ func (fs fileServer) spec(name string, getenv func(string) string) (*pb.ServerSp
 		ProtocolVersion: fs.ProtocolVersion,
 		Groups:          fs.Groups,
 	}
+	spec.Elicitation = fs.Elicitation
 	for _, r := range fs.Roots {
 		spec.Roots = append(spec.Roots, &pb.Root{Uri: expandEnv(r.URI, getenv), Name: r.Name})
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -100,15 +101,19 @@ func (c *serverConn) transport() (mcp.Transport, *exec.Cmd, sideChannel, error) 
 		header.Set("Authorization", "Bearer "+tok)
 	}
 	var rt http.RoundTripper = &headerTransport{base: c.g.httpBase, header: header}
+	var handler auth.OAuthHandler
 	if o := ht.GetOauth(); o != nil {
 		var err error
-		if rt, err = c.oauthTransport(o, rt); err != nil {
+		if rt, handler, err = c.oauthClient(o, rt); err != nil {
 			return nil, nil, nil, err
 		}
 	}
 	client := &http.Client{Transport: rt}
 	side := &httpSide{client: client, url: ht.Url, notify: c.sideNotification}
-	return &mcp.StreamableClientTransport{Endpoint: ht.Url, HTTPClient: client, MaxRetries: 2}, nil, side, nil
+	if handler != nil {
+		side.client = &http.Client{Transport: &handlerTokenTransport{base: rt, h: handler}}
+	}
+	return &mcp.StreamableClientTransport{Endpoint: ht.Url, HTTPClient: client, MaxRetries: 2, OAuthHandler: handler}, nil, side, nil
 }
 
 // lookPath finds command on path (the server's PATH, which may differ from the gateway's).

@@ -114,7 +114,12 @@ type ServerSpec struct {
 	Sampling *SamplingPolicy `protobuf:"bytes,10,opt,name=sampling,proto3" json:"sampling,omitempty"`
 	// The roots (file:// URIs) the server is told it may work in; empty declares no roots
 	// capability.
-	Roots         []*Root `protobuf:"bytes,11,rep,name=roots,proto3" json:"roots,omitempty"`
+	Roots []*Root `protobuf:"bytes,11,rep,name=roots,proto3" json:"roots,omitempty"`
+	// How the server's requests for user input (MCP elicitation) are answered, since nobody can
+	// fill in a form while a tool runs behind the tool service: "" or "decline" declines them with
+	// the reason; "defaults" accepts a form whose every required field has a default, with the
+	// schema's defaults (SEP-1034), and declines the rest.
+	Elicitation   string `protobuf:"bytes,12,opt,name=elicitation,proto3" json:"elicitation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -235,6 +240,13 @@ func (x *ServerSpec) GetRoots() []*Root {
 		return x.Roots
 	}
 	return nil
+}
+
+func (x *ServerSpec) GetElicitation() string {
+	if x != nil {
+		return x.Elicitation
+	}
+	return ""
 }
 
 type isServerSpec_Transport interface {
@@ -522,10 +534,12 @@ func (x *HTTPTransport) GetOauth() *OAuthClientCredentials {
 }
 
 // OAuthClientCredentials gets an access token from a token endpoint with a client id and secret
-// (RFC 6749 section 4.4), renewed before it expires and after a 401.
+// (RFC 6749 section 4.4), renewed when it expires.
 type OAuthClientCredentials struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The token endpoint (http or https). Required.
+	// The token endpoint (http or https); empty discovers it when the server first answers 401,
+	// from its protected resource metadata (RFC 9728) and its authorization server's metadata
+	// (RFC 8414), as the MCP authorization spec describes.
 	TokenUrl string `protobuf:"bytes,1,opt,name=token_url,json=tokenUrl,proto3" json:"token_url,omitempty"`
 	// The client id. Required.
 	ClientId string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
@@ -534,7 +548,8 @@ type OAuthClientCredentials struct {
 	ClientSecretEnv string `protobuf:"bytes,3,opt,name=client_secret_env,json=clientSecretEnv,proto3" json:"client_secret_env,omitempty"`
 	// Scopes to ask for.
 	Scopes []string `protobuf:"bytes,4,rep,name=scopes,proto3" json:"scopes,omitempty"`
-	// How the client authenticates: "client_secret_basic" (the default) or "client_secret_post".
+	// How the client authenticates with a configured token_url: "client_secret_basic" (the
+	// default) or "client_secret_post"; a discovered endpoint's metadata decides.
 	AuthMethod    string `protobuf:"bytes,5,opt,name=auth_method,json=authMethod,proto3" json:"auth_method,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3078,7 +3093,7 @@ var File_hermes_mcpgateway_v1_mcpgateway_proto protoreflect.FileDescriptor
 
 const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\n" +
-	"%hermes/mcpgateway/v1/mcpgateway.proto\x12\x14hermes.mcpgateway.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe7\x03\n" +
+	"%hermes/mcpgateway/v1/mcpgateway.proto\x12\x14hermes.mcpgateway.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x89\x04\n" +
 	"\n" +
 	"ServerSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
@@ -3092,7 +3107,8 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x06groups\x18\t \x03(\tR\x06groups\x12@\n" +
 	"\bsampling\x18\n" +
 	" \x01(\v2$.hermes.mcpgateway.v1.SamplingPolicyR\bsampling\x120\n" +
-	"\x05roots\x18\v \x03(\v2\x1a.hermes.mcpgateway.v1.RootR\x05rootsB\v\n" +
+	"\x05roots\x18\v \x03(\v2\x1a.hermes.mcpgateway.v1.RootR\x05roots\x12 \n" +
+	"\velicitation\x18\f \x01(\tR\velicitationB\v\n" +
 	"\ttransport\"d\n" +
 	"\x0eSamplingPolicy\x12\x14\n" +
 	"\x05allow\x18\x01 \x01(\bR\x05allow\x12\x1d\n" +
