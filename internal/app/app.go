@@ -137,6 +137,9 @@ type App struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	conns   map[string]*grpc.ClientConn
+	// gateway is the MCP gateway when it runs in this process: the tool service calls it
+	// directly instead of over loopback gRPC.
+	gateway *mcpgateway.Gateway
 
 	serveDone chan error
 	cancel    context.CancelFunc

@@ -64,6 +64,9 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 		return err
 	}
 	a.onClose(gw.Close)
+	a.mu.Lock()
+	a.gateway = gw
+	a.mu.Unlock()
 	a.srv.Register(&mcpgatewayv1.MCPGatewayService_ServiceDesc, mcpgateway.NewServer(gw))
 
 	if cfg.MCPListen == "" {

@@ -5,6 +5,7 @@ import (
 
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+	"github.com/hermes-agent/hermes/services/mcpgateway"
 	"github.com/hermes-agent/hermes/services/tools"
 )
 
@@ -34,6 +35,12 @@ func (a *App) initTools(ctx context.Context) error {
 		Logger:    a.log.With("service", "tools"),
 		Getenv:    a.getenv,
 		MCP: func() (tools.MCPCaller, error) {
+			a.mu.Lock()
+			gw := a.gateway
+			a.mu.Unlock()
+			if gw != nil && a.cfg.MCPGatewayAddr == "" {
+				return mcpgateway.NewLocalClient(gw), nil
+			}
 			conn, err := a.Conn(TargetMCPGateway)
 			if err != nil {
 				return nil, err

@@ -1,6 +1,7 @@
 package mcpgateway_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -10,6 +11,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -42,7 +44,7 @@ type hermes struct {
 	stopped bool
 }
 
-func startHermes(t *testing.T, dataDir string, extra ...string) *hermes {
+func startHermes(t testing.TB, dataDir string, extra ...string) *hermes {
 	t.Helper()
 	port := freePort(t)
 	args := append([]string{
@@ -82,7 +84,7 @@ func startHermes(t *testing.T, dataDir string, extra ...string) *hermes {
 	return h
 }
 
-func (h *hermes) stop(t *testing.T) {
+func (h *hermes) stop(t testing.TB) {
 	if h.stopped {
 		return
 	}
@@ -93,7 +95,7 @@ func (h *hermes) stop(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -442,5 +444,78 @@ func TestAppendOnce(t *testing.T) {
 				t.Errorf("append_idempotent: success %v attempts %d (%s)", r.GetSuccess(), r.GetAttempts(), r.GetError().GetMessage())
 			}
 		})
+	}
+}
+
+// BenchmarkExecuteToolMCP is the issue's performance comparison, side by side in one run:
+// ExecuteTool of the everything server's echo through a whole Hermes (gRPC to the tool service,
+// which calls the gateway) against the official TypeScript SDK client calling the same server
+// directly, over stdio and over Streamable HTTP. The ts-sdk timings cover the calls only (the
+// client connects before the timer starts).
+func BenchmarkExecuteToolMCP(b *testing.B) {
+	port := freePort(b)
+	mcpgateway.StartEverythingHTTP(b, port)
+	url := fmt.Sprintf("http://127.0.0.1:%d/mcp", port)
+	script := mcpgateway.NodeScript(b, "@modelcontextprotocol/server-everything/dist/index.js")
+	for _, transport := range []string{"stdio", "http"} {
+		b.Run("ts-sdk-direct/"+transport, func(b *testing.B) {
+			target := script
+			if transport == "http" {
+				target = url
+			}
+			benchTSClient(b, transport, target)
+		})
+		b.Run("hermes-execute/"+transport, func(b *testing.B) {
+			h := startHermes(b, b.TempDir())
+			spec := &pb.ServerSpec{Name: "bench" + transport, Prefix: "b" + transport, Transport: &pb.ServerSpec_Stdio{Stdio: &pb.StdioTransport{
+				Command: mcpgateway.Node(b), Args: []string{script, "stdio"},
+			}}}
+			if transport == "http" {
+				spec.Transport = &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: url}}
+			}
+			ctx := context.Background()
+			resp, err := h.gw.AddServer(ctx, &pb.AddServerRequest{Spec: spec, Wait: true})
+			if err != nil || resp.GetServer().GetState() != pb.ServerState_SERVER_STATE_READY {
+				b.Fatalf("AddServer: %v %v", resp, err)
+			}
+			req := &toolsv1.ExecuteToolRequest{Name: spec.Prefix + "_echo", Arguments: `{"message":"hello"}`}
+			if os.Getenv("HERMES_BENCH_GATEWAY_ONLY") != "" {
+				for b.Loop() {
+					r, err := h.gw.CallTool(ctx, &pb.CallToolRequest{Name: spec.Prefix + "_echo", Arguments: `{"message":"hello"}`})
+					if err != nil || !r.GetSuccess() {
+						b.Fatal(err, r)
+					}
+				}
+				return
+			}
+			for b.Loop() {
+				r, err := h.tools.ExecuteTool(ctx, req)
+				if err != nil || !r.GetResult().GetSuccess() {
+					b.Fatal(err, r)
+				}
+			}
+		})
+	}
+}
+
+// benchTSClient runs testdata/npm/bench-client.mjs and times b.N calls.
+func benchTSClient(b *testing.B, transport, target string) {
+	b.StopTimer()
+	cmd := exec.Command(mcpgateway.Node(b), filepath.Join(mcpgateway.NPMDir(b), "bench-client.mjs"), transport, target)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = stdin.Close(); _ = cmd.Wait() }()
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() || lines.Text() != "ready" {
+		b.Fatalf("bench client: %q", lines.Text())
+	}
+	b.StartTimer()
+	fmt.Fprintf(stdin, "%d\n", b.N)
+	if !lines.Scan() || lines.Text() != "done" {
+		b.Fatalf("bench client: %q", lines.Text())
 	}
 }

@@ -196,3 +196,6 @@ func processGone(pid int) bool {
 	fields := strings.Fields(string(stat))
 	return len(fields) > 2 && fields[2] == "Z"
 }
+
+// StartEverythingHTTP is startEverythingHTTP for the external test package.
+func StartEverythingHTTP(t testing.TB, port int) { startEverythingHTTP(t, port) }
