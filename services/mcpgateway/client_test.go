@@ -113,6 +113,42 @@ func TestHelperServerDefects(t *testing.T) {
 			t.Errorf("progress messages = %q, want a prefix of %q", got, want)
 		}
 	})
+	t.Run("templates, completions, subscriptions", func(t *testing.T) {
+		tpl, err := g.ListResourceTemplates(ctx, "helper", "")
+		if err != nil || len(tpl.GetTemplates()) != 1 || tpl.GetTemplates()[0].GetUriTemplate() != "test://items/{id}" {
+			t.Errorf("ListResourceTemplates = %v, %v", tpl, err)
+		}
+		comp, err := g.Complete(ctx, &pb.CompleteRequest{Server: "helper", Ref: &pb.CompleteRequest_Prompt{Prompt: "greet"}, Argument: "who", Value: "al"})
+		if err != nil || !cmp.Equal(comp.GetValues(), []string{"alice", "albert"}) {
+			t.Errorf("Complete = %v, %v", comp, err)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		events := make(chan bool, 4)
+		watched := make(chan error, 1)
+		go func() {
+			watched <- g.WatchResource(wctx, "helper", "test://known", func(updated bool) error {
+				events <- updated
+				return nil
+			})
+		}()
+		if first := <-events; first {
+			t.Fatal("the first event is an update, want the subscription's confirmation")
+		}
+		gwCall(t, g, "helper", "touch", `{}`)
+		select {
+		case updated := <-events:
+			if !updated {
+				t.Error("second event is not an update")
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no update event after the server reported the resource updated")
+		}
+		cancel()
+		if err := <-watched; err != nil {
+			t.Errorf("WatchResource ended with %v", err)
+		}
+	})
 	t.Run("annotations", func(t *testing.T) {
 		e := g.lookup("", "helper", "append_idempotent")
 		if e == nil || !e.spec.GetIdempotent() || !e.spec.GetAnnotations().GetIdempotentHint() || e.spec.GetAnnotations().GetDestructiveHint() {

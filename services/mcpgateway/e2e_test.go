@@ -479,15 +479,6 @@ func BenchmarkExecuteToolMCP(b *testing.B) {
 				b.Fatalf("AddServer: %v %v", resp, err)
 			}
 			req := &toolsv1.ExecuteToolRequest{Name: spec.Prefix + "_echo", Arguments: `{"message":"hello"}`}
-			if os.Getenv("HERMES_BENCH_GATEWAY_ONLY") != "" {
-				for b.Loop() {
-					r, err := h.gw.CallTool(ctx, &pb.CallToolRequest{Name: spec.Prefix + "_echo", Arguments: `{"message":"hello"}`})
-					if err != nil || !r.GetSuccess() {
-						b.Fatal(err, r)
-					}
-				}
-				return
-			}
 			for b.Loop() {
 				r, err := h.tools.ExecuteTool(ctx, req)
 				if err != nil || !r.GetResult().GetSuccess() {

@@ -50,8 +50,20 @@ type appendArgs struct {
 }
 
 func helperServer() *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "helper", Version: "1"}, &mcp.ServerOptions{
-		Instructions: "Use append_line to add lines to the journal.",
+	var s *mcp.Server
+	s = mcp.NewServer(&mcp.Implementation{Name: "helper", Version: "1"}, &mcp.ServerOptions{
+		Instructions:       "Use append_line to add lines to the journal.",
+		SubscribeHandler:   func(context.Context, *mcp.SubscribeRequest) error { return nil },
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+		CompletionHandler: func(_ context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+			var values []string
+			for _, v := range []string{"alice", "albert", "bob"} {
+				if strings.HasPrefix(v, req.Params.Argument.Value) {
+					values = append(values, v)
+				}
+			}
+			return &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: values, Total: len(values)}}, nil
+		},
 	})
 	appendLine := func(line string) error {
 		f, err := os.OpenFile(os.Getenv("HERMES_HELPER_APPEND"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -113,6 +125,15 @@ func helperServer() *mcp.Server {
 			}
 			time.Sleep(time.Second)
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("done; token %v; errors %q", req.Params.GetProgressToken(), errs)}}}, nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "touch", Description: "Reports test://known updated."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			err := s.ResourceUpdated(ctx, &mcp.ResourceUpdatedNotificationParams{URI: "test://known"})
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprint("touched ", err)}}}, nil, nil
+		})
+	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: "test://items/{id}", Name: "item", MIMEType: "text/plain"},
+		func(_ context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, Text: "item"}}}, nil
 		})
 	s.AddResource(&mcp.Resource{URI: "test://known", Name: "known", MIMEType: "text/plain"},
 		func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
