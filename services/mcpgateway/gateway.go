@@ -1,8 +1,17 @@
 // Package mcpgateway is the only part of Hermes that speaks MCP. It keeps one supervised
 // connection per MCP server (stdio or Streamable HTTP, through the official Go SDK), gives the
-// discovered tools namespaced names, registers them in the tool service, calls them with an
-// absolute timeout and normalizes their results to {success, output}, serves resources and
-// prompts as cleaned text, and serves Hermes' own tools as an MCP server.
+// discovered tools namespaced names and registers them in the tool service with their
+// annotations, calls them with an absolute timeout (as MCP tasks when a tool requires it, with
+// progress passed on) and normalizes their results to {success, output}, serves resources,
+// templates, subscriptions, completions and prompts as cleaned text, answers the servers'
+// sampling (when the operator allows it), elicitation and roots requests, and serves Hermes' own
+// tools as an MCP server.
+//
+// Files: conn.go (a connection's state), supervisor.go (connect, watch, reconnect),
+// transport.go, stdio.go and side.go (transports and the side channel for what the SDK lacks),
+// listing.go and regsync.go (tools and their registration), calls.go and tasks.go (tool calls),
+// resources.go, handlers.go (server-initiated requests and notifications), oauth.go,
+// servers.go and serversfile.go (the set of servers), server.go (the gRPC service).
 package mcpgateway
 
 import (

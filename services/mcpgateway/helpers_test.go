@@ -106,6 +106,14 @@ func startEverythingHTTP(t testing.TB, port int) *exec.Cmd {
 	if testing.Verbose() {
 		cmd.Stderr = os.Stderr
 	}
+	startListening(t, cmd, port)
+	return cmd
+}
+
+// startListening starts a server process, kills it at the end of the test, and waits until it
+// accepts connections on port.
+func startListening(t testing.TB, cmd *exec.Cmd, port int) {
+	t.Helper()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -120,16 +128,15 @@ func startEverythingHTTP(t testing.TB, port int) *exec.Cmd {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
 		if err == nil {
 			_ = c.Close()
-			return cmd
+			return
 		}
 		select {
 		case <-done:
-			t.Fatalf("everything server on port %d exited early", port)
+			t.Fatalf("%s on port %d exited early", cmd.Path, port)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	t.Fatalf("everything server on port %d did not start listening", port)
-	return nil
+	t.Fatalf("%s on port %d did not start listening", cmd.Path, port)
 }
 
 // addReady adds a server, waits for its first connection and requires it to be ready.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -179,28 +178,6 @@ func StartHelperHTTP(t testing.TB, env map[string]string) string {
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
-			_ = c.Close()
-			return "http://" + addr + "/mcp"
-		}
-		select {
-		case <-done:
-			t.Fatal("the helper HTTP server exited at start")
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	t.Fatal("the helper HTTP server did not start listening")
-	return ""
+	startListening(t, cmd, port)
+	return fmt.Sprintf("http://127.0.0.1:%d/mcp", port)
 }

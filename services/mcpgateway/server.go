@@ -361,6 +361,18 @@ func validateCall(req *pb.CallToolRequest) error {
 	return v.Err()
 }
 
+// validateValues limits a map of argument values (a prompt's arguments, a completion's context).
+func validateValues(v *rpc.Violations, field string, m map[string]string) {
+	if len(m) > 64 {
+		v.Add(field, "has %d entries; at most 64 are allowed", len(m))
+	}
+	for k, val := range m {
+		if len(k) > 256 || len(val) > 64<<10 {
+			v.Add(field+"["+abbreviate(k, 64)+"]", "name at most 256 bytes, value at most 64 KiB")
+		}
+	}
+}
+
 func validateServerCursor(v *rpc.Violations, server, cursor string) {
 	v.Required("server", server)
 	v.MaxLen("server", server, maxServerName)
@@ -410,14 +422,7 @@ func (s *Server) GetPrompt(ctx context.Context, req *pb.GetPromptRequest) (*pb.G
 	v.MaxLen("server", req.GetServer(), maxServerName)
 	v.Required("name", req.GetName())
 	v.MaxLen("name", req.GetName(), 1024)
-	if len(req.GetArguments()) > 64 {
-		v.Add("arguments", "has %d entries; at most 64 are allowed", len(req.Arguments))
-	}
-	for k, val := range req.GetArguments() {
-		if len(k) > 256 || len(val) > 64<<10 {
-			v.Add("arguments["+abbreviate(k, 64)+"]", "name at most 256 bytes, value at most 64 KiB")
-		}
-	}
+	validateValues(&v, "arguments", req.GetArguments())
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
@@ -468,14 +473,7 @@ func (s *Server) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.Com
 	v.Required("argument", req.GetArgument())
 	v.MaxLen("argument", req.GetArgument(), 256)
 	v.MaxLen("value", req.GetValue(), 64<<10)
-	if len(req.GetContext()) > 64 {
-		v.Add("context", "has %d entries; at most 64 are allowed", len(req.Context))
-	}
-	for k, val := range req.GetContext() {
-		if len(k) > 256 || len(val) > 64<<10 {
-			v.Add("context["+abbreviate(k, 64)+"]", "name at most 256 bytes, value at most 64 KiB")
-		}
-	}
+	validateValues(&v, "context", req.GetContext())
 	if err := v.Err(); err != nil {
 		return nil, err
 	}

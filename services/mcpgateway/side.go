@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -80,6 +79,17 @@ func sideParams(sess *mcp.ClientSession, params any) (any, error) {
 	return m, nil
 }
 
+// encodeSide is a side-channel request with the next id of next.
+func encodeSide(sess *mcp.ClientSession, next *atomic.Int64, method string, params any) (string, []byte, error) {
+	params, err := sideParams(sess, params)
+	if err != nil {
+		return "", nil, err
+	}
+	id := sideIDPrefix + strconv.FormatInt(next.Add(1), 10)
+	data, err := json.Marshal(sideRequest{JSONRPC: "2.0", ID: id, Method: method, Params: params})
+	return id, data, err
+}
+
 type sideResult struct {
 	result json.RawMessage
 	err    error
@@ -99,12 +109,7 @@ type stdioSide struct {
 func newStdioSide() *stdioSide { return &stdioSide{waiting: map[string]chan sideResult{}} }
 
 func (s *stdioSide) call(ctx context.Context, sess *mcp.ClientSession, method string, params any) (json.RawMessage, error) {
-	params, err := sideParams(sess, params)
-	if err != nil {
-		return nil, err
-	}
-	id := sideIDPrefix + strconv.FormatInt(s.next.Add(1), 10)
-	data, err := json.Marshal(sideRequest{JSONRPC: "2.0", ID: id, Method: method, Params: params})
+	id, data, err := encodeSide(sess, &s.next, method, params)
 	if err != nil {
 		return nil, err
 	}
@@ -192,12 +197,7 @@ type httpSide struct {
 }
 
 func (h *httpSide) call(ctx context.Context, sess *mcp.ClientSession, method string, params any) (json.RawMessage, error) {
-	params, err := sideParams(sess, params)
-	if err != nil {
-		return nil, err
-	}
-	id := sideIDPrefix + strconv.FormatInt(h.next.Add(1), 10)
-	body, err := json.Marshal(sideRequest{JSONRPC: "2.0", ID: id, Method: method, Params: params})
+	id, body, err := encodeSide(sess, &h.next, method, params)
 	if err != nil {
 		return nil, err
 	}
@@ -295,6 +295,3 @@ func (h *httpSide) answers(m *wireMessage, id string) (sideResult, bool) {
 	}
 	return resultOf(m), true
 }
-
-// errNoSide: the transport has no side channel (never for the two the gateway builds).
-var errNoSide = errors.New("no side channel for this transport")

@@ -546,7 +546,8 @@ type OAuthClientCredentials struct {
 	// Name of an environment variable of the gateway process that holds the client secret.
 	// Required.
 	ClientSecretEnv string `protobuf:"bytes,3,opt,name=client_secret_env,json=clientSecretEnv,proto3" json:"client_secret_env,omitempty"`
-	// Scopes to ask for.
+	// Scopes to ask for with a configured token_url (a discovered endpoint asks for the scopes
+	// the server's metadata names).
 	Scopes []string `protobuf:"bytes,4,rep,name=scopes,proto3" json:"scopes,omitempty"`
 	// How the client authenticates with a configured token_url: "client_secret_basic" (the
 	// default) or "client_secret_post"; a discovered endpoint's metadata decides.
