@@ -2,7 +2,6 @@ package mcpgateway
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -268,8 +267,6 @@ func (s *scriptedSampler) last() model.Request {
 	}
 	return s.reqs[len(s.reqs)-1]
 }
-
-var _ = json.Valid
 
 // TestOAuthClientCredentialsTokenURL: with a configured token endpoint, the gateway gets a token
 // with the client credentials grant (client_secret_post here) and sends it on every request,
