@@ -62,6 +62,7 @@ type serverConn struct {
 	// The connection: state, the live session (nil unless READY) and what it negotiated.
 	state        pb.ServerState
 	changed      chan struct{} // closed and replaced whenever state changes
+	attempts     int           // connection attempts that have ended
 	cur          *live
 	lastErr      string
 	protocol     string
@@ -158,21 +159,30 @@ func (c *serverConn) waitReady(ctx context.Context, wait time.Duration) (*live, 
 	return c.waitNewSession(ctx, wait, nil)
 }
 
-// waitNewSession is waitReady for a session other than old, which was found broken.
+// waitNewSession is waitReady for a session other than old, which was found broken. It stops
+// waiting as soon as a connection attempt fails after it began: a server that is down answers
+// "unavailable" after one attempt, not after the whole wait.
 func (c *serverConn) waitNewSession(ctx context.Context, wait time.Duration, old *live) (*live, string) {
 	l, why := c.ready()
 	if (l != nil && l != old) || wait <= 0 {
 		return l, why
 	}
+	c.mu.Lock()
+	attempts := c.attempts
+	c.mu.Unlock()
 	c.requestKick()
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		c.mu.Lock()
 		changed := c.changed
+		failed := c.state == pb.ServerState_SERVER_STATE_FAILED && c.attempts > attempts
 		c.mu.Unlock()
 		if l, why = c.ready(); l != nil && l != old {
 			return l, ""
+		}
+		if failed {
+			return nil, why
 		}
 		select {
 		case <-changed:

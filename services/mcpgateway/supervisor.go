@@ -22,6 +22,9 @@ func (c *serverConn) run() {
 		c.setState(pb.ServerState_SERVER_STATE_CONNECTING, "")
 		began := time.Now()
 		l, err := c.open()
+		c.mu.Lock()
+		c.attempts++
+		c.mu.Unlock()
 		if err == nil {
 			c.setReady(l)
 			c.markFirst()
