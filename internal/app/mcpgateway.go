@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/hermes-agent/hermes/internal/model"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 	"github.com/hermes-agent/hermes/services/mcpgateway"
@@ -39,6 +40,13 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	} else if store, err = openInDataDir(a, "mcpgateway.db", mcpgateway.OpenBoltServerStore); err != nil {
 		return err
 	}
+	// MCP servers the operator allows to use sampling get Hermes' configured model.
+	var sampler mcpgateway.Sampler
+	if mc, err := model.New(model.Config{BaseURL: a.cfg.ModelBaseURL, APIKey: a.cfg.APIKey(a.getenv), Model: a.cfg.Model}); err == nil {
+		sampler = mc
+	} else if !errors.Is(err, model.ErrNotConfigured) {
+		return err
+	}
 	gw := mcpgateway.New(mcpgateway.Options{
 		Config:   cfg,
 		Logger:   a.log.With("service", "mcpgateway"),
@@ -46,6 +54,11 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 		Getenv:   a.getenv,
 		Version:  a.cfg.Version,
 		Store:    store,
+		// Every outbound request of the gateway (Streamable HTTP servers, OAuth token endpoints)
+		// goes through the operator's egress policy, checked on the address dialled.
+		HTTPClient: &http.Client{Transport: a.sec.egress.Transport()},
+		Sampler:    sampler,
+		Secrets:    a.sec.secrets,
 	})
 	if err := gw.Start(); err != nil {
 		gw.Close()

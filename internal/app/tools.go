@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 
-	"github.com/hermes-agent/hermes/internal/secretenv"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 	"github.com/hermes-agent/hermes/services/tools"
@@ -36,7 +35,8 @@ func (a *App) initTools(ctx context.Context) error {
 		Tokenizer: tok,
 		Logger:    a.log.With("service", "tools"),
 		Egress:    a.sec.egress,
-		Secrets:   secretenv.New(a.cfg.SecretEnvAllow, a.getenv),
+		Secrets:   a.sec.secrets,
+		// In one process this is the in-process channel (no network, the same interceptors).
 		MCP: func() (tools.MCPCaller, error) {
 			conn, err := a.Conn(TargetMCPGateway)
 			if err != nil {

@@ -3,12 +3,19 @@ package mcpgateway
 import (
 	"flag"
 	"time"
+
+	"github.com/hermes-agent/hermes/internal/config"
 )
 
 // Config holds the mcpgateway service's settings; each is a flag with an environment variable
 // and a YAML key (see internal/config). The MCP endpoint and the servers file have short names
 // (HERMES_MCP_LISTEN, HERMES_MCP_SERVERS); the rest live under "mcpgateway.".
 type Config struct {
+	// StdioAllow lists the commands stdio MCP servers may run (exactly as a spec's command
+	// names them): running a command is the operator's decision, so AddServer and specs read
+	// back from the store may use only these; the servers file given at start is operator
+	// configuration and may define its own.
+	StdioAllow []string
 	// MCPListen is the HTTP address where Hermes' own tools are served over Streamable HTTP;
 	// empty serves none.
 	MCPListen string
@@ -47,10 +54,17 @@ type Config struct {
 	SyncInterval time.Duration
 	// Endpoint configures Hermes' own MCP endpoint (on MCPListen).
 	Endpoint EndpointConfig
+	// ReadyWait is how long a call waits for a server that is (re)connecting, at most half the
+	// call's timeout; a call to a failed server also starts a reconnect attempt at once.
+	ReadyWait time.Duration
 }
 
 // RegisterFlags registers the settings with their defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.Func("mcpgateway.stdio-allow", "comma list of commands stdio MCP servers may run (for example npx,uvx); none by default, except what the --mcp-servers file itself defines", func(v string) error {
+		c.StdioAllow = config.SplitList(v)
+		return nil
+	})
 	fs.StringVar(&c.MCPListen, "mcp-listen", "", "HTTP address serving Hermes' tools over MCP Streamable HTTP (for example 127.0.0.1:7071); empty disables it")
 	fs.StringVar(&c.MCPPath, "mcpgateway.mcp-path", "/mcp", "HTTP path of the MCP endpoint on --mcp-listen")
 	fs.StringVar(&c.ServersFile, "mcp-servers", "", `JSON file of MCP servers to connect at start, in the "mcpServers" format desktop MCP clients use`)
@@ -67,6 +81,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.PruneStale, "mcpgateway.prune-stale", true, "unregister MCP tools left in the tool service by servers the gateway no longer has")
 	fs.DurationVar(&c.ToolsRefresh, "mcpgateway.tools-refresh", 5*time.Second, "how often the MCP endpoint re-reads the tool service's tools")
 	fs.DurationVar(&c.StopGrace, "mcpgateway.stop-grace", 2*time.Second, "how long a stdio MCP server may take to exit before it is signalled")
+	fs.DurationVar(&c.ReadyWait, "mcpgateway.ready-wait", 3*time.Second, "how long a call waits for an MCP server that is reconnecting (a call to a failed server triggers a reconnect at once); 0 fails such calls at once")
 	fs.DurationVar(&c.SyncInterval, "mcpgateway.sync-interval", 2*time.Second, "how often a gateway re-reads the stored servers that AddServer added (all replicas connect to them)")
 	c.Endpoint.RegisterFlags(fs)
 }
@@ -111,6 +126,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = d.StopGrace
+	}
+	if c.ReadyWait < 0 {
+		c.ReadyWait = 0
 	}
 	if c.SyncInterval <= 0 {
 		c.SyncInterval = d.SyncInterval

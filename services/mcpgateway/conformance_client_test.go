@@ -2,6 +2,7 @@ package mcpgateway
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-agent/hermes/internal/secretenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
@@ -28,15 +30,41 @@ func TestConformanceClientHelper(t *testing.T) {
 	if os.Getenv("HERMES_CONFORMANCE_CLIENT") != "1" || url == "" {
 		t.Skip("run by TestConformanceClient")
 	}
-	g := New(Options{Config: testConfig(), Logger: testLogger(t)})
+	scenario := os.Getenv("MCP_CONFORMANCE_SCENARIO")
+	// The suite hands over credentials in MCP_CONFORMANCE_CONTEXT; the gateway reads secrets
+	// from its environment, like an operator's.
+	var conf struct {
+		ClientID     string `json:"client_id"`
+		ClientSecret string `json:"client_secret"`
+	}
+	_ = json.Unmarshal([]byte(os.Getenv("MCP_CONFORMANCE_CONTEXT")), &conf)
+	getenv := func(k string) string {
+		if k == "CONFORMANCE_CLIENT_SECRET" {
+			return conf.ClientSecret
+		}
+		return os.Getenv(k)
+	}
+	g := New(Options{Config: testConfig(), Logger: testLogger(t), Getenv: getenv, Secrets: secretenv.New([]string{"CONFORMANCE_CLIENT_SECRET"}, nil)})
 	defer g.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	srv, err := g.AddServer(ctx, &pb.ServerSpec{Name: "conformance", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: url}}}, true)
+	spec := &pb.ServerSpec{Name: "conformance", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: url}}}
+	switch {
+	case scenario == "elicitation-sep1034-client-defaults":
+		spec.Elicitation = "defaults"
+	case strings.HasPrefix(scenario, "auth/client-credentials"):
+		spec.GetHttp().Oauth = &pb.OAuthClientCredentials{ClientId: conf.ClientID, ClientSecretEnv: "CONFORMANCE_CLIENT_SECRET"}
+	}
+	srv, err := g.AddServer(ctx, spec, true)
 	if err != nil || srv.GetState() != pb.ServerState_SERVER_STATE_READY {
 		t.Fatalf("connect: %v %v", srv, err)
 	}
-	switch os.Getenv("MCP_CONFORMANCE_SCENARIO") {
+	switch scenario {
+	case "elicitation-sep1034-client-defaults":
+		r, err := g.CallTool(ctx, &pb.CallToolRequest{Server: "conformance", Tool: "test_client_elicitation_defaults", Arguments: `{}`})
+		if err != nil || !r.GetSuccess() {
+			t.Fatalf("test_client_elicitation_defaults: %v %v", r, err)
+		}
 	case "tools_call":
 		r, err := g.CallTool(ctx, &pb.CallToolRequest{Server: "conformance", Tool: "add_numbers", Arguments: `{"a": 2, "b": 3}`})
 		if err != nil || !r.GetSuccess() {
@@ -51,7 +79,7 @@ func TestConformanceClientHelper(t *testing.T) {
 }
 
 // TestConformanceClient runs the client scenarios of the official conformance suite that apply
-// to the gateway (it implements no OAuth flows, elicitation or sampling) against it.
+// to the gateway against it (CONFORMANCE.md lists the others and why they do not apply).
 func TestConformanceClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the conformance suite takes a few seconds; skipped with -short")
@@ -61,7 +89,7 @@ func TestConformanceClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, scenario := range []string{"initialize", "tools_call", "sse-retry"} {
+	for _, scenario := range []string{"initialize", "tools_call", "sse-retry", "elicitation-sep1034-client-defaults", "auth/client-credentials-basic"} {
 		t.Run(scenario, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()

@@ -1,6 +1,7 @@
 package mcpgateway_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -10,6 +11,8 @@ import (
 	"maps"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -41,7 +44,7 @@ type hermes struct {
 	stopped bool
 }
 
-func startHermes(t *testing.T, dataDir string, extra ...string) *hermes {
+func startHermes(t testing.TB, dataDir string, extra ...string) *hermes {
 	t.Helper()
 	port := freePort(t)
 	args := append([]string{
@@ -57,6 +60,7 @@ func startHermes(t *testing.T, dataDir string, extra ...string) *hermes {
 		"--shutdown-timeout=5s",
 		// The test's webhooks and HTTP MCP servers listen on loopback; the operator allows it.
 		"--egress-allow=127.0.0.1:*,localhost:*",
+		"--mcpgateway.stdio-allow=" + strings.Join(mcpgateway.StdioAllowForTests(), ","),
 	}, extra...)
 	var cfg app.Config
 	fs := flag.NewFlagSet("hermes", flag.ContinueOnError)
@@ -83,7 +87,7 @@ func startHermes(t *testing.T, dataDir string, extra ...string) *hermes {
 	return h
 }
 
-func (h *hermes) stop(t *testing.T) {
+func (h *hermes) stop(t testing.TB) {
 	if h.stopped {
 		return
 	}
@@ -94,7 +98,7 @@ func (h *hermes) stop(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -399,4 +403,113 @@ func TestMicroservices(t *testing.T) {
 		t.Errorf("ExecuteTool across services = %v", r)
 	}
 	testenv.WaitFor(t, 10*time.Second, "last_error to clear", func() bool { return gw.server(t, "everything").GetLastError() == "" })
+}
+
+// TestAppendOnce is defect 1: a tool that appends a line, whose server dies during the call,
+// appends once whatever the retry settings, over stdio and Streamable HTTP alike, and the result
+// says it may have run. A tool the server declares idempotent is retried and succeeds once the
+// server is back.
+func TestAppendOnce(t *testing.T) {
+	h := startHermes(t, t.TempDir(), "--tools.retry-backoff=2s", "--tools.retry-max-backoff=2s")
+	lines := func(path string) int {
+		data, _ := os.ReadFile(path)
+		return strings.Count(string(data), "\n")
+	}
+	ctx := context.Background()
+	for _, transport := range []string{"stdio", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			journal := filepath.Join(t.TempDir(), "journal")
+			env := map[string]string{"HERMES_HELPER_APPEND": journal}
+			var spec *pb.ServerSpec
+			if transport == "stdio" {
+				spec = mcpgateway.HelperStdio(t, "once"+transport, env)
+			} else {
+				spec = &pb.ServerSpec{Name: "once" + transport, Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: mcpgateway.StartHelperHTTP(t, env)}}}
+			}
+			h.addReady(t, spec)
+			defer func() { _, _ = h.gw.RemoveServer(ctx, &pb.RemoveServerRequest{Name: spec.Name}) }()
+			tl := h.toolSet(t)[spec.Name+"_append_line"]
+			if a := tl.GetSpec().GetAnnotations(); !a.GetDestructiveHint() || a.GetIdempotentHint() || tl.GetSpec().GetIdempotent() {
+				t.Fatalf("append_line in the tool service: annotations %v, idempotent %v", a, tl.GetSpec().GetIdempotent())
+			}
+			r := h.execute(t, spec.Name+"_append_line", `{"line": "once"}`)
+			if r.GetSuccess() || !r.GetMayHaveRun() || r.GetAttempts() != 1 {
+				t.Errorf("append_line: success %v may_have_run %v attempts %d (%s)", r.GetSuccess(), r.GetMayHaveRun(), r.GetAttempts(), r.GetError().GetMessage())
+			}
+			if n := lines(journal); n != 1 {
+				t.Errorf("the journal has %d lines, want 1", n)
+			}
+			if transport == "http" {
+				return // nobody restarts the HTTP server; the retry of an idempotent tool is shown over stdio
+			}
+			r = h.execute(t, spec.Name+"_append_idempotent", `{"line": "again"}`)
+			if !r.GetSuccess() || r.GetAttempts() != 2 {
+				t.Errorf("append_idempotent: success %v attempts %d (%s)", r.GetSuccess(), r.GetAttempts(), r.GetError().GetMessage())
+			}
+		})
+	}
+}
+
+// BenchmarkExecuteToolMCP is the issue's performance comparison, side by side in one run:
+// ExecuteTool of the everything server's echo through a whole Hermes (gRPC to the tool service,
+// which calls the gateway) against the official TypeScript SDK client calling the same server
+// directly, over stdio and over Streamable HTTP. The ts-sdk timings cover the calls only (the
+// client connects before the timer starts).
+func BenchmarkExecuteToolMCP(b *testing.B) {
+	port := freePort(b)
+	mcpgateway.StartEverythingHTTP(b, port)
+	url := fmt.Sprintf("http://127.0.0.1:%d/mcp", port)
+	script := mcpgateway.NodeScript(b, "@modelcontextprotocol/server-everything/dist/index.js")
+	for _, transport := range []string{"stdio", "http"} {
+		b.Run("ts-sdk-direct/"+transport, func(b *testing.B) {
+			target := script
+			if transport == "http" {
+				target = url
+			}
+			benchTSClient(b, transport, target)
+		})
+		b.Run("hermes-execute/"+transport, func(b *testing.B) {
+			h := startHermes(b, b.TempDir())
+			spec := &pb.ServerSpec{Name: "bench" + transport, Prefix: "b" + transport, Transport: &pb.ServerSpec_Stdio{Stdio: &pb.StdioTransport{
+				Command: mcpgateway.Node(b), Args: []string{script, "stdio"},
+			}}}
+			if transport == "http" {
+				spec.Transport = &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: url}}
+			}
+			ctx := context.Background()
+			resp, err := h.gw.AddServer(ctx, &pb.AddServerRequest{Spec: spec, Wait: true})
+			if err != nil || resp.GetServer().GetState() != pb.ServerState_SERVER_STATE_READY {
+				b.Fatalf("AddServer: %v %v", resp, err)
+			}
+			req := &toolsv1.ExecuteToolRequest{Name: spec.Prefix + "_echo", Arguments: `{"message":"hello"}`}
+			for b.Loop() {
+				r, err := h.tools.ExecuteTool(ctx, req)
+				if err != nil || !r.GetResult().GetSuccess() {
+					b.Fatal(err, r)
+				}
+			}
+		})
+	}
+}
+
+// benchTSClient runs testdata/npm/bench-client.mjs and times b.N calls.
+func benchTSClient(b *testing.B, transport, target string) {
+	b.StopTimer()
+	cmd := exec.Command(mcpgateway.Node(b), filepath.Join(mcpgateway.NPMDir(b), "bench-client.mjs"), transport, target)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = stdin.Close(); _ = cmd.Wait() }()
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() || lines.Text() != "ready" {
+		b.Fatalf("bench client: %q", lines.Text())
+	}
+	b.StartTimer()
+	fmt.Fprintf(stdin, "%d\n", b.N)
+	if !lines.Scan() || lines.Text() != "done" {
+		b.Fatalf("bench client: %q", lines.Text())
+	}
 }

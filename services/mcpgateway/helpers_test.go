@@ -35,7 +35,21 @@ func testConfig() Config {
 		MaxTextBytes:    64 << 10,
 		CompactJSONOver: 1024,
 		StopGrace:       500 * time.Millisecond,
+		StdioAllow:      StdioAllowForTests(),
 	}
+}
+
+// StdioAllowForTests is the operator's stdio allowlist of the tests: node (the reference servers)
+// and the test binary itself (the helper server).
+func StdioAllowForTests() []string {
+	var out []string
+	if p, err := exec.LookPath("node"); err == nil {
+		out = append(out, p)
+	}
+	if p, err := os.Executable(); err == nil {
+		out = append(out, p)
+	}
+	return out
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -106,6 +120,14 @@ func startEverythingHTTP(t testing.TB, port int) *exec.Cmd {
 	if testing.Verbose() {
 		cmd.Stderr = os.Stderr
 	}
+	startListening(t, cmd, port)
+	return cmd
+}
+
+// startListening starts a server process, kills it at the end of the test, and waits until it
+// accepts connections on port.
+func startListening(t testing.TB, cmd *exec.Cmd, port int) {
+	t.Helper()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -120,16 +142,15 @@ func startEverythingHTTP(t testing.TB, port int) *exec.Cmd {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
 		if err == nil {
 			_ = c.Close()
-			return cmd
+			return
 		}
 		select {
 		case <-done:
-			t.Fatalf("everything server on port %d exited early", port)
+			t.Fatalf("%s on port %d exited early", cmd.Path, port)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	t.Fatalf("everything server on port %d did not start listening", port)
-	return nil
+	t.Fatalf("%s on port %d did not start listening", cmd.Path, port)
 }
 
 // addReady adds a server, waits for its first connection and requires it to be ready.
@@ -196,3 +217,6 @@ func processGone(pid int) bool {
 	fields := strings.Fields(string(stat))
 	return len(fields) > 2 && fields[2] == "Z"
 }
+
+// StartEverythingHTTP is startEverythingHTTP for the external test package.
+func StartEverythingHTTP(t testing.TB, port int) { startEverythingHTTP(t, port) }

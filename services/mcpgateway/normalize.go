@@ -93,6 +93,10 @@ func normalizeResult(res *mcp.CallToolResult, out *jsonschema.Schema, opts Clean
 	for _, c := range res.Content {
 		switch v := c.(type) {
 		case *mcp.TextContent:
+			if userOnly(v.Annotations) {
+				resp.UserText = append(resp.UserText, CleanText(v.Text, "", opts).Text)
+				continue
+			}
 			texts = append(texts, v.Text)
 		case *mcp.ImageContent:
 			resp.Contents = append(resp.Contents, &pb.Content{Type: "image", MimeType: v.MIMEType, Size: int64(len(v.Data))})
@@ -105,6 +109,12 @@ func normalizeResult(res *mcp.CallToolResult, out *jsonschema.Schema, opts Clean
 			}
 			resp.Contents = append(resp.Contents, d)
 		case *mcp.EmbeddedResource:
+			if userOnly(v.Annotations) {
+				if r := v.Resource; r != nil && r.Blob == nil {
+					resp.UserText = append(resp.UserText, CleanText(r.Text, r.MIMEType, opts).Text)
+				}
+				continue
+			}
 			d := &pb.Content{Type: "resource"}
 			if r := v.Resource; r != nil {
 				d.Uri, d.MimeType = r.URI, r.MIMEType
@@ -154,12 +164,36 @@ func normalizeResult(res *mcp.CallToolResult, out *jsonschema.Schema, opts Clean
 				return resp
 			}
 		}
+		if opts.MaxBytes > 0 && len(raw) > opts.MaxBytes {
+			// JSON cannot be cut and stay JSON: the model gets the text the tool returned beside
+			// it (MCP asks for a text serialization too), cut to the cap, or else a preview.
+			if strings.TrimSpace(text) == "" {
+				text = fmt.Sprintf("[structured content of %d bytes, over the %d-byte cap; its start:]\n%s", len(raw), opts.MaxBytes, raw)
+			}
+			c := CleanText(text, "", opts)
+			resp.Output, resp.Truncated = c.Text, true
+			return resp
+		}
 		resp.Output, resp.Structured = string(raw), true
 		return resp
 	}
 	c := CleanText(text, "", opts)
 	resp.Output, resp.Truncated = c.Text, c.Truncated
 	return resp
+}
+
+// userOnly reports whether a block is meant only for the user (audience ["user"]), so it must
+// not enter a model's context.
+func userOnly(a *mcp.Annotations) bool {
+	if a == nil || len(a.Audience) == 0 {
+		return false
+	}
+	for _, r := range a.Audience {
+		if r != "user" {
+			return false
+		}
+	}
+	return true
 }
 
 // describeContent is the one line a model sees for a non-text block.

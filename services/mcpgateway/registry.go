@@ -19,8 +19,6 @@ type Registry interface {
 	Register(ctx context.Context, spec *toolsv1.ToolSpec, source string) error
 	// Unregister removes a tool; a tool that does not exist is not an error.
 	Unregister(ctx context.Context, name, source string) error
-	// Source returns the source of a registered tool, or found=false.
-	Source(ctx context.Context, name string) (source string, found bool, err error)
 	// BySource lists the names of the tools whose source starts with prefix.
 	BySource(ctx context.Context, prefix string) (map[string]string, error)
 }
@@ -73,22 +71,6 @@ func (r *ToolServiceRegistry) Unregister(ctx context.Context, name, source strin
 		return fmt.Errorf("unregister %s: %w", name, err)
 	}
 	return nil
-}
-
-// Source implements Registry.
-func (r *ToolServiceRegistry) Source(ctx context.Context, name string) (string, bool, error) {
-	c, err := r.client()
-	if err != nil {
-		return "", false, err
-	}
-	resp, err := c.GetTool(ctx, &toolsv1.GetToolRequest{Name: name})
-	switch status.Code(err) {
-	case codes.OK:
-		return resp.GetTool().GetSource(), true, nil
-	case codes.NotFound:
-		return "", false, nil
-	}
-	return "", false, fmt.Errorf("get tool %s: %w", name, err)
 }
 
 // BySource implements Registry: name → source of every tool whose source starts with prefix.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/hermes-agent/hermes/internal/secretenv"
 	"github.com/hermes-agent/hermes/internal/testenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
@@ -198,7 +199,8 @@ func TestHTTPAuthHeaders(t *testing.T) {
 	}))
 	t.Cleanup(ts.Close)
 	env := map[string]string{"PROBE_TOKEN": "s3cret"}
-	c, _ := startGateway(t, Options{Config: testConfig(), Getenv: func(k string) string { return env[k] }})
+	// The operator allows both variables; MISSING_TOKEN is allowed but not set.
+	c, _ := startGateway(t, Options{Config: testConfig(), Getenv: func(k string) string { return env[k] }, Secrets: secretenv.New([]string{"PROBE_TOKEN", "MISSING_TOKEN"}, nil)})
 	spec := &pb.ServerSpec{Name: "auth", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{
 		Url: ts.URL, Headers: map[string]string{"X-Team": "kitchen"}, BearerTokenEnv: "PROBE_TOKEN",
 	}}}

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -20,21 +21,24 @@ import (
 
 // Request limits.
 const (
-	maxCommand     = 4096
-	maxArgs        = 256
-	maxArg         = 8192
-	maxEnv         = 256
-	maxEnvValue    = 32 << 10
-	maxURL         = 2048
-	maxHeaders     = 64
-	maxHeaderValue = 8192
-	maxPatterns    = 64
-	maxPattern     = 256
-	maxGroups      = 16
-	maxArguments   = 1 << 20
-	maxURI         = 4096
-	maxCursor      = 4096
-	maxCallTimeout = 10 * time.Minute // the tool service's largest tool timeout
+	maxCommand        = 4096
+	maxArgs           = 256
+	maxArg            = 8192
+	maxEnv            = 256
+	maxEnvValue       = 32 << 10
+	maxURL            = 2048
+	maxHeaders        = 64
+	maxHeaderValue    = 8192
+	maxPatterns       = 64
+	maxPattern        = 256
+	maxGroups         = 16
+	maxArguments      = 1 << 20
+	maxURI            = 4096
+	maxCursor         = 4096
+	maxCallTimeout    = 10 * time.Minute // the tool service's largest tool timeout
+	maxRoots          = 64
+	maxSamplingTokens = 32000
+	maxSamplingRate   = 600
 )
 
 // Server implements hermes.mcpgateway.v1.MCPGatewayService over a Gateway.
@@ -66,6 +70,10 @@ func toStatus(err error) error {
 		code = codes.Unavailable
 	case errors.Is(err, errPrecondition):
 		code = codes.FailedPrecondition
+	case errors.Is(err, errInvalid):
+		code = codes.InvalidArgument
+	case errors.Is(err, errDenied):
+		code = codes.PermissionDenied
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
@@ -173,6 +181,65 @@ func ValidateSpec(v *rpc.Violations, field string, s *pb.ServerSpec) {
 			v.Add(fmt.Sprintf("%s.groups[%d]", field, i), "must match %s", toolNameRE)
 		}
 	}
+	if sp := s.GetSampling(); sp != nil {
+		if sp.MaxTokens < 0 || sp.MaxTokens > maxSamplingTokens {
+			v.Add(field+".sampling.max_tokens", "must be between 0 and %d", maxSamplingTokens)
+		}
+		if sp.PerMinute < 0 || sp.PerMinute > maxSamplingRate {
+			v.Add(field+".sampling.per_minute", "must be between 0 and %d", maxSamplingRate)
+		}
+	}
+	switch s.GetElicitation() {
+	case "", "decline", "defaults":
+	default:
+		v.Add(field+".elicitation", `must be "decline" or "defaults"`)
+	}
+	if len(s.Roots) > maxRoots {
+		v.Add(field+".roots", "has %d roots; at most %d are allowed", len(s.Roots), maxRoots)
+	}
+	for i, r := range s.Roots {
+		u, err := url.Parse(r.GetUri())
+		if err != nil || u.Scheme != "file" || len(r.GetUri()) > maxURI || len(r.GetName()) > maxPattern {
+			v.Add(fmt.Sprintf("%s.roots[%d]", field, i), "needs a file:// URI of at most %d bytes and a name of at most %d", maxURI, maxPattern)
+		}
+	}
+	if o := s.GetHttp().GetOauth(); o != nil {
+		f := field + ".http.oauth"
+		u, err := url.Parse(o.GetTokenUrl())
+		if o.GetTokenUrl() != "" && (len(o.GetTokenUrl()) > maxURL || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+			v.Add(f+".token_url", "must be an absolute http or https URL of at most %d bytes", maxURL)
+		}
+		if o.GetClientId() == "" || len(o.GetClientId()) > maxPattern {
+			v.Add(f+".client_id", "is required, at most %d bytes", maxPattern)
+		}
+		if e := o.GetClientSecretEnv(); e == "" || len(e) > 256 || strings.ContainsAny(e, "=\x00 ") {
+			v.Add(f+".client_secret_env", "must name an environment variable")
+		}
+		if len(o.GetScopes()) > maxPatterns {
+			v.Add(f+".scopes", "has %d scopes; at most %d are allowed", len(o.Scopes), maxPatterns)
+		}
+		for i, sc := range o.GetScopes() {
+			if sc == "" || len(sc) > maxPattern || strings.ContainsAny(sc, " \"\\\x00") {
+				v.Add(fmt.Sprintf("%s.scopes[%d]", f, i), "must be a scope token of at most %d bytes", maxPattern)
+			}
+		}
+		switch o.GetAuthMethod() {
+		case "", "client_secret_basic", "client_secret_post":
+		default:
+			v.Add(f+".auth_method", `must be "client_secret_basic" or "client_secret_post"`)
+		}
+	}
+}
+
+// checkSpec is the one check every server spec passes wherever it enters the gateway:
+// AddServer, the servers file, and specs read back from the shared store.
+func checkSpec(field string, spec *pb.ServerSpec) error {
+	var v rpc.Violations
+	ValidateSpec(&v, field, spec)
+	if err := v.Err(); err != nil {
+		return fmt.Errorf("%w: %s", errInvalid, status.Convert(err).Message())
+	}
+	return nil
 }
 
 // AddServer implements MCPGatewayService.
@@ -225,6 +292,49 @@ func (s *Server) ListTools(_ context.Context, req *pb.ListToolsRequest) (*pb.Lis
 
 // CallTool implements MCPGatewayService.
 func (s *Server) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
+	if err := validateCall(req); err != nil {
+		return nil, err
+	}
+	resp, err := s.g.CallTool(ctx, req)
+	return resp, toStatus(err)
+}
+
+// CallToolStream implements MCPGatewayService.
+func (s *Server) CallToolStream(req *pb.CallToolStreamRequest, stream pb.MCPGatewayService_CallToolStreamServer) error {
+	call := req.GetRequest()
+	if call == nil {
+		var v rpc.Violations
+		v.Add("request", "is required")
+		return v.Err()
+	}
+	if err := validateCall(call); err != nil {
+		return err
+	}
+	// Progress is sent from the goroutine that receives it while the call runs; a stream's Send
+	// is not safe for concurrent use, and progress that cannot be sent is dropped, never waited
+	// for, so a slow reader cannot hold up the server's connection.
+	var mu sync.Mutex // guards stream sends and ended
+	ended := false
+	resp, err := s.g.CallToolProgress(stream.Context(), call, func(p *pb.Progress) {
+		if !mu.TryLock() {
+			return
+		}
+		defer mu.Unlock()
+		if !ended {
+			_ = stream.Send(&pb.CallToolStreamResponse{Event: &pb.CallToolStreamResponse_Progress{Progress: p}})
+		}
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	ended = true
+	if err != nil {
+		return toStatus(err)
+	}
+	return stream.Send(&pb.CallToolStreamResponse{Event: &pb.CallToolStreamResponse_Response{Response: resp}})
+}
+
+// validateCall checks a CallToolRequest.
+func validateCall(req *pb.CallToolRequest) error {
 	var v rpc.Violations
 	switch {
 	case req.GetName() != "":
@@ -250,11 +360,19 @@ func (s *Server) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.Cal
 			v.Add("timeout", "must be a non-negative duration")
 		}
 	}
-	if err := v.Err(); err != nil {
-		return nil, err
+	return v.Err()
+}
+
+// validateValues limits a map of argument values (a prompt's arguments, a completion's context).
+func validateValues(v *rpc.Violations, field string, m map[string]string) {
+	if len(m) > 64 {
+		v.Add(field, "has %d entries; at most 64 are allowed", len(m))
 	}
-	resp, err := s.g.CallTool(ctx, req)
-	return resp, toStatus(err)
+	for k, val := range m {
+		if len(k) > 256 || len(val) > 64<<10 {
+			v.Add(field+"["+abbreviate(k, 64)+"]", "name at most 256 bytes, value at most 64 KiB")
+		}
+	}
 }
 
 func validateServerCursor(v *rpc.Violations, server, cursor string) {
@@ -306,17 +424,61 @@ func (s *Server) GetPrompt(ctx context.Context, req *pb.GetPromptRequest) (*pb.G
 	v.MaxLen("server", req.GetServer(), maxServerName)
 	v.Required("name", req.GetName())
 	v.MaxLen("name", req.GetName(), 1024)
-	if len(req.GetArguments()) > 64 {
-		v.Add("arguments", "has %d entries; at most 64 are allowed", len(req.Arguments))
-	}
-	for k, val := range req.GetArguments() {
-		if len(k) > 256 || len(val) > 64<<10 {
-			v.Add("arguments["+abbreviate(k, 64)+"]", "name at most 256 bytes, value at most 64 KiB")
-		}
-	}
+	validateValues(&v, "arguments", req.GetArguments())
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
 	resp, err := s.g.GetPrompt(ctx, req.GetServer(), req.GetName(), req.GetArguments())
+	return resp, toStatus(err)
+}
+
+// ListResourceTemplates implements MCPGatewayService.
+func (s *Server) ListResourceTemplates(ctx context.Context, req *pb.ListResourceTemplatesRequest) (*pb.ListResourceTemplatesResponse, error) {
+	var v rpc.Violations
+	validateServerCursor(&v, req.GetServer(), req.GetCursor())
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	resp, err := s.g.ListResourceTemplates(ctx, req.GetServer(), req.GetCursor())
+	return resp, toStatus(err)
+}
+
+// WatchResource implements MCPGatewayService.
+func (s *Server) WatchResource(req *pb.WatchResourceRequest, stream pb.MCPGatewayService_WatchResourceServer) error {
+	var v rpc.Violations
+	v.Required("server", req.GetServer())
+	v.MaxLen("server", req.GetServer(), maxServerName)
+	v.Required("uri", req.GetUri())
+	v.MaxLen("uri", req.GetUri(), maxURI)
+	if err := v.Err(); err != nil {
+		return err
+	}
+	err := s.g.WatchResource(stream.Context(), req.GetServer(), req.GetUri(), func(updated bool) error {
+		return stream.Send(&pb.WatchResourceResponse{Uri: req.GetUri(), Updated: updated})
+	})
+	return toStatus(err)
+}
+
+// Complete implements MCPGatewayService.
+func (s *Server) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.CompleteResponse, error) {
+	var v rpc.Violations
+	v.Required("server", req.GetServer())
+	v.MaxLen("server", req.GetServer(), maxServerName)
+	switch {
+	case req.GetPrompt() != "":
+		v.MaxLen("prompt", req.GetPrompt(), 1024)
+	case req.GetResourceTemplate() != "":
+		v.MaxLen("resource_template", req.GetResourceTemplate(), maxURI)
+	default:
+		v.Add("ref", "set prompt or resource_template")
+	}
+	v.Required("argument", req.GetArgument())
+	v.MaxLen("argument", req.GetArgument(), 256)
+	v.MaxLen("value", req.GetValue(), 64<<10)
+	validateValues(&v, "context", req.GetContext())
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	resp, err := s.g.Complete(ctx, req)
 	return resp, toStatus(err)
 }

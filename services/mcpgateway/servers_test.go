@@ -143,7 +143,9 @@ func TestAddRemoveAndFilters(t *testing.T) {
 }
 
 func TestProtocolVersion(t *testing.T) {
-	c, _ := startGateway(t, Options{Config: testConfig()})
+	cfg := testConfig()
+	cfg.StdioAllow = append(cfg.StdioAllow, "/bin/sh")
+	c, _ := startGateway(t, Options{Config: cfg})
 	t.Run("pinned", func(t *testing.T) {
 		spec := everythingStdio(t, "old", "old")
 		spec.ProtocolVersion = "2025-06-18"

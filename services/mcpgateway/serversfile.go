@@ -13,7 +13,6 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/hermes-agent/hermes/internal/rpc"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
@@ -30,9 +29,10 @@ type fileServer struct {
 	Env     map[string]string `json:"env"`
 	Cwd     string            `json:"cwd"`
 	// Streamable HTTP ("type": "http" or "streamable-http", or just a url)
-	Type    string            `json:"type"`
-	URL     string            `json:"url"`
-	Headers map[string]string `json:"headers"`
+	Type      string            `json:"type"`
+	URL       string            `json:"url"`
+	ServerURL string            `json:"serverUrl"` // Windsurf
+	Headers   map[string]string `json:"headers"`
 	// common
 	Disabled bool            `json:"disabled"`
 	Timeout  json.RawMessage `json:"timeout"` // Cline: seconds
@@ -44,43 +44,84 @@ type fileServer struct {
 	ProtocolVersion string          `json:"protocolVersion"`
 	BearerTokenEnv  string          `json:"bearerTokenEnv"`
 	Groups          []string        `json:"groups"`
+	Roots           []struct {
+		URI  string `json:"uri"`
+		Name string `json:"name"`
+	} `json:"roots"`
+	Elicitation string `json:"elicitation"`
+	Sampling    *struct {
+		Allow     bool  `json:"allow"`
+		MaxTokens int32 `json:"maxTokens"`
+		PerMinute int32 `json:"perMinute"`
+	} `json:"sampling"`
+	OAuth *struct {
+		TokenURL        string   `json:"tokenUrl"`
+		ClientID        string   `json:"clientId"`
+		ClientSecretEnv string   `json:"clientSecretEnv"`
+		Scopes          []string `json:"scopes"`
+		AuthMethod      string   `json:"authMethod"`
+	} `json:"oauth"`
 }
 
-// LoadServersFile reads an mcpServers file into server specs, by name. ${VAR} and
-// ${VAR:-default} in commands, arguments, environment values, URLs and headers are expanded
-// from getenv, as Claude Code does, so secrets can stay out of the file.
-func LoadServersFile(path string, getenv func(string) string) ([]*pb.ServerSpec, error) {
+// badEntry is an entry of the servers file that cannot be used, and why.
+type badEntry struct {
+	name string // cleaned, as the server would have been named
+	err  string
+}
+
+// LoadServersFile reads an mcpServers file into server specs, by name, and the entries that
+// cannot be used (reported as failed servers, so one bad entry does not stop the rest). ${VAR}
+// and ${VAR:-default} in commands, arguments, environment values, URLs and headers are expanded
+// from getenv, as Claude Code does, so secrets can stay out of the file. The error is for a file
+// that cannot be read or is not an mcpServers file at all.
+func LoadServersFile(path string, getenv func(string) string) ([]*pb.ServerSpec, []badEntry, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("MCP servers file: %w", err)
+		return nil, nil, fmt.Errorf("MCP servers file: %w", err)
 	}
 	if len(data) > maxServersFile {
-		return nil, fmt.Errorf("MCP servers file %s is %d bytes; at most %d are allowed", path, len(data), maxServersFile)
+		return nil, nil, fmt.Errorf("MCP servers file %s is %d bytes; at most %d are allowed", path, len(data), maxServersFile)
 	}
-	specs, err := ParseServers(data, getenv)
+	specs, bad, err := parseServerEntries(data, getenv)
 	if err != nil {
-		return nil, fmt.Errorf("MCP servers file %s: %w", path, err)
+		return nil, nil, fmt.Errorf("MCP servers file %s: %w", path, err)
+	}
+	return specs, bad, nil
+}
+
+// ParseServers parses the mcpServers JSON format (the "servers" key of VS Code's mcp.json is
+// accepted too; so are JSONC comments and trailing commas). Any entry that cannot be used is an
+// error.
+func ParseServers(data []byte, getenv func(string) string) ([]*pb.ServerSpec, error) {
+	specs, bad, err := parseServerEntries(data, getenv)
+	if err != nil {
+		return nil, err
+	}
+	if len(bad) > 0 {
+		errs := make([]string, 0, len(bad))
+		for _, b := range bad {
+			errs = append(errs, b.err)
+		}
+		return nil, fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	return specs, nil
 }
 
-// ParseServers parses the mcpServers JSON format (the "servers" key of VS Code's mcp.json is
-// accepted too).
-func ParseServers(data []byte, getenv func(string) string) ([]*pb.ServerSpec, error) {
+func parseServerEntries(data []byte, getenv func(string) string) ([]*pb.ServerSpec, []badEntry, error) {
 	var root struct {
 		MCPServers map[string]json.RawMessage `json:"mcpServers"`
 		Servers    map[string]json.RawMessage `json:"servers"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
+	dec := json.NewDecoder(bytes.NewReader(stripJSONC(data)))
 	if err := dec.Decode(&root); err != nil {
-		return nil, fmt.Errorf("not valid JSON: %w", err)
+		return nil, nil, fmt.Errorf("not valid JSON: %w", err)
 	}
 	entries := root.MCPServers
 	if entries == nil {
 		entries = root.Servers
 	}
 	if entries == nil {
-		return nil, fmt.Errorf(`no "mcpServers" object`)
+		return nil, nil, fmt.Errorf(`no "mcpServers" object`)
 	}
 	names := make([]string, 0, len(entries))
 	for n := range entries {
@@ -89,39 +130,104 @@ func ParseServers(data []byte, getenv func(string) string) ([]*pb.ServerSpec, er
 	sort.Strings(names)
 	var specs []*pb.ServerSpec
 	seen := map[string]string{}
-	var errs []string
+	var bad []badEntry
 	for _, raw := range names {
+		name := CleanName(raw, maxServerName)
+		fail := func(msg string) { bad = append(bad, badEntry{name: name, err: msg}) }
 		var fs fileServer
 		if err := json.Unmarshal(entries[raw], &fs); err != nil {
-			errs = append(errs, fmt.Sprintf("%q: %v", raw, err))
+			fail(fmt.Sprintf("%q: %v", raw, err))
 			continue
 		}
 		if fs.Disabled {
 			continue
 		}
-		name := CleanName(raw, maxServerName)
 		if prev, ok := seen[name]; ok {
-			errs = append(errs, fmt.Sprintf("%q and %q both become the server name %q", prev, raw, name))
+			fail(fmt.Sprintf("%q and %q both become the server name %q", prev, raw, name))
 			continue
 		}
 		seen[name] = raw
 		spec, err := fs.spec(name, getenv)
 		if err != nil {
-			errs = append(errs, fmt.Sprintf("%q: %v", raw, err))
+			fail(fmt.Sprintf("%q: %v", raw, err))
 			continue
 		}
-		var v rpc.Violations
-		ValidateSpec(&v, raw, spec)
-		if err := v.Err(); err != nil {
-			errs = append(errs, strings.TrimPrefix(err.Error(), "rpc error: code = InvalidArgument desc = "))
+		if err := checkSpec(raw, spec); err != nil {
+			fail(err.Error())
 			continue
 		}
 		specs = append(specs, spec)
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%s", strings.Join(errs, "; "))
+	return specs, bad, nil
+}
+
+// stripJSONC removes // and /* */ comments and trailing commas outside strings, so that a
+// JSONC file (VS Code's mcp.json, Zed's settings) parses as JSON. Removed bytes become spaces
+// (newlines stay), so offsets in JSON errors still point at the right place.
+func stripJSONC(data []byte) []byte {
+	if !bytes.Contains(data, []byte("/")) && !bytes.Contains(data, []byte(",")) {
+		return data
 	}
-	return specs, nil
+	out := bytes.Clone(data)
+	blank := func(from, to int) {
+		for k := from; k < to; k++ {
+			if out[k] != '\n' {
+				out[k] = ' '
+			}
+		}
+	}
+	// Comments first, then trailing commas, each pass skipping strings.
+	forEachOutsideStrings(out, func(i int) int {
+		switch {
+		case out[i] == '/' && i+1 < len(out) && out[i+1] == '/':
+			end := bytes.IndexByte(out[i:], '\n')
+			if end < 0 {
+				end = len(out) - i
+			}
+			blank(i, i+end)
+			return i + end
+		case out[i] == '/' && i+1 < len(out) && out[i+1] == '*':
+			end := bytes.Index(out[i+2:], []byte("*/"))
+			if end < 0 {
+				end = len(out) - i - 2
+			} else {
+				end += 2
+			}
+			blank(i, i+2+end)
+			return i + 2 + end
+		}
+		return i + 1
+	})
+	forEachOutsideStrings(out, func(i int) int {
+		if out[i] == ',' {
+			j := i + 1
+			for j < len(out) && (out[j] == ' ' || out[j] == '\t' || out[j] == '\n' || out[j] == '\r') {
+				j++
+			}
+			if j < len(out) && (out[j] == '}' || out[j] == ']') {
+				out[i] = ' '
+			}
+		}
+		return i + 1
+	})
+	return out
+}
+
+// forEachOutsideStrings calls visit with each index of data outside JSON strings; visit returns
+// the next index to look at.
+func forEachOutsideStrings(data []byte, visit func(int) int) {
+	for i := 0; i < len(data); {
+		if data[i] != '"' {
+			i = visit(i)
+			continue
+		}
+		for i++; i < len(data) && data[i] != '"'; i++ {
+			if data[i] == '\\' {
+				i++
+			}
+		}
+		i++
+	}
 }
 
 func (fs fileServer) spec(name string, getenv func(string) string) (*pb.ServerSpec, error) {
@@ -134,6 +240,13 @@ func (fs fileServer) spec(name string, getenv func(string) string) (*pb.ServerSp
 		ProtocolVersion: fs.ProtocolVersion,
 		Groups:          fs.Groups,
 	}
+	spec.Elicitation = fs.Elicitation
+	for _, r := range fs.Roots {
+		spec.Roots = append(spec.Roots, &pb.Root{Uri: expandEnv(r.URI, getenv), Name: r.Name})
+	}
+	if sp := fs.Sampling; sp != nil {
+		spec.Sampling = &pb.SamplingPolicy{Allow: sp.Allow, MaxTokens: sp.MaxTokens, PerMinute: sp.PerMinute}
+	}
 	timeout, err := parseTimeout(fs.CallTimeout)
 	if err == nil && timeout == 0 {
 		timeout, err = parseTimeout(fs.Timeout)
@@ -144,19 +257,40 @@ func (fs fileServer) spec(name string, getenv func(string) string) (*pb.ServerSp
 	if timeout > 0 {
 		spec.CallTimeout = durationpb.New(timeout)
 	}
-	switch t := strings.ToLower(fs.Type); {
-	case t == "sse":
+	url := fs.URL
+	if url == "" {
+		url = fs.ServerURL
+	}
+	t := strings.ToLower(strings.TrimSpace(fs.Type))
+	if t == "" {
+		if url != "" {
+			t = "http"
+		} else {
+			t = "stdio"
+		}
+	}
+	switch t {
+	case "sse":
 		return nil, fmt.Errorf(`type "sse" is the deprecated HTTP+SSE transport, which Hermes does not speak; use the server's Streamable HTTP endpoint ("type": "http")`)
-	case fs.URL != "" || t == "http" || t == "streamable-http" || t == "streamablehttp":
+	case "http", "streamable-http", "streamablehttp", "streamable_http":
 		if fs.Command != "" {
 			return nil, fmt.Errorf("give either command (stdio) or url (Streamable HTTP), not both")
 		}
-		h := &pb.HTTPTransport{Url: x(fs.URL), BearerTokenEnv: fs.BearerTokenEnv, Headers: map[string]string{}}
+		if url == "" {
+			return nil, fmt.Errorf(`type %q needs "url" (or Windsurf's "serverUrl")`, fs.Type)
+		}
+		h := &pb.HTTPTransport{Url: x(url), BearerTokenEnv: fs.BearerTokenEnv, Headers: map[string]string{}}
 		for k, v := range fs.Headers {
 			h.Headers[k] = x(v)
 		}
+		if o := fs.OAuth; o != nil {
+			h.Oauth = &pb.OAuthClientCredentials{TokenUrl: x(o.TokenURL), ClientId: x(o.ClientID), ClientSecretEnv: o.ClientSecretEnv, Scopes: o.Scopes, AuthMethod: o.AuthMethod}
+		}
 		spec.Transport = &pb.ServerSpec_Http{Http: h}
-	case t == "" || t == "stdio":
+	case "stdio":
+		if url != "" {
+			return nil, fmt.Errorf("give either command (stdio) or url (Streamable HTTP), not both")
+		}
 		st := &pb.StdioTransport{Command: x(fs.Command), WorkingDir: x(fs.Cwd), Env: map[string]string{}}
 		for _, a := range fs.Args {
 			st.Args = append(st.Args, x(a))
@@ -166,7 +300,7 @@ func (fs fileServer) spec(name string, getenv func(string) string) (*pb.ServerSp
 		}
 		spec.Transport = &pb.ServerSpec_Stdio{Stdio: st}
 	default:
-		return nil, fmt.Errorf("unknown type %q (want stdio or http)", fs.Type)
+		return nil, fmt.Errorf("unknown type %q (want \"stdio\" or \"http\")", fs.Type)
 	}
 	return spec, nil
 }

@@ -61,6 +61,33 @@ func TestParseServers(t *testing.T) {
 		{name: "invalid entry is named", in: `{"mcpServers": {"x": {"command": ""}}}`, wantErr: "stdio.command"},
 		{name: "names that clean alike", in: `{"mcpServers": {"a.b": {"command": "x"}, "a_b": {"command": "y"}}}`, wantErr: "both become"},
 		{name: "bad timeout", in: `{"mcpServers": {"x": {"command": "a", "callTimeout": "soon"}}}`, wantErr: "neither a duration"},
+		{name: "an unknown type with a URL is refused", in: `{"mcpServers": {"x": {"type": "websocket", "url": "ws://x"}}}`, wantErr: `unknown type "websocket"`},
+		{name: "http without a url", in: `{"mcpServers": {"x": {"type": "http"}}}`, wantErr: `needs "url"`},
+		{
+			name: "Windsurf serverUrl",
+			in:   `{"mcpServers": {"remote": {"serverUrl": "https://mcp.example.com/mcp"}}}`,
+			want: []*pb.ServerSpec{{Name: "remote", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: "https://mcp.example.com/mcp", Headers: map[string]string{}}}}},
+		},
+		{
+			name: "JSONC comments and trailing commas",
+			in: `{
+				// servers of the team
+				"mcpServers": {
+					/* a local one */
+					"time": {"command": "uvx", "args": ["mcp-server-time", "--tz=//UTC"],},
+				},
+			}`,
+			want: []*pb.ServerSpec{{Name: "time", Transport: &pb.ServerSpec_Stdio{Stdio: &pb.StdioTransport{Command: "uvx", Args: []string{"mcp-server-time", "--tz=//UTC"}, Env: map[string]string{}}}}},
+		},
+		{
+			name: "roots, sampling and OAuth",
+			in: `{"mcpServers": {"r": {"url": "https://mcp.example.com/mcp", "roots": [{"uri": "file:///srv/data", "name": "data"}],
+				"sampling": {"allow": true, "maxTokens": 200, "perMinute": 5},
+				"oauth": {"tokenUrl": "https://auth.example.com/token", "clientId": "hermes", "clientSecretEnv": "R_SECRET", "scopes": ["mcp"]}}}}`,
+			want: []*pb.ServerSpec{{Name: "r", Roots: []*pb.Root{{Uri: "file:///srv/data", Name: "data"}}, Sampling: &pb.SamplingPolicy{Allow: true, MaxTokens: 200, PerMinute: 5},
+				Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: "https://mcp.example.com/mcp", Headers: map[string]string{},
+					Oauth: &pb.OAuthClientCredentials{TokenUrl: "https://auth.example.com/token", ClientId: "hermes", ClientSecretEnv: "R_SECRET", Scopes: []string{"mcp"}}}}}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,10 +145,63 @@ func TestServersFileAtStart(t *testing.T) {
 	if r := call(t, c, "ev_echo", `{"message":"from file"}`); r.GetOutput() != "Echo: from file" {
 		t.Errorf("ev_echo = %+v", r)
 	}
+	// One bad entry is a failed server; the others start.
+	bad := filepath.Join(t.TempDir(), "mixed.json")
+	body = `{"mcpServers": {"good": {"command": "` + Node(t) + `", "args": ["` +
+		NodeScript(t, "@modelcontextprotocol/server-everything/dist/index.js") + `", "stdio"], "prefix": "good"},
+		"broken": {"type": "carrier-pigeon", "url": "http://x"}}}`
+	if err := os.WriteFile(bad, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.ServersFile = bad
+	c3, g3 := startGateway(t, Options{Config: cfg})
+	if err := g3.Start(); err != nil {
+		t.Fatalf("Start with one bad entry: %v", err)
+	}
+	if s := serverState(t, c3, "broken"); s.GetState() != pb.ServerState_SERVER_STATE_FAILED || !strings.Contains(s.GetLastError(), "carrier-pigeon") {
+		t.Errorf("the bad entry: %v", s)
+	}
+	testenv.WaitFor(t, 60*time.Second, "the good entry to be ready", func() bool {
+		return serverState(t, c3, "good").GetState() == pb.ServerState_SERVER_STATE_READY
+	})
+
 	cfg.ServersFile = filepath.Join(t.TempDir(), "missing.json")
 	g2 := New(Options{Config: cfg})
 	defer g2.Close()
 	if err := g2.Start(); err == nil || !strings.Contains(err.Error(), "missing.json") {
 		t.Errorf("Start with a missing file: %v", err)
+	}
+}
+
+// FuzzParseServers: any input either parses or is refused with an error; it never panics, and
+// whatever parses passes the spec check every server passes.
+func FuzzParseServers(f *testing.F) {
+	f.Add(`{"mcpServers": {"a": {"command": "x", "args": ["//", "/*"]}}}`)
+	f.Add(`{"servers": {"b": {"type": "http", "url": "http://h/mcp",}}, /* c */ }`)
+	f.Add(`{"mcpServers": {"w": {"serverUrl": "https://x", "oauth": {"tokenUrl": "https://t"}}}}`)
+	f.Add("{\"mcpServers\": {\"a\": {\"command\": \"x\\\"//\"}} // end")
+	f.Fuzz(func(t *testing.T, in string) {
+		specs, _, err := parseServerEntries([]byte(in), func(string) string { return "" })
+		if err != nil {
+			return
+		}
+		for _, s := range specs {
+			if err := checkSpec("spec", s); err != nil {
+				t.Fatalf("a parsed spec fails the check: %v", err)
+			}
+		}
+	})
+}
+
+func TestStripJSONC(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"a": "//not a comment", "b": "/*nor this*/"}`: `{"a": "//not a comment", "b": "/*nor this*/"}`,
+		`{"a": 1, // c` + "\n" + `}`:                    `{"a": 1  ` + "    \n" + `}`,
+		`[1, 2, ]`:                                      `[1, 2  ]`,
+		`{"a": "\"//"} /* x */`:                         `{"a": "\"//"}        `,
+	} {
+		if got := string(stripJSONC([]byte(in))); got != want {
+			t.Errorf("stripJSONC(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

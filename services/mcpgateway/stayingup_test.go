@@ -3,6 +3,7 @@ package mcpgateway
 import (
 	"context"
 	"fmt"
+	"net"
 	"syscall"
 	"testing"
 	"time"
@@ -153,6 +154,36 @@ func TestHungServerIsReplaced(t *testing.T) {
 // gateway's session is gone with it, and the gateway opens a new one.
 func TestHTTPServerRestart(t *testing.T) {
 	c, _ := startGateway(t, Options{Config: testConfig()})
+	testHTTPServerRestart(t, c)
+}
+
+// TestHTTPServerRestartedAtOnce is defect 7: with ready-wait, the first call after an HTTP
+// server restarted at once finds the session gone, reconnects at once and succeeds (the request
+// never reached the old server, so sending it again is safe).
+func TestHTTPServerRestartedAtOnce(t *testing.T) {
+	cfg := testConfig()
+	cfg.ReadyWait = 10 * time.Second
+	cfg.ReconnectMin, cfg.ReconnectMax = 500*time.Millisecond, 30*time.Second
+	c, _ := startGateway(t, Options{Config: cfg})
+	port := freePort(t)
+	cmd := startEverythingHTTP(t, port)
+	addReady(t, c, httpSpec("evh", "evh", fmt.Sprintf("http://127.0.0.1:%d/mcp", port)))
+	_ = cmd.Process.Kill()
+	testenv.WaitFor(t, 30*time.Second, "the old server to stop listening", func() bool {
+		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err == nil {
+			_ = conn.Close()
+		}
+		return err != nil
+	})
+	startEverythingHTTP(t, port)
+	r := call(t, c, "evh_get-sum", `{"a":2,"b":2}`)
+	if !r.GetSuccess() {
+		t.Fatalf("the first call after the restart: %+v", r)
+	}
+}
+
+func testHTTPServerRestart(t *testing.T, c pb.MCPGatewayServiceClient) {
 	port := freePort(t)
 	cmd := startEverythingHTTP(t, port)
 	addReady(t, c, httpSpec("evh", "evh", fmt.Sprintf("http://127.0.0.1:%d/mcp", port)))

@@ -2,7 +2,9 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -141,7 +143,7 @@ func (t *turn) execute(ctx context.Context, o *outcome) *toolsv1.ToolResult {
 	ctx, span := t.s.tracer.Start(ctx, "orchestrator.tool", trace.WithAttributes(attribute.String("hermes.tool", o.call.Name)))
 	defer span.End()
 	start := time.Now()
-	resp, err := t.s.deps.Tools.ExecuteTool(ctx, &toolsv1.ExecuteToolRequest{
+	resp, err := t.executeStream(ctx, o, &toolsv1.ExecuteToolRequest{
 		Name: o.call.Name, Arguments: o.call.Arguments, CallId: o.call.ID,
 		SessionId: t.session, UserId: t.user, IdempotencyKey: o.started.GetIdempotencyKey(),
 	})
@@ -160,6 +162,47 @@ func (t *turn) execute(ctx context.Context, o *outcome) *toolsv1.ToolResult {
 		return &toolsv1.ToolResult{Duration: durationpb.New(time.Since(start)), Error: &toolsv1.ToolError{
 			Code: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, Message: "the tool service could not run the call: " + status.Convert(err).Message(),
 		}}
+	}
+}
+
+// Tool progress reaches the turn's events at most every progressEvery per call (a changed
+// message always does), and at most maxProgressEvents times, since events are recorded.
+const (
+	progressEvery     = 200 * time.Millisecond
+	maxProgressEvents = 100
+)
+
+// executeStream runs a call through ExecuteToolStream, emitting the progress the tool reports
+// as ToolProgress events.
+func (t *turn) executeStream(ctx context.Context, o *outcome, req *toolsv1.ExecuteToolRequest) (*toolsv1.ExecuteToolResponse, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := t.s.deps.Tools.ExecuteToolStream(ctx, &toolsv1.ExecuteToolStreamRequest{Request: req})
+	if err != nil {
+		return nil, err
+	}
+	var last time.Time
+	lastMsg, sent := "", 0
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, status.Error(codes.Unavailable, "the tool service ended the call without a result")
+			}
+			return nil, err
+		}
+		if r := ev.GetResponse(); r != nil {
+			return r, nil
+		}
+		p := ev.GetProgress()
+		if p == nil || sent >= maxProgressEvents || (p.GetMessage() == lastMsg && time.Since(last) < progressEvery) {
+			continue
+		}
+		last, lastMsg = time.Now(), p.GetMessage()
+		sent++
+		t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_ToolProgress{ToolProgress: &orchestratorv1.ToolProgress{
+			CallId: o.call.ID, Name: o.call.Name, Progress: p.GetProgress(), Total: p.GetTotal(), Message: clip(p.GetMessage(), 500),
+		}}})
 	}
 }
 

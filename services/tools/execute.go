@@ -30,6 +30,9 @@ type call struct {
 	args           []byte // validated (and coerced) arguments
 	idempotencyKey string // set for idempotent tools
 	attempt        int
+	// outputCut: the executor returned a preview cut to a size cap, which the output schema is
+	// not checked against.
+	outputCut bool
 }
 
 // executor runs one attempt of a call. It returns the output JSON, an *execError, or the
@@ -139,6 +142,7 @@ func (s *Service) run(ctx context.Context, ex executor, c *call, b budget) outco
 		}
 		if !ee.transient {
 			o.err, o.definitive = ee, ee.code == toolsv1.ErrorCode_ERROR_CODE_EXECUTION
+			o.mayHaveRun = o.mayHaveRun || (ee.mayHaveRun && !idempotent)
 			return o
 		}
 		if attempt > b.maxRetries {
@@ -295,7 +299,7 @@ func (s *Service) executeAt(ctx context.Context, req *toolsv1.ExecuteToolRequest
 	if o.err != nil {
 		failure(res, o.err.code, o.err.msg)
 	} else {
-		s.finishOutput(res, cs, spec.GetName(), o.output, s.outputLimit(req))
+		s.finishOutput(res, cs, spec.GetName(), o.output, s.outputLimit(req), c.outputCut)
 	}
 	if owner != "" {
 		s.idem.finish(key, owner, res, o.definitive)
@@ -312,9 +316,10 @@ func (s *Service) outputLimit(req *toolsv1.ExecuteToolRequest) int {
 	return s.cfg.MaxOutputBytes
 }
 
-// finishOutput checks the output against the output schema and cuts it to limit bytes.
-func (s *Service) finishOutput(res *toolsv1.ToolResult, cs *compiledSpec, name string, out []byte, limit int) {
-	if cs.output != nil {
+// finishOutput checks the output against the output schema (unless it is already a cut
+// preview) and cuts it to limit bytes.
+func (s *Service) finishOutput(res *toolsv1.ToolResult, cs *compiledSpec, name string, out []byte, limit int, cut bool) {
+	if cs.output != nil && !cut {
 		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(string(out)))
 		if err == nil {
 			err = cs.output.root.Validate(inst)
@@ -333,6 +338,7 @@ func (s *Service) finishOutput(res *toolsv1.ToolResult, cs *compiledSpec, name s
 	res.Success = true
 	res.OutputBytes = int64(len(out))
 	res.Output, res.Truncated = truncateOutput(out, limit)
+	res.Truncated = res.Truncated || cut
 }
 
 func orRoot(p string) string {

@@ -3,7 +3,9 @@ package tools
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 // MCPCaller is the part of the MCP gateway's client the mcp executor needs.
 type MCPCaller interface {
 	CallTool(ctx context.Context, in *mcpgatewayv1.CallToolRequest, opts ...grpc.CallOption) (*mcpgatewayv1.CallToolResponse, error)
+	CallToolStream(ctx context.Context, in *mcpgatewayv1.CallToolStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[mcpgatewayv1.CallToolStreamResponse], error)
 }
 
 // mcpExecutor runs a tool that lives on an MCP server through MCPGatewayService.CallTool. The
@@ -41,7 +44,7 @@ func (x *mcpExecutor) attempt(ctx context.Context, c *call) ([]byte, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		req.Timeout = durationpb.New(max(time.Until(dl), time.Millisecond))
 	}
-	resp, err := client.CallTool(ctx, req)
+	resp, err := callGateway(ctx, client, req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -49,11 +52,21 @@ func (x *mcpExecutor) attempt(ctx context.Context, c *call) ([]byte, error) {
 		return nil, mcpStatusError(err)
 	}
 	if resp.GetSuccess() {
-		return mcpOutput(resp), nil
+		out, cut := mcpOutput(resp)
+		c.outputCut = cut
+		return out, nil
 	}
+	// A call that may have run is retried only when running it twice is harmless: the tool is
+	// read-only or declared idempotent.
+	ran := resp.GetMayHaveRun()
+	retrySafe := !ran || retrySafe(c.tool.GetSpec())
 	switch resp.GetErrorCode() {
 	case "unavailable":
-		return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, transient: true, msg: fmt.Sprintf("the MCP server %q is unavailable%s", m.GetServer(), suffix(resp.GetOutput()))}
+		msg := fmt.Sprintf("the MCP server %q is unavailable%s", m.GetServer(), suffix(resp.GetOutput()))
+		if ran && !retrySafe {
+			msg += "; it was not retried because the tool may have acted: check its effect before calling it again"
+		}
+		return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, transient: retrySafe, mayHaveRun: ran, msg: msg}
 	case "timeout":
 		return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_TIMEOUT, mayHaveRun: true, msg: fmt.Sprintf("the MCP server %q did not answer in time%s", m.GetServer(), suffix(resp.GetOutput()))}
 	case "unknown_tool":
@@ -65,7 +78,45 @@ func (x *mcpExecutor) attempt(ctx context.Context, c *call) ([]byte, error) {
 		if msg == "" {
 			msg = "the MCP tool reported an error without a message"
 		}
-		return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, msg: msg}
+		return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, mayHaveRun: ran, msg: msg}
+	}
+}
+
+// retrySafe reports whether calling a tool again after an attempt that may have acted is
+// harmless: the tool is declared idempotent, or its annotations say it is read-only or
+// idempotent.
+func retrySafe(spec *toolsv1.ToolSpec) bool {
+	a := spec.GetAnnotations()
+	return spec.GetIdempotent() || a.GetReadOnlyHint() || a.GetIdempotentHint()
+}
+
+// callGateway calls the tool through the gateway: streaming when someone listens for progress,
+// unary otherwise (one round trip less).
+func callGateway(ctx context.Context, client MCPCaller, req *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error) {
+	progress := progressFrom(ctx)
+	if progress == nil {
+		return client.CallTool(ctx, req)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := client.CallToolStream(ctx, &mcpgatewayv1.CallToolStreamRequest{Request: req})
+	if err != nil {
+		return nil, err
+	}
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, status.Error(codes.Unavailable, "the MCP gateway ended the call without a result")
+			}
+			return nil, err
+		}
+		if p := ev.GetProgress(); p != nil {
+			progress(&toolsv1.ToolProgress{Progress: p.GetProgress(), Total: p.GetTotal(), Message: p.GetMessage()})
+		}
+		if r := ev.GetResponse(); r != nil {
+			return r, nil
+		}
 	}
 }
 
@@ -91,15 +142,25 @@ func mcpStatusError(err error) error {
 	}
 }
 
-// mcpOutput turns a normalized result into output JSON: structured content as is, text as a
-// JSON string, with non-text content described after the text.
-func mcpOutput(resp *mcpgatewayv1.CallToolResponse) []byte {
+// mcpOutput turns a normalized result into output JSON: structured content as is; text that is
+// a JSON object or array as that JSON (so the model reads it once, not escaped inside a
+// string); other text as a JSON string, with non-text content described after it. cut reports
+// that the gateway cut the output to its size cap (a preview, which an output schema cannot
+// describe).
+func mcpOutput(resp *mcpgatewayv1.CallToolResponse) (out []byte, cut bool) {
 	if resp.GetStructured() && json.Valid([]byte(resp.GetOutput())) {
 		if b, err := compactJSON(resp.GetOutput()); err == nil {
-			return []byte(b)
+			return []byte(b), false
 		}
 	}
 	text := resp.GetOutput()
+	if len(resp.GetContents()) == 0 && !resp.GetTruncated() {
+		if t := strings.TrimSpace(text); len(t) > 1 && (t[0] == '{' || t[0] == '[') && json.Valid([]byte(t)) {
+			if b, err := compactJSON(t); err == nil {
+				return []byte(b), false
+			}
+		}
+	}
 	for _, c := range resp.GetContents() {
 		var d []string
 		d = append(d, c.GetType())
@@ -122,5 +183,5 @@ func mcpOutput(resp *mcpgatewayv1.CallToolResponse) []byte {
 		text += line
 	}
 	b, _ := json.Marshal(text)
-	return b
+	return b, resp.GetTruncated()
 }

@@ -69,7 +69,11 @@ func TestMCPExecutor(t *testing.T) {
 		name         string
 		script       func(n int64, ctx context.Context, req *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error)
 		timeout      time.Duration
+		annotations  *toolsv1.ToolAnnotations
+		outputSchema string
 		wantSuccess  bool
+		wantMayRun   bool
+		wantCut      bool
 		wantOutput   string
 		wantCode     toolsv1.ErrorCode
 		wantAttempts int32
@@ -114,6 +118,54 @@ func TestMCPExecutor(t *testing.T) {
 			wantCode: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, wantAttempts: 3, wantMsg: `the MCP server "github" is unavailable: connection refused (3 attempts)`,
 		},
 		{
+			name: "JSON text reaches the model as JSON, not as an escaped string",
+			script: func(int64, context.Context, *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error) {
+				return &mcpgatewayv1.CallToolResponse{Success: true, Output: `{"count": 1, "items": ["a"]}`}, nil
+			},
+			wantSuccess: true, wantOutput: `{"count":1,"items":["a"]}`, wantAttempts: 1,
+		},
+		{
+			name: "plain text is one JSON string",
+			script: func(int64, context.Context, *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error) {
+				return &mcpgatewayv1.CallToolResponse{Success: true, Output: "The sum of 2 and 3 is 5."}, nil
+			},
+			wantSuccess: true, wantOutput: `"The sum of 2 and 3 is 5."`, wantAttempts: 1,
+		},
+		{
+			name: "connection broke during the call: a tool that may have acted is not retried",
+			script: func(int64, context.Context, *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error) {
+				return &mcpgatewayv1.CallToolResponse{ErrorCode: "unavailable", MayHaveRun: true, Output: "the connection broke during the call"}, nil
+			},
+			annotations: &toolsv1.ToolAnnotations{DestructiveHint: ptr(true)},
+			wantCode:    toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, wantAttempts: 1, wantMayRun: true, wantMsg: "may have acted",
+		},
+		{
+			name: "connection broke during the call: a read-only tool is retried",
+			script: func(n int64, _ context.Context, _ *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error) {
+				if n == 1 {
+					return &mcpgatewayv1.CallToolResponse{ErrorCode: "unavailable", MayHaveRun: true, Output: "broke"}, nil
+				}
+				return &mcpgatewayv1.CallToolResponse{Success: true, Output: "ok"}, nil
+			},
+			annotations: &toolsv1.ToolAnnotations{ReadOnlyHint: ptr(true)},
+			wantSuccess: true, wantOutput: `"ok"`, wantAttempts: 2, wantMayRun: true,
+		},
+		{
+			name: "a rejected call that may have run says so",
+			script: func(int64, context.Context, *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error) {
+				return &mcpgatewayv1.CallToolResponse{ErrorCode: "rejected", MayHaveRun: true, Output: "internal error"}, nil
+			},
+			wantCode: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, wantAttempts: 1, wantMayRun: true,
+		},
+		{
+			name: "a preview cut to the gateway's cap is not checked against the output schema",
+			script: func(int64, context.Context, *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error) {
+				return &mcpgatewayv1.CallToolResponse{Success: true, Truncated: true, Output: "[structured content of 400000 bytes …]"}, nil
+			},
+			outputSchema: `{"type":"object","required":["data"]}`,
+			wantSuccess:  true, wantOutput: `"[structured content of 400000 bytes …]"`, wantAttempts: 1, wantCut: true,
+		},
+		{
 			name: "tool gone from the server",
 			script: func(int64, context.Context, *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error) {
 				return &mcpgatewayv1.CallToolResponse{Success: false, ErrorCode: "unknown_tool"}, nil
@@ -146,6 +198,7 @@ func TestMCPExecutor(t *testing.T) {
 			if tt.timeout > 0 {
 				spec.Timeout = dur(tt.timeout)
 			}
+			spec.Annotations, spec.OutputSchema = tt.annotations, tt.outputSchema
 			mustRegister(t, c, spec)
 			res := execute(t, c, &toolsv1.ExecuteToolRequest{Name: "github_list_issues", Arguments: `{"repo":"hermes"}`})
 			if res.GetSuccess() != tt.wantSuccess || res.GetError().GetCode() != tt.wantCode || res.GetAttempts() != tt.wantAttempts {
@@ -154,6 +207,9 @@ func TestMCPExecutor(t *testing.T) {
 			}
 			if tt.wantSuccess && res.GetOutput() != tt.wantOutput {
 				t.Errorf("output %s, want %s", res.GetOutput(), tt.wantOutput)
+			}
+			if res.GetMayHaveRun() != tt.wantMayRun || res.GetTruncated() != tt.wantCut {
+				t.Errorf("may_have_run %v truncated %v, want %v %v", res.GetMayHaveRun(), res.GetTruncated(), tt.wantMayRun, tt.wantCut)
 			}
 			if tt.wantMsg != "" && !strings.Contains(res.GetError().GetMessage(), tt.wantMsg) {
 				t.Errorf("message %q lacks %q", res.GetError().GetMessage(), tt.wantMsg)
@@ -228,3 +284,5 @@ func TestMCPRegistrationBySource(t *testing.T) {
 		t.Errorf("unknown source: %v", err)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

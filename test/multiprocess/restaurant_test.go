@@ -125,8 +125,9 @@ func checkTrace(t *testing.T, s *stack, r *demo.TurnResult) {
 		"hermes.session.v1.SessionService/AppendMessages",
 		"hermes.session.v1.SessionService/BuildContext",
 		"hermes.memory.v1.MemoryService/Recall",
-		"hermes.tools.v1.ToolService/ExecuteTool",
-		"hermes.mcpgateway.v1.MCPGatewayService/CallTool",
+		// A turn's tool calls stream the tools' progress back through both services.
+		"hermes.tools.v1.ToolService/ExecuteToolStream",
+		"hermes.mcpgateway.v1.MCPGatewayService/CallToolStream",
 	} {
 		if !hasSpan(spans, name, "") {
 			t.Errorf("the trace has no server span %s", name)

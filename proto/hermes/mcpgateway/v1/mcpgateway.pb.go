@@ -109,7 +109,17 @@ type ServerSpec struct {
 	// is retried once with 2025-11-25.
 	ProtocolVersion string `protobuf:"bytes,8,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
 	// Extra tool groups its tools join in the tool service, besides the prefix.
-	Groups        []string `protobuf:"bytes,9,rep,name=groups,proto3" json:"groups,omitempty"`
+	Groups []string `protobuf:"bytes,9,rep,name=groups,proto3" json:"groups,omitempty"`
+	// Whether the server may ask Hermes' model for completions (MCP sampling); unset: it may not.
+	Sampling *SamplingPolicy `protobuf:"bytes,10,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	// The roots (file:// URIs) the server is told it may work in; empty declares no roots
+	// capability.
+	Roots []*Root `protobuf:"bytes,11,rep,name=roots,proto3" json:"roots,omitempty"`
+	// How the server's requests for user input (MCP elicitation) are answered, since nobody can
+	// fill in a form while a tool runs behind the tool service: "" or "decline" declines them with
+	// the reason; "defaults" accepts a form whose every required field has a default, with the
+	// schema's defaults (SEP-1034), and declines the rest.
+	Elicitation   string `protobuf:"bytes,12,opt,name=elicitation,proto3" json:"elicitation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -218,6 +228,27 @@ func (x *ServerSpec) GetGroups() []string {
 	return nil
 }
 
+func (x *ServerSpec) GetSampling() *SamplingPolicy {
+	if x != nil {
+		return x.Sampling
+	}
+	return nil
+}
+
+func (x *ServerSpec) GetRoots() []*Root {
+	if x != nil {
+		return x.Roots
+	}
+	return nil
+}
+
+func (x *ServerSpec) GetElicitation() string {
+	if x != nil {
+		return x.Elicitation
+	}
+	return ""
+}
+
 type isServerSpec_Transport interface {
 	isServerSpec_Transport()
 }
@@ -235,6 +266,125 @@ type ServerSpec_Http struct {
 func (*ServerSpec_Stdio) isServerSpec_Transport() {}
 
 func (*ServerSpec_Http) isServerSpec_Transport() {}
+
+// SamplingPolicy is an operator's permission for a server to use Hermes' model.
+type SamplingPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Answer the server's sampling/createMessage requests; otherwise they are refused.
+	Allow bool `protobuf:"varint,1,opt,name=allow,proto3" json:"allow,omitempty"`
+	// Cap on max_tokens of one request; 0 means 1024.
+	MaxTokens int32 `protobuf:"varint,2,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	// Requests allowed per minute; 0 means 10.
+	PerMinute     int32 `protobuf:"varint,3,opt,name=per_minute,json=perMinute,proto3" json:"per_minute,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SamplingPolicy) Reset() {
+	*x = SamplingPolicy{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SamplingPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SamplingPolicy) ProtoMessage() {}
+
+func (x *SamplingPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SamplingPolicy.ProtoReflect.Descriptor instead.
+func (*SamplingPolicy) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SamplingPolicy) GetAllow() bool {
+	if x != nil {
+		return x.Allow
+	}
+	return false
+}
+
+func (x *SamplingPolicy) GetMaxTokens() int32 {
+	if x != nil {
+		return x.MaxTokens
+	}
+	return 0
+}
+
+func (x *SamplingPolicy) GetPerMinute() int32 {
+	if x != nil {
+		return x.PerMinute
+	}
+	return 0
+}
+
+// Root is a directory or file a server may work in.
+type Root struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A file:// URI. Required.
+	Uri string `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
+	// A name for it.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Root) Reset() {
+	*x = Root{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Root) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Root) ProtoMessage() {}
+
+func (x *Root) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Root.ProtoReflect.Descriptor instead.
+func (*Root) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Root) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *Root) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
 
 // StdioTransport starts the server as a subprocess.
 type StdioTransport struct {
@@ -254,7 +404,7 @@ type StdioTransport struct {
 
 func (x *StdioTransport) Reset() {
 	*x = StdioTransport{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[1]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +416,7 @@ func (x *StdioTransport) String() string {
 func (*StdioTransport) ProtoMessage() {}
 
 func (x *StdioTransport) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[1]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,7 +429,7 @@ func (x *StdioTransport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StdioTransport.ProtoReflect.Descriptor instead.
 func (*StdioTransport) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{1}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *StdioTransport) GetCommand() string {
@@ -319,13 +469,15 @@ type HTTPTransport struct {
 	Headers map[string]string `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Name of an environment variable of the gateway process that holds a bearer token.
 	BearerTokenEnv string `protobuf:"bytes,3,opt,name=bearer_token_env,json=bearerTokenEnv,proto3" json:"bearer_token_env,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Get access tokens with the OAuth 2.0 client credentials grant.
+	Oauth         *OAuthClientCredentials `protobuf:"bytes,4,opt,name=oauth,proto3" json:"oauth,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HTTPTransport) Reset() {
 	*x = HTTPTransport{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[2]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -337,7 +489,7 @@ func (x *HTTPTransport) String() string {
 func (*HTTPTransport) ProtoMessage() {}
 
 func (x *HTTPTransport) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[2]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -350,7 +502,7 @@ func (x *HTTPTransport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPTransport.ProtoReflect.Descriptor instead.
 func (*HTTPTransport) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{2}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HTTPTransport) GetUrl() string {
@@ -370,6 +522,101 @@ func (x *HTTPTransport) GetHeaders() map[string]string {
 func (x *HTTPTransport) GetBearerTokenEnv() string {
 	if x != nil {
 		return x.BearerTokenEnv
+	}
+	return ""
+}
+
+func (x *HTTPTransport) GetOauth() *OAuthClientCredentials {
+	if x != nil {
+		return x.Oauth
+	}
+	return nil
+}
+
+// OAuthClientCredentials gets an access token from a token endpoint with a client id and secret
+// (RFC 6749 section 4.4), renewed when it expires.
+type OAuthClientCredentials struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The token endpoint (http or https); empty discovers it when the server first answers 401,
+	// from its protected resource metadata (RFC 9728) and its authorization server's metadata
+	// (RFC 8414), as the MCP authorization spec describes.
+	TokenUrl string `protobuf:"bytes,1,opt,name=token_url,json=tokenUrl,proto3" json:"token_url,omitempty"`
+	// The client id. Required.
+	ClientId string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// Name of an environment variable of the gateway process that holds the client secret.
+	// Required.
+	ClientSecretEnv string `protobuf:"bytes,3,opt,name=client_secret_env,json=clientSecretEnv,proto3" json:"client_secret_env,omitempty"`
+	// Scopes to ask for with a configured token_url (a discovered endpoint asks for the scopes
+	// the server's metadata names).
+	Scopes []string `protobuf:"bytes,4,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	// How the client authenticates with a configured token_url: "client_secret_basic" (the
+	// default) or "client_secret_post"; a discovered endpoint's metadata decides.
+	AuthMethod    string `protobuf:"bytes,5,opt,name=auth_method,json=authMethod,proto3" json:"auth_method,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OAuthClientCredentials) Reset() {
+	*x = OAuthClientCredentials{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OAuthClientCredentials) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OAuthClientCredentials) ProtoMessage() {}
+
+func (x *OAuthClientCredentials) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OAuthClientCredentials.ProtoReflect.Descriptor instead.
+func (*OAuthClientCredentials) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *OAuthClientCredentials) GetTokenUrl() string {
+	if x != nil {
+		return x.TokenUrl
+	}
+	return ""
+}
+
+func (x *OAuthClientCredentials) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *OAuthClientCredentials) GetClientSecretEnv() string {
+	if x != nil {
+		return x.ClientSecretEnv
+	}
+	return ""
+}
+
+func (x *OAuthClientCredentials) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+func (x *OAuthClientCredentials) GetAuthMethod() string {
+	if x != nil {
+		return x.AuthMethod
 	}
 	return ""
 }
@@ -405,14 +652,16 @@ type Server struct {
 	NextRetryAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=next_retry_at,json=nextRetryAt,proto3" json:"next_retry_at,omitempty"`
 	// Problems that did not stop a tool from being registered (for example an output schema that
 	// does not compile and is therefore not enforced).
-	Warnings      []string `protobuf:"bytes,14,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	Warnings []string `protobuf:"bytes,14,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	// The instructions the server gave in its initialize result (cleaned).
+	Instructions  string `protobuf:"bytes,15,opt,name=instructions,proto3" json:"instructions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Server) Reset() {
 	*x = Server{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[3]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +673,7 @@ func (x *Server) String() string {
 func (*Server) ProtoMessage() {}
 
 func (x *Server) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[3]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +686,7 @@ func (x *Server) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Server.ProtoReflect.Descriptor instead.
 func (*Server) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{3}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Server) GetSpec() *ServerSpec {
@@ -538,6 +787,13 @@ func (x *Server) GetWarnings() []string {
 	return nil
 }
 
+func (x *Server) GetInstructions() string {
+	if x != nil {
+		return x.Instructions
+	}
+	return ""
+}
+
 // SkippedTool is a discovered tool that was not registered.
 type SkippedTool struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -553,7 +809,7 @@ type SkippedTool struct {
 
 func (x *SkippedTool) Reset() {
 	*x = SkippedTool{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[4]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +821,7 @@ func (x *SkippedTool) String() string {
 func (*SkippedTool) ProtoMessage() {}
 
 func (x *SkippedTool) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[4]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +834,7 @@ func (x *SkippedTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkippedTool.ProtoReflect.Descriptor instead.
 func (*SkippedTool) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{4}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SkippedTool) GetOriginalName() string {
@@ -616,14 +872,17 @@ type MCPTool struct {
 	// Input JSON Schema.
 	InputSchema string `protobuf:"bytes,5,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
 	// Output JSON Schema, if any.
-	OutputSchema  string `protobuf:"bytes,6,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
+	OutputSchema string `protobuf:"bytes,6,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
+	// How the tool supports MCP tasks: "" (not at all), "optional" or "required"; task tools are
+	// called as tasks.
+	TaskSupport   string `protobuf:"bytes,7,opt,name=task_support,json=taskSupport,proto3" json:"task_support,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MCPTool) Reset() {
 	*x = MCPTool{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[5]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +894,7 @@ func (x *MCPTool) String() string {
 func (*MCPTool) ProtoMessage() {}
 
 func (x *MCPTool) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[5]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +907,7 @@ func (x *MCPTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MCPTool.ProtoReflect.Descriptor instead.
 func (*MCPTool) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{5}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MCPTool) GetName() string {
@@ -693,6 +952,13 @@ func (x *MCPTool) GetOutputSchema() string {
 	return ""
 }
 
+func (x *MCPTool) GetTaskSupport() string {
+	if x != nil {
+		return x.TaskSupport
+	}
+	return ""
+}
+
 // AddServerRequest is the input of AddServer.
 type AddServerRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -706,7 +972,7 @@ type AddServerRequest struct {
 
 func (x *AddServerRequest) Reset() {
 	*x = AddServerRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[6]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +984,7 @@ func (x *AddServerRequest) String() string {
 func (*AddServerRequest) ProtoMessage() {}
 
 func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[6]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +997,7 @@ func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerRequest.ProtoReflect.Descriptor instead.
 func (*AddServerRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{6}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AddServerRequest) GetSpec() *ServerSpec {
@@ -759,7 +1025,7 @@ type AddServerResponse struct {
 
 func (x *AddServerResponse) Reset() {
 	*x = AddServerResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[7]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +1037,7 @@ func (x *AddServerResponse) String() string {
 func (*AddServerResponse) ProtoMessage() {}
 
 func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[7]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +1050,7 @@ func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerResponse.ProtoReflect.Descriptor instead.
 func (*AddServerResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{7}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AddServerResponse) GetServer() *Server {
@@ -805,7 +1071,7 @@ type RemoveServerRequest struct {
 
 func (x *RemoveServerRequest) Reset() {
 	*x = RemoveServerRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[8]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +1083,7 @@ func (x *RemoveServerRequest) String() string {
 func (*RemoveServerRequest) ProtoMessage() {}
 
 func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[8]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +1096,7 @@ func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{8}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RemoveServerRequest) GetName() string {
@@ -851,7 +1117,7 @@ type RemoveServerResponse struct {
 
 func (x *RemoveServerResponse) Reset() {
 	*x = RemoveServerResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[9]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +1129,7 @@ func (x *RemoveServerResponse) String() string {
 func (*RemoveServerResponse) ProtoMessage() {}
 
 func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[9]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +1142,7 @@ func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveServerResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{9}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RemoveServerResponse) GetRemovedTools() int32 {
@@ -895,7 +1161,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[10]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -907,7 +1173,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[10]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -920,7 +1186,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{10}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{13}
 }
 
 // ListServersResponse is the output of ListServers.
@@ -934,7 +1200,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[11]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1212,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[11]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1225,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{11}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListServersResponse) GetServers() []*Server {
@@ -980,7 +1246,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[12]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1258,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[12]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1271,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{12}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListToolsRequest) GetServer() string {
@@ -1026,7 +1292,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[13]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1304,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[13]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1317,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{13}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListToolsResponse) GetTools() []*MCPTool {
@@ -1080,7 +1346,7 @@ type CallToolRequest struct {
 
 func (x *CallToolRequest) Reset() {
 	*x = CallToolRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[14]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1358,7 @@ func (x *CallToolRequest) String() string {
 func (*CallToolRequest) ProtoMessage() {}
 
 func (x *CallToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[14]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1371,7 @@ func (x *CallToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolRequest.ProtoReflect.Descriptor instead.
 func (*CallToolRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{14}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CallToolRequest) GetName() string {
@@ -1162,7 +1428,7 @@ type Content struct {
 
 func (x *Content) Reset() {
 	*x = Content{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[15]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1440,7 @@ func (x *Content) String() string {
 func (*Content) ProtoMessage() {}
 
 func (x *Content) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[15]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1453,7 @@ func (x *Content) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Content.ProtoReflect.Descriptor instead.
 func (*Content) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{15}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Content) GetType() string {
@@ -1246,14 +1512,20 @@ type CallToolResponse struct {
 	// Wall time of the call.
 	Duration *durationpb.Duration `protobuf:"bytes,6,opt,name=duration,proto3" json:"duration,omitempty"`
 	// The output was cut to the size cap.
-	Truncated     bool `protobuf:"varint,7,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	Truncated bool `protobuf:"varint,7,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// The request reached the server before the call failed (the connection broke during the
+	// call, or it timed out), so the tool may have acted.
+	MayHaveRun bool `protobuf:"varint,8,opt,name=may_have_run,json=mayHaveRun,proto3" json:"may_have_run,omitempty"`
+	// Text blocks meant only for the user (annotations.audience is ["user"]); they are not part of
+	// output, which goes to a model.
+	UserText      []string `protobuf:"bytes,9,rep,name=user_text,json=userText,proto3" json:"user_text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CallToolResponse) Reset() {
 	*x = CallToolResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[16]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1537,7 @@ func (x *CallToolResponse) String() string {
 func (*CallToolResponse) ProtoMessage() {}
 
 func (x *CallToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[16]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1550,7 @@ func (x *CallToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolResponse.ProtoReflect.Descriptor instead.
 func (*CallToolResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{16}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CallToolResponse) GetSuccess() bool {
@@ -1330,6 +1602,217 @@ func (x *CallToolResponse) GetTruncated() bool {
 	return false
 }
 
+func (x *CallToolResponse) GetMayHaveRun() bool {
+	if x != nil {
+		return x.MayHaveRun
+	}
+	return false
+}
+
+func (x *CallToolResponse) GetUserText() []string {
+	if x != nil {
+		return x.UserText
+	}
+	return nil
+}
+
+// CallToolStreamRequest is the input of CallToolStream.
+type CallToolStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call, as for CallTool. Required.
+	Request       *CallToolRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallToolStreamRequest) Reset() {
+	*x = CallToolStreamRequest{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallToolStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallToolStreamRequest) ProtoMessage() {}
+
+func (x *CallToolStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallToolStreamRequest.ProtoReflect.Descriptor instead.
+func (*CallToolStreamRequest) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *CallToolStreamRequest) GetRequest() *CallToolRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// CallToolStreamResponse is one event of CallToolStream.
+type CallToolStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event.
+	//
+	// Types that are valid to be assigned to Event:
+	//
+	//	*CallToolStreamResponse_Progress
+	//	*CallToolStreamResponse_Response
+	Event         isCallToolStreamResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallToolStreamResponse) Reset() {
+	*x = CallToolStreamResponse{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallToolStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallToolStreamResponse) ProtoMessage() {}
+
+func (x *CallToolStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallToolStreamResponse.ProtoReflect.Descriptor instead.
+func (*CallToolStreamResponse) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CallToolStreamResponse) GetEvent() isCallToolStreamResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *CallToolStreamResponse) GetProgress() *Progress {
+	if x != nil {
+		if x, ok := x.Event.(*CallToolStreamResponse_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *CallToolStreamResponse) GetResponse() *CallToolResponse {
+	if x != nil {
+		if x, ok := x.Event.(*CallToolStreamResponse_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+type isCallToolStreamResponse_Event interface {
+	isCallToolStreamResponse_Event()
+}
+
+type CallToolStreamResponse_Progress struct {
+	// The tool reported progress.
+	Progress *Progress `protobuf:"bytes,1,opt,name=progress,proto3,oneof"`
+}
+
+type CallToolStreamResponse_Response struct {
+	// The call ended; this is the last event.
+	Response *CallToolResponse `protobuf:"bytes,2,opt,name=response,proto3,oneof"`
+}
+
+func (*CallToolStreamResponse_Progress) isCallToolStreamResponse_Event() {}
+
+func (*CallToolStreamResponse_Response) isCallToolStreamResponse_Event() {}
+
+// Progress is a progress report of a running tool.
+type Progress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Work done so far.
+	Progress float64 `protobuf:"fixed64,1,opt,name=progress,proto3" json:"progress,omitempty"`
+	// Total work, when known (0 when unknown).
+	Total float64 `protobuf:"fixed64,2,opt,name=total,proto3" json:"total,omitempty"`
+	// What the tool is doing (cleaned).
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Progress) Reset() {
+	*x = Progress{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Progress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Progress) ProtoMessage() {}
+
+func (x *Progress) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Progress.ProtoReflect.Descriptor instead.
+func (*Progress) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *Progress) GetProgress() float64 {
+	if x != nil {
+		return x.Progress
+	}
+	return 0
+}
+
+func (x *Progress) GetTotal() float64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *Progress) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // Resource is a resource a server offers.
 type Resource struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1349,7 +1832,7 @@ type Resource struct {
 
 func (x *Resource) Reset() {
 	*x = Resource{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[17]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1844,7 @@ func (x *Resource) String() string {
 func (*Resource) ProtoMessage() {}
 
 func (x *Resource) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[17]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1857,7 @@ func (x *Resource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resource.ProtoReflect.Descriptor instead.
 func (*Resource) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{17}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Resource) GetUri() string {
@@ -1425,7 +1908,7 @@ type ListResourcesRequest struct {
 
 func (x *ListResourcesRequest) Reset() {
 	*x = ListResourcesRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[18]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1920,7 @@ func (x *ListResourcesRequest) String() string {
 func (*ListResourcesRequest) ProtoMessage() {}
 
 func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[18]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1933,7 @@ func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesRequest.ProtoReflect.Descriptor instead.
 func (*ListResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{18}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListResourcesRequest) GetServer() string {
@@ -1480,7 +1963,7 @@ type ListResourcesResponse struct {
 
 func (x *ListResourcesResponse) Reset() {
 	*x = ListResourcesResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[19]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1975,7 @@ func (x *ListResourcesResponse) String() string {
 func (*ListResourcesResponse) ProtoMessage() {}
 
 func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[19]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1988,7 @@ func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesResponse.ProtoReflect.Descriptor instead.
 func (*ListResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{19}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListResourcesResponse) GetResources() []*Resource {
@@ -1535,7 +2018,7 @@ type ReadResourceRequest struct {
 
 func (x *ReadResourceRequest) Reset() {
 	*x = ReadResourceRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[20]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +2030,7 @@ func (x *ReadResourceRequest) String() string {
 func (*ReadResourceRequest) ProtoMessage() {}
 
 func (x *ReadResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[20]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +2043,7 @@ func (x *ReadResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResourceRequest.ProtoReflect.Descriptor instead.
 func (*ReadResourceRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{20}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReadResourceRequest) GetServer() string {
@@ -1598,7 +2081,7 @@ type ResourceContent struct {
 
 func (x *ResourceContent) Reset() {
 	*x = ResourceContent{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[21]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +2093,7 @@ func (x *ResourceContent) String() string {
 func (*ResourceContent) ProtoMessage() {}
 
 func (x *ResourceContent) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[21]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +2106,7 @@ func (x *ResourceContent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceContent.ProtoReflect.Descriptor instead.
 func (*ResourceContent) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{21}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ResourceContent) GetUri() string {
@@ -1679,7 +2162,7 @@ type ReadResourceResponse struct {
 
 func (x *ReadResourceResponse) Reset() {
 	*x = ReadResourceResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[22]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +2174,7 @@ func (x *ReadResourceResponse) String() string {
 func (*ReadResourceResponse) ProtoMessage() {}
 
 func (x *ReadResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[22]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +2187,7 @@ func (x *ReadResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResourceResponse.ProtoReflect.Descriptor instead.
 func (*ReadResourceResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{22}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReadResourceResponse) GetContents() []*ResourceContent {
@@ -1729,7 +2212,7 @@ type Prompt struct {
 
 func (x *Prompt) Reset() {
 	*x = Prompt{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[23]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +2224,7 @@ func (x *Prompt) String() string {
 func (*Prompt) ProtoMessage() {}
 
 func (x *Prompt) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[23]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +2237,7 @@ func (x *Prompt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Prompt.ProtoReflect.Descriptor instead.
 func (*Prompt) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{23}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Prompt) GetName() string {
@@ -1793,7 +2276,7 @@ type PromptArgument struct {
 
 func (x *PromptArgument) Reset() {
 	*x = PromptArgument{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[24]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2288,7 @@ func (x *PromptArgument) String() string {
 func (*PromptArgument) ProtoMessage() {}
 
 func (x *PromptArgument) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[24]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2301,7 @@ func (x *PromptArgument) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptArgument.ProtoReflect.Descriptor instead.
 func (*PromptArgument) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{24}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PromptArgument) GetName() string {
@@ -1855,7 +2338,7 @@ type ListPromptsRequest struct {
 
 func (x *ListPromptsRequest) Reset() {
 	*x = ListPromptsRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[25]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +2350,7 @@ func (x *ListPromptsRequest) String() string {
 func (*ListPromptsRequest) ProtoMessage() {}
 
 func (x *ListPromptsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[25]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +2363,7 @@ func (x *ListPromptsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPromptsRequest.ProtoReflect.Descriptor instead.
 func (*ListPromptsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{25}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListPromptsRequest) GetServer() string {
@@ -1910,7 +2393,7 @@ type ListPromptsResponse struct {
 
 func (x *ListPromptsResponse) Reset() {
 	*x = ListPromptsResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[26]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1922,7 +2405,7 @@ func (x *ListPromptsResponse) String() string {
 func (*ListPromptsResponse) ProtoMessage() {}
 
 func (x *ListPromptsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[26]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +2418,7 @@ func (x *ListPromptsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPromptsResponse.ProtoReflect.Descriptor instead.
 func (*ListPromptsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{26}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListPromptsResponse) GetPrompts() []*Prompt {
@@ -1967,7 +2450,7 @@ type GetPromptRequest struct {
 
 func (x *GetPromptRequest) Reset() {
 	*x = GetPromptRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2462,7 @@ func (x *GetPromptRequest) String() string {
 func (*GetPromptRequest) ProtoMessage() {}
 
 func (x *GetPromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2475,7 @@ func (x *GetPromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromptRequest.ProtoReflect.Descriptor instead.
 func (*GetPromptRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{27}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetPromptRequest) GetServer() string {
@@ -2029,7 +2512,7 @@ type PromptMessage struct {
 
 func (x *PromptMessage) Reset() {
 	*x = PromptMessage{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2041,7 +2524,7 @@ func (x *PromptMessage) String() string {
 func (*PromptMessage) ProtoMessage() {}
 
 func (x *PromptMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2054,7 +2537,7 @@ func (x *PromptMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptMessage.ProtoReflect.Descriptor instead.
 func (*PromptMessage) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{28}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PromptMessage) GetRole() string {
@@ -2084,7 +2567,7 @@ type GetPromptResponse struct {
 
 func (x *GetPromptResponse) Reset() {
 	*x = GetPromptResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +2579,7 @@ func (x *GetPromptResponse) String() string {
 func (*GetPromptResponse) ProtoMessage() {}
 
 func (x *GetPromptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +2592,7 @@ func (x *GetPromptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromptResponse.ProtoReflect.Descriptor instead.
 func (*GetPromptResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{29}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetPromptResponse) GetDescription() string {
@@ -2126,11 +2609,492 @@ func (x *GetPromptResponse) GetMessages() []*PromptMessage {
 	return nil
 }
 
+// ResourceTemplate is a URI template of resources a server offers.
+type ResourceTemplate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The RFC 6570 URI template.
+	UriTemplate string `protobuf:"bytes,1,opt,name=uri_template,json=uriTemplate,proto3" json:"uri_template,omitempty"`
+	// Its name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Its description.
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// MIME type of the resources, when all share one.
+	MimeType      string `protobuf:"bytes,4,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResourceTemplate) Reset() {
+	*x = ResourceTemplate{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResourceTemplate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResourceTemplate) ProtoMessage() {}
+
+func (x *ResourceTemplate) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResourceTemplate.ProtoReflect.Descriptor instead.
+func (*ResourceTemplate) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ResourceTemplate) GetUriTemplate() string {
+	if x != nil {
+		return x.UriTemplate
+	}
+	return ""
+}
+
+func (x *ResourceTemplate) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ResourceTemplate) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *ResourceTemplate) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+// ListResourceTemplatesRequest is the input of ListResourceTemplates.
+type ListResourceTemplatesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The server's name. Required.
+	Server string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	// Pagination cursor from a previous call.
+	Cursor        string `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResourceTemplatesRequest) Reset() {
+	*x = ListResourceTemplatesRequest{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResourceTemplatesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResourceTemplatesRequest) ProtoMessage() {}
+
+func (x *ListResourceTemplatesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResourceTemplatesRequest.ProtoReflect.Descriptor instead.
+func (*ListResourceTemplatesRequest) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListResourceTemplatesRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *ListResourceTemplatesRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+// ListResourceTemplatesResponse is the output of ListResourceTemplates.
+type ListResourceTemplatesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The templates.
+	Templates []*ResourceTemplate `protobuf:"bytes,1,rep,name=templates,proto3" json:"templates,omitempty"`
+	// Cursor for the next page; empty on the last.
+	NextCursor    string `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResourceTemplatesResponse) Reset() {
+	*x = ListResourceTemplatesResponse{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResourceTemplatesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResourceTemplatesResponse) ProtoMessage() {}
+
+func (x *ListResourceTemplatesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResourceTemplatesResponse.ProtoReflect.Descriptor instead.
+func (*ListResourceTemplatesResponse) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ListResourceTemplatesResponse) GetTemplates() []*ResourceTemplate {
+	if x != nil {
+		return x.Templates
+	}
+	return nil
+}
+
+func (x *ListResourceTemplatesResponse) GetNextCursor() string {
+	if x != nil {
+		return x.NextCursor
+	}
+	return ""
+}
+
+// WatchResourceRequest is the input of WatchResource.
+type WatchResourceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The server's name. Required.
+	Server string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	// The resource URI. Required.
+	Uri           string `protobuf:"bytes,2,opt,name=uri,proto3" json:"uri,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResourceRequest) Reset() {
+	*x = WatchResourceRequest{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResourceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResourceRequest) ProtoMessage() {}
+
+func (x *WatchResourceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResourceRequest.ProtoReflect.Descriptor instead.
+func (*WatchResourceRequest) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *WatchResourceRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *WatchResourceRequest) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+// WatchResourceResponse is one event of WatchResource.
+type WatchResourceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The resource URI.
+	Uri string `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
+	// False for the first event (the subscription is in place), true when the server reported
+	// the resource updated; read it with ReadResource.
+	Updated       bool `protobuf:"varint,2,opt,name=updated,proto3" json:"updated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResourceResponse) Reset() {
+	*x = WatchResourceResponse{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResourceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResourceResponse) ProtoMessage() {}
+
+func (x *WatchResourceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResourceResponse.ProtoReflect.Descriptor instead.
+func (*WatchResourceResponse) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *WatchResourceResponse) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *WatchResourceResponse) GetUpdated() bool {
+	if x != nil {
+		return x.Updated
+	}
+	return false
+}
+
+// CompleteRequest is the input of Complete.
+type CompleteRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The server's name. Required.
+	Server string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	// What is completed: a prompt's name or a resource template's URI template; set one.
+	//
+	// Types that are valid to be assigned to Ref:
+	//
+	//	*CompleteRequest_Prompt
+	//	*CompleteRequest_ResourceTemplate
+	Ref isCompleteRequest_Ref `protobuf_oneof:"ref"`
+	// The argument's name. Required.
+	Argument string `protobuf:"bytes,4,opt,name=argument,proto3" json:"argument,omitempty"`
+	// What has been typed so far.
+	Value string `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
+	// Values of arguments already chosen, for completions that depend on them.
+	Context       map[string]string `protobuf:"bytes,6,rep,name=context,proto3" json:"context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteRequest) Reset() {
+	*x = CompleteRequest{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteRequest) ProtoMessage() {}
+
+func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
+func (*CompleteRequest) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *CompleteRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetRef() isCompleteRequest_Ref {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *CompleteRequest) GetPrompt() string {
+	if x != nil {
+		if x, ok := x.Ref.(*CompleteRequest_Prompt); ok {
+			return x.Prompt
+		}
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetResourceTemplate() string {
+	if x != nil {
+		if x, ok := x.Ref.(*CompleteRequest_ResourceTemplate); ok {
+			return x.ResourceTemplate
+		}
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetArgument() string {
+	if x != nil {
+		return x.Argument
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetContext() map[string]string {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+type isCompleteRequest_Ref interface {
+	isCompleteRequest_Ref()
+}
+
+type CompleteRequest_Prompt struct {
+	// A prompt's name.
+	Prompt string `protobuf:"bytes,2,opt,name=prompt,proto3,oneof"`
+}
+
+type CompleteRequest_ResourceTemplate struct {
+	// A resource template's URI template.
+	ResourceTemplate string `protobuf:"bytes,3,opt,name=resource_template,json=resourceTemplate,proto3,oneof"`
+}
+
+func (*CompleteRequest_Prompt) isCompleteRequest_Ref() {}
+
+func (*CompleteRequest_ResourceTemplate) isCompleteRequest_Ref() {}
+
+// CompleteResponse is the output of Complete.
+type CompleteResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Suggested values, at most 100.
+	Values []string `protobuf:"bytes,1,rep,name=values,proto3" json:"values,omitempty"`
+	// Total number of completions the server has, when it says.
+	Total int32 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	// The server has more than it returned.
+	HasMore       bool `protobuf:"varint,3,opt,name=has_more,json=hasMore,proto3" json:"has_more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteResponse) Reset() {
+	*x = CompleteResponse{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteResponse) ProtoMessage() {}
+
+func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
+func (*CompleteResponse) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *CompleteResponse) GetValues() []string {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *CompleteResponse) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *CompleteResponse) GetHasMore() bool {
+	if x != nil {
+		return x.HasMore
+	}
+	return false
+}
+
 var File_hermes_mcpgateway_v1_mcpgateway_proto protoreflect.FileDescriptor
 
 const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\n" +
-	"%hermes/mcpgateway/v1/mcpgateway.proto\x12\x14hermes.mcpgateway.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf3\x02\n" +
+	"%hermes/mcpgateway/v1/mcpgateway.proto\x12\x14hermes.mcpgateway.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x89\x04\n" +
 	"\n" +
 	"ServerSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
@@ -2141,8 +3105,21 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\aexclude\x18\x06 \x03(\tR\aexclude\x12<\n" +
 	"\fcall_timeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\vcallTimeout\x12)\n" +
 	"\x10protocol_version\x18\b \x01(\tR\x0fprotocolVersion\x12\x16\n" +
-	"\x06groups\x18\t \x03(\tR\x06groupsB\v\n" +
-	"\ttransport\"\xd8\x01\n" +
+	"\x06groups\x18\t \x03(\tR\x06groups\x12@\n" +
+	"\bsampling\x18\n" +
+	" \x01(\v2$.hermes.mcpgateway.v1.SamplingPolicyR\bsampling\x120\n" +
+	"\x05roots\x18\v \x03(\v2\x1a.hermes.mcpgateway.v1.RootR\x05roots\x12 \n" +
+	"\velicitation\x18\f \x01(\tR\velicitationB\v\n" +
+	"\ttransport\"d\n" +
+	"\x0eSamplingPolicy\x12\x14\n" +
+	"\x05allow\x18\x01 \x01(\bR\x05allow\x12\x1d\n" +
+	"\n" +
+	"max_tokens\x18\x02 \x01(\x05R\tmaxTokens\x12\x1d\n" +
+	"\n" +
+	"per_minute\x18\x03 \x01(\x05R\tperMinute\",\n" +
+	"\x04Root\x12\x10\n" +
+	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xd8\x01\n" +
 	"\x0eStdioTransport\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x12\n" +
 	"\x04args\x18\x02 \x03(\tR\x04args\x12?\n" +
@@ -2151,14 +3128,22 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"workingDir\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd3\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x97\x02\n" +
 	"\rHTTPTransport\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12J\n" +
 	"\aheaders\x18\x02 \x03(\v20.hermes.mcpgateway.v1.HTTPTransport.HeadersEntryR\aheaders\x12(\n" +
-	"\x10bearer_token_env\x18\x03 \x01(\tR\x0ebearerTokenEnv\x1a:\n" +
+	"\x10bearer_token_env\x18\x03 \x01(\tR\x0ebearerTokenEnv\x12B\n" +
+	"\x05oauth\x18\x04 \x01(\v2,.hermes.mcpgateway.v1.OAuthClientCredentialsR\x05oauth\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdc\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb7\x01\n" +
+	"\x16OAuthClientCredentials\x12\x1b\n" +
+	"\ttoken_url\x18\x01 \x01(\tR\btokenUrl\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12*\n" +
+	"\x11client_secret_env\x18\x03 \x01(\tR\x0fclientSecretEnv\x12\x16\n" +
+	"\x06scopes\x18\x04 \x03(\tR\x06scopes\x12\x1f\n" +
+	"\vauth_method\x18\x05 \x01(\tR\n" +
+	"authMethod\"\x80\x05\n" +
 	"\x06Server\x124\n" +
 	"\x04spec\x18\x01 \x01(\v2 .hermes.mcpgateway.v1.ServerSpecR\x04spec\x127\n" +
 	"\x05state\x18\x02 \x01(\x0e2!.hermes.mcpgateway.v1.ServerStateR\x05state\x12\x1d\n" +
@@ -2180,18 +3165,20 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"reconnects\x12\x10\n" +
 	"\x03pid\x18\f \x01(\x05R\x03pid\x12>\n" +
 	"\rnext_retry_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\vnextRetryAt\x12\x1a\n" +
-	"\bwarnings\x18\x0e \x03(\tR\bwarnings\"^\n" +
+	"\bwarnings\x18\x0e \x03(\tR\bwarnings\x12\"\n" +
+	"\finstructions\x18\x0f \x01(\tR\finstructions\"^\n" +
 	"\vSkippedTool\x12#\n" +
 	"\roriginal_name\x18\x01 \x01(\tR\foriginalName\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xc4\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xe7\x01\n" +
 	"\aMCPTool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
 	"\roriginal_name\x18\x02 \x01(\tR\foriginalName\x12\x16\n" +
 	"\x06server\x18\x03 \x01(\tR\x06server\x12 \n" +
 	"\vdescription\x18\x04 \x01(\tR\vdescription\x12!\n" +
 	"\finput_schema\x18\x05 \x01(\tR\vinputSchema\x12#\n" +
-	"\routput_schema\x18\x06 \x01(\tR\foutputSchema\"\\\n" +
+	"\routput_schema\x18\x06 \x01(\tR\foutputSchema\x12!\n" +
+	"\ftask_support\x18\a \x01(\tR\vtaskSupport\"\\\n" +
 	"\x10AddServerRequest\x124\n" +
 	"\x04spec\x18\x01 \x01(\v2 .hermes.mcpgateway.v1.ServerSpecR\x04spec\x12\x12\n" +
 	"\x04wait\x18\x02 \x01(\bR\x04wait\"I\n" +
@@ -2219,7 +3206,7 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\tmime_type\x18\x02 \x01(\tR\bmimeType\x12\x10\n" +
 	"\x03uri\x18\x03 \x01(\tR\x03uri\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x12\n" +
-	"\x04text\x18\x05 \x01(\tR\x04text\"\x93\x02\n" +
+	"\x04text\x18\x05 \x01(\tR\x04text\"\xd2\x02\n" +
 	"\x10CallToolResponse\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x16\n" +
 	"\x06output\x18\x02 \x01(\tR\x06output\x12\x1e\n" +
@@ -2230,7 +3217,20 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\n" +
 	"error_code\x18\x05 \x01(\tR\terrorCode\x125\n" +
 	"\bduration\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1c\n" +
-	"\ttruncated\x18\a \x01(\bR\ttruncated\"\x83\x01\n" +
+	"\ttruncated\x18\a \x01(\bR\ttruncated\x12 \n" +
+	"\fmay_have_run\x18\b \x01(\bR\n" +
+	"mayHaveRun\x12\x1b\n" +
+	"\tuser_text\x18\t \x03(\tR\buserText\"X\n" +
+	"\x15CallToolStreamRequest\x12?\n" +
+	"\arequest\x18\x01 \x01(\v2%.hermes.mcpgateway.v1.CallToolRequestR\arequest\"\xa5\x01\n" +
+	"\x16CallToolStreamResponse\x12<\n" +
+	"\bprogress\x18\x01 \x01(\v2\x1e.hermes.mcpgateway.v1.ProgressH\x00R\bprogress\x12D\n" +
+	"\bresponse\x18\x02 \x01(\v2&.hermes.mcpgateway.v1.CallToolResponseH\x00R\bresponseB\a\n" +
+	"\x05event\"V\n" +
+	"\bProgress\x12\x1a\n" +
+	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x83\x01\n" +
 	"\bResource\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
@@ -2283,12 +3283,46 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x04text\x18\x02 \x01(\tR\x04text\"v\n" +
 	"\x11GetPromptResponse\x12 \n" +
 	"\vdescription\x18\x01 \x01(\tR\vdescription\x12?\n" +
-	"\bmessages\x18\x02 \x03(\v2#.hermes.mcpgateway.v1.PromptMessageR\bmessages*y\n" +
+	"\bmessages\x18\x02 \x03(\v2#.hermes.mcpgateway.v1.PromptMessageR\bmessages\"\x88\x01\n" +
+	"\x10ResourceTemplate\x12!\n" +
+	"\furi_template\x18\x01 \x01(\tR\vuriTemplate\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x1b\n" +
+	"\tmime_type\x18\x04 \x01(\tR\bmimeType\"N\n" +
+	"\x1cListResourceTemplatesRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\tR\x06cursor\"\x86\x01\n" +
+	"\x1dListResourceTemplatesResponse\x12D\n" +
+	"\ttemplates\x18\x01 \x03(\v2&.hermes.mcpgateway.v1.ResourceTemplateR\ttemplates\x12\x1f\n" +
+	"\vnext_cursor\x18\x02 \x01(\tR\n" +
+	"nextCursor\"@\n" +
+	"\x14WatchResourceRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12\x10\n" +
+	"\x03uri\x18\x02 \x01(\tR\x03uri\"C\n" +
+	"\x15WatchResourceResponse\x12\x10\n" +
+	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x18\n" +
+	"\aupdated\x18\x02 \x01(\bR\aupdated\"\xb5\x02\n" +
+	"\x0fCompleteRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12\x18\n" +
+	"\x06prompt\x18\x02 \x01(\tH\x00R\x06prompt\x12-\n" +
+	"\x11resource_template\x18\x03 \x01(\tH\x00R\x10resourceTemplate\x12\x1a\n" +
+	"\bargument\x18\x04 \x01(\tR\bargument\x12\x14\n" +
+	"\x05value\x18\x05 \x01(\tR\x05value\x12L\n" +
+	"\acontext\x18\x06 \x03(\v22.hermes.mcpgateway.v1.CompleteRequest.ContextEntryR\acontext\x1a:\n" +
+	"\fContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x05\n" +
+	"\x03ref\"[\n" +
+	"\x10CompleteResponse\x12\x16\n" +
+	"\x06values\x18\x01 \x03(\tR\x06values\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x05R\x05total\x12\x19\n" +
+	"\bhas_more\x18\x03 \x01(\bR\ahasMore*y\n" +
 	"\vServerState\x12\x1c\n" +
 	"\x18SERVER_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17SERVER_STATE_CONNECTING\x10\x01\x12\x16\n" +
 	"\x12SERVER_STATE_READY\x10\x02\x12\x17\n" +
-	"\x13SERVER_STATE_FAILED\x10\x032\x88\a\n" +
+	"\x13SERVER_STATE_FAILED\x10\x032\xc1\n" +
+	"\n" +
 	"\x11MCPGatewayService\x12\\\n" +
 	"\tAddServer\x12&.hermes.mcpgateway.v1.AddServerRequest\x1a'.hermes.mcpgateway.v1.AddServerResponse\x12e\n" +
 	"\fRemoveServer\x12).hermes.mcpgateway.v1.RemoveServerRequest\x1a*.hermes.mcpgateway.v1.RemoveServerResponse\x12b\n" +
@@ -2298,7 +3332,11 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\rListResources\x12*.hermes.mcpgateway.v1.ListResourcesRequest\x1a+.hermes.mcpgateway.v1.ListResourcesResponse\x12e\n" +
 	"\fReadResource\x12).hermes.mcpgateway.v1.ReadResourceRequest\x1a*.hermes.mcpgateway.v1.ReadResourceResponse\x12b\n" +
 	"\vListPrompts\x12(.hermes.mcpgateway.v1.ListPromptsRequest\x1a).hermes.mcpgateway.v1.ListPromptsResponse\x12\\\n" +
-	"\tGetPrompt\x12&.hermes.mcpgateway.v1.GetPromptRequest\x1a'.hermes.mcpgateway.v1.GetPromptResponseBHZFgithub.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1;mcpgatewayv1b\x06proto3"
+	"\tGetPrompt\x12&.hermes.mcpgateway.v1.GetPromptRequest\x1a'.hermes.mcpgateway.v1.GetPromptResponse\x12m\n" +
+	"\x0eCallToolStream\x12+.hermes.mcpgateway.v1.CallToolStreamRequest\x1a,.hermes.mcpgateway.v1.CallToolStreamResponse0\x01\x12\x80\x01\n" +
+	"\x15ListResourceTemplates\x122.hermes.mcpgateway.v1.ListResourceTemplatesRequest\x1a3.hermes.mcpgateway.v1.ListResourceTemplatesResponse\x12j\n" +
+	"\rWatchResource\x12*.hermes.mcpgateway.v1.WatchResourceRequest\x1a+.hermes.mcpgateway.v1.WatchResourceResponse0\x01\x12Y\n" +
+	"\bComplete\x12%.hermes.mcpgateway.v1.CompleteRequest\x1a&.hermes.mcpgateway.v1.CompleteResponseBHZFgithub.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1;mcpgatewayv1b\x06proto3"
 
 var (
 	file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescOnce sync.Once
@@ -2313,92 +3351,122 @@ func file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP() []byte {
 }
 
 var file_hermes_mcpgateway_v1_mcpgateway_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_hermes_mcpgateway_v1_mcpgateway_proto_goTypes = []any{
-	(ServerState)(0),              // 0: hermes.mcpgateway.v1.ServerState
-	(*ServerSpec)(nil),            // 1: hermes.mcpgateway.v1.ServerSpec
-	(*StdioTransport)(nil),        // 2: hermes.mcpgateway.v1.StdioTransport
-	(*HTTPTransport)(nil),         // 3: hermes.mcpgateway.v1.HTTPTransport
-	(*Server)(nil),                // 4: hermes.mcpgateway.v1.Server
-	(*SkippedTool)(nil),           // 5: hermes.mcpgateway.v1.SkippedTool
-	(*MCPTool)(nil),               // 6: hermes.mcpgateway.v1.MCPTool
-	(*AddServerRequest)(nil),      // 7: hermes.mcpgateway.v1.AddServerRequest
-	(*AddServerResponse)(nil),     // 8: hermes.mcpgateway.v1.AddServerResponse
-	(*RemoveServerRequest)(nil),   // 9: hermes.mcpgateway.v1.RemoveServerRequest
-	(*RemoveServerResponse)(nil),  // 10: hermes.mcpgateway.v1.RemoveServerResponse
-	(*ListServersRequest)(nil),    // 11: hermes.mcpgateway.v1.ListServersRequest
-	(*ListServersResponse)(nil),   // 12: hermes.mcpgateway.v1.ListServersResponse
-	(*ListToolsRequest)(nil),      // 13: hermes.mcpgateway.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),     // 14: hermes.mcpgateway.v1.ListToolsResponse
-	(*CallToolRequest)(nil),       // 15: hermes.mcpgateway.v1.CallToolRequest
-	(*Content)(nil),               // 16: hermes.mcpgateway.v1.Content
-	(*CallToolResponse)(nil),      // 17: hermes.mcpgateway.v1.CallToolResponse
-	(*Resource)(nil),              // 18: hermes.mcpgateway.v1.Resource
-	(*ListResourcesRequest)(nil),  // 19: hermes.mcpgateway.v1.ListResourcesRequest
-	(*ListResourcesResponse)(nil), // 20: hermes.mcpgateway.v1.ListResourcesResponse
-	(*ReadResourceRequest)(nil),   // 21: hermes.mcpgateway.v1.ReadResourceRequest
-	(*ResourceContent)(nil),       // 22: hermes.mcpgateway.v1.ResourceContent
-	(*ReadResourceResponse)(nil),  // 23: hermes.mcpgateway.v1.ReadResourceResponse
-	(*Prompt)(nil),                // 24: hermes.mcpgateway.v1.Prompt
-	(*PromptArgument)(nil),        // 25: hermes.mcpgateway.v1.PromptArgument
-	(*ListPromptsRequest)(nil),    // 26: hermes.mcpgateway.v1.ListPromptsRequest
-	(*ListPromptsResponse)(nil),   // 27: hermes.mcpgateway.v1.ListPromptsResponse
-	(*GetPromptRequest)(nil),      // 28: hermes.mcpgateway.v1.GetPromptRequest
-	(*PromptMessage)(nil),         // 29: hermes.mcpgateway.v1.PromptMessage
-	(*GetPromptResponse)(nil),     // 30: hermes.mcpgateway.v1.GetPromptResponse
-	nil,                           // 31: hermes.mcpgateway.v1.StdioTransport.EnvEntry
-	nil,                           // 32: hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
-	nil,                           // 33: hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
-	(*durationpb.Duration)(nil),   // 34: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
+	(ServerState)(0),                      // 0: hermes.mcpgateway.v1.ServerState
+	(*ServerSpec)(nil),                    // 1: hermes.mcpgateway.v1.ServerSpec
+	(*SamplingPolicy)(nil),                // 2: hermes.mcpgateway.v1.SamplingPolicy
+	(*Root)(nil),                          // 3: hermes.mcpgateway.v1.Root
+	(*StdioTransport)(nil),                // 4: hermes.mcpgateway.v1.StdioTransport
+	(*HTTPTransport)(nil),                 // 5: hermes.mcpgateway.v1.HTTPTransport
+	(*OAuthClientCredentials)(nil),        // 6: hermes.mcpgateway.v1.OAuthClientCredentials
+	(*Server)(nil),                        // 7: hermes.mcpgateway.v1.Server
+	(*SkippedTool)(nil),                   // 8: hermes.mcpgateway.v1.SkippedTool
+	(*MCPTool)(nil),                       // 9: hermes.mcpgateway.v1.MCPTool
+	(*AddServerRequest)(nil),              // 10: hermes.mcpgateway.v1.AddServerRequest
+	(*AddServerResponse)(nil),             // 11: hermes.mcpgateway.v1.AddServerResponse
+	(*RemoveServerRequest)(nil),           // 12: hermes.mcpgateway.v1.RemoveServerRequest
+	(*RemoveServerResponse)(nil),          // 13: hermes.mcpgateway.v1.RemoveServerResponse
+	(*ListServersRequest)(nil),            // 14: hermes.mcpgateway.v1.ListServersRequest
+	(*ListServersResponse)(nil),           // 15: hermes.mcpgateway.v1.ListServersResponse
+	(*ListToolsRequest)(nil),              // 16: hermes.mcpgateway.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),             // 17: hermes.mcpgateway.v1.ListToolsResponse
+	(*CallToolRequest)(nil),               // 18: hermes.mcpgateway.v1.CallToolRequest
+	(*Content)(nil),                       // 19: hermes.mcpgateway.v1.Content
+	(*CallToolResponse)(nil),              // 20: hermes.mcpgateway.v1.CallToolResponse
+	(*CallToolStreamRequest)(nil),         // 21: hermes.mcpgateway.v1.CallToolStreamRequest
+	(*CallToolStreamResponse)(nil),        // 22: hermes.mcpgateway.v1.CallToolStreamResponse
+	(*Progress)(nil),                      // 23: hermes.mcpgateway.v1.Progress
+	(*Resource)(nil),                      // 24: hermes.mcpgateway.v1.Resource
+	(*ListResourcesRequest)(nil),          // 25: hermes.mcpgateway.v1.ListResourcesRequest
+	(*ListResourcesResponse)(nil),         // 26: hermes.mcpgateway.v1.ListResourcesResponse
+	(*ReadResourceRequest)(nil),           // 27: hermes.mcpgateway.v1.ReadResourceRequest
+	(*ResourceContent)(nil),               // 28: hermes.mcpgateway.v1.ResourceContent
+	(*ReadResourceResponse)(nil),          // 29: hermes.mcpgateway.v1.ReadResourceResponse
+	(*Prompt)(nil),                        // 30: hermes.mcpgateway.v1.Prompt
+	(*PromptArgument)(nil),                // 31: hermes.mcpgateway.v1.PromptArgument
+	(*ListPromptsRequest)(nil),            // 32: hermes.mcpgateway.v1.ListPromptsRequest
+	(*ListPromptsResponse)(nil),           // 33: hermes.mcpgateway.v1.ListPromptsResponse
+	(*GetPromptRequest)(nil),              // 34: hermes.mcpgateway.v1.GetPromptRequest
+	(*PromptMessage)(nil),                 // 35: hermes.mcpgateway.v1.PromptMessage
+	(*GetPromptResponse)(nil),             // 36: hermes.mcpgateway.v1.GetPromptResponse
+	(*ResourceTemplate)(nil),              // 37: hermes.mcpgateway.v1.ResourceTemplate
+	(*ListResourceTemplatesRequest)(nil),  // 38: hermes.mcpgateway.v1.ListResourceTemplatesRequest
+	(*ListResourceTemplatesResponse)(nil), // 39: hermes.mcpgateway.v1.ListResourceTemplatesResponse
+	(*WatchResourceRequest)(nil),          // 40: hermes.mcpgateway.v1.WatchResourceRequest
+	(*WatchResourceResponse)(nil),         // 41: hermes.mcpgateway.v1.WatchResourceResponse
+	(*CompleteRequest)(nil),               // 42: hermes.mcpgateway.v1.CompleteRequest
+	(*CompleteResponse)(nil),              // 43: hermes.mcpgateway.v1.CompleteResponse
+	nil,                                   // 44: hermes.mcpgateway.v1.StdioTransport.EnvEntry
+	nil,                                   // 45: hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
+	nil,                                   // 46: hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
+	nil,                                   // 47: hermes.mcpgateway.v1.CompleteRequest.ContextEntry
+	(*durationpb.Duration)(nil),           // 48: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),         // 49: google.protobuf.Timestamp
 }
 var file_hermes_mcpgateway_v1_mcpgateway_proto_depIdxs = []int32{
-	2,  // 0: hermes.mcpgateway.v1.ServerSpec.stdio:type_name -> hermes.mcpgateway.v1.StdioTransport
-	3,  // 1: hermes.mcpgateway.v1.ServerSpec.http:type_name -> hermes.mcpgateway.v1.HTTPTransport
-	34, // 2: hermes.mcpgateway.v1.ServerSpec.call_timeout:type_name -> google.protobuf.Duration
-	31, // 3: hermes.mcpgateway.v1.StdioTransport.env:type_name -> hermes.mcpgateway.v1.StdioTransport.EnvEntry
-	32, // 4: hermes.mcpgateway.v1.HTTPTransport.headers:type_name -> hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
-	1,  // 5: hermes.mcpgateway.v1.Server.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
-	0,  // 6: hermes.mcpgateway.v1.Server.state:type_name -> hermes.mcpgateway.v1.ServerState
-	5,  // 7: hermes.mcpgateway.v1.Server.skipped_tools:type_name -> hermes.mcpgateway.v1.SkippedTool
-	35, // 8: hermes.mcpgateway.v1.Server.connected_at:type_name -> google.protobuf.Timestamp
-	35, // 9: hermes.mcpgateway.v1.Server.next_retry_at:type_name -> google.protobuf.Timestamp
-	1,  // 10: hermes.mcpgateway.v1.AddServerRequest.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
-	4,  // 11: hermes.mcpgateway.v1.AddServerResponse.server:type_name -> hermes.mcpgateway.v1.Server
-	4,  // 12: hermes.mcpgateway.v1.ListServersResponse.servers:type_name -> hermes.mcpgateway.v1.Server
-	6,  // 13: hermes.mcpgateway.v1.ListToolsResponse.tools:type_name -> hermes.mcpgateway.v1.MCPTool
-	34, // 14: hermes.mcpgateway.v1.CallToolRequest.timeout:type_name -> google.protobuf.Duration
-	16, // 15: hermes.mcpgateway.v1.CallToolResponse.contents:type_name -> hermes.mcpgateway.v1.Content
-	34, // 16: hermes.mcpgateway.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
-	18, // 17: hermes.mcpgateway.v1.ListResourcesResponse.resources:type_name -> hermes.mcpgateway.v1.Resource
-	22, // 18: hermes.mcpgateway.v1.ReadResourceResponse.contents:type_name -> hermes.mcpgateway.v1.ResourceContent
-	25, // 19: hermes.mcpgateway.v1.Prompt.arguments:type_name -> hermes.mcpgateway.v1.PromptArgument
-	24, // 20: hermes.mcpgateway.v1.ListPromptsResponse.prompts:type_name -> hermes.mcpgateway.v1.Prompt
-	33, // 21: hermes.mcpgateway.v1.GetPromptRequest.arguments:type_name -> hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
-	29, // 22: hermes.mcpgateway.v1.GetPromptResponse.messages:type_name -> hermes.mcpgateway.v1.PromptMessage
-	7,  // 23: hermes.mcpgateway.v1.MCPGatewayService.AddServer:input_type -> hermes.mcpgateway.v1.AddServerRequest
-	9,  // 24: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:input_type -> hermes.mcpgateway.v1.RemoveServerRequest
-	11, // 25: hermes.mcpgateway.v1.MCPGatewayService.ListServers:input_type -> hermes.mcpgateway.v1.ListServersRequest
-	13, // 26: hermes.mcpgateway.v1.MCPGatewayService.ListTools:input_type -> hermes.mcpgateway.v1.ListToolsRequest
-	15, // 27: hermes.mcpgateway.v1.MCPGatewayService.CallTool:input_type -> hermes.mcpgateway.v1.CallToolRequest
-	19, // 28: hermes.mcpgateway.v1.MCPGatewayService.ListResources:input_type -> hermes.mcpgateway.v1.ListResourcesRequest
-	21, // 29: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:input_type -> hermes.mcpgateway.v1.ReadResourceRequest
-	26, // 30: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:input_type -> hermes.mcpgateway.v1.ListPromptsRequest
-	28, // 31: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:input_type -> hermes.mcpgateway.v1.GetPromptRequest
-	8,  // 32: hermes.mcpgateway.v1.MCPGatewayService.AddServer:output_type -> hermes.mcpgateway.v1.AddServerResponse
-	10, // 33: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:output_type -> hermes.mcpgateway.v1.RemoveServerResponse
-	12, // 34: hermes.mcpgateway.v1.MCPGatewayService.ListServers:output_type -> hermes.mcpgateway.v1.ListServersResponse
-	14, // 35: hermes.mcpgateway.v1.MCPGatewayService.ListTools:output_type -> hermes.mcpgateway.v1.ListToolsResponse
-	17, // 36: hermes.mcpgateway.v1.MCPGatewayService.CallTool:output_type -> hermes.mcpgateway.v1.CallToolResponse
-	20, // 37: hermes.mcpgateway.v1.MCPGatewayService.ListResources:output_type -> hermes.mcpgateway.v1.ListResourcesResponse
-	23, // 38: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:output_type -> hermes.mcpgateway.v1.ReadResourceResponse
-	27, // 39: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:output_type -> hermes.mcpgateway.v1.ListPromptsResponse
-	30, // 40: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:output_type -> hermes.mcpgateway.v1.GetPromptResponse
-	32, // [32:41] is the sub-list for method output_type
-	23, // [23:32] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	4,  // 0: hermes.mcpgateway.v1.ServerSpec.stdio:type_name -> hermes.mcpgateway.v1.StdioTransport
+	5,  // 1: hermes.mcpgateway.v1.ServerSpec.http:type_name -> hermes.mcpgateway.v1.HTTPTransport
+	48, // 2: hermes.mcpgateway.v1.ServerSpec.call_timeout:type_name -> google.protobuf.Duration
+	2,  // 3: hermes.mcpgateway.v1.ServerSpec.sampling:type_name -> hermes.mcpgateway.v1.SamplingPolicy
+	3,  // 4: hermes.mcpgateway.v1.ServerSpec.roots:type_name -> hermes.mcpgateway.v1.Root
+	44, // 5: hermes.mcpgateway.v1.StdioTransport.env:type_name -> hermes.mcpgateway.v1.StdioTransport.EnvEntry
+	45, // 6: hermes.mcpgateway.v1.HTTPTransport.headers:type_name -> hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
+	6,  // 7: hermes.mcpgateway.v1.HTTPTransport.oauth:type_name -> hermes.mcpgateway.v1.OAuthClientCredentials
+	1,  // 8: hermes.mcpgateway.v1.Server.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
+	0,  // 9: hermes.mcpgateway.v1.Server.state:type_name -> hermes.mcpgateway.v1.ServerState
+	8,  // 10: hermes.mcpgateway.v1.Server.skipped_tools:type_name -> hermes.mcpgateway.v1.SkippedTool
+	49, // 11: hermes.mcpgateway.v1.Server.connected_at:type_name -> google.protobuf.Timestamp
+	49, // 12: hermes.mcpgateway.v1.Server.next_retry_at:type_name -> google.protobuf.Timestamp
+	1,  // 13: hermes.mcpgateway.v1.AddServerRequest.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
+	7,  // 14: hermes.mcpgateway.v1.AddServerResponse.server:type_name -> hermes.mcpgateway.v1.Server
+	7,  // 15: hermes.mcpgateway.v1.ListServersResponse.servers:type_name -> hermes.mcpgateway.v1.Server
+	9,  // 16: hermes.mcpgateway.v1.ListToolsResponse.tools:type_name -> hermes.mcpgateway.v1.MCPTool
+	48, // 17: hermes.mcpgateway.v1.CallToolRequest.timeout:type_name -> google.protobuf.Duration
+	19, // 18: hermes.mcpgateway.v1.CallToolResponse.contents:type_name -> hermes.mcpgateway.v1.Content
+	48, // 19: hermes.mcpgateway.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
+	18, // 20: hermes.mcpgateway.v1.CallToolStreamRequest.request:type_name -> hermes.mcpgateway.v1.CallToolRequest
+	23, // 21: hermes.mcpgateway.v1.CallToolStreamResponse.progress:type_name -> hermes.mcpgateway.v1.Progress
+	20, // 22: hermes.mcpgateway.v1.CallToolStreamResponse.response:type_name -> hermes.mcpgateway.v1.CallToolResponse
+	24, // 23: hermes.mcpgateway.v1.ListResourcesResponse.resources:type_name -> hermes.mcpgateway.v1.Resource
+	28, // 24: hermes.mcpgateway.v1.ReadResourceResponse.contents:type_name -> hermes.mcpgateway.v1.ResourceContent
+	31, // 25: hermes.mcpgateway.v1.Prompt.arguments:type_name -> hermes.mcpgateway.v1.PromptArgument
+	30, // 26: hermes.mcpgateway.v1.ListPromptsResponse.prompts:type_name -> hermes.mcpgateway.v1.Prompt
+	46, // 27: hermes.mcpgateway.v1.GetPromptRequest.arguments:type_name -> hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
+	35, // 28: hermes.mcpgateway.v1.GetPromptResponse.messages:type_name -> hermes.mcpgateway.v1.PromptMessage
+	37, // 29: hermes.mcpgateway.v1.ListResourceTemplatesResponse.templates:type_name -> hermes.mcpgateway.v1.ResourceTemplate
+	47, // 30: hermes.mcpgateway.v1.CompleteRequest.context:type_name -> hermes.mcpgateway.v1.CompleteRequest.ContextEntry
+	10, // 31: hermes.mcpgateway.v1.MCPGatewayService.AddServer:input_type -> hermes.mcpgateway.v1.AddServerRequest
+	12, // 32: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:input_type -> hermes.mcpgateway.v1.RemoveServerRequest
+	14, // 33: hermes.mcpgateway.v1.MCPGatewayService.ListServers:input_type -> hermes.mcpgateway.v1.ListServersRequest
+	16, // 34: hermes.mcpgateway.v1.MCPGatewayService.ListTools:input_type -> hermes.mcpgateway.v1.ListToolsRequest
+	18, // 35: hermes.mcpgateway.v1.MCPGatewayService.CallTool:input_type -> hermes.mcpgateway.v1.CallToolRequest
+	25, // 36: hermes.mcpgateway.v1.MCPGatewayService.ListResources:input_type -> hermes.mcpgateway.v1.ListResourcesRequest
+	27, // 37: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:input_type -> hermes.mcpgateway.v1.ReadResourceRequest
+	32, // 38: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:input_type -> hermes.mcpgateway.v1.ListPromptsRequest
+	34, // 39: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:input_type -> hermes.mcpgateway.v1.GetPromptRequest
+	21, // 40: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:input_type -> hermes.mcpgateway.v1.CallToolStreamRequest
+	38, // 41: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:input_type -> hermes.mcpgateway.v1.ListResourceTemplatesRequest
+	40, // 42: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:input_type -> hermes.mcpgateway.v1.WatchResourceRequest
+	42, // 43: hermes.mcpgateway.v1.MCPGatewayService.Complete:input_type -> hermes.mcpgateway.v1.CompleteRequest
+	11, // 44: hermes.mcpgateway.v1.MCPGatewayService.AddServer:output_type -> hermes.mcpgateway.v1.AddServerResponse
+	13, // 45: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:output_type -> hermes.mcpgateway.v1.RemoveServerResponse
+	15, // 46: hermes.mcpgateway.v1.MCPGatewayService.ListServers:output_type -> hermes.mcpgateway.v1.ListServersResponse
+	17, // 47: hermes.mcpgateway.v1.MCPGatewayService.ListTools:output_type -> hermes.mcpgateway.v1.ListToolsResponse
+	20, // 48: hermes.mcpgateway.v1.MCPGatewayService.CallTool:output_type -> hermes.mcpgateway.v1.CallToolResponse
+	26, // 49: hermes.mcpgateway.v1.MCPGatewayService.ListResources:output_type -> hermes.mcpgateway.v1.ListResourcesResponse
+	29, // 50: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:output_type -> hermes.mcpgateway.v1.ReadResourceResponse
+	33, // 51: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:output_type -> hermes.mcpgateway.v1.ListPromptsResponse
+	36, // 52: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:output_type -> hermes.mcpgateway.v1.GetPromptResponse
+	22, // 53: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:output_type -> hermes.mcpgateway.v1.CallToolStreamResponse
+	39, // 54: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:output_type -> hermes.mcpgateway.v1.ListResourceTemplatesResponse
+	41, // 55: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:output_type -> hermes.mcpgateway.v1.WatchResourceResponse
+	43, // 56: hermes.mcpgateway.v1.MCPGatewayService.Complete:output_type -> hermes.mcpgateway.v1.CompleteResponse
+	44, // [44:57] is the sub-list for method output_type
+	31, // [31:44] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_hermes_mcpgateway_v1_mcpgateway_proto_init() }
@@ -2410,13 +3478,21 @@ func file_hermes_mcpgateway_v1_mcpgateway_proto_init() {
 		(*ServerSpec_Stdio)(nil),
 		(*ServerSpec_Http)(nil),
 	}
+	file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[21].OneofWrappers = []any{
+		(*CallToolStreamResponse_Progress)(nil),
+		(*CallToolStreamResponse_Response)(nil),
+	}
+	file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41].OneofWrappers = []any{
+		(*CompleteRequest_Prompt)(nil),
+		(*CompleteRequest_ResourceTemplate)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc), len(file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

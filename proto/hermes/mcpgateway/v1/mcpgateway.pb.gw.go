@@ -442,6 +442,142 @@ func local_request_MCPGatewayService_GetPrompt_0(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
+func request_MCPGatewayService_CallToolStream_0(ctx context.Context, marshaler runtime.Marshaler, client MCPGatewayServiceClient, req *http.Request, pathParams map[string]string) (MCPGatewayService_CallToolStreamClient, runtime.ServerMetadata, error) {
+	var (
+		protoReq CallToolStreamRequest
+		metadata runtime.ServerMetadata
+	)
+	dec := marshaler.NewDecoder(req.Body)
+	if err := dec.Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if td, ok := dec.(interface{ Token() (json.Token, error) }); ok {
+		if _, err := td.Token(); !errors.Is(err, io.EOF) {
+			return nil, metadata, status.Error(codes.InvalidArgument, "unexpected data after request body")
+		}
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	stream, err := client.CallToolStream(ctx, &protoReq)
+	if err != nil {
+		return nil, metadata, err
+	}
+	header, err := stream.Header()
+	if err != nil {
+		return nil, metadata, err
+	}
+	metadata.HeaderMD = header
+	return stream, metadata, nil
+}
+
+func request_MCPGatewayService_ListResourceTemplates_0(ctx context.Context, marshaler runtime.Marshaler, client MCPGatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListResourceTemplatesRequest
+		metadata runtime.ServerMetadata
+	)
+	dec := marshaler.NewDecoder(req.Body)
+	if err := dec.Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if td, ok := dec.(interface{ Token() (json.Token, error) }); ok {
+		if _, err := td.Token(); !errors.Is(err, io.EOF) {
+			return nil, metadata, status.Error(codes.InvalidArgument, "unexpected data after request body")
+		}
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ListResourceTemplates(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_MCPGatewayService_ListResourceTemplates_0(ctx context.Context, marshaler runtime.Marshaler, server MCPGatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListResourceTemplatesRequest
+		metadata runtime.ServerMetadata
+	)
+	dec := marshaler.NewDecoder(req.Body)
+	if err := dec.Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if td, ok := dec.(interface{ Token() (json.Token, error) }); ok {
+		if _, err := td.Token(); !errors.Is(err, io.EOF) {
+			return nil, metadata, status.Error(codes.InvalidArgument, "unexpected data after request body")
+		}
+	}
+	msg, err := server.ListResourceTemplates(ctx, &protoReq)
+	return msg, metadata, err
+}
+
+func request_MCPGatewayService_WatchResource_0(ctx context.Context, marshaler runtime.Marshaler, client MCPGatewayServiceClient, req *http.Request, pathParams map[string]string) (MCPGatewayService_WatchResourceClient, runtime.ServerMetadata, error) {
+	var (
+		protoReq WatchResourceRequest
+		metadata runtime.ServerMetadata
+	)
+	dec := marshaler.NewDecoder(req.Body)
+	if err := dec.Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if td, ok := dec.(interface{ Token() (json.Token, error) }); ok {
+		if _, err := td.Token(); !errors.Is(err, io.EOF) {
+			return nil, metadata, status.Error(codes.InvalidArgument, "unexpected data after request body")
+		}
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	stream, err := client.WatchResource(ctx, &protoReq)
+	if err != nil {
+		return nil, metadata, err
+	}
+	header, err := stream.Header()
+	if err != nil {
+		return nil, metadata, err
+	}
+	metadata.HeaderMD = header
+	return stream, metadata, nil
+}
+
+func request_MCPGatewayService_Complete_0(ctx context.Context, marshaler runtime.Marshaler, client MCPGatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq CompleteRequest
+		metadata runtime.ServerMetadata
+	)
+	dec := marshaler.NewDecoder(req.Body)
+	if err := dec.Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if td, ok := dec.(interface{ Token() (json.Token, error) }); ok {
+		if _, err := td.Token(); !errors.Is(err, io.EOF) {
+			return nil, metadata, status.Error(codes.InvalidArgument, "unexpected data after request body")
+		}
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.Complete(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_MCPGatewayService_Complete_0(ctx context.Context, marshaler runtime.Marshaler, server MCPGatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq CompleteRequest
+		metadata runtime.ServerMetadata
+	)
+	dec := marshaler.NewDecoder(req.Body)
+	if err := dec.Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if td, ok := dec.(interface{ Token() (json.Token, error) }); ok {
+		if _, err := td.Token(); !errors.Is(err, io.EOF) {
+			return nil, metadata, status.Error(codes.InvalidArgument, "unexpected data after request body")
+		}
+	}
+	msg, err := server.Complete(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterMCPGatewayServiceHandlerServer registers the http handlers for service MCPGatewayService to "mux".
 // UnaryRPC     :call MCPGatewayServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -627,6 +763,60 @@ func RegisterMCPGatewayServiceHandlerServer(ctx context.Context, mux *runtime.Se
 			return
 		}
 		forward_MCPGatewayService_GetPrompt_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+
+	mux.Handle(http.MethodPost, pattern_MCPGatewayService_CallToolStream_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		err := status.Error(codes.Unimplemented, "streaming calls are not yet supported in the in-process transport")
+		_, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+		return
+	})
+	mux.Handle(http.MethodPost, pattern_MCPGatewayService_ListResourceTemplates_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/hermes.mcpgateway.v1.MCPGatewayService/ListResourceTemplates", runtime.WithHTTPPathPattern("/hermes.mcpgateway.v1.MCPGatewayService/ListResourceTemplates"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_MCPGatewayService_ListResourceTemplates_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_MCPGatewayService_ListResourceTemplates_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+
+	mux.Handle(http.MethodPost, pattern_MCPGatewayService_WatchResource_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		err := status.Error(codes.Unimplemented, "streaming calls are not yet supported in the in-process transport")
+		_, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+		return
+	})
+	mux.Handle(http.MethodPost, pattern_MCPGatewayService_Complete_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/hermes.mcpgateway.v1.MCPGatewayService/Complete", runtime.WithHTTPPathPattern("/hermes.mcpgateway.v1.MCPGatewayService/Complete"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_MCPGatewayService_Complete_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_MCPGatewayService_Complete_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
 
 	return nil
@@ -821,29 +1011,105 @@ func RegisterMCPGatewayServiceHandlerClient(ctx context.Context, mux *runtime.Se
 		}
 		forward_MCPGatewayService_GetPrompt_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_MCPGatewayService_CallToolStream_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/hermes.mcpgateway.v1.MCPGatewayService/CallToolStream", runtime.WithHTTPPathPattern("/hermes.mcpgateway.v1.MCPGatewayService/CallToolStream"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_MCPGatewayService_CallToolStream_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_MCPGatewayService_CallToolStream_0(annotatedContext, mux, outboundMarshaler, w, req, func() (proto.Message, error) { return resp.Recv() }, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_MCPGatewayService_ListResourceTemplates_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/hermes.mcpgateway.v1.MCPGatewayService/ListResourceTemplates", runtime.WithHTTPPathPattern("/hermes.mcpgateway.v1.MCPGatewayService/ListResourceTemplates"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_MCPGatewayService_ListResourceTemplates_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_MCPGatewayService_ListResourceTemplates_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_MCPGatewayService_WatchResource_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/hermes.mcpgateway.v1.MCPGatewayService/WatchResource", runtime.WithHTTPPathPattern("/hermes.mcpgateway.v1.MCPGatewayService/WatchResource"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_MCPGatewayService_WatchResource_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_MCPGatewayService_WatchResource_0(annotatedContext, mux, outboundMarshaler, w, req, func() (proto.Message, error) { return resp.Recv() }, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodPost, pattern_MCPGatewayService_Complete_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/hermes.mcpgateway.v1.MCPGatewayService/Complete", runtime.WithHTTPPathPattern("/hermes.mcpgateway.v1.MCPGatewayService/Complete"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_MCPGatewayService_Complete_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_MCPGatewayService_Complete_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
 var (
-	pattern_MCPGatewayService_AddServer_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "mcp", "servers"}, ""))
-	pattern_MCPGatewayService_RemoveServer_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "mcp", "servers", "name"}, ""))
-	pattern_MCPGatewayService_ListServers_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "mcp", "servers"}, ""))
-	pattern_MCPGatewayService_ListTools_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "mcp", "tools"}, ""))
-	pattern_MCPGatewayService_CallTool_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "mcp", "tools"}, "call"))
-	pattern_MCPGatewayService_ListResources_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"v1", "mcp", "servers", "server", "resources"}, ""))
-	pattern_MCPGatewayService_ReadResource_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"v1", "mcp", "servers", "server", "resources"}, "read"))
-	pattern_MCPGatewayService_ListPrompts_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"v1", "mcp", "servers", "server", "prompts"}, ""))
-	pattern_MCPGatewayService_GetPrompt_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "mcp", "servers", "server", "prompts", "name"}, "get"))
+	pattern_MCPGatewayService_AddServer_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "mcp", "servers"}, ""))
+	pattern_MCPGatewayService_RemoveServer_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "mcp", "servers", "name"}, ""))
+	pattern_MCPGatewayService_ListServers_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "mcp", "servers"}, ""))
+	pattern_MCPGatewayService_ListTools_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "mcp", "tools"}, ""))
+	pattern_MCPGatewayService_CallTool_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "mcp", "tools"}, "call"))
+	pattern_MCPGatewayService_ListResources_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"v1", "mcp", "servers", "server", "resources"}, ""))
+	pattern_MCPGatewayService_ReadResource_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"v1", "mcp", "servers", "server", "resources"}, "read"))
+	pattern_MCPGatewayService_ListPrompts_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4}, []string{"v1", "mcp", "servers", "server", "prompts"}, ""))
+	pattern_MCPGatewayService_GetPrompt_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3, 2, 4, 1, 0, 4, 1, 5, 5}, []string{"v1", "mcp", "servers", "server", "prompts", "name"}, "get"))
+	pattern_MCPGatewayService_CallToolStream_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"hermes.mcpgateway.v1.MCPGatewayService", "CallToolStream"}, ""))
+	pattern_MCPGatewayService_ListResourceTemplates_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"hermes.mcpgateway.v1.MCPGatewayService", "ListResourceTemplates"}, ""))
+	pattern_MCPGatewayService_WatchResource_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"hermes.mcpgateway.v1.MCPGatewayService", "WatchResource"}, ""))
+	pattern_MCPGatewayService_Complete_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"hermes.mcpgateway.v1.MCPGatewayService", "Complete"}, ""))
 )
 
 var (
-	forward_MCPGatewayService_AddServer_0     = runtime.ForwardResponseMessage
-	forward_MCPGatewayService_RemoveServer_0  = runtime.ForwardResponseMessage
-	forward_MCPGatewayService_ListServers_0   = runtime.ForwardResponseMessage
-	forward_MCPGatewayService_ListTools_0     = runtime.ForwardResponseMessage
-	forward_MCPGatewayService_CallTool_0      = runtime.ForwardResponseMessage
-	forward_MCPGatewayService_ListResources_0 = runtime.ForwardResponseMessage
-	forward_MCPGatewayService_ReadResource_0  = runtime.ForwardResponseMessage
-	forward_MCPGatewayService_ListPrompts_0   = runtime.ForwardResponseMessage
-	forward_MCPGatewayService_GetPrompt_0     = runtime.ForwardResponseMessage
+	forward_MCPGatewayService_AddServer_0             = runtime.ForwardResponseMessage
+	forward_MCPGatewayService_RemoveServer_0          = runtime.ForwardResponseMessage
+	forward_MCPGatewayService_ListServers_0           = runtime.ForwardResponseMessage
+	forward_MCPGatewayService_ListTools_0             = runtime.ForwardResponseMessage
+	forward_MCPGatewayService_CallTool_0              = runtime.ForwardResponseMessage
+	forward_MCPGatewayService_ListResources_0         = runtime.ForwardResponseMessage
+	forward_MCPGatewayService_ReadResource_0          = runtime.ForwardResponseMessage
+	forward_MCPGatewayService_ListPrompts_0           = runtime.ForwardResponseMessage
+	forward_MCPGatewayService_GetPrompt_0             = runtime.ForwardResponseMessage
+	forward_MCPGatewayService_CallToolStream_0        = runtime.ForwardResponseStream
+	forward_MCPGatewayService_ListResourceTemplates_0 = runtime.ForwardResponseMessage
+	forward_MCPGatewayService_WatchResource_0         = runtime.ForwardResponseStream
+	forward_MCPGatewayService_Complete_0              = runtime.ForwardResponseMessage
 )

@@ -19,15 +19,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	MCPGatewayService_AddServer_FullMethodName     = "/hermes.mcpgateway.v1.MCPGatewayService/AddServer"
-	MCPGatewayService_RemoveServer_FullMethodName  = "/hermes.mcpgateway.v1.MCPGatewayService/RemoveServer"
-	MCPGatewayService_ListServers_FullMethodName   = "/hermes.mcpgateway.v1.MCPGatewayService/ListServers"
-	MCPGatewayService_ListTools_FullMethodName     = "/hermes.mcpgateway.v1.MCPGatewayService/ListTools"
-	MCPGatewayService_CallTool_FullMethodName      = "/hermes.mcpgateway.v1.MCPGatewayService/CallTool"
-	MCPGatewayService_ListResources_FullMethodName = "/hermes.mcpgateway.v1.MCPGatewayService/ListResources"
-	MCPGatewayService_ReadResource_FullMethodName  = "/hermes.mcpgateway.v1.MCPGatewayService/ReadResource"
-	MCPGatewayService_ListPrompts_FullMethodName   = "/hermes.mcpgateway.v1.MCPGatewayService/ListPrompts"
-	MCPGatewayService_GetPrompt_FullMethodName     = "/hermes.mcpgateway.v1.MCPGatewayService/GetPrompt"
+	MCPGatewayService_AddServer_FullMethodName             = "/hermes.mcpgateway.v1.MCPGatewayService/AddServer"
+	MCPGatewayService_RemoveServer_FullMethodName          = "/hermes.mcpgateway.v1.MCPGatewayService/RemoveServer"
+	MCPGatewayService_ListServers_FullMethodName           = "/hermes.mcpgateway.v1.MCPGatewayService/ListServers"
+	MCPGatewayService_ListTools_FullMethodName             = "/hermes.mcpgateway.v1.MCPGatewayService/ListTools"
+	MCPGatewayService_CallTool_FullMethodName              = "/hermes.mcpgateway.v1.MCPGatewayService/CallTool"
+	MCPGatewayService_ListResources_FullMethodName         = "/hermes.mcpgateway.v1.MCPGatewayService/ListResources"
+	MCPGatewayService_ReadResource_FullMethodName          = "/hermes.mcpgateway.v1.MCPGatewayService/ReadResource"
+	MCPGatewayService_ListPrompts_FullMethodName           = "/hermes.mcpgateway.v1.MCPGatewayService/ListPrompts"
+	MCPGatewayService_GetPrompt_FullMethodName             = "/hermes.mcpgateway.v1.MCPGatewayService/GetPrompt"
+	MCPGatewayService_CallToolStream_FullMethodName        = "/hermes.mcpgateway.v1.MCPGatewayService/CallToolStream"
+	MCPGatewayService_ListResourceTemplates_FullMethodName = "/hermes.mcpgateway.v1.MCPGatewayService/ListResourceTemplates"
+	MCPGatewayService_WatchResource_FullMethodName         = "/hermes.mcpgateway.v1.MCPGatewayService/WatchResource"
+	MCPGatewayService_Complete_FullMethodName              = "/hermes.mcpgateway.v1.MCPGatewayService/Complete"
 )
 
 // MCPGatewayServiceClient is the client API for MCPGatewayService service.
@@ -56,6 +60,18 @@ type MCPGatewayServiceClient interface {
 	ListPrompts(ctx context.Context, in *ListPromptsRequest, opts ...grpc.CallOption) (*ListPromptsResponse, error)
 	// GetPrompt renders a prompt, with text cleaned.
 	GetPrompt(ctx context.Context, in *GetPromptRequest, opts ...grpc.CallOption) (*GetPromptResponse, error)
+	// CallToolStream is CallTool that also streams the progress the tool reports (MCP progress
+	// notifications, and the status messages of a tool run as an MCP task): zero or more progress
+	// events, then exactly one response. Closing the stream cancels the call on the server.
+	CallToolStream(ctx context.Context, in *CallToolStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CallToolStreamResponse], error)
+	// ListResourceTemplates lists a server's resource templates (URI templates to read).
+	ListResourceTemplates(ctx context.Context, in *ListResourceTemplatesRequest, opts ...grpc.CallOption) (*ListResourceTemplatesResponse, error)
+	// WatchResource subscribes to a resource (resources/subscribe) and streams an event each time
+	// the server reports it updated, until the caller closes the stream (which unsubscribes). The
+	// first event confirms the subscription.
+	WatchResource(ctx context.Context, in *WatchResourceRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResourceResponse], error)
+	// Complete asks a server for completions of a prompt's or resource template's argument.
+	Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error)
 }
 
 type mCPGatewayServiceClient struct {
@@ -156,6 +172,64 @@ func (c *mCPGatewayServiceClient) GetPrompt(ctx context.Context, in *GetPromptRe
 	return out, nil
 }
 
+func (c *mCPGatewayServiceClient) CallToolStream(ctx context.Context, in *CallToolStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CallToolStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &MCPGatewayService_ServiceDesc.Streams[0], MCPGatewayService_CallToolStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CallToolStreamRequest, CallToolStreamResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MCPGatewayService_CallToolStreamClient = grpc.ServerStreamingClient[CallToolStreamResponse]
+
+func (c *mCPGatewayServiceClient) ListResourceTemplates(ctx context.Context, in *ListResourceTemplatesRequest, opts ...grpc.CallOption) (*ListResourceTemplatesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListResourceTemplatesResponse)
+	err := c.cc.Invoke(ctx, MCPGatewayService_ListResourceTemplates_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mCPGatewayServiceClient) WatchResource(ctx context.Context, in *WatchResourceRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResourceResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &MCPGatewayService_ServiceDesc.Streams[1], MCPGatewayService_WatchResource_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchResourceRequest, WatchResourceResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MCPGatewayService_WatchResourceClient = grpc.ServerStreamingClient[WatchResourceResponse]
+
+func (c *mCPGatewayServiceClient) Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompleteResponse)
+	err := c.cc.Invoke(ctx, MCPGatewayService_Complete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MCPGatewayServiceServer is the server API for MCPGatewayService service.
 // All implementations must embed UnimplementedMCPGatewayServiceServer
 // for forward compatibility.
@@ -182,6 +256,18 @@ type MCPGatewayServiceServer interface {
 	ListPrompts(context.Context, *ListPromptsRequest) (*ListPromptsResponse, error)
 	// GetPrompt renders a prompt, with text cleaned.
 	GetPrompt(context.Context, *GetPromptRequest) (*GetPromptResponse, error)
+	// CallToolStream is CallTool that also streams the progress the tool reports (MCP progress
+	// notifications, and the status messages of a tool run as an MCP task): zero or more progress
+	// events, then exactly one response. Closing the stream cancels the call on the server.
+	CallToolStream(*CallToolStreamRequest, grpc.ServerStreamingServer[CallToolStreamResponse]) error
+	// ListResourceTemplates lists a server's resource templates (URI templates to read).
+	ListResourceTemplates(context.Context, *ListResourceTemplatesRequest) (*ListResourceTemplatesResponse, error)
+	// WatchResource subscribes to a resource (resources/subscribe) and streams an event each time
+	// the server reports it updated, until the caller closes the stream (which unsubscribes). The
+	// first event confirms the subscription.
+	WatchResource(*WatchResourceRequest, grpc.ServerStreamingServer[WatchResourceResponse]) error
+	// Complete asks a server for completions of a prompt's or resource template's argument.
+	Complete(context.Context, *CompleteRequest) (*CompleteResponse, error)
 	mustEmbedUnimplementedMCPGatewayServiceServer()
 }
 
@@ -218,6 +304,18 @@ func (UnimplementedMCPGatewayServiceServer) ListPrompts(context.Context, *ListPr
 }
 func (UnimplementedMCPGatewayServiceServer) GetPrompt(context.Context, *GetPromptRequest) (*GetPromptResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPrompt not implemented")
+}
+func (UnimplementedMCPGatewayServiceServer) CallToolStream(*CallToolStreamRequest, grpc.ServerStreamingServer[CallToolStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method CallToolStream not implemented")
+}
+func (UnimplementedMCPGatewayServiceServer) ListResourceTemplates(context.Context, *ListResourceTemplatesRequest) (*ListResourceTemplatesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListResourceTemplates not implemented")
+}
+func (UnimplementedMCPGatewayServiceServer) WatchResource(*WatchResourceRequest, grpc.ServerStreamingServer[WatchResourceResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchResource not implemented")
+}
+func (UnimplementedMCPGatewayServiceServer) Complete(context.Context, *CompleteRequest) (*CompleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Complete not implemented")
 }
 func (UnimplementedMCPGatewayServiceServer) mustEmbedUnimplementedMCPGatewayServiceServer() {}
 func (UnimplementedMCPGatewayServiceServer) testEmbeddedByValue()                           {}
@@ -402,6 +500,64 @@ func _MCPGatewayService_GetPrompt_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MCPGatewayService_CallToolStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(CallToolStreamRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MCPGatewayServiceServer).CallToolStream(m, &grpc.GenericServerStream[CallToolStreamRequest, CallToolStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MCPGatewayService_CallToolStreamServer = grpc.ServerStreamingServer[CallToolStreamResponse]
+
+func _MCPGatewayService_ListResourceTemplates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListResourceTemplatesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MCPGatewayServiceServer).ListResourceTemplates(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MCPGatewayService_ListResourceTemplates_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MCPGatewayServiceServer).ListResourceTemplates(ctx, req.(*ListResourceTemplatesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MCPGatewayService_WatchResource_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchResourceRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MCPGatewayServiceServer).WatchResource(m, &grpc.GenericServerStream[WatchResourceRequest, WatchResourceResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MCPGatewayService_WatchResourceServer = grpc.ServerStreamingServer[WatchResourceResponse]
+
+func _MCPGatewayService_Complete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MCPGatewayServiceServer).Complete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MCPGatewayService_Complete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MCPGatewayServiceServer).Complete(ctx, req.(*CompleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // MCPGatewayService_ServiceDesc is the grpc.ServiceDesc for MCPGatewayService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -445,7 +601,26 @@ var MCPGatewayService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "GetPrompt",
 			Handler:    _MCPGatewayService_GetPrompt_Handler,
 		},
+		{
+			MethodName: "ListResourceTemplates",
+			Handler:    _MCPGatewayService_ListResourceTemplates_Handler,
+		},
+		{
+			MethodName: "Complete",
+			Handler:    _MCPGatewayService_Complete_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "CallToolStream",
+			Handler:       _MCPGatewayService_CallToolStream_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchResource",
+			Handler:       _MCPGatewayService_WatchResource_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "hermes/mcpgateway/v1/mcpgateway.proto",
 }

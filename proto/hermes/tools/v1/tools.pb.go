@@ -126,7 +126,9 @@ type ToolSpec struct {
 	// Timeout of one attempt; unset means the whole timeout, so a timed-out attempt is final. When
 	// shorter, a timed-out attempt counts as transient and is retried within the timeout.
 	AttemptTimeout *durationpb.Duration `protobuf:"bytes,13,opt,name=attempt_timeout,json=attemptTimeout,proto3" json:"attempt_timeout,omitempty"`
-	// Hints about the tool's behaviour, as MCP defines them; Hermes' MCP endpoint passes them on.
+	// What the tool declares about its behaviour (MCP tool annotations). Hints, not guarantees:
+	// they come from the tool's server. The tool service never retries a call that may have run
+	// unless the tool is idempotent or read-only.
 	Annotations   *ToolAnnotations `protobuf:"bytes,40,opt,name=annotations,proto3" json:"annotations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -298,19 +300,20 @@ func (*ToolSpec_Mcp) isToolSpec_Executor() {}
 
 func (*ToolSpec_Builtin) isToolSpec_Executor() {}
 
-// ToolAnnotations are hints about a tool's behaviour (MCP's tool annotations). They are hints:
-// nothing enforces them, and a client must not trust them from an untrusted server.
+// ToolAnnotations are the behaviour hints of an MCP tool; unset means the server did not say.
 type ToolAnnotations struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// A human-readable title for the tool.
+	// A human-readable title of the tool.
 	Title *string `protobuf:"bytes,1,opt,name=title,proto3,oneof" json:"title,omitempty"`
 	// The tool does not modify its environment.
 	ReadOnlyHint *bool `protobuf:"varint,2,opt,name=read_only_hint,json=readOnlyHint,proto3,oneof" json:"read_only_hint,omitempty"`
-	// The tool may perform destructive updates (meaningful when it is not read-only).
+	// The tool may perform destructive updates (meaningful when not read-only; MCP's default is
+	// true).
 	DestructiveHint *bool `protobuf:"varint,3,opt,name=destructive_hint,json=destructiveHint,proto3,oneof" json:"destructive_hint,omitempty"`
-	// Calling the tool again with the same arguments has no additional effect.
+	// Calling the tool again with the same arguments has no further effect (meaningful when not
+	// read-only).
 	IdempotentHint *bool `protobuf:"varint,4,opt,name=idempotent_hint,json=idempotentHint,proto3,oneof" json:"idempotent_hint,omitempty"`
-	// The tool may interact with an open world of external entities.
+	// The tool interacts with an open world of external entities (MCP's default is true).
 	OpenWorldHint *bool `protobuf:"varint,5,opt,name=open_world_hint,json=openWorldHint,proto3,oneof" json:"open_world_hint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1224,6 +1227,203 @@ func (x *ExecuteToolResponse) GetResult() *ToolResult {
 	return nil
 }
 
+// ExecuteToolStreamRequest is the input of ExecuteToolStream.
+type ExecuteToolStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call, as for ExecuteTool. Required.
+	Request       *ExecuteToolRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecuteToolStreamRequest) Reset() {
+	*x = ExecuteToolStreamRequest{}
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecuteToolStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecuteToolStreamRequest) ProtoMessage() {}
+
+func (x *ExecuteToolStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecuteToolStreamRequest.ProtoReflect.Descriptor instead.
+func (*ExecuteToolStreamRequest) Descriptor() ([]byte, []int) {
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ExecuteToolStreamRequest) GetRequest() *ExecuteToolRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+// ExecuteToolStreamResponse is one event of ExecuteToolStream.
+type ExecuteToolStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event.
+	//
+	// Types that are valid to be assigned to Event:
+	//
+	//	*ExecuteToolStreamResponse_Progress
+	//	*ExecuteToolStreamResponse_Response
+	Event         isExecuteToolStreamResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecuteToolStreamResponse) Reset() {
+	*x = ExecuteToolStreamResponse{}
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecuteToolStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecuteToolStreamResponse) ProtoMessage() {}
+
+func (x *ExecuteToolStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecuteToolStreamResponse.ProtoReflect.Descriptor instead.
+func (*ExecuteToolStreamResponse) Descriptor() ([]byte, []int) {
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ExecuteToolStreamResponse) GetEvent() isExecuteToolStreamResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *ExecuteToolStreamResponse) GetProgress() *ToolProgress {
+	if x != nil {
+		if x, ok := x.Event.(*ExecuteToolStreamResponse_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *ExecuteToolStreamResponse) GetResponse() *ExecuteToolResponse {
+	if x != nil {
+		if x, ok := x.Event.(*ExecuteToolStreamResponse_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+type isExecuteToolStreamResponse_Event interface {
+	isExecuteToolStreamResponse_Event()
+}
+
+type ExecuteToolStreamResponse_Progress struct {
+	// The running tool reported progress.
+	Progress *ToolProgress `protobuf:"bytes,1,opt,name=progress,proto3,oneof"`
+}
+
+type ExecuteToolStreamResponse_Response struct {
+	// The call ended; this is the last event.
+	Response *ExecuteToolResponse `protobuf:"bytes,2,opt,name=response,proto3,oneof"`
+}
+
+func (*ExecuteToolStreamResponse_Progress) isExecuteToolStreamResponse_Event() {}
+
+func (*ExecuteToolStreamResponse_Response) isExecuteToolStreamResponse_Event() {}
+
+// ToolProgress is progress a running tool reported.
+type ToolProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Work done so far; increases with every report.
+	Progress float64 `protobuf:"fixed64,1,opt,name=progress,proto3" json:"progress,omitempty"`
+	// Total work, when the tool knows it (0 when unknown).
+	Total float64 `protobuf:"fixed64,2,opt,name=total,proto3" json:"total,omitempty"`
+	// What the tool is doing, for a person.
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolProgress) Reset() {
+	*x = ToolProgress{}
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolProgress) ProtoMessage() {}
+
+func (x *ToolProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolProgress.ProtoReflect.Descriptor instead.
+func (*ToolProgress) Descriptor() ([]byte, []int) {
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ToolProgress) GetProgress() float64 {
+	if x != nil {
+		return x.Progress
+	}
+	return 0
+}
+
+func (x *ToolProgress) GetTotal() float64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ToolProgress) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // ToolError says why a call failed, in words a model can act on.
 type ToolError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1239,7 +1439,7 @@ type ToolError struct {
 
 func (x *ToolError) Reset() {
 	*x = ToolError{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[16]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1451,7 @@ func (x *ToolError) String() string {
 func (*ToolError) ProtoMessage() {}
 
 func (x *ToolError) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[16]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1464,7 @@ func (x *ToolError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolError.ProtoReflect.Descriptor instead.
 func (*ToolError) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{16}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ToolError) GetCode() ErrorCode {
@@ -1301,7 +1501,7 @@ type Violation struct {
 
 func (x *Violation) Reset() {
 	*x = Violation{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[17]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1513,7 @@ func (x *Violation) String() string {
 func (*Violation) ProtoMessage() {}
 
 func (x *Violation) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[17]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1526,7 @@ func (x *Violation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Violation.ProtoReflect.Descriptor instead.
 func (*Violation) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{17}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Violation) GetPointer() string {
@@ -1358,7 +1558,7 @@ type Coercion struct {
 
 func (x *Coercion) Reset() {
 	*x = Coercion{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[18]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1570,7 @@ func (x *Coercion) String() string {
 func (*Coercion) ProtoMessage() {}
 
 func (x *Coercion) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[18]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1583,7 @@ func (x *Coercion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Coercion.ProtoReflect.Descriptor instead.
 func (*Coercion) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{18}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Coercion) GetPointer() string {
@@ -1438,7 +1638,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[19]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1650,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[19]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1663,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{19}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ToolResult) GetSuccess() bool {
@@ -1558,7 +1758,7 @@ type SelectToolsRequest struct {
 
 func (x *SelectToolsRequest) Reset() {
 	*x = SelectToolsRequest{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1770,7 @@ func (x *SelectToolsRequest) String() string {
 func (*SelectToolsRequest) ProtoMessage() {}
 
 func (x *SelectToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1783,7 @@ func (x *SelectToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectToolsRequest.ProtoReflect.Descriptor instead.
 func (*SelectToolsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{20}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SelectToolsRequest) GetText() string {
@@ -1622,7 +1822,7 @@ type SelectedTool struct {
 
 func (x *SelectedTool) Reset() {
 	*x = SelectedTool{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1834,7 @@ func (x *SelectedTool) String() string {
 func (*SelectedTool) ProtoMessage() {}
 
 func (x *SelectedTool) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1847,7 @@ func (x *SelectedTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectedTool.ProtoReflect.Descriptor instead.
 func (*SelectedTool) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{21}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SelectedTool) GetTool() *Tool {
@@ -1692,7 +1892,7 @@ type SelectToolsResponse struct {
 
 func (x *SelectToolsResponse) Reset() {
 	*x = SelectToolsResponse{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[22]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +1904,7 @@ func (x *SelectToolsResponse) String() string {
 func (*SelectToolsResponse) ProtoMessage() {}
 
 func (x *SelectToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[22]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +1917,7 @@ func (x *SelectToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectToolsResponse.ProtoReflect.Descriptor instead.
 func (*SelectToolsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{22}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SelectToolsResponse) GetTools() []*SelectedTool {
@@ -1859,7 +2059,17 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\x12(\n" +
 	"\x10max_output_bytes\x18\a \x01(\x05R\x0emaxOutputBytes\"J\n" +
 	"\x13ExecuteToolResponse\x123\n" +
-	"\x06result\x18\x01 \x01(\v2\x1b.hermes.tools.v1.ToolResultR\x06result\"\x91\x01\n" +
+	"\x06result\x18\x01 \x01(\v2\x1b.hermes.tools.v1.ToolResultR\x06result\"Y\n" +
+	"\x18ExecuteToolStreamRequest\x12=\n" +
+	"\arequest\x18\x01 \x01(\v2#.hermes.tools.v1.ExecuteToolRequestR\arequest\"\xa5\x01\n" +
+	"\x19ExecuteToolStreamResponse\x12;\n" +
+	"\bprogress\x18\x01 \x01(\v2\x1d.hermes.tools.v1.ToolProgressH\x00R\bprogress\x12B\n" +
+	"\bresponse\x18\x02 \x01(\v2$.hermes.tools.v1.ExecuteToolResponseH\x00R\bresponseB\a\n" +
+	"\x05event\"Z\n" +
+	"\fToolProgress\x12\x1a\n" +
+	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x91\x01\n" +
 	"\tToolError\x12.\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1a.hermes.tools.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12:\n" +
@@ -1911,14 +2121,15 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"\x15ERROR_CODE_VALIDATION\x10\x03\x12\x16\n" +
 	"\x12ERROR_CODE_TIMEOUT\x10\x04\x12\x18\n" +
 	"\x14ERROR_CODE_EXECUTION\x10\x05\x12\x1a\n" +
-	"\x16ERROR_CODE_UNAVAILABLE\x10\x062\xa3\x04\n" +
+	"\x16ERROR_CODE_UNAVAILABLE\x10\x062\x91\x05\n" +
 	"\vToolService\x12[\n" +
 	"\fRegisterTool\x12$.hermes.tools.v1.RegisterToolRequest\x1a%.hermes.tools.v1.RegisterToolResponse\x12a\n" +
 	"\x0eUnregisterTool\x12&.hermes.tools.v1.UnregisterToolRequest\x1a'.hermes.tools.v1.UnregisterToolResponse\x12L\n" +
 	"\aGetTool\x12\x1f.hermes.tools.v1.GetToolRequest\x1a .hermes.tools.v1.GetToolResponse\x12R\n" +
 	"\tListTools\x12!.hermes.tools.v1.ListToolsRequest\x1a\".hermes.tools.v1.ListToolsResponse\x12X\n" +
 	"\vExecuteTool\x12#.hermes.tools.v1.ExecuteToolRequest\x1a$.hermes.tools.v1.ExecuteToolResponse\x12X\n" +
-	"\vSelectTools\x12#.hermes.tools.v1.SelectToolsRequest\x1a$.hermes.tools.v1.SelectToolsResponseB>Z<github.com/hermes-agent/hermes/proto/hermes/tools/v1;toolsv1b\x06proto3"
+	"\vSelectTools\x12#.hermes.tools.v1.SelectToolsRequest\x1a$.hermes.tools.v1.SelectToolsResponse\x12l\n" +
+	"\x11ExecuteToolStream\x12).hermes.tools.v1.ExecuteToolStreamRequest\x1a*.hermes.tools.v1.ExecuteToolStreamResponse0\x01B>Z<github.com/hermes-agent/hermes/proto/hermes/tools/v1;toolsv1b\x06proto3"
 
 var (
 	file_hermes_tools_v1_tools_proto_rawDescOnce sync.Once
@@ -1933,78 +2144,86 @@ func file_hermes_tools_v1_tools_proto_rawDescGZIP() []byte {
 }
 
 var file_hermes_tools_v1_tools_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hermes_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_hermes_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_hermes_tools_v1_tools_proto_goTypes = []any{
-	(ErrorCode)(0),                 // 0: hermes.tools.v1.ErrorCode
-	(*ToolSpec)(nil),               // 1: hermes.tools.v1.ToolSpec
-	(*ToolAnnotations)(nil),        // 2: hermes.tools.v1.ToolAnnotations
-	(*HTTPExecutor)(nil),           // 3: hermes.tools.v1.HTTPExecutor
-	(*MCPExecutor)(nil),            // 4: hermes.tools.v1.MCPExecutor
-	(*BuiltinExecutor)(nil),        // 5: hermes.tools.v1.BuiltinExecutor
-	(*Tool)(nil),                   // 6: hermes.tools.v1.Tool
-	(*RegisterToolRequest)(nil),    // 7: hermes.tools.v1.RegisterToolRequest
-	(*RegisterToolResponse)(nil),   // 8: hermes.tools.v1.RegisterToolResponse
-	(*UnregisterToolRequest)(nil),  // 9: hermes.tools.v1.UnregisterToolRequest
-	(*UnregisterToolResponse)(nil), // 10: hermes.tools.v1.UnregisterToolResponse
-	(*GetToolRequest)(nil),         // 11: hermes.tools.v1.GetToolRequest
-	(*GetToolResponse)(nil),        // 12: hermes.tools.v1.GetToolResponse
-	(*ListToolsRequest)(nil),       // 13: hermes.tools.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),      // 14: hermes.tools.v1.ListToolsResponse
-	(*ExecuteToolRequest)(nil),     // 15: hermes.tools.v1.ExecuteToolRequest
-	(*ExecuteToolResponse)(nil),    // 16: hermes.tools.v1.ExecuteToolResponse
-	(*ToolError)(nil),              // 17: hermes.tools.v1.ToolError
-	(*Violation)(nil),              // 18: hermes.tools.v1.Violation
-	(*Coercion)(nil),               // 19: hermes.tools.v1.Coercion
-	(*ToolResult)(nil),             // 20: hermes.tools.v1.ToolResult
-	(*SelectToolsRequest)(nil),     // 21: hermes.tools.v1.SelectToolsRequest
-	(*SelectedTool)(nil),           // 22: hermes.tools.v1.SelectedTool
-	(*SelectToolsResponse)(nil),    // 23: hermes.tools.v1.SelectToolsResponse
-	nil,                            // 24: hermes.tools.v1.ToolSpec.LabelsEntry
-	nil,                            // 25: hermes.tools.v1.HTTPExecutor.HeadersEntry
-	(*durationpb.Duration)(nil),    // 26: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 27: google.protobuf.Timestamp
+	(ErrorCode)(0),                    // 0: hermes.tools.v1.ErrorCode
+	(*ToolSpec)(nil),                  // 1: hermes.tools.v1.ToolSpec
+	(*ToolAnnotations)(nil),           // 2: hermes.tools.v1.ToolAnnotations
+	(*HTTPExecutor)(nil),              // 3: hermes.tools.v1.HTTPExecutor
+	(*MCPExecutor)(nil),               // 4: hermes.tools.v1.MCPExecutor
+	(*BuiltinExecutor)(nil),           // 5: hermes.tools.v1.BuiltinExecutor
+	(*Tool)(nil),                      // 6: hermes.tools.v1.Tool
+	(*RegisterToolRequest)(nil),       // 7: hermes.tools.v1.RegisterToolRequest
+	(*RegisterToolResponse)(nil),      // 8: hermes.tools.v1.RegisterToolResponse
+	(*UnregisterToolRequest)(nil),     // 9: hermes.tools.v1.UnregisterToolRequest
+	(*UnregisterToolResponse)(nil),    // 10: hermes.tools.v1.UnregisterToolResponse
+	(*GetToolRequest)(nil),            // 11: hermes.tools.v1.GetToolRequest
+	(*GetToolResponse)(nil),           // 12: hermes.tools.v1.GetToolResponse
+	(*ListToolsRequest)(nil),          // 13: hermes.tools.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),         // 14: hermes.tools.v1.ListToolsResponse
+	(*ExecuteToolRequest)(nil),        // 15: hermes.tools.v1.ExecuteToolRequest
+	(*ExecuteToolResponse)(nil),       // 16: hermes.tools.v1.ExecuteToolResponse
+	(*ExecuteToolStreamRequest)(nil),  // 17: hermes.tools.v1.ExecuteToolStreamRequest
+	(*ExecuteToolStreamResponse)(nil), // 18: hermes.tools.v1.ExecuteToolStreamResponse
+	(*ToolProgress)(nil),              // 19: hermes.tools.v1.ToolProgress
+	(*ToolError)(nil),                 // 20: hermes.tools.v1.ToolError
+	(*Violation)(nil),                 // 21: hermes.tools.v1.Violation
+	(*Coercion)(nil),                  // 22: hermes.tools.v1.Coercion
+	(*ToolResult)(nil),                // 23: hermes.tools.v1.ToolResult
+	(*SelectToolsRequest)(nil),        // 24: hermes.tools.v1.SelectToolsRequest
+	(*SelectedTool)(nil),              // 25: hermes.tools.v1.SelectedTool
+	(*SelectToolsResponse)(nil),       // 26: hermes.tools.v1.SelectToolsResponse
+	nil,                               // 27: hermes.tools.v1.ToolSpec.LabelsEntry
+	nil,                               // 28: hermes.tools.v1.HTTPExecutor.HeadersEntry
+	(*durationpb.Duration)(nil),       // 29: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 30: google.protobuf.Timestamp
 }
 var file_hermes_tools_v1_tools_proto_depIdxs = []int32{
-	26, // 0: hermes.tools.v1.ToolSpec.timeout:type_name -> google.protobuf.Duration
+	29, // 0: hermes.tools.v1.ToolSpec.timeout:type_name -> google.protobuf.Duration
 	3,  // 1: hermes.tools.v1.ToolSpec.http:type_name -> hermes.tools.v1.HTTPExecutor
 	4,  // 2: hermes.tools.v1.ToolSpec.mcp:type_name -> hermes.tools.v1.MCPExecutor
 	5,  // 3: hermes.tools.v1.ToolSpec.builtin:type_name -> hermes.tools.v1.BuiltinExecutor
-	24, // 4: hermes.tools.v1.ToolSpec.labels:type_name -> hermes.tools.v1.ToolSpec.LabelsEntry
-	26, // 5: hermes.tools.v1.ToolSpec.attempt_timeout:type_name -> google.protobuf.Duration
+	27, // 4: hermes.tools.v1.ToolSpec.labels:type_name -> hermes.tools.v1.ToolSpec.LabelsEntry
+	29, // 5: hermes.tools.v1.ToolSpec.attempt_timeout:type_name -> google.protobuf.Duration
 	2,  // 6: hermes.tools.v1.ToolSpec.annotations:type_name -> hermes.tools.v1.ToolAnnotations
-	25, // 7: hermes.tools.v1.HTTPExecutor.headers:type_name -> hermes.tools.v1.HTTPExecutor.HeadersEntry
+	28, // 7: hermes.tools.v1.HTTPExecutor.headers:type_name -> hermes.tools.v1.HTTPExecutor.HeadersEntry
 	1,  // 8: hermes.tools.v1.Tool.spec:type_name -> hermes.tools.v1.ToolSpec
-	27, // 9: hermes.tools.v1.Tool.created_at:type_name -> google.protobuf.Timestamp
-	27, // 10: hermes.tools.v1.Tool.updated_at:type_name -> google.protobuf.Timestamp
+	30, // 9: hermes.tools.v1.Tool.created_at:type_name -> google.protobuf.Timestamp
+	30, // 10: hermes.tools.v1.Tool.updated_at:type_name -> google.protobuf.Timestamp
 	1,  // 11: hermes.tools.v1.RegisterToolRequest.spec:type_name -> hermes.tools.v1.ToolSpec
 	6,  // 12: hermes.tools.v1.RegisterToolResponse.tool:type_name -> hermes.tools.v1.Tool
 	6,  // 13: hermes.tools.v1.GetToolResponse.tool:type_name -> hermes.tools.v1.Tool
 	6,  // 14: hermes.tools.v1.ListToolsResponse.tools:type_name -> hermes.tools.v1.Tool
-	20, // 15: hermes.tools.v1.ExecuteToolResponse.result:type_name -> hermes.tools.v1.ToolResult
-	0,  // 16: hermes.tools.v1.ToolError.code:type_name -> hermes.tools.v1.ErrorCode
-	18, // 17: hermes.tools.v1.ToolError.violations:type_name -> hermes.tools.v1.Violation
-	17, // 18: hermes.tools.v1.ToolResult.error:type_name -> hermes.tools.v1.ToolError
-	26, // 19: hermes.tools.v1.ToolResult.duration:type_name -> google.protobuf.Duration
-	19, // 20: hermes.tools.v1.ToolResult.coercions:type_name -> hermes.tools.v1.Coercion
-	6,  // 21: hermes.tools.v1.SelectedTool.tool:type_name -> hermes.tools.v1.Tool
-	22, // 22: hermes.tools.v1.SelectToolsResponse.tools:type_name -> hermes.tools.v1.SelectedTool
-	7,  // 23: hermes.tools.v1.ToolService.RegisterTool:input_type -> hermes.tools.v1.RegisterToolRequest
-	9,  // 24: hermes.tools.v1.ToolService.UnregisterTool:input_type -> hermes.tools.v1.UnregisterToolRequest
-	11, // 25: hermes.tools.v1.ToolService.GetTool:input_type -> hermes.tools.v1.GetToolRequest
-	13, // 26: hermes.tools.v1.ToolService.ListTools:input_type -> hermes.tools.v1.ListToolsRequest
-	15, // 27: hermes.tools.v1.ToolService.ExecuteTool:input_type -> hermes.tools.v1.ExecuteToolRequest
-	21, // 28: hermes.tools.v1.ToolService.SelectTools:input_type -> hermes.tools.v1.SelectToolsRequest
-	8,  // 29: hermes.tools.v1.ToolService.RegisterTool:output_type -> hermes.tools.v1.RegisterToolResponse
-	10, // 30: hermes.tools.v1.ToolService.UnregisterTool:output_type -> hermes.tools.v1.UnregisterToolResponse
-	12, // 31: hermes.tools.v1.ToolService.GetTool:output_type -> hermes.tools.v1.GetToolResponse
-	14, // 32: hermes.tools.v1.ToolService.ListTools:output_type -> hermes.tools.v1.ListToolsResponse
-	16, // 33: hermes.tools.v1.ToolService.ExecuteTool:output_type -> hermes.tools.v1.ExecuteToolResponse
-	23, // 34: hermes.tools.v1.ToolService.SelectTools:output_type -> hermes.tools.v1.SelectToolsResponse
-	29, // [29:35] is the sub-list for method output_type
-	23, // [23:29] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	23, // 15: hermes.tools.v1.ExecuteToolResponse.result:type_name -> hermes.tools.v1.ToolResult
+	15, // 16: hermes.tools.v1.ExecuteToolStreamRequest.request:type_name -> hermes.tools.v1.ExecuteToolRequest
+	19, // 17: hermes.tools.v1.ExecuteToolStreamResponse.progress:type_name -> hermes.tools.v1.ToolProgress
+	16, // 18: hermes.tools.v1.ExecuteToolStreamResponse.response:type_name -> hermes.tools.v1.ExecuteToolResponse
+	0,  // 19: hermes.tools.v1.ToolError.code:type_name -> hermes.tools.v1.ErrorCode
+	21, // 20: hermes.tools.v1.ToolError.violations:type_name -> hermes.tools.v1.Violation
+	20, // 21: hermes.tools.v1.ToolResult.error:type_name -> hermes.tools.v1.ToolError
+	29, // 22: hermes.tools.v1.ToolResult.duration:type_name -> google.protobuf.Duration
+	22, // 23: hermes.tools.v1.ToolResult.coercions:type_name -> hermes.tools.v1.Coercion
+	6,  // 24: hermes.tools.v1.SelectedTool.tool:type_name -> hermes.tools.v1.Tool
+	25, // 25: hermes.tools.v1.SelectToolsResponse.tools:type_name -> hermes.tools.v1.SelectedTool
+	7,  // 26: hermes.tools.v1.ToolService.RegisterTool:input_type -> hermes.tools.v1.RegisterToolRequest
+	9,  // 27: hermes.tools.v1.ToolService.UnregisterTool:input_type -> hermes.tools.v1.UnregisterToolRequest
+	11, // 28: hermes.tools.v1.ToolService.GetTool:input_type -> hermes.tools.v1.GetToolRequest
+	13, // 29: hermes.tools.v1.ToolService.ListTools:input_type -> hermes.tools.v1.ListToolsRequest
+	15, // 30: hermes.tools.v1.ToolService.ExecuteTool:input_type -> hermes.tools.v1.ExecuteToolRequest
+	24, // 31: hermes.tools.v1.ToolService.SelectTools:input_type -> hermes.tools.v1.SelectToolsRequest
+	17, // 32: hermes.tools.v1.ToolService.ExecuteToolStream:input_type -> hermes.tools.v1.ExecuteToolStreamRequest
+	8,  // 33: hermes.tools.v1.ToolService.RegisterTool:output_type -> hermes.tools.v1.RegisterToolResponse
+	10, // 34: hermes.tools.v1.ToolService.UnregisterTool:output_type -> hermes.tools.v1.UnregisterToolResponse
+	12, // 35: hermes.tools.v1.ToolService.GetTool:output_type -> hermes.tools.v1.GetToolResponse
+	14, // 36: hermes.tools.v1.ToolService.ListTools:output_type -> hermes.tools.v1.ListToolsResponse
+	16, // 37: hermes.tools.v1.ToolService.ExecuteTool:output_type -> hermes.tools.v1.ExecuteToolResponse
+	26, // 38: hermes.tools.v1.ToolService.SelectTools:output_type -> hermes.tools.v1.SelectToolsResponse
+	18, // 39: hermes.tools.v1.ToolService.ExecuteToolStream:output_type -> hermes.tools.v1.ExecuteToolStreamResponse
+	33, // [33:40] is the sub-list for method output_type
+	26, // [26:33] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_hermes_tools_v1_tools_proto_init() }
@@ -2018,13 +2237,17 @@ func file_hermes_tools_v1_tools_proto_init() {
 		(*ToolSpec_Builtin)(nil),
 	}
 	file_hermes_tools_v1_tools_proto_msgTypes[1].OneofWrappers = []any{}
+	file_hermes_tools_v1_tools_proto_msgTypes[17].OneofWrappers = []any{
+		(*ExecuteToolStreamResponse_Progress)(nil),
+		(*ExecuteToolStreamResponse_Response)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hermes_tools_v1_tools_proto_rawDesc), len(file_hermes_tools_v1_tools_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

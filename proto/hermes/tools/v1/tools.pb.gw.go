@@ -299,6 +299,35 @@ func local_request_ToolService_SelectTools_0(ctx context.Context, marshaler runt
 	return msg, metadata, err
 }
 
+func request_ToolService_ExecuteToolStream_0(ctx context.Context, marshaler runtime.Marshaler, client ToolServiceClient, req *http.Request, pathParams map[string]string) (ToolService_ExecuteToolStreamClient, runtime.ServerMetadata, error) {
+	var (
+		protoReq ExecuteToolStreamRequest
+		metadata runtime.ServerMetadata
+	)
+	dec := marshaler.NewDecoder(req.Body)
+	if err := dec.Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if td, ok := dec.(interface{ Token() (json.Token, error) }); ok {
+		if _, err := td.Token(); !errors.Is(err, io.EOF) {
+			return nil, metadata, status.Error(codes.InvalidArgument, "unexpected data after request body")
+		}
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	stream, err := client.ExecuteToolStream(ctx, &protoReq)
+	if err != nil {
+		return nil, metadata, err
+	}
+	header, err := stream.Header()
+	if err != nil {
+		return nil, metadata, err
+	}
+	metadata.HeaderMD = header
+	return stream, metadata, nil
+}
+
 // RegisterToolServiceHandlerServer registers the http handlers for service ToolService to "mux".
 // UnaryRPC     :call ToolServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -424,6 +453,13 @@ func RegisterToolServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux
 			return
 		}
 		forward_ToolService_SelectTools_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+
+	mux.Handle(http.MethodPost, pattern_ToolService_ExecuteToolStream_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		err := status.Error(codes.Unimplemented, "streaming calls are not yet supported in the in-process transport")
+		_, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+		return
 	})
 
 	return nil
@@ -567,23 +603,42 @@ func RegisterToolServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux
 		}
 		forward_ToolService_SelectTools_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_ToolService_ExecuteToolStream_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/hermes.tools.v1.ToolService/ExecuteToolStream", runtime.WithHTTPPathPattern("/hermes.tools.v1.ToolService/ExecuteToolStream"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_ToolService_ExecuteToolStream_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ToolService_ExecuteToolStream_0(annotatedContext, mux, outboundMarshaler, w, req, func() (proto.Message, error) { return resp.Recv() }, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
 var (
-	pattern_ToolService_RegisterTool_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "tools"}, ""))
-	pattern_ToolService_UnregisterTool_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "tools", "name"}, ""))
-	pattern_ToolService_GetTool_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "tools", "name"}, ""))
-	pattern_ToolService_ListTools_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "tools"}, ""))
-	pattern_ToolService_ExecuteTool_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "tools", "name"}, "execute"))
-	pattern_ToolService_SelectTools_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "tools"}, "select"))
+	pattern_ToolService_RegisterTool_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "tools"}, ""))
+	pattern_ToolService_UnregisterTool_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "tools", "name"}, ""))
+	pattern_ToolService_GetTool_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "tools", "name"}, ""))
+	pattern_ToolService_ListTools_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "tools"}, ""))
+	pattern_ToolService_ExecuteTool_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "tools", "name"}, "execute"))
+	pattern_ToolService_SelectTools_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "tools"}, "select"))
+	pattern_ToolService_ExecuteToolStream_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"hermes.tools.v1.ToolService", "ExecuteToolStream"}, ""))
 )
 
 var (
-	forward_ToolService_RegisterTool_0   = runtime.ForwardResponseMessage
-	forward_ToolService_UnregisterTool_0 = runtime.ForwardResponseMessage
-	forward_ToolService_GetTool_0        = runtime.ForwardResponseMessage
-	forward_ToolService_ListTools_0      = runtime.ForwardResponseMessage
-	forward_ToolService_ExecuteTool_0    = runtime.ForwardResponseMessage
-	forward_ToolService_SelectTools_0    = runtime.ForwardResponseMessage
+	forward_ToolService_RegisterTool_0      = runtime.ForwardResponseMessage
+	forward_ToolService_UnregisterTool_0    = runtime.ForwardResponseMessage
+	forward_ToolService_GetTool_0           = runtime.ForwardResponseMessage
+	forward_ToolService_ListTools_0         = runtime.ForwardResponseMessage
+	forward_ToolService_ExecuteTool_0       = runtime.ForwardResponseMessage
+	forward_ToolService_SelectTools_0       = runtime.ForwardResponseMessage
+	forward_ToolService_ExecuteToolStream_0 = runtime.ForwardResponseStream
 )

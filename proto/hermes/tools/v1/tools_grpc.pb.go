@@ -19,12 +19,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ToolService_RegisterTool_FullMethodName   = "/hermes.tools.v1.ToolService/RegisterTool"
-	ToolService_UnregisterTool_FullMethodName = "/hermes.tools.v1.ToolService/UnregisterTool"
-	ToolService_GetTool_FullMethodName        = "/hermes.tools.v1.ToolService/GetTool"
-	ToolService_ListTools_FullMethodName      = "/hermes.tools.v1.ToolService/ListTools"
-	ToolService_ExecuteTool_FullMethodName    = "/hermes.tools.v1.ToolService/ExecuteTool"
-	ToolService_SelectTools_FullMethodName    = "/hermes.tools.v1.ToolService/SelectTools"
+	ToolService_RegisterTool_FullMethodName      = "/hermes.tools.v1.ToolService/RegisterTool"
+	ToolService_UnregisterTool_FullMethodName    = "/hermes.tools.v1.ToolService/UnregisterTool"
+	ToolService_GetTool_FullMethodName           = "/hermes.tools.v1.ToolService/GetTool"
+	ToolService_ListTools_FullMethodName         = "/hermes.tools.v1.ToolService/ListTools"
+	ToolService_ExecuteTool_FullMethodName       = "/hermes.tools.v1.ToolService/ExecuteTool"
+	ToolService_SelectTools_FullMethodName       = "/hermes.tools.v1.ToolService/SelectTools"
+	ToolService_ExecuteToolStream_FullMethodName = "/hermes.tools.v1.ToolService/ExecuteToolStream"
 )
 
 // ToolServiceClient is the client API for ToolService service.
@@ -50,6 +51,10 @@ type ToolServiceClient interface {
 	// SelectTools chooses the tools relevant to a turn when too many are registered to send all
 	// their schemas to the model.
 	SelectTools(ctx context.Context, in *SelectToolsRequest, opts ...grpc.CallOption) (*SelectToolsResponse, error)
+	// ExecuteToolStream is ExecuteTool that also streams the progress a running tool reports (MCP
+	// progress notifications and task status): zero or more progress events, then exactly one
+	// response with the result. Closing the stream cancels the call.
+	ExecuteToolStream(ctx context.Context, in *ExecuteToolStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteToolStreamResponse], error)
 }
 
 type toolServiceClient struct {
@@ -120,6 +125,25 @@ func (c *toolServiceClient) SelectTools(ctx context.Context, in *SelectToolsRequ
 	return out, nil
 }
 
+func (c *toolServiceClient) ExecuteToolStream(ctx context.Context, in *ExecuteToolStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteToolStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ToolService_ServiceDesc.Streams[0], ToolService_ExecuteToolStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExecuteToolStreamRequest, ExecuteToolStreamResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ToolService_ExecuteToolStreamClient = grpc.ServerStreamingClient[ExecuteToolStreamResponse]
+
 // ToolServiceServer is the server API for ToolService service.
 // All implementations must embed UnimplementedToolServiceServer
 // for forward compatibility.
@@ -143,6 +167,10 @@ type ToolServiceServer interface {
 	// SelectTools chooses the tools relevant to a turn when too many are registered to send all
 	// their schemas to the model.
 	SelectTools(context.Context, *SelectToolsRequest) (*SelectToolsResponse, error)
+	// ExecuteToolStream is ExecuteTool that also streams the progress a running tool reports (MCP
+	// progress notifications and task status): zero or more progress events, then exactly one
+	// response with the result. Closing the stream cancels the call.
+	ExecuteToolStream(*ExecuteToolStreamRequest, grpc.ServerStreamingServer[ExecuteToolStreamResponse]) error
 	mustEmbedUnimplementedToolServiceServer()
 }
 
@@ -170,6 +198,9 @@ func (UnimplementedToolServiceServer) ExecuteTool(context.Context, *ExecuteToolR
 }
 func (UnimplementedToolServiceServer) SelectTools(context.Context, *SelectToolsRequest) (*SelectToolsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SelectTools not implemented")
+}
+func (UnimplementedToolServiceServer) ExecuteToolStream(*ExecuteToolStreamRequest, grpc.ServerStreamingServer[ExecuteToolStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method ExecuteToolStream not implemented")
 }
 func (UnimplementedToolServiceServer) mustEmbedUnimplementedToolServiceServer() {}
 func (UnimplementedToolServiceServer) testEmbeddedByValue()                     {}
@@ -300,6 +331,17 @@ func _ToolService_SelectTools_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ToolService_ExecuteToolStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExecuteToolStreamRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ToolServiceServer).ExecuteToolStream(m, &grpc.GenericServerStream[ExecuteToolStreamRequest, ExecuteToolStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ToolService_ExecuteToolStreamServer = grpc.ServerStreamingServer[ExecuteToolStreamResponse]
+
 // ToolService_ServiceDesc is the grpc.ServiceDesc for ToolService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -332,6 +374,12 @@ var ToolService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _ToolService_SelectTools_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ExecuteToolStream",
+			Handler:       _ToolService_ExecuteToolStream_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "hermes/tools/v1/tools.proto",
 }

@@ -1,0 +1,175 @@
+package mcpgateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	otelcodes "go.opentelemetry.io/otel/codes"
+
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// lookup finds a tool by namespaced name, or by server and original name.
+func (g *Gateway) lookup(name, server, tool string) *toolEntry {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if name != "" {
+		return g.tools[name]
+	}
+	for _, e := range g.tools {
+		if e.conn.spec.Name == server && e.original == tool {
+			return e
+		}
+	}
+	return nil
+}
+
+// CallTool calls a tool and normalizes its result. A call that cannot reach the tool (server
+// not connected, connection broken, timeout) is a response with success=false and an error
+// code, not an error: the tool service passes it to the model like any failed tool. The error
+// return is for a caller that gave up (its context ended) and for invalid arguments.
+func (g *Gateway) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
+	return g.CallToolProgress(ctx, req, nil)
+}
+
+// CallToolProgress is CallTool that passes the progress the tool reports to onProgress (which
+// may be nil), from the goroutine that receives it.
+func (g *Gateway) CallToolProgress(ctx context.Context, req *pb.CallToolRequest, onProgress func(*pb.Progress)) (*pb.CallToolResponse, error) {
+	ctx, span := tracer.Start(ctx, "mcp tools/call", trace.WithAttributes(
+		attribute.String("mcp.tool", req.GetName()),
+		attribute.String("mcp.server", req.GetServer()),
+		attribute.String("mcp.original_tool", req.GetTool()),
+	))
+	defer span.End()
+	start := time.Now()
+	resp, err := g.callTool(ctx, req, onProgress)
+	if resp != nil {
+		resp.Duration = durationpb.New(time.Since(start))
+		span.SetAttributes(attribute.Bool("mcp.success", resp.GetSuccess()), attribute.String("mcp.error_code", resp.GetErrorCode()))
+		if !resp.GetSuccess() {
+			span.SetStatus(otelcodes.Error, resp.GetErrorCode())
+		}
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(otelcodes.Error, err.Error())
+	}
+	return resp, err
+}
+
+var tracer = otel.Tracer("github.com/hermes-agent/hermes/services/mcpgateway")
+
+func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgress func(*pb.Progress)) (*pb.CallToolResponse, error) {
+	e := g.lookup(req.GetName(), req.GetServer(), req.GetTool())
+	if e == nil {
+		what := req.GetName()
+		if what == "" {
+			what = req.GetServer() + "/" + req.GetTool()
+		}
+		return failed(codeUnknownTool, fmt.Sprintf("no MCP tool %q is known to the gateway; MCPGatewayService.ListTools lists the tools it has", what)), nil
+	}
+	args := json.RawMessage(strings.TrimSpace(req.GetArguments()))
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	c := e.conn
+	timeout := c.callTimeout
+	if d := req.GetTimeout(); d != nil && d.AsDuration() > 0 && d.AsDuration() < timeout {
+		timeout = d.AsDuration()
+	}
+	start := time.Now()
+	l, why := c.waitReady(ctx, min(g.cfg.ReadyWait, timeout/2))
+	if l == nil {
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		return failed(codeUnavailable, fmt.Sprintf("MCP server %q is not connected (%s); it is reconnected automatically, try again shortly", c.spec.Name, why)), nil
+	}
+	timeout -= time.Since(start)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	token, done := g.progress.register(c, onProgress)
+	defer done()
+	var res *mcp.CallToolResult
+	var err error
+	for try := 0; ; try++ {
+		if e.taskSupport == "required" {
+			res, err = g.callTask(cctx, l, e, args, token, onProgress)
+		} else {
+			params := &mcp.CallToolParams{Name: e.original, Arguments: args}
+			if token != "" {
+				params.SetProgressToken(token)
+			}
+			res, err = l.sess.CallTool(cctx, params)
+		}
+		if err == nil || try > 0 || !notSent(err) || cctx.Err() != nil {
+			break
+		}
+		// The request never reached the tool (an HTTP server restarted and forgot the session,
+		// or refuses connections while it restarts): once a new session is up, send it again.
+		c.requestProbe()
+		next, _ := c.waitNewSession(cctx, min(g.cfg.ReadyWait, time.Until(deadlineOf(cctx))/2), l)
+		if next == nil {
+			break
+		}
+		l = next
+	}
+	if err == nil {
+		return normalizeResult(res, e.outSchema, g.cfg.cleanOptions()), nil
+	}
+	switch {
+	case ctx.Err() != nil:
+		// The caller gave up; the server was told to cancel the request.
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case errors.Is(cctx.Err(), context.DeadlineExceeded):
+		c.requestProbe()
+		r := failed(codeTimeout, fmt.Sprintf("the MCP tool %s did not answer within %s; the call was cancelled on the server", e.name, timeout.Round(time.Millisecond)))
+		r.MayHaveRun = true
+		return r, nil
+	}
+	var rpcErr *jsonrpc.Error
+	if errors.As(err, &rpcErr) && !errors.Is(err, mcp.ErrConnectionClosed) && c.alive(l.sess) {
+		r := failed(codeRejected, fmt.Sprintf("MCP server %q rejected the call: %s", c.spec.Name, abbreviate(rpcErr.Message, 2000)))
+		// Invalid request, unknown method or tool, invalid arguments: refused before it ran.
+		r.MayHaveRun = rpcErr.Code != jsonrpc.CodeInvalidParams && rpcErr.Code != jsonrpc.CodeMethodNotFound && rpcErr.Code != jsonrpc.CodeInvalidRequest
+		return r, nil
+	}
+	c.requestProbe()
+	if notSent(err) {
+		return failed(codeUnavailable, fmt.Sprintf("MCP server %q could not be reached (%s); the tool did not run; it is reconnected automatically, try again shortly", c.spec.Name, abbreviate(err.Error(), 500))), nil
+	}
+	r := failed(codeUnavailable, fmt.Sprintf("the connection to MCP server %q broke during the call (%s); the tool may have run", c.spec.Name, abbreviate(err.Error(), 500)))
+	r.MayHaveRun = true
+	return r, nil
+}
+
+// notSent reports whether a failed request certainly never reached the server: the HTTP
+// server no longer knows the session (it answers 404 before reading the request), or it
+// refused the connection. The SDK does not wrap the dial error, so that one is recognised by
+// its text.
+func notSent(err error) bool {
+	return errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, syscall.ECONNREFUSED) || strings.Contains(err.Error(), "connection refused")
+}
+
+func deadlineOf(ctx context.Context) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
+	}
+	return time.Now().Add(time.Hour)
+}
+
+func failed(code, msg string) *pb.CallToolResponse {
+	return &pb.CallToolResponse{Success: false, ErrorCode: code, Output: msg}
+}

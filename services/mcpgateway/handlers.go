@@ -1,0 +1,330 @@
+package mcpgateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/hermes-agent/hermes/internal/model"
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+)
+
+// Sampler is the model a server may use through MCP sampling (only where the operator allows
+// it for that server).
+type Sampler interface {
+	Complete(ctx context.Context, req model.Request) (*model.Response, error)
+}
+
+// Sampling defaults and limits.
+const (
+	defaultSamplingTokens = 1024
+	defaultSamplingRate   = 10 // per minute
+	maxSamplingMessages   = 64
+	maxSamplingText       = 64 << 10
+)
+
+// clientOptions are the SDK client options of one connection: the notifications the gateway
+// acts on and the server-initiated requests it answers.
+func (c *serverConn) clientOptions() *mcp.ClientOptions {
+	caps := &mcp.ClientCapabilities{}
+	if len(c.spec.Roots) > 0 {
+		caps.RootsV2 = &mcp.RootCapabilities{}
+	}
+	opts := &mcp.ClientOptions{
+		Capabilities: caps,
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			c.requestRelist()
+		},
+		// The gateway lists resources and prompts from the server on every request, so a
+		// list_changed needs no refresh here; it is logged for whoever watches the server.
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) {
+			c.g.log.Debug("MCP server: resources changed", "server", c.spec.Name)
+		},
+		PromptListChangedHandler: func(context.Context, *mcp.PromptListChangedRequest) {
+			c.g.log.Debug("MCP server: prompts changed", "server", c.spec.Name)
+		},
+		ResourceUpdatedHandler: func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) {
+			c.g.watches.updated(c, r.Params.URI)
+		},
+		LoggingMessageHandler: func(ctx context.Context, r *mcp.LoggingMessageRequest) {
+			c.serverLog(ctx, r.Params)
+		},
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			c.g.progress.deliver(r.Params.ProgressToken, r.Params.Progress, r.Params.Total, r.Params.Message)
+		},
+		ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return c.elicit(r.Params), nil
+		},
+		Logger: c.g.log.With("mcp_server", c.spec.Name),
+	}
+	if sp := c.spec.GetSampling(); sp.GetAllow() {
+		limit := newRateLimit(int(sp.GetPerMinute()), defaultSamplingRate)
+		opts.CreateMessageHandler = func(ctx context.Context, r *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return c.sample(ctx, r.Params, limit)
+		}
+	}
+	return opts
+}
+
+// elicit answers a request for user input. Nobody can fill in a form while a tool runs behind
+// the tool service, so the request is declined with the reason (the server goes on as when a
+// user declines), unless the operator lets a form be accepted with its schema's defaults and
+// every required field has one.
+func (c *serverConn) elicit(p *mcp.ElicitParams) *mcp.ElicitResult {
+	msg := ""
+	if p != nil {
+		msg = CleanText(p.Message, "text/plain", CleanOptions{MaxBytes: 300}).Text
+	}
+	if c.spec.GetElicitation() == "defaults" && p != nil && p.Mode != "url" {
+		if content, ok := schemaDefaults(p.RequestedSchema); ok {
+			c.g.log.Info("MCP server asked for user input (elicitation); accepted with the schema's defaults", "server", c.spec.Name, "message", abbreviate(msg, 200))
+			c.g.progress.broadcast(c, "the server asked for user input, answered with its defaults: "+msg)
+			return &mcp.ElicitResult{Action: "accept", Content: content}
+		}
+	}
+	c.g.log.Info("MCP server asked for user input (elicitation); declined: Hermes cannot ask the user during a tool call", "server", c.spec.Name, "message", abbreviate(msg, 200))
+	c.g.progress.broadcast(c, "the server asked for user input, which was declined: "+msg)
+	return &mcp.ElicitResult{Action: "decline", Meta: mcp.Meta{"reason": "Hermes cannot ask the user for input during a tool call"}}
+}
+
+// schemaDefaults is the content of a form filled with its schema's defaults, when every
+// required field has one.
+func schemaDefaults(schema any) (map[string]any, bool) {
+	raw, err := json.Marshal(schema)
+	if err != nil {
+		return nil, false
+	}
+	var s struct {
+		Properties map[string]struct {
+			Default any `json:"default"`
+		} `json:"properties"`
+		Required []string `json:"required"`
+	}
+	if json.Unmarshal(raw, &s) != nil {
+		return nil, false
+	}
+	content := map[string]any{}
+	for name, prop := range s.Properties {
+		if prop.Default != nil {
+			content[name] = prop.Default
+		}
+	}
+	for _, name := range s.Required {
+		if _, ok := content[name]; !ok {
+			return nil, false
+		}
+	}
+	return content, true
+}
+
+// roots is the spec's roots for the SDK client.
+func (c *serverConn) roots() []*mcp.Root {
+	var out []*mcp.Root
+	for _, r := range c.spec.Roots {
+		out = append(out, &mcp.Root{URI: r.Uri, Name: r.Name})
+	}
+	return out
+}
+
+// serverLog writes a server's notifications/message to the gateway's log at the mapped level.
+func (c *serverConn) serverLog(ctx context.Context, p *mcp.LoggingMessageParams) {
+	if p == nil {
+		return
+	}
+	level := slog.LevelInfo
+	switch p.Level {
+	case "debug":
+		level = slog.LevelDebug
+	case "info", "notice":
+		level = slog.LevelInfo
+	case "warning":
+		level = slog.LevelWarn
+	case "error", "critical", "alert", "emergency":
+		level = slog.LevelError
+	}
+	data, ok := p.Data.(string)
+	if !ok {
+		b, _ := json.Marshal(p.Data)
+		data = string(b)
+	}
+	c.g.log.Log(ctx, level, "MCP server log: "+abbreviate(CleanText(data, "text/plain", CleanOptions{MaxBytes: 2048}).Text, 2048),
+		"server", c.spec.Name, "logger", abbreviate(p.Logger, 100), "mcp_level", string(p.Level))
+}
+
+// sample answers sampling/createMessage with Hermes' model, within the operator's limits.
+func (c *serverConn) sample(ctx context.Context, p *mcp.CreateMessageParams, limit *rateLimit) (*mcp.CreateMessageResult, error) {
+	sp := c.spec.GetSampling()
+	if c.g.sampler == nil {
+		return nil, errors.New("sampling is refused: Hermes has no model configured")
+	}
+	if p == nil || len(p.Messages) == 0 {
+		return nil, errors.New("sampling request without messages")
+	}
+	if len(p.Messages) > maxSamplingMessages {
+		return nil, fmt.Errorf("sampling request has %d messages; at most %d are accepted", len(p.Messages), maxSamplingMessages)
+	}
+	if !limit.allow(time.Now()) {
+		return nil, fmt.Errorf("sampling is refused: this server may ask at most %d times a minute", limit.perMinute)
+	}
+	maxTokens := int(sp.GetMaxTokens())
+	if maxTokens <= 0 {
+		maxTokens = defaultSamplingTokens
+	}
+	if p.MaxTokens > 0 && int(p.MaxTokens) < maxTokens {
+		maxTokens = int(p.MaxTokens)
+	}
+	req := model.Request{MaxTokens: maxTokens}
+	size := 0
+	if p.SystemPrompt != "" {
+		req.Messages = append(req.Messages, model.Message{Role: model.RoleSystem, Content: p.SystemPrompt})
+		size += len(p.SystemPrompt)
+	}
+	for _, m := range p.Messages {
+		t, ok := m.Content.(*mcp.TextContent)
+		if !ok {
+			return nil, errors.New("sampling is refused: only text messages are supported")
+		}
+		role := model.RoleUser
+		if m.Role == "assistant" {
+			role = model.RoleAssistant
+		}
+		size += len(t.Text)
+		req.Messages = append(req.Messages, model.Message{Role: role, Content: t.Text})
+	}
+	if size > maxSamplingText {
+		return nil, fmt.Errorf("sampling request has %d bytes of text; at most %d are accepted", size, maxSamplingText)
+	}
+	c.g.log.Info("MCP server uses Hermes' model (sampling)", "server", c.spec.Name, "messages", len(p.Messages), "max_tokens", maxTokens)
+	c.g.progress.broadcast(c, fmt.Sprintf("the server asked Hermes' model for a completion (%d messages, at most %d tokens)", len(p.Messages), maxTokens))
+	resp, err := c.g.sampler.Complete(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("the model failed: %w", err)
+	}
+	stop := "endTurn"
+	if resp.FinishReason == "length" {
+		stop = "maxTokens"
+	}
+	return &mcp.CreateMessageResult{Content: &mcp.TextContent{Text: resp.Content}, Model: resp.Model, Role: "assistant", StopReason: stop}, nil
+}
+
+// rateLimit allows perMinute events in any minute.
+type rateLimit struct {
+	perMinute int
+	mu        sync.Mutex // guards times
+	times     []time.Time
+}
+
+func newRateLimit(perMinute, def int) *rateLimit {
+	if perMinute <= 0 {
+		perMinute = def
+	}
+	return &rateLimit{perMinute: perMinute}
+}
+
+func (r *rateLimit) allow(now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keep := r.times[:0]
+	for _, t := range r.times {
+		if now.Sub(t) < time.Minute {
+			keep = append(keep, t)
+		}
+	}
+	r.times = keep
+	if len(r.times) >= r.perMinute {
+		return false
+	}
+	r.times = append(r.times, now)
+	return true
+}
+
+// sideNotification handles a notification that arrived on the side channel's stream.
+func (c *serverConn) sideNotification(method string, params json.RawMessage) {
+	if method != "notifications/progress" {
+		return
+	}
+	var p mcp.ProgressNotificationParams
+	if json.Unmarshal(params, &p) == nil {
+		c.g.progress.deliver(p.ProgressToken, p.Progress, p.Total, p.Message)
+	}
+}
+
+// progressHub routes progress notifications to the call that sent the token.
+type progressHub struct {
+	mu    sync.Mutex // guards next and calls
+	next  int64
+	calls map[string]*progressSink
+}
+
+// progressSink is one call's progress receiver.
+type progressSink struct {
+	conn *serverConn
+	fn   func(*pb.Progress)
+	last float64
+}
+
+func newProgressHub() *progressHub { return &progressHub{calls: map[string]*progressSink{}} }
+
+// register returns a new progress token for a call of conn whose progress goes to fn, and the
+// function that unregisters it. A nil fn registers nothing and returns an empty token.
+func (h *progressHub) register(conn *serverConn, fn func(*pb.Progress)) (string, func()) {
+	if fn == nil {
+		return "", func() {}
+	}
+	h.mu.Lock()
+	h.next++
+	token := "hermes-progress-" + strconv.FormatInt(h.next, 10)
+	h.calls[token] = &progressSink{conn: conn, fn: fn, last: -1}
+	h.mu.Unlock()
+	return token, func() {
+		h.mu.Lock()
+		delete(h.calls, token)
+		h.mu.Unlock()
+	}
+}
+
+// deliver passes a progress notification on; unknown tokens and progress that goes backwards
+// (the spec requires it to increase) are dropped.
+func (h *progressHub) deliver(token any, progress, total float64, msg string) {
+	t, ok := token.(string)
+	if !ok {
+		return
+	}
+	h.mu.Lock()
+	s := h.calls[t]
+	if s == nil || progress < s.last {
+		h.mu.Unlock()
+		return
+	}
+	s.last = progress
+	h.mu.Unlock()
+	s.fn(&pb.Progress{Progress: progress, Total: total, Message: CleanText(msg, "text/plain", CleanOptions{MaxBytes: 500}).Text})
+}
+
+// broadcast tells every call of conn in flight what the server did (sampling, elicitation),
+// so whoever waits for the call sees it.
+func (h *progressHub) broadcast(conn *serverConn, msg string) {
+	type target struct {
+		fn   func(*pb.Progress)
+		last float64
+	}
+	h.mu.Lock()
+	var targets []target
+	for _, s := range h.calls {
+		if s.conn == conn {
+			targets = append(targets, target{s.fn, max(s.last, 0)})
+		}
+	}
+	h.mu.Unlock()
+	for _, t := range targets {
+		t.fn(&pb.Progress{Progress: t.last, Message: strings.TrimSpace(msg)})
+	}
+}

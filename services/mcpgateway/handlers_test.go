@@ -1,0 +1,65 @@
+package mcpgateway
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+)
+
+func TestSchemaDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		schema any
+		want   map[string]any
+		ok     bool
+	}{
+		{"all defaults", map[string]any{"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string", "default": "Jo"}, "n": map[string]any{"type": "integer", "default": 3}}}, map[string]any{"name": "Jo", "n": float64(3)}, true},
+		{"a required field without a default", map[string]any{"properties": map[string]any{"a": map[string]any{"default": 1}, "b": map[string]any{}}, "required": []string{"b"}}, nil, false},
+		{"optional field without a default is left out", map[string]any{"properties": map[string]any{"a": map[string]any{"default": true}, "b": map[string]any{}}, "required": []string{"a"}}, map[string]any{"a": true}, true},
+		{"not a schema", "nonsense", nil, false},
+	} {
+		got, ok := schemaDefaults(tc.schema)
+		if ok != tc.ok || !cmp.Equal(got, tc.want) {
+			t.Errorf("%s: %v %v, want %v %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	r := newRateLimit(2, 10)
+	now := time.Unix(1000, 0)
+	if !r.allow(now) || !r.allow(now.Add(time.Second)) {
+		t.Fatal("the first two are refused")
+	}
+	if r.allow(now.Add(2 * time.Second)) {
+		t.Error("a third within the minute is allowed")
+	}
+	if !r.allow(now.Add(61 * time.Second)) {
+		t.Error("one a minute later is refused")
+	}
+	if newRateLimit(0, 10).perMinute != 10 {
+		t.Error("0 does not mean the default")
+	}
+}
+
+func TestProgressHub(t *testing.T) {
+	h := newProgressHub()
+	var got []float64
+	token, done := h.register(nil, func(p *pb.Progress) { got = append(got, p.GetProgress()) })
+	h.deliver(token, 1, 3, "a")
+	h.deliver(token, 0.5, 3, "backwards") // dropped: progress must increase
+	h.deliver("unknown", 2, 3, "")        // dropped: not a call's token
+	h.deliver(7, 2, 3, "")                // dropped: not a string token
+	h.deliver(token, 2, 3, "b")
+	done()
+	h.deliver(token, 3, 3, "after the call") // dropped: the call ended
+	if !cmp.Equal(got, []float64{1, 2}) {
+		t.Errorf("delivered %v, want [1 2]", got)
+	}
+	if tok, _ := h.register(nil, nil); tok != "" {
+		t.Errorf("a call nobody listens to got token %q", tok)
+	}
+}
