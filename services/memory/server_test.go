@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -463,5 +464,50 @@ func TestForgetUserLeavesNothing(t *testing.T) {
 				t.Errorf("ListMemories after ForgetUser: %v", lr.GetMemories())
 			}
 		})
+	}
+}
+
+// slowTouch is a tier whose Touch takes its time, like a loaded backend.
+type slowTouch struct {
+	TierStore
+	delay time.Duration
+}
+
+func (s slowTouch) Touch(ctx context.Context, userID string, ids []string, at time.Time) ([]string, error) {
+	time.Sleep(s.delay)
+	return s.TierStore.Touch(ctx, userID, ids, at)
+}
+
+// flushTouches returns only when the recalls queued before it are recorded, however long the
+// write takes (it used to wait for the queue to empty and then sleep 20 ms).
+func TestFlushTouchesWaitsForTheWrite(t *testing.T) {
+	emb := NewLexicalEmbedder(DefaultConfig().LexicalDimensions)
+	bs2, err := OpenBoltStore(filepath.Join(t.TempDir(), "m.db"), BoltOptions{EpisodicTTL: time.Hour, Embedder: emb.Name(), Dimension: emb.Dimension()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bs2.Close() })
+	cfg := DefaultConfig()
+	cfg.MaintenanceInterval = 0
+	svc, err := NewService(cfg, Options{Episodic: slowTouch{bs2.Episodic(), 200 * time.Millisecond}, Semantic: slowTouch{bs2.Semantic(), 200 * time.Millisecond},
+		State: bs2, Embedder: emb, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	if _, err := svc.Remember(ctx, &memoryv1.RememberRequest{UserId: "u", Type: memoryv1.MemoryType_MEMORY_TYPE_FACT, Content: "the user's cat is called Miso"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Recall(ctx, &memoryv1.RecallRequest{UserId: "u", Query: "what is my cat called"}); err != nil {
+		t.Fatal(err)
+	}
+	svc.flushTouches()
+	lr, err := svc.ListMemories(ctx, &memoryv1.ListMemoriesRequest{UserId: "u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := lr.GetMemories()[0].GetRecallCount(); n != 1 {
+		t.Errorf("recall count right after flushTouches = %d, want 1", n)
 	}
 }

@@ -377,6 +377,9 @@ type touchReq struct {
 	ep     []string
 	sem    []string
 	at     time.Time
+	// done, when set, is closed once the request (and so every one queued before it) is
+	// recorded.
+	done chan struct{}
 }
 
 // toucher records recalls in the background, so Recall answers without waiting for a write.
@@ -400,26 +403,35 @@ func (s *Service) toucher() {
 }
 
 func (s *Service) touch(r touchReq) {
-	{
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if len(r.ep) > 0 {
-			if _, err := s.ep.Touch(ctx, r.userID, r.ep, r.at); err != nil {
-				s.log.Warn("recording recall", "error", err)
-			}
+	if r.done != nil {
+		defer close(r.done)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if len(r.ep) > 0 {
+		if _, err := s.ep.Touch(ctx, r.userID, r.ep, r.at); err != nil {
+			s.log.Warn("recording recall", "error", err)
 		}
-		if len(r.sem) > 0 {
-			if _, err := s.sem.Touch(ctx, r.userID, r.sem, r.at); err != nil {
-				s.log.Warn("recording recall", "error", err)
-			}
+	}
+	if len(r.sem) > 0 {
+		if _, err := s.sem.Touch(ctx, r.userID, r.sem, r.at); err != nil {
+			s.log.Warn("recording recall", "error", err)
 		}
-		cancel()
 	}
 }
 
-// flushTouches waits until the recalls queued so far are recorded (tests).
+// flushTouches waits until the recalls queued so far are recorded (tests): the toucher handles
+// requests in order, so when a marker queued now is done, so is everything before it.
 func (s *Service) flushTouches() {
-	for len(s.touches) > 0 {
-		time.Sleep(5 * time.Millisecond)
+	done := make(chan struct{})
+	select {
+	case s.touches <- touchReq{done: done}:
+	case <-s.stop:
+		return
 	}
-	time.Sleep(20 * time.Millisecond)
+	select {
+	case <-done:
+	case <-s.stop:
+		<-done // Close drains the queue, marker included
+	}
 }

@@ -50,16 +50,26 @@ func splitHostPort(t testing.TB, addr string) (string, int) {
 // tierBackend is one TierStore implementation under test, with a clock the test can move for
 // stores that keep one.
 type tierBackend struct {
-	name    string
-	new     func(t *testing.T, ttl time.Duration) TierStore
-	hasTTL  bool // the store gives memories a TTL (episodic tiers)
-	semOnly bool
+	name   string
+	new    func(t *testing.T, ttl time.Duration) TierStore
+	hasTTL bool // the store gives memories a TTL (episodic tiers)
+	// newClocked, for stores that read their clock (not Redis, whose TTLs are the server's),
+	// opens one on a clock the test moves.
+	newClocked func(t *testing.T, ttl time.Duration, now func() time.Time) TierStore
+	semOnly    bool
 }
 
 func tierBackends() []tierBackend {
 	return []tierBackend{
 		{name: "bolt-episodic", hasTTL: true, new: func(t *testing.T, ttl time.Duration) TierStore {
 			s := openTestBolt(t, ttl)
+			return s.Episodic()
+		}, newClocked: func(t *testing.T, ttl time.Duration, now func() time.Time) TierStore {
+			s, err := OpenBoltStore(filepath.Join(t.TempDir(), "memory.db"), BoltOptions{EpisodicTTL: ttl, Embedder: "test", Dimension: testDim, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
 			return s.Episodic()
 		}},
 		{name: "bolt-semantic", new: func(t *testing.T, ttl time.Duration) TierStore {
@@ -317,6 +327,9 @@ func TestTierStoreConformance(t *testing.T) {
 	}
 }
 
+// TestEpisodicTTL: a memory is gone once its TTL passes. Stores with their own clock are moved
+// past it; Redis expires keys by its own clock, so the test waits (polling) for that, with a TTL
+// long enough that the put and the first get fit in it on a loaded machine.
 func TestEpisodicTTL(t *testing.T) {
 	for _, b := range tierBackends() {
 		if !b.hasTTL {
@@ -325,7 +338,14 @@ func TestEpisodicTTL(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			s := b.new(t, 300*time.Millisecond)
+			const ttl = 3 * time.Second
+			clock := &fakeClock{t: time.Now()}
+			var s TierStore
+			if b.newClocked != nil {
+				s = b.newClocked(t, ttl, clock.Now)
+			} else {
+				s = b.new(t, ttl)
+			}
 			m := testMemory("carol", newID(), memoryv1.MemoryType_MEMORY_TYPE_EVENT, "short lived", time.Now())
 			if err := s.Put(ctx, Entry{m, vecOf(1, 2, 0)}); err != nil {
 				t.Fatal(err)
@@ -333,9 +353,21 @@ func TestEpisodicTTL(t *testing.T) {
 			if _, err := s.Get(ctx, "carol", m.GetId()); err != nil {
 				t.Fatalf("fresh memory: %v", err)
 			}
-			time.Sleep(450 * time.Millisecond)
-			if _, err := s.Get(ctx, "carol", m.GetId()); !errors.Is(err, ErrNotFound) {
-				t.Errorf("after the TTL: %v, want ErrNotFound", err)
+			gone := func() bool {
+				_, err := s.Get(ctx, "carol", m.GetId())
+				return errors.Is(err, ErrNotFound)
+			}
+			if b.newClocked != nil {
+				clock.Set(clock.Now().Add(ttl - time.Millisecond))
+				if gone() {
+					t.Fatalf("gone before its TTL")
+				}
+				clock.Set(clock.Now().Add(2 * time.Millisecond))
+				if !gone() {
+					t.Errorf("after the TTL: still there")
+				}
+			} else {
+				testenv.WaitFor(t, 30*time.Second, "the memory to expire", gone)
 			}
 			hits, _ := s.Search(ctx, "carol", SearchQuery{Vector: vecOf(1, 2, 0), MinSimilarity: -1, Limit: 5})
 			if len(hits) != 0 {
@@ -550,5 +582,47 @@ func TestQdrantMigratesLexDims(t *testing.T) {
 	pts, err := c.Get(ctx, &qdrant.GetPoints{CollectionName: coll, Ids: []*qdrant.PointId{qdrant.NewID(qdrantMetaID)}, WithPayload: qdrant.NewWithPayload(true)})
 	if err != nil || len(pts) != 1 || pts[0].GetPayload()[pfSchema].GetIntegerValue() != qdrantSchema {
 		t.Errorf("meta point: %v %v", pts, err)
+	}
+}
+
+// A put and a delete of one memory racing each other leave the index as the file: the memory is
+// in both or in neither. The test hook runs the delete in the window between the put's commit
+// and its index update (where it used to run: the index was updated after the commit, outside
+// any lock); with the fix the delete waits for the put to finish instead.
+func TestBoltIndexFollowsConcurrentPutDelete(t *testing.T) {
+	s := openTestBolt(t, time.Hour)
+	ctx := context.Background()
+	for _, tier := range []*BoltTier{s.Episodic(), s.Semantic()} {
+		m := testMemory("alice", newID(), memoryv1.MemoryType_MEMORY_TYPE_FACT, "a fact", time.Now())
+		if err := tier.Put(ctx, Entry{m, vecOf(1, 2, 0.1)}); err != nil {
+			t.Fatal(err)
+		}
+		deleted := make(chan error, 1)
+		s.afterCommit = func() {
+			s.afterCommit = nil
+			go func() { _, err := tier.Delete(ctx, "alice", m.GetId()); deleted <- err }()
+			select {
+			case err := <-deleted: // the delete ran inside the put: the bug's window
+				deleted <- err
+			case <-time.After(200 * time.Millisecond): // the delete waits, as it must
+			}
+		}
+		if err := tier.Put(ctx, Entry{m, vecOf(1, 2, 0.1)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-deleted; err != nil {
+			t.Fatal(err)
+		}
+		_, err := tier.Get(ctx, "alice", m.GetId())
+		stored := err == nil
+		inIndex := false
+		tier.idx.mu.RLock()
+		if u := tier.idx.users["alice"]; u != nil {
+			_, inIndex = u.pos[m.GetId()]
+		}
+		tier.idx.mu.RUnlock()
+		if stored || inIndex {
+			t.Errorf("%s: after put, then delete: stored %v, in the index %v; want neither", tier.bucket, stored, inIndex)
+		}
 	}
 }
