@@ -73,8 +73,8 @@ type BoltOptions struct {
 
 // OpenBoltStore opens or creates the file at path.
 func OpenBoltStore(path string, o BoltOptions) (*BoltStore, error) {
-	if o.Dimension <= 0 {
-		return nil, errors.New("memory store: dimension must be positive")
+	if o.Dimension < 0 {
+		return nil, errors.New("memory store: dimension must not be negative")
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -90,7 +90,10 @@ func OpenBoltStore(path string, o BoltOptions) (*BoltStore, error) {
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		want := fmt.Sprintf("%s/%d", o.Embedder, o.Dimension)
-		if got := meta.Get([]byte("embedder")); got != nil && string(got) != want {
+		got := meta.Get([]byte("embedder"))
+		// A file of the hashed lexical embedder holds no vectors worth keeping: lexical vectors
+		// are computed from the records themselves now, so it is read without them.
+		if got != nil && string(got) != want && !(o.Dimension == 0 && bytes.HasPrefix(got, []byte("lexical-hash-"))) {
 			return fmt.Errorf("memory store %s holds vectors of embedder %s, but the configured embedder is %s: use another data directory or the same embedder", path, got, want)
 		}
 		return meta.Put([]byte("embedder"), []byte(want))
@@ -117,6 +120,9 @@ func (s *BoltStore) load() error {
 				e, err := decodeEntry(v)
 				if err != nil {
 					return fmt.Errorf("memory store: %w", err)
+				}
+				if len(e.Vector) != t.idx.dim {
+					e.Vector = nil // a vector of the hashed lexical embedder (see OpenBoltStore)
 				}
 				t.idx.put(user, e.Memory, e.Vector)
 				return nil
@@ -266,10 +272,17 @@ func (t *BoltTier) Delete(_ context.Context, userID, id string) (bool, error) {
 	return existed, nil
 }
 
-// Search implements TierStore.
+// Search implements TierStore. Lexical statistics are the user's in both tiers of the store,
+// so the scores of the two tiers compare.
 func (t *BoltTier) Search(_ context.Context, userID string, q SearchQuery) ([]Hit, error) {
 	now := t.s.now()
-	found := t.idx.search(userID, q, now)
+	var idf []float32
+	if !q.Lexical.empty() {
+		var n int
+		idf, n = t.s.idf(userID, q.Lexical.idx)
+		q.MinLexical = lexicalFloor(q.MinLexical, n)
+	}
+	found := t.idx.search(userID, q, idf, now)
 	if len(found) == 0 {
 		return nil, nil
 	}
@@ -296,10 +309,16 @@ func (t *BoltTier) Search(_ context.Context, userID string, q SearchQuery) ([]Hi
 	return out, err
 }
 
-// DocFreq implements TierStore, from the in-process index's postings.
-func (t *BoltTier) DocFreq(_ context.Context, userID string, dims []int) (int, []int, error) {
-	n, df := t.idx.docFreq(userID, dims)
-	return n, df, nil
+// idf returns the IDF of each term over the user's memories in both tiers, and how many
+// memories that is.
+func (s *BoltStore) idf(userID string, terms []uint32) ([]float32, int) {
+	n1, df1 := s.ep.idx.docFreq(userID, terms)
+	n2, df2 := s.sem.idx.docFreq(userID, terms)
+	out := make([]float32, len(terms))
+	for i := range terms {
+		out[i] = bm25IDF(n1+n2, df1[i]+df2[i])
+	}
+	return out, n1 + n2
 }
 
 // Scan implements TierStore.

@@ -207,18 +207,39 @@ func TestTierStoreConformance(t *testing.T) {
 					}
 				})
 			}
-			t.Run("document frequencies count the user's vectors per component", func(t *testing.T) {
-				n, df, err := s.DocFreq(ctx, "alice", []int{1, 2, 3, 4, 20})
+			t.Run("lexical search ranks by shared words", func(t *testing.T) {
+				hits, err := s.Search(ctx, "alice", SearchQuery{Lexical: lexQuery("does she like tea or coffee"), MinLexical: 1e-9, Limit: 10})
 				if err != nil {
 					t.Fatal(err)
 				}
-				// A, B, C and the expired D all point along 1; A and D along 2; B along 3; C along 4.
-				if d := cmp.Diff([]int{4, 2, 1, 1, 0}, df); n != 4 || d != "" {
-					t.Errorf("n = %d, want 4; df (-want +got):\n%s", n, d)
+				if d := cmp.Diff([]string{idA}, hitIDs(hits)); d != "" {
+					t.Errorf("ids (-want +got):\n%s", d)
 				}
-				n, df, err = s.DocFreq(ctx, "carol", []int{1})
-				if err != nil || n != 0 || len(df) != 1 || df[0] != 0 {
-					t.Errorf("a user without memories: n %d df %v err %v", n, df, err)
+				hits, _ = s.Search(ctx, "alice", SearchQuery{Lexical: lexQuery("fact event"), MinLexical: 1e-9, Limit: 10})
+				got := hitIDs(hits)
+				sort.Strings(got)
+				want := []string{idB, idC}
+				sort.Strings(want)
+				if d := cmp.Diff(want, got); d != "" {
+					t.Errorf("ids (-want +got):\n%s", d)
+				}
+				hits, _ = s.Search(ctx, "alice", SearchQuery{Lexical: lexQuery("zebra"), MinLexical: 0, Limit: 10})
+				if len(hits) != 0 {
+					t.Errorf("a word no memory has found %v", hitIDs(hits))
+				}
+				hits, _ = s.Search(ctx, "alice", SearchQuery{Lexical: lexQuery("zebra"), Limit: 10, AttributeKeys: []string{"drink"}})
+				if d := cmp.Diff([]string{idA}, hitIDs(hits)); d != "" {
+					t.Errorf("attribute lookup ids (-want +got):\n%s", d)
+				}
+			})
+			t.Run("hybrid search fuses both rankings", func(t *testing.T) {
+				hits, err := s.Search(ctx, "alice", SearchQuery{Vector: vecOf(1, 4, 0.5), MinSimilarity: 0, Lexical: lexQuery("tea"), MinLexical: 1e-9, Limit: 10})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// tea: A only; the vector: C, then B, then A. A is in both lists.
+				if d := cmp.Diff([]string{idA, idC, idB}, hitIDs(hits)); d != "" {
+					t.Errorf("ids (-want +got):\n%s", d)
 				}
 			})
 			t.Run("by subject is live only", func(t *testing.T) {
@@ -526,103 +547,5 @@ func TestStateStoreConformance(t *testing.T) {
 				}
 			})
 		})
-	}
-}
-
-// A collection written before lex_dims existed gets it backfilled when the store opens it, so
-// document frequencies count its points; the meta point that records this is no user's.
-func TestQdrantMigratesLexDims(t *testing.T) {
-	ctx := context.Background()
-	c, coll := testQdrant(t)
-	if err := c.CreateCollection(ctx, &qdrant.CreateCollection{CollectionName: coll,
-		VectorsConfig: qdrant.NewVectorsConfig(&qdrant.VectorParams{Size: testDim, Distance: qdrant.Distance_Cosine})}); err != nil {
-		t.Fatal(err)
-	}
-	old := &QdrantSemantic{c: c, coll: coll, dim: testDim}
-	now := time.Now()
-	var ids []string
-	for i, v := range [][]float32{vecOf(1, 2, 0.1), vecOf(1, 3, 0.1)} {
-		m := testMemory("alice", newID(), memoryv1.MemoryType_MEMORY_TYPE_FACT, fmt.Sprint("fact ", i), now)
-		ids = append(ids, m.GetId())
-		p, err := old.payload(m, nil) // the layout of schema 1: no lex_dims
-		if err != nil {
-			t.Fatal(err)
-		}
-		wait := true
-		if _, err := c.Upsert(ctx, &qdrant.UpsertPoints{CollectionName: coll, Wait: &wait, Points: []*qdrant.PointStruct{{
-			Id: qdrant.NewID(m.GetId()), Vectors: qdrant.NewVectorsDense(v), Payload: p}}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range 2 { // the second open finds the meta point and does nothing
-		s, err := NewQdrantSemantic(ctx, c, coll, testDim)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, df, err := s.DocFreq(ctx, "alice", []int{1, 2, 3, 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := cmp.Diff([]int{2, 1, 1, 0}, df); n != 2 || d != "" {
-			t.Errorf("after migration: n = %d, df (-want +got):\n%s", n, d)
-		}
-		var got []string
-		if err := s.Scan(ctx, "alice", func(e Entry) error { got = append(got, e.Memory.GetId()); return nil }); err != nil {
-			t.Fatal(err)
-		}
-		sort.Strings(got)
-		sort.Strings(ids)
-		if d := cmp.Diff(ids, got); d != "" {
-			t.Errorf("alice's points (-want +got):\n%s", d)
-		}
-		if _, err := s.Get(ctx, "", qdrantMetaID); !errors.Is(err, ErrNotFound) {
-			t.Errorf("the meta point read as a memory: %v", err)
-		}
-	}
-	pts, err := c.Get(ctx, &qdrant.GetPoints{CollectionName: coll, Ids: []*qdrant.PointId{qdrant.NewID(qdrantMetaID)}, WithPayload: qdrant.NewWithPayload(true)})
-	if err != nil || len(pts) != 1 || pts[0].GetPayload()[pfSchema].GetIntegerValue() != qdrantSchema {
-		t.Errorf("meta point: %v %v", pts, err)
-	}
-}
-
-// A put and a delete of one memory racing each other leave the index as the file: the memory is
-// in both or in neither. The test hook runs the delete in the window between the put's commit
-// and its index update (where it used to run: the index was updated after the commit, outside
-// any lock); with the fix the delete waits for the put to finish instead.
-func TestBoltIndexFollowsConcurrentPutDelete(t *testing.T) {
-	s := openTestBolt(t, time.Hour)
-	ctx := context.Background()
-	for _, tier := range []*BoltTier{s.Episodic(), s.Semantic()} {
-		m := testMemory("alice", newID(), memoryv1.MemoryType_MEMORY_TYPE_FACT, "a fact", time.Now())
-		if err := tier.Put(ctx, Entry{m, vecOf(1, 2, 0.1)}); err != nil {
-			t.Fatal(err)
-		}
-		deleted := make(chan error, 1)
-		s.afterCommit = func() {
-			s.afterCommit = nil
-			go func() { _, err := tier.Delete(ctx, "alice", m.GetId()); deleted <- err }()
-			select {
-			case err := <-deleted: // the delete ran inside the put: the bug's window
-				deleted <- err
-			case <-time.After(200 * time.Millisecond): // the delete waits, as it must
-			}
-		}
-		if err := tier.Put(ctx, Entry{m, vecOf(1, 2, 0.1)}); err != nil {
-			t.Fatal(err)
-		}
-		if err := <-deleted; err != nil {
-			t.Fatal(err)
-		}
-		_, err := tier.Get(ctx, "alice", m.GetId())
-		stored := err == nil
-		inIndex := false
-		tier.idx.mu.RLock()
-		if u := tier.idx.users["alice"]; u != nil {
-			_, inIndex = u.pos[m.GetId()]
-		}
-		tier.idx.mu.RUnlock()
-		if stored || inIndex {
-			t.Errorf("%s: after put, then delete: stored %v, in the index %v; want neither", tier.bucket, stored, inIndex)
-		}
 	}
 }
