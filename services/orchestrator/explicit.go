@@ -54,7 +54,9 @@ func (t *turn) fill(ctx context.Context, tool *toolsv1.Tool, args string) (strin
 		}
 		return memoryOptions(t.lookup(ctx, name), name, prop, false)
 	}
-	decide := func(name string, prop json.RawMessage, opts []fillOption) fillDecision { return t.decide(ctx, name, prop, opts) }
+	decide := func(name string, prop json.RawMessage, opts []fillOption) fillDecision {
+		return t.decide(ctx, name, prop, opts)
+	}
 	out, filled, decisions, names := fillFromMemory(tool.GetSpec().GetInputSchema(), args, options, decide)
 	var events []*orchestratorv1.FillDecision
 	var hold []string
