@@ -34,9 +34,9 @@ type Config struct {
 	// MinSimilarity is the recall threshold for a model embedder (the article's 0.45).
 	MinSimilarity float64
 	// LexicalMinSimilarity is the recall threshold of the lexical (BM25) score: about the IDF of
-	// one shared word, ln(memories / memories with it), so a memory must share a word that few
-	// of the user's memories have (3.5: about 3%). It is capped for users with few memories
-	// (lexicalFloor).
+	// one shared word, ln(memories / memories with it); 1.0 leaves out memories that share only
+	// words that a third or more of the user's memories have (a name, "today"). It is capped for
+	// users with very few memories (lexicalFloor).
 	LexicalMinSimilarity float64
 	// LexicalRelativeSimilarity is no longer used (BM25 scores need no relative cut); the flag
 	// is kept so configurations that set it still load.
@@ -113,7 +113,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ExtractMaxInputBytes, "memory.extract-max-input-bytes", 16000, "cap on the turn text sent to the extraction model")
 
 	fs.Float64Var(&c.MinSimilarity, "memory.min-similarity", 0.45, "recall similarity threshold with a model embedder")
-	fs.Float64Var(&c.LexicalMinSimilarity, "memory.lexical-min-similarity", 3.5, "recall threshold of the lexical BM25 score: about the IDF of one shared word, ln(memories/those with it); capped at 0.85 x the IDF of a word one memory has, for users with few (calibrated, see bench/README.md)")
+	fs.Float64Var(&c.LexicalMinSimilarity, "memory.lexical-min-similarity", 1.0, "recall threshold of the lexical BM25 score: about the IDF of one shared word, ln(memories/those with it), so 1.0 leaves out memories that share only words about a third or more of the memories have; capped at 0.85 x the IDF of a word one memory has, for users with very few (calibrated, see bench/README.md)")
 	fs.Float64Var(&c.LexicalRelativeSimilarity, "memory.lexical-relative-similarity", 0, "unused (kept so configurations that set it still load)")
 	fs.Float64Var(&c.TimeBoost, "memory.time-boost", 0.5, "a memory that happened in the time a query names scores x(1 + this)")
 	fs.Float64Var(&c.DuplicateSimilarity, "memory.duplicate-similarity", 0.92, "similarity at which a new memory updates an existing one of the same type (model embedder)")

@@ -246,7 +246,13 @@ func TestRetrievalSet(t *testing.T) {
 		minRecall float64
 		minPrec   float64
 	}
-	cases := []embCase{{NewLexicalEmbedder(cfg.LexicalDimensions), cfg.LexicalMinSimilarity, 0, 0.55, 0.45}}
+	// The lexical threshold is set for recall (BM25 scores of a shared word are its IDF; the
+	// default keeps any memory sharing a word not a third of the memories have): questions
+	// whose answer shares one moderately common word with them must not come back empty, as
+	// they did at the old threshold. The price is precision on queries with no answer, which
+	// get what shares a rare word by chance: 25 memories for the 10 such queries here, and
+	// precision 0.33 (0.54 before) at the same recall. See bench/README.md.
+	cases := []embCase{{NewLexicalEmbedder(cfg.LexicalDimensions), cfg.LexicalMinSimilarity, 0, 0.55, 0.30}}
 	if base := os.Getenv("HERMES_EMBED_BASE_URL"); base != "" {
 		mdl := os.Getenv("HERMES_EMBED_MODEL")
 		if mdl == "" {
@@ -282,8 +288,19 @@ func TestRetrievalSet(t *testing.T) {
 					})
 					return h
 				}
-				want, got[qi] = byScore(want), byScore(got[qi])
-				if d := cmp.Diff(want, got[qi], cmp.AllowUnexported(rankedHit{}), cmpopts.EquateApprox(0, 1e-9), cmpopts.EquateEmpty()); d != "" {
+				// A tie at the limit may keep either memory: compare what scores above the last one.
+				aboveLast := func(h []rankedHit) []rankedHit {
+					h = byScore(h)
+					n := len(h)
+					for n > 0 && len(h) > 0 && math.Abs(h[n-1].sim-h[len(h)-1].sim) < 1e-9 {
+						n--
+					}
+					return h[:n]
+				}
+				if len(want) != len(got[qi]) {
+					t.Errorf("query %d: Recall returned %d, the offline cut %d", qi, len(got[qi]), len(want))
+				}
+				if d := cmp.Diff(aboveLast(want), aboveLast(got[qi]), cmp.AllowUnexported(rankedHit{}), cmpopts.EquateApprox(0, 1e-9), cmpopts.EquateEmpty()); d != "" {
 					t.Errorf("query %d: Recall and the offline cut disagree (-cut +recall):\n%s", qi, d)
 				}
 			}
