@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/qdrant/go-client/qdrant"
 	"google.golang.org/protobuf/testing/protocmp"
 
@@ -547,5 +548,92 @@ func TestStateStoreConformance(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestQdrantMatchesEmbedded: on the same memories, the embedded index and Qdrant (the double, or
+// a real one with HERMES_TEST_QDRANT_ADDR) give the same lexical scores — Qdrant computing the
+// IDF itself from the sparse vectors — and the same fused rankings with dense vectors. One
+// user's memories, so Qdrant's statistics (over the collection) and the embedded ones (over the
+// user's memories) are over the same memories.
+func TestQdrantMatchesEmbedded(t *testing.T) {
+	set := loadDialogues(t)
+	ctx := context.Background()
+	const dim = 64
+	bolt, err := OpenBoltStore(filepath.Join(t.TempDir(), "m.db"), BoltOptions{EpisodicTTL: time.Hour, Embedder: "test", Dimension: dim, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bolt.Close() })
+	c, coll := testQdrant(t)
+	qs, err := NewQdrantSemantic(ctx, c, coll, dim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for _, conv := range set.convs {
+		for _, turn := range conv.turns {
+			m := testMemory("u", newID(), memoryv1.MemoryType_MEMORY_TYPE_EVENT, turn.text, now)
+			m.Speaker = turn.speaker
+			vec := hashedVectors([]string{embedText(m)}, dim)[0]
+			for _, s := range []TierStore{bolt.Semantic(), qs} {
+				if err := s.Put(ctx, Entry{m, vec}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	type result struct {
+		ids  []string
+		sims []float64
+	}
+	search := func(s TierStore, q SearchQuery) result {
+		hits, err := s.Search(ctx, "u", q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r result
+		for _, h := range hits {
+			r.ids = append(r.ids, h.Memory.GetId())
+			r.sims = append(r.sims, h.Similarity)
+		}
+		return r
+	}
+	for _, q := range set.questions {
+		lex := SearchQuery{Lexical: lexQuery(q.text), MinLexical: 1.0, Limit: 8}
+		hyb := lex
+		hyb.Vector, hyb.MinSimilarity = hashedVectors([]string{q.text}, dim)[0], 0.1
+		// Fused: equal scores within a list may be ordered either way (and cut either way at
+		// the limit), which moves RRF scores; where the best fused memory is clear in both, it
+		// is the same with the same score.
+		want, got := search(bolt.Semantic(), hyb), search(qs, hyb)
+		if len(want.ids) > 1 && len(got.ids) > 1 && want.sims[0] > want.sims[1]+1e-4 && got.sims[0] > got.sims[1]+1e-4 {
+			if want.ids[0] != got.ids[0] {
+				t.Errorf("hybrid %q: best embedded %s %.5f, Qdrant %s %.5f", q.text, want.ids[0], want.sims[0], got.ids[0], got.sims[0])
+			}
+		}
+		for name, sq := range map[string]SearchQuery{"lexical": lex} {
+			want, got := search(bolt.Semantic(), sq), search(qs, sq)
+			if d := cmp.Diff(want.sims, got.sims, cmpopts.EquateApprox(1e-4, 1e-5)); d != "" {
+				t.Errorf("%s %q: scores, embedded vs Qdrant (-embedded +qdrant):\n%s", name, q.text, d)
+				continue
+			}
+			// Equal scores may come in either order, and a tie at the limit keep either memory.
+			above := func(r result) []string {
+				var ids []string
+				for i, id := range r.ids {
+					if r.sims[i] > r.sims[len(r.sims)-1]+1e-4 {
+						ids = append(ids, id)
+					}
+				}
+				sort.Strings(ids)
+				return ids
+			}
+			if len(want.ids) > 0 {
+				if d := cmp.Diff(above(want), above(got)); d != "" {
+					t.Errorf("%s %q: memories, embedded vs Qdrant (-embedded +qdrant):\n%s", name, q.text, d)
+				}
+			}
+		}
 	}
 }

@@ -6,9 +6,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/hermes-agent/hermes/internal/model"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
+	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
 // fillCase is one turn of the explicit-beats-memory table: the user's message, the remembered
@@ -188,5 +192,19 @@ func TestFillDecisionModel(t *testing.T) {
 	d := tr.decide(context.Background(), "restaurant_name", prop, c.options())
 	if d.outcome != fillRejected || d.by != "rules" || !strings.Contains(d.reason, "decision model failed") {
 		t.Errorf("unusable answer: %s by %s (%s), want rejected by the rules", d.outcome, d.by, d.reason)
+	}
+}
+
+// The memory block shows when each memory happened, so "when did I…" can be answered from it.
+func TestRenderMemoriesShowsDates(t *testing.T) {
+	at := timestamppb.New(time.Date(2026, 5, 7, 19, 0, 0, 0, time.UTC))
+	got := renderMemories([]*memoryv1.RecalledMemory{
+		{Memory: &memoryv1.Memory{Type: memoryv1.MemoryType_MEMORY_TYPE_EVENT, Content: "The user ran a half marathon", OccurredAt: at}},
+		{Memory: &memoryv1.Memory{Type: memoryv1.MemoryType_MEMORY_TYPE_FACT, Content: "The user lives in Hangzhou", CreatedAt: timestamppb.New(time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC))}},
+	})
+	for _, want := range []string{"- (event, 2026-05-07) The user ran a half marathon", "- (fact, 2026-01-02) The user lives in Hangzhou"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("memory block %q lacks %q", got, want)
+		}
 	}
 }
