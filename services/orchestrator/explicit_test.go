@@ -208,3 +208,39 @@ func TestRenderMemoriesShowsDates(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkFillDecision is the cost of deciding one fill: the rules alone, and the decision
+// model (the scripted model, a real OpenAI-compatible HTTP server in process, answering at
+// once: what remains is the request's own cost, a model's latency comes on top).
+func BenchmarkFillDecision(b *testing.B) {
+	c := fillCases[24]
+	opts := c.options()
+	prop := json.RawMessage(`{"type":"string"}`)
+	b.Run("rules", func(b *testing.B) {
+		for range b.N {
+			if d := ruleDecision(c.msg, opts); d.outcome != fillRejected {
+				b.Fatal(d.outcome)
+			}
+		}
+	})
+	b.Run("scripted-model", func(b *testing.B) {
+		srv, err := scripted.New(func(scripted.Request) scripted.Reply {
+			return scripted.Text(`{"decision":"rejected","value":"川味轩","reason":"the user turns it down"}`)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer srv.Close()
+		mc, err := model.New(model.Config{BaseURL: srv.URL(), Model: "scripted-decider", MaxRetries: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		tr := &turn{s: &Service{cfg: Config{FillDecisionModel: "turn"}, deps: Deps{Model: mc}}, text: c.msg, model: "scripted-decider"}
+		b.ResetTimer()
+		for range b.N {
+			if d := tr.decide(context.Background(), "restaurant_name", prop, opts); d.outcome != fillRejected || d.by != "model" {
+				b.Fatal(d.outcome, d.by)
+			}
+		}
+	})
+}
