@@ -92,15 +92,19 @@ func lexDoc(text string) sparseVec {
 		length += w
 	})
 	norm := bm25K1 * (1 - bm25B + bm25B*length/bm25AvgLen)
-	v := sparseVec{idx: make([]uint32, 0, len(tf))}
-	for id := range tf {
+	return sparseOf(tf, func(id uint32, f float64) float32 { return float32(kw[id] * f * (bm25K1 + 1) / (f + norm)) })
+}
+
+// sparseOf is the sparse vector of the ids of m, ascending, each valued by val.
+func sparseOf(m map[uint32]float64, val func(id uint32, v float64) float32) sparseVec {
+	v := sparseVec{idx: make([]uint32, 0, len(m))}
+	for id := range m {
 		v.idx = append(v.idx, id)
 	}
 	slices.Sort(v.idx)
 	v.val = make([]float32, len(v.idx))
 	for i, id := range v.idx {
-		f := tf[id]
-		v.val[i] = float32(kw[id] * f * (bm25K1 + 1) / (f + norm))
+		v.val[i] = val(id, m[id])
 	}
 	return v
 }
@@ -109,16 +113,7 @@ func lexDoc(text string) sparseVec {
 func lexQuery(text string) sparseVec {
 	w := map[uint32]float64{}
 	lexTerms(text, func(term string, kw float64) { w[lexTermID(term)] = kw })
-	v := sparseVec{idx: make([]uint32, 0, len(w))}
-	for id := range w {
-		v.idx = append(v.idx, id)
-	}
-	slices.Sort(v.idx)
-	v.val = make([]float32, len(v.idx))
-	for i, id := range v.idx {
-		v.val[i] = float32(w[id])
-	}
-	return v
+	return sparseOf(w, func(_ uint32, v float64) float32 { return float32(v) })
 }
 
 // bm25IDF is the inverse document frequency of a term in df of n memories, in the form Qdrant's
