@@ -86,24 +86,29 @@ func Policy() map[string]Access {
 		// Tools: users see the tools they may use; running tools directly is for the
 		// orchestrator and operators. Operators change the registry, and so does the MCP gateway
 		// for the tools it discovers (the tool service keeps each name to its source).
-		toolsv1.ToolService_RegisterTool_FullMethodName:   priv,
-		toolsv1.ToolService_UnregisterTool_FullMethodName: priv,
-		toolsv1.ToolService_GetTool_FullMethodName:        authenticated,
-		toolsv1.ToolService_ListTools_FullMethodName:      authenticated,
-		toolsv1.ToolService_ExecuteTool_FullMethodName:    priv,
-		toolsv1.ToolService_SelectTools_FullMethodName:    authenticated,
+		toolsv1.ToolService_RegisterTool_FullMethodName:      priv,
+		toolsv1.ToolService_UnregisterTool_FullMethodName:    priv,
+		toolsv1.ToolService_GetTool_FullMethodName:           authenticated,
+		toolsv1.ToolService_ListTools_FullMethodName:         authenticated,
+		toolsv1.ToolService_ExecuteTool_FullMethodName:       priv,
+		toolsv1.ToolService_ExecuteToolStream_FullMethodName: priv,
+		toolsv1.ToolService_SelectTools_FullMethodName:       authenticated,
 
 		// MCP servers run code and reach other hosts: operators manage them; the tool service
 		// calls them.
-		mcpgatewayv1.MCPGatewayService_AddServer_FullMethodName:     ops,
-		mcpgatewayv1.MCPGatewayService_RemoveServer_FullMethodName:  ops,
-		mcpgatewayv1.MCPGatewayService_ListServers_FullMethodName:   priv,
-		mcpgatewayv1.MCPGatewayService_ListTools_FullMethodName:     priv,
-		mcpgatewayv1.MCPGatewayService_CallTool_FullMethodName:      priv,
-		mcpgatewayv1.MCPGatewayService_ListResources_FullMethodName: priv,
-		mcpgatewayv1.MCPGatewayService_ReadResource_FullMethodName:  priv,
-		mcpgatewayv1.MCPGatewayService_ListPrompts_FullMethodName:   priv,
-		mcpgatewayv1.MCPGatewayService_GetPrompt_FullMethodName:     priv,
+		mcpgatewayv1.MCPGatewayService_AddServer_FullMethodName:             ops,
+		mcpgatewayv1.MCPGatewayService_RemoveServer_FullMethodName:          ops,
+		mcpgatewayv1.MCPGatewayService_ListServers_FullMethodName:           priv,
+		mcpgatewayv1.MCPGatewayService_ListTools_FullMethodName:             priv,
+		mcpgatewayv1.MCPGatewayService_CallTool_FullMethodName:              priv,
+		mcpgatewayv1.MCPGatewayService_CallToolStream_FullMethodName:        priv,
+		mcpgatewayv1.MCPGatewayService_ListResourceTemplates_FullMethodName: priv,
+		mcpgatewayv1.MCPGatewayService_WatchResource_FullMethodName:         priv,
+		mcpgatewayv1.MCPGatewayService_Complete_FullMethodName:              priv,
+		mcpgatewayv1.MCPGatewayService_ListResources_FullMethodName:         priv,
+		mcpgatewayv1.MCPGatewayService_ReadResource_FullMethodName:          priv,
+		mcpgatewayv1.MCPGatewayService_ListPrompts_FullMethodName:           priv,
+		mcpgatewayv1.MCPGatewayService_GetPrompt_FullMethodName:             priv,
 
 		// Memory: users read, add and forget their own (ForgetUser erases all of it); extraction,
 		// behaviour counters and maintenance run inside Hermes or by an operator.

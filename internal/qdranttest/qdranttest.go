@@ -1,10 +1,17 @@
 // Package qdranttest is a test double of Qdrant — it is NOT Qdrant. It is an in-process gRPC
 // server implementing the part of Qdrant's Collections, Points and Qdrant services (the
-// go-client's generated interfaces) that Hermes' memory store uses: collections with one dense
-// vector and cosine distance, upsert, get, delete by ids or filter, set payload, scroll, count,
-// and nearest-neighbour query by exact search with a score threshold, filtered by must / should
-// / must_not conditions on keyword, bool and integer payload fields and point ids. Anything
-// else answers UNIMPLEMENTED, so a store that starts relying on more fails loudly in tests.
+// go-client's generated interfaces) that Hermes' memory store uses: collections with an unnamed
+// dense vector or named dense vectors (cosine distance) and named sparse vectors (with or
+// without the IDF modifier); upsert, get, delete by ids or filter, set payload, scroll, count;
+// and the Query API: a nearest query on a dense or sparse vector by exact search with a score
+// threshold, or prefetches (each a nearest query with its own filter, threshold and limit)
+// fused by RRF, filtered by must / should / must_not conditions on keyword, bool and integer
+// payload fields and point ids. Scoring follows Qdrant's documentation: cosine for dense
+// vectors; for sparse ones the dot product over shared indices, each query weight multiplied,
+// with the IDF modifier, by ln(1 + (N − df + 0.5)/(df + 0.5)), N the points with that vector and
+// df those with the index, over the whole collection; RRF sums 1/(k + position), positions from
+// 0. Anything else answers UNIMPLEMENTED, so a store that starts relying on more fails loudly
+// in tests.
 //
 // Use it only from tests. Tests use a real Qdrant instead when HERMES_TEST_QDRANT_ADDR is set
 // (see Addr).
@@ -58,8 +65,8 @@ type Double struct {
 }
 
 type collection struct {
-	dim     uint64
-	dist    qdrant.Distance
+	dense   map[string]*qdrant.VectorParams // "" is the unnamed vector
+	sparse  map[string]qdrant.Modifier
 	points  map[string]*point // by uuid
 	order   []string          // insertion order, for stable scrolls
 	indexes map[string]qdrant.FieldType
@@ -67,8 +74,14 @@ type collection struct {
 
 type point struct {
 	id      *qdrant.PointId
-	vec     []float32
+	dense   map[string][]float32
+	sparse  map[string]sparseVec
 	payload map[string]*qdrant.Value
+}
+
+type sparseVec struct {
+	idx []uint32
+	val []float32
 }
 
 // Start runs a double on a random loopback port.
@@ -122,16 +135,27 @@ func (s *collections) CollectionExists(_ context.Context, r *qdrant.CollectionEx
 }
 
 func (s *collections) Create(_ context.Context, r *qdrant.CreateCollection) (*qdrant.CollectionOperationResponse, error) {
-	p := r.GetVectorsConfig().GetParams()
-	if p == nil {
-		return nil, status.Error(codes.Unimplemented, "qdranttest: only a single unnamed dense vector is supported")
+	c := &collection{dense: map[string]*qdrant.VectorParams{}, sparse: map[string]qdrant.Modifier{}, points: map[string]*point{}, indexes: map[string]qdrant.FieldType{}}
+	if p := r.GetVectorsConfig().GetParams(); p != nil {
+		c.dense[""] = p
+	}
+	for name, p := range r.GetVectorsConfig().GetParamsMap().GetMap() {
+		c.dense[name] = p
+	}
+	for name, p := range r.GetSparseVectorsConfig().GetMap() {
+		c.sparse[name] = p.GetModifier()
+	}
+	for _, p := range c.dense {
+		if p.GetDistance() != qdrant.Distance_Cosine {
+			return nil, status.Error(codes.Unimplemented, "qdranttest: only cosine distance is supported")
+		}
 	}
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	if _, ok := s.d.colls[r.GetCollectionName()]; ok {
 		return nil, status.Errorf(codes.AlreadyExists, "Wrong input: Collection `%s` already exists!", r.GetCollectionName())
 	}
-	s.d.colls[r.GetCollectionName()] = &collection{dim: p.GetSize(), dist: p.GetDistance(), points: map[string]*point{}, indexes: map[string]qdrant.FieldType{}}
+	s.d.colls[r.GetCollectionName()] = c
 	return &qdrant.CollectionOperationResponse{Result: true}, nil
 }
 
@@ -151,10 +175,25 @@ func (s *collections) Get(_ context.Context, r *qdrant.GetCollectionInfoRequest)
 		Status:        qdrant.CollectionStatus_Green,
 		PointsCount:   &n,
 		PayloadSchema: schema,
-		Config: &qdrant.CollectionConfig{Params: &qdrant.CollectionParams{
-			VectorsConfig: qdrant.NewVectorsConfig(&qdrant.VectorParams{Size: c.dim, Distance: c.dist}),
-		}},
+		Config:        &qdrant.CollectionConfig{Params: c.params()},
 	}}, nil
+}
+
+func (c *collection) params() *qdrant.CollectionParams {
+	p := &qdrant.CollectionParams{}
+	if u, ok := c.dense[""]; ok {
+		p.VectorsConfig = qdrant.NewVectorsConfig(u)
+	} else if len(c.dense) > 0 {
+		p.VectorsConfig = qdrant.NewVectorsConfigMap(c.dense)
+	}
+	if len(c.sparse) > 0 {
+		m := map[string]*qdrant.SparseVectorParams{}
+		for name, mod := range c.sparse {
+			m[name] = &qdrant.SparseVectorParams{Modifier: &mod}
+		}
+		p.SparseVectorsConfig = qdrant.NewSparseVectorsConfig(m)
+	}
+	return p
 }
 
 func (s *collections) Delete(_ context.Context, r *qdrant.DeleteCollection) (*qdrant.CollectionOperationResponse, error) {
@@ -207,22 +246,57 @@ func (s *points) Upsert(_ context.Context, r *qdrant.UpsertPoints) (*qdrant.Poin
 		if err != nil {
 			return nil, err
 		}
-		v := p.GetVectors().GetVector()
-		var data []float32
-		if d := v.GetDense(); d != nil {
-			data = d.GetData()
-		} else {
-			data = v.GetData() //nolint:staticcheck // the deprecated form is still sent
+		pt := &point{id: p.GetId(), dense: map[string][]float32{}, sparse: map[string]sparseVec{}, payload: clonePayload(p.GetPayload())}
+		named := map[string]*qdrant.Vector{"": p.GetVectors().GetVector()}
+		if nv := p.GetVectors().GetVectors(); nv != nil {
+			named = nv.GetVectors()
 		}
-		if uint64(len(data)) != c.dim {
-			return nil, status.Errorf(codes.InvalidArgument, "Wrong input: Vector dimension error: expected dim: %d, got %d", c.dim, len(data))
+		for name, v := range named {
+			if v == nil {
+				continue
+			}
+			if sp := v.GetSparse(); sp != nil {
+				if _, ok := c.sparse[name]; !ok {
+					return nil, status.Errorf(codes.InvalidArgument, "Wrong input: Not existing vector name error: %s", name)
+				}
+				if len(sp.GetIndices()) != len(sp.GetValues()) {
+					return nil, status.Error(codes.InvalidArgument, "Wrong input: sparse indices and values differ in length")
+				}
+				pt.sparse[name] = sortSparse(sp.GetIndices(), sp.GetValues())
+				continue
+			}
+			data := v.GetDense().GetData()
+			if data == nil {
+				data = v.GetData() //nolint:staticcheck // the deprecated form is still sent
+			}
+			params, ok := c.dense[name]
+			if !ok {
+				return nil, status.Errorf(codes.InvalidArgument, "Wrong input: Not existing vector name error: %s", name)
+			}
+			if uint64(len(data)) != params.GetSize() {
+				return nil, status.Errorf(codes.InvalidArgument, "Wrong input: Vector dimension error: expected dim: %d, got %d", params.GetSize(), len(data))
+			}
+			pt.dense[name] = slices.Clone(data)
 		}
 		if _, ok := c.points[k]; !ok {
 			c.order = append(c.order, k)
 		}
-		c.points[k] = &point{id: p.GetId(), vec: slices.Clone(data), payload: clonePayload(p.GetPayload())}
+		c.points[k] = pt
 	}
 	return done(), nil
+}
+
+func sortSparse(idx []uint32, val []float32) sparseVec {
+	order := make([]int, len(idx))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return idx[order[a]] < idx[order[b]] })
+	v := sparseVec{idx: make([]uint32, len(idx)), val: make([]float32, len(idx))}
+	for i, j := range order {
+		v.idx[i], v.val[i] = idx[j], val[j]
+	}
+	return v
 }
 
 func clonePayload(p map[string]*qdrant.Value) map[string]*qdrant.Value {
@@ -304,9 +378,20 @@ func retrieved(p *point, withPayload, withVectors bool) *qdrant.RetrievedPoint {
 		rp.Payload = clonePayload(p.payload)
 	}
 	if withVectors {
-		rp.Vectors = &qdrant.VectorsOutput{VectorsOptions: &qdrant.VectorsOutput_Vector{Vector: &qdrant.VectorOutput{
-			Vector: &qdrant.VectorOutput_Dense{Dense: &qdrant.DenseVector{Data: slices.Clone(p.vec)}},
-		}}}
+		if v, ok := p.dense[""]; ok {
+			rp.Vectors = &qdrant.VectorsOutput{VectorsOptions: &qdrant.VectorsOutput_Vector{Vector: &qdrant.VectorOutput{
+				Vector: &qdrant.VectorOutput_Dense{Dense: &qdrant.DenseVector{Data: slices.Clone(v)}},
+			}}}
+			return rp
+		}
+		named := map[string]*qdrant.VectorOutput{}
+		for name, v := range p.dense {
+			named[name] = &qdrant.VectorOutput{Vector: &qdrant.VectorOutput_Dense{Dense: &qdrant.DenseVector{Data: slices.Clone(v)}}}
+		}
+		for name, v := range p.sparse {
+			named[name] = &qdrant.VectorOutput{Vector: &qdrant.VectorOutput_Sparse{Sparse: &qdrant.SparseVector{Indices: slices.Clone(v.idx), Values: slices.Clone(v.val)}}}
+		}
+		rp.Vectors = &qdrant.VectorsOutput{VectorsOptions: &qdrant.VectorsOutput_Vectors{Vectors: &qdrant.NamedVectorsOutput{Vectors: named}}}
 	}
 	return rp
 }
@@ -409,49 +494,184 @@ func (s *points) Count(_ context.Context, r *qdrant.CountPoints) (*qdrant.CountR
 }
 
 func (s *points) Query(_ context.Context, r *qdrant.QueryPoints) (*qdrant.QueryResponse, error) {
-	if len(r.GetPrefetch()) > 0 || r.Using != nil {
-		return nil, status.Error(codes.Unimplemented, "qdranttest: prefetch and named vectors are not implemented")
-	}
-	q := r.GetQuery().GetNearest().GetDense().GetData()
-	if q == nil {
-		return nil, status.Error(codes.Unimplemented, "qdranttest: only nearest queries with a dense vector are implemented")
-	}
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	c, err := s.d.coll(r.GetCollectionName())
 	if err != nil {
 		return nil, err
 	}
-	if uint64(len(q)) != c.dim {
-		return nil, status.Errorf(codes.InvalidArgument, "Wrong input: Vector dimension error: expected dim: %d, got %d", c.dim, len(q))
-	}
-	var hits []*qdrant.ScoredPoint
-	for _, k := range c.order {
-		p := c.points[k]
-		if r.GetFilter() != nil && !matches(p, r.GetFilter()) {
-			continue
-		}
-		score := float32(cosine(q, p.vec))
-		if r.ScoreThreshold != nil && score < r.GetScoreThreshold() {
-			continue
-		}
-		rp := retrieved(p, wantPayload(r.GetWithPayload()), wantVectors(r.GetWithVectors()))
-		hits = append(hits, &qdrant.ScoredPoint{Id: p.id, Payload: rp.Payload, Score: score, Vectors: rp.Vectors})
-	}
-	sort.SliceStable(hits, func(i, j int) bool { return hits[i].Score > hits[j].Score })
 	limit := int(r.GetLimit())
 	if limit == 0 {
 		limit = 10
 	}
-	off := int(r.GetOffset())
-	if off > len(hits) {
-		off = len(hits)
+	var hits []*qdrant.ScoredPoint
+	if len(r.GetPrefetch()) > 0 {
+		k := uint32(2)
+		switch {
+		case r.GetQuery().GetRrf() != nil:
+			if r.GetQuery().GetRrf().K != nil {
+				k = r.GetQuery().GetRrf().GetK()
+			}
+			if len(r.GetQuery().GetRrf().GetWeights()) > 0 {
+				return nil, status.Error(codes.Unimplemented, "qdranttest: weighted RRF is not implemented")
+			}
+		case r.GetQuery() != nil && r.GetQuery().GetFusion() == qdrant.Fusion_RRF:
+		default:
+			return nil, status.Error(codes.Unimplemented, "qdranttest: only RRF fusion of prefetches is implemented")
+		}
+		var lists [][]*qdrant.ScoredPoint
+		for _, pf := range r.GetPrefetch() {
+			if len(pf.GetPrefetch()) > 0 {
+				return nil, status.Error(codes.Unimplemented, "qdranttest: nested prefetch is not implemented")
+			}
+			pl := int(pf.GetLimit())
+			if pl == 0 {
+				pl = 10
+			}
+			l, err := c.nearest(pf.GetQuery(), pf.GetUsing(), pf.GetFilter(), pf.ScoreThreshold, pl)
+			if err != nil {
+				return nil, err
+			}
+			lists = append(lists, l)
+		}
+		hits = rrf(lists, float32(k))
+		hits = slices.DeleteFunc(hits, func(h *qdrant.ScoredPoint) bool {
+			k, _ := key(h.GetId())
+			return r.GetFilter() != nil && !matches(c.points[k], r.GetFilter())
+		})
+	} else {
+		hits, err = c.nearest(r.GetQuery(), r.GetUsing(), r.GetFilter(), r.ScoreThreshold, int(r.GetOffset())+limit)
+		if err != nil {
+			return nil, err
+		}
 	}
+	off := min(int(r.GetOffset()), len(hits))
 	hits = hits[off:]
 	if len(hits) > limit {
 		hits = hits[:limit]
 	}
+	for _, h := range hits {
+		k, _ := key(h.GetId())
+		rp := retrieved(c.points[k], wantPayload(r.GetWithPayload()), wantVectors(r.GetWithVectors()))
+		h.Payload, h.Vectors = rp.Payload, rp.Vectors
+	}
 	return &qdrant.QueryResponse{Result: hits}, nil
+}
+
+// nearest scores every point matching the filter against a nearest query on the named dense or
+// sparse vector, best first, at most limit.
+func (c *collection) nearest(q *qdrant.Query, using string, f *qdrant.Filter, threshold *float32, limit int) ([]*qdrant.ScoredPoint, error) {
+	in := q.GetNearest()
+	if in == nil {
+		return nil, status.Error(codes.Unimplemented, "qdranttest: only nearest queries are implemented")
+	}
+	var score func(p *point) (float32, bool)
+	if sp := in.GetSparse(); sp != nil {
+		mod, ok := c.sparse[using]
+		if !ok {
+			return nil, status.Errorf(codes.InvalidArgument, "Wrong input: Not existing vector name error: %s", using)
+		}
+		qv := sortSparse(sp.GetIndices(), sp.GetValues())
+		w := slices.Clone(qv.val)
+		if mod == qdrant.Modifier_Idf {
+			n := 0
+			df := make([]int, len(qv.idx))
+			for _, p := range c.points {
+				v, ok := p.sparse[using]
+				if !ok {
+					continue
+				}
+				n++
+				for i, ix := range qv.idx {
+					if _, found := slices.BinarySearch(v.idx, ix); found {
+						df[i]++
+					}
+				}
+			}
+			for i := range w {
+				w[i] *= float32(math.Log((float64(n-df[i])+0.5)/(float64(df[i])+0.5) + 1))
+			}
+		}
+		score = func(p *point) (float32, bool) {
+			v, ok := p.sparse[using]
+			if !ok {
+				return 0, false
+			}
+			var s float32
+			shared := false
+			i, j := 0, 0
+			for i < len(qv.idx) && j < len(v.idx) {
+				switch {
+				case qv.idx[i] < v.idx[j]:
+					i++
+				case qv.idx[i] > v.idx[j]:
+					j++
+				default:
+					s += w[i] * v.val[j]
+					shared = true
+					i++
+					j++
+				}
+			}
+			return s, shared // a sparse search reaches only points sharing an index
+		}
+	} else {
+		qd := in.GetDense().GetData()
+		params, ok := c.dense[using]
+		if qd == nil || !ok {
+			return nil, status.Error(codes.Unimplemented, "qdranttest: only dense or sparse nearest queries on an existing vector are implemented")
+		}
+		if uint64(len(qd)) != params.GetSize() {
+			return nil, status.Errorf(codes.InvalidArgument, "Wrong input: Vector dimension error: expected dim: %d, got %d", params.GetSize(), len(qd))
+		}
+		score = func(p *point) (float32, bool) {
+			v, ok := p.dense[using]
+			if !ok {
+				return 0, false
+			}
+			return float32(cosine(qd, v)), true
+		}
+	}
+	var hits []*qdrant.ScoredPoint
+	for _, k := range c.order {
+		p := c.points[k]
+		if f != nil && !matches(p, f) {
+			continue
+		}
+		sc, ok := score(p)
+		if !ok || (threshold != nil && sc < *threshold) {
+			continue
+		}
+		hits = append(hits, &qdrant.ScoredPoint{Id: p.id, Score: sc})
+	}
+	sort.SliceStable(hits, func(i, j int) bool { return hits[i].Score > hits[j].Score })
+	if len(hits) > limit {
+		hits = hits[:limit]
+	}
+	return hits, nil
+}
+
+// rrf fuses ranked lists: a point scores Σ 1/(k + position), positions from 0.
+func rrf(lists [][]*qdrant.ScoredPoint, k float32) []*qdrant.ScoredPoint {
+	sum := map[string]float32{}
+	ids := map[string]*qdrant.PointId{}
+	var order []string
+	for _, l := range lists {
+		for pos, h := range l {
+			id, _ := key(h.GetId())
+			if _, ok := ids[id]; !ok {
+				ids[id] = h.GetId()
+				order = append(order, id)
+			}
+			sum[id] += 1 / (k + float32(pos))
+		}
+	}
+	out := make([]*qdrant.ScoredPoint, len(order))
+	for i, id := range order {
+		out[i] = &qdrant.ScoredPoint{Id: ids[id], Score: sum[id]}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Score > out[j].Score })
+	return out
 }
 
 func cosine(a, b []float32) float64 {

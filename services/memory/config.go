@@ -33,12 +33,17 @@ type Config struct {
 
 	// MinSimilarity is the recall threshold for a model embedder (the article's 0.45).
 	MinSimilarity float64
-	// LexicalMinSimilarity is the recall threshold for the lexical hashing embedder, which scores
-	// differently; calibrated on testdata/retrieval.json.
+	// LexicalMinSimilarity is the recall threshold of the lexical (BM25) score: about the IDF of
+	// one shared word, ln(memories / memories with it); 1.0 leaves out memories that share only
+	// words that a third or more of the user's memories have (a name, "today"). It is capped for
+	// users with very few memories (lexicalFloor).
 	LexicalMinSimilarity float64
-	// LexicalRelativeSimilarity leaves out of a lexical recall (with a threshold above zero) the
-	// memories below this fraction of the best one's similarity; 0 disables it.
+	// LexicalRelativeSimilarity is no longer used (BM25 scores need no relative cut); the flag
+	// is kept so configurations that set it still load.
 	LexicalRelativeSimilarity float64
+	// TimeBoost multiplies the score of a memory that happened in the time a query names
+	// ("yesterday", "上周", "in May 2023") by 1 + TimeBoost.
+	TimeBoost float64
 	// DuplicateSimilarity is the similarity at or above which a new memory of the same type
 	// updates an existing one instead of adding a copy (model embedder).
 	DuplicateSimilarity float64
@@ -90,7 +95,7 @@ type Config struct {
 	QdrantCollection string
 	// EmbedDimensions is the vector size of the model embedder; 0 asks the endpoint once.
 	EmbedDimensions int
-	// LexicalDimensions is the vector size of the lexical hashing embedder.
+	// LexicalDimensions is no longer used (kept so configurations that set it still load).
 	LexicalDimensions int
 }
 
@@ -108,8 +113,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ExtractMaxInputBytes, "memory.extract-max-input-bytes", 16000, "cap on the turn text sent to the extraction model")
 
 	fs.Float64Var(&c.MinSimilarity, "memory.min-similarity", 0.45, "recall similarity threshold with a model embedder")
-	fs.Float64Var(&c.LexicalMinSimilarity, "memory.lexical-min-similarity", 0.07, "recall similarity threshold with the lexical hashing embedder (calibrated, see bench/README.md)")
-	fs.Float64Var(&c.LexicalRelativeSimilarity, "memory.lexical-relative-similarity", 0.4, "with the lexical embedder, leave out memories below this fraction of the best one's similarity (0 disables; calibrated, see bench/README.md)")
+	fs.Float64Var(&c.LexicalMinSimilarity, "memory.lexical-min-similarity", 1.0, "recall threshold of the lexical BM25 score: about the IDF of one shared word, ln(memories/those with it), so 1.0 leaves out memories that share only words about a third or more of the memories have; capped at 0.85 x the IDF of a word one memory has, for users with very few (calibrated, see bench/README.md)")
+	fs.Float64Var(&c.LexicalRelativeSimilarity, "memory.lexical-relative-similarity", 0, "unused (kept so configurations that set it still load)")
+	fs.Float64Var(&c.TimeBoost, "memory.time-boost", 0.5, "a memory that happened in the time a query names scores x(1 + this)")
 	fs.Float64Var(&c.DuplicateSimilarity, "memory.duplicate-similarity", 0.92, "similarity at which a new memory updates an existing one of the same type (model embedder)")
 	fs.Float64Var(&c.LexicalDuplicateSimilarity, "memory.lexical-duplicate-similarity", 0.85, "duplicate similarity with the lexical hashing embedder")
 	fs.DurationVar(&c.MaxAge, "memory.max-age", 30*24*time.Hour, "memories not updated within this age are not recalled, except facts")
@@ -136,7 +142,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 	fs.StringVar(&c.QdrantCollection, "memory.qdrant-collection", "hermes_memories", "Qdrant collection of the semantic tier")
 	fs.IntVar(&c.EmbedDimensions, "memory.embed-dimensions", 0, "vector size of the model embedder; 0 asks the endpoint once at start-up")
-	fs.IntVar(&c.LexicalDimensions, "memory.lexical-dimensions", 4096, "vector size of the lexical hashing embedder")
+	fs.IntVar(&c.LexicalDimensions, "memory.lexical-dimensions", 4096, "unused (the lexical index is per term now; kept so configurations that set it still load)")
 }
 
 // DefaultConfig returns the defaults RegisterFlags sets, for tests and embedding.

@@ -118,7 +118,7 @@ func TestConsumerExtractsPublishedTurn(t *testing.T) {
 	names, connect := testNATS(t)
 	var calls atomic.Int64
 	mc, _ := scriptedModel(t, oneMemoryPerTurn(&calls))
-	st := sharedStores(t, DefaultConfig().LexicalDimensions)
+	st := sharedStores(t, 0)
 	svc := newReplica(t, st, consumerConfig(), mc)
 	_, js := connect()
 	c, err := StartConsumer(ctxT(t), svc, js, names, testLogger())
@@ -151,7 +151,7 @@ func TestConsumerKilledMidBatchLosesNothingAndDuplicatesNothing(t *testing.T) {
 	mc, _ := scriptedModel(t, oneMemoryPerTurn(&calls))
 	cfg := consumerConfig()
 	cfg.ConsumerWorkers = 3
-	st := sharedStores(t, cfg.LexicalDimensions)
+	st := sharedStores(t, 0)
 
 	victim := newReplica(t, st, cfg, mc)
 	var stuck atomic.Int64
@@ -231,7 +231,7 @@ func TestConsumerDeadLetters(t *testing.T) {
 	})
 	cfg := consumerConfig()
 	cfg.ConsumerMaxDeliver = 2
-	svc := newReplica(t, sharedStores(t, cfg.LexicalDimensions), cfg, mc)
+	svc := newReplica(t, sharedStores(t, 0), cfg, mc)
 	nc, js := connect()
 
 	var mu sync.Mutex

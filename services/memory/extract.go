@@ -144,14 +144,14 @@ func grounded(c rawCandidate, userText string) (bool, string) {
 		}
 	}
 	have := map[string]bool{}
-	lexicalFeatures(userText, func(f string, _ float64) {
-		if !strings.HasPrefix(f, "c1:") && !strings.HasPrefix(f, "t:") {
-			have[f] = true
+	lexTerms(userText, func(t string, w float64) {
+		if w >= wWord { // words and CJK pairs; a single character proves nothing
+			have[t] = true
 		}
 	})
 	shared := false
-	lexicalFeatures(c.Content, func(f string, _ float64) {
-		if have[f] {
+	lexTerms(c.Content, func(t string, _ float64) {
+		if have[t] {
 			shared = true
 		}
 	})
@@ -284,7 +284,8 @@ func (s *Service) extractClaimed(ctx context.Context, turn *eventsv1.TurnFinishe
 			typ: typ, content: it.Content, attributes: attrs, subject: truncate(it.Subject, maxSubjectBytes),
 			keywords: capKeywords(it.Keywords), confidence: it.Confidence, source: memoryv1.Source_SOURCE_EXPLICIT,
 			sessionID: turn.GetSessionId(), turnID: turn.GetTurnId(), sourceMsgIDs: capStrings(mat.msgIDs, maxSourceMessages),
-			id: derivedID("extract", turn.GetUserId(), turn.GetTurnId(), strconv.Itoa(i), it.Content),
+			id:         derivedID("extract", turn.GetUserId(), turn.GetTurnId(), strconv.Itoa(i), it.Content),
+			occurredAt: turnTime(turn),
 		})
 		if err != nil {
 			return nil, rec, err
@@ -337,6 +338,14 @@ func (s *Service) askModel(ctx context.Context, mat material) ([]rawCandidate, e
 		s.log.WarnContext(ctx, "extraction reply is not JSON", "attempt", a, "of", attempts)
 	}
 	return nil, &badReplyError{attempts: attempts, err: lastErr, reply: last}
+}
+
+// turnTime is when a turn happened: when it finished (zero when the event does not say).
+func turnTime(turn *eventsv1.TurnFinished) time.Time {
+	if t := turn.GetFinishedAt(); t != nil && t.CheckValid() == nil {
+		return t.AsTime()
+	}
+	return time.Time{}
 }
 
 func truncate(s string, n int) string {

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"container/heap"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -10,21 +9,17 @@ import (
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
-// vectorIndex is the embedded backend's in-process vector index. Search is exact — every
-// memory that can score above the threshold is scored, so nothing is lost to an approximation
-// — and kept per user, because every query is scoped to one user.
-//
-// Sparse vectors (the lexical embedder's: a few dozen non-zero buckets out of thousands) are
-// also kept in an inverted index, bucket → (slot, value) postings. Between unit vectors the
-// cosine is the sum over the buckets both have, so a query with a positive threshold only
-// needs the postings of its own buckets: with 100k memories that is tens of thousands of
-// additions instead of millions. Dense vectors (a model embedder's), and queries with a
-// threshold of zero or below (every memory qualifies then), are scored by a full scan.
-// The records themselves stay in bbolt; the index holds only what filtering and scoring need.
+// vectorIndex is the embedded backend's in-process index of one tier: per user, each memory's
+// filter fields, its lexical vector in an inverted index (term → memories with their BM25
+// weight), and its dense vector when a model embedder is configured. Search is exact: the
+// lexical score of a memory is the sum over the query's terms, the dense one a full scan.
+// Document frequencies are the lengths of the postings, exact per term and per user (recall
+// adds up both tiers' counts, see BoltTier.Search). The records themselves stay in bbolt; the
+// index holds only what filtering and scoring need.
 type vectorIndex struct {
 	dim int
 
-	mu    sync.RWMutex
+	mu    sync.RWMutex // guards users and everything under it
 	users map[string]*userIndex
 
 	scratch sync.Pool // *searchScratch
@@ -34,8 +29,7 @@ type userIndex struct {
 	pos   map[string]int32 // id → slot
 	slots []indexEntry     // a deleted slot has id "" and is on free
 	free  []int32
-	dense int // slots holding a dense vector
-	post  map[uint16][]posting
+	post  map[uint32][]posting
 }
 
 type posting struct {
@@ -43,18 +37,19 @@ type posting struct {
 	val  float32
 }
 
-// indexEntry is one memory's filter fields and vector.
+// indexEntry is one memory's filter fields and vectors.
 type indexEntry struct {
 	id        string
 	typ       memoryv1.MemoryType
 	expired   bool
 	updated   int64 // unix ms
+	occurred  int64 // unix ms
 	expiresAt int64 // unix ms, 0 = no TTL
 	subject   string
 	attrKeys  []string
-	// Sparse form: idx/val; dense form: idx nil, val of length dim.
-	idx []uint16
-	val []float32
+	lex       sparseVec
+	dense     []float32 // nil without a model embedder
+	hasDense  bool
 }
 
 func newVectorIndex(dim int) *vectorIndex {
@@ -67,40 +62,24 @@ func makeIndexEntry(m *memoryv1.Memory, vec []float32) indexEntry {
 		typ:      m.GetType(),
 		expired:  !live(m),
 		updated:  m.GetUpdatedAt().AsTime().UnixMilli(),
+		occurred: occurredAt(m).UnixMilli(),
 		subject:  m.GetSubject(),
 		attrKeys: attrKeys(m),
+		lex:      lexDoc(embedText(m)),
 	}
 	if m.GetExpiresAt() != nil {
 		e.expiresAt = m.GetExpiresAt().AsTime().UnixMilli()
 	}
-	nnz := 0
-	for _, f := range vec {
-		if f != 0 {
-			nnz++
-		}
-	}
-	if storedSparse(nnz, len(vec)) {
-		e.idx = make([]uint16, 0, nnz)
-		e.val = make([]float32, 0, nnz)
-		for i, f := range vec {
-			if f != 0 {
-				e.idx = append(e.idx, uint16(i))
-				e.val = append(e.val, f)
-			}
-		}
-	} else {
-		e.val = slices.Clone(vec)
+	if len(vec) > 0 {
+		e.dense = slices.Clone(vec)
+		e.hasDense = true
 	}
 	return e
 }
 
 func (u *userIndex) unpost(slot int32) {
 	e := &u.slots[slot]
-	if e.idx == nil {
-		u.dense--
-		return
-	}
-	for _, k := range e.idx {
+	for _, k := range e.lex.idx {
 		list := u.post[k]
 		for i, p := range list {
 			if p.slot == slot {
@@ -119,20 +98,9 @@ func (u *userIndex) unpost(slot int32) {
 
 func (u *userIndex) postSlot(slot int32) {
 	e := &u.slots[slot]
-	if e.idx == nil {
-		u.dense++
-		return
+	for j, k := range e.lex.idx {
+		u.post[k] = append(u.post[k], posting{slot, e.lex.val[j]})
 	}
-	for j, k := range e.idx {
-		u.post[k] = append(u.post[k], posting{slot, e.val[j]})
-	}
-}
-
-// storedSparse says whether a vector of n components, nnz of them non-zero, is kept as
-// index/value pairs: sparse storage costs 6 bytes per non-zero against 4 per component, so
-// below 2/3 density, and its indexes are uint16.
-func storedSparse(nnz, n int) bool {
-	return n <= 1<<16 && nnz*6 < n*4
 }
 
 func (x *vectorIndex) put(userID string, m *memoryv1.Memory, vec []float32) {
@@ -141,7 +109,7 @@ func (x *vectorIndex) put(userID string, m *memoryv1.Memory, vec []float32) {
 	defer x.mu.Unlock()
 	u := x.users[userID]
 	if u == nil {
-		u = &userIndex{pos: map[string]int32{}, post: map[uint16][]posting{}}
+		u = &userIndex{pos: map[string]int32{}, post: map[uint32][]posting{}}
 		x.users[userID] = u
 	}
 	if slot, ok := u.pos[e.id]; ok {
@@ -200,7 +168,23 @@ func (x *vectorIndex) setExpiry(userID, id string, expiresAt int64) {
 	}
 }
 
-// scored is an id with its similarity.
+// docFreq returns how many memories of the user the index holds and, per term, how many of
+// them have it.
+func (x *vectorIndex) docFreq(userID string, terms []uint32) (int, []int) {
+	df := make([]int, len(terms))
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	u := x.users[userID]
+	if u == nil {
+		return 0, df
+	}
+	for i, k := range terms {
+		df[i] = len(u.post[k])
+	}
+	return len(u.pos), df
+}
+
+// scored is an id with its score.
 type scored struct {
 	id  string
 	sim float64
@@ -219,6 +203,30 @@ func (h *minHeap) Pop() any {
 	return v
 }
 
+// topK keeps the best k offered scores.
+type topK struct {
+	k int
+	h minHeap
+}
+
+func (t *topK) offer(id string, sim float64) {
+	if len(t.h) < t.k {
+		heap.Push(&t.h, scored{id, sim})
+	} else if t.k > 0 && sim > t.h[0].sim {
+		t.h[0] = scored{id, sim}
+		heap.Fix(&t.h, 0)
+	}
+}
+
+// best returns the kept scores, best first.
+func (t *topK) best() []scored {
+	out := make([]scored, len(t.h))
+	for i := len(t.h) - 1; i >= 0; i-- {
+		out[i] = heap.Pop(&t.h).(scored)
+	}
+	return out
+}
+
 // searchScratch are the per-query accumulators of the inverted path, reused across queries.
 type searchScratch struct {
 	acc     []float32
@@ -229,9 +237,27 @@ type searchScratch struct {
 
 // filter holds a query's filters in the form the scan checks fastest.
 type filter struct {
-	nowMs, after int64
-	typeMask     uint32
-	keys         []string
+	nowMs, after        int64
+	occAfter, occBefore int64
+	typeMask            uint32
+	keys                []string
+}
+
+func newFilter(q SearchQuery, now time.Time) filter {
+	f := filter{nowMs: now.UnixMilli(), keys: q.AttributeKeys}
+	if !q.UpdatedAfter.IsZero() {
+		f.after = q.UpdatedAfter.UnixMilli()
+	}
+	if !q.OccurredAfter.IsZero() {
+		f.occAfter = q.OccurredAfter.UnixMilli()
+	}
+	if !q.OccurredBefore.IsZero() {
+		f.occBefore = q.OccurredBefore.UnixMilli()
+	}
+	for _, t := range q.Types {
+		f.typeMask |= 1 << uint(t)
+	}
+	return f
 }
 
 func (f *filter) pass(e *indexEntry) bool {
@@ -244,68 +270,65 @@ func (f *filter) pass(e *indexEntry) bool {
 	if f.after != 0 && e.updated < f.after && e.typ != memoryv1.MemoryType_MEMORY_TYPE_FACT {
 		return false
 	}
+	if (f.occAfter != 0 && e.occurred < f.occAfter) || (f.occBefore != 0 && e.occurred >= f.occBefore) {
+		return false
+	}
 	return len(f.keys) == 0 || hasAnyKey(e.attrKeys, f.keys)
 }
 
-// search returns the best q.Limit live entries of the user that pass the filters and score at
-// or above q.MinSimilarity, best first.
-func (x *vectorIndex) search(userID string, q SearchQuery, now time.Time) []scored {
-	if q.Limit <= 0 || len(q.Vector) != x.dim {
+// search returns the user's live entries that pass q's filters, best first (see SearchQuery for
+// how the lexical and dense lists are thresholded and fused). idf holds the IDF of each of the
+// lexical query's terms.
+func (x *vectorIndex) search(userID string, q SearchQuery, idf []float32, now time.Time) []scored {
+	if q.Limit <= 0 {
 		return nil
 	}
-	f := filter{nowMs: now.UnixMilli(), keys: q.AttributeKeys}
-	if !q.UpdatedAfter.IsZero() {
-		f.after = q.UpdatedAfter.UnixMilli()
-	}
-	for _, t := range q.Types {
-		f.typeMask |= 1 << uint(t)
-	}
+	f := newFilter(q, now)
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	u := x.users[userID]
 	if u == nil {
 		return nil
 	}
-	h := make(minHeap, 0, q.Limit+1)
-	offer := func(id string, sim float64) {
-		if sim < q.MinSimilarity {
-			return
+	var lists [][]scored
+	if !q.Lexical.empty() {
+		t := &topK{k: q.Limit}
+		if len(q.AttributeKeys) > 0 && q.MinLexical <= 0 {
+			// An attribute lookup: every memory carrying the key, matching words or not.
+			for i := range u.slots {
+				if e := &u.slots[i]; f.pass(e) {
+					t.offer(e.id, float64(sparseDot(q.Lexical, idf, e.lex)))
+				}
+			}
+		} else {
+			x.searchInverted(u, q, idf, &f, t.offer)
 		}
-		if len(h) < q.Limit {
-			heap.Push(&h, scored{id, sim})
-		} else if sim > h[0].sim {
-			h[0] = scored{id, sim}
-			heap.Fix(&h, 0)
-		}
+		lists = append(lists, t.best())
 	}
-	if q.MinSimilarity > 0 && u.dense == 0 {
-		x.searchInverted(u, q, &f, offer)
-	} else {
-		qv := q.Vector
+	if len(q.Vector) > 0 && len(q.Vector) == x.dim {
+		t := &topK{k: q.Limit}
 		for i := range u.slots {
 			e := &u.slots[i]
-			if !f.pass(e) {
+			if !e.hasDense || !f.pass(e) {
 				continue
 			}
-			var dot float32
-			if e.idx != nil {
-				for j, k := range e.idx {
-					dot += qv[k] * e.val[j]
-				}
-			} else {
-				dot = dotDense(qv, e.val)
+			if sim := float64(dotDense(q.Vector, e.dense)); sim >= q.MinSimilarity {
+				t.offer(e.id, sim)
 			}
-			offer(e.id, float64(dot))
 		}
+		lists = append(lists, t.best())
 	}
-	out := make([]scored, len(h))
-	for i := len(h) - 1; i >= 0; i-- {
-		out[i] = heap.Pop(&h).(scored)
+	switch len(lists) {
+	case 0:
+		return nil
+	case 1:
+		return lists[0]
 	}
-	return out
+	fused := rrfFuse(lists...)
+	return fused[:min(len(fused), q.Limit)]
 }
 
-func (x *vectorIndex) searchInverted(u *userIndex, q SearchQuery, f *filter, offer func(string, float64)) {
+func (x *vectorIndex) searchInverted(u *userIndex, q SearchQuery, idf []float32, f *filter, offer func(string, float64)) {
 	s, _ := x.scratch.Get().(*searchScratch)
 	if s == nil {
 		s = &searchScratch{}
@@ -323,57 +346,24 @@ func (x *vectorIndex) searchInverted(u *userIndex, q SearchQuery, f *filter, off
 		s.gen = 1
 	}
 	s.touched = s.touched[:0]
-	for k, qv := range q.Vector {
-		if qv == 0 {
-			continue
-		}
-		for _, p := range u.post[uint16(k)] {
+	for i, k := range q.Lexical.idx {
+		w := q.Lexical.val[i] * idf[i]
+		for _, p := range u.post[k] {
 			if s.mark[p.slot] != s.gen {
 				s.mark[p.slot] = s.gen
 				s.acc[p.slot] = 0
 				s.touched = append(s.touched, p.slot)
 			}
-			s.acc[p.slot] += qv * p.val
+			s.acc[p.slot] += w * p.val
 		}
 	}
 	for _, slot := range s.touched {
-		if sim := float64(s.acc[slot]); sim >= q.MinSimilarity {
+		if sim := float64(s.acc[slot]); sim >= q.MinLexical && sim > 0 {
 			if e := &u.slots[slot]; f.pass(e) {
 				offer(e.id, sim)
 			}
 		}
 	}
-}
-
-// docFreq returns how many entries the user has and, per dimension, how many of them have a
-// non-zero component there: the length of its postings, plus the dense vectors that do.
-func (x *vectorIndex) docFreq(userID string, dims []int) (int, []int) {
-	df := make([]int, len(dims))
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	u := x.users[userID]
-	if u == nil {
-		return 0, df
-	}
-	for i, k := range dims {
-		if k >= 0 && k < x.dim && k <= math.MaxUint16 {
-			df[i] = len(u.post[uint16(k)])
-		}
-	}
-	if u.dense > 0 {
-		for s := range u.slots {
-			e := &u.slots[s]
-			if e.id == "" || e.idx != nil {
-				continue
-			}
-			for i, k := range dims {
-				if k >= 0 && k < len(e.val) && e.val[k] != 0 {
-					df[i]++
-				}
-			}
-		}
-	}
-	return len(u.pos), df
 }
 
 // bySubject returns the ids of the user's live entries of a subject.

@@ -138,8 +138,8 @@ func (s *Service) move(ctx context.Context, e tiered, to memoryv1.Tier, demote b
 	return err
 }
 
-// mergeDuplicates folds near duplicates (same type, similarity ≥ memory.merge-similarity, no
-// conflicting attribute) into the oldest of them: the union of attributes, keywords and source
+// mergeDuplicates folds near duplicates (the same who and what — sameWhoWhat — worded at least
+// memory.merge-similarity alike) into the oldest of them: the union of attributes, keywords and source
 // messages, the summed recall counts, the higher confidence; the newer copies are deleted. The
 // probes are the memories changed since about two maintenance intervals ago (all of them when
 // the periodic job is off), so a run costs one search per recently changed memory.
@@ -157,7 +157,10 @@ func (s *Service) mergeDuplicates(ctx context.Context, userID string, lives []ti
 		if gone[keep.Memory.GetId()] || keep.Memory.GetUpdatedAt().AsTime().Before(since) && keep.Memory.GetCreatedAt().AsTime().Before(since) {
 			continue
 		}
-		q := SearchQuery{Vector: keep.Vector, MinSimilarity: s.cfg.MergeSimilarity, Limit: 8, Types: []memoryv1.MemoryType{keep.Memory.GetType()}}
+		q := SearchQuery{Lexical: lexQuery(keep.Memory.GetContent()), MinLexical: 1e-9, Limit: 8, Types: []memoryv1.MemoryType{keep.Memory.GetType()}}
+		if len(keep.Vector) > 0 {
+			q = SearchQuery{Vector: keep.Vector, MinSimilarity: s.cfg.MergeSimilarity, Limit: 8, Types: []memoryv1.MemoryType{keep.Memory.GetType()}}
+		}
 		var dups []tiered
 		for _, t := range []memoryv1.Tier{memoryv1.Tier_TIER_SEMANTIC, memoryv1.Tier_TIER_EPISODIC} {
 			hits, err := s.tier(t).Search(ctx, userID, q)
@@ -166,7 +169,10 @@ func (s *Service) mergeDuplicates(ctx context.Context, userID string, lives []ti
 			}
 			for _, h := range hits {
 				id := h.Memory.GetId()
-				if id == keep.Memory.GetId() || gone[id] || conflicts(keep.Memory.GetAttributes(), h.Memory.GetAttributes()) {
+				if id == keep.Memory.GetId() || gone[id] || !sameWhoWhat(keep.Memory, h.Memory) {
+					continue
+				}
+				if len(keep.Vector) == 0 && contentSimilarity(keep.Memory.GetContent(), h.Memory.GetContent()) < s.cfg.MergeSimilarity {
 					continue
 				}
 				// Only fold memories created after the keeper, so two probes never fold into

@@ -129,7 +129,7 @@ func TestRunMaintenance(t *testing.T) {
 func TestMaintenanceWithSeveralReplicas(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaintenanceInterval = 0
-	st := sharedStores(t, cfg.LexicalDimensions)
+	st := sharedStores(t, 0)
 	var replicas []*Service
 	for range 3 {
 		replicas = append(replicas, newReplica(t, st, cfg, nil))

@@ -35,6 +35,7 @@ const (
 	maxSubjectBytes   = 128
 	maxUserIDBytes    = 256
 	maxSourceMessages = 64
+	maxSpeakerBytes   = 128
 )
 
 // ErrNotFound is returned by stores for a memory that does not exist (or belongs to another
@@ -108,11 +109,15 @@ func normalizeAttrKey(s string) string {
 	}), "_")
 }
 
-// embedText is what is embedded for a memory: its content, subject, attribute values and
-// keywords, so a request naming any of them finds it.
+// embedText is what is indexed for a memory: its content, speaker, subject, attribute values
+// and keywords, so a request naming any of them finds it.
 func embedText(m *memoryv1.Memory) string {
 	var b strings.Builder
 	b.WriteString(m.GetContent())
+	if s := m.GetSpeaker(); s != "" {
+		b.WriteString(" ")
+		b.WriteString(s)
+	}
 	if s := m.GetSubject(); s != "" {
 		b.WriteString(" ")
 		b.WriteString(s)
@@ -131,6 +136,14 @@ func embedText(m *memoryv1.Memory) string {
 		b.WriteString(k)
 	}
 	return b.String()
+}
+
+// occurredAt is when a memory's fact or event happened: occurred_at, or its creation.
+func occurredAt(m *memoryv1.Memory) time.Time {
+	if o := m.GetOccurredAt(); o != nil {
+		return o.AsTime()
+	}
+	return m.GetCreatedAt().AsTime()
 }
 
 // live reports whether a memory has not been superseded or expired.

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/hermes-agent/hermes/internal/rpc"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
@@ -90,6 +93,30 @@ func validType(v *rpc.Violations, field string, t memoryv1.MemoryType, required 
 	}
 }
 
+// maxMinSimilarity is the highest threshold a Recall may ask for: a cosine is at most 1; a BM25
+// score has no fixed bound, so a generous one.
+func maxMinSimilarity(emb Embedder) float64 {
+	if emb.Lexical() {
+		return 1000
+	}
+	return 1
+}
+
+// validTime checks an optional timestamp.
+func validTime(v *rpc.Violations, field string, t *timestamppb.Timestamp) {
+	if t != nil && t.CheckValid() != nil {
+		v.Add(field, "is not a valid timestamp")
+	}
+}
+
+// optTime is an optional timestamp as a time, zero when unset.
+func optTime(t *timestamppb.Timestamp) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.AsTime()
+}
+
 // Remember implements MemoryService.
 func (s *Service) Remember(ctx context.Context, req *memoryv1.RememberRequest) (*memoryv1.RememberResponse, error) {
 	var v rpc.Violations
@@ -127,6 +154,8 @@ func (s *Service) Remember(ctx context.Context, req *memoryv1.RememberRequest) (
 	for i, id := range req.GetSourceMessageIds() {
 		validText(&v, fmt.Sprintf("source_message_ids[%d]", i), id, maxIDBytes, false)
 	}
+	validText(&v, "speaker", req.GetSpeaker(), maxSpeakerBytes, false)
+	validTime(&v, "occurred_at", req.GetOccurredAt())
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
@@ -142,6 +171,7 @@ func (s *Service) Remember(ctx context.Context, req *memoryv1.RememberRequest) (
 		typ: req.GetType(), content: strings.TrimSpace(req.GetContent()), attributes: req.GetAttributes(),
 		subject: req.GetSubject(), keywords: req.GetKeywords(), confidence: conf, source: src, tier: req.GetTier(),
 		sessionID: req.GetSessionId(), turnID: req.GetTurnId(), sourceMsgIDs: req.GetSourceMessageIds(),
+		speaker: req.GetSpeaker(), occurredAt: optTime(req.GetOccurredAt()),
 	})
 	if err != nil {
 		return nil, toStatus(err)
@@ -157,9 +187,12 @@ func (s *Service) Recall(ctx context.Context, req *memoryv1.RecallRequest) (*mem
 	if l := req.GetLimit(); l < 0 || l > maxRecallLimit {
 		v.Add("limit", "must be between 1 and %d (0 means %d)", maxRecallLimit, defaultLimit)
 	}
-	if req.MinSimilarity != nil && (req.GetMinSimilarity() < -1 || req.GetMinSimilarity() > 1) {
-		v.Add("min_similarity", "must be between -1 and 1")
+	if ms := req.GetMinSimilarity(); req.MinSimilarity != nil && (math.IsNaN(ms) || ms < -1 || ms > maxMinSimilarity(s.emb)) {
+		v.Add("min_similarity", "must be between -1 and %g", maxMinSimilarity(s.emb))
 	}
+	validTime(&v, "occurred_after", req.GetOccurredAfter())
+	validTime(&v, "occurred_before", req.GetOccurredBefore())
+	validTime(&v, "reference_time", req.GetReferenceTime())
 	if req.GetMaxAge() != nil {
 		if err := req.GetMaxAge().CheckValid(); err != nil || req.GetMaxAge().AsDuration() < 0 {
 			v.Add("max_age", "must be a non-negative duration")
@@ -193,6 +226,7 @@ func (s *Service) Recall(ctx context.Context, req *memoryv1.RecallRequest) (*mem
 	for _, k := range req.GetAttributeKeys() {
 		p.attributeKeys = append(p.attributeKeys, normalizeAttrKey(k))
 	}
+	p.occurredAfter, p.occurredBefore, p.refTime = optTime(req.GetOccurredAfter()), optTime(req.GetOccurredBefore()), optTime(req.GetReferenceTime())
 	out, err := s.recall(ctx, p)
 	if err != nil {
 		return nil, toStatus(err)

@@ -3,6 +3,8 @@ package memory
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/hermes-agent/hermes/internal/rpc"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
@@ -70,10 +73,10 @@ func TestRememberRecall(t *testing.T) {
 			if got.GetMemory().GetUserId() != "alice" || got.GetMemory().GetAttributes()["restaurant_name"] != "蜀香园" {
 				t.Errorf("recalled %v", got.GetMemory())
 			}
-			if got.GetSimilarity() < resp.GetMinSimilarity() || got.GetScore() <= 0 || !strings.Contains(got.GetReason(), "similarity") {
+			if got.GetSimilarity() <= 0 || got.GetScore() <= 0 || !strings.Contains(got.GetReason(), "BM25 score") {
 				t.Errorf("score %v similarity %v reason %q (threshold %v)", got.GetScore(), got.GetSimilarity(), got.GetReason(), resp.GetMinSimilarity())
 			}
-			if resp.GetEmbedder() != "lexical-hash-4096" {
+			if resp.GetEmbedder() != "lexical-bm25" {
 				t.Errorf("embedder = %q", resp.GetEmbedder())
 			}
 			// The brief's session-2 request shares no word with the memory; its keywords and the
@@ -126,6 +129,10 @@ func TestRecallAgeAndThresholdBeforeRecency(t *testing.T) {
 			remember(t, h, &memoryv1.RememberRequest{UserId: "u", Type: pref, Content: "用户周末喜欢喝乌龙茶配点心", Tier: memoryv1.Tier_TIER_SEMANTIC})
 			h.clock.Set(now)
 			remember(t, h, &memoryv1.RememberRequest{UserId: "u", Type: pref, Content: "用户开车上班，通勤四十分钟", Tier: memoryv1.Tier_TIER_SEMANTIC})
+			// Other memories of the user, so that 乌龙茶 is a word some of them have, not most.
+			for _, c := range []string{"用户住在杭州西湖区", "用户的女儿叫小雨", "用户每周三晚上打羽毛球", "用户的车牌是浙A12345", "用户在电商公司做产品经理", "用户养了一只柯基"} {
+				remember(t, h, &memoryv1.RememberRequest{UserId: "u", Type: fact, Content: c, Tier: memoryv1.Tier_TIER_SEMANTIC})
+			}
 
 			got := recallContents(t, h, &memoryv1.RecallRequest{UserId: "u", Query: "乌龙茶"})
 			sort.Strings(got)
@@ -461,6 +468,141 @@ func TestForgetUserLeavesNothing(t *testing.T) {
 			lr, _ := h.client.ListMemories(ctxT(t), &memoryv1.ListMemoriesRequest{UserId: "gone", IncludeExpired: true})
 			if len(lr.GetMemories()) != 0 {
 				t.Errorf("ListMemories after ForgetUser: %v", lr.GetMemories())
+			}
+		})
+	}
+}
+
+// slowTouch is a tier whose Touch takes its time, like a loaded backend.
+type slowTouch struct {
+	TierStore
+	delay time.Duration
+}
+
+func (s slowTouch) Touch(ctx context.Context, userID string, ids []string, at time.Time) ([]string, error) {
+	time.Sleep(s.delay)
+	return s.TierStore.Touch(ctx, userID, ids, at)
+}
+
+// flushTouches returns only when the recalls queued before it are recorded, however long the
+// write takes (it used to wait for the queue to empty and then sleep 20 ms).
+func TestFlushTouchesWaitsForTheWrite(t *testing.T) {
+	emb := NewLexicalEmbedder(DefaultConfig().LexicalDimensions)
+	bs2, err := OpenBoltStore(filepath.Join(t.TempDir(), "m.db"), BoltOptions{EpisodicTTL: time.Hour, Embedder: emb.Name(), Dimension: emb.Dimension()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bs2.Close() })
+	cfg := DefaultConfig()
+	cfg.MaintenanceInterval = 0
+	svc, err := NewService(cfg, Options{Episodic: slowTouch{bs2.Episodic(), 200 * time.Millisecond}, Semantic: slowTouch{bs2.Semantic(), 200 * time.Millisecond},
+		State: bs2, Embedder: emb, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	if _, err := svc.Remember(ctx, &memoryv1.RememberRequest{UserId: "u", Type: memoryv1.MemoryType_MEMORY_TYPE_FACT, Content: "the user's cat is called Miso"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Recall(ctx, &memoryv1.RecallRequest{UserId: "u", Query: "what is my cat called"}); err != nil {
+		t.Fatal(err)
+	}
+	svc.flushTouches()
+	lr, err := svc.ListMemories(ctx, &memoryv1.ListMemoriesRequest{UserId: "u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := lr.GetMemories()[0].GetRecallCount(); n != 1 {
+		t.Errorf("recall count right after flushTouches = %d, want 1", n)
+	}
+}
+
+// Dedup and contradiction respect who and what: the same words by two speakers are two
+// memories, the same event on two days is two events, and one speaker's value never
+// supersedes another speaker's.
+func TestDedupRespectsWhoAndWhat(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, b, harnessOpts{})
+			day := time.Date(2026, 5, 7, 19, 0, 0, 0, time.UTC)
+			ev := memoryv1.MemoryType_MEMORY_TYPE_EVENT
+			say := func(speaker, text string, at time.Time) *memoryv1.RememberResponse {
+				return remember(t, h, &memoryv1.RememberRequest{UserId: "conv", Type: ev, Content: text, Speaker: speaker, OccurredAt: timestamppb.New(at), Tier: memoryv1.Tier_TIER_SEMANTIC})
+			}
+			c1 := say("Caroline", "Thanks so much, see you at the support group tomorrow!", day)
+			m1 := say("Melanie", "Thanks so much, see you at the support group tomorrow!", day.Add(time.Minute))
+			if m1.GetUpdatedExisting() || m1.GetMemory().GetId() == c1.GetMemory().GetId() {
+				t.Errorf("Melanie's line was merged into Caroline's memory")
+			}
+			again := say("Caroline", "Thanks so much, see you at the support group tomorrow!!", day.Add(2*time.Minute))
+			if !again.GetUpdatedExisting() || again.GetMemory().GetId() != c1.GetMemory().GetId() {
+				t.Errorf("the same speaker's repeat on the same day was not merged: %v", again.GetMemory())
+			}
+			later := say("Caroline", "Thanks so much, see you at the support group tomorrow!", day.Add(72*time.Hour))
+			if later.GetUpdatedExisting() {
+				t.Errorf("the same line three days later was merged into the first")
+			}
+			// Contradiction: one speaker's value does not supersede another's.
+			pet := func(speaker, name string) *memoryv1.RememberResponse {
+				return remember(t, h, &memoryv1.RememberRequest{UserId: "conv", Type: fact, Content: speaker + "'s dog is called " + name,
+					Subject: "pet", Speaker: speaker, Attributes: map[string]string{"pet_name": name}})
+			}
+			pet("Caroline", "Oscar")
+			if r := pet("Melanie", "Luna"); len(r.GetSupersededIds()) != 0 {
+				t.Errorf("Melanie's dog superseded Caroline's: %v", r.GetSupersededIds())
+			}
+			if r := pet("Caroline", "Max"); len(r.GetSupersededIds()) != 1 {
+				t.Errorf("Caroline's new dog name superseded %v, want her old one", r.GetSupersededIds())
+			}
+		})
+	}
+}
+
+// Time: a memory keeps when it happened (now when not given), Recall filters by it and ranks a
+// memory that happened in the time the query names first.
+func TestRecallByTime(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, b, harnessOpts{})
+			now := h.clock.Now()
+			ev := memoryv1.MemoryType_MEMORY_TYPE_EVENT
+			at := func(d time.Duration) *timestamppb.Timestamp { return timestamppb.New(now.Add(-d)) }
+			old := remember(t, h, &memoryv1.RememberRequest{UserId: "u", Type: ev, Content: "The user went hiking on Mount Tai", OccurredAt: at(20 * 24 * time.Hour), Tier: memoryv1.Tier_TIER_SEMANTIC})
+			recent := remember(t, h, &memoryv1.RememberRequest{UserId: "u", Type: ev, Content: "The user went hiking in the Xiangshan hills", OccurredAt: at(6 * 24 * time.Hour), Tier: memoryv1.Tier_TIER_SEMANTIC})
+			unset := remember(t, h, &memoryv1.RememberRequest{UserId: "u", Type: ev, Content: "The user bought hiking boots", Tier: memoryv1.Tier_TIER_SEMANTIC})
+			// Other memories, so that "hiking" is a word some of the user's memories have, not all.
+			for _, c := range []string{"The user lives in Beijing", "The user's daughter is called Lily", "The user drinks oat lattes",
+				"The user works as a nurse", "The user plays badminton on Wednesdays", "The user is allergic to peanuts"} {
+				remember(t, h, &memoryv1.RememberRequest{UserId: "u", Type: fact, Content: c, Tier: memoryv1.Tier_TIER_SEMANTIC})
+			}
+			if !unset.GetMemory().GetOccurredAt().AsTime().Equal(now.Truncate(time.Nanosecond)) && unset.GetMemory().GetOccurredAt().AsTime().Sub(now).Abs() > time.Second {
+				t.Errorf("occurred_at without one given = %v, want now %v", unset.GetMemory().GetOccurredAt().AsTime(), now)
+			}
+			ids := func(req *memoryv1.RecallRequest) []string {
+				resp, err := h.client.Recall(ctxT(t), req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out []string
+				for _, m := range resp.GetMemories() {
+					out = append(out, m.GetMemory().GetId())
+				}
+				return out
+			}
+			got := ids(&memoryv1.RecallRequest{UserId: "u", Query: "hiking", OccurredAfter: at(10 * 24 * time.Hour), OccurredBefore: at(time.Hour)})
+			if d := cmp.Diff([]string{recent.GetMemory().GetId()}, got); d != "" {
+				t.Errorf("filtered by occurred_at (-want +got):\n%s", d)
+			}
+			got = ids(&memoryv1.RecallRequest{UserId: "u", Query: "where did I go hiking last week?", ReferenceTime: timestamppb.New(now), MaxAge: durationpb.New(0)})
+			if len(got) < 2 || got[0] != recent.GetMemory().GetId() || !slices.Contains(got, old.GetMemory().GetId()) {
+				t.Errorf("last week: %v, want the hike of six days ago first (%s), the older one too", got, recent.GetMemory().GetId())
+			}
+			got = ids(&memoryv1.RecallRequest{UserId: "u", Query: "where did I go hiking three weeks ago?", ReferenceTime: timestamppb.New(now), MaxAge: durationpb.New(0)})
+			if len(got) == 0 || got[0] != old.GetMemory().GetId() {
+				t.Errorf("three weeks ago: %v, want the older hike first", got)
 			}
 		})
 	}

@@ -116,7 +116,11 @@ func (s *Service) tier(t memoryv1.Tier) TierStore {
 	return s.ep
 }
 
+// embedOne is the dense vector of a text: nil with the lexical embedder.
 func (s *Service) embedOne(ctx context.Context, text string) ([]float32, error) {
+	if s.emb.Lexical() {
+		return nil, nil
+	}
 	v, err := s.emb.Embed(ctx, []string{text})
 	if err != nil {
 		return nil, fmt.Errorf("embed: %w", err)
@@ -137,7 +141,9 @@ type candidate struct {
 	sessionID    string
 	turnID       string
 	sourceMsgIDs []string
-	id           string // deterministic id for extraction; empty means a new random one
+	id           string    // deterministic id for extraction; empty means a new random one
+	occurredAt   time.Time // zero: now
+	speaker      string
 }
 
 // writeResult is what a write did.
@@ -182,6 +188,7 @@ func normalizeCandidate(c *candidate) {
 		}
 	}
 	c.keywords = kws
+	c.speaker = strings.TrimSpace(c.speaker)
 }
 
 // norm1 trims and folds width (not case: values are shown to the model and the user as given).
@@ -197,9 +204,9 @@ func conflicts(a, b map[string]string) bool {
 	return false
 }
 
-// write stores a candidate: an existing memory with the same id or a near duplicate of the same
-// type and without conflicting attributes is updated instead of copied; memories of the same
-// type and subject that give one of its attributes another value are superseded: marked
+// write stores a candidate: an existing memory with the same id, or a near duplicate of the
+// same who and what (sameWhoWhat), is updated instead of copied; memories of the same type,
+// subject and speaker that give one of its attributes another value are superseded: marked
 // expired, pointing at the new memory, not deleted. Without a subject nothing is superseded —
 // a contradiction is never guessed across subjects.
 func (s *Service) write(ctx context.Context, userID string, c candidate) (writeResult, error) {
@@ -208,7 +215,11 @@ func (s *Service) write(ctx context.Context, userID string, c candidate) (writeR
 	m := &memoryv1.Memory{
 		UserId: userID, Type: c.typ, Content: c.content, Attributes: c.attributes, Confidence: c.confidence,
 		Source: c.source, SessionId: c.sessionID, TurnId: c.turnID, CreatedAt: ts(now), UpdatedAt: ts(now),
-		SourceMessageIds: c.sourceMsgIDs, Subject: c.subject, Keywords: c.keywords,
+		SourceMessageIds: c.sourceMsgIDs, Subject: c.subject, Keywords: c.keywords, Speaker: c.speaker,
+		OccurredAt: ts(now),
+	}
+	if !c.occurredAt.IsZero() {
+		m.OccurredAt = ts(c.occurredAt.UTC())
 	}
 	vec, err := s.embedOne(ctx, embedText(m))
 	if err != nil {
@@ -219,22 +230,20 @@ func (s *Service) write(ctx context.Context, userID string, c candidate) (writeR
 	if c.id != "" {
 		for _, t := range []TierStore{s.sem, s.ep} {
 			if e, err := t.Get(ctx, userID, c.id); err == nil {
-				return s.update(ctx, t, e, m, vec, now)
+				return s.update(ctx, t, e, m, now)
 			} else if !errors.Is(err, ErrNotFound) {
 				return writeResult{}, err
 			}
 		}
 	}
 
-	// Contradictions: same type and subject, a shared attribute with another value.
-	var contradicted []struct {
+	// Contradictions: same type, subject and speaker, a shared attribute with another value.
+	type found struct {
 		t TierStore
 		e Entry
 	}
-	var sameValue *struct {
-		t TierStore
-		e Entry
-	}
+	var contradicted []found
+	var sameValue *found
 	if c.subject != "" && len(c.attributes) > 0 {
 		for _, t := range []TierStore{s.sem, s.ep} {
 			olds, err := t.BySubject(ctx, userID, c.subject)
@@ -242,19 +251,13 @@ func (s *Service) write(ctx context.Context, userID string, c candidate) (writeR
 				return writeResult{}, err
 			}
 			for _, o := range olds {
-				if o.Memory.GetType() != c.typ {
+				if o.Memory.GetType() != c.typ || !sameSpeaker(m, o.Memory) {
 					continue
 				}
 				if conflicts(c.attributes, o.Memory.GetAttributes()) {
-					contradicted = append(contradicted, struct {
-						t TierStore
-						e Entry
-					}{t, o})
-				} else if sameValue == nil && sharesAttr(c.attributes, o.Memory.GetAttributes()) {
-					sameValue = &struct {
-						t TierStore
-						e Entry
-					}{t, o}
+					contradicted = append(contradicted, found{t, o})
+				} else if sameValue == nil && sharesAttr(c.attributes, o.Memory.GetAttributes()) && sameEvent(m, o.Memory) {
+					sameValue = &found{t, o}
 				}
 			}
 		}
@@ -262,44 +265,15 @@ func (s *Service) write(ctx context.Context, userID string, c candidate) (writeR
 	if len(contradicted) == 0 {
 		// The same subject and value restated: that memory, updated.
 		if sameValue != nil {
-			return s.update(ctx, sameValue.t, sameValue.e, m, vec, now)
+			return s.update(ctx, sameValue.t, sameValue.e, m, now)
 		}
-		// Near duplicates of the same type without conflicting attributes. The index vectors
-		// include subject, attributes and keywords, which a restatement may lack, so the index
-		// only proposes candidates and the contents themselves are compared.
-		dupQ := SearchQuery{Vector: vec, MinSimilarity: s.duplicateSimilarity() - 0.3, Limit: 5, Types: []memoryv1.MemoryType{c.typ}}
-		type dupCand struct {
-			t TierStore
-			h Hit
+		// A near duplicate: the same who and what, worded alike.
+		t, e, ok, err := s.findDuplicate(ctx, userID, m, vec)
+		if err != nil {
+			return writeResult{}, err
 		}
-		var cands []dupCand
-		texts := []string{c.content}
-		for _, t := range []TierStore{s.sem, s.ep} {
-			hits, err := t.Search(ctx, userID, dupQ)
-			if err != nil {
-				return writeResult{}, err
-			}
-			for _, h := range hits {
-				if !conflicts(c.attributes, h.Memory.GetAttributes()) {
-					cands = append(cands, dupCand{t, h})
-					texts = append(texts, h.Memory.GetContent())
-				}
-			}
-		}
-		if len(cands) > 0 {
-			vs, err := s.emb.Embed(ctx, texts)
-			if err != nil {
-				return writeResult{}, fmt.Errorf("embed: %w", err)
-			}
-			best, bestSim := -1, s.duplicateSimilarity()
-			for i := range cands {
-				if sim := cosine(vs[0], vs[i+1]); sim >= bestSim {
-					best, bestSim = i, sim
-				}
-			}
-			if best >= 0 {
-				return s.update(ctx, cands[best].t, cands[best].h.Entry, m, vec, now)
-			}
+		if ok {
+			return s.update(ctx, t, e, m, now)
 		}
 	}
 
@@ -333,6 +307,82 @@ func (s *Service) write(ctx context.Context, userID string, c candidate) (writeR
 	return res, nil
 }
 
+// findDuplicate finds a live memory that m restates: one of the same who and what
+// (sameWhoWhat) whose wording is at least memory.(lexical-)duplicate-similarity alike (the
+// model's cosine with a model embedder, the shared words otherwise). Text similarity alone
+// never decides: two people saying "thanks, see you tomorrow" are two memories.
+func (s *Service) findDuplicate(ctx context.Context, userID string, m *memoryv1.Memory, vec []float32) (TierStore, Entry, bool, error) {
+	q := SearchQuery{Lexical: lexQuery(m.GetContent()), MinLexical: 1e-9, Limit: 8, Types: []memoryv1.MemoryType{m.GetType()}}
+	if len(vec) > 0 {
+		q = SearchQuery{Vector: vec, MinSimilarity: s.cfg.DuplicateSimilarity, Limit: 8, Types: []memoryv1.MemoryType{m.GetType()}}
+	}
+	best, bestSim := -1, 0.0
+	var cands []struct {
+		t TierStore
+		h Hit
+	}
+	for _, t := range []TierStore{s.sem, s.ep} {
+		hits, err := t.Search(ctx, userID, q)
+		if err != nil {
+			return nil, Entry{}, false, err
+		}
+		for _, h := range hits {
+			if !sameWhoWhat(m, h.Memory) {
+				continue
+			}
+			sim := h.Similarity
+			if len(vec) == 0 {
+				sim = contentSimilarity(m.GetContent(), h.Memory.GetContent())
+			}
+			if sim >= s.duplicateSimilarity() && sim > bestSim {
+				best, bestSim = len(cands), sim
+			}
+			cands = append(cands, struct {
+				t TierStore
+				h Hit
+			}{t, h})
+		}
+	}
+	if best < 0 {
+		return nil, Entry{}, false, nil
+	}
+	c := cands[best]
+	e, err := c.t.Get(ctx, userID, c.h.Memory.GetId()) // with its vector, which Search may leave out
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, Entry{}, false, nil
+		}
+		return nil, Entry{}, false, err
+	}
+	return c.t, e, true, nil
+}
+
+// sameWhoWhat reports whether two memories may be one: the same type, the same subject and
+// speaker where both are known, attributes that agree (no key with another value), and, for
+// events, the same day.
+func sameWhoWhat(a, b *memoryv1.Memory) bool {
+	if a.GetType() != b.GetType() || !sameSpeaker(a, b) || !sameIfKnown(normalizeSubject(a.GetSubject()), normalizeSubject(b.GetSubject())) {
+		return false
+	}
+	return !conflicts(a.GetAttributes(), b.GetAttributes()) && sameEvent(a, b)
+}
+
+// sameSpeaker: two memories of different known speakers are never one.
+func sameSpeaker(a, b *memoryv1.Memory) bool {
+	return sameIfKnown(normalizeText(a.GetSpeaker()), normalizeText(b.GetSpeaker()))
+}
+
+func sameIfKnown(a, b string) bool { return a == "" || b == "" || a == b }
+
+// sameEvent: two events that happened on different days are two events, however alike.
+func sameEvent(a, b *memoryv1.Memory) bool {
+	if a.GetType() != memoryv1.MemoryType_MEMORY_TYPE_EVENT {
+		return true
+	}
+	d := occurredAt(a).Sub(occurredAt(b))
+	return d < 24*time.Hour && d > -24*time.Hour
+}
+
 func sharesAttr(a, b map[string]string) bool {
 	for k := range a {
 		if _, ok := b[k]; ok {
@@ -344,7 +394,7 @@ func sharesAttr(a, b map[string]string) bool {
 
 // update merges a new statement into an existing memory: the newer wording, the union of
 // attributes, keywords and source messages, the higher confidence.
-func (s *Service) update(ctx context.Context, t TierStore, old Entry, m *memoryv1.Memory, vec []float32, now time.Time) (writeResult, error) {
+func (s *Service) update(ctx context.Context, t TierStore, old Entry, m *memoryv1.Memory, now time.Time) (writeResult, error) {
 	e := old.Memory
 	e.Content = m.GetContent()
 	attrs := maps.Clone(e.GetAttributes())
@@ -358,13 +408,18 @@ func (s *Service) update(ctx context.Context, t TierStore, old Entry, m *memoryv
 	if m.GetSubject() != "" && e.GetSubject() == "" {
 		e.Subject = m.GetSubject()
 	}
+	if m.GetSpeaker() != "" && e.GetSpeaker() == "" {
+		e.Speaker = m.GetSpeaker()
+	}
+	if m.GetOccurredAt() != nil {
+		e.OccurredAt = m.GetOccurredAt()
+	}
 	e.Confidence = max(e.GetConfidence(), m.GetConfidence())
 	e.UpdatedAt = ts(now)
 	nv, err := s.embedOne(ctx, embedText(e))
 	if err != nil {
 		return writeResult{}, err
 	}
-	_ = vec
 	if err := t.Put(ctx, Entry{Memory: e, Vector: nv}); err != nil {
 		return writeResult{}, err
 	}
@@ -377,6 +432,9 @@ type touchReq struct {
 	ep     []string
 	sem    []string
 	at     time.Time
+	// done, when set, is closed once the request (and so every one queued before it) is
+	// recorded.
+	done chan struct{}
 }
 
 // toucher records recalls in the background, so Recall answers without waiting for a write.
@@ -400,26 +458,35 @@ func (s *Service) toucher() {
 }
 
 func (s *Service) touch(r touchReq) {
-	{
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if len(r.ep) > 0 {
-			if _, err := s.ep.Touch(ctx, r.userID, r.ep, r.at); err != nil {
-				s.log.Warn("recording recall", "error", err)
-			}
+	if r.done != nil {
+		defer close(r.done)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if len(r.ep) > 0 {
+		if _, err := s.ep.Touch(ctx, r.userID, r.ep, r.at); err != nil {
+			s.log.Warn("recording recall", "error", err)
 		}
-		if len(r.sem) > 0 {
-			if _, err := s.sem.Touch(ctx, r.userID, r.sem, r.at); err != nil {
-				s.log.Warn("recording recall", "error", err)
-			}
+	}
+	if len(r.sem) > 0 {
+		if _, err := s.sem.Touch(ctx, r.userID, r.sem, r.at); err != nil {
+			s.log.Warn("recording recall", "error", err)
 		}
-		cancel()
 	}
 }
 
-// flushTouches waits until the recalls queued so far are recorded (tests).
+// flushTouches waits until the recalls queued so far are recorded (tests): the toucher handles
+// requests in order, so when a marker queued now is done, so is everything before it.
 func (s *Service) flushTouches() {
-	for len(s.touches) > 0 {
-		time.Sleep(5 * time.Millisecond)
+	done := make(chan struct{})
+	select {
+	case s.touches <- touchReq{done: done}:
+	case <-s.stop:
+		return
 	}
-	time.Sleep(20 * time.Millisecond)
+	select {
+	case <-done:
+	case <-s.stop:
+		<-done // Close drains the queue, marker included
+	}
 }

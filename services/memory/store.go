@@ -31,26 +31,35 @@ type TierStore interface {
 	Touch(ctx context.Context, userID string, ids []string, at time.Time) ([]string, error)
 	// DeleteUser removes every memory of the user and counts them.
 	DeleteUser(ctx context.Context, userID string) (UserCounts, error)
-	// DocFreq returns how many memories of the user the tier holds and, for each of dims, how
-	// many of them have a non-zero vector component there: the document frequencies of the
-	// lexical embedder's features, which recall weighs a query by. Expired memories count, and
-	// memories past their TTL may until they are removed; the Qdrant tier counts components of
-	// sparse vectors only (the lexical embedder's).
-	DocFreq(ctx context.Context, userID string, dims []int) (n int, df []int, err error)
 }
 
-// SearchQuery filters a Search.
+// SearchQuery is a Search: a lexical query, a dense one, or both, and filters.
+//
+// With a lexical query, memories are scored by BM25 (Σ query weight × IDF × the memory's term
+// weight over the terms they share; IDF over the tier's statistics, see each backend) and
+// those scoring at least MinLexical (and above zero) are ranked. With a dense vector, memories
+// are ranked by cosine similarity at least MinSimilarity. With both, each ranking is cut at
+// Limit and the two are fused by reciprocal rank fusion (rrfFuse); Similarity is then the
+// fused score. An attribute lookup (AttributeKeys set, MinLexical ≤ 0) ranks every memory that
+// carries a key, matching words or not.
 type SearchQuery struct {
-	// Vector is the query vector, unit length.
+	// Vector is the dense query vector, unit length; nil for none.
 	Vector []float32
-	// MinSimilarity drops hits below it; the threshold is applied on raw cosine similarity.
+	// MinSimilarity drops dense hits below it (raw cosine similarity).
 	MinSimilarity float64
+	// Lexical is the lexical query (lexQuery); empty for none.
+	Lexical sparseVec
+	// MinLexical drops lexical hits below this BM25 score.
+	MinLexical float64
 	// Limit is the most hits returned.
 	Limit int
 	// Types keeps only these types (empty keeps all).
 	Types []memoryv1.MemoryType
 	// UpdatedAfter drops memories not updated since, except facts; zero keeps all.
 	UpdatedAfter time.Time
+	// OccurredAfter and OccurredBefore keep memories that happened in [after, before); zero
+	// leaves that side open.
+	OccurredAfter, OccurredBefore time.Time
 	// AttributeKeys keeps only memories that carry one of these attribute keys (empty keeps
 	// all).
 	AttributeKeys []string

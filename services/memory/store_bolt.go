@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -35,12 +34,21 @@ var (
 // file when it opens. Only one process can open the file (bbolt's file lock, with a timeout of
 // one second, so a second process fails clearly).
 type BoltStore struct {
-	db   *bolt.DB
-	now  func() time.Time
-	ep   *BoltTier
-	sem  *BoltTier
+	db  *bolt.DB
+	now func() time.Time
+	ep  *BoltTier
+	sem *BoltTier
+
+	// wmu orders the tiers' writes with their index updates: it is held from before a write
+	// transaction until the index reflects it, so the index always follows the file's order
+	// of commits (bbolt serializes writers anyway, so it costs no concurrency).
+	wmu sync.Mutex
+
 	lkMu sync.Mutex
 	lock map[string]lockHold
+
+	// afterCommit, when set (tests), runs between a put's commit and its index update.
+	afterCommit func()
 }
 
 type lockHold struct {
@@ -65,8 +73,8 @@ type BoltOptions struct {
 
 // OpenBoltStore opens or creates the file at path.
 func OpenBoltStore(path string, o BoltOptions) (*BoltStore, error) {
-	if o.Dimension <= 0 {
-		return nil, errors.New("memory store: dimension must be positive")
+	if o.Dimension < 0 {
+		return nil, errors.New("memory store: dimension must not be negative")
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -82,7 +90,10 @@ func OpenBoltStore(path string, o BoltOptions) (*BoltStore, error) {
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		want := fmt.Sprintf("%s/%d", o.Embedder, o.Dimension)
-		if got := meta.Get([]byte("embedder")); got != nil && string(got) != want {
+		got := meta.Get([]byte("embedder"))
+		// A file of the hashed lexical embedder holds no vectors worth keeping: lexical vectors
+		// are computed from the records themselves now, so it is read without them.
+		if got != nil && string(got) != want && !(o.Dimension == 0 && bytes.HasPrefix(got, []byte("lexical-hash-"))) {
 			return fmt.Errorf("memory store %s holds vectors of embedder %s, but the configured embedder is %s: use another data directory or the same embedder", path, got, want)
 		}
 		return meta.Put([]byte("embedder"), []byte(want))
@@ -109,6 +120,9 @@ func (s *BoltStore) load() error {
 				e, err := decodeEntry(v)
 				if err != nil {
 					return fmt.Errorf("memory store: %w", err)
+				}
+				if len(e.Vector) != t.idx.dim {
+					e.Vector = nil // a vector of the hashed lexical embedder (see OpenBoltStore)
 				}
 				t.idx.put(user, e.Memory, e.Vector)
 				return nil
@@ -195,10 +209,15 @@ func (t *BoltTier) Put(_ context.Context, e Entry) error {
 		return err
 	}
 	user := e.Memory.GetUserId()
+	t.s.wmu.Lock()
+	defer t.s.wmu.Unlock()
 	if err := t.s.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(t.bucket).Put(itemKey(user, e.Memory.GetId()), v)
 	}); err != nil {
 		return fmt.Errorf("memory store: %w", err)
+	}
+	if t.s.afterCommit != nil {
+		t.s.afterCommit()
 	}
 	t.idx.put(user, e.Memory, e.Vector)
 	return nil
@@ -233,6 +252,8 @@ func (t *BoltTier) Get(_ context.Context, userID, id string) (Entry, error) {
 // Delete implements TierStore.
 func (t *BoltTier) Delete(_ context.Context, userID, id string) (bool, error) {
 	existed := false
+	t.s.wmu.Lock()
+	defer t.s.wmu.Unlock()
 	err := t.s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(t.bucket)
 		k := itemKey(userID, id)
@@ -251,10 +272,17 @@ func (t *BoltTier) Delete(_ context.Context, userID, id string) (bool, error) {
 	return existed, nil
 }
 
-// Search implements TierStore.
+// Search implements TierStore. Lexical statistics are the user's in both tiers of the store,
+// so the scores of the two tiers compare.
 func (t *BoltTier) Search(_ context.Context, userID string, q SearchQuery) ([]Hit, error) {
 	now := t.s.now()
-	found := t.idx.search(userID, q, now)
+	var idf []float32
+	if !q.Lexical.empty() {
+		var n int
+		idf, n = t.s.idf(userID, q.Lexical.idx)
+		q.MinLexical = lexicalFloor(q.MinLexical, n)
+	}
+	found := t.idx.search(userID, q, idf, now)
 	if len(found) == 0 {
 		return nil, nil
 	}
@@ -281,10 +309,16 @@ func (t *BoltTier) Search(_ context.Context, userID string, q SearchQuery) ([]Hi
 	return out, err
 }
 
-// DocFreq implements TierStore, from the in-process index's postings.
-func (t *BoltTier) DocFreq(_ context.Context, userID string, dims []int) (int, []int, error) {
-	n, df := t.idx.docFreq(userID, dims)
-	return n, df, nil
+// idf returns the IDF of each term over the user's memories in both tiers, and how many
+// memories that is.
+func (s *BoltStore) idf(userID string, terms []uint32) ([]float32, int) {
+	n1, df1 := s.ep.idx.docFreq(userID, terms)
+	n2, df2 := s.sem.idx.docFreq(userID, terms)
+	out := make([]float32, len(terms))
+	for i := range terms {
+		out[i] = bm25IDF(n1+n2, df1[i]+df2[i])
+	}
+	return out, n1 + n2
 }
 
 // Scan implements TierStore.
@@ -342,6 +376,8 @@ func (t *BoltTier) BySubject(_ context.Context, userID, subject string) ([]Entry
 func (t *BoltTier) Touch(_ context.Context, userID string, ids []string, at time.Time) ([]string, error) {
 	var touched []string
 	var updated []*memoryv1.Memory
+	t.s.wmu.Lock()
+	defer t.s.wmu.Unlock()
 	err := t.s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(t.bucket)
 		for _, id := range ids {
@@ -383,6 +419,8 @@ func (t *BoltTier) Touch(_ context.Context, userID string, ids []string, at time
 func (t *BoltTier) DeleteUser(_ context.Context, userID string) (UserCounts, error) {
 	var c UserCounts
 	now := t.s.now()
+	t.s.wmu.Lock()
+	defer t.s.wmu.Unlock()
 	err := t.s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(t.bucket)
 		var keys [][]byte
@@ -426,6 +464,8 @@ func (t *BoltTier) SweepExpired(_ context.Context) (int64, error) {
 	var n int64
 	type gone struct{ user, id string }
 	var removed []gone
+	t.s.wmu.Lock()
+	defer t.s.wmu.Unlock()
 	err := t.s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(t.bucket)
 		var keys [][]byte
@@ -454,204 +494,6 @@ func (t *BoltTier) SweepExpired(_ context.Context) (int64, error) {
 		t.idx.remove(g.user, g.id)
 	}
 	return n, err
-}
-
-// --- StateStore ---
-
-var _ StateStore = (*BoltStore)(nil)
-
-// AddUser implements StateStore.
-func (s *BoltStore) AddUser(_ context.Context, userID string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketUsers).Put([]byte(userID), []byte{1})
-	})
-}
-
-// Users implements StateStore.
-func (s *BoltStore) Users(_ context.Context) ([]string, error) {
-	var out []string
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketUsers).ForEach(func(k, _ []byte) error {
-			out = append(out, string(k))
-			return nil
-		})
-	})
-	return out, err
-}
-
-// behaviorRec is the stored sliding window of one behaviour key.
-type behaviorRec struct {
-	Events []int64 `json:"events"` // unix ms
-}
-
-// CountBehavior implements StateStore.
-func (s *BoltStore) CountBehavior(_ context.Context, userID, key string, at time.Time, window time.Duration, threshold int) (int64, bool, string, error) {
-	var count int64
-	var claim bool
-	var habit string
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketBehavior)
-		k := itemKey(userID, key)
-		var rec behaviorRec
-		if v := b.Get(k); v != nil {
-			if err := json.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("behaviour record: %w", err)
-			}
-		}
-		cut := at.Add(-window).UnixMilli()
-		kept := rec.Events[:0]
-		for _, e := range rec.Events {
-			if e > cut {
-				kept = append(kept, e)
-			}
-		}
-		rec.Events = append(kept, at.UnixMilli())
-		count = int64(len(rec.Events))
-		v, err := json.Marshal(rec)
-		if err != nil {
-			return err
-		}
-		if err := b.Put(k, v); err != nil {
-			return err
-		}
-		hb := tx.Bucket(bucketHabits)
-		habit = string(hb.Get(k))
-		if count > int64(threshold) && habit == "" {
-			claim = true
-			return hb.Put(k, []byte(pendingHabit))
-		}
-		if habit == pendingHabit {
-			habit = ""
-		}
-		return nil
-	})
-	return count, claim, habit, err
-}
-
-// pendingHabit marks a claimed habit whose memory is being written.
-const pendingHabit = "pending"
-
-// SetHabit implements StateStore.
-func (s *BoltStore) SetHabit(_ context.Context, userID, key, memoryID string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		hb := tx.Bucket(bucketHabits)
-		if memoryID == "" {
-			return hb.Delete(itemKey(userID, key))
-		}
-		return hb.Put(itemKey(userID, key), []byte(memoryID))
-	})
-}
-
-// turnState is a stored turn claim or record.
-type turnState struct {
-	Token  string      `json:"token,omitempty"`
-	Until  time.Time   `json:"until"`
-	Record *TurnRecord `json:"record,omitempty"`
-}
-
-// ClaimTurn implements StateStore.
-func (s *BoltStore) ClaimTurn(_ context.Context, userID, turnID string, lease time.Duration) (*TurnRecord, bool, string, error) {
-	var rec *TurnRecord
-	var busy bool
-	token := randomToken()
-	now := s.now()
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketTurns)
-		k := itemKey(userID, turnID)
-		if v := b.Get(k); v != nil {
-			var st turnState
-			if err := json.Unmarshal(v, &st); err == nil && st.Until.After(now) {
-				if st.Record != nil {
-					rec = st.Record
-					return nil
-				}
-				busy = true
-				return nil
-			}
-		}
-		v, err := json.Marshal(turnState{Token: token, Until: now.Add(lease)})
-		if err != nil {
-			return err
-		}
-		return b.Put(k, v)
-	})
-	if err != nil || rec != nil || busy {
-		return rec, busy, "", err
-	}
-	return nil, false, token, nil
-}
-
-// FinishTurn implements StateStore.
-func (s *BoltStore) FinishTurn(_ context.Context, userID, turnID string, rec TurnRecord, ttl time.Duration) error {
-	v, err := json.Marshal(turnState{Until: s.now().Add(ttl), Record: &rec})
-	if err != nil {
-		return err
-	}
-	return s.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketTurns).Put(itemKey(userID, turnID), v)
-	})
-}
-
-// ReleaseTurn implements StateStore.
-func (s *BoltStore) ReleaseTurn(_ context.Context, userID, turnID, token string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketTurns)
-		k := itemKey(userID, turnID)
-		var st turnState
-		if v := b.Get(k); v != nil && json.Unmarshal(v, &st) == nil && st.Record == nil && st.Token == token {
-			return b.Delete(k)
-		}
-		return nil
-	})
-}
-
-// Lock implements StateStore. One process holds the file, so the lock is in memory.
-func (s *BoltStore) Lock(_ context.Context, name string, ttl time.Duration) (func(), bool, error) {
-	s.lkMu.Lock()
-	defer s.lkMu.Unlock()
-	now := s.now()
-	if h, ok := s.lock[name]; ok && h.until.After(now) {
-		return nil, false, nil
-	}
-	token := randomToken()
-	s.lock[name] = lockHold{token: token, until: now.Add(ttl)}
-	return func() {
-		s.lkMu.Lock()
-		defer s.lkMu.Unlock()
-		if h, ok := s.lock[name]; ok && h.token == token {
-			delete(s.lock, name)
-		}
-	}, true, nil
-}
-
-// DeleteUser implements StateStore.
-func (s *BoltStore) DeleteUser(_ context.Context, userID string) (int64, int64, error) {
-	var counters, records int64
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		for _, bn := range [][]byte{bucketBehavior, bucketHabits, bucketTurns} {
-			b := tx.Bucket(bn)
-			var keys [][]byte
-			if err := forPrefix(b, userKey(userID), func(k, _ []byte) error {
-				keys = append(keys, bytes.Clone(k))
-				return nil
-			}); err != nil {
-				return err
-			}
-			for _, k := range keys {
-				if err := b.Delete(k); err != nil {
-					return err
-				}
-			}
-			switch string(bn) {
-			case string(bucketBehavior):
-				counters += int64(len(keys))
-			case string(bucketTurns):
-				records += int64(len(keys))
-			}
-		}
-		return tx.Bucket(bucketUsers).Delete([]byte(userID))
-	})
-	return counters, records, err
 }
 
 // CountUserKeys counts every record of a user in every bucket (tests: ForgetUser must leave

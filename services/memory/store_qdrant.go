@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/qdrant/go-client/qdrant"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -27,26 +26,24 @@ const (
 	pfType     = "type"
 	pfExpired  = "expired"
 	pfUpdated  = "updated_at_ms"
+	pfOccurred = "occurred_at_ms"
 	pfSubject  = "subject"
 	pfAttrKeys = "attr_keys"
 	pfContent  = "content"
-	// pfLexDims lists the non-zero components of a sparse (lexical) vector, so DocFreq can
-	// count them with a payload index.
-	pfLexDims = "lex_dims"
-	// pfSchema is the layout version, on the collection's meta point only.
-	pfSchema = "hermes_memory_schema"
 )
 
-// qdrantSchema is the point layout this store writes: 2 added lex_dims. A collection whose
-// meta point says less (or that has none) gets lex_dims backfilled when the store opens it.
-const qdrantSchema = 2
-
-// qdrantMetaID is the collection's meta point. It has no user_id, so no per-user filter — every
-// read, count and delete of memories has one — ever matches it.
-var qdrantMetaID = derivedID("hermes", "memory", "qdrant collection meta")
+// Named vectors of a point: the lexical one, always, and the dense one with a model embedder.
+const (
+	vecLexical = "lexical"
+	vecDense   = "dense"
+)
 
 // QdrantSemantic is the semantic tier in Qdrant through the official go-client: one collection
-// with cosine distance, a tenant payload index on user_id, and indexes on the filter fields.
+// with a sparse vector "lexical" (BM25 term weights, lexDoc) with the IDF modifier, so Qdrant
+// computes the IDF itself, over the whole collection, and with a model embedder a dense vector
+// "dense" (cosine); a tenant payload index on user_id and indexes on the filter fields. Hybrid
+// queries are one Query API request: a prefetch per vector, each with its threshold, fused by
+// RRF.
 type QdrantSemantic struct {
 	c    *qdrant.Client
 	coll string
@@ -55,9 +52,9 @@ type QdrantSemantic struct {
 
 var _ TierStore = (*QdrantSemantic)(nil)
 
-// NewQdrantSemantic ensures the collection exists with the embedder's dimension and cosine
-// distance; an existing collection of another dimension is a clear error, since mixing
-// embedders would make every similarity meaningless.
+// NewQdrantSemantic ensures the collection exists with that layout (dim 0: no dense vector);
+// an existing collection of another layout is a clear error, since mixing embedders would make
+// every similarity meaningless.
 func NewQdrantSemantic(ctx context.Context, c *qdrant.Client, collection string, dim int) (*QdrantSemantic, error) {
 	s := &QdrantSemantic{c: c, coll: collection, dim: dim}
 	exists, err := c.CollectionExists(ctx, collection)
@@ -65,10 +62,15 @@ func NewQdrantSemantic(ctx context.Context, c *qdrant.Client, collection string,
 		return nil, fmt.Errorf("qdrant: %w", err)
 	}
 	if !exists {
-		err := c.CreateCollection(ctx, &qdrant.CreateCollection{
-			CollectionName: collection,
-			VectorsConfig:  qdrant.NewVectorsConfig(&qdrant.VectorParams{Size: uint64(dim), Distance: qdrant.Distance_Cosine}),
-		})
+		idf := qdrant.Modifier_Idf
+		create := &qdrant.CreateCollection{
+			CollectionName:      collection,
+			SparseVectorsConfig: qdrant.NewSparseVectorsConfig(map[string]*qdrant.SparseVectorParams{vecLexical: {Modifier: &idf}}),
+		}
+		if dim > 0 {
+			create.VectorsConfig = qdrant.NewVectorsConfigMap(map[string]*qdrant.VectorParams{vecDense: {Size: uint64(dim), Distance: qdrant.Distance_Cosine}})
+		}
+		err := c.CreateCollection(ctx, create)
 		if err != nil && status.Code(errors.Unwrap(err)) != codes.AlreadyExists && status.Code(err) != codes.AlreadyExists {
 			return nil, fmt.Errorf("qdrant: create collection %s: %w", collection, err)
 		}
@@ -77,15 +79,21 @@ func NewQdrantSemantic(ctx context.Context, c *qdrant.Client, collection string,
 	if err != nil {
 		return nil, fmt.Errorf("qdrant: collection %s: %w", collection, err)
 	}
-	params := info.GetConfig().GetParams().GetVectorsConfig().GetParams()
-	if params == nil {
-		return nil, fmt.Errorf("qdrant: collection %s has no single unnamed vector; use another collection (--memory.qdrant-collection)", collection)
+	params := info.GetConfig().GetParams()
+	lex := params.GetSparseVectorsConfig().GetMap()[vecLexical]
+	if lex == nil || lex.GetModifier() != qdrant.Modifier_Idf {
+		return nil, fmt.Errorf("qdrant: collection %s has no sparse vector %q with the IDF modifier (it was made by an earlier version of Hermes, with hashed lexical vectors): use a new collection (--memory.qdrant-collection)", collection, vecLexical)
 	}
-	if int(params.GetSize()) != dim {
-		return nil, fmt.Errorf("qdrant: collection %s holds vectors of size %d but the embedder produces %d: use another collection (--memory.qdrant-collection) or the embedder it was built with", collection, params.GetSize(), dim)
-	}
-	if params.GetDistance() != qdrant.Distance_Cosine {
-		return nil, fmt.Errorf("qdrant: collection %s uses %s distance, want Cosine", collection, params.GetDistance())
+	dense := params.GetVectorsConfig().GetParamsMap().GetMap()[vecDense]
+	switch {
+	case dim == 0 && dense != nil:
+		return nil, fmt.Errorf("qdrant: collection %s holds dense vectors of size %d but no embedding model is configured: use another collection (--memory.qdrant-collection) or the embedder it was built with", collection, dense.GetSize())
+	case dim > 0 && dense == nil:
+		return nil, fmt.Errorf("qdrant: collection %s has no dense vector but the embedder produces %d: use another collection (--memory.qdrant-collection)", collection, dim)
+	case dim > 0 && int(dense.GetSize()) != dim:
+		return nil, fmt.Errorf("qdrant: collection %s holds vectors of size %d but the embedder produces %d: use another collection (--memory.qdrant-collection) or the embedder it was built with", collection, dense.GetSize(), dim)
+	case dim > 0 && dense.GetDistance() != qdrant.Distance_Cosine:
+		return nil, fmt.Errorf("qdrant: collection %s uses %s distance, want Cosine", collection, dense.GetDistance())
 	}
 	tenant := true
 	indexes := []struct {
@@ -97,9 +105,9 @@ func NewQdrantSemantic(ctx context.Context, c *qdrant.Client, collection string,
 		{pfType, qdrant.FieldType_FieldTypeKeyword, nil},
 		{pfExpired, qdrant.FieldType_FieldTypeBool, nil},
 		{pfUpdated, qdrant.FieldType_FieldTypeInteger, nil},
+		{pfOccurred, qdrant.FieldType_FieldTypeInteger, nil},
 		{pfSubject, qdrant.FieldType_FieldTypeKeyword, nil},
 		{pfAttrKeys, qdrant.FieldType_FieldTypeKeyword, nil},
-		{pfLexDims, qdrant.FieldType_FieldTypeInteger, nil},
 	}
 	for _, ix := range indexes {
 		wait := true
@@ -109,107 +117,10 @@ func NewQdrantSemantic(ctx context.Context, c *qdrant.Client, collection string,
 			return nil, fmt.Errorf("qdrant: payload index %s: %w", ix.field, err)
 		}
 	}
-	if err := s.migrate(ctx); err != nil {
-		return nil, err
-	}
 	return s, nil
 }
 
-// migrate brings a collection written by an earlier layout up to qdrantSchema: points with a
-// sparse vector and no lex_dims get it (set on its own, so a concurrent write of the record is
-// not overwritten), then the meta point records the schema. Replicas starting together may
-// both run it; it is idempotent.
-func (s *QdrantSemantic) migrate(ctx context.Context) error {
-	pts, err := s.c.Get(ctx, &qdrant.GetPoints{CollectionName: s.coll, Ids: []*qdrant.PointId{qdrant.NewID(qdrantMetaID)}, WithPayload: qdrant.NewWithPayload(true)})
-	if err != nil {
-		return fmt.Errorf("qdrant: collection %s meta: %w", s.coll, err)
-	}
-	if len(pts) == 1 && pts[0].GetPayload()[pfSchema].GetIntegerValue() >= qdrantSchema {
-		return nil
-	}
-	var offset *qdrant.PointId
-	limit := uint32(256)
-	for {
-		page, next, err := s.c.ScrollAndOffset(ctx, &qdrant.ScrollPoints{
-			CollectionName: s.coll, Offset: offset, Limit: &limit,
-			WithPayload: qdrant.NewWithPayloadInclude(pfUser, pfLexDims), WithVectors: qdrant.NewWithVectors(true),
-		})
-		if err != nil {
-			return fmt.Errorf("qdrant: collection %s migration: %w", s.coll, err)
-		}
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(8)
-		for _, p := range page {
-			pl := p.GetPayload()
-			if pl[pfUser] == nil || pl[pfLexDims] != nil {
-				continue
-			}
-			dims := sparseDims(pointVector(p.GetVectors()))
-			if dims == nil {
-				continue
-			}
-			id := p.GetId()
-			g.Go(func() error {
-				wait := true
-				_, err := s.c.SetPayload(gctx, &qdrant.SetPayloadPoints{
-					CollectionName: s.coll, Wait: &wait,
-					Payload:        map[string]*qdrant.Value{pfLexDims: lexDimsValue(dims)},
-					PointsSelector: qdrant.NewPointsSelector(id),
-				})
-				return err
-			})
-		}
-		if err := g.Wait(); err != nil {
-			return fmt.Errorf("qdrant: collection %s migration: %w", s.coll, err)
-		}
-		if next == nil {
-			break
-		}
-		offset = next
-	}
-	meta := make([]float32, s.dim)
-	meta[0] = 1 // cosine needs a non-zero vector; no query filters reach this point
-	wait := true
-	_, err = s.c.Upsert(ctx, &qdrant.UpsertPoints{CollectionName: s.coll, Wait: &wait, Points: []*qdrant.PointStruct{{
-		Id: qdrant.NewID(qdrantMetaID), Vectors: qdrant.NewVectorsDense(meta),
-		Payload: map[string]*qdrant.Value{pfSchema: qdrant.NewValueInt(qdrantSchema)},
-	}}})
-	if err != nil {
-		return fmt.Errorf("qdrant: collection %s meta: %w", s.coll, err)
-	}
-	return nil
-}
-
-// sparseDims returns the non-zero components of a sparse vector (the lexical embedder's, under
-// the index's density rule), or nil for a dense one.
-func sparseDims(vec []float32) []int64 {
-	nnz := 0
-	for _, f := range vec {
-		if f != 0 {
-			nnz++
-		}
-	}
-	if !storedSparse(nnz, len(vec)) {
-		return nil
-	}
-	out := make([]int64, 0, nnz)
-	for i, f := range vec {
-		if f != 0 {
-			out = append(out, int64(i))
-		}
-	}
-	return out
-}
-
-func lexDimsValue(dims []int64) *qdrant.Value {
-	vs := make([]*qdrant.Value, len(dims))
-	for i, d := range dims {
-		vs[i] = qdrant.NewValueInt(d)
-	}
-	return qdrant.NewValueFromList(vs...)
-}
-
-func (s *QdrantSemantic) payload(m *memoryv1.Memory, vec []float32) (map[string]*qdrant.Value, error) {
+func (s *QdrantSemantic) payload(m *memoryv1.Memory) (map[string]*qdrant.Value, error) {
 	b, err := proto.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("encode memory: %w", err)
@@ -218,20 +129,27 @@ func (s *QdrantSemantic) payload(m *memoryv1.Memory, vec []float32) (map[string]
 	for _, k := range attrKeys(m) {
 		keys = append(keys, qdrant.NewValueString(k))
 	}
-	p := map[string]*qdrant.Value{
+	return map[string]*qdrant.Value{
 		pfRecord:   qdrant.NewValueString(base64.StdEncoding.EncodeToString(b)),
 		pfUser:     qdrant.NewValueString(m.GetUserId()),
 		pfType:     qdrant.NewValueString(typeName(m.GetType())),
 		pfExpired:  qdrant.NewValueBool(!live(m)),
 		pfUpdated:  qdrant.NewValueInt(m.GetUpdatedAt().AsTime().UnixMilli()),
+		pfOccurred: qdrant.NewValueInt(occurredAt(m).UnixMilli()),
 		pfSubject:  qdrant.NewValueString(m.GetSubject()),
 		pfAttrKeys: qdrant.NewValueFromList(keys...),
 		pfContent:  qdrant.NewValueString(m.GetContent()),
+	}, nil
+}
+
+// vectors are a memory's named vectors as its point holds them.
+func (s *QdrantSemantic) vectors(m *memoryv1.Memory, dense []float32) *qdrant.Vectors {
+	lex := lexDoc(embedText(m))
+	vs := map[string]*qdrant.Vector{vecLexical: qdrant.NewVectorSparse(lex.idx, lex.val)}
+	if len(dense) > 0 {
+		vs[vecDense] = qdrant.NewVectorDense(dense)
 	}
-	if dims := sparseDims(vec); dims != nil {
-		p[pfLexDims] = lexDimsValue(dims)
-	}
-	return p, nil
+	return qdrant.NewVectorsMap(vs)
 }
 
 func pointEntry(id *qdrant.PointId, payload map[string]*qdrant.Value, vec *qdrant.VectorsOutput) (Entry, error) {
@@ -247,8 +165,9 @@ func pointEntry(id *qdrant.PointId, payload map[string]*qdrant.Value, vec *qdran
 	return Entry{Memory: m, Vector: pointVector(vec)}, nil
 }
 
+// pointVector is a point's dense vector, if it has one.
 func pointVector(vec *qdrant.VectorsOutput) []float32 {
-	v := vec.GetVector()
+	v := vec.GetVectors().GetVectors()[vecDense]
 	if v == nil {
 		return nil
 	}
@@ -269,7 +188,7 @@ func (s *QdrantSemantic) Put(ctx context.Context, e Entry) error {
 	}
 	m := cloneMemory(e.Memory)
 	m.ExpiresAt = nil
-	p, err := s.payload(m, e.Vector)
+	p, err := s.payload(m)
 	if err != nil {
 		return err
 	}
@@ -278,7 +197,7 @@ func (s *QdrantSemantic) Put(ctx context.Context, e Entry) error {
 		CollectionName: s.coll,
 		Wait:           &wait,
 		Points: []*qdrant.PointStruct{{
-			Id: qdrant.NewID(m.GetId()), Vectors: qdrant.NewVectorsDense(e.Vector), Payload: p,
+			Id: qdrant.NewID(m.GetId()), Vectors: s.vectors(m, e.Vector), Payload: p,
 		}},
 	})
 	if err != nil {
@@ -324,11 +243,85 @@ func (s *QdrantSemantic) Delete(ctx context.Context, userID, id string) (bool, e
 	return true, nil
 }
 
-// Search implements TierStore.
+// Search implements TierStore: one Query API request. The lexical query is sent with its
+// weights and Qdrant applies the IDF (over the collection); with a dense vector too, each is a
+// prefetch with its own threshold and limit, fused by RRF with k = rrfK.
 func (s *QdrantSemantic) Search(ctx context.Context, userID string, q SearchQuery) ([]Hit, error) {
 	if q.Limit <= 0 {
 		return nil, nil
 	}
+	f := s.searchFilter(userID, q)
+	limit := uint64(q.Limit)
+	type sub struct {
+		query *qdrant.Query
+		using *string
+		th    *float32
+	}
+	minLex := q.MinLexical
+	if minLex > 0 && !q.Lexical.empty() {
+		// The threshold's floor depends on how many points Qdrant's IDF is over.
+		n, err := s.c.Count(ctx, &qdrant.CountPoints{CollectionName: s.coll, Exact: qdrant.PtrOf(false)})
+		if err != nil {
+			return nil, fmt.Errorf("qdrant count: %w", err)
+		}
+		minLex = lexicalFloor(minLex, int(n))
+	}
+	lexTh := float32(max(minLex, 1e-9))
+	lex := sub{qdrant.NewQuerySparse(q.Lexical.idx, q.Lexical.val), qdrant.PtrOf(vecLexical), &lexTh}
+	dense := sub{qdrant.NewQueryDense(q.Vector), qdrant.PtrOf(vecDense), nil}
+	if q.MinSimilarity > -1 {
+		th := float32(q.MinSimilarity)
+		dense.th = &th
+	}
+	req := &qdrant.QueryPoints{CollectionName: s.coll, Filter: f, Limit: &limit, WithPayload: qdrant.NewWithPayload(true)}
+	useLex, useDense := !q.Lexical.empty(), len(q.Vector) > 0 && s.dim > 0
+	switch {
+	case useLex && useDense:
+		for _, p := range []sub{lex, dense} {
+			req.Prefetch = append(req.Prefetch, &qdrant.PrefetchQuery{Query: p.query, Using: p.using, ScoreThreshold: p.th, Filter: f, Limit: &limit})
+		}
+		k := uint32(rrfK)
+		req.Query = qdrant.NewQueryRRF(&qdrant.Rrf{K: &k})
+	case useLex:
+		req.Query, req.Using, req.ScoreThreshold = lex.query, lex.using, lex.th
+	case useDense:
+		req.Query, req.Using, req.ScoreThreshold = dense.query, dense.using, dense.th
+	default:
+		return nil, nil
+	}
+	pts, err := s.c.Query(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("qdrant query: %w", err)
+	}
+	out := make([]Hit, 0, len(pts))
+	seen := map[string]bool{}
+	for _, p := range pts {
+		e, err := pointEntry(p.GetId(), p.GetPayload(), nil)
+		if err != nil {
+			return nil, err
+		}
+		seen[e.Memory.GetId()] = true
+		// Qdrant scores in float32; compare the threshold on the same scale it applied.
+		out = append(out, Hit{Entry: e, Similarity: float64(p.GetScore())})
+	}
+	// An attribute lookup ranks every memory carrying the key; a sparse query reaches only
+	// those sharing a term, so the others follow with score 0.
+	if len(q.AttributeKeys) > 0 && q.MinLexical <= 0 && len(out) < q.Limit {
+		err := s.scroll(ctx, f, false, func(e Entry) error {
+			if !seen[e.Memory.GetId()] && len(out) < q.Limit {
+				out = append(out, Hit{Entry: e})
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// searchFilter is a Search's filters as Qdrant conditions.
+func (s *QdrantSemantic) searchFilter(userID string, q SearchQuery) *qdrant.Filter {
 	f := userFilter(userID, qdrant.NewMatchBool(pfExpired, false))
 	if len(q.Types) > 0 {
 		names := make([]string, len(q.Types))
@@ -344,63 +337,22 @@ func (s *QdrantSemantic) Search(ctx context.Context, userID string, q SearchQuer
 			qdrant.NewRange(pfUpdated, &qdrant.Range{Gte: &gte}),
 		}}))
 	}
+	if !q.OccurredAfter.IsZero() || !q.OccurredBefore.IsZero() {
+		r := &qdrant.Range{}
+		if !q.OccurredAfter.IsZero() {
+			v := float64(q.OccurredAfter.UnixMilli())
+			r.Gte = &v
+		}
+		if !q.OccurredBefore.IsZero() {
+			v := float64(q.OccurredBefore.UnixMilli())
+			r.Lt = &v
+		}
+		f.Must = append(f.Must, qdrant.NewRange(pfOccurred, r))
+	}
 	if len(q.AttributeKeys) > 0 {
 		f.Must = append(f.Must, qdrant.NewMatchKeywords(pfAttrKeys, q.AttributeKeys...))
 	}
-	limit := uint64(q.Limit)
-	req := &qdrant.QueryPoints{
-		CollectionName: s.coll,
-		Query:          qdrant.NewQueryDense(q.Vector),
-		Filter:         f,
-		Limit:          &limit,
-		WithPayload:    qdrant.NewWithPayload(true),
-		WithVectors:    qdrant.NewWithVectors(false),
-	}
-	if q.MinSimilarity > -1 {
-		th := float32(q.MinSimilarity)
-		req.ScoreThreshold = &th
-	}
-	pts, err := s.c.Query(ctx, req)
-	if err != nil {
-		return nil, fmt.Errorf("qdrant query: %w", err)
-	}
-	out := make([]Hit, 0, len(pts))
-	for _, p := range pts {
-		e, err := pointEntry(p.GetId(), p.GetPayload(), p.GetVectors())
-		if err != nil {
-			return nil, err
-		}
-		// Qdrant scores in float32; compare the threshold on the same scale it applied.
-		out = append(out, Hit{Entry: e, Similarity: float64(p.GetScore())})
-	}
-	return out, nil
-}
-
-// DocFreq implements TierStore with one count of the user's points and one per dimension, on
-// the lex_dims payload index (eight at a time). Expired points count, as in the other tiers.
-func (s *QdrantSemantic) DocFreq(ctx context.Context, userID string, dims []int) (int, []int, error) {
-	df := make([]int, len(dims))
-	var n uint64
-	exact := true
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
-	g.Go(func() error {
-		c, err := s.c.Count(gctx, &qdrant.CountPoints{CollectionName: s.coll, Filter: userFilter(userID), Exact: &exact})
-		n = c
-		return err
-	})
-	for i, k := range dims {
-		g.Go(func() error {
-			c, err := s.c.Count(gctx, &qdrant.CountPoints{CollectionName: s.coll,
-				Filter: userFilter(userID, qdrant.NewMatchInt(pfLexDims, int64(k))), Exact: &exact})
-			df[i] = int(c)
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return 0, nil, fmt.Errorf("qdrant count: %w", err)
-	}
-	return int(n), df, nil
+	return f
 }
 
 // scroll calls fn for every point matching f.

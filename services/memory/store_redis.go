@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"strconv"
 	"time"
 
@@ -174,55 +174,82 @@ func (s *RedisEpisodic) Search(ctx context.Context, userID string, q SearchQuery
 	if err != nil {
 		return nil, err
 	}
-	return searchEntries(all, q), nil
+	return searchEntries(all, q, s.now()), nil
 }
 
-// DocFreq implements TierStore over the user's episodic memories, loaded as Search loads them.
-func (s *RedisEpisodic) DocFreq(ctx context.Context, userID string, dims []int) (int, []int, error) {
-	all, err := s.all(ctx, userID)
-	if err != nil {
-		return 0, nil, err
+// searchEntries is exact search over loaded entries, with SearchQuery's semantics; lexical
+// statistics are those of the loaded entries (the user's episodic memories, expired ones
+// included as in the other backends).
+func searchEntries(all []Entry, q SearchQuery, now time.Time) []Hit {
+	if q.Limit <= 0 {
+		return nil
 	}
-	n, df := entriesDocFreq(all, dims)
-	return n, df, nil
-}
-
-// entriesDocFreq counts, per dimension, the entries with a non-zero component there.
-func entriesDocFreq(all []Entry, dims []int) (int, []int) {
-	df := make([]int, len(dims))
-	for _, e := range all {
-		for i, k := range dims {
-			if k >= 0 && k < len(e.Vector) && e.Vector[k] != 0 {
-				df[i]++
+	byID := make(map[string]Entry, len(all))
+	var idf []float32
+	var docs []sparseVec
+	if !q.Lexical.empty() {
+		docs = make([]sparseVec, len(all))
+		df := make([]int, len(q.Lexical.idx))
+		for i, e := range all {
+			docs[i] = lexDoc(embedText(e.Memory))
+			for j, k := range q.Lexical.idx {
+				if _, ok := slices.BinarySearch(docs[i].idx, k); ok {
+					df[j]++
+				}
 			}
 		}
+		idf = make([]float32, len(df))
+		for j := range df {
+			idf[j] = bm25IDF(len(all), df[j])
+		}
+		q.MinLexical = lexicalFloor(q.MinLexical, len(all))
 	}
-	return len(all), df
-}
-
-// searchEntries is exact search over loaded entries, with SearchQuery's semantics.
-func searchEntries(all []Entry, q SearchQuery) []Hit {
-	var hits []Hit
-	for _, e := range all {
+	lexT, denseT := topK{k: q.Limit}, topK{k: q.Limit}
+	lookup := len(q.AttributeKeys) > 0 && q.MinLexical <= 0
+	for i, e := range all {
 		m := e.Memory
-		if !live(m) || !typeAllowed(q.Types, m.GetType()) {
+		if !live(m) || !typeAllowed(q.Types, m.GetType()) || (m.GetExpiresAt() != nil && !m.GetExpiresAt().AsTime().After(now)) {
 			continue
 		}
 		if !q.UpdatedAfter.IsZero() && m.GetType() != memoryv1.MemoryType_MEMORY_TYPE_FACT && m.GetUpdatedAt().AsTime().Before(q.UpdatedAfter) {
 			continue
 		}
+		if o := occurredAt(m); (!q.OccurredAfter.IsZero() && o.Before(q.OccurredAfter)) || (!q.OccurredBefore.IsZero() && !o.Before(q.OccurredBefore)) {
+			continue
+		}
 		if len(q.AttributeKeys) > 0 && !hasAnyKey(attrKeys(m), q.AttributeKeys) {
 			continue
 		}
-		sim := cosine(q.Vector, e.Vector)
-		if sim < q.MinSimilarity {
-			continue
+		byID[m.GetId()] = e
+		if docs != nil {
+			if sc := float64(sparseDot(q.Lexical, idf, docs[i])); (sc >= q.MinLexical && sc > 0) || lookup {
+				lexT.offer(m.GetId(), sc)
+			}
 		}
-		hits = append(hits, Hit{Entry: e, Similarity: sim})
+		if len(q.Vector) > 0 && len(e.Vector) == len(q.Vector) {
+			if sim := cosine(q.Vector, e.Vector); sim >= q.MinSimilarity {
+				denseT.offer(m.GetId(), sim)
+			}
+		}
 	}
-	sort.SliceStable(hits, func(i, j int) bool { return hits[i].Similarity > hits[j].Similarity })
-	if len(hits) > q.Limit {
-		hits = hits[:q.Limit]
+	var lists [][]scored
+	if docs != nil {
+		lists = append(lists, lexT.best())
+	}
+	if len(q.Vector) > 0 {
+		lists = append(lists, denseT.best())
+	}
+	var ranked []scored
+	switch len(lists) {
+	case 1:
+		ranked = lists[0]
+	case 2:
+		ranked = rrfFuse(lists...)
+		ranked = ranked[:min(len(ranked), q.Limit)]
+	}
+	hits := make([]Hit, len(ranked))
+	for i, r := range ranked {
+		hits[i] = Hit{Entry: byID[r.id], Similarity: r.sim}
 	}
 	return hits
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/qdrant/go-client/qdrant"
 	"google.golang.org/protobuf/testing/protocmp"
 
@@ -50,16 +51,26 @@ func splitHostPort(t testing.TB, addr string) (string, int) {
 // tierBackend is one TierStore implementation under test, with a clock the test can move for
 // stores that keep one.
 type tierBackend struct {
-	name    string
-	new     func(t *testing.T, ttl time.Duration) TierStore
-	hasTTL  bool // the store gives memories a TTL (episodic tiers)
-	semOnly bool
+	name   string
+	new    func(t *testing.T, ttl time.Duration) TierStore
+	hasTTL bool // the store gives memories a TTL (episodic tiers)
+	// newClocked, for stores that read their clock (not Redis, whose TTLs are the server's),
+	// opens one on a clock the test moves.
+	newClocked func(t *testing.T, ttl time.Duration, now func() time.Time) TierStore
+	semOnly    bool
 }
 
 func tierBackends() []tierBackend {
 	return []tierBackend{
 		{name: "bolt-episodic", hasTTL: true, new: func(t *testing.T, ttl time.Duration) TierStore {
 			s := openTestBolt(t, ttl)
+			return s.Episodic()
+		}, newClocked: func(t *testing.T, ttl time.Duration, now func() time.Time) TierStore {
+			s, err := OpenBoltStore(filepath.Join(t.TempDir(), "memory.db"), BoltOptions{EpisodicTTL: ttl, Embedder: "test", Dimension: testDim, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
 			return s.Episodic()
 		}},
 		{name: "bolt-semantic", new: func(t *testing.T, ttl time.Duration) TierStore {
@@ -197,18 +208,39 @@ func TestTierStoreConformance(t *testing.T) {
 					}
 				})
 			}
-			t.Run("document frequencies count the user's vectors per component", func(t *testing.T) {
-				n, df, err := s.DocFreq(ctx, "alice", []int{1, 2, 3, 4, 20})
+			t.Run("lexical search ranks by shared words", func(t *testing.T) {
+				hits, err := s.Search(ctx, "alice", SearchQuery{Lexical: lexQuery("does she like tea or coffee"), MinLexical: 1e-9, Limit: 10})
 				if err != nil {
 					t.Fatal(err)
 				}
-				// A, B, C and the expired D all point along 1; A and D along 2; B along 3; C along 4.
-				if d := cmp.Diff([]int{4, 2, 1, 1, 0}, df); n != 4 || d != "" {
-					t.Errorf("n = %d, want 4; df (-want +got):\n%s", n, d)
+				if d := cmp.Diff([]string{idA}, hitIDs(hits)); d != "" {
+					t.Errorf("ids (-want +got):\n%s", d)
 				}
-				n, df, err = s.DocFreq(ctx, "carol", []int{1})
-				if err != nil || n != 0 || len(df) != 1 || df[0] != 0 {
-					t.Errorf("a user without memories: n %d df %v err %v", n, df, err)
+				hits, _ = s.Search(ctx, "alice", SearchQuery{Lexical: lexQuery("fact event"), MinLexical: 1e-9, Limit: 10})
+				got := hitIDs(hits)
+				sort.Strings(got)
+				want := []string{idB, idC}
+				sort.Strings(want)
+				if d := cmp.Diff(want, got); d != "" {
+					t.Errorf("ids (-want +got):\n%s", d)
+				}
+				hits, _ = s.Search(ctx, "alice", SearchQuery{Lexical: lexQuery("zebra"), MinLexical: 0, Limit: 10})
+				if len(hits) != 0 {
+					t.Errorf("a word no memory has found %v", hitIDs(hits))
+				}
+				hits, _ = s.Search(ctx, "alice", SearchQuery{Lexical: lexQuery("zebra"), Limit: 10, AttributeKeys: []string{"drink"}})
+				if d := cmp.Diff([]string{idA}, hitIDs(hits)); d != "" {
+					t.Errorf("attribute lookup ids (-want +got):\n%s", d)
+				}
+			})
+			t.Run("hybrid search fuses both rankings", func(t *testing.T) {
+				hits, err := s.Search(ctx, "alice", SearchQuery{Vector: vecOf(1, 4, 0.5), MinSimilarity: 0, Lexical: lexQuery("tea"), MinLexical: 1e-9, Limit: 10})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// tea: A only; the vector: C, then B, then A. A is in both lists.
+				if d := cmp.Diff([]string{idA, idC, idB}, hitIDs(hits)); d != "" {
+					t.Errorf("ids (-want +got):\n%s", d)
 				}
 			})
 			t.Run("by subject is live only", func(t *testing.T) {
@@ -317,6 +349,9 @@ func TestTierStoreConformance(t *testing.T) {
 	}
 }
 
+// TestEpisodicTTL: a memory is gone once its TTL passes. Stores with their own clock are moved
+// past it; Redis expires keys by its own clock, so the test waits (polling) for that, with a TTL
+// long enough that the put and the first get fit in it on a loaded machine.
 func TestEpisodicTTL(t *testing.T) {
 	for _, b := range tierBackends() {
 		if !b.hasTTL {
@@ -325,7 +360,14 @@ func TestEpisodicTTL(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			s := b.new(t, 300*time.Millisecond)
+			const ttl = 3 * time.Second
+			clock := &fakeClock{t: time.Now()}
+			var s TierStore
+			if b.newClocked != nil {
+				s = b.newClocked(t, ttl, clock.Now)
+			} else {
+				s = b.new(t, ttl)
+			}
 			m := testMemory("carol", newID(), memoryv1.MemoryType_MEMORY_TYPE_EVENT, "short lived", time.Now())
 			if err := s.Put(ctx, Entry{m, vecOf(1, 2, 0)}); err != nil {
 				t.Fatal(err)
@@ -333,9 +375,21 @@ func TestEpisodicTTL(t *testing.T) {
 			if _, err := s.Get(ctx, "carol", m.GetId()); err != nil {
 				t.Fatalf("fresh memory: %v", err)
 			}
-			time.Sleep(450 * time.Millisecond)
-			if _, err := s.Get(ctx, "carol", m.GetId()); !errors.Is(err, ErrNotFound) {
-				t.Errorf("after the TTL: %v, want ErrNotFound", err)
+			gone := func() bool {
+				_, err := s.Get(ctx, "carol", m.GetId())
+				return errors.Is(err, ErrNotFound)
+			}
+			if b.newClocked != nil {
+				clock.Set(clock.Now().Add(ttl - time.Millisecond))
+				if gone() {
+					t.Fatalf("gone before its TTL")
+				}
+				clock.Set(clock.Now().Add(2 * time.Millisecond))
+				if !gone() {
+					t.Errorf("after the TTL: still there")
+				}
+			} else {
+				testenv.WaitFor(t, 30*time.Second, "the memory to expire", gone)
 			}
 			hits, _ := s.Search(ctx, "carol", SearchQuery{Vector: vecOf(1, 2, 0), MinSimilarity: -1, Limit: 5})
 			if len(hits) != 0 {
@@ -497,58 +551,89 @@ func TestStateStoreConformance(t *testing.T) {
 	}
 }
 
-// A collection written before lex_dims existed gets it backfilled when the store opens it, so
-// document frequencies count its points; the meta point that records this is no user's.
-func TestQdrantMigratesLexDims(t *testing.T) {
+// TestQdrantMatchesEmbedded: on the same memories, the embedded index and Qdrant (the double, or
+// a real one with HERMES_TEST_QDRANT_ADDR) give the same lexical scores — Qdrant computing the
+// IDF itself from the sparse vectors — and the same fused rankings with dense vectors. One
+// user's memories, so Qdrant's statistics (over the collection) and the embedded ones (over the
+// user's memories) are over the same memories.
+func TestQdrantMatchesEmbedded(t *testing.T) {
+	set := loadDialogues(t)
 	ctx := context.Background()
-	c, coll := testQdrant(t)
-	if err := c.CreateCollection(ctx, &qdrant.CreateCollection{CollectionName: coll,
-		VectorsConfig: qdrant.NewVectorsConfig(&qdrant.VectorParams{Size: testDim, Distance: qdrant.Distance_Cosine})}); err != nil {
+	const dim = 64
+	bolt, err := OpenBoltStore(filepath.Join(t.TempDir(), "m.db"), BoltOptions{EpisodicTTL: time.Hour, Embedder: "test", Dimension: dim, NoSync: true})
+	if err != nil {
 		t.Fatal(err)
 	}
-	old := &QdrantSemantic{c: c, coll: coll, dim: testDim}
+	t.Cleanup(func() { _ = bolt.Close() })
+	c, coll := testQdrant(t)
+	qs, err := NewQdrantSemantic(ctx, c, coll, dim)
+	if err != nil {
+		t.Fatal(err)
+	}
 	now := time.Now()
-	var ids []string
-	for i, v := range [][]float32{vecOf(1, 2, 0.1), vecOf(1, 3, 0.1)} {
-		m := testMemory("alice", newID(), memoryv1.MemoryType_MEMORY_TYPE_FACT, fmt.Sprint("fact ", i), now)
-		ids = append(ids, m.GetId())
-		p, err := old.payload(m, nil) // the layout of schema 1: no lex_dims
-		if err != nil {
-			t.Fatal(err)
-		}
-		wait := true
-		if _, err := c.Upsert(ctx, &qdrant.UpsertPoints{CollectionName: coll, Wait: &wait, Points: []*qdrant.PointStruct{{
-			Id: qdrant.NewID(m.GetId()), Vectors: qdrant.NewVectorsDense(v), Payload: p}}}); err != nil {
-			t.Fatal(err)
+	for _, conv := range set.convs {
+		for _, turn := range conv.turns {
+			m := testMemory("u", newID(), memoryv1.MemoryType_MEMORY_TYPE_EVENT, turn.text, now)
+			m.Speaker = turn.speaker
+			vec := hashedVectors([]string{embedText(m)}, dim)[0]
+			for _, s := range []TierStore{bolt.Semantic(), qs} {
+				if err := s.Put(ctx, Entry{m, vec}); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 	}
-	for range 2 { // the second open finds the meta point and does nothing
-		s, err := NewQdrantSemantic(ctx, c, coll, testDim)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, df, err := s.DocFreq(ctx, "alice", []int{1, 2, 3, 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := cmp.Diff([]int{2, 1, 1, 0}, df); n != 2 || d != "" {
-			t.Errorf("after migration: n = %d, df (-want +got):\n%s", n, d)
-		}
-		var got []string
-		if err := s.Scan(ctx, "alice", func(e Entry) error { got = append(got, e.Memory.GetId()); return nil }); err != nil {
-			t.Fatal(err)
-		}
-		sort.Strings(got)
-		sort.Strings(ids)
-		if d := cmp.Diff(ids, got); d != "" {
-			t.Errorf("alice's points (-want +got):\n%s", d)
-		}
-		if _, err := s.Get(ctx, "", qdrantMetaID); !errors.Is(err, ErrNotFound) {
-			t.Errorf("the meta point read as a memory: %v", err)
-		}
+	type result struct {
+		ids  []string
+		sims []float64
 	}
-	pts, err := c.Get(ctx, &qdrant.GetPoints{CollectionName: coll, Ids: []*qdrant.PointId{qdrant.NewID(qdrantMetaID)}, WithPayload: qdrant.NewWithPayload(true)})
-	if err != nil || len(pts) != 1 || pts[0].GetPayload()[pfSchema].GetIntegerValue() != qdrantSchema {
-		t.Errorf("meta point: %v %v", pts, err)
+	search := func(s TierStore, q SearchQuery) result {
+		hits, err := s.Search(ctx, "u", q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r result
+		for _, h := range hits {
+			r.ids = append(r.ids, h.Memory.GetId())
+			r.sims = append(r.sims, h.Similarity)
+		}
+		return r
+	}
+	for _, q := range set.questions {
+		lex := SearchQuery{Lexical: lexQuery(q.text), MinLexical: 1.0, Limit: 8}
+		hyb := lex
+		hyb.Vector, hyb.MinSimilarity = hashedVectors([]string{q.text}, dim)[0], 0.1
+		// Fused: equal scores within a list may be ordered either way (and cut either way at
+		// the limit), which moves RRF scores; where the best fused memory is clear in both, it
+		// is the same with the same score.
+		want, got := search(bolt.Semantic(), hyb), search(qs, hyb)
+		if len(want.ids) > 1 && len(got.ids) > 1 && want.sims[0] > want.sims[1]+1e-4 && got.sims[0] > got.sims[1]+1e-4 {
+			if want.ids[0] != got.ids[0] {
+				t.Errorf("hybrid %q: best embedded %s %.5f, Qdrant %s %.5f", q.text, want.ids[0], want.sims[0], got.ids[0], got.sims[0])
+			}
+		}
+		for name, sq := range map[string]SearchQuery{"lexical": lex} {
+			want, got := search(bolt.Semantic(), sq), search(qs, sq)
+			if d := cmp.Diff(want.sims, got.sims, cmpopts.EquateApprox(1e-4, 1e-5)); d != "" {
+				t.Errorf("%s %q: scores, embedded vs Qdrant (-embedded +qdrant):\n%s", name, q.text, d)
+				continue
+			}
+			// Equal scores may come in either order, and a tie at the limit keep either memory.
+			above := func(r result) []string {
+				var ids []string
+				for i, id := range r.ids {
+					if r.sims[i] > r.sims[len(r.sims)-1]+1e-4 {
+						ids = append(ids, id)
+					}
+				}
+				sort.Strings(ids)
+				return ids
+			}
+			if len(want.ids) > 0 {
+				if d := cmp.Diff(above(want), above(got)); d != "" {
+					t.Errorf("%s %q: memories, embedded vs Qdrant (-embedded +qdrant):\n%s", name, q.text, d)
+				}
+			}
+		}
 	}
 }

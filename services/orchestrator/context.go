@@ -155,7 +155,16 @@ func renderMemories(mems []*memoryv1.RecalledMemory) string {
 	b.WriteString(memoryHeading)
 	for _, r := range mems {
 		m := r.GetMemory()
-		fmt.Fprintf(&b, "\n- (%s) %s", memoryTypeName(m.GetType()), strings.TrimSpace(m.GetContent()))
+		// The date the fact or event happened, so "when did I…" can be answered from memory.
+		when := m.GetOccurredAt()
+		if when == nil {
+			when = m.GetCreatedAt()
+		}
+		date := ""
+		if when != nil {
+			date = ", " + when.AsTime().UTC().Format("2006-01-02")
+		}
+		fmt.Fprintf(&b, "\n- (%s%s) %s", memoryTypeName(m.GetType()), date, strings.TrimSpace(m.GetContent()))
 		if attrs := m.GetAttributes(); len(attrs) > 0 {
 			keys := make([]string, 0, len(attrs))
 			for k := range attrs {

@@ -23,28 +23,49 @@ type propertySchema struct {
 	Enum []json.RawMessage `json:"enum"`
 }
 
-// requiredArgs returns the required argument names of a tool's input schema.
-func requiredArgs(schema string) []string {
-	var s inputSchema
-	if json.Unmarshal([]byte(schema), &s) != nil {
-		return nil
-	}
-	return s.Required
+// fillOption is a remembered value that could fill an argument.
+type fillOption struct {
+	value    json.RawMessage // of the property's type
+	raw      string          // as remembered
+	memoryID string
+	// inContext: the memory was recalled for the turn (it passed the similarity threshold for
+	// the turn's text), not only found by looking the attribute up.
+	inContext    bool
+	recallReason string
 }
 
-// fillFromMemory fills required arguments that the call leaves out with values from the
-// recalled memories' attributes, best memory first. Memory only fills blanks: an argument that
-// is present in the call — whatever its value, null included — is never changed, and the
-// original JSON text is kept byte for byte with the filled members appended. A value that does
-// not fit the property's type or enum is not used. Arguments that are not a JSON object are
-// returned unchanged (the tool service reports them to the model).
-func fillFromMemory(schema, args string, memories []*memoryv1.RecalledMemory) (string, []*orchestratorv1.FilledArgument) {
-	if len(memories) == 0 {
-		return args, nil
-	}
+// Outcomes of a fill decision (FillDecision.outcome).
+const (
+	fillFilled   = "filled"
+	fillRejected = "rejected"
+	fillReplaced = "replaced"
+	fillUnsure   = "unsure"
+	fillNoMemory = "no_memory"
+)
+
+// fillDecision is what was decided about one missing argument.
+type fillDecision struct {
+	outcome string
+	// option is the remembered value considered (nil for no_memory).
+	option *fillOption
+	// userValue is the value the user gave instead, when the decider knows it.
+	userValue string
+	reason    string
+	by        string // "model" or "rules"
+}
+
+// fillFromMemory fills required arguments that the call leaves out with remembered values, each
+// only when decide says so. Memory only fills blanks: an argument that is present in the call —
+// whatever its value, null included — is never changed, and the original JSON text is kept byte
+// for byte with the filled members appended. options lists an argument's remembered values, best
+// first, already converted to the property's type. Arguments that are not a JSON object are
+// returned unchanged (the tool service reports them to the model). It returns the arguments,
+// what was filled, and a decision for every missing argument that had a remembered value or not.
+func fillFromMemory(schema, args string, options func(name string, prop propertySchema) []fillOption,
+	decide func(name string, prop json.RawMessage, opts []fillOption) fillDecision) (string, []*orchestratorv1.FilledArgument, []fillDecision, []string) {
 	var s inputSchema
 	if json.Unmarshal([]byte(schema), &s) != nil || len(s.Required) == 0 {
-		return args, nil
+		return args, nil, nil, nil
 	}
 	trimmed := strings.TrimSpace(args)
 	if trimmed == "" {
@@ -52,9 +73,11 @@ func fillFromMemory(schema, args string, memories []*memoryv1.RecalledMemory) (s
 	}
 	var present map[string]json.RawMessage
 	if json.Unmarshal([]byte(trimmed), &present) != nil || present == nil {
-		return args, nil
+		return args, nil, nil, nil
 	}
 	var filled []*orchestratorv1.FilledArgument
+	var decisions []fillDecision
+	var names []string
 	var members [][]byte
 	for _, name := range s.Required {
 		if _, ok := present[name]; ok {
@@ -62,24 +85,23 @@ func fillFromMemory(schema, args string, memories []*memoryv1.RecalledMemory) (s
 		}
 		var prop propertySchema
 		_ = json.Unmarshal(s.Properties[name], &prop)
-		for _, m := range memories {
-			raw, ok := attributeFor(m.GetMemory().GetAttributes(), name)
-			if !ok {
-				continue
-			}
-			val, ok := prop.convert(raw)
-			if !ok {
-				continue
-			}
-			key, _ := json.Marshal(name)
-			members = append(members, append(append(key, ':'), val...))
-			filled = append(filled, &orchestratorv1.FilledArgument{Name: name, Value: string(val), MemoryId: m.GetMemory().GetId()})
-			present[name] = val
-			break
+		opts := options(name, prop)
+		d := fillDecision{outcome: fillNoMemory, reason: "no remembered value fits this argument", by: "rules"}
+		if len(opts) > 0 {
+			d = decide(name, s.Properties[name], opts)
 		}
+		decisions = append(decisions, d)
+		names = append(names, name)
+		if d.outcome != fillFilled || d.option == nil {
+			continue
+		}
+		key, _ := json.Marshal(name)
+		members = append(members, append(append(key, ':'), d.option.value...))
+		filled = append(filled, &orchestratorv1.FilledArgument{Name: name, Value: string(d.option.value), MemoryId: d.option.memoryID})
+		present[name] = d.option.value
 	}
 	if len(filled) == 0 {
-		return args, nil
+		return args, nil, decisions, names
 	}
 	body := strings.TrimSuffix(strings.TrimSpace(trimmed[1:]), "}")
 	var b bytes.Buffer
@@ -92,7 +114,34 @@ func fillFromMemory(schema, args string, memories []*memoryv1.RecalledMemory) (s
 		b.Write(m)
 	}
 	b.WriteByte('}')
-	return b.String(), filled
+	return b.String(), filled, decisions, names
+}
+
+// memoryOptions are the values the memories hold for an argument, best memory first, in the
+// property's type (a value that does not fit the type or the enum is not an option).
+func memoryOptions(mems []*memoryv1.RecalledMemory, name string, prop propertySchema, inContext bool) []fillOption {
+	var out []fillOption
+	for _, m := range mems {
+		raw, ok := attributeFor(m.GetMemory().GetAttributes(), name)
+		if !ok {
+			continue
+		}
+		val, ok := prop.convert(raw)
+		if !ok {
+			continue
+		}
+		out = append(out, fillOption{value: val, raw: strings.TrimSpace(raw), memoryID: m.GetMemory().GetId(), inContext: inContext, recallReason: m.GetReason()})
+	}
+	return out
+}
+
+// requiredArgs returns the required argument names of a tool's input schema.
+func requiredArgs(schema string) []string {
+	var s inputSchema
+	if json.Unmarshal([]byte(schema), &s) != nil {
+		return nil
+	}
+	return s.Required
 }
 
 // attributeFor finds the attribute for an argument: the same name, or the same name once case

@@ -30,6 +30,17 @@ func recalled(id string, attrs map[string]string) *memoryv1.RecalledMemory {
 	return &memoryv1.RecalledMemory{Memory: &memoryv1.Memory{Id: id, Attributes: attrs}}
 }
 
+// fillAll fills from the memories' attributes whatever the message: the mechanics of filling,
+// without the decision (explicit_test.go tests that).
+func fillAll(schema, args string, mems []*memoryv1.RecalledMemory) (string, []*orchestratorv1.FilledArgument) {
+	out, filled, _, _ := fillFromMemory(schema, args,
+		func(name string, prop propertySchema) []fillOption { return memoryOptions(mems, name, prop, true) },
+		func(_ string, _ json.RawMessage, opts []fillOption) fillDecision {
+			return fillDecision{outcome: fillFilled, option: &opts[0], by: "test"}
+		})
+	return out, filled
+}
+
 func TestFillFromMemory(t *testing.T) {
 	restaurant := recalled("m1", map[string]string{"restaurant_name": "蜀香园", "party_size": "4", "time": "18:00"})
 	tests := []struct {
@@ -128,7 +139,7 @@ func TestFillFromMemory(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, filled := fillFromMemory(tc.schema, tc.args, tc.memories)
+			got, filled := fillAll(tc.schema, tc.args, tc.memories)
 			if got != tc.want {
 				t.Errorf("arguments = %s, want %s", got, tc.want)
 			}
@@ -149,7 +160,7 @@ func FuzzFillFromMemory(f *testing.F) {
 	f.Add(`[]`, "", "")
 	f.Fuzz(func(t *testing.T, args, name, party string) {
 		mem := []*memoryv1.RecalledMemory{recalled("m", map[string]string{"restaurant_name": name, "party_size": party, "time": name})}
-		got, filled := fillFromMemory(reservationSchema, args, mem)
+		got, filled := fillAll(reservationSchema, args, mem)
 		if len(filled) == 0 {
 			if got != args {
 				t.Fatalf("nothing filled but %q became %q", args, got)

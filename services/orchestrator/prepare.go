@@ -17,8 +17,8 @@ import (
 )
 
 // prepare gathers what the context is built from: BuildContext (with the summary extended for
-// evicted messages), the tools for the turn and then the memories (recall is told the tools'
-// required arguments so a memory that can fill one is found), and the task state, concurrently.
+// evicted messages), the tools for the turn and then the memories relevant to the turn's text,
+// and the task state, concurrently.
 func (t *turn) prepare(ctx context.Context) error {
 	var (
 		built *sessionv1.BuildContextResponse
@@ -213,19 +213,9 @@ func (t *turn) recall(ctx context.Context) {
 	}
 	ctx, span := t.s.tracer.Start(ctx, "orchestrator.recall")
 	defer span.End()
-	var keys []string
-	seen := map[string]bool{}
-	for _, tool := range t.tools {
-		for _, k := range requiredArgs(tool.GetSpec().GetInputSchema()) {
-			if !seen[k] && len(keys) < 16 {
-				seen[k] = true
-				keys = append(keys, k)
-			}
-		}
-	}
-	resp, err := t.s.deps.Memory.Recall(ctx, &memoryv1.RecallRequest{
-		UserId: t.user, Query: t.text, Limit: int32(t.s.cfg.MemoryLimit), AttributeKeys: keys,
-	})
+	// Only memories relevant to the turn's text enter its context; a value for an argument a
+	// call leaves out is looked up when that happens (turn.fill).
+	resp, err := t.s.deps.Memory.Recall(ctx, &memoryv1.RecallRequest{UserId: t.user, Query: t.text, Limit: int32(t.s.cfg.MemoryLimit)})
 	if err != nil {
 		ev.Error = "recall failed, the turn goes on without memories: " + status.Convert(err).Message()
 		span.SetStatus(otelcodes.Error, err.Error())

@@ -30,6 +30,8 @@ type outcome struct {
 	started  *orchestratorv1.ToolCallStarted
 	result   *toolsv1.ToolResult
 	finished *orchestratorv1.ToolCallFinished
+	// held is the result of a call that is not run (see turn.fill).
+	held *toolsv1.ToolResult
 }
 
 // stepIDs locates the latest tool step in the current turn's messages: they carry the
@@ -62,11 +64,15 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 			modelID = c.ID // the provider's request needs distinct ids within the step
 		}
 		seenIDs[modelID] = true
-		outs[i] = t.startCall(step, c)
+		outs[i] = t.startCall(ctx, step, c)
 		outs[i].modelID = modelID
 	}
 	var wg sync.WaitGroup
 	for i, o := range outs {
+		if o.held != nil {
+			o.result = o.held
+			continue
+		}
 		if i >= t.s.cfg.MaxCallsPerStep {
 			o.result = &toolsv1.ToolResult{Error: &toolsv1.ToolError{
 				Code:    toolsv1.ErrorCode_ERROR_CODE_EXECUTION,
@@ -121,20 +127,23 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 	return t.checkFailures(outs)
 }
 
-// startCall fills missing required arguments from memory, derives the idempotency key, and
-// announces the call.
-func (t *turn) startCall(step int32, c model.ToolCall) *outcome {
+// startCall fills missing required arguments from memory where the user's message allows it
+// (turn.fill), derives the idempotency key, and announces the call.
+func (t *turn) startCall(ctx context.Context, step int32, c model.ToolCall) *outcome {
 	tool := t.byName[c.Name]
 	var filled []*orchestratorv1.FilledArgument
+	var decisions []*orchestratorv1.FillDecision
+	var held *toolsv1.ToolResult
 	if tool != nil {
-		c.Arguments, filled = fillFromMemory(tool.GetSpec().GetInputSchema(), c.Arguments, t.memories)
+		c.Arguments, filled, decisions, held = t.fill(ctx, tool, c.Arguments)
 	}
-	started := &orchestratorv1.ToolCallStarted{CallId: c.ID, Name: c.Name, Arguments: c.Arguments, Filled: filled, Step: step}
+	started := &orchestratorv1.ToolCallStarted{CallId: c.ID, Name: c.Name, Arguments: c.Arguments, Filled: filled, Step: step,
+		FillDecisions: decisions, Held: held != nil}
 	if tool.GetSpec().GetIdempotent() {
 		started.IdempotencyKey = IdempotencyKey(t.session, c.Name, c.Arguments)
 	}
 	t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_ToolCall{ToolCall: started}})
-	return &outcome{call: c, started: started}
+	return &outcome{call: c, started: started, held: held}
 }
 
 // execute runs one call through the tool service. A failure to reach the service becomes a

@@ -2,10 +2,9 @@ package session
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
-	"math/big"
+	mrand "math/rand/v2"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -279,11 +278,8 @@ func testIsolation(t *testing.T, s Store) {
 // randomLog returns a random but valid conversation: turns of a user message, optional tool
 // steps, an answer; some user messages sticky.
 func randomLog(n int, seed int64) []*sessionv1.Message {
-	r := func(k int64) int64 {
-		v, _ := rand.Int(rand.Reader, big.NewInt(k))
-		return v.Int64()
-	}
-	_ = seed
+	rng := mrand.New(mrand.NewPCG(uint64(seed), 0x5e55))
+	r := func(k int64) int64 { return rng.Int64N(k) }
 	var out []*sessionv1.Message
 	callN := 0
 	for len(out) < n {
@@ -300,6 +296,18 @@ func randomLog(n int, seed int64) []*sessionv1.Message {
 		out = append(out, assistant("done"))
 	}
 	return numbered(out...)
+}
+
+// TestRandomLogSeed: the log is a function of its seed, so a failure of a test that uses it can
+// be replayed.
+func TestRandomLogSeed(t *testing.T) {
+	opts := protocmp.Transform()
+	if d := cmp.Diff(randomLog(200, 7), randomLog(200, 7), opts); d != "" {
+		t.Errorf("two logs of seed 7 differ:\n%s", d)
+	}
+	if cmp.Equal(randomLog(200, 7), randomLog(200, 8), opts) {
+		t.Errorf("the logs of seeds 7 and 8 are the same")
+	}
 }
 
 func testLoadContext(t *testing.T, s Store) {

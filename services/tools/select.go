@@ -8,8 +8,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"unicode"
 
+	"github.com/hermes-agent/hermes/internal/textseg"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -352,107 +352,14 @@ func init() {
 }
 
 // terms splits text into search terms: words split at non-letters and camelCase, lower-cased,
-// stop words dropped and lightly stemmed; CJK runs become overlapping character pairs.
+// stop words and one-letter words dropped, lightly stemmed; CJK runs become overlapping
+// character pairs.
 func terms(text string) []string {
 	var out []string
-	var word []rune
-	var cjk []rune
-	flushWord := func() {
-		if len(word) == 0 {
-			return
-		}
-		w := strings.ToLower(string(word))
-		word = word[:0]
-		if len([]rune(w)) < 2 && !isDigits(w) || stopwords[w] {
-			return
-		}
-		out = append(out, stem(w))
-	}
-	flushCJK := func() {
-		switch len(cjk) {
-		case 0:
-		case 1:
-			out = append(out, string(cjk))
-		default:
-			for i := 0; i+1 < len(cjk); i++ {
-				out = append(out, string(cjk[i:i+2]))
-			}
-		}
-		cjk = cjk[:0]
-	}
-	var prev rune
-	for _, r := range text {
-		switch {
-		case isCJK(r):
-			flushWord()
-			cjk = append(cjk, r)
-		case unicode.IsLetter(r) || unicode.IsDigit(r):
-			flushCJK()
-			if unicode.IsUpper(r) && unicode.IsLower(prev) {
-				flushWord()
-			}
-			word = append(word, r)
-		default:
-			flushWord()
-			flushCJK()
-		}
-		prev = r
-	}
-	flushWord()
-	flushCJK()
+	textseg.Segment(text, textseg.Options{SplitCamel: true, MinWordRunes: 2, Stop: stopwords, Stem: true}, func(t textseg.Term) {
+		out = append(out, t.Text)
+	})
 	return out
-}
-
-func isDigits(s string) bool {
-	for _, r := range s {
-		if r < '0' || r > '9' {
-			return false
-		}
-	}
-	return s != ""
-}
-
-func isCJK(r rune) bool {
-	return unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r) || unicode.Is(unicode.Katakana, r) || unicode.Is(unicode.Hangul, r)
-}
-
-// stem strips common English inflections so "flights", "booking" and "booked" meet "flight"
-// and "book".
-func stem(w string) string {
-	w = stripSuffix(w)
-	// A final "e" goes too, so "schedule", "scheduled" and "scheduling" all meet.
-	if len(w) > 4 && w[len(w)-1] == 'e' {
-		w = w[:len(w)-1]
-	}
-	return w
-}
-
-func stripSuffix(w string) string {
-	n := len(w)
-	switch {
-	case n > 4 && strings.HasSuffix(w, "ies"):
-		return w[:n-3] + "y"
-	case strings.HasSuffix(w, "sses"):
-		return w[:n-2]
-	case n > 4 && (strings.HasSuffix(w, "ches") || strings.HasSuffix(w, "shes") || strings.HasSuffix(w, "xes") || strings.HasSuffix(w, "zes")):
-		return w[:n-2]
-	case n > 3 && strings.HasSuffix(w, "s") && !strings.HasSuffix(w, "ss") && !strings.HasSuffix(w, "us") && !strings.HasSuffix(w, "is"):
-		return w[:n-1]
-	case n > 5 && strings.HasSuffix(w, "ing"):
-		return undouble(w[:n-3])
-	case n > 4 && strings.HasSuffix(w, "ed"):
-		return undouble(w[:n-2])
-	}
-	return w
-}
-
-// undouble turns "shipp" (from "shipping") into "ship".
-func undouble(w string) string {
-	n := len(w)
-	if n >= 3 && w[n-1] == w[n-2] && !strings.ContainsRune("aeiouls", rune(w[n-1])) {
-		return w[:n-1]
-	}
-	return w
 }
 
 // thesaurus groups everyday words a user says with the words tool descriptions use for the same

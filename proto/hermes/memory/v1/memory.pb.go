@@ -244,7 +244,13 @@ type Memory struct {
 	Keywords []string `protobuf:"bytes,19,rep,name=keywords,proto3" json:"keywords,omitempty"`
 	// When an episodic memory's time to live ends (it is extended by recall); unset for semantic
 	// memories.
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// When the fact or event happened (for an extracted memory, the time of its turn); unset
+	// means the time it was written. Recall filters and boosts by it, and the prompt shows it.
+	OccurredAt *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=occurred_at,json=occurredAt,proto3" json:"occurred_at,omitempty"`
+	// Who said it, when known (for example a participant's name in a conversation with several
+	// people). Two memories of different speakers are never merged.
+	Speaker       string `protobuf:"bytes,22,opt,name=speaker,proto3" json:"speaker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -419,6 +425,20 @@ func (x *Memory) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Memory) GetOccurredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OccurredAt
+	}
+	return nil
+}
+
+func (x *Memory) GetSpeaker() string {
+	if x != nil {
+		return x.Speaker
+	}
+	return ""
+}
+
 // RememberRequest is the input of Remember.
 type RememberRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -446,8 +466,12 @@ type RememberRequest struct {
 	TurnId string `protobuf:"bytes,11,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
 	// Ids of the session messages it was drawn from, at most 64.
 	SourceMessageIds []string `protobuf:"bytes,12,rep,name=source_message_ids,json=sourceMessageIds,proto3" json:"source_message_ids,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// When the fact or event happened; unset means now.
+	OccurredAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=occurred_at,json=occurredAt,proto3" json:"occurred_at,omitempty"`
+	// Who said it, when known, at most 128 bytes.
+	Speaker       string `protobuf:"bytes,14,opt,name=speaker,proto3" json:"speaker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RememberRequest) Reset() {
@@ -564,6 +588,20 @@ func (x *RememberRequest) GetSourceMessageIds() []string {
 	return nil
 }
 
+func (x *RememberRequest) GetOccurredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OccurredAt
+	}
+	return nil
+}
+
+func (x *RememberRequest) GetSpeaker() string {
+	if x != nil {
+		return x.Speaker
+	}
+	return ""
+}
+
 // RememberResponse is the output of Remember.
 type RememberResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -637,17 +675,26 @@ type RecallRequest struct {
 	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
 	// Maximum number of memories, 1 to 20; 0 means 5.
 	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
-	// Minimum similarity; unset means the embedder's calibrated default (0.45 for a model
-	// embedder).
+	// Minimum similarity; unset means the calibrated default: 0.45 (cosine) for a model
+	// embedder, memory.lexical-min-similarity (a BM25 score) for the lexical one.
 	MinSimilarity *float64 `protobuf:"fixed64,4,opt,name=min_similarity,json=minSimilarity,proto3,oneof" json:"min_similarity,omitempty"`
 	// Memories not updated within this age are left out, except facts; unset means 30 days.
 	MaxAge *durationpb.Duration `protobuf:"bytes,5,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
 	// Only these types.
 	Types []MemoryType `protobuf:"varint,6,rep,packed,name=types,proto3,enum=hermes.memory.v1.MemoryType" json:"types,omitempty"`
-	// Memories that carry any of these attribute keys (for example "restaurant_name") are
-	// recalled as well when they fall below the similarity threshold, so a missing tool argument
-	// can be filled; their reason says so. At most 16.
+	// An attribute lookup: only memories that carry one of these attribute keys (for example
+	// "restaurant_name"), ranked by similarity to the query and then recency, with no similarity
+	// threshold; for filling a tool argument a call left out, never for the context of a turn.
+	// Their reason says so. At most 16.
 	AttributeKeys []string `protobuf:"bytes,7,rep,name=attribute_keys,json=attributeKeys,proto3" json:"attribute_keys,omitempty"`
+	// Only memories that happened at or after this time.
+	OccurredAfter *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=occurred_after,json=occurredAfter,proto3" json:"occurred_after,omitempty"`
+	// Only memories that happened before this time.
+	OccurredBefore *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=occurred_before,json=occurredBefore,proto3" json:"occurred_before,omitempty"`
+	// The time the query is asked at, which relative time words in it ("yesterday", "上周") are
+	// read against; unset means now. Memories that happened in the time the query names rank
+	// higher (memory.time-boost); they are not filtered.
+	ReferenceTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=reference_time,json=referenceTime,proto3" json:"reference_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -727,6 +774,27 @@ func (x *RecallRequest) GetTypes() []MemoryType {
 func (x *RecallRequest) GetAttributeKeys() []string {
 	if x != nil {
 		return x.AttributeKeys
+	}
+	return nil
+}
+
+func (x *RecallRequest) GetOccurredAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OccurredAfter
+	}
+	return nil
+}
+
+func (x *RecallRequest) GetOccurredBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OccurredBefore
+	}
+	return nil
+}
+
+func (x *RecallRequest) GetReferenceTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReferenceTime
 	}
 	return nil
 }
@@ -1751,7 +1819,7 @@ var File_hermes_memory_v1_memory_proto protoreflect.FileDescriptor
 
 const file_hermes_memory_v1_memory_proto_rawDesc = "" +
 	"\n" +
-	"\x1dhermes/memory/v1/memory.proto\x12\x10hermes.memory.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dhermes/events/v1/events.proto\"\x9a\a\n" +
+	"\x1dhermes/memory/v1/memory.proto\x12\x10hermes.memory.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dhermes/events/v1/events.proto\"\xf1\a\n" +
 	"\x06Memory\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x120\n" +
@@ -1782,10 +1850,13 @@ const file_hermes_memory_v1_memory_proto_rawDesc = "" +
 	"\asubject\x18\x12 \x01(\tR\asubject\x12\x1a\n" +
 	"\bkeywords\x18\x13 \x03(\tR\bkeywords\x129\n" +
 	"\n" +
-	"expires_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x1a=\n" +
+	"expires_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12;\n" +
+	"\voccurred_at\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"occurredAt\x12\x18\n" +
+	"\aspeaker\x18\x16 \x01(\tR\aspeaker\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa2\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf9\x04\n" +
 	"\x0fRememberRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x120\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1c.hermes.memory.v1.MemoryTypeR\x04type\x12\x18\n" +
@@ -1804,14 +1875,17 @@ const file_hermes_memory_v1_memory_proto_rawDesc = "" +
 	"\bkeywords\x18\n" +
 	" \x03(\tR\bkeywords\x12\x17\n" +
 	"\aturn_id\x18\v \x01(\tR\x06turnId\x12,\n" +
-	"\x12source_message_ids\x18\f \x03(\tR\x10sourceMessageIds\x1a=\n" +
+	"\x12source_message_ids\x18\f \x03(\tR\x10sourceMessageIds\x12;\n" +
+	"\voccurred_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"occurredAt\x12\x18\n" +
+	"\aspeaker\x18\x0e \x01(\tR\aspeaker\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x96\x01\n" +
 	"\x10RememberResponse\x120\n" +
 	"\x06memory\x18\x01 \x01(\v2\x18.hermes.memory.v1.MemoryR\x06memory\x12)\n" +
 	"\x10updated_existing\x18\x02 \x01(\bR\x0fupdatedExisting\x12%\n" +
-	"\x0esuperseded_ids\x18\x03 \x03(\tR\rsupersededIds\"\xa2\x02\n" +
+	"\x0esuperseded_ids\x18\x03 \x03(\tR\rsupersededIds\"\xed\x03\n" +
 	"\rRecallRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x12\x14\n" +
 	"\x05query\x18\x02 \x01(\tR\x05query\x12\x14\n" +
@@ -1819,7 +1893,11 @@ const file_hermes_memory_v1_memory_proto_rawDesc = "" +
 	"\x0emin_similarity\x18\x04 \x01(\x01H\x00R\rminSimilarity\x88\x01\x01\x122\n" +
 	"\amax_age\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x06maxAge\x122\n" +
 	"\x05types\x18\x06 \x03(\x0e2\x1c.hermes.memory.v1.MemoryTypeR\x05types\x12%\n" +
-	"\x0eattribute_keys\x18\a \x03(\tR\rattributeKeysB\x11\n" +
+	"\x0eattribute_keys\x18\a \x03(\tR\rattributeKeys\x12A\n" +
+	"\x0eoccurred_after\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\roccurredAfter\x12C\n" +
+	"\x0foccurred_before\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x0eoccurredBefore\x12A\n" +
+	"\x0ereference_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\rreferenceTimeB\x11\n" +
 	"\x0f_min_similarity\"\x90\x01\n" +
 	"\x0eRecalledMemory\x120\n" +
 	"\x06memory\x18\x01 \x01(\v2\x18.hermes.memory.v1.MemoryR\x06memory\x12\x14\n" +
@@ -1982,45 +2060,50 @@ var file_hermes_memory_v1_memory_proto_depIdxs = []int32{
 	25, // 6: hermes.memory.v1.Memory.last_recalled_at:type_name -> google.protobuf.Timestamp
 	25, // 7: hermes.memory.v1.Memory.expired_at:type_name -> google.protobuf.Timestamp
 	25, // 8: hermes.memory.v1.Memory.expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 9: hermes.memory.v1.RememberRequest.type:type_name -> hermes.memory.v1.MemoryType
-	23, // 10: hermes.memory.v1.RememberRequest.attributes:type_name -> hermes.memory.v1.RememberRequest.AttributesEntry
-	1,  // 11: hermes.memory.v1.RememberRequest.tier:type_name -> hermes.memory.v1.Tier
-	2,  // 12: hermes.memory.v1.RememberRequest.source:type_name -> hermes.memory.v1.Source
-	3,  // 13: hermes.memory.v1.RememberResponse.memory:type_name -> hermes.memory.v1.Memory
-	26, // 14: hermes.memory.v1.RecallRequest.max_age:type_name -> google.protobuf.Duration
-	0,  // 15: hermes.memory.v1.RecallRequest.types:type_name -> hermes.memory.v1.MemoryType
-	3,  // 16: hermes.memory.v1.RecalledMemory.memory:type_name -> hermes.memory.v1.Memory
-	7,  // 17: hermes.memory.v1.RecallResponse.memories:type_name -> hermes.memory.v1.RecalledMemory
-	0,  // 18: hermes.memory.v1.ListMemoriesRequest.types:type_name -> hermes.memory.v1.MemoryType
-	1,  // 19: hermes.memory.v1.ListMemoriesRequest.tier:type_name -> hermes.memory.v1.Tier
-	3,  // 20: hermes.memory.v1.ListMemoriesResponse.memories:type_name -> hermes.memory.v1.Memory
-	27, // 21: hermes.memory.v1.ExtractTurnRequest.turn:type_name -> hermes.events.v1.TurnFinished
-	0,  // 22: hermes.memory.v1.Candidate.type:type_name -> hermes.memory.v1.MemoryType
-	24, // 23: hermes.memory.v1.Candidate.attributes:type_name -> hermes.memory.v1.Candidate.AttributesEntry
-	16, // 24: hermes.memory.v1.ExtractTurnResponse.candidates:type_name -> hermes.memory.v1.Candidate
-	3,  // 25: hermes.memory.v1.ExtractTurnResponse.memories:type_name -> hermes.memory.v1.Memory
-	3,  // 26: hermes.memory.v1.RecordBehaviorResponse.habit:type_name -> hermes.memory.v1.Memory
-	4,  // 27: hermes.memory.v1.MemoryService.Remember:input_type -> hermes.memory.v1.RememberRequest
-	6,  // 28: hermes.memory.v1.MemoryService.Recall:input_type -> hermes.memory.v1.RecallRequest
-	9,  // 29: hermes.memory.v1.MemoryService.ListMemories:input_type -> hermes.memory.v1.ListMemoriesRequest
-	11, // 30: hermes.memory.v1.MemoryService.Forget:input_type -> hermes.memory.v1.ForgetRequest
-	13, // 31: hermes.memory.v1.MemoryService.ForgetUser:input_type -> hermes.memory.v1.ForgetUserRequest
-	15, // 32: hermes.memory.v1.MemoryService.ExtractTurn:input_type -> hermes.memory.v1.ExtractTurnRequest
-	18, // 33: hermes.memory.v1.MemoryService.RecordBehavior:input_type -> hermes.memory.v1.RecordBehaviorRequest
-	20, // 34: hermes.memory.v1.MemoryService.RunMaintenance:input_type -> hermes.memory.v1.RunMaintenanceRequest
-	5,  // 35: hermes.memory.v1.MemoryService.Remember:output_type -> hermes.memory.v1.RememberResponse
-	8,  // 36: hermes.memory.v1.MemoryService.Recall:output_type -> hermes.memory.v1.RecallResponse
-	10, // 37: hermes.memory.v1.MemoryService.ListMemories:output_type -> hermes.memory.v1.ListMemoriesResponse
-	12, // 38: hermes.memory.v1.MemoryService.Forget:output_type -> hermes.memory.v1.ForgetResponse
-	14, // 39: hermes.memory.v1.MemoryService.ForgetUser:output_type -> hermes.memory.v1.ForgetUserResponse
-	17, // 40: hermes.memory.v1.MemoryService.ExtractTurn:output_type -> hermes.memory.v1.ExtractTurnResponse
-	19, // 41: hermes.memory.v1.MemoryService.RecordBehavior:output_type -> hermes.memory.v1.RecordBehaviorResponse
-	21, // 42: hermes.memory.v1.MemoryService.RunMaintenance:output_type -> hermes.memory.v1.RunMaintenanceResponse
-	35, // [35:43] is the sub-list for method output_type
-	27, // [27:35] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	25, // 9: hermes.memory.v1.Memory.occurred_at:type_name -> google.protobuf.Timestamp
+	0,  // 10: hermes.memory.v1.RememberRequest.type:type_name -> hermes.memory.v1.MemoryType
+	23, // 11: hermes.memory.v1.RememberRequest.attributes:type_name -> hermes.memory.v1.RememberRequest.AttributesEntry
+	1,  // 12: hermes.memory.v1.RememberRequest.tier:type_name -> hermes.memory.v1.Tier
+	2,  // 13: hermes.memory.v1.RememberRequest.source:type_name -> hermes.memory.v1.Source
+	25, // 14: hermes.memory.v1.RememberRequest.occurred_at:type_name -> google.protobuf.Timestamp
+	3,  // 15: hermes.memory.v1.RememberResponse.memory:type_name -> hermes.memory.v1.Memory
+	26, // 16: hermes.memory.v1.RecallRequest.max_age:type_name -> google.protobuf.Duration
+	0,  // 17: hermes.memory.v1.RecallRequest.types:type_name -> hermes.memory.v1.MemoryType
+	25, // 18: hermes.memory.v1.RecallRequest.occurred_after:type_name -> google.protobuf.Timestamp
+	25, // 19: hermes.memory.v1.RecallRequest.occurred_before:type_name -> google.protobuf.Timestamp
+	25, // 20: hermes.memory.v1.RecallRequest.reference_time:type_name -> google.protobuf.Timestamp
+	3,  // 21: hermes.memory.v1.RecalledMemory.memory:type_name -> hermes.memory.v1.Memory
+	7,  // 22: hermes.memory.v1.RecallResponse.memories:type_name -> hermes.memory.v1.RecalledMemory
+	0,  // 23: hermes.memory.v1.ListMemoriesRequest.types:type_name -> hermes.memory.v1.MemoryType
+	1,  // 24: hermes.memory.v1.ListMemoriesRequest.tier:type_name -> hermes.memory.v1.Tier
+	3,  // 25: hermes.memory.v1.ListMemoriesResponse.memories:type_name -> hermes.memory.v1.Memory
+	27, // 26: hermes.memory.v1.ExtractTurnRequest.turn:type_name -> hermes.events.v1.TurnFinished
+	0,  // 27: hermes.memory.v1.Candidate.type:type_name -> hermes.memory.v1.MemoryType
+	24, // 28: hermes.memory.v1.Candidate.attributes:type_name -> hermes.memory.v1.Candidate.AttributesEntry
+	16, // 29: hermes.memory.v1.ExtractTurnResponse.candidates:type_name -> hermes.memory.v1.Candidate
+	3,  // 30: hermes.memory.v1.ExtractTurnResponse.memories:type_name -> hermes.memory.v1.Memory
+	3,  // 31: hermes.memory.v1.RecordBehaviorResponse.habit:type_name -> hermes.memory.v1.Memory
+	4,  // 32: hermes.memory.v1.MemoryService.Remember:input_type -> hermes.memory.v1.RememberRequest
+	6,  // 33: hermes.memory.v1.MemoryService.Recall:input_type -> hermes.memory.v1.RecallRequest
+	9,  // 34: hermes.memory.v1.MemoryService.ListMemories:input_type -> hermes.memory.v1.ListMemoriesRequest
+	11, // 35: hermes.memory.v1.MemoryService.Forget:input_type -> hermes.memory.v1.ForgetRequest
+	13, // 36: hermes.memory.v1.MemoryService.ForgetUser:input_type -> hermes.memory.v1.ForgetUserRequest
+	15, // 37: hermes.memory.v1.MemoryService.ExtractTurn:input_type -> hermes.memory.v1.ExtractTurnRequest
+	18, // 38: hermes.memory.v1.MemoryService.RecordBehavior:input_type -> hermes.memory.v1.RecordBehaviorRequest
+	20, // 39: hermes.memory.v1.MemoryService.RunMaintenance:input_type -> hermes.memory.v1.RunMaintenanceRequest
+	5,  // 40: hermes.memory.v1.MemoryService.Remember:output_type -> hermes.memory.v1.RememberResponse
+	8,  // 41: hermes.memory.v1.MemoryService.Recall:output_type -> hermes.memory.v1.RecallResponse
+	10, // 42: hermes.memory.v1.MemoryService.ListMemories:output_type -> hermes.memory.v1.ListMemoriesResponse
+	12, // 43: hermes.memory.v1.MemoryService.Forget:output_type -> hermes.memory.v1.ForgetResponse
+	14, // 44: hermes.memory.v1.MemoryService.ForgetUser:output_type -> hermes.memory.v1.ForgetUserResponse
+	17, // 45: hermes.memory.v1.MemoryService.ExtractTurn:output_type -> hermes.memory.v1.ExtractTurnResponse
+	19, // 46: hermes.memory.v1.MemoryService.RecordBehavior:output_type -> hermes.memory.v1.RecordBehaviorResponse
+	21, // 47: hermes.memory.v1.MemoryService.RunMaintenance:output_type -> hermes.memory.v1.RunMaintenanceResponse
+	40, // [40:48] is the sub-list for method output_type
+	32, // [32:40] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_hermes_memory_v1_memory_proto_init() }

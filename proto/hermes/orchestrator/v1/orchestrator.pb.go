@@ -1235,8 +1235,14 @@ type ToolCallStarted struct {
 	Step int32 `protobuf:"varint,5,opt,name=step,proto3" json:"step,omitempty"`
 	// The idempotency key used, for idempotent tools.
 	IdempotencyKey string `protobuf:"bytes,6,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// For each required argument the call left out, whether a remembered value filled it and
+	// why (explicit information in the user's message always beats memory).
+	FillDecisions []*FillDecision `protobuf:"bytes,40,rep,name=fill_decisions,json=fillDecisions,proto3" json:"fill_decisions,omitempty"`
+	// The call was not run: an argument is missing and a remembered value was not used; the
+	// model got a result that asks it to confirm with the user.
+	Held          bool `protobuf:"varint,41,opt,name=held,proto3" json:"held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ToolCallStarted) Reset() {
@@ -1311,6 +1317,122 @@ func (x *ToolCallStarted) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *ToolCallStarted) GetFillDecisions() []*FillDecision {
+	if x != nil {
+		return x.FillDecisions
+	}
+	return nil
+}
+
+func (x *ToolCallStarted) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
+}
+
+// FillDecision is what the orchestrator decided about one missing required argument.
+type FillDecision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The argument.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// "filled" (the remembered value was used), "rejected" (the user turned the remembered
+	// value down), "replaced" (the user gave another value), "unsure" (the decision could not
+	// be made safely) or "no_memory" (no remembered value fits).
+	Outcome string `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// The remembered value considered (JSON), if any.
+	Value string `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// The memory it comes from.
+	MemoryId string `protobuf:"bytes,4,opt,name=memory_id,json=memoryId,proto3" json:"memory_id,omitempty"`
+	// Why, for a person reading the events.
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Who decided: "model" or "rules".
+	DecidedBy string `protobuf:"bytes,6,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	// How the memory was found, as the memory service put it.
+	RecallReason  string `protobuf:"bytes,7,opt,name=recall_reason,json=recallReason,proto3" json:"recall_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FillDecision) Reset() {
+	*x = FillDecision{}
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FillDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FillDecision) ProtoMessage() {}
+
+func (x *FillDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FillDecision.ProtoReflect.Descriptor instead.
+func (*FillDecision) Descriptor() ([]byte, []int) {
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *FillDecision) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FillDecision) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *FillDecision) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *FillDecision) GetMemoryId() string {
+	if x != nil {
+		return x.MemoryId
+	}
+	return ""
+}
+
+func (x *FillDecision) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *FillDecision) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *FillDecision) GetRecallReason() string {
+	if x != nil {
+		return x.RecallReason
+	}
+	return ""
+}
+
 // ToolCallFinished reports a tool's result.
 type ToolCallFinished struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1338,7 +1460,7 @@ type ToolCallFinished struct {
 
 func (x *ToolCallFinished) Reset() {
 	*x = ToolCallFinished{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1472,7 @@ func (x *ToolCallFinished) String() string {
 func (*ToolCallFinished) ProtoMessage() {}
 
 func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1485,7 @@ func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallFinished.ProtoReflect.Descriptor instead.
 func (*ToolCallFinished) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ToolCallFinished) GetCallId() string {
@@ -1446,7 +1568,7 @@ type SummaryUpdated struct {
 
 func (x *SummaryUpdated) Reset() {
 	*x = SummaryUpdated{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1580,7 @@ func (x *SummaryUpdated) String() string {
 func (*SummaryUpdated) ProtoMessage() {}
 
 func (x *SummaryUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1593,7 @@ func (x *SummaryUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryUpdated.ProtoReflect.Descriptor instead.
 func (*SummaryUpdated) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SummaryUpdated) GetThroughSeq() int64 {
@@ -1523,7 +1645,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1657,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1670,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Usage) GetPromptTokens() int64 {
@@ -1612,7 +1734,7 @@ type TurnCompleted struct {
 
 func (x *TurnCompleted) Reset() {
 	*x = TurnCompleted{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1746,7 @@ func (x *TurnCompleted) String() string {
 func (*TurnCompleted) ProtoMessage() {}
 
 func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1759,7 @@ func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCompleted.ProtoReflect.Descriptor instead.
 func (*TurnCompleted) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TurnCompleted) GetTurnId() string {
@@ -1694,7 +1816,7 @@ type TurnFailed struct {
 
 func (x *TurnFailed) Reset() {
 	*x = TurnFailed{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +1828,7 @@ func (x *TurnFailed) String() string {
 func (*TurnFailed) ProtoMessage() {}
 
 func (x *TurnFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +1841,7 @@ func (x *TurnFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnFailed.ProtoReflect.Descriptor instead.
 func (*TurnFailed) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TurnFailed) GetTurnId() string {
@@ -1770,7 +1892,7 @@ type ToolCallRecord struct {
 
 func (x *ToolCallRecord) Reset() {
 	*x = ToolCallRecord{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +1904,7 @@ func (x *ToolCallRecord) String() string {
 func (*ToolCallRecord) ProtoMessage() {}
 
 func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +1917,7 @@ func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallRecord.ProtoReflect.Descriptor instead.
 func (*ToolCallRecord) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ToolCallRecord) GetCall() *ToolCallStarted {
@@ -1845,7 +1967,7 @@ type Turn struct {
 
 func (x *Turn) Reset() {
 	*x = Turn{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +1979,7 @@ func (x *Turn) String() string {
 func (*Turn) ProtoMessage() {}
 
 func (x *Turn) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +1992,7 @@ func (x *Turn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Turn.ProtoReflect.Descriptor instead.
 func (*Turn) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Turn) GetId() string {
@@ -1970,7 +2092,7 @@ type GetTurnRequest struct {
 
 func (x *GetTurnRequest) Reset() {
 	*x = GetTurnRequest{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2104,7 @@ func (x *GetTurnRequest) String() string {
 func (*GetTurnRequest) ProtoMessage() {}
 
 func (x *GetTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2117,7 @@ func (x *GetTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTurnRequest.ProtoReflect.Descriptor instead.
 func (*GetTurnRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetTurnRequest) GetTurnId() string {
@@ -2023,7 +2145,7 @@ type GetTurnResponse struct {
 
 func (x *GetTurnResponse) Reset() {
 	*x = GetTurnResponse{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2157,7 @@ func (x *GetTurnResponse) String() string {
 func (*GetTurnResponse) ProtoMessage() {}
 
 func (x *GetTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2170,7 @@ func (x *GetTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTurnResponse.ProtoReflect.Descriptor instead.
 func (*GetTurnResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetTurnResponse) GetTurn() *Turn {
@@ -2075,7 +2197,7 @@ type ListTurnsRequest struct {
 
 func (x *ListTurnsRequest) Reset() {
 	*x = ListTurnsRequest{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2209,7 @@ func (x *ListTurnsRequest) String() string {
 func (*ListTurnsRequest) ProtoMessage() {}
 
 func (x *ListTurnsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2222,7 @@ func (x *ListTurnsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTurnsRequest.ProtoReflect.Descriptor instead.
 func (*ListTurnsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListTurnsRequest) GetSessionId() string {
@@ -2144,7 +2266,7 @@ type ListTurnsResponse struct {
 
 func (x *ListTurnsResponse) Reset() {
 	*x = ListTurnsResponse{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2278,7 @@ func (x *ListTurnsResponse) String() string {
 func (*ListTurnsResponse) ProtoMessage() {}
 
 func (x *ListTurnsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2291,7 @@ func (x *ListTurnsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTurnsResponse.ProtoReflect.Descriptor instead.
 func (*ListTurnsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListTurnsResponse) GetTurns() []*Turn {
@@ -2201,7 +2323,7 @@ type CancelTurnRequest struct {
 
 func (x *CancelTurnRequest) Reset() {
 	*x = CancelTurnRequest{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2335,7 @@ func (x *CancelTurnRequest) String() string {
 func (*CancelTurnRequest) ProtoMessage() {}
 
 func (x *CancelTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2348,7 @@ func (x *CancelTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTurnRequest.ProtoReflect.Descriptor instead.
 func (*CancelTurnRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CancelTurnRequest) GetTurnId() string {
@@ -2261,7 +2383,7 @@ type CancelTurnResponse struct {
 
 func (x *CancelTurnResponse) Reset() {
 	*x = CancelTurnResponse{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2395,7 @@ func (x *CancelTurnResponse) String() string {
 func (*CancelTurnResponse) ProtoMessage() {}
 
 func (x *CancelTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2408,7 @@ func (x *CancelTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTurnResponse.ProtoReflect.Descriptor instead.
 func (*CancelTurnResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelTurnResponse) GetTurn() *Turn {
@@ -2391,14 +2513,25 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x0eFilledArgument\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x1b\n" +
-	"\tmemory_id\x18\x03 \x01(\tR\bmemoryId\"\xd9\x01\n" +
+	"\tmemory_id\x18\x03 \x01(\tR\bmemoryId\"\xba\x02\n" +
 	"\x0fToolCallStarted\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
 	"\targuments\x18\x03 \x01(\tR\targuments\x12>\n" +
 	"\x06filled\x18\x04 \x03(\v2&.hermes.orchestrator.v1.FilledArgumentR\x06filled\x12\x12\n" +
 	"\x04step\x18\x05 \x01(\x05R\x04step\x12'\n" +
-	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\"\x95\x02\n" +
+	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\x12K\n" +
+	"\x0efill_decisions\x18( \x03(\v2$.hermes.orchestrator.v1.FillDecisionR\rfillDecisions\x12\x12\n" +
+	"\x04held\x18) \x01(\bR\x04held\"\xcb\x01\n" +
+	"\fFillDecision\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\x12\x1b\n" +
+	"\tmemory_id\x18\x04 \x01(\tR\bmemoryId\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\x06 \x01(\tR\tdecidedBy\x12#\n" +
+	"\rrecall_reason\x18\a \x01(\tR\frecallReason\"\x95\x02\n" +
 	"\x10ToolCallFinished\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -2506,7 +2639,7 @@ func file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_hermes_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hermes_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_hermes_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_hermes_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(TurnStatus)(0),               // 0: hermes.orchestrator.v1.TurnStatus
 	(*RunTurnRequest)(nil),        // 1: hermes.orchestrator.v1.RunTurnRequest
@@ -2522,69 +2655,71 @@ var file_hermes_orchestrator_v1_orchestrator_proto_goTypes = []any{
 	(*TextDelta)(nil),             // 11: hermes.orchestrator.v1.TextDelta
 	(*FilledArgument)(nil),        // 12: hermes.orchestrator.v1.FilledArgument
 	(*ToolCallStarted)(nil),       // 13: hermes.orchestrator.v1.ToolCallStarted
-	(*ToolCallFinished)(nil),      // 14: hermes.orchestrator.v1.ToolCallFinished
-	(*SummaryUpdated)(nil),        // 15: hermes.orchestrator.v1.SummaryUpdated
-	(*Usage)(nil),                 // 16: hermes.orchestrator.v1.Usage
-	(*TurnCompleted)(nil),         // 17: hermes.orchestrator.v1.TurnCompleted
-	(*TurnFailed)(nil),            // 18: hermes.orchestrator.v1.TurnFailed
-	(*ToolCallRecord)(nil),        // 19: hermes.orchestrator.v1.ToolCallRecord
-	(*Turn)(nil),                  // 20: hermes.orchestrator.v1.Turn
-	(*GetTurnRequest)(nil),        // 21: hermes.orchestrator.v1.GetTurnRequest
-	(*GetTurnResponse)(nil),       // 22: hermes.orchestrator.v1.GetTurnResponse
-	(*ListTurnsRequest)(nil),      // 23: hermes.orchestrator.v1.ListTurnsRequest
-	(*ListTurnsResponse)(nil),     // 24: hermes.orchestrator.v1.ListTurnsResponse
-	(*CancelTurnRequest)(nil),     // 25: hermes.orchestrator.v1.CancelTurnRequest
-	(*CancelTurnResponse)(nil),    // 26: hermes.orchestrator.v1.CancelTurnResponse
-	nil,                           // 27: hermes.orchestrator.v1.RecalledMemory.AttributesEntry
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*FillDecision)(nil),          // 14: hermes.orchestrator.v1.FillDecision
+	(*ToolCallFinished)(nil),      // 15: hermes.orchestrator.v1.ToolCallFinished
+	(*SummaryUpdated)(nil),        // 16: hermes.orchestrator.v1.SummaryUpdated
+	(*Usage)(nil),                 // 17: hermes.orchestrator.v1.Usage
+	(*TurnCompleted)(nil),         // 18: hermes.orchestrator.v1.TurnCompleted
+	(*TurnFailed)(nil),            // 19: hermes.orchestrator.v1.TurnFailed
+	(*ToolCallRecord)(nil),        // 20: hermes.orchestrator.v1.ToolCallRecord
+	(*Turn)(nil),                  // 21: hermes.orchestrator.v1.Turn
+	(*GetTurnRequest)(nil),        // 22: hermes.orchestrator.v1.GetTurnRequest
+	(*GetTurnResponse)(nil),       // 23: hermes.orchestrator.v1.GetTurnResponse
+	(*ListTurnsRequest)(nil),      // 24: hermes.orchestrator.v1.ListTurnsRequest
+	(*ListTurnsResponse)(nil),     // 25: hermes.orchestrator.v1.ListTurnsResponse
+	(*CancelTurnRequest)(nil),     // 26: hermes.orchestrator.v1.CancelTurnRequest
+	(*CancelTurnResponse)(nil),    // 27: hermes.orchestrator.v1.CancelTurnResponse
+	nil,                           // 28: hermes.orchestrator.v1.RecalledMemory.AttributesEntry
+	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
 }
 var file_hermes_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
 	2,  // 0: hermes.orchestrator.v1.RunTurnRequest.options:type_name -> hermes.orchestrator.v1.TurnOptions
-	28, // 1: hermes.orchestrator.v1.TurnOptions.timeout:type_name -> google.protobuf.Duration
+	29, // 1: hermes.orchestrator.v1.TurnOptions.timeout:type_name -> google.protobuf.Duration
 	4,  // 2: hermes.orchestrator.v1.RunTurnResponse.event:type_name -> hermes.orchestrator.v1.TurnEvent
-	29, // 3: hermes.orchestrator.v1.TurnEvent.time:type_name -> google.protobuf.Timestamp
+	30, // 3: hermes.orchestrator.v1.TurnEvent.time:type_name -> google.protobuf.Timestamp
 	6,  // 4: hermes.orchestrator.v1.TurnEvent.started:type_name -> hermes.orchestrator.v1.TurnStarted
 	8,  // 5: hermes.orchestrator.v1.TurnEvent.context:type_name -> hermes.orchestrator.v1.ContextAssembled
 	10, // 6: hermes.orchestrator.v1.TurnEvent.memories:type_name -> hermes.orchestrator.v1.MemoriesRecalled
 	11, // 7: hermes.orchestrator.v1.TurnEvent.delta:type_name -> hermes.orchestrator.v1.TextDelta
 	13, // 8: hermes.orchestrator.v1.TurnEvent.tool_call:type_name -> hermes.orchestrator.v1.ToolCallStarted
-	14, // 9: hermes.orchestrator.v1.TurnEvent.tool_result:type_name -> hermes.orchestrator.v1.ToolCallFinished
-	15, // 10: hermes.orchestrator.v1.TurnEvent.summary:type_name -> hermes.orchestrator.v1.SummaryUpdated
-	17, // 11: hermes.orchestrator.v1.TurnEvent.completed:type_name -> hermes.orchestrator.v1.TurnCompleted
-	18, // 12: hermes.orchestrator.v1.TurnEvent.failed:type_name -> hermes.orchestrator.v1.TurnFailed
+	15, // 9: hermes.orchestrator.v1.TurnEvent.tool_result:type_name -> hermes.orchestrator.v1.ToolCallFinished
+	16, // 10: hermes.orchestrator.v1.TurnEvent.summary:type_name -> hermes.orchestrator.v1.SummaryUpdated
+	18, // 11: hermes.orchestrator.v1.TurnEvent.completed:type_name -> hermes.orchestrator.v1.TurnCompleted
+	19, // 12: hermes.orchestrator.v1.TurnEvent.failed:type_name -> hermes.orchestrator.v1.TurnFailed
 	5,  // 13: hermes.orchestrator.v1.TurnEvent.tool_progress:type_name -> hermes.orchestrator.v1.ToolProgress
 	7,  // 14: hermes.orchestrator.v1.ContextAssembled.tokens:type_name -> hermes.orchestrator.v1.TokenBreakdown
-	27, // 15: hermes.orchestrator.v1.RecalledMemory.attributes:type_name -> hermes.orchestrator.v1.RecalledMemory.AttributesEntry
+	28, // 15: hermes.orchestrator.v1.RecalledMemory.attributes:type_name -> hermes.orchestrator.v1.RecalledMemory.AttributesEntry
 	9,  // 16: hermes.orchestrator.v1.MemoriesRecalled.memories:type_name -> hermes.orchestrator.v1.RecalledMemory
 	12, // 17: hermes.orchestrator.v1.ToolCallStarted.filled:type_name -> hermes.orchestrator.v1.FilledArgument
-	28, // 18: hermes.orchestrator.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
-	16, // 19: hermes.orchestrator.v1.TurnCompleted.usage:type_name -> hermes.orchestrator.v1.Usage
-	16, // 20: hermes.orchestrator.v1.TurnFailed.usage:type_name -> hermes.orchestrator.v1.Usage
-	13, // 21: hermes.orchestrator.v1.ToolCallRecord.call:type_name -> hermes.orchestrator.v1.ToolCallStarted
-	14, // 22: hermes.orchestrator.v1.ToolCallRecord.result:type_name -> hermes.orchestrator.v1.ToolCallFinished
-	0,  // 23: hermes.orchestrator.v1.Turn.status:type_name -> hermes.orchestrator.v1.TurnStatus
-	4,  // 24: hermes.orchestrator.v1.Turn.events:type_name -> hermes.orchestrator.v1.TurnEvent
-	16, // 25: hermes.orchestrator.v1.Turn.usage:type_name -> hermes.orchestrator.v1.Usage
-	19, // 26: hermes.orchestrator.v1.Turn.tool_calls:type_name -> hermes.orchestrator.v1.ToolCallRecord
-	29, // 27: hermes.orchestrator.v1.Turn.started_at:type_name -> google.protobuf.Timestamp
-	29, // 28: hermes.orchestrator.v1.Turn.finished_at:type_name -> google.protobuf.Timestamp
-	20, // 29: hermes.orchestrator.v1.GetTurnResponse.turn:type_name -> hermes.orchestrator.v1.Turn
-	20, // 30: hermes.orchestrator.v1.ListTurnsResponse.turns:type_name -> hermes.orchestrator.v1.Turn
-	20, // 31: hermes.orchestrator.v1.CancelTurnResponse.turn:type_name -> hermes.orchestrator.v1.Turn
-	1,  // 32: hermes.orchestrator.v1.OrchestratorService.RunTurn:input_type -> hermes.orchestrator.v1.RunTurnRequest
-	21, // 33: hermes.orchestrator.v1.OrchestratorService.GetTurn:input_type -> hermes.orchestrator.v1.GetTurnRequest
-	23, // 34: hermes.orchestrator.v1.OrchestratorService.ListTurns:input_type -> hermes.orchestrator.v1.ListTurnsRequest
-	25, // 35: hermes.orchestrator.v1.OrchestratorService.CancelTurn:input_type -> hermes.orchestrator.v1.CancelTurnRequest
-	3,  // 36: hermes.orchestrator.v1.OrchestratorService.RunTurn:output_type -> hermes.orchestrator.v1.RunTurnResponse
-	22, // 37: hermes.orchestrator.v1.OrchestratorService.GetTurn:output_type -> hermes.orchestrator.v1.GetTurnResponse
-	24, // 38: hermes.orchestrator.v1.OrchestratorService.ListTurns:output_type -> hermes.orchestrator.v1.ListTurnsResponse
-	26, // 39: hermes.orchestrator.v1.OrchestratorService.CancelTurn:output_type -> hermes.orchestrator.v1.CancelTurnResponse
-	36, // [36:40] is the sub-list for method output_type
-	32, // [32:36] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	14, // 18: hermes.orchestrator.v1.ToolCallStarted.fill_decisions:type_name -> hermes.orchestrator.v1.FillDecision
+	29, // 19: hermes.orchestrator.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
+	17, // 20: hermes.orchestrator.v1.TurnCompleted.usage:type_name -> hermes.orchestrator.v1.Usage
+	17, // 21: hermes.orchestrator.v1.TurnFailed.usage:type_name -> hermes.orchestrator.v1.Usage
+	13, // 22: hermes.orchestrator.v1.ToolCallRecord.call:type_name -> hermes.orchestrator.v1.ToolCallStarted
+	15, // 23: hermes.orchestrator.v1.ToolCallRecord.result:type_name -> hermes.orchestrator.v1.ToolCallFinished
+	0,  // 24: hermes.orchestrator.v1.Turn.status:type_name -> hermes.orchestrator.v1.TurnStatus
+	4,  // 25: hermes.orchestrator.v1.Turn.events:type_name -> hermes.orchestrator.v1.TurnEvent
+	17, // 26: hermes.orchestrator.v1.Turn.usage:type_name -> hermes.orchestrator.v1.Usage
+	20, // 27: hermes.orchestrator.v1.Turn.tool_calls:type_name -> hermes.orchestrator.v1.ToolCallRecord
+	30, // 28: hermes.orchestrator.v1.Turn.started_at:type_name -> google.protobuf.Timestamp
+	30, // 29: hermes.orchestrator.v1.Turn.finished_at:type_name -> google.protobuf.Timestamp
+	21, // 30: hermes.orchestrator.v1.GetTurnResponse.turn:type_name -> hermes.orchestrator.v1.Turn
+	21, // 31: hermes.orchestrator.v1.ListTurnsResponse.turns:type_name -> hermes.orchestrator.v1.Turn
+	21, // 32: hermes.orchestrator.v1.CancelTurnResponse.turn:type_name -> hermes.orchestrator.v1.Turn
+	1,  // 33: hermes.orchestrator.v1.OrchestratorService.RunTurn:input_type -> hermes.orchestrator.v1.RunTurnRequest
+	22, // 34: hermes.orchestrator.v1.OrchestratorService.GetTurn:input_type -> hermes.orchestrator.v1.GetTurnRequest
+	24, // 35: hermes.orchestrator.v1.OrchestratorService.ListTurns:input_type -> hermes.orchestrator.v1.ListTurnsRequest
+	26, // 36: hermes.orchestrator.v1.OrchestratorService.CancelTurn:input_type -> hermes.orchestrator.v1.CancelTurnRequest
+	3,  // 37: hermes.orchestrator.v1.OrchestratorService.RunTurn:output_type -> hermes.orchestrator.v1.RunTurnResponse
+	23, // 38: hermes.orchestrator.v1.OrchestratorService.GetTurn:output_type -> hermes.orchestrator.v1.GetTurnResponse
+	25, // 39: hermes.orchestrator.v1.OrchestratorService.ListTurns:output_type -> hermes.orchestrator.v1.ListTurnsResponse
+	27, // 40: hermes.orchestrator.v1.OrchestratorService.CancelTurn:output_type -> hermes.orchestrator.v1.CancelTurnResponse
+	37, // [37:41] is the sub-list for method output_type
+	33, // [33:37] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_hermes_orchestrator_v1_orchestrator_proto_init() }
@@ -2610,7 +2745,7 @@ func file_hermes_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hermes_orchestrator_v1_orchestrator_proto_rawDesc), len(file_hermes_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
