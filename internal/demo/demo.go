@@ -106,6 +106,9 @@ func startStack(ctx context.Context, dataDir, listen, httpListen string, log *sl
 	cfg.Model = "restaurant-demo"
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.Version = "demo"
+	// The demo's restaurant server listens on loopback: as its operator, the demo allows exactly
+	// that address (outbound connections to internal addresses are refused by default).
+	cfg.EgressAllow = append(cfg.EgressAllow, strings.TrimSuffix(strings.TrimPrefix(st.Restaurant.URL(), "http://"), "/mcp"))
 	if st.App, err = app.New(ctx, cfg, log); err != nil {
 		st.Close()
 		return nil, err

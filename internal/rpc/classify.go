@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 
 	rpccode "google.golang.org/genproto/googleapis/rpc/code"
@@ -42,7 +43,8 @@ func Classify(ctx context.Context, log *slog.Logger, method string, err error) e
 		return err
 	}
 	switch {
-	case errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled), errors.Is(err, io.EOF):
+		// io.EOF: a stream's client went away while the handler was sending.
 		return status.Error(codes.Canceled, "request cancelled")
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")

@@ -442,8 +442,10 @@ func TestAppendOnce(t *testing.T) {
 			if transport == "http" {
 				return // nobody restarts the HTTP server; the retry of an idempotent tool is shown over stdio
 			}
+			// The first attempt kills the server; how many attempts reach the restarted one
+			// depends on how fast it comes back, within the retry budget.
 			r = h.execute(t, spec.Name+"_append_idempotent", `{"line": "again"}`)
-			if !r.GetSuccess() || r.GetAttempts() != 2 {
+			if !r.GetSuccess() || r.GetAttempts() < 2 {
 				t.Errorf("append_idempotent: success %v attempts %d (%s)", r.GetSuccess(), r.GetAttempts(), r.GetError().GetMessage())
 			}
 		})

@@ -163,14 +163,24 @@ func TestStreamResumption(t *testing.T) {
 	close(release)
 
 	last := events[len(events)-1].id
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.mcpURL, nil)
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Mcp-Session-Id", c.session)
-	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
-	req.Header.Set("Last-Event-ID", last)
-	resumed, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	// The server notices the cut stream a moment after the client: until then it answers a
+	// resume with 409 (the stream is still open on its side), and a client tries again.
+	var resumed *http.Response
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.mcpURL, nil)
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("Mcp-Session-Id", c.session)
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		req.Header.Set("Last-Event-ID", last)
+		var err error
+		if resumed, err = http.DefaultClient.Do(req); err != nil {
+			t.Fatal(err)
+		}
+		if resumed.StatusCode != http.StatusConflict || ctx.Err() != nil {
+			break
+		}
+		resumed.Body.Close()
+		time.Sleep(20 * time.Millisecond)
 	}
 	defer resumed.Body.Close()
 	if resumed.StatusCode != http.StatusOK {

@@ -20,11 +20,11 @@ func (s *Service) authorize(_ context.Context, requested string) (string, error)
 }
 
 // callerName names who made a request, for records such as Turn.cancelled_by: the
-// authenticated principal ("user:alice", "operator:ops"), or the user the request runs for when
-// it came without one (a direct call).
+// authenticated principal ("user:alice", "operator:ops"), or, when authentication is off or the
+// call came without a principal, the user the request names.
 func callerName(ctx context.Context, user string) string {
-	if name := auth.CallerName(ctx); name != "" {
-		return name
+	if p, ok := auth.FromContext(ctx); ok && !p.Anonymous && p.Name != "" {
+		return p.Name
 	}
 	return "user:" + user
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -458,4 +459,28 @@ func TestListTurnsRunningAndFinished(t *testing.T) {
 	if err != nil || len(page) != 2 || page[0].GetId() != "R" || page[1].GetId() != "F" {
 		t.Errorf("ListTurns = %v, %v", page, err)
 	}
+}
+
+// ExecuteToolStream answers with ExecuteTool's result as the stream's one event.
+func (f *fakeTools) ExecuteToolStream(ctx context.Context, req *toolsv1.ExecuteToolStreamRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[toolsv1.ExecuteToolStreamResponse], error) {
+	r, err := f.ExecuteTool(ctx, req.GetRequest())
+	if err != nil {
+		return nil, err
+	}
+	return &oneEvent{ev: &toolsv1.ExecuteToolStreamResponse{Event: &toolsv1.ExecuteToolStreamResponse_Response{Response: r}}}, nil
+}
+
+// oneEvent is a server stream of one event.
+type oneEvent struct {
+	grpc.ClientStream
+	ev *toolsv1.ExecuteToolStreamResponse
+}
+
+func (s *oneEvent) Recv() (*toolsv1.ExecuteToolStreamResponse, error) {
+	if s.ev == nil {
+		return nil, io.EOF
+	}
+	ev := s.ev
+	s.ev = nil
+	return ev, nil
 }

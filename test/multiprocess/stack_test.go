@@ -134,6 +134,8 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		"HERMES_MEMORY_QDRANT_COLLECTION=hermes_" + s.ns,
 		"HERMES_MCPGATEWAY_RECONNECT_MAX=1s",
 		"HERMES_SHUTDOWN_TIMEOUT=5s",
+		// The tests' MCP servers and webhooks listen on loopback; the operator allows it.
+		"HERMES_EGRESS_ALLOW=127.0.0.1:*,localhost:*",
 	}, o.env...)
 	qaddr := o.qdrantAddr
 	if qaddr == "" {

@@ -81,10 +81,11 @@ func invoke(ctx context.Context, conn *grpc.ClientConn, method string) error {
 func TestEveryRPCNeedsAKey(t *testing.T) {
 	eachStack(t, func(t *testing.T, s *stack) {
 		for method, acc := range auth.Policy() {
-			if acc.Public || !strings.HasPrefix(method, "/hermes.") {
-				continue
+			target, served := targetOf[strings.Split(method, "/")[1]]
+			if acc.Public || !served {
+				continue // health, reflection, and the profiler (HTTP, tested in the app)
 			}
-			conn := s.conn(targetOf[strings.Split(method, "/")[1]])
+			conn := s.conn(target)
 			for _, key := range []string{"", "sk-unknown-0123456789abcdef"} {
 				if err := invoke(as(key), conn, method); status.Code(err) != codes.Unauthenticated {
 					t.Errorf("%s with key %q: %v, want UNAUTHENTICATED", method, key, err)
@@ -399,5 +400,29 @@ func TestMCPEndpointNeedsAnOperatorKey(t *testing.T) {
 	}
 	if got := post(opsKey); got != http.StatusOK {
 		t.Errorf("MCP endpoint with the operator's key: HTTP %d, want 200", got)
+	}
+}
+
+// TestProfilerNeedsAnOperatorKey: the profiler shows the process's memory (every user's data):
+// with keys configured it answers operators only.
+func TestProfilerNeedsAnOperatorKey(t *testing.T) {
+	s := startMonolith(t)
+	get := func(key string) int {
+		req, _ := http.NewRequest(http.MethodGet, s.pprofURL, nil)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for key, want := range map[string]int{"": http.StatusUnauthorized, aliceKey: http.StatusForbidden, svcKey: http.StatusForbidden, opsKey: http.StatusOK} {
+		if got := get(key); got != want {
+			t.Errorf("profiler with key %q: HTTP %d, want %d", key, got, want)
+		}
 	}
 }

@@ -57,6 +57,8 @@ type stack struct {
 	dir   string
 	// mcpURL is the MCP endpoint (--mcp-listen), when served.
 	mcpURL string
+	// pprofURL is the profiler (--pprof-listen), when served.
+	pprofURL string
 }
 
 func (s *stack) conn(target string) *grpc.ClientConn { return s.conns[target] }
@@ -99,6 +101,7 @@ func startMonolith(t *testing.T) *stack {
 	cfg.ModelBaseURL, cfg.Model = m.URL(), "scripted-test"
 	cfg.AuthFile = writeFile(t, filepath.Join(dir, "keys.yaml"), authFile)
 	cfg.MCPGateway.MCPListen = mcpAddr
+	cfg.PprofListen = "127.0.0.1:0"
 	a, err := app.New(context.Background(), cfg, quietLog())
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +113,7 @@ func startMonolith(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	s := &stack{name: "monolith", conns: map[string]*grpc.ClientConn{}, model: m, dir: dir, mcpURL: "http://" + mcpAddr + "/mcp"}
+	s := &stack{name: "monolith", conns: map[string]*grpc.ClientConn{}, model: m, dir: dir, mcpURL: "http://" + mcpAddr + "/mcp", pprofURL: "http://" + a.PprofAddr() + "/debug/pprof/"}
 	for _, target := range app.Targets() {
 		s.conns[target] = conn
 	}
