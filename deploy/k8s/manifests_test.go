@@ -56,7 +56,7 @@ func TestRenderedManifests(t *testing.T) {
 		{dir: "base/orchestrator", external: shared, deployments: []string{"hermes-orchestrator"}},
 		{dir: "base/nats", external: secrets, statefulSets: []string{"hermes-nats"}},
 		{dir: "base/redis", external: secrets, statefulSets: []string{"hermes-redis"}},
-		{dir: "base/qdrant", statefulSets: []string{"hermes-qdrant"}},
+		{dir: "base/qdrant", external: secrets, statefulSets: []string{"hermes-qdrant"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.dir, func(t *testing.T) {

@@ -101,6 +101,21 @@ func TestBackendCredentials(t *testing.T) {
 				t.Errorf("NATS' $%s comes from %v, want Secret hermes-secrets key nats-password", natsVar, natsPassword)
 			}
 
+			// Qdrant requires its API key; the memory service, its only client, sends the same one.
+			qdrantKey, ok := envSecret(r.statefulSet("hermes-qdrant").Spec.Template.Spec.Containers[0], "QDRANT__SERVICE__API_KEY")
+			if !ok || qdrantKey != (secretRef{"hermes-secrets", "qdrant-api-key"}) {
+				t.Errorf("Qdrant's API key comes from %v, want Secret hermes-secrets key qdrant-api-key", qdrantKey)
+			}
+			for _, d := range r.deployments {
+				ref, has := envSecret(d.Spec.Template.Spec.Containers[0], "HERMES_QDRANT_API_KEY")
+				switch {
+				case d.Name == "hermes-memory" && ref != qdrantKey:
+					t.Errorf("Deployment/%s sends the Qdrant key %v, want %v", d.Name, ref, qdrantKey)
+				case d.Name != "hermes-memory" && has:
+					t.Errorf("Deployment/%s gets the Qdrant key; only memory talks to Qdrant", d.Name)
+				}
+			}
+
 			for _, d := range r.deployments {
 				c := d.Spec.Template.Spec.Containers[0]
 				checkURL := func(name, host, user string, want secretRef) {

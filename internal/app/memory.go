@@ -46,7 +46,7 @@ func (a *App) initMemory(ctx context.Context) error {
 		prefix := a.cfg.RedisPrefix + "memory:"
 		opts.Episodic = memory.NewRedisEpisodic(rdb, prefix, cfg.EpisodicTTL, emb.Dimension())
 		opts.State = memory.NewRedisState(rdb, prefix)
-		qc, err := memory.DialQdrant(a.cfg.QdrantAddr)
+		qc, err := memory.DialQdrant(a.cfg.QdrantAddr, memory.QdrantDialOptions{APIKey: a.cfg.QdrantAPIKey, TLS: a.cfg.QdrantTLS})
 		if err != nil {
 			return err
 		}

@@ -154,6 +154,8 @@ type Common struct {
 	NATSNamespace   string
 	NATSReplicas    int
 	QdrantAddr      string
+	QdrantAPIKey    string
+	QdrantTLS       bool
 	ModelBaseURL    string
 	ModelAPIKey     string
 	Model           string
@@ -199,6 +201,8 @@ func (c *Common) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NATSNamespace, "nats-namespace", "", "namespace for the stream and subjects on a shared NATS server (empty: HERMES_EVENTS, hermes.turn.finished.<user>)")
 	fs.IntVar(&c.NATSReplicas, "nats-replicas", 1, "copies of the event stream a NATS cluster keeps (3 for a production cluster)")
 	fs.StringVar(&c.QdrantAddr, "qdrant-addr", "", "Qdrant gRPC address (host:6334); empty uses the embedded vector index")
+	fs.StringVar(&c.QdrantAPIKey, "qdrant-api-key", "", "Qdrant API key (its service.api_key); prefer the variable HERMES_QDRANT_API_KEY to the flag")
+	fs.BoolVar(&c.QdrantTLS, "qdrant-tls", false, "connect to Qdrant over TLS")
 	fs.StringVar(&c.ModelBaseURL, "model-base-url", "", "OpenAI-compatible Chat Completions base URL (for example https://api.openai.com/v1)")
 	fs.StringVar(&c.ModelAPIKey, "model-api-key", "", "API key of the model endpoint (falls back to OPENAI_API_KEY)")
 	fs.StringVar(&c.Model, "model", "gpt-4o-mini", "chat model name")

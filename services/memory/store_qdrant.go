@@ -464,16 +464,23 @@ func (s *QdrantSemantic) Ping(ctx context.Context) error {
 // DialQdrant returns a client of the Qdrant gRPC API at addr (host:port, port 6334 by default).
 // The connection is lazy; the version check of the client is skipped because Hermes checks
 // what it needs (the collection's dimension and distance) itself.
-func DialQdrant(addr string) (*qdrant.Client, error) {
+func DialQdrant(addr string, opts QdrantDialOptions) (*qdrant.Client, error) {
 	host, port, err := parseHostPort(addr)
 	if err != nil {
 		return nil, err
 	}
-	c, err := qdrant.NewClient(&qdrant.Config{Host: host, Port: port, SkipCompatibilityCheck: true})
+	c, err := qdrant.NewClient(&qdrant.Config{Host: host, Port: port, APIKey: opts.APIKey, UseTLS: opts.TLS, SkipCompatibilityCheck: true})
 	if err != nil {
 		return nil, fmt.Errorf("qdrant at %s: %w", addr, err)
 	}
 	return c, nil
+}
+
+// QdrantDialOptions are how Hermes authenticates to Qdrant: its API key (Qdrant's
+// service.api_key), over TLS when Qdrant serves it.
+type QdrantDialOptions struct {
+	APIKey string
+	TLS    bool
 }
 
 func parseHostPort(addr string) (string, int, error) {
