@@ -151,7 +151,7 @@ func (t *terminalInput) Close() error { return term.Restore(t.fd, t.state) }
 
 // trimHistory keeps the last limit entries of a history file (one JSON object a line).
 func trimHistory(path string, limit int) error {
-	data, err := os.ReadFile(path)
+	data, err := os.ReadFile(path) // #nosec G304 -- the history file in the user's own data directory
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -163,7 +163,7 @@ func trimHistory(path string, limit int) error {
 		return nil
 	}
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, bytes.Join(lines[len(lines)-limit:], nil), 0o600); err != nil {
+	if err := os.WriteFile(tmp, bytes.Join(lines[len(lines)-limit:], nil), 0o600); err != nil { // #nosec G703 -- the history file in the user's own data directory
 		return err
 	}
 	return os.Rename(tmp, path)

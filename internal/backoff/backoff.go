@@ -39,7 +39,7 @@ func (p Policy) Delay(attempt int) time.Duration {
 	}
 	d = min(d, limit)
 	j := min(max(p.Jitter, 0), 1)
-	d += time.Duration((2*rand.Float64() - 1) * j * float64(d))
+	d += time.Duration((2*rand.Float64() - 1) * j * float64(d)) // #nosec G404 -- jitter spreads retries; nothing secret depends on it
 	return max(d, time.Millisecond)
 }
 

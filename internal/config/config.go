@@ -90,7 +90,7 @@ func lookupEnv(getenv func(string) string, name string) (string, bool) {
 // readFile reads a YAML file into flag-name → value. Nested maps join their keys with ".", so
 // `memory: {min-similarity: 0.5}` sets memory.min-similarity; lists become comma-separated.
 func readFile(path string) (map[string]string, error) {
-	data, err := os.ReadFile(path)
+	data, err := os.ReadFile(path) // #nosec G304 -- the operator's --config file
 	if err != nil {
 		return nil, fmt.Errorf("config file: %w", err)
 	}

@@ -94,7 +94,7 @@ func (ca *CA) WriteSet(dir string, hosts map[string][]string, valid time.Duratio
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca.CertPEM, 0o644); err != nil { //nolint:gosec // a CA certificate is public
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca.CertPEM, 0o644); err != nil { // #nosec G306 -- a CA certificate is public
 		return err
 	}
 	if len(hosts) == 0 {

@@ -108,7 +108,7 @@ func (c *serverConn) open() (*live, error) {
 		return nil, err
 	}
 	c.applyListing()
-	c.syncRegistryLogged(c.ctx)
+	_ = c.syncRegistryLogged(c.ctx) // logged inside, and retried by the registry loop
 	select {
 	case <-c.kick: // calls made while connecting asked for this very attempt
 	default:
