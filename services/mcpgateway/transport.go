@@ -79,8 +79,9 @@ func (c *serverConn) transport() (mcp.Transport, *exec.Cmd, sideChannel, error) 
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		cmd := exec.Command(bin, st.Args...) // #nosec G204 -- the command passed the operator's stdio allowlist (powers.check) where the spec entered
-		cmd.Env = env                        // never nil: a nil Env would hand the server the gateway's whole environment
+		// #nosec G204 -- the command passed the operator's stdio allowlist (powers.check) where the spec entered
+		cmd := exec.Command(bin, st.Args...)
+		cmd.Env = env // never nil: a nil Env would hand the server the gateway's whole environment
 		cmd.Dir = st.WorkingDir
 		c.stderr.reset()
 		cmd.Stderr = c.stderr
