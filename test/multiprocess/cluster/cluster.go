@@ -1,6 +1,6 @@
 // Package cluster runs Hermes the way a team runs it in production, on one machine: each target
 // its own `hermes serve --target=<service>` process on a loopback port, configured only by the
-// environment variables of DESIGN.md, talking to each other over gRPC and to real Redis and NATS
+// HERMES_ environment variables (README "Configuration"), talking to each other over gRPC and to real Redis and NATS
 // servers. It is test infrastructure, shared by the multi-process tests (test/multiprocess) and
 // the load generator (bench/load): it builds the binary, starts and kills processes (in their
 // own process groups), keeps each process's log for failure messages, waits for

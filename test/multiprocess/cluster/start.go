@@ -106,7 +106,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-// sharedEnv is the configuration every process gets: DESIGN.md's variables.
+// sharedEnv is the configuration every process gets: the HERMES_ variables of the README.
 func (c *Cluster) sharedEnv() []string {
 	o := c.Opts
 	env := []string{
