@@ -8,8 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/pkoukk/tiktoken-go"
-	loader "github.com/pkoukk/tiktoken-go-loader"
+	tiktoken "github.com/tiktoken-go/tokenizer"
 )
 
 // MessageOverhead is the tokens the chat format adds around each message (role and separators),
@@ -19,10 +18,6 @@ const MessageOverhead = 4
 // Encodings lists the supported encoding names.
 var Encodings = []string{"o200k_base", "cl100k_base", "p50k_base", "r50k_base"}
 
-// tiktoken-go keeps its BPE loader in a package variable; set the offline one once, before any
-// encoding is loaded.
-var setLoader sync.Once
-
 var (
 	cacheMu sync.Mutex
 	cache   = map[string]*Tokenizer{}
@@ -31,19 +26,18 @@ var (
 // Tokenizer counts tokens with one encoding. It is safe for concurrent use.
 type Tokenizer struct {
 	name string
-	enc  *tiktoken.Tiktoken
+	enc  tiktoken.Codec
 }
 
 // New returns the tokenizer for an encoding name such as "o200k_base". Loading an encoding takes
 // a few hundred milliseconds, so tokenizers are shared per encoding.
 func New(encoding string) (*Tokenizer, error) {
-	setLoader.Do(func() { tiktoken.SetBpeLoader(loader.NewOfflineLoader()) })
 	cacheMu.Lock()
 	defer cacheMu.Unlock()
 	if t, ok := cache[encoding]; ok {
 		return t, nil
 	}
-	enc, err := tiktoken.GetEncoding(encoding)
+	enc, err := tiktoken.Get(tiktoken.Encoding(encoding))
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: encoding %q: %w (supported: %v)", encoding, err, Encodings)
 	}
@@ -56,9 +50,10 @@ func New(encoding string) (*Tokenizer, error) {
 func (t *Tokenizer) Name() string { return t.name }
 
 // maxRun is the longest run of one character class (letters, or punctuation and symbols)
-// encoded in one piece. tiktoken's pre-tokenizer makes such a run one pre-token and its BPE
-// merges take time quadratic in the pre-token's length (64,000 bytes of one repeated character
-// took 3.7 s), so a longer run — a repeated character, a long word-like blob, CJK text without
+// encoded in one piece. tiktoken's pre-tokenizer makes such a run one pre-token and BPE merges
+// can take time quadratic in the pre-token's length (with the library used before, 64,000 bytes
+// of one repeated character took 3.7 s; the current one merges long pieces with a heap, but the
+// bound should not depend on a library's internals), so a longer run — a repeated character, a long word-like blob, CJK text without
 // punctuation, a line of "=====" — is cut into pieces at rune boundaries and each piece is
 // encoded on its own: the text is split before BPE, not estimated. Counting is then linear in
 // the text's length whatever its shape; it is exact for text without such runs (no ordinary
@@ -68,7 +63,18 @@ const maxRun = 128
 // Count returns the number of tokens of text, with special tokens counted as text.
 func (t *Tokenizer) Count(text string) int {
 	n := 0
-	pieces(text, func(p string) { n += len(t.enc.EncodeOrdinary(p)) })
+	pieces(text, func(p string) { n += t.count(p) })
+	return n
+}
+
+// count is the library's count of text, special tokens counted as text. Its error is only for
+// text it cannot encode, which does not happen for the tiktoken encodings (every byte has a
+// token); such text counts as its length in bytes, an upper bound.
+func (t *Tokenizer) count(text string) int {
+	n, err := t.enc.Count(text)
+	if err != nil {
+		return len(text)
+	}
 	return n
 }
 
