@@ -247,7 +247,7 @@ func (s *Service) StartMaintenance() {
 	go func() {
 		defer s.wg.Done()
 		for {
-			jitter := time.Duration(rand.Int64N(int64(s.cfg.MaintenanceInterval/10) + 1))
+			jitter := time.Duration(rand.Int64N(int64(s.cfg.MaintenanceInterval/10) + 1)) // #nosec G404 -- spreads replicas' runs; nothing secret depends on it
 			select {
 			case <-s.stop:
 				return

@@ -271,7 +271,9 @@ func (s *Service) lockSession(ctx context.Context, session, turnID string) (cont
 			case <-stop:
 				return
 			case <-t.C:
-				rctx, cancel := context.WithTimeout(context.Background(), sessionLease/3)
+				// Renewal outlives a cancelled caller until release: the lease must not lapse
+				// while the turn still finishes its writes.
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionLease/3)
 				ok, err := leases.Renew(rctx, key, turnID, sessionLease)
 				cancel()
 				switch {

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sort"
 	"strings"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hermes-agent/hermes/internal/backoff"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -180,15 +180,10 @@ func withAttempts(ee *execError, attempts int) *execError {
 	return &out
 }
 
-// backoff is the pause before retry n (1-based): base·2^(n-1) capped, with half of it random
-// ("equal jitter"), so replicas retrying together spread out.
+// backoff is the pause before retry n (1-based): base·2^(n-1) capped, spread ±20% so replicas
+// retrying together do not retry in step.
 func (s *Service) backoff(n int) time.Duration {
-	d := s.cfg.RetryBackoff << min(n-1, 20)
-	if d <= 0 || d > s.cfg.RetryMaxBackoff {
-		d = s.cfg.RetryMaxBackoff
-	}
-	half := d / 2
-	return half + rand.N(half+1)
+	return backoff.Policy{Initial: s.cfg.RetryBackoff, Max: s.cfg.RetryMaxBackoff, Jitter: 0.2}.Delay(n - 1)
 }
 
 func (s *Service) timeoutError(c *call, b budget, attempts int, callerGone bool) *execError {
