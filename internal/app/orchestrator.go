@@ -3,12 +3,14 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/hermes-agent/hermes/internal/events"
 	"github.com/hermes-agent/hermes/internal/model"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
+	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
@@ -34,6 +36,13 @@ func (a *App) initOrchestrator(ctx context.Context) error {
 	deps := orchestrator.Deps{
 		Session: sessionv1.NewSessionServiceClient(sessConn),
 		Tools:   toolsv1.NewToolServiceClient(toolsConn),
+	}
+	if len(cfg.MCPInstructions) > 0 {
+		gwConn, err := a.Conn(TargetMCPGateway)
+		if err != nil {
+			return fmt.Errorf("--orchestrator.mcp-instructions needs the MCP gateway: %w", err)
+		}
+		deps.Servers = mcpgatewayv1.NewMCPGatewayServiceClient(gwConn)
 	}
 	if memConn, err := a.Conn(TargetMemory); err != nil {
 		log.Warn("turns run without memory", "reason", err)
