@@ -37,12 +37,13 @@ func (a *App) initOrchestrator(ctx context.Context) error {
 		Session: sessionv1.NewSessionServiceClient(sessConn),
 		Tools:   toolsv1.NewToolServiceClient(toolsConn),
 	}
-	if len(cfg.MCPInstructions) > 0 {
-		gwConn, err := a.Conn(TargetMCPGateway)
-		if err != nil {
-			return fmt.Errorf("--orchestrator.mcp-instructions needs the MCP gateway: %w", err)
-		}
-		deps.Servers = mcpgatewayv1.NewMCPGatewayServiceClient(gwConn)
+	switch gwConn, err := a.Conn(TargetMCPGateway); {
+	case err == nil:
+		deps.Gateway = mcpgatewayv1.NewMCPGatewayServiceClient(gwConn)
+	case len(cfg.MCPInstructions) > 0:
+		return fmt.Errorf("--orchestrator.mcp-instructions needs the MCP gateway: %w", err)
+	default:
+		log.Warn("answers to MCP servers' requests for input cannot be delivered", "reason", err)
 	}
 	if memConn, err := a.Conn(TargetMemory); err != nil {
 		log.Warn("turns run without memory", "reason", err)

@@ -14,10 +14,17 @@ import (
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
-// ServerLister is what the orchestrator needs of the MCP gateway: the connected servers, with
-// the instructions each gave in its initialize result.
+// ServerLister lists the MCP gateway's servers, with the instructions each gave in its
+// initialize result.
 type ServerLister interface {
 	ListServers(ctx context.Context, in *mcpgatewayv1.ListServersRequest, opts ...grpc.CallOption) (*mcpgatewayv1.ListServersResponse, error)
+}
+
+// Gateway is what the orchestrator needs of the MCP gateway: server instructions, and the
+// delivery of the user's answers to servers' requests for input.
+type Gateway interface {
+	ServerLister
+	AnswerElicitation(ctx context.Context, in *mcpgatewayv1.AnswerElicitationRequest, opts ...grpc.CallOption) (*mcpgatewayv1.AnswerElicitationResponse, error)
 }
 
 // instructionsTTL is how long a fetched set of server instructions is used before the gateway

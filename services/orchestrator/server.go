@@ -58,9 +58,9 @@ type Deps struct {
 	Model     Model
 	Tokenizer *tokenizer.Tokenizer
 	Store     Store
-	// Servers is optional: the MCP gateway, asked for the instructions of the servers named by
-	// Config.MCPInstructions.
-	Servers ServerLister
+	// Gateway is optional: the MCP gateway, asked for the instructions of the servers named by
+	// Config.MCPInstructions and given the answers of AnswerElicitation.
+	Gateway Gateway
 	// Publish is optional: without it no turn.finished events are sent.
 	Publish PublishFunc
 	// Now is the clock; nil is time.Now.
@@ -136,7 +136,7 @@ func NewService(deps Deps, cfg Config, log *slog.Logger) (*Service, error) {
 		bgCancel: cancel,
 	}
 	s.promptTokens = int32(deps.Tokenizer.CountMessage(cfg.SystemPrompt))
-	s.instructions = &serverInstructions{names: cfg.MCPInstructions, servers: deps.Servers, now: deps.Now, log: log}
+	s.instructions = &serverInstructions{names: cfg.MCPInstructions, servers: deps.Gateway, now: deps.Now, log: log}
 	s.sum = &summarizer{model: deps.Model, tok: deps.Tokenizer, cfg: cfg, log: log, now: deps.Now}
 	s.drainCtx, s.drainCancel = context.WithCancel(context.Background())
 	s.drained = make(chan struct{})
