@@ -244,7 +244,7 @@ func hitAndRR(ranked []string, evidence []string) (float64, float64) {
 // turn in what Recall returns) and MRR with plain BM25 with English stop words ranking the same
 // turns in the same run, per language and per split. Recall at its defaults must beat the
 // baseline on both measures over the whole set and by five points on the held questions; the
-// ranking alone (no threshold) must beat it by five points.
+// ranking alone (no threshold) must beat it by five points. A greeting gets no memory.
 func TestDialogueRetrieval(t *testing.T) {
 	set := loadDialogues(t)
 	if len(set.questions) < 50 {
@@ -286,6 +286,16 @@ func TestDialogueRetrieval(t *testing.T) {
 			ids = append(ids, turn.id)
 		}
 		base := newBM25Baseline(texts, ids)
+		// Nothing in the conversation answers a greeting: it gets no memory.
+		for _, greeting := range []string{"hello, what can you do?", "今天天气怎么样？"} {
+			resp, err := h.svc.Recall(ctx, &memoryv1.RecallRequest{UserId: user, Query: greeting})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(resp.GetMemories()); n != 0 {
+				t.Errorf("%s: %q recalled %d memories: %v", c.id, greeting, n, resp.GetMemories())
+			}
+		}
 		for _, q := range set.questions {
 			if q.conv != c {
 				continue

@@ -46,7 +46,12 @@ type recalled struct {
 // ranked by similarity and recency, without a threshold, for filling a missing tool argument.
 func (s *Service) recall(ctx context.Context, p recallParams) ([]*memoryv1.RecalledMemory, error) {
 	now := s.now()
-	q, err := s.recallQuery(ctx, p, now)
+	ref := p.refTime
+	if ref.IsZero() {
+		ref = now
+	}
+	win, hasWin := queryTimeWindow(p.query, ref)
+	q, err := s.recallQuery(ctx, p, now, win, hasWin)
 	if err != nil {
 		return nil, err
 	}
@@ -54,11 +59,6 @@ func (s *Service) recall(ctx context.Context, p recallParams) ([]*memoryv1.Recal
 	if err != nil {
 		return nil, err
 	}
-	ref := p.refTime
-	if ref.IsZero() {
-		ref = now
-	}
-	win, hasWin := queryTimeWindow(p.query, ref)
 	var boost []float64
 	if len(p.attributeKeys) == 0 {
 		boost = contextBoost(hits, s.cfg.ContextWeight)
@@ -99,10 +99,16 @@ func (s *Service) recall(ctx context.Context, p recallParams) ([]*memoryv1.Recal
 }
 
 // recallQuery builds the tiers' search: the query's lexical terms, its vector with a model
-// embedder, the thresholds (none for an attribute lookup) and the filters.
-func (s *Service) recallQuery(ctx context.Context, p recallParams, now time.Time) (SearchQuery, error) {
+// embedder, the thresholds (none for an attribute lookup) and the filters. A time named relative
+// to the time of asking ("today", "上周") is matched by when memories happened (win), not by the
+// word: a memory's "today" is the day it was said, so the word would match the wrong days.
+func (s *Service) recallQuery(ctx context.Context, p recallParams, now time.Time, win timeWindow, hasWin bool) (SearchQuery, error) {
+	text := p.query
+	if hasWin && win.relative {
+		text = strings.Replace(strings.ToLower(text), win.phrase, " ", 1)
+	}
 	q := SearchQuery{
-		Lexical: lexQuery(p.query), MinLexical: s.cfg.LexicalMinSimilarity, MinSimilarity: s.cfg.MinSimilarity,
+		Lexical: lexQuery(text), MinLexical: s.cfg.LexicalMinSimilarity, MinSimilarity: s.cfg.MinSimilarity,
 		Limit: max(3*p.limit, 20), Types: p.types, OccurredAfter: p.occurredAfter, OccurredBefore: p.occurredBefore,
 	}
 	if s.emb.Lexical() {
