@@ -22,6 +22,9 @@ import (
 type Builtin struct {
 	Spec *toolsv1.ToolSpec
 	Run  func(ctx context.Context, args json.RawMessage) (any, error)
+	// Pure says the same arguments always give the same result and the call changes nothing:
+	// running it again is cheaper than a durable record of its idempotency key, so none is kept.
+	Pure bool
 }
 
 // Builtins is the set of Go tools a process offers, by name.
@@ -56,6 +59,16 @@ func (b *Builtins) get(name string) (*Builtin, bool) {
 	}
 	bt, ok := b.m[name]
 	return bt, ok
+}
+
+// pure reports whether spec is a pure builtin of b.
+func (b *Builtins) pure(spec *toolsv1.ToolSpec) bool {
+	bi := spec.GetBuiltin()
+	if bi == nil {
+		return false
+	}
+	bt, ok := b.get(bi.GetName())
+	return ok && bt.Pure
 }
 
 func (b *Builtins) names() []string {

@@ -37,6 +37,7 @@ func calculatorBuiltin() *Builtin {
 		Spec: spec("calculator",
 			"Evaluate an arithmetic expression exactly as written and return the number. Use it for any calculation (totals, percentages, unit conversions) instead of computing in your head.",
 			calculatorSchema, 2*time.Second, true, "math"),
+		Pure: true,
 		Run: func(ctx context.Context, args json.RawMessage) (any, error) {
 			var in struct {
 				Expression string `json:"expression"`

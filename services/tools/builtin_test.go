@@ -113,6 +113,22 @@ func TestBuiltinsThroughGRPC(t *testing.T) {
 		t.Errorf("calculator with a wrong field: %v", res.GetError())
 	}
 
+	// A pure builtin runs again under the same idempotency key (nothing was recorded); an
+	// impure idempotent one replays its recorded result.
+	for _, tc := range []struct {
+		name, args   string
+		wantReplayed bool
+	}{
+		{"calculator", `{"expression":"6*7"}`, false},
+		{"current_time", `{"timezone":"UTC"}`, true},
+	} {
+		req := &toolsv1.ExecuteToolRequest{Name: tc.name, Arguments: tc.args, IdempotencyKey: "k-" + tc.name}
+		first, second := execute(t, c, req), execute(t, c, req)
+		if !first.GetSuccess() || first.GetReplayed() || !second.GetSuccess() || second.GetReplayed() != tc.wantReplayed {
+			t.Errorf("%s twice with one key: %v then %v, want replayed %v the second time", tc.name, first, second, tc.wantReplayed)
+		}
+	}
+
 	res = execute(t, c, &toolsv1.ExecuteToolRequest{Name: "current_time", Arguments: `{"timezone":"Asia/Shanghai"}`})
 	var out currentTimeOutput
 	if !res.GetSuccess() || json.Unmarshal([]byte(res.GetOutput()), &out) != nil || out.UTCOffset != "+08:00" || out.Timezone != "Asia/Shanghai" {

@@ -262,7 +262,8 @@ func (s *Service) executeAt(ctx context.Context, req *toolsv1.ExecuteToolRequest
 	b := s.callBudget(ctx, spec, start)
 	c := &call{req: req, tool: tool, args: args}
 	var key, owner string
-	if spec.GetIdempotent() && req.GetIdempotencyKey() != "" {
+	// A pure builtin's repeated call gives the same result: it is run again, not recorded.
+	if spec.GetIdempotent() && req.GetIdempotencyKey() != "" && !s.builtins.pure(spec) {
 		c.idempotencyKey = req.GetIdempotencyKey()
 		key = idempotencyRecordKey(spec.GetName(), req.GetIdempotencyKey())
 		wctx, cancel := context.WithDeadline(ctx, b.deadline)
