@@ -51,7 +51,7 @@ func (s *Service) recall(ctx context.Context, p recallParams) ([]*memoryv1.Recal
 		ref = now
 	}
 	win, hasWin := queryTimeWindow(p.query, ref)
-	q, err := s.recallQuery(ctx, p, now, win, hasWin)
+	q, err := s.recallQuery(ctx, p, now, ref, win, hasWin)
 	if err != nil {
 		return nil, err
 	}
@@ -99,12 +99,15 @@ func (s *Service) recall(ctx context.Context, p recallParams) ([]*memoryv1.Recal
 }
 
 // recallQuery builds the tiers' search: the query's lexical terms, its vector with a model
-// embedder, the thresholds (none for an attribute lookup) and the filters. A time named relative
-// to the time of asking ("today", "上周") is matched by when memories happened (win), not by the
-// word: a memory's "today" is the day it was said, so the word would match the wrong days.
-func (s *Service) recallQuery(ctx context.Context, p recallParams, now time.Time, win timeWindow, hasWin bool) (SearchQuery, error) {
+// embedder, the thresholds (none for an attribute lookup) and the filters. A past time named
+// relative to the time of asking ("last weekend", "上周") keeps its words in the query: people
+// repeat them ("I ran 20 miles last weekend"), and the memories' own times may be unknown; the
+// window boosts what happened then (recall).
+func (s *Service) recallQuery(ctx context.Context, p recallParams, now, ref time.Time, win timeWindow, hasWin bool) (SearchQuery, error) {
 	text := p.query
-	if hasWin && win.relative {
+	if hasWin && win.relative && win.contains(ref) {
+		// "today", "今天", "this week" name the asker's present: a memory that says "today"
+		// said it of another day, so the words would only match the wrong memories.
 		text = strings.Replace(strings.ToLower(text), win.phrase, " ", 1)
 	}
 	q := SearchQuery{
