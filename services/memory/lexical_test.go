@@ -78,6 +78,7 @@ func TestBM25Saturation(t *testing.T) {
 // conversationGap later, ordered by when it happened and then by when it was written.
 func TestContextBoost(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	follows := func(h tierHit, id string) tierHit { h.Memory.FollowsId = id; return h }
 	hit := func(id, session string, occurred, created time.Time, sim float64) tierHit {
 		return tierHit{Hit: Hit{Entry: Entry{Memory: &memoryv1.Memory{Id: id, SessionId: session,
 			OccurredAt: ts(occurred), CreatedAt: ts(created)}}, Similarity: sim}}
@@ -109,6 +110,12 @@ func TestContextBoost(t *testing.T) {
 		}, []float64{0, 0}},
 		{"turned off", 0, []tierHit{
 			hit("a", "", t0, t0, 4), hit("b", "", t0.Add(time.Minute), t0, 1),
+		}, []float64{0, 0}},
+		{"a link names the turn before", 0.5, []tierHit{
+			hit("a", "", t0, t0, 4), hit("b", "", t0.Add(time.Minute), t0, 2), follows(hit("c", "", t0.Add(2*time.Minute), t0, 1), "a"),
+		}, []float64{0, 2, 2}},
+		{"a link to a memory that is not a hit lends nothing", 0.5, []tierHit{
+			hit("a", "", t0, t0, 4), follows(hit("b", "", t0.Add(time.Minute), t0, 1), "elsewhere"),
 		}, []float64{0, 0}},
 	}
 	for _, tc := range tests {

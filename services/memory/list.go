@@ -110,6 +110,7 @@ func (s *Service) forget(ctx context.Context, userID, id string) error {
 
 // forgetUser deletes everything of the user in every store.
 func (s *Service) forgetUser(ctx context.Context, userID string) (*memoryv1.ForgetUserResponse, error) {
+	s.convs.forget(userID)
 	ep, err := s.ep.DeleteUser(ctx, userID)
 	if err != nil {
 		return nil, err

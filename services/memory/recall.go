@@ -206,9 +206,10 @@ func (s *Service) foundBecause(h Hit, boost float64, p recallParams, q SearchQue
 const conversationGap = 30 * time.Minute
 
 // contextBoost returns, per hit, w × the similarity of the hit it directly follows in its
-// conversation: the hit of the same session that happened last before it, at most
-// conversationGap earlier (memories that happened at the same moment are ordered by when they
-// were written). In a conversation the turn that answers a question is the one after it, and it
+// conversation: the memory it names as the one it follows (Memory.follows_id, set when it was
+// written), else — for memories written without a link — the hit of the same session that
+// happened last before it, at most conversationGap earlier (memories that happened at the same
+// moment are ordered by when they were written). In a conversation the turn that answers a question is the one after it, and it
 // often shares few words with the question that a later query repeats. Only hits lend and
 // borrow, so a memory sharing no word with the query gets nothing and lends nothing.
 func contextBoost(hits []tierHit, w float64) []float64 {
@@ -248,6 +249,19 @@ func contextBoost(hits []tierHit, w float64) []float64 {
 			continue // written at the same moment: no order between them
 		}
 		boost[order[j]] = w * hits[order[j-1]].Similarity
+	}
+	// A link names the turn before exactly; the order above only guesses it among the hits.
+	byID := make(map[string]int, len(hits))
+	for i, h := range hits {
+		byID[h.Memory.GetId()] = i
+	}
+	for i, h := range hits {
+		if f := h.Memory.GetFollowsId(); f != "" {
+			boost[i] = 0
+			if j, ok := byID[f]; ok {
+				boost[i] = w * hits[j].Similarity
+			}
+		}
 	}
 	return boost
 }

@@ -155,6 +155,7 @@ func (s *Service) Remember(ctx context.Context, req *memoryv1.RememberRequest) (
 		validText(&v, fmt.Sprintf("source_message_ids[%d]", i), id, maxIDBytes, false)
 	}
 	validText(&v, "speaker", req.GetSpeaker(), maxSpeakerBytes, false)
+	validText(&v, "follows_id", req.GetFollowsId(), maxIDBytes, false)
 	validTime(&v, "occurred_at", req.GetOccurredAt())
 	if err := v.Err(); err != nil {
 		return nil, err
@@ -171,7 +172,7 @@ func (s *Service) Remember(ctx context.Context, req *memoryv1.RememberRequest) (
 		typ: req.GetType(), content: strings.TrimSpace(req.GetContent()), attributes: req.GetAttributes(),
 		subject: req.GetSubject(), keywords: req.GetKeywords(), confidence: conf, source: src, tier: req.GetTier(),
 		sessionID: req.GetSessionId(), turnID: req.GetTurnId(), sourceMsgIDs: req.GetSourceMessageIds(),
-		speaker: req.GetSpeaker(), occurredAt: optTime(req.GetOccurredAt()),
+		speaker: req.GetSpeaker(), occurredAt: optTime(req.GetOccurredAt()), followsID: req.GetFollowsId(),
 	})
 	if err != nil {
 		return nil, toStatus(err)

@@ -607,3 +607,44 @@ func TestRecallByTime(t *testing.T) {
 		})
 	}
 }
+
+// TestConversationLinks: a memory names the one written before it in its conversation (same
+// user and session, at most conversationGap earlier); other sessions, other users, long pauses
+// and a caller's own follows_id break or replace the link, on every backend.
+func TestConversationLinks(t *testing.T) {
+	t0 := time.Date(2026, 5, 1, 18, 0, 0, 0, time.UTC)
+	for _, b := range backends {
+		t.Run(b, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, b, harnessOpts{})
+			say := func(user, session, text string, at time.Time, follows string) *memoryv1.Memory {
+				return remember(t, h, &memoryv1.RememberRequest{UserId: user, Type: event, Content: text, SessionId: session,
+					OccurredAt: timestamppb.New(at), FollowsId: follows}).GetMemory()
+			}
+			q := say("alice", "s1", "Are you still training for the Lisbon marathon?", t0, "")
+			a := say("alice", "s1", "Yep, October 11th, and my knee hurts", t0.Add(time.Minute), "")
+			other := say("alice", "s2", "Did you book the flights to Porto?", t0.Add(2*time.Minute), "")
+			bob := say("bob", "s1", "The plumber comes on Tuesday", t0.Add(3*time.Minute), "")
+			later := say("alice", "s1", "The physio said to rest two weeks", t0.Add(time.Minute+conversationGap+time.Second), "")
+			own := say("alice", "s1", "Rosa gave me the weather pipeline", t0.Add(40*time.Minute), q.GetId())
+			got := map[string]string{"q": q.GetFollowsId(), "a": a.GetFollowsId(), "other": other.GetFollowsId(), "bob": bob.GetFollowsId(), "later": later.GetFollowsId(), "own": own.GetFollowsId()}
+			want := map[string]string{"q": "", "a": q.GetId(), "other": "", "bob": "", "later": "", "own": q.GetId()}
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("follows_id (-want +got):\n%s", d)
+			}
+			// The question is found; the answer shares no word with the query, so it lends and
+			// borrows nothing: a link never brings in a memory with no word of the query.
+			resp, err := h.client.Recall(ctxT(t), &memoryv1.RecallRequest{UserId: "alice", Query: "When is the Lisbon marathon? Still training?"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, m := range resp.GetMemories() {
+				ids = append(ids, m.GetMemory().GetId())
+			}
+			if !slices.Contains(ids, q.GetId()) || slices.Contains(ids, a.GetId()) {
+				t.Errorf("recalled %v, want the question %s and not the answer %s", ids, q.GetId(), a.GetId())
+			}
+		})
+	}
+}

@@ -50,6 +50,7 @@ type Service struct {
 	model Completer
 	log   *slog.Logger
 	now   func() time.Time
+	convs *conversationLinks
 
 	touches chan touchReq
 	wg      sync.WaitGroup
@@ -76,6 +77,7 @@ func NewService(cfg Config, o Options) (*Service, error) {
 	s := &Service{
 		cfg: cfg, ep: o.Episodic, sem: o.Semantic, state: o.State, emb: o.Embedder, model: o.Model,
 		log: o.Logger, now: o.Now, touches: make(chan touchReq, 1024), stop: make(chan struct{}),
+		convs: newConversationLinks(),
 	}
 	s.wg.Add(1)
 	go s.toucher()
@@ -144,6 +146,7 @@ type candidate struct {
 	id           string    // deterministic id for extraction; empty means a new random one
 	occurredAt   time.Time // zero: now
 	speaker      string
+	followsID    string // zero: the last memory written in the conversation (conversationLinks)
 }
 
 // writeResult is what a write did.
@@ -282,12 +285,17 @@ func (s *Service) write(ctx context.Context, userID string, c candidate) (writeR
 		m.Id = newID()
 	}
 	m.Tier = s.chooseTier(c)
+	m.FollowsId = c.followsID
+	if m.FollowsId == "" {
+		m.FollowsId = s.convs.previous(m)
+	}
 	if err := s.state.AddUser(ctx, userID); err != nil {
 		return writeResult{}, err
 	}
 	if err := s.tier(m.Tier).Put(ctx, Entry{Memory: m, Vector: vec}); err != nil {
 		return writeResult{}, err
 	}
+	s.convs.record(m)
 	if m.Tier == memoryv1.Tier_TIER_EPISODIC && s.cfg.EpisodicTTL > 0 {
 		m.ExpiresAt = ts(now.Add(s.cfg.EpisodicTTL)) // what the store set, for the caller
 	}

@@ -250,7 +250,12 @@ type Memory struct {
 	OccurredAt *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=occurred_at,json=occurredAt,proto3" json:"occurred_at,omitempty"`
 	// Who said it, when known (for example a participant's name in a conversation with several
 	// people). Two memories of different speakers are never merged.
-	Speaker       string `protobuf:"bytes,22,opt,name=speaker,proto3" json:"speaker,omitempty"`
+	Speaker string `protobuf:"bytes,22,opt,name=speaker,proto3" json:"speaker,omitempty"`
+	// The memory written just before this one in the same conversation (the user's session, or
+	// the user's memories without one) when it happened at most 30 minutes earlier: in a dialogue
+	// the turn that answers a question follows it, so recall lets a memory borrow part of the
+	// score of the memory it follows.
+	FollowsId     string `protobuf:"bytes,23,opt,name=follows_id,json=followsId,proto3" json:"follows_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -439,6 +444,13 @@ func (x *Memory) GetSpeaker() string {
 	return ""
 }
 
+func (x *Memory) GetFollowsId() string {
+	if x != nil {
+		return x.FollowsId
+	}
+	return ""
+}
+
 // RememberRequest is the input of Remember.
 type RememberRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -469,7 +481,10 @@ type RememberRequest struct {
 	// When the fact or event happened; unset means now.
 	OccurredAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=occurred_at,json=occurredAt,proto3" json:"occurred_at,omitempty"`
 	// Who said it, when known, at most 128 bytes.
-	Speaker       string `protobuf:"bytes,14,opt,name=speaker,proto3" json:"speaker,omitempty"`
+	Speaker string `protobuf:"bytes,14,opt,name=speaker,proto3" json:"speaker,omitempty"`
+	// The memory this one follows in its conversation (Memory.follows_id); unset lets the service
+	// link it to the last memory it wrote in the same session within 30 minutes.
+	FollowsId     string `protobuf:"bytes,15,opt,name=follows_id,json=followsId,proto3" json:"follows_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -598,6 +613,13 @@ func (x *RememberRequest) GetOccurredAt() *timestamppb.Timestamp {
 func (x *RememberRequest) GetSpeaker() string {
 	if x != nil {
 		return x.Speaker
+	}
+	return ""
+}
+
+func (x *RememberRequest) GetFollowsId() string {
+	if x != nil {
+		return x.FollowsId
 	}
 	return ""
 }
@@ -1819,7 +1841,7 @@ var File_hermes_memory_v1_memory_proto protoreflect.FileDescriptor
 
 const file_hermes_memory_v1_memory_proto_rawDesc = "" +
 	"\n" +
-	"\x1dhermes/memory/v1/memory.proto\x12\x10hermes.memory.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dhermes/events/v1/events.proto\"\xf1\a\n" +
+	"\x1dhermes/memory/v1/memory.proto\x12\x10hermes.memory.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dhermes/events/v1/events.proto\"\x90\b\n" +
 	"\x06Memory\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x120\n" +
@@ -1853,10 +1875,12 @@ const file_hermes_memory_v1_memory_proto_rawDesc = "" +
 	"expires_at\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12;\n" +
 	"\voccurred_at\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"occurredAt\x12\x18\n" +
-	"\aspeaker\x18\x16 \x01(\tR\aspeaker\x1a=\n" +
+	"\aspeaker\x18\x16 \x01(\tR\aspeaker\x12\x1d\n" +
+	"\n" +
+	"follows_id\x18\x17 \x01(\tR\tfollowsId\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf9\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x98\x05\n" +
 	"\x0fRememberRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x120\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1c.hermes.memory.v1.MemoryTypeR\x04type\x12\x18\n" +
@@ -1878,7 +1902,9 @@ const file_hermes_memory_v1_memory_proto_rawDesc = "" +
 	"\x12source_message_ids\x18\f \x03(\tR\x10sourceMessageIds\x12;\n" +
 	"\voccurred_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"occurredAt\x12\x18\n" +
-	"\aspeaker\x18\x0e \x01(\tR\aspeaker\x1a=\n" +
+	"\aspeaker\x18\x0e \x01(\tR\aspeaker\x12\x1d\n" +
+	"\n" +
+	"follows_id\x18\x0f \x01(\tR\tfollowsId\x1a=\n" +
 	"\x0fAttributesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x96\x01\n" +
