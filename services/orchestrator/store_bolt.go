@@ -49,6 +49,36 @@ type BoltStore struct {
 	// running holds the records of turns in progress; cancels the cancellation requests.
 	running map[string]*orchestratorv1.Turn
 	cancels map[string]cancelRequest
+	// tasks caches task states as the transactions of this process wrote them (this process
+	// is the file's only writer), so a turn does not decode its session's JSON twice; at most
+	// maxCachedTasks sessions.
+	tasks map[string]TaskState
+}
+
+// maxCachedTasks bounds the task-state cache; past it, the cache starts afresh.
+const maxCachedTasks = 4096
+
+// cachedTask returns a copy of sid's cached task state.
+func (s *BoltStore) cachedTask(sid string) (TaskState, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.tasks[sid]
+	return TaskState{Done: slices.Clone(st.Done), Pending: slices.Clone(st.Pending)}, ok
+}
+
+// cacheTask records sid's task state as a transaction wrote it; ok false forgets it (the
+// transaction failed, so the file decides).
+func (s *BoltStore) cacheTask(sid string, st TaskState, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !ok {
+		delete(s.tasks, sid)
+		return
+	}
+	if len(s.tasks) >= maxCachedTasks {
+		clear(s.tasks)
+	}
+	s.tasks[sid] = TaskState{Done: slices.Clone(st.Done), Pending: slices.Clone(st.Pending)}
 }
 
 type cancelRequest struct {
@@ -65,6 +95,7 @@ func OpenBoltStore(path string) (*BoltStore, error) {
 	s := &BoltStore{
 		db: db, group: boltstore.NewGroup(db), now: time.Now, leases: lease.NewMemory(),
 		running: map[string]*orchestratorv1.Turn{}, cancels: map[string]cancelRequest{},
+		tasks: map[string]TaskState{},
 	}
 	if err := s.pruneTurns(); err != nil {
 		_ = db.Close()
@@ -161,12 +192,18 @@ func putTask(b *bolt.Bucket, sid string, st TaskState) error {
 
 // TaskState implements Store.
 func (s *BoltStore) TaskState(_ context.Context, sid string) (TaskState, error) {
+	if st, ok := s.cachedTask(sid); ok {
+		return st, nil
+	}
 	var st TaskState
 	err := s.db.View(func(tx *bolt.Tx) error {
 		var err error
 		st, err = loadTask(tx.Bucket(bucketTasks), sid)
 		return err
 	})
+	if err == nil {
+		s.cacheTask(sid, st, true)
+	}
 	return st, err
 }
 
@@ -205,17 +242,27 @@ func (s *BoltStore) FinishTurn(_ context.Context, f *Finish) error {
 			return nil
 		}
 		tb := tx.Bucket(bucketTasks)
-		st, err := loadTask(tb, sid)
-		if err != nil {
-			return err
+		st, ok := s.cachedTask(sid)
+		if !ok {
+			var err error
+			if st, err = loadTask(tb, sid); err != nil {
+				return err
+			}
 		}
 		st.Done = keepSteps(st.Done, f.Steps, f.KeepSteps)
 		if f.SetPending {
 			st.Pending = f.mergePending(st.Pending)
 		}
-		return putTask(tb, sid, st)
+		if err := putTask(tb, sid, st); err != nil {
+			return err
+		}
+		// Set in the transaction's order, so a concurrent DeleteSession's removal is not
+		// overtaken; undone below when the commit fails.
+		s.cacheTask(sid, st, true)
+		return nil
 	})
 	if err != nil {
+		s.cacheTask(sid, TaskState{}, false)
 		return err
 	}
 	s.mu.Lock()
@@ -319,9 +366,12 @@ func (s *BoltStore) ListTurns(_ context.Context, sid, cursor string, limit int) 
 
 // DeleteSession implements Store.
 func (s *BoltStore) DeleteSession(_ context.Context, sid string) error {
-	return s.group.Update(func(tx *bolt.Tx) error {
+	err := s.group.Update(func(tx *bolt.Tx) error {
+		s.cacheTask(sid, TaskState{}, false)
 		return tx.Bucket(bucketTasks).Delete([]byte(sid))
 	})
+	s.cacheTask(sid, TaskState{}, false)
+	return err
 }
 
 // Outbox implements Store. Turn ids are ULIDs, so key order is finishing order, near enough.
