@@ -31,6 +31,13 @@ var (
 	Denied = errors.New("permission denied")
 )
 
+// Publisher is an error that carries the message a caller can act on, apart from its cause:
+// *Error, or a domain error type with details of its own (a conflict's sequence numbers).
+type Publisher interface {
+	error
+	Public() string
+}
+
 // Error is an error of a class with the message a caller can act on; the cause stays in the logs.
 type Error struct {
 	class error

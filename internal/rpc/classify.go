@@ -33,7 +33,7 @@ var classes = []struct {
 
 // Classify turns any error into the status a caller gets: statuses pass through, context
 // errors become CANCELLED or DEADLINE_EXCEEDED, classified errors (internal/errclass) their
-// code with their public message, and anything else INTERNAL — a bug, never retried by
+// code with their public message (errclass.Publisher), and anything else INTERNAL — a bug, never retried by
 // clients, whose text is logged and not sent.
 func Classify(ctx context.Context, log *slog.Logger, method string, err error) error {
 	if err == nil {
@@ -54,7 +54,7 @@ func Classify(ctx context.Context, log *slog.Logger, method string, err error) e
 			continue
 		}
 		msg := c.msg
-		var e *errclass.Error
+		var e errclass.Publisher
 		if errors.As(err, &e) && e.Public() != "" {
 			msg = e.Public()
 		}

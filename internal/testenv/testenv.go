@@ -57,6 +57,21 @@ func Redis(t testing.TB) (*redis.Client, string) {
 	return rdb, prefix
 }
 
+// DownRedis is a client of a Redis that is not there (a port nobody listens on), for tests of
+// what a service answers when its backend is down. It fails fast: no retries, a short dial.
+func DownRedis(t testing.TB) *redis.Client {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
 // DeleteKeys deletes every key under prefix, ignoring errors (it cleans up after a test or a
 // benchmark run).
 func DeleteKeys(ctx context.Context, rdb redis.UniversalClient, prefix string) {
