@@ -2,13 +2,14 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hermes-agent/hermes/internal/errclass"
 )
 
 // Redis keeps leases in Redis under a prefix, shared by every replica: <prefix><key> is a hash
@@ -78,8 +79,10 @@ end
 redis.call('PUBLISH', ARGV[5], ARGV[6])
 return 1`)
 
+// redisErr marks a failure of Redis as the backend's (errclass.Unavailable), so that a service
+// answering with it says UNAVAILABLE without the cause's text.
 func redisErr(op, key string, err error) error {
-	return fmt.Errorf("lease: %s %s: %w", op, key, err)
+	return fmt.Errorf("lease: %s %s: %w: %w", op, key, errclass.Unavailable, err)
 }
 
 // Acquire implements Store.
@@ -92,7 +95,7 @@ func (r *Redis) Acquire(ctx context.Context, key, owner string, data []byte, ttl
 		return Claim{}, redisErr("acquire", key, err)
 	}
 	if len(res) != 4 {
-		return Claim{}, redisErr("acquire", key, errors.New("unexpected script reply"))
+		return Claim{}, fmt.Errorf("lease: acquire %s: unexpected script reply %v", key, res)
 	}
 	st, _ := res[0].(string)
 	c := Claim{Data: []byte(str(res[2])), TTL: time.Duration(toInt(res[3])) * time.Millisecond}
@@ -104,7 +107,7 @@ func (r *Redis) Acquire(ctx context.Context, key, owner string, data []byte, ttl
 	case "d":
 		c.State = Done
 	default:
-		return Claim{}, redisErr("acquire", key, fmt.Errorf("unknown state %q", st))
+		return Claim{}, fmt.Errorf("lease: acquire %s: unknown state %q", key, st)
 	}
 	return c, nil
 }

@@ -6,12 +6,10 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/hermes-agent/hermes/internal/egress"
@@ -140,17 +138,6 @@ func dur(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
 func i32(n int32) *int32 { return &n }
 
 const emptyObjectSchema = `{"type":"object"}`
-
-// brokenRedis is a client of a Redis that is not there (a port nobody listens on).
-func brokenRedis() *redis.Client {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	addr := lis.Addr().String()
-	_ = lis.Close()
-	return redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
-}
 
 // testEgress allows the loopback servers the tests start, as an operator would list them.
 func testEgress(t testing.TB) *egress.Policy {
