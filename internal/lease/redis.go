@@ -82,7 +82,7 @@ return 1`)
 // redisErr marks a failure of Redis as the backend's (errclass.Unavailable), so that a service
 // answering with it says UNAVAILABLE without the cause's text.
 func redisErr(op, key string, err error) error {
-	return fmt.Errorf("lease: %s %s: %w: %w", op, key, errclass.Unavailable, err)
+	return errclass.Mark(errclass.Unavailable, "lease: "+op+" "+key, err)
 }
 
 // Acquire implements Store.

@@ -47,7 +47,7 @@ func (r *RedisStore) indexKey(userID, term string) string {
 
 // redisErr marks backend failures so the server answers UNAVAILABLE.
 func redisErr(op string, err error) error {
-	return fmt.Errorf("redis %s: %w: %w", op, errclass.Unavailable, err)
+	return errclass.Mark(errclass.Unavailable, "redis "+op, err)
 }
 
 // CreateSession implements Store.

@@ -92,7 +92,7 @@ func (s *RedisStore) PutTool(ctx context.Context, t *toolsv1.Tool, hash string, 
 	res, err := putToolScript.Run(ctx, s.rdb, []string{s.toolKey(name), s.namesKey(), s.revKey()},
 		name, spec, hash, t.GetSource(), t.GetSchemaTokens(), now.UnixNano(), boolArg(replaceOthers)).Slice()
 	if err != nil {
-		return nil, false, redisErr("store tool", err)
+		return nil, false, errclass.Mark(errclass.Unavailable, "redis store tool", err)
 	}
 	if len(res) != 3 {
 		return nil, false, errors.New("store tool: unexpected script reply")
@@ -114,11 +114,6 @@ func (s *RedisStore) PutTool(ctx context.Context, t *toolsv1.Tool, hash string, 
 	out.CreatedAt = nanosToTimestamp(toInt64(res[2]))
 	out.UpdatedAt = timestamppb.New(now)
 	return out, true, nil
-}
-
-// redisErr marks a Redis failure as the backend's: UNAVAILABLE, its text kept for the logs.
-func redisErr(op string, err error) error {
-	return fmt.Errorf("%s: %w: %w", op, errclass.Unavailable, err)
 }
 
 func toInt64(v any) int64 {
@@ -162,7 +157,7 @@ func decodeRedisTool(m map[string]string) (*StoredTool, error) {
 func (s *RedisStore) GetTool(ctx context.Context, name string) (*StoredTool, error) {
 	m, err := s.rdb.HGetAll(ctx, s.toolKey(name)).Result()
 	if err != nil {
-		return nil, redisErr("read tool", err)
+		return nil, errclass.Mark(errclass.Unavailable, "redis read tool", err)
 	}
 	if len(m) == 0 || m["spec"] == "" && m["hash"] == "" {
 		return nil, ErrNotFound
@@ -174,7 +169,7 @@ func (s *RedisStore) GetTool(ctx context.Context, name string) (*StoredTool, err
 func (s *RedisStore) DeleteTool(ctx context.Context, name, source string) error {
 	res, err := deleteToolScript.Run(ctx, s.rdb, []string{s.toolKey(name), s.namesKey(), s.revKey()}, name, source).Result()
 	if err != nil {
-		return redisErr("delete tool", err)
+		return errclass.Mark(errclass.Unavailable, "redis delete tool", err)
 	}
 	switch x := res.(type) {
 	case string:
@@ -203,7 +198,7 @@ func (s *RedisStore) ListTools(ctx context.Context) ([]*StoredTool, int64, error
 	}
 	names, err := s.rdb.ZRange(ctx, s.namesKey(), 0, -1).Result()
 	if err != nil {
-		return nil, 0, redisErr("list tools", err)
+		return nil, 0, errclass.Mark(errclass.Unavailable, "redis list tools", err)
 	}
 	cmds := make([]*redis.MapStringStringCmd, len(names))
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -213,7 +208,7 @@ func (s *RedisStore) ListTools(ctx context.Context) ([]*StoredTool, int64, error
 		return nil
 	})
 	if err != nil {
-		return nil, 0, redisErr("list tools", err)
+		return nil, 0, errclass.Mark(errclass.Unavailable, "redis list tools", err)
 	}
 	out := make([]*StoredTool, 0, len(names))
 	for _, c := range cmds {
@@ -237,7 +232,7 @@ func (s *RedisStore) Revision(ctx context.Context) (int64, error) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, redisErr("read registry revision", err)
+		return 0, errclass.Mark(errclass.Unavailable, "redis read registry revision", err)
 	}
 	return rev, nil
 }
