@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
@@ -97,7 +98,7 @@ func (s *RedisEpisodic) put(ctx context.Context, e Entry, onlyExisting bool) (bo
 	n, err := putScript.Run(ctx, s.rdb, []string{s.keys.mem(user, e.Memory.GetId()), s.keys.memIndex(user)},
 		v, s.ttl.Milliseconds(), deadline.UnixMilli(), only, e.Memory.GetId(), now.UnixMilli()).Int()
 	if err != nil {
-		return false, fmt.Errorf("redis: %w", err)
+		return false, errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	return n == 1, nil
 }
@@ -115,7 +116,7 @@ func (s *RedisEpisodic) Get(ctx context.Context, userID, id string) (Entry, erro
 		return Entry{}, ErrNotFound
 	}
 	if err != nil {
-		return Entry{}, fmt.Errorf("redis: %w", err)
+		return Entry{}, errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	return decodeEntry(v)
 }
@@ -126,7 +127,7 @@ func (s *RedisEpisodic) Delete(ctx context.Context, userID, id string) (bool, er
 	del := pipe.Del(ctx, s.keys.mem(userID, id))
 	pipe.ZRem(ctx, s.keys.memIndex(userID), id)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return false, fmt.Errorf("redis: %w", err)
+		return false, errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	return del.Val() == 1, nil
 }
@@ -136,7 +137,7 @@ func (s *RedisEpisodic) all(ctx context.Context, userID string) ([]Entry, error)
 	now := s.now()
 	ids, err := s.rdb.ZRangeByScore(ctx, s.keys.memIndex(userID), &redis.ZRangeBy{Min: "(" + unixMs(now), Max: "+inf"}).Result()
 	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
+		return nil, errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	out := make([]Entry, 0, len(ids))
 	const batch = 256
@@ -148,7 +149,7 @@ func (s *RedisEpisodic) all(ctx context.Context, userID string) ([]Entry, error)
 			cmds = append(cmds, pipe.HGet(ctx, s.keys.mem(userID, id), "e"))
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("redis: %w", err)
+			return nil, errclass.Mark(errclass.Unavailable, "redis", err)
 		}
 		for _, c := range cmds {
 			b, err := c.Bytes()
@@ -156,7 +157,7 @@ func (s *RedisEpisodic) all(ctx context.Context, userID string) ([]Entry, error)
 				continue // expired between the index read and this one
 			}
 			if err != nil {
-				return nil, fmt.Errorf("redis: %w", err)
+				return nil, errclass.Mark(errclass.Unavailable, "redis", err)
 			}
 			e, err := decodeEntry(b)
 			if err != nil {
@@ -313,7 +314,7 @@ func (s *RedisEpisodic) DeleteUser(ctx context.Context, userID string) (UserCoun
 	}
 	keys = append(keys, s.keys.memIndex(userID))
 	if err := s.rdb.Del(ctx, keys...).Err(); err != nil {
-		return UserCounts{}, fmt.Errorf("redis: %w", err)
+		return UserCounts{}, errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	return c, nil
 }
@@ -324,7 +325,7 @@ func scanKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([
 	for {
 		keys, next, err := rdb.Scan(ctx, cursor, pattern, 1000).Result()
 		if err != nil {
-			return nil, fmt.Errorf("redis scan: %w", err)
+			return nil, errclass.Mark(errclass.Unavailable, "redis scan", err)
 		}
 		out = append(out, keys...)
 		if next == 0 {
@@ -349,12 +350,13 @@ func NewRedisState(rdb redis.UniversalClient, prefix string) *RedisState {
 
 // AddUser implements StateStore.
 func (s *RedisState) AddUser(ctx context.Context, userID string) error {
-	return s.rdb.SAdd(ctx, s.keys.users(), userID).Err()
+	return errclass.Mark(errclass.Unavailable, "redis add user", s.rdb.SAdd(ctx, s.keys.users(), userID).Err())
 }
 
 // Users implements StateStore.
 func (s *RedisState) Users(ctx context.Context) ([]string, error) {
-	return s.rdb.SMembers(ctx, s.keys.users()).Result()
+	users, err := s.rdb.SMembers(ctx, s.keys.users()).Result()
+	return users, errclass.Mark(errclass.Unavailable, "redis users", err)
 }
 
 // countScript adds an event, trims the window, counts, and claims the habit when the count is
@@ -379,7 +381,7 @@ func (s *RedisState) CountBehavior(ctx context.Context, userID, key string, at t
 	res, err := countScript.Run(ctx, s.rdb, []string{s.keys.behavior(userID, key), s.keys.habit(userID, key)},
 		at.UnixMilli(), member, at.Add(-window).UnixMilli(), window.Milliseconds(), threshold).Slice()
 	if err != nil {
-		return 0, false, "", fmt.Errorf("redis: %w", err)
+		return 0, false, "", errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	n, _ := res[0].(int64)
 	claim, _ := res[1].(int64)
@@ -390,9 +392,9 @@ func (s *RedisState) CountBehavior(ctx context.Context, userID, key string, at t
 // SetHabit implements StateStore.
 func (s *RedisState) SetHabit(ctx context.Context, userID, key, memoryID string) error {
 	if memoryID == "" {
-		return s.rdb.Del(ctx, s.keys.habit(userID, key)).Err()
+		return errclass.Mark(errclass.Unavailable, "redis release habit", s.rdb.Del(ctx, s.keys.habit(userID, key)).Err())
 	}
-	return s.rdb.Set(ctx, s.keys.habit(userID, key), memoryID, 0).Err()
+	return errclass.Mark(errclass.Unavailable, "redis set habit", s.rdb.Set(ctx, s.keys.habit(userID, key), memoryID, 0).Err())
 }
 
 var claimScript = redis.NewScript(`
@@ -406,7 +408,7 @@ func (s *RedisState) ClaimTurn(ctx context.Context, userID, turnID string, lease
 	token := randomToken()
 	v, err := claimScript.Run(ctx, s.rdb, []string{s.keys.turn(userID, turnID)}, token, lease.Milliseconds()).Text()
 	if err != nil {
-		return nil, false, "", fmt.Errorf("redis: %w", err)
+		return nil, false, "", errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	switch {
 	case v == "":
@@ -445,7 +447,7 @@ func (s *RedisState) Lock(ctx context.Context, name string, ttl time.Duration) (
 	token := randomToken()
 	ok, err := s.rdb.SetNX(ctx, s.keys.lock(name), token, ttl).Result()
 	if err != nil {
-		return nil, false, fmt.Errorf("redis: %w", err)
+		return nil, false, errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	if !ok {
 		return nil, false, nil
@@ -479,7 +481,7 @@ func (s *RedisState) DeleteUser(ctx context.Context, userID string) (int64, int6
 	}
 	pipe.SRem(ctx, s.keys.users(), userID)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, 0, fmt.Errorf("redis: %w", err)
+		return 0, 0, errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	return int64(len(counters)), int64(len(turns)), nil
 }
