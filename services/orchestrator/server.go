@@ -256,8 +256,7 @@ func (s *Service) lockSession(ctx context.Context, session, turnID string) (cont
 	case err != nil && ctx.Err() != nil:
 		return nil, nil, status.FromContextError(fmt.Errorf("waiting for turn %s of session %s to finish: %w", c.Owner, session, ctx.Err())).Err()
 	case err != nil:
-		// The lease store is the backend (Redis) that failed.
-		return nil, nil, storeStatus(fmt.Errorf("taking the session's lease: %w: %w", errBackend, err))
+		return nil, nil, fmt.Errorf("taking the session's lease: %w", err)
 	}
 	turnCtx, lost := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
@@ -327,19 +326,6 @@ func validateRef(v *rpc.Violations, field, id, user string) {
 		v.Add("user_id", "is required")
 	}
 	v.MaxLen("user_id", user, maxIDBytes)
-}
-
-func storeStatus(err error) error {
-	switch {
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "request cancelled")
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
-	case errors.Is(err, errBackend):
-		return status.Errorf(codes.Unavailable, "%v", err)
-	default:
-		return status.Errorf(codes.Internal, "orchestrator store: %v", err)
-	}
 }
 
 // peerStatus re-labels another service's error with the service's name, keeping its code.
