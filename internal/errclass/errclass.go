@@ -34,6 +34,12 @@ var (
 	Denied = errors.New("permission denied")
 )
 
+// Errorf is New with a formatted message and no cause, for an error whose whole text is for the
+// caller ("no server named %q").
+func Errorf(class error, format string, args ...any) error {
+	return &Error{class: class, msg: fmt.Sprintf(format, args...)}
+}
+
 // Mark returns cause marked with class and prefixed with op (what was being done), for the
 // places where a backend's error enters Hermes: errclass.Mark(errclass.Unavailable, "redis get",
 // err). The caller sees the class; op and the cause stay in the logs. A nil cause is nil, so a

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/model"
+	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/secretenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
@@ -73,7 +74,7 @@ func TestHelperServerDefects(t *testing.T) {
 			{"unknown prompt", func() error { _, err := g.GetPrompt(ctx, "helper", "nope", nil); return err }(), codes.NotFound},
 			{"missing prompt argument", func() error { _, err := g.GetPrompt(ctx, "helper", "greet", nil); return err }(), codes.InvalidArgument},
 		} {
-			if got := status.Code(toStatus(tc.err)); got != tc.want {
+			if got := status.Code(rpc.Classify(ctx, nil, "test", tc.err)); got != tc.want {
 				t.Errorf("%s: %v (%v), want %v", tc.name, got, tc.err, tc.want)
 			}
 		}

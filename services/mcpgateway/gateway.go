@@ -17,7 +17,6 @@ package mcpgateway
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -28,9 +27,10 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/secretenv"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
 	"github.com/hermes-agent/hermes/internal/backoff"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 )
 
 // Options configure a Gateway.
@@ -152,17 +152,6 @@ func (g *Gateway) Close() {
 	}
 	g.wg.Wait()
 }
-
-// errNotFound and friends are mapped to gRPC codes by the server.
-var (
-	errNotFound      = errors.New("not found")
-	errAlreadyExists = errors.New("already exists")
-	errExhausted     = errors.New("limit reached")
-	errUnavailable   = errors.New("unavailable")
-	errPrecondition  = errors.New("failed precondition")
-	errInvalid       = errors.New("invalid argument")
-	errDenied        = errors.New("permission denied")
-)
 
 // Start connects the servers of the configured mcpServers file and, when enabled, prunes tool
 // registrations left behind by servers the gateway no longer has. Servers connect in the

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	"github.com/hermes-agent/hermes/internal/testenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
@@ -38,8 +39,8 @@ func TestServerStoreConformance(t *testing.T) {
 			if err := s.CreateServer(ctx, spec); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.CreateServer(ctx, spec); !errors.Is(err, errAlreadyExists) {
-				t.Errorf("second create: %v, want errAlreadyExists", err)
+			if err := s.CreateServer(ctx, spec); !errors.Is(err, errclass.Exists) {
+				t.Errorf("second create: %v, want errclass.Exists", err)
 			}
 			list, err := s.ListServers(ctx)
 			if err != nil || len(list) != 1 || list[0].GetHttp().GetUrl() != "http://127.0.0.1:1/mcp" {
@@ -48,8 +49,8 @@ func TestServerStoreConformance(t *testing.T) {
 			if err := s.DeleteServer(ctx, "a"); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.DeleteServer(ctx, "a"); !errors.Is(err, errNotFound) {
-				t.Errorf("second delete: %v, want errNotFound", err)
+			if err := s.DeleteServer(ctx, "a"); !errors.Is(err, errclass.NotFound) {
+				t.Errorf("second delete: %v, want errclass.NotFound", err)
 			}
 			if list, _ := s.ListServers(ctx); len(list) != 0 {
 				t.Errorf("after delete: %v", list)
