@@ -56,7 +56,7 @@ func (published) Public() string       { return "the last seq is 3" }
 func (published) Is(target error) bool { return target == errclass.Precondition }
 
 func TestCodeName(t *testing.T) {
-	for c, want := range map[codes.Code]string{codes.Canceled: "CANCELLED", codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.OK: "OK", codes.InvalidArgument: "INVALID_ARGUMENT"} {
+	for c, want := range map[codes.Code]string{codes.Canceled: "CANCELLED", codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.OK: "OK", codes.InvalidArgument: "INVALID_ARGUMENT", codes.Unavailable: "UNAVAILABLE", codes.FailedPrecondition: "FAILED_PRECONDITION"} {
 		if got := CodeName(c); got != want {
 			t.Errorf("CodeName(%v) = %q, want %q", c, got, want)
 		}

@@ -379,7 +379,7 @@ func (t *turn) finish(ctx context.Context, err error) {
 		}}}
 	} else {
 		final = &orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Failed{Failed: &orchestratorv1.TurnFailed{
-			TurnId: t.id, Code: canonicalCode(code), Message: msg, Usage: usage, Steps: t.steps,
+			TurnId: t.id, Code: rpc.CodeName(code), Message: msg, Usage: usage, Steps: t.steps,
 		}}}
 	}
 	t.em.hold(final)
