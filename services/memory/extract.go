@@ -219,7 +219,7 @@ func (s *Service) extract(ctx context.Context, turn *eventsv1.TurnFinished) (*me
 	if s.beforeFinish != nil {
 		s.beforeFinish(ctx, turnID)
 	}
-	if err := s.state.FinishTurn(ctx, user, turnID, rec2, s.cfg.ExtractionRecordTTL); err != nil {
+	if err := s.state.FinishTurn(ctx, user, turnID, token, rec2, s.cfg.ExtractionRecordTTL); err != nil {
 		return nil, err
 	}
 	return resp, nil

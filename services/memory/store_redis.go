@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hermes-agent/hermes/internal/errclass"
+	"github.com/hermes-agent/hermes/internal/lease"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
@@ -41,11 +41,14 @@ func (k redisKeys) behavior(userID, key string) string {
 func (k redisKeys) habit(userID, key string) string {
 	return k.user(userID) + "h:" + base64.RawURLEncoding.EncodeToString([]byte(key))
 }
+
+// turn is a turn's claim or record, a lease (internal/lease) under the prefix: the key is
+// relative to it. Records of before the leases were strings under "x:", gone after the record
+// TTL; DeleteUser still removes them.
 func (k redisKeys) turn(userID, turnID string) string {
-	return k.user(userID) + "x:" + base64.RawURLEncoding.EncodeToString([]byte(turnID))
+	return k.user(userID)[len(k.prefix):] + "t:" + base64.RawURLEncoding.EncodeToString([]byte(turnID))
 }
-func (k redisKeys) users() string           { return k.prefix + "users" }
-func (k redisKeys) lock(name string) string { return k.prefix + "lock:" + name }
+func (k redisKeys) users() string { return k.prefix + "users" }
 
 // RedisEpisodic is the episodic tier in Redis: one hash per memory with the tier's TTL, and a
 // sorted set per user listing them by TTL deadline. Similarity search loads the user's episodic
@@ -335,8 +338,10 @@ func scanKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([
 	}
 }
 
-// RedisState is the StateStore in Redis.
+// RedisState is the StateStore in Redis. Turn claims and locks are leases under the prefix
+// (turns at <user>t:<turn>, locks at locks:<name>).
 type RedisState struct {
+	claims
 	rdb  redis.UniversalClient
 	keys redisKeys
 }
@@ -345,7 +350,15 @@ var _ StateStore = (*RedisState)(nil)
 
 // NewRedisState returns the state store under prefix.
 func NewRedisState(rdb redis.UniversalClient, prefix string) *RedisState {
-	return &RedisState{rdb: rdb, keys: redisKeys{prefix}}
+	keys := redisKeys{prefix}
+	return &RedisState{
+		claims: claims{
+			turns:   lease.NewRedis(rdb, prefix, nil),
+			turnKey: keys.turn,
+			locks:   lease.NewRedis(rdb, prefix+"locks:", nil),
+		},
+		rdb: rdb, keys: keys,
+	}
 }
 
 // AddUser implements StateStore.
@@ -397,68 +410,6 @@ func (s *RedisState) SetHabit(ctx context.Context, userID, key, memoryID string)
 	return errclass.Mark(errclass.Unavailable, "redis set habit", s.rdb.Set(ctx, s.keys.habit(userID, key), memoryID, 0).Err())
 }
 
-var claimScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v then return v end
-redis.call('SET', KEYS[1], 'busy:' .. ARGV[1], 'PX', ARGV[2])
-return ''`)
-
-// ClaimTurn implements StateStore.
-func (s *RedisState) ClaimTurn(ctx context.Context, userID, turnID string, lease time.Duration) (*TurnRecord, bool, string, error) {
-	token := randomToken()
-	v, err := claimScript.Run(ctx, s.rdb, []string{s.keys.turn(userID, turnID)}, token, lease.Milliseconds()).Text()
-	if err != nil {
-		return nil, false, "", errclass.Mark(errclass.Unavailable, "redis", err)
-	}
-	switch {
-	case v == "":
-		return nil, false, token, nil
-	case len(v) > 5 && v[:5] == "done:":
-		var rec TurnRecord
-		if err := json.Unmarshal([]byte(v[5:]), &rec); err != nil {
-			return nil, false, "", fmt.Errorf("turn record: %w", err)
-		}
-		return &rec, false, "", nil
-	default:
-		return nil, true, "", nil
-	}
-}
-
-// FinishTurn implements StateStore.
-func (s *RedisState) FinishTurn(ctx context.Context, userID, turnID string, rec TurnRecord, ttl time.Duration) error {
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	return s.rdb.Set(ctx, s.keys.turn(userID, turnID), "done:"+string(b), ttl).Err()
-}
-
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0`)
-
-// ReleaseTurn implements StateStore.
-func (s *RedisState) ReleaseTurn(ctx context.Context, userID, turnID, token string) error {
-	return releaseScript.Run(ctx, s.rdb, []string{s.keys.turn(userID, turnID)}, "busy:"+token).Err()
-}
-
-// Lock implements StateStore.
-func (s *RedisState) Lock(ctx context.Context, name string, ttl time.Duration) (func(), bool, error) {
-	token := randomToken()
-	ok, err := s.rdb.SetNX(ctx, s.keys.lock(name), token, ttl).Result()
-	if err != nil {
-		return nil, false, errclass.Mark(errclass.Unavailable, "redis", err)
-	}
-	if !ok {
-		return nil, false, nil
-	}
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = releaseScript.Run(ctx, s.rdb, []string{s.keys.lock(name)}, token).Err()
-	}, true, nil
-}
-
 // DeleteUser implements StateStore.
 func (s *RedisState) DeleteUser(ctx context.Context, userID string) (int64, int64, error) {
 	base := s.keys.user(userID)
@@ -470,10 +421,15 @@ func (s *RedisState) DeleteUser(ctx context.Context, userID string) (int64, int6
 	if err != nil {
 		return 0, 0, err
 	}
-	turns, err := scanKeys(ctx, s.rdb, base+"x:*")
+	turns, err := scanKeys(ctx, s.rdb, base+"t:*")
 	if err != nil {
 		return 0, 0, err
 	}
+	legacy, err := scanKeys(ctx, s.rdb, base+"x:*")
+	if err != nil {
+		return 0, 0, err
+	}
+	turns = append(turns, legacy...)
 	all := append(append(append([]string{}, counters...), habits...), turns...)
 	pipe := s.rdb.TxPipeline()
 	if len(all) > 0 {
@@ -486,6 +442,3 @@ func (s *RedisState) DeleteUser(ctx context.Context, userID string) (int64, int6
 	return int64(len(counters)), int64(len(turns)), nil
 }
 
-// UserKeyPattern is the SCAN pattern of every key of a user under prefix (tests: ForgetUser
-// must leave nothing).
-func UserKeyPattern(prefix, userID string) string { return redisKeys{prefix}.user(userID) + "*" }
