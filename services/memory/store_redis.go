@@ -22,9 +22,10 @@ import (
 //	P u:<user>:mi         zset id → TTL deadline (unix ms): the user's episodic memories
 //	P u:<user>:b:<key>    zset of behaviour events (score unix ms)
 //	P u:<user>:h:<key>    string: the habit memory id of a behaviour ("pending" while claimed)
-//	P u:<user>:x:<turn>   string: turn claim "busy:<token>" or record "done:<json>"
+//	P u:<user>:t:<turn>   lease (internal/lease): the turn's claim, completed into its record (JSON)
+//	P u:<user>:x:<turn>   string: a turn record of before the leases, until its TTL ends
 //	P users               set of user ids with memories
-//	P lock:<name>         string token, PX ttl
+//	P locks:<name>        lease: a named lock (maintenance)
 //
 // <user> is the user id in unpadded base64url, so no id can break out of its namespace or
 // act as a SCAN pattern.
