@@ -15,9 +15,10 @@ import (
 // Redis keeps leases in Redis under a prefix, shared by every replica: <prefix><key> is a hash
 // (s: "h" held or "d" done, o: owner, d: data) with the lease's or record's expiry. Releases,
 // completions and signals are published on the channel <prefix>lease-wake (the message is the
-// key), which one subscription per store turns into wake-ups of local watchers.
+// key), which one subscription per store turns into wake-ups of local watchers. It takes one
+// node's client or Sentinel's (*redis.Client), as every Redis store of Hermes does.
 type Redis struct {
-	rdb     redis.UniversalClient
+	rdb     *redis.Client
 	prefix  string
 	channel string
 	hub     hub
@@ -30,7 +31,7 @@ type Redis struct {
 }
 
 // NewRedis returns a store whose keys start with prefix.
-func NewRedis(rdb redis.UniversalClient, prefix string, log *slog.Logger) *Redis {
+func NewRedis(rdb *redis.Client, prefix string, log *slog.Logger) *Redis {
 	if log == nil {
 		log = slog.Default()
 	}

@@ -74,7 +74,7 @@ func DownRedis(t testing.TB) *redis.Client {
 
 // DeleteKeys deletes every key under prefix, ignoring errors (it cleans up after a test or a
 // benchmark run).
-func DeleteKeys(ctx context.Context, rdb redis.UniversalClient, prefix string) {
+func DeleteKeys(ctx context.Context, rdb *redis.Client, prefix string) {
 	iter := rdb.Scan(ctx, 0, prefix+"*", 500).Iterator()
 	var keys []string
 	for iter.Next(ctx) {

@@ -27,12 +27,12 @@ type ServerStore interface {
 
 // RedisServerStore keeps specs in one Redis hash, name → protobuf spec.
 type RedisServerStore struct {
-	rdb redis.UniversalClient
+	rdb *redis.Client
 	key string
 }
 
 // NewRedisServerStore returns a store under the key prefix+"servers".
-func NewRedisServerStore(rdb redis.UniversalClient, prefix string) *RedisServerStore {
+func NewRedisServerStore(rdb *redis.Client, prefix string) *RedisServerStore {
 	return &RedisServerStore{rdb: rdb, key: prefix + "servers"}
 }
 

@@ -56,7 +56,7 @@ func (k redisKeys) users() string { return k.prefix + "users" }
 // memories and scores them in process: the tier holds hours to days of memories, so it stays
 // small per user.
 type RedisEpisodic struct {
-	rdb  redis.UniversalClient
+	rdb  *redis.Client
 	keys redisKeys
 	ttl  time.Duration
 	dim  int
@@ -66,7 +66,7 @@ type RedisEpisodic struct {
 var _ TierStore = (*RedisEpisodic)(nil)
 
 // NewRedisEpisodic returns the episodic tier under prefix with the given TTL and dimension.
-func NewRedisEpisodic(rdb redis.UniversalClient, prefix string, ttl time.Duration, dim int) *RedisEpisodic {
+func NewRedisEpisodic(rdb *redis.Client, prefix string, ttl time.Duration, dim int) *RedisEpisodic {
 	return &RedisEpisodic{rdb: rdb, keys: redisKeys{prefix}, ttl: ttl, dim: dim, now: time.Now}
 }
 
@@ -323,7 +323,7 @@ func (s *RedisEpisodic) DeleteUser(ctx context.Context, userID string) (UserCoun
 	return c, nil
 }
 
-func scanKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]string, error) {
+func scanKeys(ctx context.Context, rdb *redis.Client, pattern string) ([]string, error) {
 	var out []string
 	var cursor uint64
 	for {
@@ -343,14 +343,14 @@ func scanKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([
 // (turns at <user>t:<turn>, locks at locks:<name>).
 type RedisState struct {
 	claims
-	rdb  redis.UniversalClient
+	rdb  *redis.Client
 	keys redisKeys
 }
 
 var _ StateStore = (*RedisState)(nil)
 
 // NewRedisState returns the state store under prefix.
-func NewRedisState(rdb redis.UniversalClient, prefix string) *RedisState {
+func NewRedisState(rdb *redis.Client, prefix string) *RedisState {
 	keys := redisKeys{prefix}
 	return &RedisState{
 		claims: claims{

@@ -30,12 +30,12 @@ import (
 // Appends and summary updates run as Lua scripts, so a batch is all or nothing and concurrent
 // appenders get dense, distinct seqs.
 type RedisStore struct {
-	rdb    redis.UniversalClient
+	rdb    *redis.Client
 	prefix string
 }
 
 // NewRedisStore returns a store using rdb with every key under prefix.
-func NewRedisStore(rdb redis.UniversalClient, prefix string) *RedisStore {
+func NewRedisStore(rdb *redis.Client, prefix string) *RedisStore {
 	return &RedisStore{rdb: rdb, prefix: prefix}
 }
 

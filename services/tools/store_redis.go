@@ -24,13 +24,13 @@ import (
 //	revision     counter bumped by every registry change
 //	idem:<key>   the idempotency record of a key (internal/lease)
 type RedisStore struct {
-	rdb    redis.UniversalClient
+	rdb    *redis.Client
 	prefix string
 	leases *lease.Redis
 }
 
 // NewRedisStore returns a store whose keys all start with prefix.
-func NewRedisStore(rdb redis.UniversalClient, prefix string) *RedisStore {
+func NewRedisStore(rdb *redis.Client, prefix string) *RedisStore {
 	return &RedisStore{rdb: rdb, prefix: prefix, leases: lease.NewRedis(rdb, prefix+"idem:", nil)}
 }
 
