@@ -442,4 +442,3 @@ func (s *RedisState) DeleteUser(ctx context.Context, userID string) (int64, int6
 	}
 	return int64(len(counters)), int64(len(turns)), nil
 }
-
