@@ -47,8 +47,7 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	} else if !errors.Is(err, model.ErrNotConfigured) {
 		return err
 	}
-	gw := mcpgateway.New(mcpgateway.Options{
-		Config:   cfg,
+	gw := mcpgateway.New(cfg, mcpgateway.Options{
 		Logger:   a.log.With("service", "mcpgateway"),
 		Registry: mcpgateway.NewToolServiceRegistry(tools),
 		Getenv:   a.getenv,

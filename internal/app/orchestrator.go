@@ -31,9 +31,10 @@ func (a *App) initOrchestrator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	deps := orchestrator.Deps{
+	deps := orchestrator.Options{
 		Session: sessionv1.NewSessionServiceClient(sessConn),
 		Tools:   toolsv1.NewToolServiceClient(toolsConn),
+		Logger:  log,
 	}
 	if memConn, err := a.Conn(TargetMemory); err != nil {
 		log.Warn("turns run without memory", "reason", err)
@@ -80,7 +81,7 @@ func (a *App) initOrchestrator(ctx context.Context) error {
 		return events.PublishTurnFinished(ctx, js, names, ev)
 	}
 
-	svc, err := orchestrator.NewService(deps, cfg, log)
+	svc, err := orchestrator.NewService(cfg, deps)
 	if err != nil {
 		return err
 	}

@@ -9,12 +9,16 @@ import (
 	"encoding/hex"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/hermes-agent/hermes/internal/rpc"
@@ -70,6 +74,21 @@ func DownRedis(t testing.TB) *redis.Client {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
+}
+
+// WantStatus fails t unless err is a status of code whose message carries none of the cause's
+// fragments in hidden: what a service answers must not leak the text of what failed inside it.
+func WantStatus(t testing.TB, err error, code codes.Code, hidden ...string) {
+	t.Helper()
+	st := status.Convert(err)
+	if diff := cmp.Diff(code, st.Code()); diff != "" {
+		t.Errorf("code (-want +got):\n%s\nerror: %v", diff, err)
+	}
+	for _, h := range hidden {
+		if strings.Contains(st.Message(), h) {
+			t.Errorf("message %q carries the cause's text %q", st.Message(), h)
+		}
+	}
 }
 
 // DeleteKeys deletes every key under prefix, ignoring errors (it cleans up after a test or a

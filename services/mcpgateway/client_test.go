@@ -51,7 +51,7 @@ func gwCall(t *testing.T, g *Gateway, server, tool, args string) *pb.CallToolRes
 // a banner line on stdout (5), resource and prompt error codes (6), capped structured content
 // (3), audience, progress, and the instructions kept.
 func TestHelperServerDefects(t *testing.T) {
-	g := New(Options{Config: testConfig(), Logger: testLogger(t)})
+	g := New(testConfig(), Options{Logger: testLogger(t)})
 	defer g.Close()
 	srv := gwReady(t, g, HelperStdio(t, "helper", map[string]string{"HERMES_HELPER_BANNER": "1", "HERMES_HELPER_APPEND": filepath.Join(t.TempDir(), "journal")}))
 	if srv.GetInstructions() != "Use append_line to add lines to the journal." {
@@ -166,7 +166,7 @@ func TestHelperServerDefects(t *testing.T) {
 // everything reference server over stdio.
 func TestEverythingClientFeatures(t *testing.T) {
 	sampler := &scriptedSampler{answer: "a sampled answer"}
-	g := New(Options{Config: testConfig(), Logger: testLogger(t), Sampler: sampler})
+	g := New(testConfig(), Options{Logger: testLogger(t), Sampler: sampler})
 	defer g.Close()
 	spec := everythingStdio(t, "ev", "ev")
 	spec.Sampling = &pb.SamplingPolicy{Allow: true, MaxTokens: 50}
@@ -235,7 +235,7 @@ func TestEverythingClientFeatures(t *testing.T) {
 // TestSamplingOffByDefault: a server whose spec does not allow sampling is refused.
 func TestSamplingOffByDefault(t *testing.T) {
 	sampler := &scriptedSampler{answer: "should not be used"}
-	g := New(Options{Config: testConfig(), Logger: testLogger(t), Sampler: sampler})
+	g := New(testConfig(), Options{Logger: testLogger(t), Sampler: sampler})
 	defer g.Close()
 	gwReady(t, g, everythingStdio(t, "ev", "ev"))
 	r := gwCall(t, g, "ev", "trigger-sampling-request", `{"prompt": "say hi"}`)
@@ -302,7 +302,7 @@ func TestOAuthClientCredentialsTokenURL(t *testing.T) {
 		}
 		return os.Getenv(k)
 	}
-	g := New(Options{Config: testConfig(), Logger: testLogger(t), Getenv: getenv, Secrets: secretenv.New([]string{"OAUTH_SECRET"}, nil)})
+	g := New(testConfig(), Options{Logger: testLogger(t), Getenv: getenv, Secrets: secretenv.New([]string{"OAUTH_SECRET"}, nil)})
 	defer g.Close()
 	spec := httpSpec("oauth", "oauth", mcpSrv.URL)
 	spec.GetHttp().Oauth = &pb.OAuthClientCredentials{TokenUrl: tokenSrv.URL, ClientId: "hermes", ClientSecretEnv: "OAUTH_SECRET", Scopes: []string{"mcp"}, AuthMethod: "client_secret_post"}

@@ -33,9 +33,8 @@ import (
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
-// Options configure a Gateway.
+// Options are a Gateway's dependencies.
 type Options struct {
-	Config Config
 	Logger *slog.Logger
 	// Registry receives the discovered tools; nil registers them nowhere (the gateway's own
 	// RPCs still work).
@@ -95,7 +94,7 @@ type Gateway struct {
 }
 
 // New returns a Gateway with no servers; Close disconnects everything.
-func New(opts Options) *Gateway {
+func New(cfg Config, opts Options) *Gateway {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
@@ -105,7 +104,7 @@ func New(opts Options) *Gateway {
 		getenv = os.Getenv
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cfg := opts.Config.withDefaults()
+	cfg = cfg.withDefaults()
 	hc := opts.HTTPClient
 	if hc == nil {
 		hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}

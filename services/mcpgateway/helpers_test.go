@@ -59,12 +59,12 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 // startGateway serves a Gateway over gRPC (bufconn) and returns a client.
-func startGateway(t testing.TB, opts Options) (pb.MCPGatewayServiceClient, *Gateway) {
+func startGateway(t testing.TB, cfg Config, opts Options) (pb.MCPGatewayServiceClient, *Gateway) {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
 	}
-	g := New(opts)
+	g := New(cfg, opts)
 	// The production server (internal/rpc), so errors reach the client classified as in hermes.
 	s := rpc.NewServer(rpc.ServerOptions{Logger: opts.Logger, ShutdownTimeout: time.Second})
 	s.Register(&pb.MCPGatewayService_ServiceDesc, NewServer(g))

@@ -67,8 +67,8 @@ func TestReplicasShareServers(t *testing.T) {
 	store := testRedisStore(t)
 	cfg := testConfig()
 	cfg.SyncInterval = 50 * time.Millisecond
-	a, ga := startGateway(t, Options{Config: cfg, Store: store})
-	b, gb := startGateway(t, Options{Config: cfg, Store: store})
+	a, ga := startGateway(t, cfg, Options{Store: store})
+	b, gb := startGateway(t, cfg, Options{Store: store})
 	if err := ga.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestAddedServersSurviveRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, g := startGateway(t, Options{Config: testConfig(), Store: store})
+	c, g := startGateway(t, testConfig(), Options{Store: store})
 	if err := g.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestAddedServersSurviveRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store2.Close() })
-	c2, g2 := startGateway(t, Options{Config: testConfig(), Store: store2})
+	c2, g2 := startGateway(t, testConfig(), Options{Store: store2})
 	if err := g2.Start(); err != nil {
 		t.Fatal(err)
 	}

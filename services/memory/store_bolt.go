@@ -84,12 +84,7 @@ func OpenBoltStore(path string, o BoltOptions) (*BoltStore, error) {
 	}
 	turns, err := lease.NewBolt(db, string(bucketClaims))
 	if err == nil {
-		err = db.Update(func(tx *bolt.Tx) error {
-			if tx.Bucket(bucketOldTurns) == nil {
-				return nil
-			}
-			return tx.DeleteBucket(bucketOldTurns)
-		})
+		err = boltstore.DropBuckets(db, bucketOldTurns)
 	}
 	if err != nil {
 		_ = db.Close()

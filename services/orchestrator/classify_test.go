@@ -6,13 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/testenv"
@@ -49,7 +46,7 @@ func TestErrorClasses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			svc, err := NewService(Deps{Session: newFakeSession(), Tools: &fakeTools{}, Tokenizer: tok, Store: tt.store}, Config{}, quiet)
+			svc, err := NewService(Config{}, Options{Session: newFakeSession(), Tools: &fakeTools{}, Tokenizer: tok, Store: tt.store, Logger: quiet})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,14 +57,7 @@ func TestErrorClasses(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			_, err = c.GetTurn(ctx, &orchestratorv1.GetTurnRequest{TurnId: "t1", UserId: "u1"})
-			if diff := cmp.Diff(tt.want, status.Code(err)); diff != "" {
-				t.Errorf("code (-want +got):\n%s\nerror: %v", diff, err)
-			}
-			for _, raw := range []string{"10.0.0.7", "127.0.0.1", "dial tcp", "EOF"} {
-				if msg := status.Convert(err).Message(); strings.Contains(msg, raw) {
-					t.Errorf("message %q carries the cause's text %q", msg, raw)
-				}
-			}
+			testenv.WantStatus(t, err, tt.want, "10.0.0.7", "127.0.0.1", "dial tcp", "EOF")
 		})
 	}
 }

@@ -48,8 +48,8 @@ const (
 // PublishFunc publishes a turn.finished event; it retries until ctx ends.
 type PublishFunc func(ctx context.Context, ev *eventsv1.TurnFinished) error
 
-// Deps are the services and backends the orchestrator works with.
-type Deps struct {
+// Options are the services and backends the orchestrator works with.
+type Options struct {
 	Session sessionv1.SessionServiceClient
 	Tools   toolsv1.ToolServiceClient
 	// Memory is optional: without it turns run without recall.
@@ -64,6 +64,8 @@ type Deps struct {
 	Now func() time.Time
 	// Replica names this process in outbox claims; empty is a random name.
 	Replica string
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Model is what the orchestrator needs of a model endpoint; *model.Client is the production
@@ -80,7 +82,7 @@ type Model interface {
 // Service implements orchestratorv1.OrchestratorServiceServer.
 type Service struct {
 	orchestratorv1.UnimplementedOrchestratorServiceServer
-	deps   Deps
+	deps   Options
 	cfg    Config
 	log    *slog.Logger
 	sum    *summarizer
@@ -104,10 +106,11 @@ type Service struct {
 }
 
 // NewService returns the orchestrator.
-func NewService(deps Deps, cfg Config, log *slog.Logger) (*Service, error) {
+func NewService(cfg Config, deps Options) (*Service, error) {
 	if deps.Session == nil || deps.Tools == nil || deps.Store == nil || deps.Tokenizer == nil {
 		return nil, errors.New("orchestrator: the session and tool clients, a store and a tokenizer are required")
 	}
+	log := deps.Logger
 	if log == nil {
 		log = slog.Default()
 	}

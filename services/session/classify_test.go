@@ -3,12 +3,9 @@ package session_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/testenv"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
@@ -37,14 +34,7 @@ func TestErrorClasses(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := serve(t, tt.store)
 			_, err := c.GetSession(bg, &sessionv1.GetSessionRequest{SessionId: "s1", UserId: "u1"})
-			if diff := cmp.Diff(tt.want, status.Code(err)); diff != "" {
-				t.Errorf("code (-want +got):\n%s\nerror: %v", diff, err)
-			}
-			for _, raw := range []string{"10.0.0.7", "127.0.0.1", "dial tcp", "EOF"} {
-				if msg := status.Convert(err).Message(); strings.Contains(msg, raw) {
-					t.Errorf("message %q carries the cause's text %q", msg, raw)
-				}
-			}
+			testenv.WantStatus(t, err, tt.want, "10.0.0.7", "127.0.0.1", "dial tcp", "EOF")
 		})
 	}
 }

@@ -6,6 +6,7 @@ package session
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -54,15 +55,31 @@ type Service struct {
 	log   *slog.Logger
 }
 
-// NewService returns the session service over store, counting tokens with tok.
-func NewService(store Store, tok *tokenizer.Tokenizer, cfg Config, log *slog.Logger) *Service {
+// Options are the session service's dependencies.
+type Options struct {
+	// Store keeps the sessions; required.
+	Store Store
+	// Tokenizer counts the messages' tokens; required.
+	Tokenizer *tokenizer.Tokenizer
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// NewService returns the session service.
+func NewService(cfg Config, o Options) (*Service, error) {
+	if o.Store == nil || o.Tokenizer == nil {
+		return nil, errors.New("session: a store and a tokenizer are required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 	if cfg.WindowTurns <= 0 {
 		cfg.WindowTurns = 12
 	}
 	if cfg.MaxEvicted <= 0 {
 		cfg.MaxEvicted = 200
 	}
-	return &Service{store: store, tok: tok, cfg: cfg, log: log}
+	return &Service{store: o.Store, tok: o.Tokenizer, cfg: cfg, log: o.Logger}, nil
 }
 
 // newID returns a ULID: time-sortable, with 80 bits from crypto/rand so ids cannot be guessed.

@@ -40,9 +40,10 @@ const (
 	maxSelectMaxTools = 1000
 )
 
-// Options configure a Service.
+// Options are the tool service's dependencies.
 type Options struct {
-	Config Config
+	// Store keeps the registry and the idempotency records. Required.
+	Store Store
 	// Tokenizer counts schema tokens. Required.
 	Tokenizer *tokenizer.Tokenizer
 	// Builtins are the Go tools offered; nil means NewBuiltins(Config, Egress).
@@ -79,12 +80,13 @@ type Service struct {
 	builtinExec executor
 }
 
-// NewService returns the service over store.
-func NewService(store Store, opts Options) (*Service, error) {
-	if opts.Tokenizer == nil {
-		return nil, errors.New("tools: a tokenizer is required")
+// NewService returns the tool service.
+func NewService(cfg Config, opts Options) (*Service, error) {
+	if opts.Store == nil || opts.Tokenizer == nil {
+		return nil, errors.New("tools: a store and a tokenizer are required")
 	}
-	cfg := opts.Config.withDefaults()
+	store := opts.Store
+	cfg = cfg.withDefaults()
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}

@@ -64,11 +64,15 @@ func testConfig() Config {
 // newTestService builds a Service over store with test defaults; opts may override them.
 func newTestService(t testing.TB, store Store, opts Options) *Service {
 	t.Helper()
+	return newConfiguredService(t, testConfig(), store, opts)
+}
+
+// newConfiguredService is newTestService with cfg instead of testConfig().
+func newConfiguredService(t testing.TB, cfg Config, store Store, opts Options) *Service {
+	t.Helper()
+	opts.Store = store
 	if opts.Tokenizer == nil {
 		opts.Tokenizer = testTokenizer(t)
-	}
-	if opts.Config == (Config{}) {
-		opts.Config = testConfig()
 	}
 	if opts.Logger == nil {
 		opts.Logger = quietLogger()
@@ -76,7 +80,7 @@ func newTestService(t testing.TB, store Store, opts Options) *Service {
 	if opts.Egress == nil {
 		opts.Egress = testEgress(t)
 	}
-	svc, err := NewService(store, opts)
+	svc, err := NewService(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
