@@ -359,7 +359,7 @@ func namesWorkload(ls *metav1.LabelSelector) bool {
 // names is checked, and port 1 stands for all the others.
 var wantReachability = map[string][]string{
 	"hermes-orchestrator": {
-		"hermes-memory:7070", "hermes-nats:4222", "hermes-redis:6379", "hermes-session:7070", "hermes-tools:7070",
+		"hermes-mcpgateway:7070", "hermes-memory:7070", "hermes-nats:4222", "hermes-redis:6379", "hermes-session:7070", "hermes-tools:7070",
 		"internet6:443", "internet:443", "kube-dns:53", "kube-dns:53/UDP", "nodelocaldns:53", "nodelocaldns:53/UDP",
 	},
 	"hermes-session": {"hermes-redis:6379", "kube-dns:53", "kube-dns:53/UDP", "nodelocaldns:53", "nodelocaldns:53/UDP"},
@@ -368,7 +368,7 @@ var wantReachability = map[string][]string{
 		"internet6:443", "internet6:80", "internet:443", "internet:80", "kube-dns:53", "kube-dns:53/UDP", "nodelocaldns:53", "nodelocaldns:53/UDP",
 	},
 	"hermes-mcpgateway": {
-		"hermes-redis:6379", "hermes-tools:7070",
+		"hermes-nats:4222", "hermes-redis:6379", "hermes-tools:7070",
 		"internet6:443", "internet6:80", "internet:443", "internet:80", "kube-dns:53", "kube-dns:53/UDP", "nodelocaldns:53", "nodelocaldns:53/UDP",
 	},
 	"hermes-memory": {

@@ -72,7 +72,7 @@ func natsUser(t *testing.T, r *rendered, ns string) (user, variable string) {
 // every Hermes service that uses them connects with that very password, by reference; only
 // the services that use NATS get its password.
 func TestBackendCredentials(t *testing.T) {
-	usesNATS := []string{"hermes-memory", "hermes-orchestrator"}
+	usesNATS := []string{"hermes-mcpgateway", "hermes-memory", "hermes-orchestrator"}
 	for _, dir := range []string{"base", "overlays/dev", "overlays/prod"} {
 		t.Run(dir, func(t *testing.T) {
 			r, err := renderDisk(dir)

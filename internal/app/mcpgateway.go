@@ -47,6 +47,18 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	} else if !errors.Is(err, model.ErrNotConfigured) {
 		return err
 	}
+	// Answers to servers' requests for user input may reach another replica than the one
+	// holding the request: the cluster's NATS carries them there. Without one (a single
+	// process), the replica that gets an answer holds the request.
+	var relay mcpgateway.ElicitRelay
+	if a.cfg.NATSURL != "" {
+		// The gateway's tools work without NATS: only answers that reach another replica are lost.
+		if nc, _, err := a.NATS(ctx); err != nil {
+			a.log.Warn("answers to MCP servers' requests for input reach only the replica that gets them", "reason", err)
+		} else {
+			relay = mcpgateway.NewNATSElicitRelay(nc, a.EventNames().ElicitationPrefix)
+		}
+	}
 	gw := mcpgateway.New(cfg, mcpgateway.Options{
 		Logger:   a.log.With("service", "mcpgateway"),
 		Registry: mcpgateway.NewToolServiceRegistry(tools),
@@ -55,9 +67,10 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 		Store:    store,
 		// Every outbound request of the gateway (Streamable HTTP servers, OAuth token endpoints)
 		// goes through the operator's egress policy, checked on the address dialled.
-		HTTPClient: &http.Client{Transport: a.sec.egress.Transport()},
-		Sampler:    sampler,
-		Secrets:    a.sec.secrets,
+		HTTPClient:  &http.Client{Transport: a.sec.egress.Transport()},
+		Sampler:     sampler,
+		Secrets:     a.sec.secrets,
+		ElicitRelay: relay,
 	})
 	if err := gw.Start(); err != nil {
 		gw.Close()

@@ -3,12 +3,14 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/hermes-agent/hermes/internal/events"
 	"github.com/hermes-agent/hermes/internal/model"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
+	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
@@ -35,6 +37,14 @@ func (a *App) initOrchestrator(ctx context.Context) error {
 		Session: sessionv1.NewSessionServiceClient(sessConn),
 		Tools:   toolsv1.NewToolServiceClient(toolsConn),
 		Logger:  log,
+	}
+	switch gwConn, err := a.Conn(TargetMCPGateway); {
+	case err == nil:
+		deps.Gateway = mcpgatewayv1.NewMCPGatewayServiceClient(gwConn)
+	case len(cfg.MCPInstructions) > 0:
+		return fmt.Errorf("--orchestrator.mcp-instructions needs the MCP gateway: %w", err)
+	default:
+		log.Warn("answers to MCP servers' requests for input cannot be delivered", "reason", err)
 	}
 	if memConn, err := a.Conn(TargetMemory); err != nil {
 		log.Warn("turns run without memory", "reason", err)

@@ -99,6 +99,7 @@ func Policy() map[string]Access {
 		mcpgatewayv1.MCPGatewayService_AddServer_FullMethodName:             ops,
 		mcpgatewayv1.MCPGatewayService_RemoveServer_FullMethodName:          ops,
 		mcpgatewayv1.MCPGatewayService_ListServers_FullMethodName:           priv,
+		mcpgatewayv1.MCPGatewayService_AnswerElicitation_FullMethodName:     priv,
 		mcpgatewayv1.MCPGatewayService_ListTools_FullMethodName:             priv,
 		mcpgatewayv1.MCPGatewayService_CallTool_FullMethodName:              priv,
 		mcpgatewayv1.MCPGatewayService_CallToolStream_FullMethodName:        priv,
@@ -124,10 +125,11 @@ func Policy() map[string]Access {
 		PprofMethod: ops,
 
 		// Turns: users run and control their own.
-		orchestratorv1.OrchestratorService_RunTurn_FullMethodName:    user,
-		orchestratorv1.OrchestratorService_GetTurn_FullMethodName:    user,
-		orchestratorv1.OrchestratorService_ListTurns_FullMethodName:  user,
-		orchestratorv1.OrchestratorService_CancelTurn_FullMethodName: user,
+		orchestratorv1.OrchestratorService_RunTurn_FullMethodName:           user,
+		orchestratorv1.OrchestratorService_GetTurn_FullMethodName:           user,
+		orchestratorv1.OrchestratorService_ListTurns_FullMethodName:         user,
+		orchestratorv1.OrchestratorService_CancelTurn_FullMethodName:        user,
+		orchestratorv1.OrchestratorService_AnswerElicitation_FullMethodName: user,
 	}
 }
 

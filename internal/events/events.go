@@ -36,6 +36,10 @@ type Names struct {
 	DeadLetterPrefix string
 	// ExtractorConsumer is the durable consumer of the memory extractor, "memory-extractor".
 	ExtractorConsumer string
+	// ElicitationPrefix is "hermes.mcp.elicitation" (core NATS, not a stream): an answer to an
+	// MCP server's request for user input goes to <prefix>.<id>, where the replica holding the
+	// request listens.
+	ElicitationPrefix string
 }
 
 // DefaultNames returns the design's names.
@@ -45,6 +49,7 @@ func DefaultNames() Names {
 		TurnFinishedPrefix: "hermes.turn.finished.",
 		DeadLetterPrefix:   "hermes.dlq.",
 		ExtractorConsumer:  "memory-extractor",
+		ElicitationPrefix:  "hermes.mcp.elicitation",
 	}
 }
 
@@ -60,6 +65,7 @@ func NamespacedNames(namespace string) Names {
 	n.Stream += "_" + strings.ToUpper(strings.ReplaceAll(tok, "-", "_"))
 	n.TurnFinishedPrefix = tok + "." + n.TurnFinishedPrefix
 	n.DeadLetterPrefix = tok + "." + n.DeadLetterPrefix
+	n.ElicitationPrefix = tok + "." + n.ElicitationPrefix
 	return n
 }
 

@@ -2,11 +2,14 @@ package mcpgateway
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -321,5 +325,153 @@ func TestOAuthClientCredentialsTokenURL(t *testing.T) {
 	f := tokenForms[0]
 	if f.Get("grant_type") != "client_credentials" || f.Get("client_id") != "hermes" || f.Get("client_secret") != "s3cret" || f.Get("scope") != "mcp" {
 		t.Errorf("token request form %v", f)
+	}
+}
+
+// TestElicitationAsk: in "ask" mode a server's request for input reaches whoever waits for the
+// call as Progress.elicitation, and the answer given with AnswerElicitation is the server's; an
+// answer with a wrong action or an unknown id is refused, and with nobody answering the request
+// is declined when the wait ends.
+func TestElicitationAsk(t *testing.T) {
+	cfg := testConfig()
+	cfg.ElicitTimeout = 3 * time.Second
+	g := New(cfg, Options{Logger: testLogger(t)})
+	defer g.Close()
+	srv := NewServer(g)
+	spec := everythingStdio(t, "ev", "ev")
+	spec.Elicitation = "ask"
+	gwReady(t, g, spec)
+	ctx := context.Background()
+
+	if _, err := srv.AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: "0123456789abcdef0123456789abcdef", Action: "accept"}); status.Code(err) != codes.NotFound {
+		t.Errorf("answer to an unknown id: %v, want NOT_FOUND", err)
+	}
+	t.Run("answered", func(t *testing.T) {
+		var mu sync.Mutex
+		var seen *pb.Elicitation
+		var answerErrs []error
+		r, err := g.CallToolProgress(ctx, &pb.CallToolRequest{Server: "ev", Tool: "trigger-elicitation-request", Arguments: `{}`}, func(p *pb.Progress) {
+			e := p.GetElicitation()
+			if e == nil {
+				return
+			}
+			mu.Lock()
+			seen = e
+			mu.Unlock()
+			_, bad := srv.AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: e.GetId(), Action: "maybe"})
+			_, err := srv.AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: e.GetId(), Action: "accept", Content: formAnswer(t, e.GetRequestedSchema())})
+			mu.Lock()
+			answerErrs = append(answerErrs, bad, err)
+			mu.Unlock()
+		})
+		if err != nil {
+			t.Fatalf("CallToolProgress: %v", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if seen == nil || len(seen.GetId()) != 32 || seen.GetServer() != "ev" || seen.GetRequestedSchema() == "" || seen.GetExpiresAt() == nil {
+			t.Fatalf("elicitation event %v", seen)
+		}
+		if status.Code(answerErrs[0]) != codes.InvalidArgument || answerErrs[1] != nil {
+			t.Errorf("answers: bad action %v (want INVALID_ARGUMENT), accept %v", answerErrs[0], answerErrs[1])
+		}
+		if !strings.Contains(r.GetOutput(), "Ada Lovelace") {
+			t.Errorf("the server did not get the answer: %v", r)
+		}
+		if _, err := srv.AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: seen.GetId(), Action: "accept"}); status.Code(err) != codes.NotFound {
+			t.Errorf("a second answer: %v, want NOT_FOUND", err)
+		}
+	})
+	t.Run("nobody waits", func(t *testing.T) {
+		r := gwCall(t, g, "ev", "trigger-elicitation-request", `{}`)
+		if !strings.Contains(strings.ToLower(r.GetOutput()), "decline") {
+			t.Errorf("elicitation with nobody to ask = %v, want declined", r)
+		}
+	})
+	t.Run("nobody answers", func(t *testing.T) {
+		var asked atomic.Bool
+		r, err := g.CallToolProgress(ctx, &pb.CallToolRequest{Server: "ev", Tool: "trigger-elicitation-request", Arguments: `{}`}, func(p *pb.Progress) {
+			if p.GetElicitation() != nil {
+				asked.Store(true)
+			}
+		})
+		if err != nil || !asked.Load() || !strings.Contains(strings.ToLower(r.GetOutput()), "decline") {
+			t.Errorf("unanswered elicitation = %v, %v (asked %v), want asked, then declined", r, err, asked.Load())
+		}
+	})
+}
+
+// formAnswer fills the required fields of an elicitation form's schema with plausible values,
+// "name" with "Ada Lovelace".
+func formAnswer(t *testing.T, schema string) string {
+	t.Helper()
+	var s struct {
+		Properties map[string]struct {
+			Type    string  `json:"type"`
+			Format  string  `json:"format"`
+			Enum    []any   `json:"enum"`
+			Minimum float64 `json:"minimum"`
+		} `json:"properties"`
+		Required []string `json:"required"`
+	}
+	if err := json.Unmarshal([]byte(schema), &s); err != nil {
+		t.Fatalf("requested schema %s: %v", schema, err)
+	}
+	out := map[string]any{}
+	for _, name := range append(s.Required, "name") {
+		p, ok := s.Properties[name]
+		switch {
+		case !ok:
+		case name == "name":
+			out[name] = "Ada Lovelace"
+		case len(p.Enum) > 0:
+			out[name] = p.Enum[0]
+		case p.Type == "boolean":
+			out[name] = true
+		case p.Type == "number" || p.Type == "integer":
+			out[name] = max(p.Minimum, 1)
+		case p.Format == "email":
+			out[name] = "ada@example.com"
+		case p.Format == "date":
+			out[name] = "2026-01-01"
+		case p.Format == "uri":
+			out[name] = "https://example.com"
+		default:
+			out[name] = "x"
+		}
+	}
+	b, _ := json.Marshal(out)
+	return string(b)
+}
+
+// TestElicitationRelay: an answer that reaches another gateway replica is carried over NATS to
+// the replica that holds the request.
+func TestElicitationRelay(t *testing.T) {
+	nc, err := nats.Connect("nats://127.0.0.1:4222")
+	if err != nil {
+		t.Fatalf("NATS at 127.0.0.1:4222 is required: %v", err)
+	}
+	defer nc.Close()
+	prefix := "test.elicitation." + strconv.FormatInt(time.Now().UnixNano(), 36)
+	holder := New(testConfig(), Options{Logger: testLogger(t), ElicitRelay: NewNATSElicitRelay(nc, prefix)})
+	defer holder.Close()
+	other := New(testConfig(), Options{Logger: testLogger(t), ElicitRelay: NewNATSElicitRelay(nc, prefix)})
+	defer other.Close()
+	spec := everythingStdio(t, "ev", "ev")
+	spec.Elicitation = "ask"
+	gwReady(t, holder, spec)
+	ctx := context.Background()
+	var answerErr atomic.Value
+	r, err := holder.CallToolProgress(ctx, &pb.CallToolRequest{Server: "ev", Tool: "trigger-elicitation-request", Arguments: `{}`}, func(p *pb.Progress) {
+		if e := p.GetElicitation(); e != nil {
+			_, err := NewServer(other).AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: e.GetId(), Action: "accept", Content: formAnswer(t, e.GetRequestedSchema())})
+			answerErr.Store(fmt.Sprint(err))
+		}
+	})
+	if err != nil || answerErr.Load() != "<nil>" || !strings.Contains(r.GetOutput(), "Ada Lovelace") {
+		t.Fatalf("answered through the other replica: %v, %v (answer: %v)", r, err, answerErr.Load())
+	}
+	if _, err := NewServer(other).AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: "0123456789abcdef0123456789abcdef", Action: "decline"}); status.Code(err) != codes.NotFound {
+		t.Errorf("an unknown id through the relay: %v, want NOT_FOUND", err)
 	}
 }

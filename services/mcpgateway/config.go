@@ -31,6 +31,8 @@ type Config struct {
 	PingInterval time.Duration
 	// PingTimeout bounds one ping, and the probe made after a failed call.
 	PingTimeout time.Duration
+	// ElicitTimeout is how long a server's request for user input waits for an answer.
+	ElicitTimeout time.Duration
 	// ReconnectMin and ReconnectMax bound the backoff between connection attempts.
 	ReconnectMin, ReconnectMax time.Duration
 	// ListDebounce delays the re-listing after notifications/tools/list_changed, so a burst of
@@ -72,6 +74,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ConnectTimeout, "mcpgateway.connect-timeout", 30*time.Second, "timeout of one connection attempt to an MCP server (start, handshake, tool listing)")
 	fs.DurationVar(&c.PingInterval, "mcpgateway.ping-interval", 15*time.Second, "how often connected MCP servers are pinged to find hung ones; 0 disables")
 	fs.DurationVar(&c.PingTimeout, "mcpgateway.ping-timeout", 5*time.Second, "timeout of one ping to an MCP server")
+	fs.DurationVar(&c.ElicitTimeout, "mcpgateway.elicit-timeout", time.Minute, "how long a server's request for user input (elicitation \"ask\" mode) waits for the answer before it is declined")
 	fs.DurationVar(&c.ReconnectMin, "mcpgateway.reconnect-min", 500*time.Millisecond, "first delay before reconnecting to a failed MCP server")
 	fs.DurationVar(&c.ReconnectMax, "mcpgateway.reconnect-max", 30*time.Second, "longest delay between reconnection attempts")
 	fs.DurationVar(&c.ListDebounce, "mcpgateway.list-debounce", 300*time.Millisecond, "delay before re-listing tools after a list_changed notification")
@@ -96,6 +99,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CallTimeout <= 0 {
 		c.CallTimeout = d.CallTimeout
+	}
+	if c.ElicitTimeout <= 0 {
+		c.ElicitTimeout = d.ElicitTimeout
 	}
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = d.ConnectTimeout

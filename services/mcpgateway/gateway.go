@@ -54,6 +54,9 @@ type Options struct {
 	// Sampler answers MCP sampling requests of the servers whose spec allows it; nil refuses
 	// them all.
 	Sampler Sampler
+	// ElicitRelay carries answers to servers' requests for user input between replicas; nil
+	// delivers only the answers that reach this replica.
+	ElicitRelay ElicitRelay
 	// Secrets reads the secrets specs name (bearer_token_env, OAuth client_secret_env) from the
 	// variables the operator allowed; nil allows none (the servers file may still name its own).
 	Secrets *secretenv.Reader
@@ -73,6 +76,7 @@ type Gateway struct {
 	httpClient *http.Client
 	reconnect  backoff.Policy
 	progress   *progressHub
+	elicits    *elicitHub
 	watches    *watchHub
 
 	// powers are the operator's allowlists; set before any server connects.
@@ -121,6 +125,7 @@ func New(cfg Config, opts Options) *Gateway {
 		httpBase:  otelhttp.NewTransport(base),
 		reconnect: backoff.Policy{Initial: cfg.ReconnectMin, Max: cfg.ReconnectMax, Jitter: 0.2},
 		progress:  newProgressHub(),
+		elicits:   newElicitHub(opts.ElicitRelay),
 		watches:   newWatchHub(),
 		log:       log,
 		reg:       opts.Registry,

@@ -60,8 +60,8 @@ func (c *serverConn) clientOptions() *mcp.ClientOptions {
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 			c.g.progress.deliver(r.Params.ProgressToken, r.Params.Progress, r.Params.Total, r.Params.Message)
 		},
-		ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			return c.elicit(r.Params), nil
+		ElicitationHandler: func(ctx context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return c.elicit(ctx, r.Params), nil
 		},
 		Logger: c.g.log.With("mcp_server", c.spec.Name),
 	}
@@ -74,14 +74,19 @@ func (c *serverConn) clientOptions() *mcp.ClientOptions {
 	return opts
 }
 
-// elicit answers a request for user input. Nobody can fill in a form while a tool runs behind
-// the tool service, so the request is declined with the reason (the server goes on as when a
-// user declines), unless the operator lets a form be accepted with its schema's defaults and
-// every required field has one.
-func (c *serverConn) elicit(p *mcp.ElicitParams) *mcp.ElicitResult {
+// elicit answers a request for user input as the server's spec says: "ask" passes it to
+// whoever waits for the server's calls (elicit.go); "defaults" accepts a form with its schema's
+// defaults when every required field has one. Otherwise, or when nobody waits, the request is
+// declined with the reason (the server goes on as when a user declines).
+func (c *serverConn) elicit(ctx context.Context, p *mcp.ElicitParams) *mcp.ElicitResult {
 	msg := ""
 	if p != nil {
 		msg = CleanText(p.Message, "text/plain", CleanOptions{MaxBytes: 300}).Text
+	}
+	if c.spec.GetElicitation() == "ask" && p != nil {
+		if r, ok := c.g.elicits.ask(ctx, c, p, msg, c.g.cfg.ElicitTimeout); ok {
+			return r
+		}
 	}
 	if c.spec.GetElicitation() == "defaults" && p != nil && p.Mode != "url" {
 		if content, ok := schemaDefaults(p.RequestedSchema); ok {
@@ -312,6 +317,23 @@ func (h *progressHub) deliver(token any, progress, total float64, msg string) {
 // broadcast tells every call of conn in flight what the server did (sampling, elicitation),
 // so whoever waits for the call sees it.
 func (h *progressHub) broadcast(conn *serverConn, msg string) {
+	h.broadcastElicitation(conn, msg, nil)
+}
+
+// waiting reports whether a call of conn is in flight with someone waiting for its progress.
+func (h *progressHub) waiting(conn *serverConn) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range h.calls {
+		if s.conn == conn {
+			return true
+		}
+	}
+	return false
+}
+
+// broadcastElicitation is broadcast with a request for user input attached (e may be nil).
+func (h *progressHub) broadcastElicitation(conn *serverConn, msg string, e *pb.Elicitation) {
 	type target struct {
 		fn   func(*pb.Progress)
 		last float64
@@ -325,6 +347,6 @@ func (h *progressHub) broadcast(conn *serverConn, msg string) {
 	}
 	h.mu.Unlock()
 	for _, t := range targets {
-		t.fn(&pb.Progress{Progress: t.last, Message: strings.TrimSpace(msg)})
+		t.fn(&pb.Progress{Progress: t.last, Message: strings.TrimSpace(msg), Elicitation: e})
 	}
 }

@@ -157,9 +157,9 @@ func ValidateSpec(v *rpc.Violations, field string, s *pb.ServerSpec) {
 		}
 	}
 	switch s.GetElicitation() {
-	case "", "decline", "defaults":
+	case "", "decline", "defaults", "ask":
 	default:
-		v.Add(field+".elicitation", `must be "decline" or "defaults"`)
+		v.Add(field+".elicitation", `must be "decline", "defaults" or "ask"`)
 	}
 	if len(s.Roots) > maxRoots {
 		v.Add(field+".roots", "has %d roots; at most %d are allowed", len(s.Roots), maxRoots)
@@ -424,6 +424,22 @@ func (s *Server) WatchResource(req *pb.WatchResourceRequest, stream pb.MCPGatewa
 		return stream.Send(&pb.WatchResourceResponse{Uri: req.GetUri(), Updated: updated})
 	})
 	return err
+}
+
+// AnswerElicitation implements MCPGatewayService.
+func (s *Server) AnswerElicitation(ctx context.Context, req *pb.AnswerElicitationRequest) (*pb.AnswerElicitationResponse, error) {
+	var v rpc.Violations
+	v.Required("id", req.GetId())
+	v.MaxLen("id", req.GetId(), 64)
+	v.Required("action", req.GetAction())
+	v.MaxLen("content", req.GetContent(), maxElicitContent)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.g.elicits.answer(ctx, req.GetId(), req.GetAction(), req.GetContent()); err != nil {
+		return nil, err
+	}
+	return &pb.AnswerElicitationResponse{}, nil
 }
 
 // Complete implements MCPGatewayService.

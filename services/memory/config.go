@@ -41,6 +41,11 @@ type Config struct {
 	// LexicalRelativeSimilarity is no longer used (BM25 scores need no relative cut); the flag
 	// is kept so configurations that set it still load.
 	LexicalRelativeSimilarity float64
+	// ContextWeight is the fraction of the similarity of the memory a memory directly follows in
+	// its conversation that it adds to its own (see contextBoost): to rank, and with the lexical
+	// embedder to pass the threshold, though only a memory sharing a word with the query can.
+	// 0 turns it off.
+	ContextWeight float64
 	// TimeBoost multiplies the score of a memory that happened in the time a query names
 	// ("yesterday", "上周", "in May 2023") by 1 + TimeBoost.
 	TimeBoost float64
@@ -115,6 +120,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.MinSimilarity, "memory.min-similarity", 0.45, "recall similarity threshold with a model embedder")
 	fs.Float64Var(&c.LexicalMinSimilarity, "memory.lexical-min-similarity", 1.0, "recall threshold of the lexical BM25 score: about the IDF of one shared word, ln(memories/those with it), so 1.0 leaves out memories that share only words about a third or more of the memories have; capped at 0.85 x the IDF of a word one memory has, for users with very few (calibrated, see bench/README.md)")
 	fs.Float64Var(&c.LexicalRelativeSimilarity, "memory.lexical-relative-similarity", 0, "unused (kept so configurations that set it still load)")
+	fs.Float64Var(&c.ContextWeight, "memory.context-weight", 0.4, "fraction of the BM25 score of the memory a memory directly follows in its conversation that it adds to its own, to rank and, with the lexical embedder, to pass the threshold (it must still share a word with the query); 0 turns it off")
 	fs.Float64Var(&c.TimeBoost, "memory.time-boost", 0.5, "a memory that happened in the time a query names scores x(1 + this)")
 	fs.Float64Var(&c.DuplicateSimilarity, "memory.duplicate-similarity", 0.92, "similarity at which a new memory updates an existing one of the same type (model embedder)")
 	fs.Float64Var(&c.LexicalDuplicateSimilarity, "memory.lexical-duplicate-similarity", 0.85, "duplicate similarity with the lexical hashing embedder")

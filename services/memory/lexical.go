@@ -233,6 +233,7 @@ var cjkStop = map[string]bool{
 	"上": true, "不": true, "没": true, "什么": true, "怎么": true, "么": true, "哪": true, "吗？": true,
 	"还": true, "又": true, "到": true, "说": true, "过": true, "着": true, "得": true, "地": true,
 	"之": true, "其": true, "已": true, "可": true, "以": true, "对": true, "为": true, "从": true,
+	"么样": true, "怎样": true, "样": true,
 }
 
 // cjkBoundary are particles and pronouns that almost never start or end a word; a pair with one

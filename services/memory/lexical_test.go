@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
 func termsOf(text string) []string {
@@ -69,5 +71,51 @@ func TestBM25Saturation(t *testing.T) {
 	}
 	if !(longW < once.val[0]) {
 		t.Errorf("a long memory's term weighs %v, a short one's %v: no length normalisation", longW, once.val[0])
+	}
+}
+
+// A memory borrows from the one it directly follows in its conversation: same session, at most
+// conversationGap later, ordered by when it happened and then by when it was written.
+func TestContextBoost(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	hit := func(id, session string, occurred, created time.Time, sim float64) tierHit {
+		return tierHit{Hit: Hit{Entry: Entry{Memory: &memoryv1.Memory{Id: id, SessionId: session,
+			OccurredAt: ts(occurred), CreatedAt: ts(created)}}, Similarity: sim}}
+	}
+	tests := []struct {
+		name string
+		w    float64
+		hits []tierHit
+		want []float64
+	}{
+		{"the answer after the question", 0.5, []tierHit{
+			hit("answer", "", t0.Add(time.Minute), t0, 1),
+			hit("question", "", t0, t0, 4),
+		}, []float64{2, 0}},
+		{"a chain: each borrows from the one before", 0.5, []tierHit{
+			hit("a", "s", t0, t0, 4), hit("b", "s", t0.Add(time.Minute), t0, 2), hit("c", "s", t0.Add(2*time.Minute), t0, 1),
+		}, []float64{0, 2, 1}},
+		{"same moment, written later", 0.5, []tierHit{
+			hit("first", "", t0, t0, 4), hit("second", "", t0, t0.Add(time.Millisecond), 1),
+		}, []float64{0, 2}},
+		{"same moment, written together: no order", 0.5, []tierHit{
+			hit("x", "", t0, t0, 4), hit("y", "", t0, t0, 1),
+		}, []float64{0, 0}},
+		{"another session", 0.5, []tierHit{
+			hit("a", "s1", t0, t0, 4), hit("b", "s2", t0.Add(time.Minute), t0, 1),
+		}, []float64{0, 0}},
+		{"after a long pause", 0.5, []tierHit{
+			hit("a", "", t0, t0, 4), hit("b", "", t0.Add(conversationGap+time.Second), t0, 1),
+		}, []float64{0, 0}},
+		{"turned off", 0, []tierHit{
+			hit("a", "", t0, t0, 4), hit("b", "", t0.Add(time.Minute), t0, 1),
+		}, []float64{0, 0}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := cmp.Diff(tc.want, contextBoost(tc.hits, tc.w)); d != "" {
+				t.Errorf("boost (-want +got):\n%s", d)
+			}
+		})
 	}
 }

@@ -46,7 +46,12 @@ type recalled struct {
 // ranked by similarity and recency, without a threshold, for filling a missing tool argument.
 func (s *Service) recall(ctx context.Context, p recallParams) ([]*memoryv1.RecalledMemory, error) {
 	now := s.now()
-	q, err := s.recallQuery(ctx, p, now)
+	ref := p.refTime
+	if ref.IsZero() {
+		ref = now
+	}
+	win, hasWin := queryTimeWindow(p.query, ref)
+	q, err := s.recallQuery(ctx, p, now, win, hasWin)
 	if err != nil {
 		return nil, err
 	}
@@ -54,16 +59,24 @@ func (s *Service) recall(ctx context.Context, p recallParams) ([]*memoryv1.Recal
 	if err != nil {
 		return nil, err
 	}
-	ref := p.refTime
-	if ref.IsZero() {
-		ref = now
+	var boost []float64
+	if len(p.attributeKeys) == 0 {
+		boost = contextBoost(hits, s.cfg.ContextWeight)
 	}
-	win, hasWin := queryTimeWindow(p.query, ref)
 	ranked := make([]recalled, 0, len(hits))
-	for _, h := range hits {
+	for i, h := range hits {
+		var b float64
+		if boost != nil {
+			b = boost[i]
+		}
+		// The pool of a context search holds memories below the threshold too: one is kept
+		// only when its similarity with what it borrows from the memory it follows reaches it.
+		if q.ContextPool && h.Similarity < h.Floor && h.Similarity+b < h.Floor {
+			continue
+		}
 		r := recalled{hit: h.Hit, tier: h.tier}
-		r.score, r.reason = s.weigh(h.Hit, now, win, hasWin)
-		r.reason = s.foundBecause(h.Hit, p, q) + "; " + r.reason
+		r.score, r.reason = s.weigh(h.Hit, b, now, win, hasWin)
+		r.reason = s.foundBecause(h.Hit, b, p, q) + "; " + r.reason
 		ranked = append(ranked, r)
 	}
 	sort.SliceStable(ranked, func(i, j int) bool {
@@ -86,14 +99,21 @@ func (s *Service) recall(ctx context.Context, p recallParams) ([]*memoryv1.Recal
 }
 
 // recallQuery builds the tiers' search: the query's lexical terms, its vector with a model
-// embedder, the thresholds (none for an attribute lookup) and the filters.
-func (s *Service) recallQuery(ctx context.Context, p recallParams, now time.Time) (SearchQuery, error) {
+// embedder, the thresholds (none for an attribute lookup) and the filters. A time named relative
+// to the time of asking ("today", "上周") is matched by when memories happened (win), not by the
+// word: a memory's "today" is the day it was said, so the word would match the wrong days.
+func (s *Service) recallQuery(ctx context.Context, p recallParams, now time.Time, win timeWindow, hasWin bool) (SearchQuery, error) {
+	text := p.query
+	if hasWin && win.relative {
+		text = strings.Replace(strings.ToLower(text), win.phrase, " ", 1)
+	}
 	q := SearchQuery{
-		Lexical: lexQuery(p.query), MinLexical: s.cfg.LexicalMinSimilarity, MinSimilarity: s.cfg.MinSimilarity,
+		Lexical: lexQuery(text), MinLexical: s.cfg.LexicalMinSimilarity, MinSimilarity: s.cfg.MinSimilarity,
 		Limit: max(3*p.limit, 20), Types: p.types, OccurredAfter: p.occurredAfter, OccurredBefore: p.occurredBefore,
 	}
 	if s.emb.Lexical() {
 		q.MinLexical = p.minSimilarity
+		q.ContextPool = s.cfg.ContextWeight > 0 && len(p.attributeKeys) == 0
 	} else {
 		q.MinSimilarity = p.minSimilarity
 		vec, err := s.embedOne(ctx, p.query)
@@ -157,7 +177,7 @@ func (s *Service) searchTiers(ctx context.Context, userID string, q SearchQuery)
 }
 
 // foundBecause says why a hit was found, in the terms of the search that found it.
-func (s *Service) foundBecause(h Hit, p recallParams, q SearchQuery) string {
+func (s *Service) foundBecause(h Hit, boost float64, p recallParams, q SearchQuery) string {
 	switch {
 	case len(p.attributeKeys) > 0:
 		var keys []string
@@ -169,15 +189,71 @@ func (s *Service) foundBecause(h Hit, p recallParams, q SearchQuery) string {
 		return fmt.Sprintf("attribute lookup: carries %s (no similarity threshold); lexical score %.3f", strings.Join(keys, ", "), h.Similarity)
 	case len(q.Vector) > 0:
 		return fmt.Sprintf("fused rank score %.4f of BM25 (>= %.2f) and cosine (>= %.2f) rankings", h.Similarity, q.MinLexical, q.MinSimilarity)
+	case q.ContextPool && h.Similarity < h.Floor:
+		return fmt.Sprintf("BM25 score %.3f + %.3f from the memory it follows >= %.3f", h.Similarity, boost, h.Floor)
+	case q.ContextPool:
+		return fmt.Sprintf("BM25 score %.3f >= %.3f", h.Similarity, h.Floor)
 	default:
 		return fmt.Sprintf("BM25 score %.3f >= %.3f", h.Similarity, q.MinLexical)
 	}
 }
 
-// weigh is the ordering score of a memory that passed the threshold: similarity × source weight
-// × (1 − w + w·r), where r halves every recency half-life since the last update, × (1 +
-// memory.time-boost) when the memory happened in the time the query names.
-func (s *Service) weigh(h Hit, now time.Time, win timeWindow, hasWin bool) (float64, string) {
+// conversationGap is the longest pause between two memories of one session that still makes
+// the later one follow the earlier in a conversation.
+const conversationGap = 30 * time.Minute
+
+// contextBoost returns, per hit, w × the similarity of the hit it directly follows in its
+// conversation: the hit of the same session that happened last before it, at most
+// conversationGap earlier (memories that happened at the same moment are ordered by when they
+// were written). In a conversation the turn that answers a question is the one after it, and it
+// often shares few words with the question that a later query repeats. Only hits lend and
+// borrow, so a memory sharing no word with the query gets nothing and lends nothing.
+func contextBoost(hits []tierHit, w float64) []float64 {
+	boost := make([]float64, len(hits))
+	if w <= 0 || len(hits) < 2 {
+		return boost
+	}
+	type key struct {
+		session  string
+		occurred time.Time
+		created  time.Time
+	}
+	keys := make([]key, len(hits))
+	order := make([]int, len(hits))
+	for i, h := range hits {
+		m := h.Memory
+		keys[i] = key{m.GetSessionId(), occurredAt(m), m.GetCreatedAt().AsTime()}
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool {
+		ka, kb := keys[order[a]], keys[order[b]]
+		switch {
+		case ka.session != kb.session:
+			return ka.session < kb.session
+		case !ka.occurred.Equal(kb.occurred):
+			return ka.occurred.Before(kb.occurred)
+		default:
+			return ka.created.Before(kb.created)
+		}
+	})
+	for j := 1; j < len(order); j++ {
+		prev, cur := keys[order[j-1]], keys[order[j]]
+		if prev.session != cur.session || cur.occurred.Sub(prev.occurred) > conversationGap {
+			continue
+		}
+		if cur.occurred.Equal(prev.occurred) && !cur.created.After(prev.created) {
+			continue // written at the same moment: no order between them
+		}
+		boost[order[j]] = w * hits[order[j-1]].Similarity
+	}
+	return boost
+}
+
+// weigh is the ordering score of a memory that passed the threshold: (similarity + boost, what
+// it borrows from the memory it follows, see contextBoost) × source weight × (1 − w + w·r),
+// where r halves every recency half-life since the last update, × (1 + memory.time-boost) when
+// the memory happened in the time the query names.
+func (s *Service) weigh(h Hit, boost float64, now time.Time, win timeWindow, hasWin bool) (float64, string) {
 	age := max(now.Sub(h.Memory.GetUpdatedAt().AsTime()), 0)
 	r := 1.0
 	if hl := s.cfg.RecencyHalfLife; hl > 0 {
@@ -191,8 +267,11 @@ func (s *Service) weigh(h Hit, now time.Time, win timeWindow, hasWin bool) (floa
 	case memoryv1.Source_SOURCE_IMPLICIT:
 		sw = s.cfg.ImplicitWeight
 	}
-	score := h.Similarity * sw * (1 - w + w*r)
+	score := (h.Similarity + boost) * sw * (1 - w + w*r)
 	why := fmt.Sprintf("updated %s ago; recency x%.2f; %s weight %.2f", humanAge(age), 1-w+w*r, sourceName(h.Memory.GetSource()), sw)
+	if boost > 0 {
+		why = fmt.Sprintf("follows a matching memory in its conversation: +%.3f; ", boost) + why
+	}
 	if hasWin && win.contains(occurredAt(h.Memory)) {
 		score *= 1 + max(s.cfg.TimeBoost, 0)
 		why += fmt.Sprintf("; happened %s, in the query's %q: x%.2f", occurredAt(h.Memory).Format("2006-01-02"), win.phrase, 1+max(s.cfg.TimeBoost, 0))

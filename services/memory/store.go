@@ -63,12 +63,19 @@ type SearchQuery struct {
 	// AttributeKeys keeps only memories that carry one of these attribute keys (empty keeps
 	// all).
 	AttributeKeys []string
+	// ContextPool returns lexical hits below MinLexical too (any positive score), each with the
+	// threshold in Floor, so that recall can admit a memory on its conversation context (see
+	// contextBoost). Only for a lexical query without a vector.
+	ContextPool bool
 }
 
 // Hit is a memory found by Search.
 type Hit struct {
 	Entry
 	Similarity float64
+	// Floor is the lexical threshold the search applied, MinLexical after the backend's cap
+	// for users with few memories (lexicalFloor); set with ContextPool.
+	Floor float64
 }
 
 // UserCounts are what DeleteUser removed.

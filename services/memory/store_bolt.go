@@ -292,6 +292,10 @@ func (t *BoltTier) Search(_ context.Context, userID string, q SearchQuery) ([]Hi
 		idf, n = t.s.idf(userID, q.Lexical.idx)
 		q.MinLexical = lexicalFloor(q.MinLexical, n)
 	}
+	var floor float64
+	if q.ContextPool {
+		floor, q.MinLexical = q.MinLexical, 0
+	}
 	found := t.idx.search(userID, q, idf, now)
 	if len(found) == 0 {
 		return nil, nil
@@ -312,7 +316,7 @@ func (t *BoltTier) Search(_ context.Context, userID string, q SearchQuery) ([]Hi
 			if !t.alive(m, now) {
 				continue
 			}
-			out = append(out, Hit{Entry: Entry{Memory: m}, Similarity: f.sim})
+			out = append(out, Hit{Entry: Entry{Memory: m}, Similarity: f.sim, Floor: floor})
 		}
 		return nil
 	})

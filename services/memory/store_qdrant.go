@@ -267,6 +267,10 @@ func (s *QdrantSemantic) Search(ctx context.Context, userID string, q SearchQuer
 		}
 		minLex = lexicalFloor(minLex, int(n))
 	}
+	var floor float64
+	if q.ContextPool {
+		floor, minLex = minLex, 0
+	}
 	lexTh := float32(max(minLex, 1e-9))
 	lex := sub{qdrant.NewQuerySparse(q.Lexical.idx, q.Lexical.val), qdrant.PtrOf(vecLexical), &lexTh}
 	dense := sub{qdrant.NewQueryDense(q.Vector), qdrant.PtrOf(vecDense), nil}
@@ -303,7 +307,7 @@ func (s *QdrantSemantic) Search(ctx context.Context, userID string, q SearchQuer
 		}
 		seen[e.Memory.GetId()] = true
 		// Qdrant scores in float32; compare the threshold on the same scale it applied.
-		out = append(out, Hit{Entry: e, Similarity: float64(p.GetScore())})
+		out = append(out, Hit{Entry: e, Similarity: float64(p.GetScore()), Floor: floor})
 	}
 	// An attribute lookup ranks every memory carrying the key; a sparse query reaches only
 	// those sharing a term, so the others follow with score 0.

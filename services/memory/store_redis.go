@@ -209,6 +209,10 @@ func searchEntries(all []Entry, q SearchQuery, now time.Time) []Hit {
 		}
 		q.MinLexical = lexicalFloor(q.MinLexical, len(all))
 	}
+	var floor float64
+	if q.ContextPool {
+		floor, q.MinLexical = q.MinLexical, 0
+	}
 	lexT, denseT := topK{k: q.Limit}, topK{k: q.Limit}
 	lookup := len(q.AttributeKeys) > 0 && q.MinLexical <= 0
 	for i, e := range all {
@@ -254,7 +258,7 @@ func searchEntries(all []Entry, q SearchQuery, now time.Time) []Hit {
 	}
 	hits := make([]Hit, len(ranked))
 	for i, r := range ranked {
-		hits[i] = Hit{Entry: byID[r.id], Similarity: r.sim}
+		hits[i] = Hit{Entry: byID[r.id], Similarity: r.sim, Floor: floor}
 	}
 	return hits
 }

@@ -233,6 +233,39 @@ func TestTierStoreConformance(t *testing.T) {
 					t.Errorf("attribute lookup ids (-want +got):\n%s", d)
 				}
 			})
+			t.Run("a context pool returns hits under the threshold with it", func(t *testing.T) {
+				q := SearchQuery{Lexical: lexQuery("old fact event likes tea"), MinLexical: 1000, Limit: 10}
+				above, err := s.Search(ctx, "alice", q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				q.ContextPool = true
+				pool, err := s.Search(ctx, "alice", q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := hitIDs(pool)
+				sort.Strings(got)
+				want := []string{idA, idB, idC}
+				sort.Strings(want)
+				if d := cmp.Diff(want, got); d != "" {
+					t.Errorf("pool ids (-want +got):\n%s", d)
+				}
+				// The threshold (capped for a user with few memories, see lexicalFloor) comes
+				// with each hit, and the hits at or above it are what the plain search returns.
+				var passed []string
+				for _, h := range pool {
+					if h.Floor <= 0 || h.Floor > 1000 {
+						t.Errorf("%s: floor %v", h.Memory.GetId(), h.Floor)
+					}
+					if h.Similarity >= h.Floor {
+						passed = append(passed, h.Memory.GetId())
+					}
+				}
+				if d := cmp.Diff(hitIDs(above), passed, cmpopts.EquateEmpty()); d != "" {
+					t.Errorf("hits at or above the floor (-plain search +pool):\n%s", d)
+				}
+			})
 			t.Run("hybrid search fuses both rankings", func(t *testing.T) {
 				hits, err := s.Search(ctx, "alice", SearchQuery{Vector: vecOf(1, 4, 0.5), MinSimilarity: 0, Lexical: lexQuery("tea"), MinLexical: 1e-9, Limit: 10})
 				if err != nil {

@@ -12,6 +12,7 @@ import (
 type timeWindow struct {
 	from, to time.Time // [from, to)
 	phrase   string
+	relative bool // named relative to the time of asking ("yesterday", "上周", "3 days ago")
 }
 
 func (w timeWindow) contains(t time.Time) bool { return !t.Before(w.from) && t.Before(w.to) }
@@ -42,7 +43,7 @@ func queryTimeWindow(query string, ref time.Time) (timeWindow, bool) {
 		if slack {
 			from, to = from.AddDate(0, 0, -1), to.AddDate(0, 0, 1)
 		}
-		return timeWindow{from, to, phrase}, true
+		return timeWindow{from: from, to: to, phrase: phrase}, true
 	}
 	weekStart := day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7)) // Monday
 	monthStart := time.Date(day.Year(), day.Month(), 1, 0, 0, 0, 0, loc)
@@ -126,7 +127,9 @@ func queryTimeWindow(query string, ref time.Time) (timeWindow, bool) {
 	} {
 		for _, w := range r.words {
 			if strings.Contains(q, w) {
-				return span(r.from, r.days, w, true)
+				win, ok := span(r.from, r.days, w, true)
+				win.relative = true
+				return win, ok
 			}
 		}
 	}
@@ -151,5 +154,5 @@ func agoWindow(day time.Time, n int, unit, phrase string) (timeWindow, bool) {
 	default:
 		return timeWindow{}, false
 	}
-	return timeWindow{at.AddDate(0, 0, -slack), at.AddDate(0, 0, slack+1), phrase}, true
+	return timeWindow{at.AddDate(0, 0, -slack), at.AddDate(0, 0, slack+1), phrase, true}, true
 }

@@ -61,6 +61,10 @@ type Config struct {
 	// Models are the model names a turn may ask for in its options, besides the configured
 	// --model (an operator decision: models differ in cost and in what they may see).
 	Models []string
+	// MCPInstructions names the MCP servers whose instructions (from their initialize result)
+	// are added to the system prompt; "*" is every server. None by default: the text is the
+	// server's, not the operator's.
+	MCPInstructions []string
 	// MaxMessageBytes caps the text of each message in the model's context (the session's log
 	// keeps it whole); longer text is cut with a note of what was cut.
 	MaxMessageBytes int
@@ -89,6 +93,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PublishTimeout, "orchestrator.publish-timeout", 2*time.Minute, "how long a turn.finished publish is retried in the background")
 	fs.Func("orchestrator.models", "comma list of model names a turn may choose in its options besides --model (none by default)", func(v string) error {
 		c.Models = config.SplitList(v)
+		return nil
+	})
+	fs.Func("orchestrator.mcp-instructions", "comma list of MCP servers whose instructions are added to the system prompt (\"*\": every server; none by default)", func(v string) error {
+		c.MCPInstructions = config.SplitList(v)
 		return nil
 	})
 	fs.IntVar(&c.MaxMessageBytes, "orchestrator.max-message-bytes", 64<<10, "most bytes of one message's text in the model's context; longer text is cut with a note (the session keeps it whole)")

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hermes-agent/hermes/internal/rpc"
+	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 )
@@ -194,4 +195,42 @@ func (s *Service) ownTurn(ctx context.Context, turnID, user string) (*orchestrat
 		return nil, status.Errorf(codes.PermissionDenied, "turn %q belongs to another user", turnID)
 	}
 	return t, nil
+}
+
+// AnswerElicitation implements OrchestratorServiceServer: the owner of a running turn answers a
+// tool's request for input (ToolProgress.elicitation), which the MCP gateway delivers to the
+// server that asked. The elicitation id is the capability: it reached only the turn's stream.
+func (s *Service) AnswerElicitation(ctx context.Context, req *orchestratorv1.AnswerElicitationRequest) (*orchestratorv1.AnswerElicitationResponse, error) {
+	user, err := s.authorize(ctx, req.GetUserId())
+	if err != nil {
+		return nil, err
+	}
+	var v rpc.Violations
+	validateRef(&v, "turn_id", req.GetTurnId(), user)
+	v.Required("elicitation_id", req.GetElicitationId())
+	v.MaxLen("elicitation_id", req.GetElicitationId(), 64)
+	switch req.GetAction() {
+	case "accept", "decline", "cancel":
+	default:
+		v.Add("action", `must be "accept", "decline" or "cancel"`)
+	}
+	v.MaxLen("content", req.GetContent(), 64<<10)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	t, err := s.ownTurn(ctx, req.GetTurnId(), user)
+	if err != nil {
+		return nil, err
+	}
+	if t.GetStatus() != orchestratorv1.TurnStatus_TURN_STATUS_RUNNING {
+		return nil, status.Errorf(codes.FailedPrecondition, "turn %q is not running", req.GetTurnId())
+	}
+	if s.deps.Gateway == nil {
+		return nil, status.Error(codes.FailedPrecondition, "this orchestrator has no MCP gateway to deliver the answer to")
+	}
+	_, err = s.deps.Gateway.AnswerElicitation(ctx, &mcpgatewayv1.AnswerElicitationRequest{Id: req.GetElicitationId(), Action: req.GetAction(), Content: req.GetContent()})
+	if err != nil {
+		return nil, peerStatus("mcpgateway", err)
+	}
+	return &orchestratorv1.AnswerElicitationResponse{}, nil
 }

@@ -53,6 +53,9 @@ func (t *turn) prepare(ctx context.Context) error {
 	b := &t.blocks
 	b.systemPrompt = t.s.cfg.SystemPrompt
 	b.counted = map[string]int32{t.s.cfg.SystemPrompt: t.s.promptTokens}
+	if in := t.s.instructions.block(ctx); in != "" {
+		b.systemPrompt += "\n\n" + in
+	}
 	if sp := t.opts.GetSystemPrompt(); sp != "" {
 		if t.opts.GetReplaceSystemPrompt() {
 			b.systemPrompt = sp

@@ -58,6 +58,9 @@ type Options struct {
 	Model     Model
 	Tokenizer *tokenizer.Tokenizer
 	Store     Store
+	// Gateway is optional: the MCP gateway, asked for the instructions of the servers named by
+	// Config.MCPInstructions and given the answers of AnswerElicitation.
+	Gateway Gateway
 	// Publish is optional: without it no turn.finished events are sent.
 	Publish PublishFunc
 	// Now is the clock; nil is time.Now.
@@ -92,6 +95,7 @@ type Service struct {
 	promptTokens int32
 	now          func() time.Time
 	replica      string
+	instructions *serverInstructions
 	// kick asks the outbox drainer for a round now (capacity one: kicks coalesce).
 	kick chan struct{}
 	// The outbox drainer runs until Close cancels drainCtx; drained is closed when it stopped.
@@ -135,6 +139,7 @@ func NewService(cfg Config, deps Options) (*Service, error) {
 		bgCancel: cancel,
 	}
 	s.promptTokens = int32(deps.Tokenizer.CountMessage(cfg.SystemPrompt))
+	s.instructions = &serverInstructions{names: cfg.MCPInstructions, servers: deps.Gateway, now: deps.Now, log: log}
 	s.sum = &summarizer{model: deps.Model, tok: deps.Tokenizer, cfg: cfg, log: log, now: deps.Now}
 	s.drainCtx, s.drainCancel = context.WithCancel(context.Background())
 	s.drained = make(chan struct{})

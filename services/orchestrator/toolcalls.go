@@ -204,14 +204,20 @@ func (t *turn) executeStream(ctx context.Context, o *outcome, req *toolsv1.Execu
 			return r, nil
 		}
 		p := ev.GetProgress()
-		if p == nil || sent >= maxProgressEvents || (p.GetMessage() == lastMsg && time.Since(last) < progressEvery) {
+		e := p.GetElicitation()
+		// A request for the user's input always goes out: the tool waits for its answer.
+		if p == nil || (e == nil && (sent >= maxProgressEvents || (p.GetMessage() == lastMsg && time.Since(last) < progressEvery))) {
 			continue
 		}
 		last, lastMsg = time.Now(), p.GetMessage()
 		sent++
-		t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_ToolProgress{ToolProgress: &orchestratorv1.ToolProgress{
+		tp := &orchestratorv1.ToolProgress{
 			CallId: o.call.ID, Name: o.call.Name, Progress: p.GetProgress(), Total: p.GetTotal(), Message: clip(p.GetMessage(), 500),
-		}}})
+		}
+		if e != nil {
+			tp.Elicitation = &orchestratorv1.Elicitation{Id: e.GetId(), Server: e.GetServer(), Message: e.GetMessage(), RequestedSchema: e.GetRequestedSchema(), Url: e.GetUrl(), ExpiresAt: e.GetExpiresAt()}
+		}
+		t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_ToolProgress{ToolProgress: tp}})
 	}
 }
 

@@ -112,7 +112,11 @@ func callGateway(ctx context.Context, client MCPCaller, req *mcpgatewayv1.CallTo
 			return nil, err
 		}
 		if p := ev.GetProgress(); p != nil {
-			progress(&toolsv1.ToolProgress{Progress: p.GetProgress(), Total: p.GetTotal(), Message: p.GetMessage()})
+			tp := &toolsv1.ToolProgress{Progress: p.GetProgress(), Total: p.GetTotal(), Message: p.GetMessage()}
+			if e := p.GetElicitation(); e != nil {
+				tp.Elicitation = &toolsv1.Elicitation{Id: e.GetId(), Server: e.GetServer(), Message: e.GetMessage(), RequestedSchema: e.GetRequestedSchema(), Url: e.GetUrl(), ExpiresAt: e.GetExpiresAt()}
+			}
+			progress(tp)
 		}
 		if r := ev.GetResponse(); r != nil {
 			return r, nil

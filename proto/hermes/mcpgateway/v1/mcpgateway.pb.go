@@ -118,7 +118,9 @@ type ServerSpec struct {
 	// How the server's requests for user input (MCP elicitation) are answered, since nobody can
 	// fill in a form while a tool runs behind the tool service: "" or "decline" declines them with
 	// the reason; "defaults" accepts a form whose every required field has a default, with the
-	// schema's defaults (SEP-1034), and declines the rest.
+	// schema's defaults (SEP-1034), and declines the rest; "ask" passes the request to whoever
+	// waits for the call (Progress.elicitation, answered with AnswerElicitation) and declines it
+	// when nobody answers in time or nobody waits.
 	Elicitation   string `protobuf:"bytes,12,opt,name=elicitation,proto3" json:"elicitation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1757,7 +1759,9 @@ type Progress struct {
 	// Total work, when known (0 when unknown).
 	Total float64 `protobuf:"fixed64,2,opt,name=total,proto3" json:"total,omitempty"`
 	// What the tool is doing (cleaned).
-	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// Set when the server asks the user for input; the call waits for the answer.
+	Elicitation   *Elicitation `protobuf:"bytes,4,opt,name=elicitation,proto3" json:"elicitation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1813,6 +1817,207 @@ func (x *Progress) GetMessage() string {
 	return ""
 }
 
+func (x *Progress) GetElicitation() *Elicitation {
+	if x != nil {
+		return x.Elicitation
+	}
+	return nil
+}
+
+// Elicitation is an MCP server's request for input from the user, made while one of its tools
+// runs (MCP elicitation). Answer it with AnswerElicitation before expires_at; unanswered, it is
+// declined.
+type Elicitation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id to answer with: unguessable, and sent only to whoever waits for the call.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The MCP server that asks.
+	Server string `protobuf:"bytes,2,opt,name=server,proto3" json:"server,omitempty"`
+	// What the server asks (cleaned).
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// Form mode: the JSON Schema of the answer's content (a flat object of primitive fields).
+	RequestedSchema string `protobuf:"bytes,4,opt,name=requested_schema,json=requestedSchema,proto3" json:"requested_schema,omitempty"`
+	// URL mode: the page the user is asked to open (the answer is then only accept or decline).
+	Url string `protobuf:"bytes,5,opt,name=url,proto3" json:"url,omitempty"`
+	// When an unanswered request is declined.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Elicitation) Reset() {
+	*x = Elicitation{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Elicitation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Elicitation) ProtoMessage() {}
+
+func (x *Elicitation) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Elicitation.ProtoReflect.Descriptor instead.
+func (*Elicitation) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Elicitation) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Elicitation) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *Elicitation) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Elicitation) GetRequestedSchema() string {
+	if x != nil {
+		return x.RequestedSchema
+	}
+	return ""
+}
+
+func (x *Elicitation) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Elicitation) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+// AnswerElicitationRequest is the input of AnswerElicitation.
+type AnswerElicitationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Elicitation.id. Required.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// "accept", "decline" or "cancel". Required.
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// With "accept" in form mode: the answer, a JSON object matching the requested schema.
+	Content       string `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnswerElicitationRequest) Reset() {
+	*x = AnswerElicitationRequest{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnswerElicitationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnswerElicitationRequest) ProtoMessage() {}
+
+func (x *AnswerElicitationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnswerElicitationRequest.ProtoReflect.Descriptor instead.
+func (*AnswerElicitationRequest) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *AnswerElicitationRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AnswerElicitationRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AnswerElicitationRequest) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+// AnswerElicitationResponse is the output of AnswerElicitation.
+type AnswerElicitationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnswerElicitationResponse) Reset() {
+	*x = AnswerElicitationResponse{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnswerElicitationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnswerElicitationResponse) ProtoMessage() {}
+
+func (x *AnswerElicitationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnswerElicitationResponse.ProtoReflect.Descriptor instead.
+func (*AnswerElicitationResponse) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{25}
+}
+
 // Resource is a resource a server offers.
 type Resource struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1832,7 +2037,7 @@ type Resource struct {
 
 func (x *Resource) Reset() {
 	*x = Resource{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[23]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +2049,7 @@ func (x *Resource) String() string {
 func (*Resource) ProtoMessage() {}
 
 func (x *Resource) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[23]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +2062,7 @@ func (x *Resource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resource.ProtoReflect.Descriptor instead.
 func (*Resource) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{23}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Resource) GetUri() string {
@@ -1908,7 +2113,7 @@ type ListResourcesRequest struct {
 
 func (x *ListResourcesRequest) Reset() {
 	*x = ListResourcesRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[24]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2125,7 @@ func (x *ListResourcesRequest) String() string {
 func (*ListResourcesRequest) ProtoMessage() {}
 
 func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[24]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2138,7 @@ func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesRequest.ProtoReflect.Descriptor instead.
 func (*ListResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{24}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListResourcesRequest) GetServer() string {
@@ -1963,7 +2168,7 @@ type ListResourcesResponse struct {
 
 func (x *ListResourcesResponse) Reset() {
 	*x = ListResourcesResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[25]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2180,7 @@ func (x *ListResourcesResponse) String() string {
 func (*ListResourcesResponse) ProtoMessage() {}
 
 func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[25]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2193,7 @@ func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesResponse.ProtoReflect.Descriptor instead.
 func (*ListResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{25}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListResourcesResponse) GetResources() []*Resource {
@@ -2018,7 +2223,7 @@ type ReadResourceRequest struct {
 
 func (x *ReadResourceRequest) Reset() {
 	*x = ReadResourceRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[26]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2030,7 +2235,7 @@ func (x *ReadResourceRequest) String() string {
 func (*ReadResourceRequest) ProtoMessage() {}
 
 func (x *ReadResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[26]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2043,7 +2248,7 @@ func (x *ReadResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResourceRequest.ProtoReflect.Descriptor instead.
 func (*ReadResourceRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{26}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReadResourceRequest) GetServer() string {
@@ -2081,7 +2286,7 @@ type ResourceContent struct {
 
 func (x *ResourceContent) Reset() {
 	*x = ResourceContent{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2298,7 @@ func (x *ResourceContent) String() string {
 func (*ResourceContent) ProtoMessage() {}
 
 func (x *ResourceContent) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2311,7 @@ func (x *ResourceContent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceContent.ProtoReflect.Descriptor instead.
 func (*ResourceContent) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{27}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ResourceContent) GetUri() string {
@@ -2162,7 +2367,7 @@ type ReadResourceResponse struct {
 
 func (x *ReadResourceResponse) Reset() {
 	*x = ReadResourceResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2379,7 @@ func (x *ReadResourceResponse) String() string {
 func (*ReadResourceResponse) ProtoMessage() {}
 
 func (x *ReadResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2392,7 @@ func (x *ReadResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResourceResponse.ProtoReflect.Descriptor instead.
 func (*ReadResourceResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{28}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReadResourceResponse) GetContents() []*ResourceContent {
@@ -2212,7 +2417,7 @@ type Prompt struct {
 
 func (x *Prompt) Reset() {
 	*x = Prompt{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2224,7 +2429,7 @@ func (x *Prompt) String() string {
 func (*Prompt) ProtoMessage() {}
 
 func (x *Prompt) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2237,7 +2442,7 @@ func (x *Prompt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Prompt.ProtoReflect.Descriptor instead.
 func (*Prompt) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{29}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Prompt) GetName() string {
@@ -2276,7 +2481,7 @@ type PromptArgument struct {
 
 func (x *PromptArgument) Reset() {
 	*x = PromptArgument{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2493,7 @@ func (x *PromptArgument) String() string {
 func (*PromptArgument) ProtoMessage() {}
 
 func (x *PromptArgument) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2506,7 @@ func (x *PromptArgument) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptArgument.ProtoReflect.Descriptor instead.
 func (*PromptArgument) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{30}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PromptArgument) GetName() string {
@@ -2338,7 +2543,7 @@ type ListPromptsRequest struct {
 
 func (x *ListPromptsRequest) Reset() {
 	*x = ListPromptsRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +2555,7 @@ func (x *ListPromptsRequest) String() string {
 func (*ListPromptsRequest) ProtoMessage() {}
 
 func (x *ListPromptsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +2568,7 @@ func (x *ListPromptsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPromptsRequest.ProtoReflect.Descriptor instead.
 func (*ListPromptsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{31}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListPromptsRequest) GetServer() string {
@@ -2393,7 +2598,7 @@ type ListPromptsResponse struct {
 
 func (x *ListPromptsResponse) Reset() {
 	*x = ListPromptsResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2405,7 +2610,7 @@ func (x *ListPromptsResponse) String() string {
 func (*ListPromptsResponse) ProtoMessage() {}
 
 func (x *ListPromptsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2418,7 +2623,7 @@ func (x *ListPromptsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPromptsResponse.ProtoReflect.Descriptor instead.
 func (*ListPromptsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{32}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListPromptsResponse) GetPrompts() []*Prompt {
@@ -2450,7 +2655,7 @@ type GetPromptRequest struct {
 
 func (x *GetPromptRequest) Reset() {
 	*x = GetPromptRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2667,7 @@ func (x *GetPromptRequest) String() string {
 func (*GetPromptRequest) ProtoMessage() {}
 
 func (x *GetPromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2680,7 @@ func (x *GetPromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromptRequest.ProtoReflect.Descriptor instead.
 func (*GetPromptRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{33}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetPromptRequest) GetServer() string {
@@ -2512,7 +2717,7 @@ type PromptMessage struct {
 
 func (x *PromptMessage) Reset() {
 	*x = PromptMessage{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2524,7 +2729,7 @@ func (x *PromptMessage) String() string {
 func (*PromptMessage) ProtoMessage() {}
 
 func (x *PromptMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2537,7 +2742,7 @@ func (x *PromptMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptMessage.ProtoReflect.Descriptor instead.
 func (*PromptMessage) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{34}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PromptMessage) GetRole() string {
@@ -2567,7 +2772,7 @@ type GetPromptResponse struct {
 
 func (x *GetPromptResponse) Reset() {
 	*x = GetPromptResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2784,7 @@ func (x *GetPromptResponse) String() string {
 func (*GetPromptResponse) ProtoMessage() {}
 
 func (x *GetPromptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2797,7 @@ func (x *GetPromptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromptResponse.ProtoReflect.Descriptor instead.
 func (*GetPromptResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{35}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetPromptResponse) GetDescription() string {
@@ -2626,7 +2831,7 @@ type ResourceTemplate struct {
 
 func (x *ResourceTemplate) Reset() {
 	*x = ResourceTemplate{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2638,7 +2843,7 @@ func (x *ResourceTemplate) String() string {
 func (*ResourceTemplate) ProtoMessage() {}
 
 func (x *ResourceTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2651,7 +2856,7 @@ func (x *ResourceTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceTemplate.ProtoReflect.Descriptor instead.
 func (*ResourceTemplate) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{36}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ResourceTemplate) GetUriTemplate() string {
@@ -2695,7 +2900,7 @@ type ListResourceTemplatesRequest struct {
 
 func (x *ListResourceTemplatesRequest) Reset() {
 	*x = ListResourceTemplatesRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2707,7 +2912,7 @@ func (x *ListResourceTemplatesRequest) String() string {
 func (*ListResourceTemplatesRequest) ProtoMessage() {}
 
 func (x *ListResourceTemplatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2720,7 +2925,7 @@ func (x *ListResourceTemplatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourceTemplatesRequest.ProtoReflect.Descriptor instead.
 func (*ListResourceTemplatesRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{37}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListResourceTemplatesRequest) GetServer() string {
@@ -2750,7 +2955,7 @@ type ListResourceTemplatesResponse struct {
 
 func (x *ListResourceTemplatesResponse) Reset() {
 	*x = ListResourceTemplatesResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2762,7 +2967,7 @@ func (x *ListResourceTemplatesResponse) String() string {
 func (*ListResourceTemplatesResponse) ProtoMessage() {}
 
 func (x *ListResourceTemplatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2775,7 +2980,7 @@ func (x *ListResourceTemplatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourceTemplatesResponse.ProtoReflect.Descriptor instead.
 func (*ListResourceTemplatesResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{38}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListResourceTemplatesResponse) GetTemplates() []*ResourceTemplate {
@@ -2805,7 +3010,7 @@ type WatchResourceRequest struct {
 
 func (x *WatchResourceRequest) Reset() {
 	*x = WatchResourceRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +3022,7 @@ func (x *WatchResourceRequest) String() string {
 func (*WatchResourceRequest) ProtoMessage() {}
 
 func (x *WatchResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +3035,7 @@ func (x *WatchResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourceRequest.ProtoReflect.Descriptor instead.
 func (*WatchResourceRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{39}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WatchResourceRequest) GetServer() string {
@@ -2861,7 +3066,7 @@ type WatchResourceResponse struct {
 
 func (x *WatchResourceResponse) Reset() {
 	*x = WatchResourceResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2873,7 +3078,7 @@ func (x *WatchResourceResponse) String() string {
 func (*WatchResourceResponse) ProtoMessage() {}
 
 func (x *WatchResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2886,7 +3091,7 @@ func (x *WatchResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourceResponse.ProtoReflect.Descriptor instead.
 func (*WatchResourceResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{40}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WatchResourceResponse) GetUri() string {
@@ -2927,7 +3132,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2939,7 +3144,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2952,7 +3157,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{41}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CompleteRequest) GetServer() string {
@@ -3041,7 +3246,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3053,7 +3258,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3066,7 +3271,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{42}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CompleteResponse) GetValues() []string {
@@ -3226,11 +3431,25 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x16CallToolStreamResponse\x12<\n" +
 	"\bprogress\x18\x01 \x01(\v2\x1e.hermes.mcpgateway.v1.ProgressH\x00R\bprogress\x12D\n" +
 	"\bresponse\x18\x02 \x01(\v2&.hermes.mcpgateway.v1.CallToolResponseH\x00R\bresponseB\a\n" +
-	"\x05event\"V\n" +
+	"\x05event\"\x9b\x01\n" +
 	"\bProgress\x12\x1a\n" +
 	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x83\x01\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12C\n" +
+	"\velicitation\x18\x04 \x01(\v2!.hermes.mcpgateway.v1.ElicitationR\velicitation\"\xc7\x01\n" +
+	"\vElicitation\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06server\x18\x02 \x01(\tR\x06server\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12)\n" +
+	"\x10requested_schema\x18\x04 \x01(\tR\x0frequestedSchema\x12\x10\n" +
+	"\x03url\x18\x05 \x01(\tR\x03url\x129\n" +
+	"\n" +
+	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\\\n" +
+	"\x18AnswerElicitationRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12\x18\n" +
+	"\acontent\x18\x03 \x01(\tR\acontent\"\x1b\n" +
+	"\x19AnswerElicitationResponse\"\x83\x01\n" +
 	"\bResource\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
@@ -3321,8 +3540,7 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x18SERVER_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17SERVER_STATE_CONNECTING\x10\x01\x12\x16\n" +
 	"\x12SERVER_STATE_READY\x10\x02\x12\x17\n" +
-	"\x13SERVER_STATE_FAILED\x10\x032\xc1\n" +
-	"\n" +
+	"\x13SERVER_STATE_FAILED\x10\x032\xb7\v\n" +
 	"\x11MCPGatewayService\x12\\\n" +
 	"\tAddServer\x12&.hermes.mcpgateway.v1.AddServerRequest\x1a'.hermes.mcpgateway.v1.AddServerResponse\x12e\n" +
 	"\fRemoveServer\x12).hermes.mcpgateway.v1.RemoveServerRequest\x1a*.hermes.mcpgateway.v1.RemoveServerResponse\x12b\n" +
@@ -3336,7 +3554,8 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x0eCallToolStream\x12+.hermes.mcpgateway.v1.CallToolStreamRequest\x1a,.hermes.mcpgateway.v1.CallToolStreamResponse0\x01\x12\x80\x01\n" +
 	"\x15ListResourceTemplates\x122.hermes.mcpgateway.v1.ListResourceTemplatesRequest\x1a3.hermes.mcpgateway.v1.ListResourceTemplatesResponse\x12j\n" +
 	"\rWatchResource\x12*.hermes.mcpgateway.v1.WatchResourceRequest\x1a+.hermes.mcpgateway.v1.WatchResourceResponse0\x01\x12Y\n" +
-	"\bComplete\x12%.hermes.mcpgateway.v1.CompleteRequest\x1a&.hermes.mcpgateway.v1.CompleteResponseBHZFgithub.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1;mcpgatewayv1b\x06proto3"
+	"\bComplete\x12%.hermes.mcpgateway.v1.CompleteRequest\x1a&.hermes.mcpgateway.v1.CompleteResponse\x12t\n" +
+	"\x11AnswerElicitation\x12..hermes.mcpgateway.v1.AnswerElicitationRequest\x1a/.hermes.mcpgateway.v1.AnswerElicitationResponseBHZFgithub.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1;mcpgatewayv1b\x06proto3"
 
 var (
 	file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescOnce sync.Once
@@ -3351,7 +3570,7 @@ func file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP() []byte {
 }
 
 var file_hermes_mcpgateway_v1_mcpgateway_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_hermes_mcpgateway_v1_mcpgateway_proto_goTypes = []any{
 	(ServerState)(0),                      // 0: hermes.mcpgateway.v1.ServerState
 	(*ServerSpec)(nil),                    // 1: hermes.mcpgateway.v1.ServerSpec
@@ -3377,96 +3596,103 @@ var file_hermes_mcpgateway_v1_mcpgateway_proto_goTypes = []any{
 	(*CallToolStreamRequest)(nil),         // 21: hermes.mcpgateway.v1.CallToolStreamRequest
 	(*CallToolStreamResponse)(nil),        // 22: hermes.mcpgateway.v1.CallToolStreamResponse
 	(*Progress)(nil),                      // 23: hermes.mcpgateway.v1.Progress
-	(*Resource)(nil),                      // 24: hermes.mcpgateway.v1.Resource
-	(*ListResourcesRequest)(nil),          // 25: hermes.mcpgateway.v1.ListResourcesRequest
-	(*ListResourcesResponse)(nil),         // 26: hermes.mcpgateway.v1.ListResourcesResponse
-	(*ReadResourceRequest)(nil),           // 27: hermes.mcpgateway.v1.ReadResourceRequest
-	(*ResourceContent)(nil),               // 28: hermes.mcpgateway.v1.ResourceContent
-	(*ReadResourceResponse)(nil),          // 29: hermes.mcpgateway.v1.ReadResourceResponse
-	(*Prompt)(nil),                        // 30: hermes.mcpgateway.v1.Prompt
-	(*PromptArgument)(nil),                // 31: hermes.mcpgateway.v1.PromptArgument
-	(*ListPromptsRequest)(nil),            // 32: hermes.mcpgateway.v1.ListPromptsRequest
-	(*ListPromptsResponse)(nil),           // 33: hermes.mcpgateway.v1.ListPromptsResponse
-	(*GetPromptRequest)(nil),              // 34: hermes.mcpgateway.v1.GetPromptRequest
-	(*PromptMessage)(nil),                 // 35: hermes.mcpgateway.v1.PromptMessage
-	(*GetPromptResponse)(nil),             // 36: hermes.mcpgateway.v1.GetPromptResponse
-	(*ResourceTemplate)(nil),              // 37: hermes.mcpgateway.v1.ResourceTemplate
-	(*ListResourceTemplatesRequest)(nil),  // 38: hermes.mcpgateway.v1.ListResourceTemplatesRequest
-	(*ListResourceTemplatesResponse)(nil), // 39: hermes.mcpgateway.v1.ListResourceTemplatesResponse
-	(*WatchResourceRequest)(nil),          // 40: hermes.mcpgateway.v1.WatchResourceRequest
-	(*WatchResourceResponse)(nil),         // 41: hermes.mcpgateway.v1.WatchResourceResponse
-	(*CompleteRequest)(nil),               // 42: hermes.mcpgateway.v1.CompleteRequest
-	(*CompleteResponse)(nil),              // 43: hermes.mcpgateway.v1.CompleteResponse
-	nil,                                   // 44: hermes.mcpgateway.v1.StdioTransport.EnvEntry
-	nil,                                   // 45: hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
-	nil,                                   // 46: hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
-	nil,                                   // 47: hermes.mcpgateway.v1.CompleteRequest.ContextEntry
-	(*durationpb.Duration)(nil),           // 48: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),         // 49: google.protobuf.Timestamp
+	(*Elicitation)(nil),                   // 24: hermes.mcpgateway.v1.Elicitation
+	(*AnswerElicitationRequest)(nil),      // 25: hermes.mcpgateway.v1.AnswerElicitationRequest
+	(*AnswerElicitationResponse)(nil),     // 26: hermes.mcpgateway.v1.AnswerElicitationResponse
+	(*Resource)(nil),                      // 27: hermes.mcpgateway.v1.Resource
+	(*ListResourcesRequest)(nil),          // 28: hermes.mcpgateway.v1.ListResourcesRequest
+	(*ListResourcesResponse)(nil),         // 29: hermes.mcpgateway.v1.ListResourcesResponse
+	(*ReadResourceRequest)(nil),           // 30: hermes.mcpgateway.v1.ReadResourceRequest
+	(*ResourceContent)(nil),               // 31: hermes.mcpgateway.v1.ResourceContent
+	(*ReadResourceResponse)(nil),          // 32: hermes.mcpgateway.v1.ReadResourceResponse
+	(*Prompt)(nil),                        // 33: hermes.mcpgateway.v1.Prompt
+	(*PromptArgument)(nil),                // 34: hermes.mcpgateway.v1.PromptArgument
+	(*ListPromptsRequest)(nil),            // 35: hermes.mcpgateway.v1.ListPromptsRequest
+	(*ListPromptsResponse)(nil),           // 36: hermes.mcpgateway.v1.ListPromptsResponse
+	(*GetPromptRequest)(nil),              // 37: hermes.mcpgateway.v1.GetPromptRequest
+	(*PromptMessage)(nil),                 // 38: hermes.mcpgateway.v1.PromptMessage
+	(*GetPromptResponse)(nil),             // 39: hermes.mcpgateway.v1.GetPromptResponse
+	(*ResourceTemplate)(nil),              // 40: hermes.mcpgateway.v1.ResourceTemplate
+	(*ListResourceTemplatesRequest)(nil),  // 41: hermes.mcpgateway.v1.ListResourceTemplatesRequest
+	(*ListResourceTemplatesResponse)(nil), // 42: hermes.mcpgateway.v1.ListResourceTemplatesResponse
+	(*WatchResourceRequest)(nil),          // 43: hermes.mcpgateway.v1.WatchResourceRequest
+	(*WatchResourceResponse)(nil),         // 44: hermes.mcpgateway.v1.WatchResourceResponse
+	(*CompleteRequest)(nil),               // 45: hermes.mcpgateway.v1.CompleteRequest
+	(*CompleteResponse)(nil),              // 46: hermes.mcpgateway.v1.CompleteResponse
+	nil,                                   // 47: hermes.mcpgateway.v1.StdioTransport.EnvEntry
+	nil,                                   // 48: hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
+	nil,                                   // 49: hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
+	nil,                                   // 50: hermes.mcpgateway.v1.CompleteRequest.ContextEntry
+	(*durationpb.Duration)(nil),           // 51: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),         // 52: google.protobuf.Timestamp
 }
 var file_hermes_mcpgateway_v1_mcpgateway_proto_depIdxs = []int32{
 	4,  // 0: hermes.mcpgateway.v1.ServerSpec.stdio:type_name -> hermes.mcpgateway.v1.StdioTransport
 	5,  // 1: hermes.mcpgateway.v1.ServerSpec.http:type_name -> hermes.mcpgateway.v1.HTTPTransport
-	48, // 2: hermes.mcpgateway.v1.ServerSpec.call_timeout:type_name -> google.protobuf.Duration
+	51, // 2: hermes.mcpgateway.v1.ServerSpec.call_timeout:type_name -> google.protobuf.Duration
 	2,  // 3: hermes.mcpgateway.v1.ServerSpec.sampling:type_name -> hermes.mcpgateway.v1.SamplingPolicy
 	3,  // 4: hermes.mcpgateway.v1.ServerSpec.roots:type_name -> hermes.mcpgateway.v1.Root
-	44, // 5: hermes.mcpgateway.v1.StdioTransport.env:type_name -> hermes.mcpgateway.v1.StdioTransport.EnvEntry
-	45, // 6: hermes.mcpgateway.v1.HTTPTransport.headers:type_name -> hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
+	47, // 5: hermes.mcpgateway.v1.StdioTransport.env:type_name -> hermes.mcpgateway.v1.StdioTransport.EnvEntry
+	48, // 6: hermes.mcpgateway.v1.HTTPTransport.headers:type_name -> hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
 	6,  // 7: hermes.mcpgateway.v1.HTTPTransport.oauth:type_name -> hermes.mcpgateway.v1.OAuthClientCredentials
 	1,  // 8: hermes.mcpgateway.v1.Server.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
 	0,  // 9: hermes.mcpgateway.v1.Server.state:type_name -> hermes.mcpgateway.v1.ServerState
 	8,  // 10: hermes.mcpgateway.v1.Server.skipped_tools:type_name -> hermes.mcpgateway.v1.SkippedTool
-	49, // 11: hermes.mcpgateway.v1.Server.connected_at:type_name -> google.protobuf.Timestamp
-	49, // 12: hermes.mcpgateway.v1.Server.next_retry_at:type_name -> google.protobuf.Timestamp
+	52, // 11: hermes.mcpgateway.v1.Server.connected_at:type_name -> google.protobuf.Timestamp
+	52, // 12: hermes.mcpgateway.v1.Server.next_retry_at:type_name -> google.protobuf.Timestamp
 	1,  // 13: hermes.mcpgateway.v1.AddServerRequest.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
 	7,  // 14: hermes.mcpgateway.v1.AddServerResponse.server:type_name -> hermes.mcpgateway.v1.Server
 	7,  // 15: hermes.mcpgateway.v1.ListServersResponse.servers:type_name -> hermes.mcpgateway.v1.Server
 	9,  // 16: hermes.mcpgateway.v1.ListToolsResponse.tools:type_name -> hermes.mcpgateway.v1.MCPTool
-	48, // 17: hermes.mcpgateway.v1.CallToolRequest.timeout:type_name -> google.protobuf.Duration
+	51, // 17: hermes.mcpgateway.v1.CallToolRequest.timeout:type_name -> google.protobuf.Duration
 	19, // 18: hermes.mcpgateway.v1.CallToolResponse.contents:type_name -> hermes.mcpgateway.v1.Content
-	48, // 19: hermes.mcpgateway.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
+	51, // 19: hermes.mcpgateway.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
 	18, // 20: hermes.mcpgateway.v1.CallToolStreamRequest.request:type_name -> hermes.mcpgateway.v1.CallToolRequest
 	23, // 21: hermes.mcpgateway.v1.CallToolStreamResponse.progress:type_name -> hermes.mcpgateway.v1.Progress
 	20, // 22: hermes.mcpgateway.v1.CallToolStreamResponse.response:type_name -> hermes.mcpgateway.v1.CallToolResponse
-	24, // 23: hermes.mcpgateway.v1.ListResourcesResponse.resources:type_name -> hermes.mcpgateway.v1.Resource
-	28, // 24: hermes.mcpgateway.v1.ReadResourceResponse.contents:type_name -> hermes.mcpgateway.v1.ResourceContent
-	31, // 25: hermes.mcpgateway.v1.Prompt.arguments:type_name -> hermes.mcpgateway.v1.PromptArgument
-	30, // 26: hermes.mcpgateway.v1.ListPromptsResponse.prompts:type_name -> hermes.mcpgateway.v1.Prompt
-	46, // 27: hermes.mcpgateway.v1.GetPromptRequest.arguments:type_name -> hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
-	35, // 28: hermes.mcpgateway.v1.GetPromptResponse.messages:type_name -> hermes.mcpgateway.v1.PromptMessage
-	37, // 29: hermes.mcpgateway.v1.ListResourceTemplatesResponse.templates:type_name -> hermes.mcpgateway.v1.ResourceTemplate
-	47, // 30: hermes.mcpgateway.v1.CompleteRequest.context:type_name -> hermes.mcpgateway.v1.CompleteRequest.ContextEntry
-	10, // 31: hermes.mcpgateway.v1.MCPGatewayService.AddServer:input_type -> hermes.mcpgateway.v1.AddServerRequest
-	12, // 32: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:input_type -> hermes.mcpgateway.v1.RemoveServerRequest
-	14, // 33: hermes.mcpgateway.v1.MCPGatewayService.ListServers:input_type -> hermes.mcpgateway.v1.ListServersRequest
-	16, // 34: hermes.mcpgateway.v1.MCPGatewayService.ListTools:input_type -> hermes.mcpgateway.v1.ListToolsRequest
-	18, // 35: hermes.mcpgateway.v1.MCPGatewayService.CallTool:input_type -> hermes.mcpgateway.v1.CallToolRequest
-	25, // 36: hermes.mcpgateway.v1.MCPGatewayService.ListResources:input_type -> hermes.mcpgateway.v1.ListResourcesRequest
-	27, // 37: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:input_type -> hermes.mcpgateway.v1.ReadResourceRequest
-	32, // 38: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:input_type -> hermes.mcpgateway.v1.ListPromptsRequest
-	34, // 39: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:input_type -> hermes.mcpgateway.v1.GetPromptRequest
-	21, // 40: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:input_type -> hermes.mcpgateway.v1.CallToolStreamRequest
-	38, // 41: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:input_type -> hermes.mcpgateway.v1.ListResourceTemplatesRequest
-	40, // 42: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:input_type -> hermes.mcpgateway.v1.WatchResourceRequest
-	42, // 43: hermes.mcpgateway.v1.MCPGatewayService.Complete:input_type -> hermes.mcpgateway.v1.CompleteRequest
-	11, // 44: hermes.mcpgateway.v1.MCPGatewayService.AddServer:output_type -> hermes.mcpgateway.v1.AddServerResponse
-	13, // 45: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:output_type -> hermes.mcpgateway.v1.RemoveServerResponse
-	15, // 46: hermes.mcpgateway.v1.MCPGatewayService.ListServers:output_type -> hermes.mcpgateway.v1.ListServersResponse
-	17, // 47: hermes.mcpgateway.v1.MCPGatewayService.ListTools:output_type -> hermes.mcpgateway.v1.ListToolsResponse
-	20, // 48: hermes.mcpgateway.v1.MCPGatewayService.CallTool:output_type -> hermes.mcpgateway.v1.CallToolResponse
-	26, // 49: hermes.mcpgateway.v1.MCPGatewayService.ListResources:output_type -> hermes.mcpgateway.v1.ListResourcesResponse
-	29, // 50: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:output_type -> hermes.mcpgateway.v1.ReadResourceResponse
-	33, // 51: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:output_type -> hermes.mcpgateway.v1.ListPromptsResponse
-	36, // 52: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:output_type -> hermes.mcpgateway.v1.GetPromptResponse
-	22, // 53: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:output_type -> hermes.mcpgateway.v1.CallToolStreamResponse
-	39, // 54: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:output_type -> hermes.mcpgateway.v1.ListResourceTemplatesResponse
-	41, // 55: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:output_type -> hermes.mcpgateway.v1.WatchResourceResponse
-	43, // 56: hermes.mcpgateway.v1.MCPGatewayService.Complete:output_type -> hermes.mcpgateway.v1.CompleteResponse
-	44, // [44:57] is the sub-list for method output_type
-	31, // [31:44] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	24, // 23: hermes.mcpgateway.v1.Progress.elicitation:type_name -> hermes.mcpgateway.v1.Elicitation
+	52, // 24: hermes.mcpgateway.v1.Elicitation.expires_at:type_name -> google.protobuf.Timestamp
+	27, // 25: hermes.mcpgateway.v1.ListResourcesResponse.resources:type_name -> hermes.mcpgateway.v1.Resource
+	31, // 26: hermes.mcpgateway.v1.ReadResourceResponse.contents:type_name -> hermes.mcpgateway.v1.ResourceContent
+	34, // 27: hermes.mcpgateway.v1.Prompt.arguments:type_name -> hermes.mcpgateway.v1.PromptArgument
+	33, // 28: hermes.mcpgateway.v1.ListPromptsResponse.prompts:type_name -> hermes.mcpgateway.v1.Prompt
+	49, // 29: hermes.mcpgateway.v1.GetPromptRequest.arguments:type_name -> hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
+	38, // 30: hermes.mcpgateway.v1.GetPromptResponse.messages:type_name -> hermes.mcpgateway.v1.PromptMessage
+	40, // 31: hermes.mcpgateway.v1.ListResourceTemplatesResponse.templates:type_name -> hermes.mcpgateway.v1.ResourceTemplate
+	50, // 32: hermes.mcpgateway.v1.CompleteRequest.context:type_name -> hermes.mcpgateway.v1.CompleteRequest.ContextEntry
+	10, // 33: hermes.mcpgateway.v1.MCPGatewayService.AddServer:input_type -> hermes.mcpgateway.v1.AddServerRequest
+	12, // 34: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:input_type -> hermes.mcpgateway.v1.RemoveServerRequest
+	14, // 35: hermes.mcpgateway.v1.MCPGatewayService.ListServers:input_type -> hermes.mcpgateway.v1.ListServersRequest
+	16, // 36: hermes.mcpgateway.v1.MCPGatewayService.ListTools:input_type -> hermes.mcpgateway.v1.ListToolsRequest
+	18, // 37: hermes.mcpgateway.v1.MCPGatewayService.CallTool:input_type -> hermes.mcpgateway.v1.CallToolRequest
+	28, // 38: hermes.mcpgateway.v1.MCPGatewayService.ListResources:input_type -> hermes.mcpgateway.v1.ListResourcesRequest
+	30, // 39: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:input_type -> hermes.mcpgateway.v1.ReadResourceRequest
+	35, // 40: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:input_type -> hermes.mcpgateway.v1.ListPromptsRequest
+	37, // 41: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:input_type -> hermes.mcpgateway.v1.GetPromptRequest
+	21, // 42: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:input_type -> hermes.mcpgateway.v1.CallToolStreamRequest
+	41, // 43: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:input_type -> hermes.mcpgateway.v1.ListResourceTemplatesRequest
+	43, // 44: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:input_type -> hermes.mcpgateway.v1.WatchResourceRequest
+	45, // 45: hermes.mcpgateway.v1.MCPGatewayService.Complete:input_type -> hermes.mcpgateway.v1.CompleteRequest
+	25, // 46: hermes.mcpgateway.v1.MCPGatewayService.AnswerElicitation:input_type -> hermes.mcpgateway.v1.AnswerElicitationRequest
+	11, // 47: hermes.mcpgateway.v1.MCPGatewayService.AddServer:output_type -> hermes.mcpgateway.v1.AddServerResponse
+	13, // 48: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:output_type -> hermes.mcpgateway.v1.RemoveServerResponse
+	15, // 49: hermes.mcpgateway.v1.MCPGatewayService.ListServers:output_type -> hermes.mcpgateway.v1.ListServersResponse
+	17, // 50: hermes.mcpgateway.v1.MCPGatewayService.ListTools:output_type -> hermes.mcpgateway.v1.ListToolsResponse
+	20, // 51: hermes.mcpgateway.v1.MCPGatewayService.CallTool:output_type -> hermes.mcpgateway.v1.CallToolResponse
+	29, // 52: hermes.mcpgateway.v1.MCPGatewayService.ListResources:output_type -> hermes.mcpgateway.v1.ListResourcesResponse
+	32, // 53: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:output_type -> hermes.mcpgateway.v1.ReadResourceResponse
+	36, // 54: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:output_type -> hermes.mcpgateway.v1.ListPromptsResponse
+	39, // 55: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:output_type -> hermes.mcpgateway.v1.GetPromptResponse
+	22, // 56: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:output_type -> hermes.mcpgateway.v1.CallToolStreamResponse
+	42, // 57: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:output_type -> hermes.mcpgateway.v1.ListResourceTemplatesResponse
+	44, // 58: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:output_type -> hermes.mcpgateway.v1.WatchResourceResponse
+	46, // 59: hermes.mcpgateway.v1.MCPGatewayService.Complete:output_type -> hermes.mcpgateway.v1.CompleteResponse
+	26, // 60: hermes.mcpgateway.v1.MCPGatewayService.AnswerElicitation:output_type -> hermes.mcpgateway.v1.AnswerElicitationResponse
+	47, // [47:61] is the sub-list for method output_type
+	33, // [33:47] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_hermes_mcpgateway_v1_mcpgateway_proto_init() }
@@ -3482,7 +3708,7 @@ func file_hermes_mcpgateway_v1_mcpgateway_proto_init() {
 		(*CallToolStreamResponse_Progress)(nil),
 		(*CallToolStreamResponse_Response)(nil),
 	}
-	file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41].OneofWrappers = []any{
+	file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[44].OneofWrappers = []any{
 		(*CompleteRequest_Prompt)(nil),
 		(*CompleteRequest_ResourceTemplate)(nil),
 	}
@@ -3492,7 +3718,7 @@ func file_hermes_mcpgateway_v1_mcpgateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc), len(file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   47,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

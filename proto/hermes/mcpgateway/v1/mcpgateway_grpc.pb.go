@@ -32,6 +32,7 @@ const (
 	MCPGatewayService_ListResourceTemplates_FullMethodName = "/hermes.mcpgateway.v1.MCPGatewayService/ListResourceTemplates"
 	MCPGatewayService_WatchResource_FullMethodName         = "/hermes.mcpgateway.v1.MCPGatewayService/WatchResource"
 	MCPGatewayService_Complete_FullMethodName              = "/hermes.mcpgateway.v1.MCPGatewayService/Complete"
+	MCPGatewayService_AnswerElicitation_FullMethodName     = "/hermes.mcpgateway.v1.MCPGatewayService/AnswerElicitation"
 )
 
 // MCPGatewayServiceClient is the client API for MCPGatewayService service.
@@ -72,6 +73,9 @@ type MCPGatewayServiceClient interface {
 	WatchResource(ctx context.Context, in *WatchResourceRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResourceResponse], error)
 	// Complete asks a server for completions of a prompt's or resource template's argument.
 	Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error)
+	// AnswerElicitation answers a server's request for user input that reached a call in flight
+	// as Progress.elicitation; any replica forwards it to the one that holds the call.
+	AnswerElicitation(ctx context.Context, in *AnswerElicitationRequest, opts ...grpc.CallOption) (*AnswerElicitationResponse, error)
 }
 
 type mCPGatewayServiceClient struct {
@@ -230,6 +234,16 @@ func (c *mCPGatewayServiceClient) Complete(ctx context.Context, in *CompleteRequ
 	return out, nil
 }
 
+func (c *mCPGatewayServiceClient) AnswerElicitation(ctx context.Context, in *AnswerElicitationRequest, opts ...grpc.CallOption) (*AnswerElicitationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AnswerElicitationResponse)
+	err := c.cc.Invoke(ctx, MCPGatewayService_AnswerElicitation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MCPGatewayServiceServer is the server API for MCPGatewayService service.
 // All implementations must embed UnimplementedMCPGatewayServiceServer
 // for forward compatibility.
@@ -268,6 +282,9 @@ type MCPGatewayServiceServer interface {
 	WatchResource(*WatchResourceRequest, grpc.ServerStreamingServer[WatchResourceResponse]) error
 	// Complete asks a server for completions of a prompt's or resource template's argument.
 	Complete(context.Context, *CompleteRequest) (*CompleteResponse, error)
+	// AnswerElicitation answers a server's request for user input that reached a call in flight
+	// as Progress.elicitation; any replica forwards it to the one that holds the call.
+	AnswerElicitation(context.Context, *AnswerElicitationRequest) (*AnswerElicitationResponse, error)
 	mustEmbedUnimplementedMCPGatewayServiceServer()
 }
 
@@ -316,6 +333,9 @@ func (UnimplementedMCPGatewayServiceServer) WatchResource(*WatchResourceRequest,
 }
 func (UnimplementedMCPGatewayServiceServer) Complete(context.Context, *CompleteRequest) (*CompleteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Complete not implemented")
+}
+func (UnimplementedMCPGatewayServiceServer) AnswerElicitation(context.Context, *AnswerElicitationRequest) (*AnswerElicitationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AnswerElicitation not implemented")
 }
 func (UnimplementedMCPGatewayServiceServer) mustEmbedUnimplementedMCPGatewayServiceServer() {}
 func (UnimplementedMCPGatewayServiceServer) testEmbeddedByValue()                           {}
@@ -558,6 +578,24 @@ func _MCPGatewayService_Complete_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MCPGatewayService_AnswerElicitation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AnswerElicitationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MCPGatewayServiceServer).AnswerElicitation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MCPGatewayService_AnswerElicitation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MCPGatewayServiceServer).AnswerElicitation(ctx, req.(*AnswerElicitationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // MCPGatewayService_ServiceDesc is the grpc.ServiceDesc for MCPGatewayService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -608,6 +646,10 @@ var MCPGatewayService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Complete",
 			Handler:    _MCPGatewayService_Complete_Handler,
+		},
+		{
+			MethodName: "AnswerElicitation",
+			Handler:    _MCPGatewayService_AnswerElicitation_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -567,7 +567,10 @@ type ToolProgress struct {
 	// Total work, when the tool knows it (0 when unknown).
 	Total float64 `protobuf:"fixed64,4,opt,name=total,proto3" json:"total,omitempty"`
 	// What the tool is doing, for a person.
-	Message       string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	// Set when the tool asks the user for input: answer with AnswerElicitation; unanswered, it is
+	// declined at expires_at.
+	Elicitation   *Elicitation `protobuf:"bytes,6,opt,name=elicitation,proto3" json:"elicitation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -637,6 +640,225 @@ func (x *ToolProgress) GetMessage() string {
 	return ""
 }
 
+func (x *ToolProgress) GetElicitation() *Elicitation {
+	if x != nil {
+		return x.Elicitation
+	}
+	return nil
+}
+
+// Elicitation is an MCP server's request for input from the user, made while one of its tools
+// runs (MCP elicitation). Answer it with AnswerElicitation before expires_at; unanswered, it is
+// declined.
+type Elicitation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id to answer with: unguessable, and sent only to whoever waits for the call.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The MCP server that asks.
+	Server string `protobuf:"bytes,2,opt,name=server,proto3" json:"server,omitempty"`
+	// What the server asks (cleaned).
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// Form mode: the JSON Schema of the answer's content (a flat object of primitive fields).
+	RequestedSchema string `protobuf:"bytes,4,opt,name=requested_schema,json=requestedSchema,proto3" json:"requested_schema,omitempty"`
+	// URL mode: the page the user is asked to open (the answer is then only accept or decline).
+	Url string `protobuf:"bytes,5,opt,name=url,proto3" json:"url,omitempty"`
+	// When an unanswered request is declined.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Elicitation) Reset() {
+	*x = Elicitation{}
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Elicitation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Elicitation) ProtoMessage() {}
+
+func (x *Elicitation) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Elicitation.ProtoReflect.Descriptor instead.
+func (*Elicitation) Descriptor() ([]byte, []int) {
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Elicitation) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Elicitation) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *Elicitation) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Elicitation) GetRequestedSchema() string {
+	if x != nil {
+		return x.RequestedSchema
+	}
+	return ""
+}
+
+func (x *Elicitation) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Elicitation) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+// AnswerElicitationRequest is the input of AnswerElicitation.
+type AnswerElicitationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The running turn whose tool asks. Required.
+	TurnId string `protobuf:"bytes,1,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	// The user that owns it. Required unless API keys are enabled.
+	UserId string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// Elicitation.id. Required.
+	ElicitationId string `protobuf:"bytes,3,opt,name=elicitation_id,json=elicitationId,proto3" json:"elicitation_id,omitempty"`
+	// "accept", "decline" or "cancel". Required.
+	Action string `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
+	// With "accept" in form mode: the answer, a JSON object matching the requested schema.
+	Content       string `protobuf:"bytes,5,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnswerElicitationRequest) Reset() {
+	*x = AnswerElicitationRequest{}
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnswerElicitationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnswerElicitationRequest) ProtoMessage() {}
+
+func (x *AnswerElicitationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnswerElicitationRequest.ProtoReflect.Descriptor instead.
+func (*AnswerElicitationRequest) Descriptor() ([]byte, []int) {
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AnswerElicitationRequest) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
+	}
+	return ""
+}
+
+func (x *AnswerElicitationRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+func (x *AnswerElicitationRequest) GetElicitationId() string {
+	if x != nil {
+		return x.ElicitationId
+	}
+	return ""
+}
+
+func (x *AnswerElicitationRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AnswerElicitationRequest) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+// AnswerElicitationResponse is the output of AnswerElicitation.
+type AnswerElicitationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnswerElicitationResponse) Reset() {
+	*x = AnswerElicitationResponse{}
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnswerElicitationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnswerElicitationResponse) ProtoMessage() {}
+
+func (x *AnswerElicitationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnswerElicitationResponse.ProtoReflect.Descriptor instead.
+func (*AnswerElicitationResponse) Descriptor() ([]byte, []int) {
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
+}
+
 // TurnStarted opens a turn.
 type TurnStarted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -656,7 +878,7 @@ type TurnStarted struct {
 
 func (x *TurnStarted) Reset() {
 	*x = TurnStarted{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -668,7 +890,7 @@ func (x *TurnStarted) String() string {
 func (*TurnStarted) ProtoMessage() {}
 
 func (x *TurnStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[5]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -681,7 +903,7 @@ func (x *TurnStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStarted.ProtoReflect.Descriptor instead.
 func (*TurnStarted) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{5}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TurnStarted) GetTurnId() string {
@@ -746,7 +968,7 @@ type TokenBreakdown struct {
 
 func (x *TokenBreakdown) Reset() {
 	*x = TokenBreakdown{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +980,7 @@ func (x *TokenBreakdown) String() string {
 func (*TokenBreakdown) ProtoMessage() {}
 
 func (x *TokenBreakdown) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[6]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +993,7 @@ func (x *TokenBreakdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenBreakdown.ProtoReflect.Descriptor instead.
 func (*TokenBreakdown) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{6}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TokenBreakdown) GetSystemPrompt() int32 {
@@ -864,7 +1086,7 @@ type ContextAssembled struct {
 
 func (x *ContextAssembled) Reset() {
 	*x = ContextAssembled{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +1098,7 @@ func (x *ContextAssembled) String() string {
 func (*ContextAssembled) ProtoMessage() {}
 
 func (x *ContextAssembled) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[7]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +1111,7 @@ func (x *ContextAssembled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextAssembled.ProtoReflect.Descriptor instead.
 func (*ContextAssembled) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{7}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ContextAssembled) GetStep() int32 {
@@ -976,7 +1198,7 @@ type RecalledMemory struct {
 
 func (x *RecalledMemory) Reset() {
 	*x = RecalledMemory{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1210,7 @@ func (x *RecalledMemory) String() string {
 func (*RecalledMemory) ProtoMessage() {}
 
 func (x *RecalledMemory) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[8]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1223,7 @@ func (x *RecalledMemory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecalledMemory.ProtoReflect.Descriptor instead.
 func (*RecalledMemory) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{8}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RecalledMemory) GetId() string {
@@ -1059,7 +1281,7 @@ type MemoriesRecalled struct {
 
 func (x *MemoriesRecalled) Reset() {
 	*x = MemoriesRecalled{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1293,7 @@ func (x *MemoriesRecalled) String() string {
 func (*MemoriesRecalled) ProtoMessage() {}
 
 func (x *MemoriesRecalled) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[9]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1306,7 @@ func (x *MemoriesRecalled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemoriesRecalled.ProtoReflect.Descriptor instead.
 func (*MemoriesRecalled) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{9}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MemoriesRecalled) GetMemories() []*RecalledMemory {
@@ -1114,7 +1336,7 @@ type TextDelta struct {
 
 func (x *TextDelta) Reset() {
 	*x = TextDelta{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1348,7 @@ func (x *TextDelta) String() string {
 func (*TextDelta) ProtoMessage() {}
 
 func (x *TextDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[10]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1361,7 @@ func (x *TextDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextDelta.ProtoReflect.Descriptor instead.
 func (*TextDelta) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{10}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TextDelta) GetText() string {
@@ -1171,7 +1393,7 @@ type FilledArgument struct {
 
 func (x *FilledArgument) Reset() {
 	*x = FilledArgument{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1405,7 @@ func (x *FilledArgument) String() string {
 func (*FilledArgument) ProtoMessage() {}
 
 func (x *FilledArgument) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[11]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1418,7 @@ func (x *FilledArgument) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FilledArgument.ProtoReflect.Descriptor instead.
 func (*FilledArgument) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{11}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FilledArgument) GetName() string {
@@ -1247,7 +1469,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1481,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[12]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1494,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{12}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ToolCallStarted) GetCallId() string {
@@ -1356,7 +1578,7 @@ type FillDecision struct {
 
 func (x *FillDecision) Reset() {
 	*x = FillDecision{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1368,7 +1590,7 @@ func (x *FillDecision) String() string {
 func (*FillDecision) ProtoMessage() {}
 
 func (x *FillDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[13]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1381,7 +1603,7 @@ func (x *FillDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FillDecision.ProtoReflect.Descriptor instead.
 func (*FillDecision) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{13}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FillDecision) GetName() string {
@@ -1460,7 +1682,7 @@ type ToolCallFinished struct {
 
 func (x *ToolCallFinished) Reset() {
 	*x = ToolCallFinished{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1694,7 @@ func (x *ToolCallFinished) String() string {
 func (*ToolCallFinished) ProtoMessage() {}
 
 func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[14]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1707,7 @@ func (x *ToolCallFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallFinished.ProtoReflect.Descriptor instead.
 func (*ToolCallFinished) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{14}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ToolCallFinished) GetCallId() string {
@@ -1568,7 +1790,7 @@ type SummaryUpdated struct {
 
 func (x *SummaryUpdated) Reset() {
 	*x = SummaryUpdated{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1802,7 @@ func (x *SummaryUpdated) String() string {
 func (*SummaryUpdated) ProtoMessage() {}
 
 func (x *SummaryUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[15]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1815,7 @@ func (x *SummaryUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummaryUpdated.ProtoReflect.Descriptor instead.
 func (*SummaryUpdated) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{15}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SummaryUpdated) GetThroughSeq() int64 {
@@ -1645,7 +1867,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1879,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[16]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1892,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{16}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Usage) GetPromptTokens() int64 {
@@ -1734,7 +1956,7 @@ type TurnCompleted struct {
 
 func (x *TurnCompleted) Reset() {
 	*x = TurnCompleted{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1968,7 @@ func (x *TurnCompleted) String() string {
 func (*TurnCompleted) ProtoMessage() {}
 
 func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[17]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1981,7 @@ func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCompleted.ProtoReflect.Descriptor instead.
 func (*TurnCompleted) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{17}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TurnCompleted) GetTurnId() string {
@@ -1816,7 +2038,7 @@ type TurnFailed struct {
 
 func (x *TurnFailed) Reset() {
 	*x = TurnFailed{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +2050,7 @@ func (x *TurnFailed) String() string {
 func (*TurnFailed) ProtoMessage() {}
 
 func (x *TurnFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[18]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +2063,7 @@ func (x *TurnFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnFailed.ProtoReflect.Descriptor instead.
 func (*TurnFailed) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{18}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TurnFailed) GetTurnId() string {
@@ -1892,7 +2114,7 @@ type ToolCallRecord struct {
 
 func (x *ToolCallRecord) Reset() {
 	*x = ToolCallRecord{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2126,7 @@ func (x *ToolCallRecord) String() string {
 func (*ToolCallRecord) ProtoMessage() {}
 
 func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[19]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2139,7 @@ func (x *ToolCallRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallRecord.ProtoReflect.Descriptor instead.
 func (*ToolCallRecord) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{19}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ToolCallRecord) GetCall() *ToolCallStarted {
@@ -1967,7 +2189,7 @@ type Turn struct {
 
 func (x *Turn) Reset() {
 	*x = Turn{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2201,7 @@ func (x *Turn) String() string {
 func (*Turn) ProtoMessage() {}
 
 func (x *Turn) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[20]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2214,7 @@ func (x *Turn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Turn.ProtoReflect.Descriptor instead.
 func (*Turn) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{20}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Turn) GetId() string {
@@ -2092,7 +2314,7 @@ type GetTurnRequest struct {
 
 func (x *GetTurnRequest) Reset() {
 	*x = GetTurnRequest{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2104,7 +2326,7 @@ func (x *GetTurnRequest) String() string {
 func (*GetTurnRequest) ProtoMessage() {}
 
 func (x *GetTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[21]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2117,7 +2339,7 @@ func (x *GetTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTurnRequest.ProtoReflect.Descriptor instead.
 func (*GetTurnRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{21}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetTurnRequest) GetTurnId() string {
@@ -2145,7 +2367,7 @@ type GetTurnResponse struct {
 
 func (x *GetTurnResponse) Reset() {
 	*x = GetTurnResponse{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2157,7 +2379,7 @@ func (x *GetTurnResponse) String() string {
 func (*GetTurnResponse) ProtoMessage() {}
 
 func (x *GetTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[22]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2170,7 +2392,7 @@ func (x *GetTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTurnResponse.ProtoReflect.Descriptor instead.
 func (*GetTurnResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{22}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetTurnResponse) GetTurn() *Turn {
@@ -2197,7 +2419,7 @@ type ListTurnsRequest struct {
 
 func (x *ListTurnsRequest) Reset() {
 	*x = ListTurnsRequest{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2209,7 +2431,7 @@ func (x *ListTurnsRequest) String() string {
 func (*ListTurnsRequest) ProtoMessage() {}
 
 func (x *ListTurnsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[23]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2222,7 +2444,7 @@ func (x *ListTurnsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTurnsRequest.ProtoReflect.Descriptor instead.
 func (*ListTurnsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{23}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListTurnsRequest) GetSessionId() string {
@@ -2266,7 +2488,7 @@ type ListTurnsResponse struct {
 
 func (x *ListTurnsResponse) Reset() {
 	*x = ListTurnsResponse{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2278,7 +2500,7 @@ func (x *ListTurnsResponse) String() string {
 func (*ListTurnsResponse) ProtoMessage() {}
 
 func (x *ListTurnsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[24]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2291,7 +2513,7 @@ func (x *ListTurnsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTurnsResponse.ProtoReflect.Descriptor instead.
 func (*ListTurnsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{24}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListTurnsResponse) GetTurns() []*Turn {
@@ -2323,7 +2545,7 @@ type CancelTurnRequest struct {
 
 func (x *CancelTurnRequest) Reset() {
 	*x = CancelTurnRequest{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2557,7 @@ func (x *CancelTurnRequest) String() string {
 func (*CancelTurnRequest) ProtoMessage() {}
 
 func (x *CancelTurnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[25]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2570,7 @@ func (x *CancelTurnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTurnRequest.ProtoReflect.Descriptor instead.
 func (*CancelTurnRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{25}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CancelTurnRequest) GetTurnId() string {
@@ -2383,7 +2605,7 @@ type CancelTurnResponse struct {
 
 func (x *CancelTurnResponse) Reset() {
 	*x = CancelTurnResponse{}
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2395,7 +2617,7 @@ func (x *CancelTurnResponse) String() string {
 func (*CancelTurnResponse) ProtoMessage() {}
 
 func (x *CancelTurnResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[26]
+	mi := &file_hermes_orchestrator_v1_orchestrator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2408,7 +2630,7 @@ func (x *CancelTurnResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTurnResponse.ProtoReflect.Descriptor instead.
 func (*CancelTurnResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{26}
+	return file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CancelTurnResponse) GetTurn() *Turn {
@@ -2457,13 +2679,29 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	" \x01(\v2%.hermes.orchestrator.v1.TurnCompletedH\x00R\tcompleted\x12<\n" +
 	"\x06failed\x18\v \x01(\v2\".hermes.orchestrator.v1.TurnFailedH\x00R\x06failed\x12K\n" +
 	"\rtool_progress\x18\f \x01(\v2$.hermes.orchestrator.v1.ToolProgressH\x00R\ftoolProgressB\a\n" +
-	"\x05event\"\x87\x01\n" +
+	"\x05event\"\xce\x01\n" +
 	"\fToolProgress\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
 	"\bprogress\x18\x03 \x01(\x01R\bprogress\x12\x14\n" +
 	"\x05total\x18\x04 \x01(\x01R\x05total\x12\x18\n" +
-	"\amessage\x18\x05 \x01(\tR\amessage\"\x9e\x01\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12E\n" +
+	"\velicitation\x18\x06 \x01(\v2#.hermes.orchestrator.v1.ElicitationR\velicitation\"\xc7\x01\n" +
+	"\vElicitation\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06server\x18\x02 \x01(\tR\x06server\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12)\n" +
+	"\x10requested_schema\x18\x04 \x01(\tR\x0frequestedSchema\x12\x10\n" +
+	"\x03url\x18\x05 \x01(\tR\x03url\x129\n" +
+	"\n" +
+	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xa5\x01\n" +
+	"\x18AnswerElicitationRequest\x12\x17\n" +
+	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x17\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12%\n" +
+	"\x0eelicitation_id\x18\x03 \x01(\tR\relicitationId\x12\x16\n" +
+	"\x06action\x18\x04 \x01(\tR\x06action\x12\x18\n" +
+	"\acontent\x18\x05 \x01(\tR\acontent\"\x1b\n" +
+	"\x19AnswerElicitationResponse\"\x9e\x01\n" +
 	"\vTurnStarted\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1d\n" +
 	"\n" +
@@ -2618,13 +2856,14 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x13TURN_STATUS_RUNNING\x10\x01\x12\x19\n" +
 	"\x15TURN_STATUS_COMPLETED\x10\x02\x12\x16\n" +
 	"\x12TURN_STATUS_FAILED\x10\x03\x12\x19\n" +
-	"\x15TURN_STATUS_CANCELLED\x10\x042\x96\x03\n" +
+	"\x15TURN_STATUS_CANCELLED\x10\x042\x90\x04\n" +
 	"\x13OrchestratorService\x12\\\n" +
 	"\aRunTurn\x12&.hermes.orchestrator.v1.RunTurnRequest\x1a'.hermes.orchestrator.v1.RunTurnResponse0\x01\x12Z\n" +
 	"\aGetTurn\x12&.hermes.orchestrator.v1.GetTurnRequest\x1a'.hermes.orchestrator.v1.GetTurnResponse\x12`\n" +
 	"\tListTurns\x12(.hermes.orchestrator.v1.ListTurnsRequest\x1a).hermes.orchestrator.v1.ListTurnsResponse\x12c\n" +
 	"\n" +
-	"CancelTurn\x12).hermes.orchestrator.v1.CancelTurnRequest\x1a*.hermes.orchestrator.v1.CancelTurnResponseBLZJgithub.com/hermes-agent/hermes/proto/hermes/orchestrator/v1;orchestratorv1b\x06proto3"
+	"CancelTurn\x12).hermes.orchestrator.v1.CancelTurnRequest\x1a*.hermes.orchestrator.v1.CancelTurnResponse\x12x\n" +
+	"\x11AnswerElicitation\x120.hermes.orchestrator.v1.AnswerElicitationRequest\x1a1.hermes.orchestrator.v1.AnswerElicitationResponseBLZJgithub.com/hermes-agent/hermes/proto/hermes/orchestrator/v1;orchestratorv1b\x06proto3"
 
 var (
 	file_hermes_orchestrator_v1_orchestrator_proto_rawDescOnce sync.Once
@@ -2639,87 +2878,94 @@ func file_hermes_orchestrator_v1_orchestrator_proto_rawDescGZIP() []byte {
 }
 
 var file_hermes_orchestrator_v1_orchestrator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hermes_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_hermes_orchestrator_v1_orchestrator_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_hermes_orchestrator_v1_orchestrator_proto_goTypes = []any{
-	(TurnStatus)(0),               // 0: hermes.orchestrator.v1.TurnStatus
-	(*RunTurnRequest)(nil),        // 1: hermes.orchestrator.v1.RunTurnRequest
-	(*TurnOptions)(nil),           // 2: hermes.orchestrator.v1.TurnOptions
-	(*RunTurnResponse)(nil),       // 3: hermes.orchestrator.v1.RunTurnResponse
-	(*TurnEvent)(nil),             // 4: hermes.orchestrator.v1.TurnEvent
-	(*ToolProgress)(nil),          // 5: hermes.orchestrator.v1.ToolProgress
-	(*TurnStarted)(nil),           // 6: hermes.orchestrator.v1.TurnStarted
-	(*TokenBreakdown)(nil),        // 7: hermes.orchestrator.v1.TokenBreakdown
-	(*ContextAssembled)(nil),      // 8: hermes.orchestrator.v1.ContextAssembled
-	(*RecalledMemory)(nil),        // 9: hermes.orchestrator.v1.RecalledMemory
-	(*MemoriesRecalled)(nil),      // 10: hermes.orchestrator.v1.MemoriesRecalled
-	(*TextDelta)(nil),             // 11: hermes.orchestrator.v1.TextDelta
-	(*FilledArgument)(nil),        // 12: hermes.orchestrator.v1.FilledArgument
-	(*ToolCallStarted)(nil),       // 13: hermes.orchestrator.v1.ToolCallStarted
-	(*FillDecision)(nil),          // 14: hermes.orchestrator.v1.FillDecision
-	(*ToolCallFinished)(nil),      // 15: hermes.orchestrator.v1.ToolCallFinished
-	(*SummaryUpdated)(nil),        // 16: hermes.orchestrator.v1.SummaryUpdated
-	(*Usage)(nil),                 // 17: hermes.orchestrator.v1.Usage
-	(*TurnCompleted)(nil),         // 18: hermes.orchestrator.v1.TurnCompleted
-	(*TurnFailed)(nil),            // 19: hermes.orchestrator.v1.TurnFailed
-	(*ToolCallRecord)(nil),        // 20: hermes.orchestrator.v1.ToolCallRecord
-	(*Turn)(nil),                  // 21: hermes.orchestrator.v1.Turn
-	(*GetTurnRequest)(nil),        // 22: hermes.orchestrator.v1.GetTurnRequest
-	(*GetTurnResponse)(nil),       // 23: hermes.orchestrator.v1.GetTurnResponse
-	(*ListTurnsRequest)(nil),      // 24: hermes.orchestrator.v1.ListTurnsRequest
-	(*ListTurnsResponse)(nil),     // 25: hermes.orchestrator.v1.ListTurnsResponse
-	(*CancelTurnRequest)(nil),     // 26: hermes.orchestrator.v1.CancelTurnRequest
-	(*CancelTurnResponse)(nil),    // 27: hermes.orchestrator.v1.CancelTurnResponse
-	nil,                           // 28: hermes.orchestrator.v1.RecalledMemory.AttributesEntry
-	(*durationpb.Duration)(nil),   // 29: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 30: google.protobuf.Timestamp
+	(TurnStatus)(0),                   // 0: hermes.orchestrator.v1.TurnStatus
+	(*RunTurnRequest)(nil),            // 1: hermes.orchestrator.v1.RunTurnRequest
+	(*TurnOptions)(nil),               // 2: hermes.orchestrator.v1.TurnOptions
+	(*RunTurnResponse)(nil),           // 3: hermes.orchestrator.v1.RunTurnResponse
+	(*TurnEvent)(nil),                 // 4: hermes.orchestrator.v1.TurnEvent
+	(*ToolProgress)(nil),              // 5: hermes.orchestrator.v1.ToolProgress
+	(*Elicitation)(nil),               // 6: hermes.orchestrator.v1.Elicitation
+	(*AnswerElicitationRequest)(nil),  // 7: hermes.orchestrator.v1.AnswerElicitationRequest
+	(*AnswerElicitationResponse)(nil), // 8: hermes.orchestrator.v1.AnswerElicitationResponse
+	(*TurnStarted)(nil),               // 9: hermes.orchestrator.v1.TurnStarted
+	(*TokenBreakdown)(nil),            // 10: hermes.orchestrator.v1.TokenBreakdown
+	(*ContextAssembled)(nil),          // 11: hermes.orchestrator.v1.ContextAssembled
+	(*RecalledMemory)(nil),            // 12: hermes.orchestrator.v1.RecalledMemory
+	(*MemoriesRecalled)(nil),          // 13: hermes.orchestrator.v1.MemoriesRecalled
+	(*TextDelta)(nil),                 // 14: hermes.orchestrator.v1.TextDelta
+	(*FilledArgument)(nil),            // 15: hermes.orchestrator.v1.FilledArgument
+	(*ToolCallStarted)(nil),           // 16: hermes.orchestrator.v1.ToolCallStarted
+	(*FillDecision)(nil),              // 17: hermes.orchestrator.v1.FillDecision
+	(*ToolCallFinished)(nil),          // 18: hermes.orchestrator.v1.ToolCallFinished
+	(*SummaryUpdated)(nil),            // 19: hermes.orchestrator.v1.SummaryUpdated
+	(*Usage)(nil),                     // 20: hermes.orchestrator.v1.Usage
+	(*TurnCompleted)(nil),             // 21: hermes.orchestrator.v1.TurnCompleted
+	(*TurnFailed)(nil),                // 22: hermes.orchestrator.v1.TurnFailed
+	(*ToolCallRecord)(nil),            // 23: hermes.orchestrator.v1.ToolCallRecord
+	(*Turn)(nil),                      // 24: hermes.orchestrator.v1.Turn
+	(*GetTurnRequest)(nil),            // 25: hermes.orchestrator.v1.GetTurnRequest
+	(*GetTurnResponse)(nil),           // 26: hermes.orchestrator.v1.GetTurnResponse
+	(*ListTurnsRequest)(nil),          // 27: hermes.orchestrator.v1.ListTurnsRequest
+	(*ListTurnsResponse)(nil),         // 28: hermes.orchestrator.v1.ListTurnsResponse
+	(*CancelTurnRequest)(nil),         // 29: hermes.orchestrator.v1.CancelTurnRequest
+	(*CancelTurnResponse)(nil),        // 30: hermes.orchestrator.v1.CancelTurnResponse
+	nil,                               // 31: hermes.orchestrator.v1.RecalledMemory.AttributesEntry
+	(*durationpb.Duration)(nil),       // 32: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 33: google.protobuf.Timestamp
 }
 var file_hermes_orchestrator_v1_orchestrator_proto_depIdxs = []int32{
 	2,  // 0: hermes.orchestrator.v1.RunTurnRequest.options:type_name -> hermes.orchestrator.v1.TurnOptions
-	29, // 1: hermes.orchestrator.v1.TurnOptions.timeout:type_name -> google.protobuf.Duration
+	32, // 1: hermes.orchestrator.v1.TurnOptions.timeout:type_name -> google.protobuf.Duration
 	4,  // 2: hermes.orchestrator.v1.RunTurnResponse.event:type_name -> hermes.orchestrator.v1.TurnEvent
-	30, // 3: hermes.orchestrator.v1.TurnEvent.time:type_name -> google.protobuf.Timestamp
-	6,  // 4: hermes.orchestrator.v1.TurnEvent.started:type_name -> hermes.orchestrator.v1.TurnStarted
-	8,  // 5: hermes.orchestrator.v1.TurnEvent.context:type_name -> hermes.orchestrator.v1.ContextAssembled
-	10, // 6: hermes.orchestrator.v1.TurnEvent.memories:type_name -> hermes.orchestrator.v1.MemoriesRecalled
-	11, // 7: hermes.orchestrator.v1.TurnEvent.delta:type_name -> hermes.orchestrator.v1.TextDelta
-	13, // 8: hermes.orchestrator.v1.TurnEvent.tool_call:type_name -> hermes.orchestrator.v1.ToolCallStarted
-	15, // 9: hermes.orchestrator.v1.TurnEvent.tool_result:type_name -> hermes.orchestrator.v1.ToolCallFinished
-	16, // 10: hermes.orchestrator.v1.TurnEvent.summary:type_name -> hermes.orchestrator.v1.SummaryUpdated
-	18, // 11: hermes.orchestrator.v1.TurnEvent.completed:type_name -> hermes.orchestrator.v1.TurnCompleted
-	19, // 12: hermes.orchestrator.v1.TurnEvent.failed:type_name -> hermes.orchestrator.v1.TurnFailed
+	33, // 3: hermes.orchestrator.v1.TurnEvent.time:type_name -> google.protobuf.Timestamp
+	9,  // 4: hermes.orchestrator.v1.TurnEvent.started:type_name -> hermes.orchestrator.v1.TurnStarted
+	11, // 5: hermes.orchestrator.v1.TurnEvent.context:type_name -> hermes.orchestrator.v1.ContextAssembled
+	13, // 6: hermes.orchestrator.v1.TurnEvent.memories:type_name -> hermes.orchestrator.v1.MemoriesRecalled
+	14, // 7: hermes.orchestrator.v1.TurnEvent.delta:type_name -> hermes.orchestrator.v1.TextDelta
+	16, // 8: hermes.orchestrator.v1.TurnEvent.tool_call:type_name -> hermes.orchestrator.v1.ToolCallStarted
+	18, // 9: hermes.orchestrator.v1.TurnEvent.tool_result:type_name -> hermes.orchestrator.v1.ToolCallFinished
+	19, // 10: hermes.orchestrator.v1.TurnEvent.summary:type_name -> hermes.orchestrator.v1.SummaryUpdated
+	21, // 11: hermes.orchestrator.v1.TurnEvent.completed:type_name -> hermes.orchestrator.v1.TurnCompleted
+	22, // 12: hermes.orchestrator.v1.TurnEvent.failed:type_name -> hermes.orchestrator.v1.TurnFailed
 	5,  // 13: hermes.orchestrator.v1.TurnEvent.tool_progress:type_name -> hermes.orchestrator.v1.ToolProgress
-	7,  // 14: hermes.orchestrator.v1.ContextAssembled.tokens:type_name -> hermes.orchestrator.v1.TokenBreakdown
-	28, // 15: hermes.orchestrator.v1.RecalledMemory.attributes:type_name -> hermes.orchestrator.v1.RecalledMemory.AttributesEntry
-	9,  // 16: hermes.orchestrator.v1.MemoriesRecalled.memories:type_name -> hermes.orchestrator.v1.RecalledMemory
-	12, // 17: hermes.orchestrator.v1.ToolCallStarted.filled:type_name -> hermes.orchestrator.v1.FilledArgument
-	14, // 18: hermes.orchestrator.v1.ToolCallStarted.fill_decisions:type_name -> hermes.orchestrator.v1.FillDecision
-	29, // 19: hermes.orchestrator.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
-	17, // 20: hermes.orchestrator.v1.TurnCompleted.usage:type_name -> hermes.orchestrator.v1.Usage
-	17, // 21: hermes.orchestrator.v1.TurnFailed.usage:type_name -> hermes.orchestrator.v1.Usage
-	13, // 22: hermes.orchestrator.v1.ToolCallRecord.call:type_name -> hermes.orchestrator.v1.ToolCallStarted
-	15, // 23: hermes.orchestrator.v1.ToolCallRecord.result:type_name -> hermes.orchestrator.v1.ToolCallFinished
-	0,  // 24: hermes.orchestrator.v1.Turn.status:type_name -> hermes.orchestrator.v1.TurnStatus
-	4,  // 25: hermes.orchestrator.v1.Turn.events:type_name -> hermes.orchestrator.v1.TurnEvent
-	17, // 26: hermes.orchestrator.v1.Turn.usage:type_name -> hermes.orchestrator.v1.Usage
-	20, // 27: hermes.orchestrator.v1.Turn.tool_calls:type_name -> hermes.orchestrator.v1.ToolCallRecord
-	30, // 28: hermes.orchestrator.v1.Turn.started_at:type_name -> google.protobuf.Timestamp
-	30, // 29: hermes.orchestrator.v1.Turn.finished_at:type_name -> google.protobuf.Timestamp
-	21, // 30: hermes.orchestrator.v1.GetTurnResponse.turn:type_name -> hermes.orchestrator.v1.Turn
-	21, // 31: hermes.orchestrator.v1.ListTurnsResponse.turns:type_name -> hermes.orchestrator.v1.Turn
-	21, // 32: hermes.orchestrator.v1.CancelTurnResponse.turn:type_name -> hermes.orchestrator.v1.Turn
-	1,  // 33: hermes.orchestrator.v1.OrchestratorService.RunTurn:input_type -> hermes.orchestrator.v1.RunTurnRequest
-	22, // 34: hermes.orchestrator.v1.OrchestratorService.GetTurn:input_type -> hermes.orchestrator.v1.GetTurnRequest
-	24, // 35: hermes.orchestrator.v1.OrchestratorService.ListTurns:input_type -> hermes.orchestrator.v1.ListTurnsRequest
-	26, // 36: hermes.orchestrator.v1.OrchestratorService.CancelTurn:input_type -> hermes.orchestrator.v1.CancelTurnRequest
-	3,  // 37: hermes.orchestrator.v1.OrchestratorService.RunTurn:output_type -> hermes.orchestrator.v1.RunTurnResponse
-	23, // 38: hermes.orchestrator.v1.OrchestratorService.GetTurn:output_type -> hermes.orchestrator.v1.GetTurnResponse
-	25, // 39: hermes.orchestrator.v1.OrchestratorService.ListTurns:output_type -> hermes.orchestrator.v1.ListTurnsResponse
-	27, // 40: hermes.orchestrator.v1.OrchestratorService.CancelTurn:output_type -> hermes.orchestrator.v1.CancelTurnResponse
-	37, // [37:41] is the sub-list for method output_type
-	33, // [33:37] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	6,  // 14: hermes.orchestrator.v1.ToolProgress.elicitation:type_name -> hermes.orchestrator.v1.Elicitation
+	33, // 15: hermes.orchestrator.v1.Elicitation.expires_at:type_name -> google.protobuf.Timestamp
+	10, // 16: hermes.orchestrator.v1.ContextAssembled.tokens:type_name -> hermes.orchestrator.v1.TokenBreakdown
+	31, // 17: hermes.orchestrator.v1.RecalledMemory.attributes:type_name -> hermes.orchestrator.v1.RecalledMemory.AttributesEntry
+	12, // 18: hermes.orchestrator.v1.MemoriesRecalled.memories:type_name -> hermes.orchestrator.v1.RecalledMemory
+	15, // 19: hermes.orchestrator.v1.ToolCallStarted.filled:type_name -> hermes.orchestrator.v1.FilledArgument
+	17, // 20: hermes.orchestrator.v1.ToolCallStarted.fill_decisions:type_name -> hermes.orchestrator.v1.FillDecision
+	32, // 21: hermes.orchestrator.v1.ToolCallFinished.duration:type_name -> google.protobuf.Duration
+	20, // 22: hermes.orchestrator.v1.TurnCompleted.usage:type_name -> hermes.orchestrator.v1.Usage
+	20, // 23: hermes.orchestrator.v1.TurnFailed.usage:type_name -> hermes.orchestrator.v1.Usage
+	16, // 24: hermes.orchestrator.v1.ToolCallRecord.call:type_name -> hermes.orchestrator.v1.ToolCallStarted
+	18, // 25: hermes.orchestrator.v1.ToolCallRecord.result:type_name -> hermes.orchestrator.v1.ToolCallFinished
+	0,  // 26: hermes.orchestrator.v1.Turn.status:type_name -> hermes.orchestrator.v1.TurnStatus
+	4,  // 27: hermes.orchestrator.v1.Turn.events:type_name -> hermes.orchestrator.v1.TurnEvent
+	20, // 28: hermes.orchestrator.v1.Turn.usage:type_name -> hermes.orchestrator.v1.Usage
+	23, // 29: hermes.orchestrator.v1.Turn.tool_calls:type_name -> hermes.orchestrator.v1.ToolCallRecord
+	33, // 30: hermes.orchestrator.v1.Turn.started_at:type_name -> google.protobuf.Timestamp
+	33, // 31: hermes.orchestrator.v1.Turn.finished_at:type_name -> google.protobuf.Timestamp
+	24, // 32: hermes.orchestrator.v1.GetTurnResponse.turn:type_name -> hermes.orchestrator.v1.Turn
+	24, // 33: hermes.orchestrator.v1.ListTurnsResponse.turns:type_name -> hermes.orchestrator.v1.Turn
+	24, // 34: hermes.orchestrator.v1.CancelTurnResponse.turn:type_name -> hermes.orchestrator.v1.Turn
+	1,  // 35: hermes.orchestrator.v1.OrchestratorService.RunTurn:input_type -> hermes.orchestrator.v1.RunTurnRequest
+	25, // 36: hermes.orchestrator.v1.OrchestratorService.GetTurn:input_type -> hermes.orchestrator.v1.GetTurnRequest
+	27, // 37: hermes.orchestrator.v1.OrchestratorService.ListTurns:input_type -> hermes.orchestrator.v1.ListTurnsRequest
+	29, // 38: hermes.orchestrator.v1.OrchestratorService.CancelTurn:input_type -> hermes.orchestrator.v1.CancelTurnRequest
+	7,  // 39: hermes.orchestrator.v1.OrchestratorService.AnswerElicitation:input_type -> hermes.orchestrator.v1.AnswerElicitationRequest
+	3,  // 40: hermes.orchestrator.v1.OrchestratorService.RunTurn:output_type -> hermes.orchestrator.v1.RunTurnResponse
+	26, // 41: hermes.orchestrator.v1.OrchestratorService.GetTurn:output_type -> hermes.orchestrator.v1.GetTurnResponse
+	28, // 42: hermes.orchestrator.v1.OrchestratorService.ListTurns:output_type -> hermes.orchestrator.v1.ListTurnsResponse
+	30, // 43: hermes.orchestrator.v1.OrchestratorService.CancelTurn:output_type -> hermes.orchestrator.v1.CancelTurnResponse
+	8,  // 44: hermes.orchestrator.v1.OrchestratorService.AnswerElicitation:output_type -> hermes.orchestrator.v1.AnswerElicitationResponse
+	40, // [40:45] is the sub-list for method output_type
+	35, // [35:40] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_hermes_orchestrator_v1_orchestrator_proto_init() }
@@ -2745,7 +2991,7 @@ func file_hermes_orchestrator_v1_orchestrator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hermes_orchestrator_v1_orchestrator_proto_rawDesc), len(file_hermes_orchestrator_v1_orchestrator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

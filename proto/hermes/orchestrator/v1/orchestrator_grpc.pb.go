@@ -19,10 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OrchestratorService_RunTurn_FullMethodName    = "/hermes.orchestrator.v1.OrchestratorService/RunTurn"
-	OrchestratorService_GetTurn_FullMethodName    = "/hermes.orchestrator.v1.OrchestratorService/GetTurn"
-	OrchestratorService_ListTurns_FullMethodName  = "/hermes.orchestrator.v1.OrchestratorService/ListTurns"
-	OrchestratorService_CancelTurn_FullMethodName = "/hermes.orchestrator.v1.OrchestratorService/CancelTurn"
+	OrchestratorService_RunTurn_FullMethodName           = "/hermes.orchestrator.v1.OrchestratorService/RunTurn"
+	OrchestratorService_GetTurn_FullMethodName           = "/hermes.orchestrator.v1.OrchestratorService/GetTurn"
+	OrchestratorService_ListTurns_FullMethodName         = "/hermes.orchestrator.v1.OrchestratorService/ListTurns"
+	OrchestratorService_CancelTurn_FullMethodName        = "/hermes.orchestrator.v1.OrchestratorService/CancelTurn"
+	OrchestratorService_AnswerElicitation_FullMethodName = "/hermes.orchestrator.v1.OrchestratorService/AnswerElicitation"
 )
 
 // OrchestratorServiceClient is the client API for OrchestratorService service.
@@ -42,6 +43,9 @@ type OrchestratorServiceClient interface {
 	// CancelTurn ends a running turn. Its record says who cancelled it; the session stays
 	// consistent (every tool call of the turn gets its result).
 	CancelTurn(ctx context.Context, in *CancelTurnRequest, opts ...grpc.CallOption) (*CancelTurnResponse, error)
+	// AnswerElicitation answers a tool's request for the user's input, which reached the turn's
+	// stream as ToolProgress.elicitation while the turn runs.
+	AnswerElicitation(ctx context.Context, in *AnswerElicitationRequest, opts ...grpc.CallOption) (*AnswerElicitationResponse, error)
 }
 
 type orchestratorServiceClient struct {
@@ -101,6 +105,16 @@ func (c *orchestratorServiceClient) CancelTurn(ctx context.Context, in *CancelTu
 	return out, nil
 }
 
+func (c *orchestratorServiceClient) AnswerElicitation(ctx context.Context, in *AnswerElicitationRequest, opts ...grpc.CallOption) (*AnswerElicitationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AnswerElicitationResponse)
+	err := c.cc.Invoke(ctx, OrchestratorService_AnswerElicitation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OrchestratorServiceServer is the server API for OrchestratorService service.
 // All implementations must embed UnimplementedOrchestratorServiceServer
 // for forward compatibility.
@@ -118,6 +132,9 @@ type OrchestratorServiceServer interface {
 	// CancelTurn ends a running turn. Its record says who cancelled it; the session stays
 	// consistent (every tool call of the turn gets its result).
 	CancelTurn(context.Context, *CancelTurnRequest) (*CancelTurnResponse, error)
+	// AnswerElicitation answers a tool's request for the user's input, which reached the turn's
+	// stream as ToolProgress.elicitation while the turn runs.
+	AnswerElicitation(context.Context, *AnswerElicitationRequest) (*AnswerElicitationResponse, error)
 	mustEmbedUnimplementedOrchestratorServiceServer()
 }
 
@@ -139,6 +156,9 @@ func (UnimplementedOrchestratorServiceServer) ListTurns(context.Context, *ListTu
 }
 func (UnimplementedOrchestratorServiceServer) CancelTurn(context.Context, *CancelTurnRequest) (*CancelTurnResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelTurn not implemented")
+}
+func (UnimplementedOrchestratorServiceServer) AnswerElicitation(context.Context, *AnswerElicitationRequest) (*AnswerElicitationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AnswerElicitation not implemented")
 }
 func (UnimplementedOrchestratorServiceServer) mustEmbedUnimplementedOrchestratorServiceServer() {}
 func (UnimplementedOrchestratorServiceServer) testEmbeddedByValue()                             {}
@@ -226,6 +246,24 @@ func _OrchestratorService_CancelTurn_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OrchestratorService_AnswerElicitation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AnswerElicitationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrchestratorServiceServer).AnswerElicitation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrchestratorService_AnswerElicitation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrchestratorServiceServer).AnswerElicitation(ctx, req.(*AnswerElicitationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OrchestratorService_ServiceDesc is the grpc.ServiceDesc for OrchestratorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -244,6 +282,10 @@ var OrchestratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelTurn",
 			Handler:    _OrchestratorService_CancelTurn_Handler,
+		},
+		{
+			MethodName: "AnswerElicitation",
+			Handler:    _OrchestratorService_AnswerElicitation_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1368,7 +1368,9 @@ type ToolProgress struct {
 	// Total work, when the tool knows it (0 when unknown).
 	Total float64 `protobuf:"fixed64,2,opt,name=total,proto3" json:"total,omitempty"`
 	// What the tool is doing, for a person.
-	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// Set when the tool (an MCP server) asks the user for input; the call waits for the answer.
+	Elicitation   *Elicitation `protobuf:"bytes,4,opt,name=elicitation,proto3" json:"elicitation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1424,6 +1426,106 @@ func (x *ToolProgress) GetMessage() string {
 	return ""
 }
 
+func (x *ToolProgress) GetElicitation() *Elicitation {
+	if x != nil {
+		return x.Elicitation
+	}
+	return nil
+}
+
+// Elicitation is an MCP server's request for input from the user, made while one of its tools
+// runs (MCP elicitation). Answer it with AnswerElicitation before expires_at; unanswered, it is
+// declined.
+type Elicitation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id to answer with: unguessable, and sent only to whoever waits for the call.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The MCP server that asks.
+	Server string `protobuf:"bytes,2,opt,name=server,proto3" json:"server,omitempty"`
+	// What the server asks (cleaned).
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// Form mode: the JSON Schema of the answer's content (a flat object of primitive fields).
+	RequestedSchema string `protobuf:"bytes,4,opt,name=requested_schema,json=requestedSchema,proto3" json:"requested_schema,omitempty"`
+	// URL mode: the page the user is asked to open (the answer is then only accept or decline).
+	Url string `protobuf:"bytes,5,opt,name=url,proto3" json:"url,omitempty"`
+	// When an unanswered request is declined.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Elicitation) Reset() {
+	*x = Elicitation{}
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Elicitation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Elicitation) ProtoMessage() {}
+
+func (x *Elicitation) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Elicitation.ProtoReflect.Descriptor instead.
+func (*Elicitation) Descriptor() ([]byte, []int) {
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Elicitation) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Elicitation) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *Elicitation) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Elicitation) GetRequestedSchema() string {
+	if x != nil {
+		return x.RequestedSchema
+	}
+	return ""
+}
+
+func (x *Elicitation) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Elicitation) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
 // ToolError says why a call failed, in words a model can act on.
 type ToolError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1439,7 +1541,7 @@ type ToolError struct {
 
 func (x *ToolError) Reset() {
 	*x = ToolError{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[19]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1553,7 @@ func (x *ToolError) String() string {
 func (*ToolError) ProtoMessage() {}
 
 func (x *ToolError) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[19]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1566,7 @@ func (x *ToolError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolError.ProtoReflect.Descriptor instead.
 func (*ToolError) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{19}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ToolError) GetCode() ErrorCode {
@@ -1501,7 +1603,7 @@ type Violation struct {
 
 func (x *Violation) Reset() {
 	*x = Violation{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1513,7 +1615,7 @@ func (x *Violation) String() string {
 func (*Violation) ProtoMessage() {}
 
 func (x *Violation) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1526,7 +1628,7 @@ func (x *Violation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Violation.ProtoReflect.Descriptor instead.
 func (*Violation) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{20}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Violation) GetPointer() string {
@@ -1558,7 +1660,7 @@ type Coercion struct {
 
 func (x *Coercion) Reset() {
 	*x = Coercion{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1672,7 @@ func (x *Coercion) String() string {
 func (*Coercion) ProtoMessage() {}
 
 func (x *Coercion) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1685,7 @@ func (x *Coercion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Coercion.ProtoReflect.Descriptor instead.
 func (*Coercion) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{21}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Coercion) GetPointer() string {
@@ -1638,7 +1740,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[22]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +1752,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[22]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +1765,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{22}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ToolResult) GetSuccess() bool {
@@ -1758,7 +1860,7 @@ type SelectToolsRequest struct {
 
 func (x *SelectToolsRequest) Reset() {
 	*x = SelectToolsRequest{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[23]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +1872,7 @@ func (x *SelectToolsRequest) String() string {
 func (*SelectToolsRequest) ProtoMessage() {}
 
 func (x *SelectToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[23]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +1885,7 @@ func (x *SelectToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectToolsRequest.ProtoReflect.Descriptor instead.
 func (*SelectToolsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{23}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SelectToolsRequest) GetText() string {
@@ -1822,7 +1924,7 @@ type SelectedTool struct {
 
 func (x *SelectedTool) Reset() {
 	*x = SelectedTool{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[24]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1936,7 @@ func (x *SelectedTool) String() string {
 func (*SelectedTool) ProtoMessage() {}
 
 func (x *SelectedTool) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[24]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +1949,7 @@ func (x *SelectedTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectedTool.ProtoReflect.Descriptor instead.
 func (*SelectedTool) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{24}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SelectedTool) GetTool() *Tool {
@@ -1892,7 +1994,7 @@ type SelectToolsResponse struct {
 
 func (x *SelectToolsResponse) Reset() {
 	*x = SelectToolsResponse{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[25]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2006,7 @@ func (x *SelectToolsResponse) String() string {
 func (*SelectToolsResponse) ProtoMessage() {}
 
 func (x *SelectToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[25]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2019,7 @@ func (x *SelectToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectToolsResponse.ProtoReflect.Descriptor instead.
 func (*SelectToolsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{25}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SelectToolsResponse) GetTools() []*SelectedTool {
@@ -2065,11 +2167,20 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"\x19ExecuteToolStreamResponse\x12;\n" +
 	"\bprogress\x18\x01 \x01(\v2\x1d.hermes.tools.v1.ToolProgressH\x00R\bprogress\x12B\n" +
 	"\bresponse\x18\x02 \x01(\v2$.hermes.tools.v1.ExecuteToolResponseH\x00R\bresponseB\a\n" +
-	"\x05event\"Z\n" +
+	"\x05event\"\x9a\x01\n" +
 	"\fToolProgress\x12\x1a\n" +
 	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x91\x01\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12>\n" +
+	"\velicitation\x18\x04 \x01(\v2\x1c.hermes.tools.v1.ElicitationR\velicitation\"\xc7\x01\n" +
+	"\vElicitation\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06server\x18\x02 \x01(\tR\x06server\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12)\n" +
+	"\x10requested_schema\x18\x04 \x01(\tR\x0frequestedSchema\x12\x10\n" +
+	"\x03url\x18\x05 \x01(\tR\x03url\x129\n" +
+	"\n" +
+	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x91\x01\n" +
 	"\tToolError\x12.\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1a.hermes.tools.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12:\n" +
@@ -2144,7 +2255,7 @@ func file_hermes_tools_v1_tools_proto_rawDescGZIP() []byte {
 }
 
 var file_hermes_tools_v1_tools_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hermes_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_hermes_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_hermes_tools_v1_tools_proto_goTypes = []any{
 	(ErrorCode)(0),                    // 0: hermes.tools.v1.ErrorCode
 	(*ToolSpec)(nil),                  // 1: hermes.tools.v1.ToolSpec
@@ -2166,64 +2277,67 @@ var file_hermes_tools_v1_tools_proto_goTypes = []any{
 	(*ExecuteToolStreamRequest)(nil),  // 17: hermes.tools.v1.ExecuteToolStreamRequest
 	(*ExecuteToolStreamResponse)(nil), // 18: hermes.tools.v1.ExecuteToolStreamResponse
 	(*ToolProgress)(nil),              // 19: hermes.tools.v1.ToolProgress
-	(*ToolError)(nil),                 // 20: hermes.tools.v1.ToolError
-	(*Violation)(nil),                 // 21: hermes.tools.v1.Violation
-	(*Coercion)(nil),                  // 22: hermes.tools.v1.Coercion
-	(*ToolResult)(nil),                // 23: hermes.tools.v1.ToolResult
-	(*SelectToolsRequest)(nil),        // 24: hermes.tools.v1.SelectToolsRequest
-	(*SelectedTool)(nil),              // 25: hermes.tools.v1.SelectedTool
-	(*SelectToolsResponse)(nil),       // 26: hermes.tools.v1.SelectToolsResponse
-	nil,                               // 27: hermes.tools.v1.ToolSpec.LabelsEntry
-	nil,                               // 28: hermes.tools.v1.HTTPExecutor.HeadersEntry
-	(*durationpb.Duration)(nil),       // 29: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 30: google.protobuf.Timestamp
+	(*Elicitation)(nil),               // 20: hermes.tools.v1.Elicitation
+	(*ToolError)(nil),                 // 21: hermes.tools.v1.ToolError
+	(*Violation)(nil),                 // 22: hermes.tools.v1.Violation
+	(*Coercion)(nil),                  // 23: hermes.tools.v1.Coercion
+	(*ToolResult)(nil),                // 24: hermes.tools.v1.ToolResult
+	(*SelectToolsRequest)(nil),        // 25: hermes.tools.v1.SelectToolsRequest
+	(*SelectedTool)(nil),              // 26: hermes.tools.v1.SelectedTool
+	(*SelectToolsResponse)(nil),       // 27: hermes.tools.v1.SelectToolsResponse
+	nil,                               // 28: hermes.tools.v1.ToolSpec.LabelsEntry
+	nil,                               // 29: hermes.tools.v1.HTTPExecutor.HeadersEntry
+	(*durationpb.Duration)(nil),       // 30: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 31: google.protobuf.Timestamp
 }
 var file_hermes_tools_v1_tools_proto_depIdxs = []int32{
-	29, // 0: hermes.tools.v1.ToolSpec.timeout:type_name -> google.protobuf.Duration
+	30, // 0: hermes.tools.v1.ToolSpec.timeout:type_name -> google.protobuf.Duration
 	3,  // 1: hermes.tools.v1.ToolSpec.http:type_name -> hermes.tools.v1.HTTPExecutor
 	4,  // 2: hermes.tools.v1.ToolSpec.mcp:type_name -> hermes.tools.v1.MCPExecutor
 	5,  // 3: hermes.tools.v1.ToolSpec.builtin:type_name -> hermes.tools.v1.BuiltinExecutor
-	27, // 4: hermes.tools.v1.ToolSpec.labels:type_name -> hermes.tools.v1.ToolSpec.LabelsEntry
-	29, // 5: hermes.tools.v1.ToolSpec.attempt_timeout:type_name -> google.protobuf.Duration
+	28, // 4: hermes.tools.v1.ToolSpec.labels:type_name -> hermes.tools.v1.ToolSpec.LabelsEntry
+	30, // 5: hermes.tools.v1.ToolSpec.attempt_timeout:type_name -> google.protobuf.Duration
 	2,  // 6: hermes.tools.v1.ToolSpec.annotations:type_name -> hermes.tools.v1.ToolAnnotations
-	28, // 7: hermes.tools.v1.HTTPExecutor.headers:type_name -> hermes.tools.v1.HTTPExecutor.HeadersEntry
+	29, // 7: hermes.tools.v1.HTTPExecutor.headers:type_name -> hermes.tools.v1.HTTPExecutor.HeadersEntry
 	1,  // 8: hermes.tools.v1.Tool.spec:type_name -> hermes.tools.v1.ToolSpec
-	30, // 9: hermes.tools.v1.Tool.created_at:type_name -> google.protobuf.Timestamp
-	30, // 10: hermes.tools.v1.Tool.updated_at:type_name -> google.protobuf.Timestamp
+	31, // 9: hermes.tools.v1.Tool.created_at:type_name -> google.protobuf.Timestamp
+	31, // 10: hermes.tools.v1.Tool.updated_at:type_name -> google.protobuf.Timestamp
 	1,  // 11: hermes.tools.v1.RegisterToolRequest.spec:type_name -> hermes.tools.v1.ToolSpec
 	6,  // 12: hermes.tools.v1.RegisterToolResponse.tool:type_name -> hermes.tools.v1.Tool
 	6,  // 13: hermes.tools.v1.GetToolResponse.tool:type_name -> hermes.tools.v1.Tool
 	6,  // 14: hermes.tools.v1.ListToolsResponse.tools:type_name -> hermes.tools.v1.Tool
-	23, // 15: hermes.tools.v1.ExecuteToolResponse.result:type_name -> hermes.tools.v1.ToolResult
+	24, // 15: hermes.tools.v1.ExecuteToolResponse.result:type_name -> hermes.tools.v1.ToolResult
 	15, // 16: hermes.tools.v1.ExecuteToolStreamRequest.request:type_name -> hermes.tools.v1.ExecuteToolRequest
 	19, // 17: hermes.tools.v1.ExecuteToolStreamResponse.progress:type_name -> hermes.tools.v1.ToolProgress
 	16, // 18: hermes.tools.v1.ExecuteToolStreamResponse.response:type_name -> hermes.tools.v1.ExecuteToolResponse
-	0,  // 19: hermes.tools.v1.ToolError.code:type_name -> hermes.tools.v1.ErrorCode
-	21, // 20: hermes.tools.v1.ToolError.violations:type_name -> hermes.tools.v1.Violation
-	20, // 21: hermes.tools.v1.ToolResult.error:type_name -> hermes.tools.v1.ToolError
-	29, // 22: hermes.tools.v1.ToolResult.duration:type_name -> google.protobuf.Duration
-	22, // 23: hermes.tools.v1.ToolResult.coercions:type_name -> hermes.tools.v1.Coercion
-	6,  // 24: hermes.tools.v1.SelectedTool.tool:type_name -> hermes.tools.v1.Tool
-	25, // 25: hermes.tools.v1.SelectToolsResponse.tools:type_name -> hermes.tools.v1.SelectedTool
-	7,  // 26: hermes.tools.v1.ToolService.RegisterTool:input_type -> hermes.tools.v1.RegisterToolRequest
-	9,  // 27: hermes.tools.v1.ToolService.UnregisterTool:input_type -> hermes.tools.v1.UnregisterToolRequest
-	11, // 28: hermes.tools.v1.ToolService.GetTool:input_type -> hermes.tools.v1.GetToolRequest
-	13, // 29: hermes.tools.v1.ToolService.ListTools:input_type -> hermes.tools.v1.ListToolsRequest
-	15, // 30: hermes.tools.v1.ToolService.ExecuteTool:input_type -> hermes.tools.v1.ExecuteToolRequest
-	24, // 31: hermes.tools.v1.ToolService.SelectTools:input_type -> hermes.tools.v1.SelectToolsRequest
-	17, // 32: hermes.tools.v1.ToolService.ExecuteToolStream:input_type -> hermes.tools.v1.ExecuteToolStreamRequest
-	8,  // 33: hermes.tools.v1.ToolService.RegisterTool:output_type -> hermes.tools.v1.RegisterToolResponse
-	10, // 34: hermes.tools.v1.ToolService.UnregisterTool:output_type -> hermes.tools.v1.UnregisterToolResponse
-	12, // 35: hermes.tools.v1.ToolService.GetTool:output_type -> hermes.tools.v1.GetToolResponse
-	14, // 36: hermes.tools.v1.ToolService.ListTools:output_type -> hermes.tools.v1.ListToolsResponse
-	16, // 37: hermes.tools.v1.ToolService.ExecuteTool:output_type -> hermes.tools.v1.ExecuteToolResponse
-	26, // 38: hermes.tools.v1.ToolService.SelectTools:output_type -> hermes.tools.v1.SelectToolsResponse
-	18, // 39: hermes.tools.v1.ToolService.ExecuteToolStream:output_type -> hermes.tools.v1.ExecuteToolStreamResponse
-	33, // [33:40] is the sub-list for method output_type
-	26, // [26:33] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	20, // 19: hermes.tools.v1.ToolProgress.elicitation:type_name -> hermes.tools.v1.Elicitation
+	31, // 20: hermes.tools.v1.Elicitation.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 21: hermes.tools.v1.ToolError.code:type_name -> hermes.tools.v1.ErrorCode
+	22, // 22: hermes.tools.v1.ToolError.violations:type_name -> hermes.tools.v1.Violation
+	21, // 23: hermes.tools.v1.ToolResult.error:type_name -> hermes.tools.v1.ToolError
+	30, // 24: hermes.tools.v1.ToolResult.duration:type_name -> google.protobuf.Duration
+	23, // 25: hermes.tools.v1.ToolResult.coercions:type_name -> hermes.tools.v1.Coercion
+	6,  // 26: hermes.tools.v1.SelectedTool.tool:type_name -> hermes.tools.v1.Tool
+	26, // 27: hermes.tools.v1.SelectToolsResponse.tools:type_name -> hermes.tools.v1.SelectedTool
+	7,  // 28: hermes.tools.v1.ToolService.RegisterTool:input_type -> hermes.tools.v1.RegisterToolRequest
+	9,  // 29: hermes.tools.v1.ToolService.UnregisterTool:input_type -> hermes.tools.v1.UnregisterToolRequest
+	11, // 30: hermes.tools.v1.ToolService.GetTool:input_type -> hermes.tools.v1.GetToolRequest
+	13, // 31: hermes.tools.v1.ToolService.ListTools:input_type -> hermes.tools.v1.ListToolsRequest
+	15, // 32: hermes.tools.v1.ToolService.ExecuteTool:input_type -> hermes.tools.v1.ExecuteToolRequest
+	25, // 33: hermes.tools.v1.ToolService.SelectTools:input_type -> hermes.tools.v1.SelectToolsRequest
+	17, // 34: hermes.tools.v1.ToolService.ExecuteToolStream:input_type -> hermes.tools.v1.ExecuteToolStreamRequest
+	8,  // 35: hermes.tools.v1.ToolService.RegisterTool:output_type -> hermes.tools.v1.RegisterToolResponse
+	10, // 36: hermes.tools.v1.ToolService.UnregisterTool:output_type -> hermes.tools.v1.UnregisterToolResponse
+	12, // 37: hermes.tools.v1.ToolService.GetTool:output_type -> hermes.tools.v1.GetToolResponse
+	14, // 38: hermes.tools.v1.ToolService.ListTools:output_type -> hermes.tools.v1.ListToolsResponse
+	16, // 39: hermes.tools.v1.ToolService.ExecuteTool:output_type -> hermes.tools.v1.ExecuteToolResponse
+	27, // 40: hermes.tools.v1.ToolService.SelectTools:output_type -> hermes.tools.v1.SelectToolsResponse
+	18, // 41: hermes.tools.v1.ToolService.ExecuteToolStream:output_type -> hermes.tools.v1.ExecuteToolStreamResponse
+	35, // [35:42] is the sub-list for method output_type
+	28, // [28:35] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_hermes_tools_v1_tools_proto_init() }
@@ -2247,7 +2361,7 @@ func file_hermes_tools_v1_tools_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hermes_tools_v1_tools_proto_rawDesc), len(file_hermes_tools_v1_tools_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,217 @@
+package mcpgateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/hermes-agent/hermes/internal/errclass"
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+)
+
+// Elicitation in "ask" mode: a server's request for user input is sent to every call of the
+// server in flight as Progress.elicitation, and the server's request waits until one of those
+// callers answers with AnswerElicitation (through the tool service and the orchestrator: the
+// user of the turn), the wait ends, or the server gives up. The id is the capability: 128
+// random bits, sent only to the callers that wait. The answer may reach any replica; an
+// ElicitRelay carries it to the one that holds the request.
+
+// maxElicitContent caps an answer's content.
+const maxElicitContent = 64 << 10
+
+// ElicitRelay carries elicitation answers between gateway replicas.
+type ElicitRelay interface {
+	// Listen passes each answer sent to id to deliver until stop is called.
+	Listen(id string, deliver func(action, content string) error) (stop func(), err error)
+	// Forward sends an answer to the replica that listens for id; an error wrapping
+	// errclass.NotFound when none does.
+	Forward(ctx context.Context, id, action, content string) error
+}
+
+// elicitAnswer is an answer on its way to the waiting request.
+type elicitAnswer struct {
+	action  string
+	content map[string]any
+}
+
+// elicitHub holds the requests waiting for an answer on this replica.
+type elicitHub struct {
+	relay ElicitRelay // nil: answers reach only this replica
+
+	mu      sync.Mutex                   // guards pending
+	pending map[string]chan elicitAnswer // id → the waiting request (capacity one)
+}
+
+func newElicitHub(relay ElicitRelay) *elicitHub {
+	return &elicitHub{relay: relay, pending: map[string]chan elicitAnswer{}}
+}
+
+// ask shows the request to the callers of conn's calls in flight and waits for an answer. It
+// reports false when nobody waits for a call of conn, so nobody could answer.
+func (h *elicitHub) ask(ctx context.Context, c *serverConn, p *mcp.ElicitParams, msg string, wait time.Duration) (*mcp.ElicitResult, bool) {
+	if !c.g.progress.waiting(c) {
+		return nil, false
+	}
+	var raw [16]byte
+	_, _ = rand.Read(raw[:])
+	id := hex.EncodeToString(raw[:])
+	ch := make(chan elicitAnswer, 1)
+	h.mu.Lock()
+	h.pending[id] = ch
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		delete(h.pending, id)
+		h.mu.Unlock()
+	}()
+	if h.relay != nil {
+		stop, err := h.relay.Listen(id, func(action, content string) error { return h.deliver(id, action, content) })
+		if err != nil {
+			c.g.log.Warn("elicitation answers from other replicas will not arrive", "server", c.spec.GetName(), "error", err)
+		} else {
+			defer stop()
+		}
+	}
+	e := &pb.Elicitation{Id: id, Server: c.spec.GetName(), Message: msg, ExpiresAt: timestamppb.New(time.Now().Add(wait))}
+	if p.Mode == "url" {
+		e.Url = p.URL
+	} else if s, err := json.Marshal(p.RequestedSchema); err == nil && p.RequestedSchema != nil {
+		e.RequestedSchema = string(s)
+	}
+	c.g.log.Info("MCP server asked for user input (elicitation); passed to the caller", "server", c.spec.GetName(), "elicitation", id, "message", abbreviate(msg, 200))
+	c.g.progress.broadcastElicitation(c, "the server asks for input: "+msg, e)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case a := <-ch:
+		c.g.log.Info("elicitation answered", "server", c.spec.GetName(), "elicitation", id, "action", a.action)
+		return &mcp.ElicitResult{Action: a.action, Content: a.content}, true
+	case <-t.C:
+		c.g.progress.broadcast(c, "nobody answered the server's request for input in time; declined")
+		return &mcp.ElicitResult{Action: "decline", Meta: mcp.Meta{"reason": fmt.Sprintf("nobody answered within %s", wait)}}, true
+	case <-ctx.Done():
+		return &mcp.ElicitResult{Action: "cancel"}, true
+	}
+}
+
+// answer delivers an answer to the request id, here or through the relay.
+func (h *elicitHub) answer(ctx context.Context, id, action, content string) error {
+	if _, err := parseElicitAnswer(action, content); err != nil {
+		return err
+	}
+	err := h.deliver(id, action, content)
+	if errors.Is(err, errclass.NotFound) && h.relay != nil {
+		return h.relay.Forward(ctx, id, action, content)
+	}
+	return err
+}
+
+// deliver hands an answer to the request id waiting on this replica.
+func (h *elicitHub) deliver(id, action, content string) error {
+	a, err := parseElicitAnswer(action, content)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	ch, ok := h.pending[id]
+	h.mu.Unlock()
+	if !ok {
+		return errclass.Errorf(errclass.NotFound, "elicitation %s: nothing waits for it (answered, expired, or unknown)", id)
+	}
+	select {
+	case ch <- a:
+		return nil
+	default:
+		return errclass.Errorf(errclass.NotFound, "elicitation %s was answered already", id)
+	}
+}
+
+// parseElicitAnswer checks an answer: a known action; with accept, content (when given) is a
+// JSON object of primitive values, as MCP elicitation forms are.
+func parseElicitAnswer(action, content string) (elicitAnswer, error) {
+	switch action {
+	case "accept", "decline", "cancel":
+	default:
+		return elicitAnswer{}, errclass.Errorf(errclass.Invalid, `action: must be "accept", "decline" or "cancel"`)
+	}
+	a := elicitAnswer{action: action}
+	if action != "accept" || content == "" {
+		return a, nil
+	}
+	if len(content) > maxElicitContent {
+		return elicitAnswer{}, errclass.Errorf(errclass.Invalid, "content: longer than %d bytes", maxElicitContent)
+	}
+	if err := json.Unmarshal([]byte(content), &a.content); err != nil || a.content == nil {
+		return elicitAnswer{}, errclass.Errorf(errclass.Invalid, "content: must be a JSON object")
+	}
+	for k, v := range a.content {
+		switch v.(type) {
+		case string, float64, bool:
+		case []any: // multi-select enums
+		default:
+			return elicitAnswer{}, errclass.Errorf(errclass.Invalid, "content.%s: must be a string, number, boolean or list of strings", k)
+		}
+	}
+	return a, nil
+}
+
+// NATSElicitRelay carries answers over NATS request-reply: the replica holding a request
+// subscribes to prefix.<id> while it waits.
+type NATSElicitRelay struct {
+	nc     *nats.Conn
+	prefix string
+}
+
+// NewNATSElicitRelay returns a relay on nc, under the subject prefix.
+func NewNATSElicitRelay(nc *nats.Conn, prefix string) *NATSElicitRelay {
+	return &NATSElicitRelay{nc: nc, prefix: prefix}
+}
+
+type relayedAnswer struct {
+	Action  string `json:"action"`
+	Content string `json:"content,omitempty"`
+}
+
+// Listen implements ElicitRelay.
+func (r *NATSElicitRelay) Listen(id string, deliver func(action, content string) error) (func(), error) {
+	sub, err := r.nc.Subscribe(r.prefix+"."+id, func(m *nats.Msg) {
+		var a relayedAnswer
+		reply := ""
+		if err := json.Unmarshal(m.Data, &a); err != nil {
+			reply = "invalid answer"
+		} else if err := deliver(a.Action, a.Content); err != nil {
+			reply = err.Error()
+		}
+		_ = m.Respond([]byte(reply))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
+}
+
+// Forward implements ElicitRelay.
+func (r *NATSElicitRelay) Forward(ctx context.Context, id, action, content string) error {
+	data, _ := json.Marshal(relayedAnswer{Action: action, Content: content})
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := r.nc.RequestWithContext(rctx, r.prefix+"."+id, data)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return errclass.Errorf(errclass.NotFound, "elicitation %s: nothing waits for it (answered, expired, or unknown)", id)
+	case err != nil:
+		return errclass.Mark(errclass.Unavailable, "forwarding the answer to elicitation "+id, err)
+	case len(m.Data) > 0:
+		return errclass.Errorf(errclass.NotFound, "elicitation %s: %s", id, m.Data)
+	}
+	return nil
+}
