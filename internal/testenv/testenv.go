@@ -61,9 +61,9 @@ func Redis(t testing.TB) (*redis.Client, string) {
 	return rdb, prefix
 }
 
-// DownRedis is a client of a Redis that is not there (a port nobody listens on), for tests of
-// what a service answers when its backend is down. It fails fast: no retries, a short dial.
-func DownRedis(t testing.TB) *redis.Client {
+// ClosedAddr is a loopback address nothing listens on: a port the system gave out and that was
+// closed at once.
+func ClosedAddr(t testing.TB) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -71,7 +71,14 @@ func DownRedis(t testing.TB) *redis.Client {
 	}
 	addr := lis.Addr().String()
 	_ = lis.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	return addr
+}
+
+// DownRedis is a client of a Redis that is not there (a port nobody listens on), for tests of
+// what a service answers when its backend is down. It fails fast: no retries, a short dial.
+func DownRedis(t testing.TB) *redis.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: ClosedAddr(t), DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
 }
