@@ -343,7 +343,7 @@ func TestElicitationAsk(t *testing.T) {
 	gwReady(t, g, spec)
 	ctx := context.Background()
 
-	if _, err := srv.AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: "0123456789abcdef0123456789abcdef", Action: "accept"}); status.Code(err) != codes.NotFound {
+	if _, err := srv.AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: "0123456789abcdef0123456789abcdef", Action: "accept"}); status.Code(rpc.Classify(ctx, nil, "", err)) != codes.NotFound {
 		t.Errorf("answer to an unknown id: %v, want NOT_FOUND", err)
 	}
 	t.Run("answered", func(t *testing.T) {
@@ -372,13 +372,13 @@ func TestElicitationAsk(t *testing.T) {
 		if seen == nil || len(seen.GetId()) != 32 || seen.GetServer() != "ev" || seen.GetRequestedSchema() == "" || seen.GetExpiresAt() == nil {
 			t.Fatalf("elicitation event %v", seen)
 		}
-		if status.Code(answerErrs[0]) != codes.InvalidArgument || answerErrs[1] != nil {
+		if status.Code(rpc.Classify(ctx, nil, "", answerErrs[0])) != codes.InvalidArgument || answerErrs[1] != nil {
 			t.Errorf("answers: bad action %v (want INVALID_ARGUMENT), accept %v", answerErrs[0], answerErrs[1])
 		}
 		if !strings.Contains(r.GetOutput(), "Ada Lovelace") {
 			t.Errorf("the server did not get the answer: %v", r)
 		}
-		if _, err := srv.AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: seen.GetId(), Action: "accept"}); status.Code(err) != codes.NotFound {
+		if _, err := srv.AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: seen.GetId(), Action: "accept"}); status.Code(rpc.Classify(ctx, nil, "", err)) != codes.NotFound {
 			t.Errorf("a second answer: %v, want NOT_FOUND", err)
 		}
 	})
@@ -471,7 +471,7 @@ func TestElicitationRelay(t *testing.T) {
 	if err != nil || answerErr.Load() != "<nil>" || !strings.Contains(r.GetOutput(), "Ada Lovelace") {
 		t.Fatalf("answered through the other replica: %v, %v (answer: %v)", r, err, answerErr.Load())
 	}
-	if _, err := NewServer(other).AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: "0123456789abcdef0123456789abcdef", Action: "decline"}); status.Code(err) != codes.NotFound {
+	if _, err := NewServer(other).AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: "0123456789abcdef0123456789abcdef", Action: "decline"}); status.Code(rpc.Classify(ctx, nil, "", err)) != codes.NotFound {
 		t.Errorf("an unknown id through the relay: %v, want NOT_FOUND", err)
 	}
 }
