@@ -11,6 +11,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/qdrant/go-client/qdrant"
+
 	"github.com/hermes-agent/hermes/internal/model"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/rpc"
@@ -175,4 +177,10 @@ func claimTurn(t *testing.T, st StateStore, userID, turnID string) string {
 		t.Fatalf("claim of %s/%s = %v %v %v", userID, turnID, rec, busy, err)
 	}
 	return token
+}
+
+// countUser counts the user's points: ForgetUser must leave nothing.
+func (s *QdrantSemantic) countUser(ctx context.Context, userID string) (uint64, error) {
+	exact := true
+	return s.c.Count(ctx, &qdrant.CountPoints{CollectionName: s.coll, Filter: userFilter(userID), Exact: &exact})
 }

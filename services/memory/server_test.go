@@ -454,10 +454,10 @@ func TestForgetUserLeavesNothing(t *testing.T) {
 				}
 				users := h.redis.keys(h.prefix + "users")
 				_ = users
-				if n, err := h.qs.CountUser(ctxT(t), "gone"); err != nil || n != 0 {
+				if n, err := h.qs.countUser(ctxT(t), "gone"); err != nil || n != 0 {
 					t.Errorf("Qdrant keeps %d points (%v)", n, err)
 				}
-				if n, _ := h.qs.CountUser(ctxT(t), "stays"); n != 1 {
+				if n, _ := h.qs.countUser(ctxT(t), "stays"); n != 1 {
 					t.Errorf("the other user's point count = %d", n)
 				}
 			}

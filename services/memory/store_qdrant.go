@@ -454,12 +454,6 @@ func (s *QdrantSemantic) DeleteUser(ctx context.Context, userID string) (UserCou
 	return UserCounts{Live: int64(liveN), Expired: int64(all - liveN)}, nil
 }
 
-// CountUser counts the user's points (tests: ForgetUser must leave nothing).
-func (s *QdrantSemantic) CountUser(ctx context.Context, userID string) (uint64, error) {
-	exact := true
-	return s.c.Count(ctx, &qdrant.CountPoints{CollectionName: s.coll, Filter: userFilter(userID), Exact: &exact})
-}
-
 // Ping checks that Qdrant answers (health watch).
 func (s *QdrantSemantic) Ping(ctx context.Context) error {
 	_, err := s.c.HealthCheck(ctx)
