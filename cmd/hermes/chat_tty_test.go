@@ -276,7 +276,7 @@ func TestChatTerminal(t *testing.T) {
 func TestChatNoServer(t *testing.T) {
 	var out, errb bytes.Buffer
 	// A port nothing listens on: one this test had and closed.
-	addr := closedAddr(t)
+	addr := testenv.ClosedAddr(t)
 	code := run(context.Background(), []string{"chat", "--addr", addr}, strings.NewReader(""), &out, &errb, func(k string) string { return "" })
 	msg := errb.String()
 	if code != 1 || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "no Hermes server answers at "+addr) || !strings.Contains(msg, "hermes serve") || !strings.Contains(msg, "--addr") {

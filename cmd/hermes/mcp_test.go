@@ -6,7 +6,6 @@ import (
 	"flag"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -110,7 +109,7 @@ func TestMCPServeStdioToolServiceDown(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	code := run(ctx, []string{"mcp", "serve", "--stdio", "--tools-addr", closedAddr(t), "--tools-wait", "300ms"},
+	code := run(ctx, []string{"mcp", "serve", "--stdio", "--tools-addr", testenv.ClosedAddr(t), "--tools-wait", "300ms"},
 		strings.NewReader(""), &stdout, &stderr, func(string) string { return "" })
 	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 	if code != 1 || len(lines) != 1 || !strings.Contains(lines[0], "tool service at 127.0.0.1:") || !strings.Contains(lines[0], "is unreachable") {
@@ -121,23 +120,11 @@ func TestMCPServeStdioToolServiceDown(t *testing.T) {
 	}
 }
 
-// closedAddr is a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
-
 // TestMCPServeStdioOutage: when the tool service goes away after the start, the session stays
 // up, the tool list stays served, each call answers with an error that says what happened, and
 // calls work again once the tool service is back.
 func TestMCPServeStdioOutage(t *testing.T) {
-	addr := closedAddr(t)
+	addr := testenv.ClosedAddr(t)
 	dataDir := t.TempDir()
 	a := startToolService(t, addr, dataDir)
 	stopped := false

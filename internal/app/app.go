@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -317,20 +318,43 @@ func (a *App) Redis(ctx context.Context) (*redis.Client, error) {
 	if a.cfg.RedisURL == "" || a.redis != nil {
 		return a.redis, nil
 	}
-	opts, err := redis.ParseURL(a.cfg.RedisURL)
+	rdb, where, err := redisClient(a.cfg.RedisURL)
 	if err != nil {
-		return nil, fmt.Errorf("redis url: %w", err)
+		return nil, err
 	}
-	rdb := redis.NewClient(opts)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("redis at %s is unreachable: %w", opts.Addr, err)
+		return nil, fmt.Errorf("redis at %s is unreachable: %w", where, err)
 	}
 	a.redis = rdb
 	a.closers = append(a.closers, func() { _ = rdb.Close() })
 	return rdb, nil
+}
+
+// redisClient returns the client of rawURL and where it connects, for messages. Hermes runs on
+// one Redis node or on the primary that Sentinel names: its Lua scripts touch several keys at
+// once, which Redis Cluster would need in one slot. A URL with master_name is Sentinel's form
+// (go-redis ParseFailoverURL): its host and each addr are sentinels, password= is the primary's.
+func redisClient(rawURL string) (*redis.Client, string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, "", fmt.Errorf("redis url: %w", err)
+	}
+	if !u.Query().Has("master_name") {
+		opts, err := redis.ParseURL(rawURL)
+		if err != nil {
+			return nil, "", fmt.Errorf("redis url: %w", err)
+		}
+		return redis.NewClient(opts), opts.Addr, nil
+	}
+	opts, err := redis.ParseFailoverURL(rawURL)
+	if err != nil {
+		return nil, "", fmt.Errorf("redis url: %w", err)
+	}
+	where := fmt.Sprintf("primary %q of sentinels %s", opts.MasterName, strings.Join(opts.SentinelAddrs, ","))
+	return redis.NewFailoverClient(opts), where, nil
 }
 
 // watchRedis reports service NOT_SERVING while Redis does not answer.

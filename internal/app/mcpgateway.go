@@ -59,8 +59,7 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 			relay = mcpgateway.NewNATSElicitRelay(nc, a.EventNames().ElicitationPrefix)
 		}
 	}
-	gw := mcpgateway.New(mcpgateway.Options{
-		Config:   cfg,
+	gw := mcpgateway.New(cfg, mcpgateway.Options{
 		Logger:   a.log.With("service", "mcpgateway"),
 		Registry: mcpgateway.NewToolServiceRegistry(tools),
 		Getenv:   a.getenv,

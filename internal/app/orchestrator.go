@@ -33,9 +33,10 @@ func (a *App) initOrchestrator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	deps := orchestrator.Deps{
+	deps := orchestrator.Options{
 		Session: sessionv1.NewSessionServiceClient(sessConn),
 		Tools:   toolsv1.NewToolServiceClient(toolsConn),
+		Logger:  log,
 	}
 	switch gwConn, err := a.Conn(TargetMCPGateway); {
 	case err == nil:
@@ -90,7 +91,7 @@ func (a *App) initOrchestrator(ctx context.Context) error {
 		return events.PublishTurnFinished(ctx, js, names, ev)
 	}
 
-	svc, err := orchestrator.NewService(deps, cfg, log)
+	svc, err := orchestrator.NewService(cfg, deps)
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,10 @@ func (a *App) initSession(ctx context.Context) error {
 	} else if store, err = openInDataDir(a, "session.db", session.OpenBoltStore); err != nil {
 		return err
 	}
-	svc := session.NewService(store, tok, a.cfg.Session, a.log)
+	svc, err := session.NewService(a.cfg.Session, session.Options{Store: store, Tokenizer: tok, Logger: a.log})
+	if err != nil {
+		return err
+	}
 	a.srv.Register(&sessionv1.SessionService_ServiceDesc, svc)
 	return nil
 }

@@ -30,8 +30,8 @@ func (a *App) initTools(ctx context.Context) error {
 	} else if store, err = openInDataDir(a, "tools.db", tools.OpenBoltStore); err != nil {
 		return err
 	}
-	svc, err := tools.NewService(store, tools.Options{
-		Config:    a.cfg.Tools,
+	svc, err := tools.NewService(a.cfg.Tools, tools.Options{
+		Store:     store,
 		Tokenizer: tok,
 		Logger:    a.log.With("service", "tools"),
 		Egress:    a.sec.egress,

@@ -46,3 +46,19 @@ func Open(path string, opts *bolt.Options, buckets ...[]byte) (*bolt.DB, error) 
 	}
 	return db, nil
 }
+
+// DropBuckets deletes the buckets of a former layout that are still in the file (the records a
+// store moved elsewhere, such as onto internal/lease).
+func DropBuckets(db *bolt.DB, buckets ...[]byte) error {
+	return db.Update(func(tx *bolt.Tx) error {
+		for _, b := range buckets {
+			if tx.Bucket(b) == nil {
+				continue
+			}
+			if err := tx.DeleteBucket(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

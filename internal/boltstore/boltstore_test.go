@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -92,5 +93,24 @@ func TestGroupCommit(t *testing.T) {
 	// writes its rolled-back attempt and its own run.
 	if c := g.commits.Load(); c > 2+2*7 {
 		t.Errorf("%d transactions for %d writes, want at most %d", c, writes, 2+2*7)
+	}
+}
+
+func TestDropBuckets(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "x.db"), nil, []byte("old"), []byte("kept"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// "never" was not in the file: dropping it is no error.
+	if err := DropBuckets(db, []byte("old"), []byte("never")); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	_ = db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, _ *bolt.Bucket) error { got = append(got, string(name)); return nil })
+	})
+	if diff := cmp.Diff([]string{"kept"}, got); diff != "" {
+		t.Errorf("buckets (-want +got):\n%s", diff)
 	}
 }

@@ -195,7 +195,7 @@ type Common struct {
 func (c *Common) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:7070", "gRPC listen address")
 	fs.StringVar(&c.DataDir, "data-dir", DefaultDataDir(), "data directory of the embedded stores (monolithic mode)")
-	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL (redis://host:port/db); empty uses the embedded stores")
+	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL: one node (redis://host:port/db) or Sentinel's primary (redis://sentinel:26379/db?master_name=NAME&addr=sentinel2:26379); Redis Cluster is not supported; empty uses the embedded stores")
 	fs.StringVar(&c.RedisPrefix, "redis-prefix", "hermes:", "prefix of every Redis key")
 	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS URL; empty runs an embedded NATS server with JetStream")
 	fs.StringVar(&c.NATSNamespace, "nats-namespace", "", "namespace for the stream and subjects on a shared NATS server (empty: HERMES_EVENTS, hermes.turn.finished.<user>)")

@@ -5,7 +5,10 @@
 // never retried, its text kept out of the reply.
 package errclass
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // The classes. Each is a sentinel: mark an error with New or by wrapping the sentinel
 // (fmt.Errorf("redis: %w: %w", errclass.Unavailable, err)), test it with errors.Is.
@@ -30,6 +33,30 @@ var (
 	// Denied: the caller may not do this (PERMISSION_DENIED).
 	Denied = errors.New("permission denied")
 )
+
+// Errorf is New with a formatted message and no cause, for an error whose whole text is for the
+// caller ("no server named %q").
+func Errorf(class error, format string, args ...any) error {
+	return &Error{class: class, msg: fmt.Sprintf(format, args...)}
+}
+
+// Mark returns cause marked with class and prefixed with op (what was being done), for the
+// places where a backend's error enters Hermes: errclass.Mark(errclass.Unavailable, "redis get",
+// err). The caller sees the class; op and the cause stay in the logs. A nil cause is nil, so a
+// call's error can be marked as it is returned.
+func Mark(class error, op string, cause error) error {
+	if cause == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w: %w", op, class, cause)
+}
+
+// Publisher is an error that carries the message a caller can act on, apart from its cause:
+// *Error, or a domain error type with details of its own (a conflict's sequence numbers).
+type Publisher interface {
+	error
+	Public() string
+}
 
 // Error is an error of a class with the message a caller can act on; the cause stays in the logs.
 type Error struct {

@@ -2,21 +2,23 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hermes-agent/hermes/internal/errclass"
 )
 
 // Redis keeps leases in Redis under a prefix, shared by every replica: <prefix><key> is a hash
 // (s: "h" held or "d" done, o: owner, d: data) with the lease's or record's expiry. Releases,
 // completions and signals are published on the channel <prefix>lease-wake (the message is the
-// key), which one subscription per store turns into wake-ups of local watchers.
+// key), which one subscription per store turns into wake-ups of local watchers. It takes one
+// node's client or Sentinel's (*redis.Client), as every Redis store of Hermes does.
 type Redis struct {
-	rdb     redis.UniversalClient
+	rdb     *redis.Client
 	prefix  string
 	channel string
 	hub     hub
@@ -29,7 +31,7 @@ type Redis struct {
 }
 
 // NewRedis returns a store whose keys start with prefix.
-func NewRedis(rdb redis.UniversalClient, prefix string, log *slog.Logger) *Redis {
+func NewRedis(rdb *redis.Client, prefix string, log *slog.Logger) *Redis {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -78,8 +80,10 @@ end
 redis.call('PUBLISH', ARGV[5], ARGV[6])
 return 1`)
 
+// redisErr marks a failure of Redis as the backend's (errclass.Unavailable), so that a service
+// answering with it says UNAVAILABLE without the cause's text.
 func redisErr(op, key string, err error) error {
-	return fmt.Errorf("lease: %s %s: %w", op, key, err)
+	return errclass.Mark(errclass.Unavailable, "lease: "+op+" "+key, err)
 }
 
 // Acquire implements Store.
@@ -92,7 +96,7 @@ func (r *Redis) Acquire(ctx context.Context, key, owner string, data []byte, ttl
 		return Claim{}, redisErr("acquire", key, err)
 	}
 	if len(res) != 4 {
-		return Claim{}, redisErr("acquire", key, errors.New("unexpected script reply"))
+		return Claim{}, fmt.Errorf("lease: acquire %s: unexpected script reply %v", key, res)
 	}
 	st, _ := res[0].(string)
 	c := Claim{Data: []byte(str(res[2])), TTL: time.Duration(toInt(res[3])) * time.Millisecond}
@@ -104,7 +108,7 @@ func (r *Redis) Acquire(ctx context.Context, key, owner string, data []byte, ttl
 	case "d":
 		c.State = Done
 	default:
-		return Claim{}, redisErr("acquire", key, fmt.Errorf("unknown state %q", st))
+		return Claim{}, fmt.Errorf("lease: acquire %s: unknown state %q", key, st)
 	}
 	return c, nil
 }

@@ -31,16 +31,13 @@ var classes = []struct {
 	{errclass.Denied, codes.PermissionDenied, "permission denied"},
 }
 
-// Classify turns any error into the status a caller gets: statuses pass through, context
-// errors become CANCELLED or DEADLINE_EXCEEDED, classified errors (internal/errclass) their
-// code with their public message, and anything else INTERNAL — a bug, never retried by
-// clients, whose text is logged and not sent.
+// Classify turns any error into the status a caller gets: context errors become CANCELLED or
+// DEADLINE_EXCEEDED, classified errors (internal/errclass) their code with their public message
+// (errclass.Publisher), statuses pass through, and anything else is INTERNAL — a bug, never
+// retried by clients, whose text is logged and not sent.
 func Classify(ctx context.Context, log *slog.Logger, method string, err error) error {
 	if err == nil {
 		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
 	}
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, io.EOF):
@@ -54,7 +51,7 @@ func Classify(ctx context.Context, log *slog.Logger, method string, err error) e
 			continue
 		}
 		msg := c.msg
-		var e *errclass.Error
+		var e errclass.Publisher
 		if errors.As(err, &e) && e.Public() != "" {
 			msg = e.Public()
 		}
@@ -62,6 +59,11 @@ func Classify(ctx context.Context, log *slog.Logger, method string, err error) e
 			log.WarnContext(ctx, "backend unavailable", "method", method, "error", err)
 		}
 		return status.Error(c.code, msg)
+	}
+	// A status checked after the classes: a backend's gRPC status (Qdrant's) marked by its store
+	// is the class's, not the backend's code and text.
+	if _, ok := status.FromError(err); ok {
+		return err
 	}
 	if log != nil {
 		log.ErrorContext(ctx, "unclassified error", "method", method, "error", err)

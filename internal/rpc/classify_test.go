@@ -36,6 +36,8 @@ func TestClassify(t *testing.T) {
 		{"invalid", errclass.New(errclass.Invalid, "page_token is not valid", nil), codes.InvalidArgument, "page_token", ""},
 		{"exhausted", errclass.New(errclass.Exhausted, "too many servers", nil), codes.ResourceExhausted, "too many", ""},
 		{"precondition", errclass.New(errclass.Precondition, "no model is configured", nil), codes.FailedPrecondition, "no model", ""},
+		{"backend status, marked", errclass.Mark(errclass.Unavailable, "qdrant query", status.Error(codes.InvalidArgument, "bad filter on 10.0.0.7")), codes.Unavailable, "backend is unavailable", "10.0.0.7"},
+		{"publisher", fmt.Errorf("append: %w", published{}), codes.FailedPrecondition, "last seq is 3", ""},
 		{"a bug", errors.New("index out of range in secret/path.go"), codes.Internal, "internal error", "secret/path.go"},
 	} {
 		err := Classify(context.Background(), nil, "/hermes.test.v1.T/M", tc.err)
@@ -46,8 +48,15 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// published is a domain error with a class and a message of its own.
+type published struct{}
+
+func (published) Error() string        { return "conflict at seq 3" }
+func (published) Public() string       { return "the last seq is 3" }
+func (published) Is(target error) bool { return target == errclass.Precondition }
+
 func TestCodeName(t *testing.T) {
-	for c, want := range map[codes.Code]string{codes.Canceled: "CANCELLED", codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.OK: "OK", codes.InvalidArgument: "INVALID_ARGUMENT"} {
+	for c, want := range map[codes.Code]string{codes.Canceled: "CANCELLED", codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.OK: "OK", codes.InvalidArgument: "INVALID_ARGUMENT", codes.Unavailable: "UNAVAILABLE", codes.FailedPrecondition: "FAILED_PRECONDITION"} {
 		if got := CodeName(c); got != want {
 			t.Errorf("CodeName(%v) = %q, want %q", c, got, want)
 		}

@@ -9,12 +9,16 @@ import (
 	"encoding/hex"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/hermes-agent/hermes/internal/rpc"
@@ -57,9 +61,46 @@ func Redis(t testing.TB) (*redis.Client, string) {
 	return rdb, prefix
 }
 
+// ClosedAddr is a loopback address nothing listens on: a port the system gave out and that was
+// closed at once.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close()
+	return addr
+}
+
+// DownRedis is a client of a Redis that is not there (a port nobody listens on), for tests of
+// what a service answers when its backend is down. It fails fast: no retries, a short dial.
+func DownRedis(t testing.TB) *redis.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: ClosedAddr(t), DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// WantStatus fails t unless err is a status of code whose message carries none of the cause's
+// fragments in hidden: what a service answers must not leak the text of what failed inside it.
+func WantStatus(t testing.TB, err error, code codes.Code, hidden ...string) {
+	t.Helper()
+	st := status.Convert(err)
+	if diff := cmp.Diff(code, st.Code()); diff != "" {
+		t.Errorf("code (-want +got):\n%s\nerror: %v", diff, err)
+	}
+	for _, h := range hidden {
+		if strings.Contains(st.Message(), h) {
+			t.Errorf("message %q carries the cause's text %q", st.Message(), h)
+		}
+	}
+}
+
 // DeleteKeys deletes every key under prefix, ignoring errors (it cleans up after a test or a
 // benchmark run).
-func DeleteKeys(ctx context.Context, rdb redis.UniversalClient, prefix string) {
+func DeleteKeys(ctx context.Context, rdb *redis.Client, prefix string) {
 	iter := rdb.Scan(ctx, 0, prefix+"*", 500).Iterator()
 	var keys []string
 	for iter.Next(ctx) {

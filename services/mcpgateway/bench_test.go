@@ -36,7 +36,7 @@ func BenchmarkCallTool(b *testing.B) {
 		}
 	})
 	b.Run("gateway", func(b *testing.B) {
-		c, _ := startGateway(b, Options{Config: testConfig(), Logger: testLogger(b)})
+		c, _ := startGateway(b, testConfig(), Options{Logger: testLogger(b)})
 		addReady(b, c, everythingStdio(b, "ev", "ev"))
 		raw, _ := json.Marshal(args)
 		b.ResetTimer()

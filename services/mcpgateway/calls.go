@@ -11,7 +11,6 @@ import (
 
 	otelcodes "go.opentelemetry.io/otel/codes"
 
-	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel"
@@ -19,6 +18,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
 // lookup finds a tool by namespaced name, or by server and original name.

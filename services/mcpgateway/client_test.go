@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/model"
+	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/secretenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
@@ -54,7 +55,7 @@ func gwCall(t *testing.T, g *Gateway, server, tool, args string) *pb.CallToolRes
 // a banner line on stdout (5), resource and prompt error codes (6), capped structured content
 // (3), audience, progress, and the instructions kept.
 func TestHelperServerDefects(t *testing.T) {
-	g := New(Options{Config: testConfig(), Logger: testLogger(t)})
+	g := New(testConfig(), Options{Logger: testLogger(t)})
 	defer g.Close()
 	srv := gwReady(t, g, HelperStdio(t, "helper", map[string]string{"HERMES_HELPER_BANNER": "1", "HERMES_HELPER_APPEND": filepath.Join(t.TempDir(), "journal")}))
 	if srv.GetInstructions() != "Use append_line to add lines to the journal." {
@@ -77,7 +78,7 @@ func TestHelperServerDefects(t *testing.T) {
 			{"unknown prompt", func() error { _, err := g.GetPrompt(ctx, "helper", "nope", nil); return err }(), codes.NotFound},
 			{"missing prompt argument", func() error { _, err := g.GetPrompt(ctx, "helper", "greet", nil); return err }(), codes.InvalidArgument},
 		} {
-			if got := status.Code(toStatus(tc.err)); got != tc.want {
+			if got := status.Code(rpc.Classify(ctx, nil, "test", tc.err)); got != tc.want {
 				t.Errorf("%s: %v (%v), want %v", tc.name, got, tc.err, tc.want)
 			}
 		}
@@ -169,7 +170,7 @@ func TestHelperServerDefects(t *testing.T) {
 // everything reference server over stdio.
 func TestEverythingClientFeatures(t *testing.T) {
 	sampler := &scriptedSampler{answer: "a sampled answer"}
-	g := New(Options{Config: testConfig(), Logger: testLogger(t), Sampler: sampler})
+	g := New(testConfig(), Options{Logger: testLogger(t), Sampler: sampler})
 	defer g.Close()
 	spec := everythingStdio(t, "ev", "ev")
 	spec.Sampling = &pb.SamplingPolicy{Allow: true, MaxTokens: 50}
@@ -238,7 +239,7 @@ func TestEverythingClientFeatures(t *testing.T) {
 // TestSamplingOffByDefault: a server whose spec does not allow sampling is refused.
 func TestSamplingOffByDefault(t *testing.T) {
 	sampler := &scriptedSampler{answer: "should not be used"}
-	g := New(Options{Config: testConfig(), Logger: testLogger(t), Sampler: sampler})
+	g := New(testConfig(), Options{Logger: testLogger(t), Sampler: sampler})
 	defer g.Close()
 	gwReady(t, g, everythingStdio(t, "ev", "ev"))
 	r := gwCall(t, g, "ev", "trigger-sampling-request", `{"prompt": "say hi"}`)
@@ -305,7 +306,7 @@ func TestOAuthClientCredentialsTokenURL(t *testing.T) {
 		}
 		return os.Getenv(k)
 	}
-	g := New(Options{Config: testConfig(), Logger: testLogger(t), Getenv: getenv, Secrets: secretenv.New([]string{"OAUTH_SECRET"}, nil)})
+	g := New(testConfig(), Options{Logger: testLogger(t), Getenv: getenv, Secrets: secretenv.New([]string{"OAUTH_SECRET"}, nil)})
 	defer g.Close()
 	spec := httpSpec("oauth", "oauth", mcpSrv.URL)
 	spec.GetHttp().Oauth = &pb.OAuthClientCredentials{TokenUrl: tokenSrv.URL, ClientId: "hermes", ClientSecretEnv: "OAUTH_SECRET", Scopes: []string{"mcp"}, AuthMethod: "client_secret_post"}
@@ -334,7 +335,7 @@ func TestOAuthClientCredentialsTokenURL(t *testing.T) {
 func TestElicitationAsk(t *testing.T) {
 	cfg := testConfig()
 	cfg.ElicitTimeout = 3 * time.Second
-	g := New(Options{Config: cfg, Logger: testLogger(t)})
+	g := New(cfg, Options{Logger: testLogger(t)})
 	defer g.Close()
 	srv := NewServer(g)
 	spec := everythingStdio(t, "ev", "ev")
@@ -342,7 +343,7 @@ func TestElicitationAsk(t *testing.T) {
 	gwReady(t, g, spec)
 	ctx := context.Background()
 
-	if _, err := srv.AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: "0123456789abcdef0123456789abcdef", Action: "accept"}); status.Code(err) != codes.NotFound {
+	if _, err := srv.AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: "0123456789abcdef0123456789abcdef", Action: "accept"}); status.Code(rpc.Classify(ctx, nil, "", err)) != codes.NotFound {
 		t.Errorf("answer to an unknown id: %v, want NOT_FOUND", err)
 	}
 	t.Run("answered", func(t *testing.T) {
@@ -371,13 +372,13 @@ func TestElicitationAsk(t *testing.T) {
 		if seen == nil || len(seen.GetId()) != 32 || seen.GetServer() != "ev" || seen.GetRequestedSchema() == "" || seen.GetExpiresAt() == nil {
 			t.Fatalf("elicitation event %v", seen)
 		}
-		if status.Code(answerErrs[0]) != codes.InvalidArgument || answerErrs[1] != nil {
+		if status.Code(rpc.Classify(ctx, nil, "", answerErrs[0])) != codes.InvalidArgument || answerErrs[1] != nil {
 			t.Errorf("answers: bad action %v (want INVALID_ARGUMENT), accept %v", answerErrs[0], answerErrs[1])
 		}
 		if !strings.Contains(r.GetOutput(), "Ada Lovelace") {
 			t.Errorf("the server did not get the answer: %v", r)
 		}
-		if _, err := srv.AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: seen.GetId(), Action: "accept"}); status.Code(err) != codes.NotFound {
+		if _, err := srv.AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: seen.GetId(), Action: "accept"}); status.Code(rpc.Classify(ctx, nil, "", err)) != codes.NotFound {
 			t.Errorf("a second answer: %v, want NOT_FOUND", err)
 		}
 	})
@@ -452,9 +453,9 @@ func TestElicitationRelay(t *testing.T) {
 	}
 	defer nc.Close()
 	prefix := "test.elicitation." + strconv.FormatInt(time.Now().UnixNano(), 36)
-	holder := New(Options{Config: testConfig(), Logger: testLogger(t), ElicitRelay: NewNATSElicitRelay(nc, prefix)})
+	holder := New(testConfig(), Options{Logger: testLogger(t), ElicitRelay: NewNATSElicitRelay(nc, prefix)})
 	defer holder.Close()
-	other := New(Options{Config: testConfig(), Logger: testLogger(t), ElicitRelay: NewNATSElicitRelay(nc, prefix)})
+	other := New(testConfig(), Options{Logger: testLogger(t), ElicitRelay: NewNATSElicitRelay(nc, prefix)})
 	defer other.Close()
 	spec := everythingStdio(t, "ev", "ev")
 	spec.Elicitation = "ask"
@@ -470,7 +471,7 @@ func TestElicitationRelay(t *testing.T) {
 	if err != nil || answerErr.Load() != "<nil>" || !strings.Contains(r.GetOutput(), "Ada Lovelace") {
 		t.Fatalf("answered through the other replica: %v, %v (answer: %v)", r, err, answerErr.Load())
 	}
-	if _, err := NewServer(other).AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: "0123456789abcdef0123456789abcdef", Action: "decline"}); status.Code(err) != codes.NotFound {
+	if _, err := NewServer(other).AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: "0123456789abcdef0123456789abcdef", Action: "decline"}); status.Code(rpc.Classify(ctx, nil, "", err)) != codes.NotFound {
 		t.Errorf("an unknown id through the relay: %v, want NOT_FOUND", err)
 	}
 }

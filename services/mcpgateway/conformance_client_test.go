@@ -44,7 +44,7 @@ func TestConformanceClientHelper(t *testing.T) {
 		}
 		return os.Getenv(k)
 	}
-	g := New(Options{Config: testConfig(), Logger: testLogger(t), Getenv: getenv, Secrets: secretenv.New([]string{"CONFORMANCE_CLIENT_SECRET"}, nil)})
+	g := New(testConfig(), Options{Logger: testLogger(t), Getenv: getenv, Secrets: secretenv.New([]string{"CONFORMANCE_CLIENT_SECRET"}, nil)})
 	defer g.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

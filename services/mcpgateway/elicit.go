@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
@@ -32,7 +33,7 @@ type ElicitRelay interface {
 	// Listen passes each answer sent to id to deliver until stop is called.
 	Listen(id string, deliver func(action, content string) error) (stop func(), err error)
 	// Forward sends an answer to the replica that listens for id; an error wrapping
-	// errNotFound when none does.
+	// errclass.NotFound when none does.
 	Forward(ctx context.Context, id, action, content string) error
 }
 
@@ -108,7 +109,7 @@ func (h *elicitHub) answer(ctx context.Context, id, action, content string) erro
 		return err
 	}
 	err := h.deliver(id, action, content)
-	if errors.Is(err, errNotFound) && h.relay != nil {
+	if errors.Is(err, errclass.NotFound) && h.relay != nil {
 		return h.relay.Forward(ctx, id, action, content)
 	}
 	return err
@@ -124,13 +125,13 @@ func (h *elicitHub) deliver(id, action, content string) error {
 	ch, ok := h.pending[id]
 	h.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("elicitation %s: nothing waits for it (answered, expired, or unknown): %w", id, errNotFound)
+		return errclass.Errorf(errclass.NotFound, "elicitation %s: nothing waits for it (answered, expired, or unknown)", id)
 	}
 	select {
 	case ch <- a:
 		return nil
 	default:
-		return fmt.Errorf("elicitation %s was answered already: %w", id, errNotFound)
+		return errclass.Errorf(errclass.NotFound, "elicitation %s was answered already", id)
 	}
 }
 
@@ -140,24 +141,24 @@ func parseElicitAnswer(action, content string) (elicitAnswer, error) {
 	switch action {
 	case "accept", "decline", "cancel":
 	default:
-		return elicitAnswer{}, fmt.Errorf(`action: must be "accept", "decline" or "cancel": %w`, errInvalid)
+		return elicitAnswer{}, errclass.Errorf(errclass.Invalid, `action: must be "accept", "decline" or "cancel"`)
 	}
 	a := elicitAnswer{action: action}
 	if action != "accept" || content == "" {
 		return a, nil
 	}
 	if len(content) > maxElicitContent {
-		return elicitAnswer{}, fmt.Errorf("content: longer than %d bytes: %w", maxElicitContent, errInvalid)
+		return elicitAnswer{}, errclass.Errorf(errclass.Invalid, "content: longer than %d bytes", maxElicitContent)
 	}
 	if err := json.Unmarshal([]byte(content), &a.content); err != nil || a.content == nil {
-		return elicitAnswer{}, fmt.Errorf("content: must be a JSON object: %w", errInvalid)
+		return elicitAnswer{}, errclass.Errorf(errclass.Invalid, "content: must be a JSON object")
 	}
 	for k, v := range a.content {
 		switch v.(type) {
 		case string, float64, bool:
 		case []any: // multi-select enums
 		default:
-			return elicitAnswer{}, fmt.Errorf("content.%s: must be a string, number, boolean or list of strings: %w", k, errInvalid)
+			return elicitAnswer{}, errclass.Errorf(errclass.Invalid, "content.%s: must be a string, number, boolean or list of strings", k)
 		}
 	}
 	return a, nil
@@ -206,11 +207,11 @@ func (r *NATSElicitRelay) Forward(ctx context.Context, id, action, content strin
 	m, err := r.nc.RequestWithContext(rctx, r.prefix+"."+id, data)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return fmt.Errorf("elicitation %s: nothing waits for it (answered, expired, or unknown): %w", id, errNotFound)
+		return errclass.Errorf(errclass.NotFound, "elicitation %s: nothing waits for it (answered, expired, or unknown)", id)
 	case err != nil:
-		return fmt.Errorf("forwarding the answer to elicitation %s: %w: %w", id, errUnavailable, err)
+		return errclass.Mark(errclass.Unavailable, "forwarding the answer to elicitation "+id, err)
 	case len(m.Data) > 0:
-		return fmt.Errorf("elicitation %s: %s: %w", id, m.Data, errNotFound)
+		return errclass.Errorf(errclass.NotFound, "elicitation %s: %s", id, m.Data)
 	}
 	return nil
 }

@@ -21,7 +21,7 @@ import (
 // content, a call that times out and is cancelled, resources, prompts and the environment.
 func TestEverythingStdio(t *testing.T) {
 	t.Setenv("HERMES_MCP_SECRET_CANARY", "must-not-leak")
-	c, _ := startGateway(t, Options{Config: testConfig()})
+	c, _ := startGateway(t, testConfig(), Options{})
 	srv := addReady(t, c, everythingStdio(t, "ev", "ev"))
 
 	if !slices.Contains(mcp.SupportedProtocolVersions(), srv.GetProtocolVersion()) {

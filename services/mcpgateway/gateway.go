@@ -17,7 +17,6 @@ package mcpgateway
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -28,14 +27,14 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/secretenv"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
 	"github.com/hermes-agent/hermes/internal/backoff"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 )
 
-// Options configure a Gateway.
+// Options are a Gateway's dependencies.
 type Options struct {
-	Config Config
 	Logger *slog.Logger
 	// Registry receives the discovered tools; nil registers them nowhere (the gateway's own
 	// RPCs still work).
@@ -99,7 +98,7 @@ type Gateway struct {
 }
 
 // New returns a Gateway with no servers; Close disconnects everything.
-func New(opts Options) *Gateway {
+func New(cfg Config, opts Options) *Gateway {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
@@ -109,7 +108,7 @@ func New(opts Options) *Gateway {
 		getenv = os.Getenv
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cfg := opts.Config.withDefaults()
+	cfg = cfg.withDefaults()
 	hc := opts.HTTPClient
 	if hc == nil {
 		hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
@@ -157,17 +156,6 @@ func (g *Gateway) Close() {
 	}
 	g.wg.Wait()
 }
-
-// errNotFound and friends are mapped to gRPC codes by the server.
-var (
-	errNotFound      = errors.New("not found")
-	errAlreadyExists = errors.New("already exists")
-	errExhausted     = errors.New("limit reached")
-	errUnavailable   = errors.New("unavailable")
-	errPrecondition  = errors.New("failed precondition")
-	errInvalid       = errors.New("invalid argument")
-	errDenied        = errors.New("permission denied")
-)
 
 // Start connects the servers of the configured mcpServers file and, when enabled, prunes tool
 // registrations left behind by servers the gateway no longer has. Servers connect in the

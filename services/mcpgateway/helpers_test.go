@@ -14,11 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hermes-agent/hermes/internal/rpc"
+	"github.com/hermes-agent/hermes/internal/testenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
@@ -60,27 +59,17 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 // startGateway serves a Gateway over gRPC (bufconn) and returns a client.
-func startGateway(t testing.TB, opts Options) (pb.MCPGatewayServiceClient, *Gateway) {
+func startGateway(t testing.TB, cfg Config, opts Options) (pb.MCPGatewayServiceClient, *Gateway) {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
 	}
-	g := New(opts)
-	lis := bufconn.Listen(1 << 20)
-	s := grpc.NewServer()
-	pb.RegisterMCPGatewayServiceServer(s, NewServer(g))
-	go func() { _ = s.Serve(lis) }()
-	conn, err := grpc.NewClient("passthrough:///gateway",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		s.Stop()
-		g.Close()
-	})
+	g := New(cfg, opts)
+	// The production server (internal/rpc), so errors reach the client classified as in hermes.
+	s := rpc.NewServer(rpc.ServerOptions{Logger: opts.Logger, ShutdownTimeout: time.Second})
+	s.Register(&pb.MCPGatewayService_ServiceDesc, NewServer(g))
+	t.Cleanup(g.Close) // after the server has stopped: cleanups run last-in first-out
+	conn := testenv.Serve(t, s)
 	return pb.NewMCPGatewayServiceClient(conn), g
 }
 

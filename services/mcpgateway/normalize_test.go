@@ -107,7 +107,7 @@ func TestObjectSchema(t *testing.T) {
 // TestIdempotentHintMakesToolIdempotent: an MCP tool that declares idempotentHint is registered
 // as idempotent, so the tool service runs it once per idempotency key.
 func TestIdempotentHintMakesToolIdempotent(t *testing.T) {
-	c := newServerConn(New(Options{Config: testConfig(), Logger: testLogger(t)}), httpSpec("s", "s", "http://127.0.0.1:1/mcp"))
+	c := newServerConn(New(testConfig(), Options{Logger: testLogger(t)}), httpSpec("s", "s", "http://127.0.0.1:1/mcp"))
 	e := &toolEntry{name: "s_t", inputSchema: `{"type":"object"}`}
 	for _, tc := range []struct {
 		ann  *mcp.ToolAnnotations

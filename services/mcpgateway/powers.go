@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	"github.com/hermes-agent/hermes/internal/secretenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
@@ -72,12 +73,12 @@ func (p *powers) check(field string, s *pb.ServerSpec) error {
 		ok := p.commands[st.GetCommand()]
 		p.mu.Unlock()
 		if !ok {
-			return fmt.Errorf("%w: %s.stdio.command %q is not on the operator's allowlist of stdio MCP commands (--mcpgateway.stdio-allow)", errDenied, field, abbreviate(st.GetCommand(), 200))
+			return errclass.Errorf(errclass.Denied, "%s.stdio.command %q is not on the operator's allowlist of stdio MCP commands (--mcpgateway.stdio-allow)", field, abbreviate(st.GetCommand(), 200))
 		}
 	}
 	for _, e := range secretVars(s) {
 		if !p.envAllowed(e) {
-			return fmt.Errorf("%w: %s: %s", errDenied, field, secretenv.NotAllowed(e))
+			return errclass.Errorf(errclass.Denied, "%s: %s", field, secretenv.NotAllowed(e))
 		}
 	}
 	return nil

@@ -7,9 +7,10 @@ import (
 	"sort"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
-	"google.golang.org/protobuf/proto"
 )
 
 func (c *serverConn) syncRegistryLogged(ctx context.Context) error {

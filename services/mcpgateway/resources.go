@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc/status"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
@@ -46,11 +47,11 @@ func request[T any](ctx context.Context, g *Gateway, server string, cap capabili
 		if ctx.Err() != nil {
 			return zero, status.FromContextError(ctx.Err()).Err()
 		}
-		return zero, fmt.Errorf("%w: MCP server %q is not connected (%s); try again shortly", errUnavailable, server, why)
+		return zero, errclass.Errorf(errclass.Unavailable, "MCP server %q is not connected (%s); try again shortly", server, why)
 	}
 	caps := l.sess.InitializeResult().Capabilities
 	if caps == nil || !cap.has(caps) {
-		return zero, fmt.Errorf("%w: MCP server %q does not declare %s", errPrecondition, server, cap.what)
+		return zero, errclass.Errorf(errclass.Precondition, "MCP server %q does not declare %s", server, cap.what)
 	}
 	cctx, cancel := context.WithTimeout(ctx, g.cfg.CallTimeout)
 	defer cancel()
@@ -72,19 +73,19 @@ func (g *Gateway) requestErr(ctx context.Context, c *serverConn, err error) erro
 		msg := fmt.Sprintf("MCP server %q: %s", c.spec.Name, abbreviate(rpcErr.Message, 2000))
 		switch {
 		case rpcErr.Code == codeResourceNotFound:
-			return fmt.Errorf("%w: %s", errNotFound, msg)
+			return errclass.Errorf(errclass.NotFound, "%s", msg)
 		// Servers answer an unknown resource or prompt, and a missing or wrong argument, with
 		// -32602 (invalid params); only the message tells them apart.
 		case rpcErr.Code == jsonrpc.CodeInvalidParams && isNotFoundMessage(rpcErr.Message):
-			return fmt.Errorf("%w: %s", errNotFound, msg)
+			return errclass.Errorf(errclass.NotFound, "%s", msg)
 		case rpcErr.Code == jsonrpc.CodeInvalidParams:
-			return fmt.Errorf("%w: %s", errInvalid, msg)
+			return errclass.Errorf(errclass.Invalid, "%s", msg)
 		default:
-			return fmt.Errorf("%w: %s", errPrecondition, msg)
+			return errclass.Errorf(errclass.Precondition, "%s", msg)
 		}
 	}
 	c.requestProbe()
-	return fmt.Errorf("%w: MCP server %q: %s", errUnavailable, c.spec.Name, abbreviate(err.Error(), 500))
+	return errclass.Errorf(errclass.Unavailable, "MCP server %q: %s", c.spec.Name, abbreviate(err.Error(), 500))
 }
 
 func isNotFoundMessage(msg string) bool {
@@ -262,7 +263,7 @@ func (g *Gateway) WatchResource(ctx context.Context, server, uri string, onUpdat
 		case <-ctx.Done():
 			return nil
 		case <-c.ctx.Done():
-			return fmt.Errorf("%w: MCP server %q was removed", errUnavailable, server)
+			return errclass.Errorf(errclass.Unavailable, "MCP server %q was removed", server)
 		case <-updates:
 			if err := onUpdate(true); err != nil {
 				return err

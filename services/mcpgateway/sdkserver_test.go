@@ -90,7 +90,7 @@ func newProbeServer(t *testing.T) *probeServer {
 
 func TestProbeServer(t *testing.T) {
 	p := newProbeServer(t)
-	c, _ := startGateway(t, Options{Config: testConfig()})
+	c, _ := startGateway(t, testConfig(), Options{})
 	spec := httpSpec("probe", "pr", p.url)
 	spec.Exclude = []string{"ex*"}
 	srv := addReady(t, c, spec)
@@ -200,7 +200,7 @@ func TestHTTPAuthHeaders(t *testing.T) {
 	t.Cleanup(ts.Close)
 	env := map[string]string{"PROBE_TOKEN": "s3cret"}
 	// The operator allows both variables; MISSING_TOKEN is allowed but not set.
-	c, _ := startGateway(t, Options{Config: testConfig(), Getenv: func(k string) string { return env[k] }, Secrets: secretenv.New([]string{"PROBE_TOKEN", "MISSING_TOKEN"}, nil)})
+	c, _ := startGateway(t, testConfig(), Options{Getenv: func(k string) string { return env[k] }, Secrets: secretenv.New([]string{"PROBE_TOKEN", "MISSING_TOKEN"}, nil)})
 	spec := &pb.ServerSpec{Name: "auth", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{
 		Url: ts.URL, Headers: map[string]string{"X-Team": "kitchen"}, BearerTokenEnv: "PROBE_TOKEN",
 	}}}
@@ -228,7 +228,7 @@ func TestCollisionAcrossServers(t *testing.T) {
 	b.srv.AddTool(&mcp.Tool{Name: "b", Description: "b", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "from b"}}}, nil
 	})
-	c, _ := startGateway(t, Options{Config: testConfig()})
+	c, _ := startGateway(t, testConfig(), Options{})
 	addReady(t, c, httpSpec("first", "pr", a.url))          // "a.b" becomes pr_a_b
 	sb := addReady(t, c, httpSpec("second", "pr_a", b.url)) // "b" becomes pr_a_b too
 	var reason string

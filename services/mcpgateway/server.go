@@ -3,7 +3,6 @@ package mcpgateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -12,9 +11,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
@@ -49,38 +48,6 @@ type Server struct {
 
 // NewServer returns the gRPC service of g.
 func NewServer(g *Gateway) *Server { return &Server{g: g} }
-
-// toStatus maps gateway errors to gRPC codes; errors that already are statuses pass through.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	code := codes.Internal
-	switch {
-	case errors.Is(err, errNotFound):
-		code = codes.NotFound
-	case errors.Is(err, errAlreadyExists):
-		code = codes.AlreadyExists
-	case errors.Is(err, errExhausted):
-		code = codes.ResourceExhausted
-	case errors.Is(err, errUnavailable):
-		code = codes.Unavailable
-	case errors.Is(err, errPrecondition):
-		code = codes.FailedPrecondition
-	case errors.Is(err, errInvalid):
-		code = codes.InvalidArgument
-	case errors.Is(err, errDenied):
-		code = codes.PermissionDenied
-	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
-	}
-	return status.Error(code, err.Error())
-}
 
 // ValidateSpec checks a server spec; field paths are prefixed with field.
 func ValidateSpec(v *rpc.Violations, field string, s *pb.ServerSpec) {
@@ -237,7 +204,7 @@ func checkSpec(field string, spec *pb.ServerSpec) error {
 	var v rpc.Violations
 	ValidateSpec(&v, field, spec)
 	if err := v.Err(); err != nil {
-		return fmt.Errorf("%w: %s", errInvalid, status.Convert(err).Message())
+		return errclass.Errorf(errclass.Invalid, "%s", status.Convert(err).Message())
 	}
 	return nil
 }
@@ -251,7 +218,7 @@ func (s *Server) AddServer(ctx context.Context, req *pb.AddServerRequest) (*pb.A
 	}
 	srv, err := s.g.AddServer(ctx, req.GetSpec(), req.GetWait())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	return &pb.AddServerResponse{Server: srv}, nil
 }
@@ -266,7 +233,7 @@ func (s *Server) RemoveServer(ctx context.Context, req *pb.RemoveServerRequest) 
 	}
 	n, err := s.g.RemoveServer(ctx, req.GetName())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	return &pb.RemoveServerResponse{RemovedTools: int32(n)}, nil
 }
@@ -285,7 +252,7 @@ func (s *Server) ListTools(_ context.Context, req *pb.ListToolsRequest) (*pb.Lis
 	}
 	tools, err := s.g.Tools(req.GetServer())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	return &pb.ListToolsResponse{Tools: tools}, nil
 }
@@ -296,7 +263,7 @@ func (s *Server) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.Cal
 		return nil, err
 	}
 	resp, err := s.g.CallTool(ctx, req)
-	return resp, toStatus(err)
+	return resp, err
 }
 
 // CallToolStream implements MCPGatewayService.
@@ -328,7 +295,7 @@ func (s *Server) CallToolStream(req *pb.CallToolStreamRequest, stream pb.MCPGate
 	defer mu.Unlock()
 	ended = true
 	if err != nil {
-		return toStatus(err)
+		return err
 	}
 	return stream.Send(&pb.CallToolStreamResponse{Event: &pb.CallToolStreamResponse_Response{Response: resp}})
 }
@@ -389,7 +356,7 @@ func (s *Server) ListResources(ctx context.Context, req *pb.ListResourcesRequest
 		return nil, err
 	}
 	resp, err := s.g.ListResources(ctx, req.GetServer(), req.GetCursor())
-	return resp, toStatus(err)
+	return resp, err
 }
 
 // ReadResource implements MCPGatewayService.
@@ -403,7 +370,7 @@ func (s *Server) ReadResource(ctx context.Context, req *pb.ReadResourceRequest) 
 		return nil, err
 	}
 	resp, err := s.g.ReadResource(ctx, req.GetServer(), req.GetUri())
-	return resp, toStatus(err)
+	return resp, err
 }
 
 // ListPrompts implements MCPGatewayService.
@@ -414,7 +381,7 @@ func (s *Server) ListPrompts(ctx context.Context, req *pb.ListPromptsRequest) (*
 		return nil, err
 	}
 	resp, err := s.g.ListPrompts(ctx, req.GetServer(), req.GetCursor())
-	return resp, toStatus(err)
+	return resp, err
 }
 
 // GetPrompt implements MCPGatewayService.
@@ -429,7 +396,7 @@ func (s *Server) GetPrompt(ctx context.Context, req *pb.GetPromptRequest) (*pb.G
 		return nil, err
 	}
 	resp, err := s.g.GetPrompt(ctx, req.GetServer(), req.GetName(), req.GetArguments())
-	return resp, toStatus(err)
+	return resp, err
 }
 
 // ListResourceTemplates implements MCPGatewayService.
@@ -440,7 +407,7 @@ func (s *Server) ListResourceTemplates(ctx context.Context, req *pb.ListResource
 		return nil, err
 	}
 	resp, err := s.g.ListResourceTemplates(ctx, req.GetServer(), req.GetCursor())
-	return resp, toStatus(err)
+	return resp, err
 }
 
 // WatchResource implements MCPGatewayService.
@@ -456,7 +423,7 @@ func (s *Server) WatchResource(req *pb.WatchResourceRequest, stream pb.MCPGatewa
 	err := s.g.WatchResource(stream.Context(), req.GetServer(), req.GetUri(), func(updated bool) error {
 		return stream.Send(&pb.WatchResourceResponse{Uri: req.GetUri(), Updated: updated})
 	})
-	return toStatus(err)
+	return err
 }
 
 // AnswerElicitation implements MCPGatewayService.
@@ -470,7 +437,7 @@ func (s *Server) AnswerElicitation(ctx context.Context, req *pb.AnswerElicitatio
 		return nil, err
 	}
 	if err := s.g.elicits.answer(ctx, req.GetId(), req.GetAction(), req.GetContent()); err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	return &pb.AnswerElicitationResponse{}, nil
 }
@@ -496,5 +463,5 @@ func (s *Server) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.Com
 		return nil, err
 	}
 	resp, err := s.g.Complete(ctx, req)
-	return resp, toStatus(err)
+	return resp, err
 }

@@ -1,11 +1,11 @@
 package mcpgateway
 
 import (
+	"github.com/hermes-agent/hermes/internal/errclass"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -70,18 +70,18 @@ func (g *Gateway) checkAdd(spec *pb.ServerSpec) error {
 // checkAddLocked is checkAdd with g.mu held.
 func (g *Gateway) checkAddLocked(spec *pb.ServerSpec) error {
 	if g.closed {
-		return fmt.Errorf("%w: the gateway is shutting down", errUnavailable)
+		return errclass.Errorf(errclass.Unavailable, "the gateway is shutting down")
 	}
 	if _, ok := g.servers[spec.Name]; ok {
-		return fmt.Errorf("%w: a server named %q exists; remove it first", errAlreadyExists, spec.Name)
+		return errclass.Errorf(errclass.Exists, "a server named %q exists; remove it first", spec.Name)
 	}
 	for _, other := range g.servers {
 		if other.spec.Prefix == spec.Prefix {
-			return fmt.Errorf("%w: prefix %q is used by server %q; choose another prefix", errAlreadyExists, spec.Prefix, other.spec.Name)
+			return errclass.Errorf(errclass.Exists, "prefix %q is used by server %q; choose another prefix", spec.Prefix, other.spec.Name)
 		}
 	}
 	if len(g.servers) >= g.cfg.MaxServers {
-		return fmt.Errorf("%w: %d servers are configured, the maximum (mcpgateway.max-servers)", errExhausted, len(g.servers))
+		return errclass.Errorf(errclass.Exhausted, "%d servers are configured, the maximum (mcpgateway.max-servers)", len(g.servers))
 	}
 	return nil
 }
@@ -119,7 +119,7 @@ func (g *Gateway) RemoveServer(ctx context.Context, name string) (int, error) {
 	if g.store != nil && (!local || !c.fromFile) {
 		err := g.store.DeleteServer(ctx, name)
 		switch {
-		case errors.Is(err, errNotFound) && local:
+		case errors.Is(err, errclass.NotFound) && local:
 		case err != nil:
 			return 0, err
 		}
@@ -128,7 +128,7 @@ func (g *Gateway) RemoveServer(ctx context.Context, name string) (int, error) {
 		if g.store != nil {
 			return 0, nil
 		}
-		return 0, fmt.Errorf("%w: no server named %q", errNotFound, name)
+		return 0, errclass.Errorf(errclass.NotFound, "no server named %q", name)
 	}
 	return g.disconnect(ctx, c), nil
 }
@@ -231,7 +231,7 @@ func (g *Gateway) Tools(server string) ([]*pb.MCPTool, error) {
 	defer g.mu.Unlock()
 	if server != "" {
 		if _, ok := g.servers[server]; !ok {
-			return nil, fmt.Errorf("%w: no server named %q", errNotFound, server)
+			return nil, errclass.Errorf(errclass.NotFound, "no server named %q", server)
 		}
 	}
 	var out []*pb.MCPTool
@@ -250,7 +250,7 @@ func (g *Gateway) server(name string) (*serverConn, error) {
 	defer g.mu.Unlock()
 	c, ok := g.servers[name]
 	if !ok {
-		return nil, fmt.Errorf("%w: no server named %q", errNotFound, name)
+		return nil, errclass.Errorf(errclass.NotFound, "no server named %q", name)
 	}
 	return c, nil
 }

@@ -19,7 +19,7 @@ import (
 )
 
 func TestRequestValidation(t *testing.T) {
-	c, _ := startGateway(t, Options{Config: testConfig()})
+	c, _ := startGateway(t, testConfig(), Options{})
 	stdio := func(cmd string) *pb.ServerSpec_Stdio {
 		return &pb.ServerSpec_Stdio{Stdio: &pb.StdioTransport{Command: cmd}}
 	}
@@ -98,7 +98,7 @@ func TestRequestValidation(t *testing.T) {
 func second[T any](_ T, err error) error { return err }
 
 func TestAddRemoveAndFilters(t *testing.T) {
-	c, _ := startGateway(t, Options{Config: testConfig()})
+	c, _ := startGateway(t, testConfig(), Options{})
 	spec := everythingStdio(t, "ev", "")
 	spec.Include = []string{"get-*"}
 	spec.Exclude = []string{"get-env"}
@@ -145,7 +145,7 @@ func TestAddRemoveAndFilters(t *testing.T) {
 func TestProtocolVersion(t *testing.T) {
 	cfg := testConfig()
 	cfg.StdioAllow = append(cfg.StdioAllow, "/bin/sh")
-	c, _ := startGateway(t, Options{Config: cfg})
+	c, _ := startGateway(t, cfg, Options{})
 	t.Run("pinned", func(t *testing.T) {
 		spec := everythingStdio(t, "old", "old")
 		spec.ProtocolVersion = "2025-06-18"
@@ -193,7 +193,7 @@ func TestProtocolVersion(t *testing.T) {
 }
 
 func TestFilesystemAndMemoryServers(t *testing.T) {
-	c, _ := startGateway(t, Options{Config: testConfig()})
+	c, _ := startGateway(t, testConfig(), Options{})
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "menu.txt"), []byte("noodles\ndumplings\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -135,7 +135,7 @@ func TestServersFileAtStart(t *testing.T) {
 	}
 	cfg := testConfig()
 	cfg.ServersFile = file
-	c, g := startGateway(t, Options{Config: cfg})
+	c, g := startGateway(t, cfg, Options{})
 	if err := g.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestServersFileAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.ServersFile = bad
-	c3, g3 := startGateway(t, Options{Config: cfg})
+	c3, g3 := startGateway(t, cfg, Options{})
 	if err := g3.Start(); err != nil {
 		t.Fatalf("Start with one bad entry: %v", err)
 	}
@@ -166,7 +166,7 @@ func TestServersFileAtStart(t *testing.T) {
 	})
 
 	cfg.ServersFile = filepath.Join(t.TempDir(), "missing.json")
-	g2 := New(Options{Config: cfg})
+	g2 := New(cfg, Options{})
 	defer g2.Close()
 	if err := g2.Start(); err == nil || !strings.Contains(err.Error(), "missing.json") {
 		t.Errorf("Start with a missing file: %v", err)

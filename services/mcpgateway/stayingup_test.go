@@ -18,7 +18,7 @@ import (
 // TestSameToolsTwoServers runs the everything server twice, over stdio and over Streamable
 // HTTP, under two prefixes: the same tool names live side by side.
 func TestSameToolsTwoServers(t *testing.T) {
-	c, _ := startGateway(t, Options{Config: testConfig()})
+	c, _ := startGateway(t, testConfig(), Options{})
 	port := freePort(t)
 	startEverythingHTTP(t, port)
 	addReady(t, c, everythingStdio(t, "ev", "ev"))
@@ -54,7 +54,7 @@ func TestSameToolsTwoServers(t *testing.T) {
 // answer "unavailable" at once (not after the 20 s call timeout), another server keeps
 // working, and the killed one is reconnected and answers again.
 func TestKilledServerComesBack(t *testing.T) {
-	c, _ := startGateway(t, Options{Config: testConfig()})
+	c, _ := startGateway(t, testConfig(), Options{})
 	first := addReady(t, c, everythingStdio(t, "ev", "ev"))
 	addReady(t, c, everythingStdio(t, "other", "other"))
 	if r := call(t, c, "ev_get-sum", `{"a":1,"b":2}`); !r.GetSuccess() {
@@ -98,7 +98,7 @@ func TestKilledServerComesBack(t *testing.T) {
 func TestUnavailableIsImmediate(t *testing.T) {
 	cfg := testConfig()
 	cfg.ReconnectMin, cfg.ReconnectMax = 30*time.Second, 30*time.Second // stay down for the test
-	c, _ := startGateway(t, Options{Config: cfg})
+	c, _ := startGateway(t, cfg, Options{})
 	first := addReady(t, c, everythingStdio(t, "ev", "ev"))
 	if err := syscall.Kill(int(first.GetPid()), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestUnavailableIsImmediate(t *testing.T) {
 func TestHungServerIsReplaced(t *testing.T) {
 	cfg := testConfig()
 	cfg.PingInterval, cfg.PingTimeout = 200*time.Millisecond, 300*time.Millisecond
-	c, _ := startGateway(t, Options{Config: cfg})
+	c, _ := startGateway(t, cfg, Options{})
 	first := addReady(t, c, everythingStdio(t, "ev", "ev"))
 	pid := int(first.GetPid())
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
@@ -153,7 +153,7 @@ func TestHungServerIsReplaced(t *testing.T) {
 // TestHTTPServerRestart restarts the everything server behind a Streamable HTTP endpoint: the
 // gateway's session is gone with it, and the gateway opens a new one.
 func TestHTTPServerRestart(t *testing.T) {
-	c, _ := startGateway(t, Options{Config: testConfig()})
+	c, _ := startGateway(t, testConfig(), Options{})
 	testHTTPServerRestart(t, c)
 }
 
@@ -164,7 +164,7 @@ func TestHTTPServerRestartedAtOnce(t *testing.T) {
 	cfg := testConfig()
 	cfg.ReadyWait = 10 * time.Second
 	cfg.ReconnectMin, cfg.ReconnectMax = 500*time.Millisecond, 30*time.Second
-	c, _ := startGateway(t, Options{Config: cfg})
+	c, _ := startGateway(t, cfg, Options{})
 	port := freePort(t)
 	cmd := startEverythingHTTP(t, port)
 	addReady(t, c, httpSpec("evh", "evh", fmt.Sprintf("http://127.0.0.1:%d/mcp", port)))

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hermes-agent/hermes/internal/boltstore"
+	"github.com/hermes-agent/hermes/internal/errclass"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
@@ -16,9 +17,9 @@ import (
 // them (a tool call may reach any replica) and they survive a restart. Servers of the
 // --mcp-servers file are not stored: every replica loads the file itself.
 type ServerStore interface {
-	// CreateServer stores a spec; errAlreadyExists when the name is taken.
+	// CreateServer stores a spec; errclass.Exists when the name is taken.
 	CreateServer(ctx context.Context, spec *pb.ServerSpec) error
-	// DeleteServer removes a spec; errNotFound when there is none.
+	// DeleteServer removes a spec; errclass.NotFound when there is none.
 	DeleteServer(ctx context.Context, name string) error
 	// ListServers returns every stored spec.
 	ListServers(ctx context.Context) ([]*pb.ServerSpec, error)
@@ -26,12 +27,12 @@ type ServerStore interface {
 
 // RedisServerStore keeps specs in one Redis hash, name → protobuf spec.
 type RedisServerStore struct {
-	rdb redis.UniversalClient
+	rdb *redis.Client
 	key string
 }
 
 // NewRedisServerStore returns a store under the key prefix+"servers".
-func NewRedisServerStore(rdb redis.UniversalClient, prefix string) *RedisServerStore {
+func NewRedisServerStore(rdb *redis.Client, prefix string) *RedisServerStore {
 	return &RedisServerStore{rdb: rdb, key: prefix + "servers"}
 }
 
@@ -43,10 +44,10 @@ func (s *RedisServerStore) CreateServer(ctx context.Context, spec *pb.ServerSpec
 	}
 	ok, err := s.rdb.HSetNX(ctx, s.key, spec.GetName(), raw).Result()
 	if err != nil {
-		return fmt.Errorf("%w: redis: %w", errUnavailable, err)
+		return errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	if !ok {
-		return fmt.Errorf("%w: a server named %q exists; remove it first", errAlreadyExists, spec.GetName())
+		return errclass.Errorf(errclass.Exists, "a server named %q exists; remove it first", spec.GetName())
 	}
 	return nil
 }
@@ -55,10 +56,10 @@ func (s *RedisServerStore) CreateServer(ctx context.Context, spec *pb.ServerSpec
 func (s *RedisServerStore) DeleteServer(ctx context.Context, name string) error {
 	n, err := s.rdb.HDel(ctx, s.key, name).Result()
 	if err != nil {
-		return fmt.Errorf("%w: redis: %w", errUnavailable, err)
+		return errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: no server named %q", errNotFound, name)
+		return errclass.Errorf(errclass.NotFound, "no server named %q", name)
 	}
 	return nil
 }
@@ -67,7 +68,7 @@ func (s *RedisServerStore) DeleteServer(ctx context.Context, name string) error 
 func (s *RedisServerStore) ListServers(ctx context.Context) ([]*pb.ServerSpec, error) {
 	all, err := s.rdb.HGetAll(ctx, s.key).Result()
 	if err != nil {
-		return nil, fmt.Errorf("%w: redis: %w", errUnavailable, err)
+		return nil, errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	out := make([]*pb.ServerSpec, 0, len(all))
 	for _, v := range all {
@@ -116,7 +117,7 @@ func (s *BoltServerStore) CreateServer(_ context.Context, spec *pb.ServerSpec) e
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bServers)
 		if b.Get([]byte(spec.GetName())) != nil {
-			return fmt.Errorf("%w: a server named %q exists; remove it first", errAlreadyExists, spec.GetName())
+			return errclass.Errorf(errclass.Exists, "a server named %q exists; remove it first", spec.GetName())
 		}
 		return b.Put([]byte(spec.GetName()), raw)
 	})
@@ -127,7 +128,7 @@ func (s *BoltServerStore) DeleteServer(_ context.Context, name string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bServers)
 		if b.Get([]byte(name)) == nil {
-			return fmt.Errorf("%w: no server named %q", errNotFound, name)
+			return errclass.Errorf(errclass.NotFound, "no server named %q", name)
 		}
 		return b.Delete([]byte(name))
 	})

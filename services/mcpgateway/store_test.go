@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	"github.com/hermes-agent/hermes/internal/testenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
@@ -38,8 +39,8 @@ func TestServerStoreConformance(t *testing.T) {
 			if err := s.CreateServer(ctx, spec); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.CreateServer(ctx, spec); !errors.Is(err, errAlreadyExists) {
-				t.Errorf("second create: %v, want errAlreadyExists", err)
+			if err := s.CreateServer(ctx, spec); !errors.Is(err, errclass.Exists) {
+				t.Errorf("second create: %v, want errclass.Exists", err)
 			}
 			list, err := s.ListServers(ctx)
 			if err != nil || len(list) != 1 || list[0].GetHttp().GetUrl() != "http://127.0.0.1:1/mcp" {
@@ -48,8 +49,8 @@ func TestServerStoreConformance(t *testing.T) {
 			if err := s.DeleteServer(ctx, "a"); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.DeleteServer(ctx, "a"); !errors.Is(err, errNotFound) {
-				t.Errorf("second delete: %v, want errNotFound", err)
+			if err := s.DeleteServer(ctx, "a"); !errors.Is(err, errclass.NotFound) {
+				t.Errorf("second delete: %v, want errclass.NotFound", err)
 			}
 			if list, _ := s.ListServers(ctx); len(list) != 0 {
 				t.Errorf("after delete: %v", list)
@@ -66,8 +67,8 @@ func TestReplicasShareServers(t *testing.T) {
 	store := testRedisStore(t)
 	cfg := testConfig()
 	cfg.SyncInterval = 50 * time.Millisecond
-	a, ga := startGateway(t, Options{Config: cfg, Store: store})
-	b, gb := startGateway(t, Options{Config: cfg, Store: store})
+	a, ga := startGateway(t, cfg, Options{Store: store})
+	b, gb := startGateway(t, cfg, Options{Store: store})
 	if err := ga.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestAddedServersSurviveRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, g := startGateway(t, Options{Config: testConfig(), Store: store})
+	c, g := startGateway(t, testConfig(), Options{Store: store})
 	if err := g.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func TestAddedServersSurviveRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store2.Close() })
-	c2, g2 := startGateway(t, Options{Config: testConfig(), Store: store2})
+	c2, g2 := startGateway(t, testConfig(), Options{Store: store2})
 	if err := g2.Start(); err != nil {
 		t.Fatal(err)
 	}

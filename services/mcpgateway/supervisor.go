@@ -8,8 +8,9 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/backoff"
 
-	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
 // run is the connection's supervisor loop; it returns when the server is removed or the

@@ -2,13 +2,13 @@ package memory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	"github.com/hermes-agent/hermes/internal/model"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
@@ -18,9 +18,9 @@ import (
 // Extraction errors the consumer and the RPC tell apart.
 var (
 	// errTurnBusy: another worker is extracting the same turn right now.
-	errTurnBusy = errors.New("another worker is extracting this turn")
+	errTurnBusy = errclass.New(errclass.Conflict, "this turn is being extracted by another worker right now; retry later", nil)
 	// errNoModel: no model is configured for extraction.
-	errNoModel = errors.New("no extraction model is configured (set --model-base-url / HERMES_MODEL_BASE_URL)")
+	errNoModel = errclass.New(errclass.Precondition, "no extraction model is configured (set --model-base-url / HERMES_MODEL_BASE_URL)", nil)
 )
 
 // badReplyError is a model reply that stayed unusable after every attempt.
@@ -39,6 +39,16 @@ func (e *badReplyError) Error() string {
 }
 
 func (e *badReplyError) Unwrap() error { return e.err }
+
+// Is makes a bad reply errclass.Precondition: the configured model cannot do the job, and
+// retrying the same turn at once would not change that (a retried bug is what UNAVAILABLE
+// would invite).
+func (e *badReplyError) Is(target error) bool { return target == errclass.Precondition }
+
+// Public leaves the reply out: it is the model's text about the user's turn.
+func (e *badReplyError) Public() string {
+	return fmt.Sprintf("the extraction model's reply was unusable after %d attempts: %v", e.attempts, e.err)
+}
 
 // ExtractionSystemPrompt is the fixed contract given to the extraction model. Scripted models
 // in tests and the demo recognise extraction requests by it.
@@ -209,7 +219,7 @@ func (s *Service) extract(ctx context.Context, turn *eventsv1.TurnFinished) (*me
 	if s.beforeFinish != nil {
 		s.beforeFinish(ctx, turnID)
 	}
-	if err := s.state.FinishTurn(ctx, user, turnID, rec2, s.cfg.ExtractionRecordTTL); err != nil {
+	if err := s.state.FinishTurn(ctx, user, turnID, token, rec2, s.cfg.ExtractionRecordTTL); err != nil {
 		return nil, err
 	}
 	return resp, nil
@@ -328,7 +338,7 @@ func (s *Service) askModel(ctx context.Context, mat material) ([]rawCandidate, e
 		resp, err := s.model.Complete(cctx, req)
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("extraction model: %w", err)
+			return nil, modelErr(err)
 		}
 		items, err := parseExtraction(resp.Content)
 		if err == nil {
@@ -338,6 +348,19 @@ func (s *Service) askModel(ctx context.Context, mat material) ([]rawCandidate, e
 		s.log.WarnContext(ctx, "extraction reply is not JSON", "attempt", a, "of", attempts)
 	}
 	return nil, &badReplyError{attempts: attempts, err: lastErr, reply: last}
+}
+
+// modelErr marks a failed model call with its class: a model that is down or overloaded is
+// UNAVAILABLE; one that refuses the request (key, model name, request) is a precondition the
+// operator must fix.
+func modelErr(err error) error {
+	switch {
+	case model.Unavailable(err):
+		return errclass.Mark(errclass.Unavailable, "extraction model", err)
+	case model.StatusCode(err) >= 400:
+		return errclass.Mark(errclass.Precondition, "extraction model", err)
+	}
+	return fmt.Errorf("extraction model: %w", err)
 }
 
 // turnTime is when a turn happened: when it finished (zero when the event does not say).

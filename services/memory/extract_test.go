@@ -247,11 +247,11 @@ func TestExtractPreferenceChange(t *testing.T) {
 }
 
 func TestExtractBadReplies(t *testing.T) {
-	t.Run("not JSON is retried, then Unavailable", func(t *testing.T) {
+	t.Run("not JSON is retried, then FailedPrecondition", func(t *testing.T) {
 		mc, srv := scriptedModel(t, func(scripted.Request) scripted.Reply { return scripted.Text("I'm sorry, I cannot help with that.") })
 		h := newHarness(t, "embedded", harnessOpts{model: mc})
 		_, err := h.client.ExtractTurn(ctxT(t), &memoryv1.ExtractTurnRequest{Turn: turn("u", "s", userSays("我喜欢爬山"))})
-		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "after 2 attempts") {
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "after 2 attempts") {
 			t.Errorf("error = %v", err)
 		}
 		if n := len(srv.Requests()); n != 2 {

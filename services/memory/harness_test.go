@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/qdrant/go-client/qdrant"
+
 	"github.com/hermes-agent/hermes/internal/model"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/rpc"
@@ -141,4 +145,42 @@ func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// countUserKeys counts every record of a user in every bucket: ForgetUser must leave
+// nothing.
+func (s *BoltStore) countUserKeys(userID string) (int, error) {
+	n := 0
+	err := s.db.View(func(tx *bolt.Tx) error {
+		for _, bn := range [][]byte{bucketEpisodic, bucketSemantic, bucketBehavior, bucketHabits, bucketClaims} {
+			if err := forPrefix(tx.Bucket(bn), userKey(userID), func(_, _ []byte) error { n++; return nil }); err != nil {
+				return err
+			}
+		}
+		if tx.Bucket(bucketUsers).Get([]byte(userID)) != nil {
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// userKeyPattern is the SCAN pattern of every key of a user under prefix: ForgetUser
+// must leave nothing.
+func userKeyPattern(prefix, userID string) string { return redisKeys{prefix}.user(userID) + "*" }
+
+// claimTurn claims a turn that no one holds and returns the claim's token.
+func claimTurn(t *testing.T, st StateStore, userID, turnID string) string {
+	t.Helper()
+	rec, busy, token, err := st.ClaimTurn(ctxT(t), userID, turnID, time.Minute)
+	if err != nil || rec != nil || busy {
+		t.Fatalf("claim of %s/%s = %v %v %v", userID, turnID, rec, busy, err)
+	}
+	return token
+}
+
+// countUser counts the user's points: ForgetUser must leave nothing.
+func (s *QdrantSemantic) countUser(ctx context.Context, userID string) (uint64, error) {
+	exact := true
+	return s.c.Count(ctx, &qdrant.CountPoints{CollectionName: s.coll, Filter: userFilter(userID), Exact: &exact})
 }

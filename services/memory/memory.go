@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
@@ -40,7 +41,7 @@ const (
 
 // ErrNotFound is returned by stores for a memory that does not exist (or belongs to another
 // user, which is the same thing to the caller).
-var ErrNotFound = errors.New("memory not found")
+var ErrNotFound = errclass.New(errclass.NotFound, "memory not found (it does not exist or belongs to another user)", nil)
 
 // newID returns a random memory id in UUID form (Qdrant point ids must be UUIDs or integers).
 func newID() string {

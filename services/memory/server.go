@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -32,31 +31,6 @@ const (
 	maxIDBytes        = 128
 	maxRecallAttrKeys = 16
 )
-
-// toStatus maps a domain or backend error to the gRPC status a client can act on.
-func toStatus(err error) error {
-	var bad *badReplyError
-	switch {
-	case err == nil:
-		return nil
-	case status.Code(err) != codes.Unknown:
-		return err
-	case errors.Is(err, ErrNotFound):
-		return status.Error(codes.NotFound, "memory not found (it does not exist or belongs to another user)")
-	case errors.Is(err, errNoModel):
-		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, errTurnBusy):
-		return status.Error(codes.Aborted, "this turn is being extracted by another worker right now; retry later")
-	case errors.As(err, &bad):
-		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	default:
-		return status.Errorf(codes.Unavailable, "memory backend: %v", err)
-	}
-}
 
 // validUserID checks a user id: required, bounded, printable.
 func validUserID(v *rpc.Violations, field, id string) {
@@ -175,7 +149,7 @@ func (s *Service) Remember(ctx context.Context, req *memoryv1.RememberRequest) (
 		speaker: req.GetSpeaker(), occurredAt: optTime(req.GetOccurredAt()), followsID: req.GetFollowsId(),
 	})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	return &memoryv1.RememberResponse{Memory: res.memory, UpdatedExisting: res.updated, SupersededIds: res.superseded}, nil
 }
@@ -230,7 +204,7 @@ func (s *Service) Recall(ctx context.Context, req *memoryv1.RecallRequest) (*mem
 	p.occurredAfter, p.occurredBefore, p.refTime = optTime(req.GetOccurredAfter()), optTime(req.GetOccurredBefore()), optTime(req.GetReferenceTime())
 	out, err := s.recall(ctx, p)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	return &memoryv1.RecallResponse{Memories: out, MinSimilarity: p.minSimilarity, Embedder: s.emb.Name()}, nil
 }
@@ -264,7 +238,7 @@ func (s *Service) ListMemories(ctx context.Context, req *memoryv1.ListMemoriesRe
 		pageSize: size, after: cur,
 	})
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	return &memoryv1.ListMemoriesResponse{Memories: page, NextPageToken: next}, nil
 }
@@ -282,7 +256,7 @@ func (s *Service) Forget(ctx context.Context, req *memoryv1.ForgetRequest) (*mem
 		return nil, err
 	}
 	if err := s.forget(ctx, req.GetUserId(), req.GetMemoryId()); err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	return &memoryv1.ForgetResponse{}, nil
 }
@@ -295,7 +269,7 @@ func (s *Service) ForgetUser(ctx context.Context, req *memoryv1.ForgetUserReques
 		return nil, err
 	}
 	resp, err := s.forgetUser(ctx, req.GetUserId())
-	return resp, toStatus(err)
+	return resp, err
 }
 
 // ExtractTurn implements MemoryService.
@@ -324,7 +298,7 @@ func (s *Service) ExtractTurn(ctx context.Context, req *memoryv1.ExtractTurnRequ
 	}
 	resp, err := s.extract(ctx, turn)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	return resp, nil
 }
@@ -341,7 +315,7 @@ func (s *Service) RecordBehavior(ctx context.Context, req *memoryv1.RecordBehavi
 	}
 	resp, err := s.recordBehavior(ctx, req)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	return resp, nil
 }
@@ -361,7 +335,7 @@ func (s *Service) RunMaintenance(ctx context.Context, req *memoryv1.RunMaintenan
 	defer cancel()
 	resp, err := s.maintain(mctx, req.GetUserId())
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	return resp, nil
 }

@@ -426,7 +426,7 @@ func TestForgetUserLeavesNothing(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := h.svc.state.FinishTurn(ctxT(t), "gone", "turn-1", TurnRecord{}, time.Hour); err != nil {
+			if err := h.svc.state.FinishTurn(ctxT(t), "gone", "turn-1", claimTurn(t, h.svc.state, "gone", "turn-1"), TurnRecord{}, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			remember(t, h, &memoryv1.RememberRequest{UserId: "stays", Type: fact, Content: "another user's fact"})
@@ -441,23 +441,23 @@ func TestForgetUserLeavesNothing(t *testing.T) {
 			}
 			switch b {
 			case "embedded":
-				n, err := h.bolt.CountUserKeys("gone")
+				n, err := h.bolt.countUserKeys("gone")
 				if err != nil || n != 0 {
 					t.Errorf("bolt keeps %d records of the user (%v)", n, err)
 				}
-				if n, _ := h.bolt.CountUserKeys("stays"); n == 0 {
+				if n, _ := h.bolt.countUserKeys("stays"); n == 0 {
 					t.Errorf("the other user's records went too")
 				}
 			case "redis+qdrant":
-				if keys := h.redis.keys(UserKeyPattern(h.prefix, "gone")); len(keys) != 0 {
+				if keys := h.redis.keys(userKeyPattern(h.prefix, "gone")); len(keys) != 0 {
 					t.Errorf("Redis keeps %v", keys)
 				}
 				users := h.redis.keys(h.prefix + "users")
 				_ = users
-				if n, err := h.qs.CountUser(ctxT(t), "gone"); err != nil || n != 0 {
+				if n, err := h.qs.countUser(ctxT(t), "gone"); err != nil || n != 0 {
 					t.Errorf("Qdrant keeps %d points (%v)", n, err)
 				}
-				if n, _ := h.qs.CountUser(ctxT(t), "stays"); n != 1 {
+				if n, _ := h.qs.countUser(ctxT(t), "stays"); n != 1 {
 					t.Errorf("the other user's point count = %d", n)
 				}
 			}

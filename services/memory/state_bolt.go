@@ -10,8 +10,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// The embedded store's StateStore: behaviour counters, habits, turn claims and records, the user
-// registry, and the maintenance lock, in the same bbolt file as the tiers (store_bolt.go).
+// The embedded store's StateStore: behaviour counters, habits, turn claims and records (leases
+// in the file), the user registry, and the maintenance lock (a lease in memory: one process holds
+// the file), in the same bbolt file as the tiers (store_bolt.go).
 
 var _ StateStore = (*BoltStore)(nil)
 
@@ -97,93 +98,11 @@ func (s *BoltStore) SetHabit(_ context.Context, userID, key, memoryID string) er
 	})
 }
 
-// turnState is a stored turn claim or record.
-type turnState struct {
-	Token  string      `json:"token,omitempty"`
-	Until  time.Time   `json:"until"`
-	Record *TurnRecord `json:"record,omitempty"`
-}
-
-// ClaimTurn implements StateStore.
-func (s *BoltStore) ClaimTurn(_ context.Context, userID, turnID string, lease time.Duration) (*TurnRecord, bool, string, error) {
-	var rec *TurnRecord
-	var busy bool
-	token := randomToken()
-	now := s.now()
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketTurns)
-		k := itemKey(userID, turnID)
-		if v := b.Get(k); v != nil {
-			var st turnState
-			if err := json.Unmarshal(v, &st); err == nil && st.Until.After(now) {
-				if st.Record != nil {
-					rec = st.Record
-					return nil
-				}
-				busy = true
-				return nil
-			}
-		}
-		v, err := json.Marshal(turnState{Token: token, Until: now.Add(lease)})
-		if err != nil {
-			return err
-		}
-		return b.Put(k, v)
-	})
-	if err != nil || rec != nil || busy {
-		return rec, busy, "", err
-	}
-	return nil, false, token, nil
-}
-
-// FinishTurn implements StateStore.
-func (s *BoltStore) FinishTurn(_ context.Context, userID, turnID string, rec TurnRecord, ttl time.Duration) error {
-	v, err := json.Marshal(turnState{Until: s.now().Add(ttl), Record: &rec})
-	if err != nil {
-		return err
-	}
-	return s.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketTurns).Put(itemKey(userID, turnID), v)
-	})
-}
-
-// ReleaseTurn implements StateStore.
-func (s *BoltStore) ReleaseTurn(_ context.Context, userID, turnID, token string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketTurns)
-		k := itemKey(userID, turnID)
-		var st turnState
-		if v := b.Get(k); v != nil && json.Unmarshal(v, &st) == nil && st.Record == nil && st.Token == token {
-			return b.Delete(k)
-		}
-		return nil
-	})
-}
-
-// Lock implements StateStore. One process holds the file, so the lock is in memory.
-func (s *BoltStore) Lock(_ context.Context, name string, ttl time.Duration) (func(), bool, error) {
-	s.lkMu.Lock()
-	defer s.lkMu.Unlock()
-	now := s.now()
-	if h, ok := s.lock[name]; ok && h.until.After(now) {
-		return nil, false, nil
-	}
-	token := randomToken()
-	s.lock[name] = lockHold{token: token, until: now.Add(ttl)}
-	return func() {
-		s.lkMu.Lock()
-		defer s.lkMu.Unlock()
-		if h, ok := s.lock[name]; ok && h.token == token {
-			delete(s.lock, name)
-		}
-	}, true, nil
-}
-
 // DeleteUser implements StateStore.
 func (s *BoltStore) DeleteUser(_ context.Context, userID string) (int64, int64, error) {
 	var counters, records int64
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		for _, bn := range [][]byte{bucketBehavior, bucketHabits, bucketTurns} {
+		for _, bn := range [][]byte{bucketBehavior, bucketHabits, bucketClaims} {
 			b := tx.Bucket(bn)
 			var keys [][]byte
 			if err := forPrefix(b, userKey(userID), func(k, _ []byte) error {
@@ -200,7 +119,7 @@ func (s *BoltStore) DeleteUser(_ context.Context, userID string) (int64, int64, 
 			switch string(bn) {
 			case string(bucketBehavior):
 				counters += int64(len(keys))
-			case string(bucketTurns):
+			case string(bucketClaims):
 				records += int64(len(keys))
 			}
 		}

@@ -101,8 +101,8 @@ type StateStore interface {
 	// ClaimTurn starts processing a turn: it returns the stored record when the turn was already
 	// processed, busy when another worker holds it, or claims it for lease.
 	ClaimTurn(ctx context.Context, userID, turnID string, lease time.Duration) (rec *TurnRecord, busy bool, token string, err error)
-	// FinishTurn stores the record of a processed turn, kept for ttl.
-	FinishTurn(ctx context.Context, userID, turnID string, rec TurnRecord, ttl time.Duration) error
+	// FinishTurn stores the record of a turn claimed with token, kept for ttl.
+	FinishTurn(ctx context.Context, userID, turnID, token string, rec TurnRecord, ttl time.Duration) error
 	// ReleaseTurn gives up a claim that failed, so a redelivery can try again.
 	ReleaseTurn(ctx context.Context, userID, turnID, token string) error
 	// Lock takes a named lock for ttl; ok is false when another holder has it.

@@ -15,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/hermes-agent/hermes/internal/boltstore"
+	"github.com/hermes-agent/hermes/internal/lease"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
@@ -25,8 +26,11 @@ var (
 	bucketSemantic = []byte("semantic")
 	bucketBehavior = []byte("behavior")
 	bucketHabits   = []byte("habits")
-	bucketTurns    = []byte("turns")
+	// bucketOldTurns held the turn claims and records before they moved onto internal/lease.
+	bucketOldTurns = []byte("turns")
 	bucketUsers    = []byte("users")
+	// bucketClaims holds the turn claims and records (internal/lease), keyed by itemKey.
+	bucketClaims = []byte("turn-claims")
 )
 
 // BoltStore is the embedded (monolithic) backend: one bbolt file holding both tiers, counters,
@@ -44,16 +48,10 @@ type BoltStore struct {
 	// of commits (bbolt serializes writers anyway, so it costs no concurrency).
 	wmu sync.Mutex
 
-	lkMu sync.Mutex
-	lock map[string]lockHold
+	claims
 
 	// afterCommit, when set (tests), runs between a put's commit and its index update.
 	afterCommit func()
-}
-
-type lockHold struct {
-	token string
-	until time.Time
 }
 
 // BoltOptions tune OpenBoltStore.
@@ -80,11 +78,23 @@ func OpenBoltStore(path string, o BoltOptions) (*BoltStore, error) {
 		o.Now = time.Now
 	}
 	db, err := boltstore.Open(path, &bolt.Options{NoSync: o.NoSync},
-		bucketMeta, bucketEpisodic, bucketSemantic, bucketBehavior, bucketHabits, bucketTurns, bucketUsers)
+		bucketMeta, bucketEpisodic, bucketSemantic, bucketBehavior, bucketHabits, bucketUsers)
 	if err != nil {
 		return nil, fmt.Errorf("memory store: %w", err)
 	}
-	s := &BoltStore{db: db, now: o.Now, lock: map[string]lockHold{}}
+	turns, err := lease.NewBolt(db, string(bucketClaims))
+	if err == nil {
+		err = boltstore.DropBuckets(db, bucketOldTurns)
+	}
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("memory store: %w", err)
+	}
+	s := &BoltStore{db: db, now: o.Now, claims: claims{
+		turns:   turns,
+		turnKey: func(userID, turnID string) string { return string(itemKey(userID, turnID)) },
+		locks:   lease.NewMemory(),
+	}}
 	s.ep = &BoltTier{s: s, bucket: bucketEpisodic, ttl: o.EpisodicTTL, idx: newVectorIndex(o.Dimension)}
 	s.sem = &BoltTier{s: s, bucket: bucketSemantic, idx: newVectorIndex(o.Dimension)}
 	err = db.Update(func(tx *bolt.Tx) error {
@@ -497,24 +507,6 @@ func (t *BoltTier) SweepExpired(_ context.Context) (int64, error) {
 	for _, g := range removed {
 		t.idx.remove(g.user, g.id)
 	}
-	return n, err
-}
-
-// CountUserKeys counts every record of a user in every bucket (tests: ForgetUser must leave
-// nothing).
-func (s *BoltStore) CountUserKeys(userID string) (int, error) {
-	n := 0
-	err := s.db.View(func(tx *bolt.Tx) error {
-		for _, bn := range [][]byte{bucketEpisodic, bucketSemantic, bucketBehavior, bucketHabits, bucketTurns} {
-			if err := forPrefix(tx.Bucket(bn), userKey(userID), func(_, _ []byte) error { n++; return nil }); err != nil {
-				return err
-			}
-		}
-		if tx.Bucket(bucketUsers).Get([]byte(userID)) != nil {
-			n++
-		}
-		return nil
-	})
 	return n, err
 }
 

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
@@ -201,7 +202,7 @@ func (s *QdrantSemantic) Put(ctx context.Context, e Entry) error {
 		}},
 	})
 	if err != nil {
-		return fmt.Errorf("qdrant upsert: %w", err)
+		return errclass.Mark(errclass.Unavailable, "qdrant upsert", err)
 	}
 	return nil
 }
@@ -213,7 +214,7 @@ func (s *QdrantSemantic) Get(ctx context.Context, userID, id string) (Entry, err
 		WithPayload: qdrant.NewWithPayload(true), WithVectors: qdrant.NewWithVectors(true),
 	})
 	if err != nil {
-		return Entry{}, fmt.Errorf("qdrant get: %w", err)
+		return Entry{}, errclass.Mark(errclass.Unavailable, "qdrant get", err)
 	}
 	for _, p := range pts {
 		if u := p.GetPayload()[pfUser]; u == nil || u.GetStringValue() != userID {
@@ -238,7 +239,7 @@ func (s *QdrantSemantic) Delete(ctx context.Context, userID, id string) (bool, e
 		Points: qdrant.NewPointsSelectorFilter(userFilter(userID, qdrant.NewHasID(qdrant.NewID(id)))),
 	})
 	if err != nil {
-		return false, fmt.Errorf("qdrant delete: %w", err)
+		return false, errclass.Mark(errclass.Unavailable, "qdrant delete", err)
 	}
 	return true, nil
 }
@@ -262,7 +263,7 @@ func (s *QdrantSemantic) Search(ctx context.Context, userID string, q SearchQuer
 		// The threshold's floor depends on how many points Qdrant's IDF is over.
 		n, err := s.c.Count(ctx, &qdrant.CountPoints{CollectionName: s.coll, Exact: qdrant.PtrOf(false)})
 		if err != nil {
-			return nil, fmt.Errorf("qdrant count: %w", err)
+			return nil, errclass.Mark(errclass.Unavailable, "qdrant count", err)
 		}
 		minLex = lexicalFloor(minLex, int(n))
 	}
@@ -295,7 +296,7 @@ func (s *QdrantSemantic) Search(ctx context.Context, userID string, q SearchQuer
 	}
 	pts, err := s.c.Query(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("qdrant query: %w", err)
+		return nil, errclass.Mark(errclass.Unavailable, "qdrant query", err)
 	}
 	out := make([]Hit, 0, len(pts))
 	seen := map[string]bool{}
@@ -369,7 +370,7 @@ func (s *QdrantSemantic) scroll(ctx context.Context, f *qdrant.Filter, withVecto
 			WithPayload: qdrant.NewWithPayload(true), WithVectors: qdrant.NewWithVectors(withVectors),
 		})
 		if err != nil {
-			return fmt.Errorf("qdrant scroll: %w", err)
+			return errclass.Mark(errclass.Unavailable, "qdrant scroll", err)
 		}
 		for _, p := range pts {
 			e, err := pointEntry(p.GetId(), p.GetPayload(), p.GetVectors())
@@ -429,7 +430,7 @@ func (s *QdrantSemantic) Touch(ctx context.Context, userID string, ids []string,
 				PointsSelector: qdrant.NewPointsSelectorFilter(userFilter(userID, qdrant.NewHasID(qdrant.NewID(id)))),
 			})
 			if err != nil {
-				return false, fmt.Errorf("qdrant set payload: %w", err)
+				return false, errclass.Mark(errclass.Unavailable, "qdrant set payload", err)
 			}
 			return true, nil
 		})
@@ -440,23 +441,17 @@ func (s *QdrantSemantic) DeleteUser(ctx context.Context, userID string) (UserCou
 	exact := true
 	liveN, err := s.c.Count(ctx, &qdrant.CountPoints{CollectionName: s.coll, Filter: userFilter(userID, qdrant.NewMatchBool(pfExpired, false)), Exact: &exact})
 	if err != nil {
-		return UserCounts{}, fmt.Errorf("qdrant count: %w", err)
+		return UserCounts{}, errclass.Mark(errclass.Unavailable, "qdrant count", err)
 	}
 	all, err := s.c.Count(ctx, &qdrant.CountPoints{CollectionName: s.coll, Filter: userFilter(userID), Exact: &exact})
 	if err != nil {
-		return UserCounts{}, fmt.Errorf("qdrant count: %w", err)
+		return UserCounts{}, errclass.Mark(errclass.Unavailable, "qdrant count", err)
 	}
 	wait := true
 	if _, err := s.c.Delete(ctx, &qdrant.DeletePoints{CollectionName: s.coll, Wait: &wait, Points: qdrant.NewPointsSelectorFilter(userFilter(userID))}); err != nil {
-		return UserCounts{}, fmt.Errorf("qdrant delete: %w", err)
+		return UserCounts{}, errclass.Mark(errclass.Unavailable, "qdrant delete", err)
 	}
 	return UserCounts{Live: int64(liveN), Expired: int64(all - liveN)}, nil
-}
-
-// CountUser counts the user's points (tests: ForgetUser must leave nothing).
-func (s *QdrantSemantic) CountUser(ctx context.Context, userID string) (uint64, error) {
-	exact := true
-	return s.c.Count(ctx, &qdrant.CountPoints{CollectionName: s.coll, Filter: userFilter(userID), Exact: &exact})
 }
 
 // Ping checks that Qdrant answers (health watch).

@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
+	"github.com/hermes-agent/hermes/internal/lease"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
@@ -21,9 +22,10 @@ import (
 //	P u:<user>:mi         zset id → TTL deadline (unix ms): the user's episodic memories
 //	P u:<user>:b:<key>    zset of behaviour events (score unix ms)
 //	P u:<user>:h:<key>    string: the habit memory id of a behaviour ("pending" while claimed)
-//	P u:<user>:x:<turn>   string: turn claim "busy:<token>" or record "done:<json>"
+//	P u:<user>:t:<turn>   lease (internal/lease): the turn's claim, completed into its record (JSON)
+//	P u:<user>:x:<turn>   string: a turn record of before the leases, until its TTL ends
 //	P users               set of user ids with memories
-//	P lock:<name>         string token, PX ttl
+//	P locks:<name>        lease: a named lock (maintenance)
 //
 // <user> is the user id in unpadded base64url, so no id can break out of its namespace or
 // act as a SCAN pattern.
@@ -40,18 +42,21 @@ func (k redisKeys) behavior(userID, key string) string {
 func (k redisKeys) habit(userID, key string) string {
 	return k.user(userID) + "h:" + base64.RawURLEncoding.EncodeToString([]byte(key))
 }
+
+// turn is a turn's claim or record, a lease (internal/lease) under the prefix: the key is
+// relative to it. Records of before the leases were strings under "x:", gone after the record
+// TTL; DeleteUser still removes them.
 func (k redisKeys) turn(userID, turnID string) string {
-	return k.user(userID) + "x:" + base64.RawURLEncoding.EncodeToString([]byte(turnID))
+	return k.user(userID)[len(k.prefix):] + "t:" + base64.RawURLEncoding.EncodeToString([]byte(turnID))
 }
-func (k redisKeys) users() string           { return k.prefix + "users" }
-func (k redisKeys) lock(name string) string { return k.prefix + "lock:" + name }
+func (k redisKeys) users() string { return k.prefix + "users" }
 
 // RedisEpisodic is the episodic tier in Redis: one hash per memory with the tier's TTL, and a
 // sorted set per user listing them by TTL deadline. Similarity search loads the user's episodic
 // memories and scores them in process: the tier holds hours to days of memories, so it stays
 // small per user.
 type RedisEpisodic struct {
-	rdb  redis.UniversalClient
+	rdb  *redis.Client
 	keys redisKeys
 	ttl  time.Duration
 	dim  int
@@ -61,7 +66,7 @@ type RedisEpisodic struct {
 var _ TierStore = (*RedisEpisodic)(nil)
 
 // NewRedisEpisodic returns the episodic tier under prefix with the given TTL and dimension.
-func NewRedisEpisodic(rdb redis.UniversalClient, prefix string, ttl time.Duration, dim int) *RedisEpisodic {
+func NewRedisEpisodic(rdb *redis.Client, prefix string, ttl time.Duration, dim int) *RedisEpisodic {
 	return &RedisEpisodic{rdb: rdb, keys: redisKeys{prefix}, ttl: ttl, dim: dim, now: time.Now}
 }
 
@@ -97,7 +102,7 @@ func (s *RedisEpisodic) put(ctx context.Context, e Entry, onlyExisting bool) (bo
 	n, err := putScript.Run(ctx, s.rdb, []string{s.keys.mem(user, e.Memory.GetId()), s.keys.memIndex(user)},
 		v, s.ttl.Milliseconds(), deadline.UnixMilli(), only, e.Memory.GetId(), now.UnixMilli()).Int()
 	if err != nil {
-		return false, fmt.Errorf("redis: %w", err)
+		return false, errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	return n == 1, nil
 }
@@ -115,7 +120,7 @@ func (s *RedisEpisodic) Get(ctx context.Context, userID, id string) (Entry, erro
 		return Entry{}, ErrNotFound
 	}
 	if err != nil {
-		return Entry{}, fmt.Errorf("redis: %w", err)
+		return Entry{}, errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	return decodeEntry(v)
 }
@@ -126,7 +131,7 @@ func (s *RedisEpisodic) Delete(ctx context.Context, userID, id string) (bool, er
 	del := pipe.Del(ctx, s.keys.mem(userID, id))
 	pipe.ZRem(ctx, s.keys.memIndex(userID), id)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return false, fmt.Errorf("redis: %w", err)
+		return false, errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	return del.Val() == 1, nil
 }
@@ -136,7 +141,7 @@ func (s *RedisEpisodic) all(ctx context.Context, userID string) ([]Entry, error)
 	now := s.now()
 	ids, err := s.rdb.ZRangeByScore(ctx, s.keys.memIndex(userID), &redis.ZRangeBy{Min: "(" + unixMs(now), Max: "+inf"}).Result()
 	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
+		return nil, errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	out := make([]Entry, 0, len(ids))
 	const batch = 256
@@ -148,7 +153,7 @@ func (s *RedisEpisodic) all(ctx context.Context, userID string) ([]Entry, error)
 			cmds = append(cmds, pipe.HGet(ctx, s.keys.mem(userID, id), "e"))
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, fmt.Errorf("redis: %w", err)
+			return nil, errclass.Mark(errclass.Unavailable, "redis", err)
 		}
 		for _, c := range cmds {
 			b, err := c.Bytes()
@@ -156,7 +161,7 @@ func (s *RedisEpisodic) all(ctx context.Context, userID string) ([]Entry, error)
 				continue // expired between the index read and this one
 			}
 			if err != nil {
-				return nil, fmt.Errorf("redis: %w", err)
+				return nil, errclass.Mark(errclass.Unavailable, "redis", err)
 			}
 			e, err := decodeEntry(b)
 			if err != nil {
@@ -317,18 +322,18 @@ func (s *RedisEpisodic) DeleteUser(ctx context.Context, userID string) (UserCoun
 	}
 	keys = append(keys, s.keys.memIndex(userID))
 	if err := s.rdb.Del(ctx, keys...).Err(); err != nil {
-		return UserCounts{}, fmt.Errorf("redis: %w", err)
+		return UserCounts{}, errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	return c, nil
 }
 
-func scanKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]string, error) {
+func scanKeys(ctx context.Context, rdb *redis.Client, pattern string) ([]string, error) {
 	var out []string
 	var cursor uint64
 	for {
 		keys, next, err := rdb.Scan(ctx, cursor, pattern, 1000).Result()
 		if err != nil {
-			return nil, fmt.Errorf("redis scan: %w", err)
+			return nil, errclass.Mark(errclass.Unavailable, "redis scan", err)
 		}
 		out = append(out, keys...)
 		if next == 0 {
@@ -338,27 +343,38 @@ func scanKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([
 	}
 }
 
-// RedisState is the StateStore in Redis.
+// RedisState is the StateStore in Redis. Turn claims and locks are leases under the prefix
+// (turns at <user>t:<turn>, locks at locks:<name>).
 type RedisState struct {
-	rdb  redis.UniversalClient
+	claims
+	rdb  *redis.Client
 	keys redisKeys
 }
 
 var _ StateStore = (*RedisState)(nil)
 
 // NewRedisState returns the state store under prefix.
-func NewRedisState(rdb redis.UniversalClient, prefix string) *RedisState {
-	return &RedisState{rdb: rdb, keys: redisKeys{prefix}}
+func NewRedisState(rdb *redis.Client, prefix string) *RedisState {
+	keys := redisKeys{prefix}
+	return &RedisState{
+		claims: claims{
+			turns:   lease.NewRedis(rdb, prefix, nil),
+			turnKey: keys.turn,
+			locks:   lease.NewRedis(rdb, prefix+"locks:", nil),
+		},
+		rdb: rdb, keys: keys,
+	}
 }
 
 // AddUser implements StateStore.
 func (s *RedisState) AddUser(ctx context.Context, userID string) error {
-	return s.rdb.SAdd(ctx, s.keys.users(), userID).Err()
+	return errclass.Mark(errclass.Unavailable, "redis add user", s.rdb.SAdd(ctx, s.keys.users(), userID).Err())
 }
 
 // Users implements StateStore.
 func (s *RedisState) Users(ctx context.Context) ([]string, error) {
-	return s.rdb.SMembers(ctx, s.keys.users()).Result()
+	users, err := s.rdb.SMembers(ctx, s.keys.users()).Result()
+	return users, errclass.Mark(errclass.Unavailable, "redis users", err)
 }
 
 // countScript adds an event, trims the window, counts, and claims the habit when the count is
@@ -383,7 +399,7 @@ func (s *RedisState) CountBehavior(ctx context.Context, userID, key string, at t
 	res, err := countScript.Run(ctx, s.rdb, []string{s.keys.behavior(userID, key), s.keys.habit(userID, key)},
 		at.UnixMilli(), member, at.Add(-window).UnixMilli(), window.Milliseconds(), threshold).Slice()
 	if err != nil {
-		return 0, false, "", fmt.Errorf("redis: %w", err)
+		return 0, false, "", errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	n, _ := res[0].(int64)
 	claim, _ := res[1].(int64)
@@ -394,71 +410,9 @@ func (s *RedisState) CountBehavior(ctx context.Context, userID, key string, at t
 // SetHabit implements StateStore.
 func (s *RedisState) SetHabit(ctx context.Context, userID, key, memoryID string) error {
 	if memoryID == "" {
-		return s.rdb.Del(ctx, s.keys.habit(userID, key)).Err()
+		return errclass.Mark(errclass.Unavailable, "redis release habit", s.rdb.Del(ctx, s.keys.habit(userID, key)).Err())
 	}
-	return s.rdb.Set(ctx, s.keys.habit(userID, key), memoryID, 0).Err()
-}
-
-var claimScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v then return v end
-redis.call('SET', KEYS[1], 'busy:' .. ARGV[1], 'PX', ARGV[2])
-return ''`)
-
-// ClaimTurn implements StateStore.
-func (s *RedisState) ClaimTurn(ctx context.Context, userID, turnID string, lease time.Duration) (*TurnRecord, bool, string, error) {
-	token := randomToken()
-	v, err := claimScript.Run(ctx, s.rdb, []string{s.keys.turn(userID, turnID)}, token, lease.Milliseconds()).Text()
-	if err != nil {
-		return nil, false, "", fmt.Errorf("redis: %w", err)
-	}
-	switch {
-	case v == "":
-		return nil, false, token, nil
-	case len(v) > 5 && v[:5] == "done:":
-		var rec TurnRecord
-		if err := json.Unmarshal([]byte(v[5:]), &rec); err != nil {
-			return nil, false, "", fmt.Errorf("turn record: %w", err)
-		}
-		return &rec, false, "", nil
-	default:
-		return nil, true, "", nil
-	}
-}
-
-// FinishTurn implements StateStore.
-func (s *RedisState) FinishTurn(ctx context.Context, userID, turnID string, rec TurnRecord, ttl time.Duration) error {
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	return s.rdb.Set(ctx, s.keys.turn(userID, turnID), "done:"+string(b), ttl).Err()
-}
-
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0`)
-
-// ReleaseTurn implements StateStore.
-func (s *RedisState) ReleaseTurn(ctx context.Context, userID, turnID, token string) error {
-	return releaseScript.Run(ctx, s.rdb, []string{s.keys.turn(userID, turnID)}, "busy:"+token).Err()
-}
-
-// Lock implements StateStore.
-func (s *RedisState) Lock(ctx context.Context, name string, ttl time.Duration) (func(), bool, error) {
-	token := randomToken()
-	ok, err := s.rdb.SetNX(ctx, s.keys.lock(name), token, ttl).Result()
-	if err != nil {
-		return nil, false, fmt.Errorf("redis: %w", err)
-	}
-	if !ok {
-		return nil, false, nil
-	}
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = releaseScript.Run(ctx, s.rdb, []string{s.keys.lock(name)}, token).Err()
-	}, true, nil
+	return errclass.Mark(errclass.Unavailable, "redis set habit", s.rdb.Set(ctx, s.keys.habit(userID, key), memoryID, 0).Err())
 }
 
 // DeleteUser implements StateStore.
@@ -472,10 +426,15 @@ func (s *RedisState) DeleteUser(ctx context.Context, userID string) (int64, int6
 	if err != nil {
 		return 0, 0, err
 	}
-	turns, err := scanKeys(ctx, s.rdb, base+"x:*")
+	turns, err := scanKeys(ctx, s.rdb, base+"t:*")
 	if err != nil {
 		return 0, 0, err
 	}
+	legacy, err := scanKeys(ctx, s.rdb, base+"x:*")
+	if err != nil {
+		return 0, 0, err
+	}
+	turns = append(turns, legacy...)
 	all := append(append(append([]string{}, counters...), habits...), turns...)
 	pipe := s.rdb.TxPipeline()
 	if len(all) > 0 {
@@ -483,11 +442,7 @@ func (s *RedisState) DeleteUser(ctx context.Context, userID string) (int64, int6
 	}
 	pipe.SRem(ctx, s.keys.users(), userID)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, 0, fmt.Errorf("redis: %w", err)
+		return 0, 0, errclass.Mark(errclass.Unavailable, "redis", err)
 	}
 	return int64(len(counters)), int64(len(turns)), nil
 }
-
-// UserKeyPattern is the SCAN pattern of every key of a user under prefix (tests: ForgetUser
-// must leave nothing).
-func UserKeyPattern(prefix, userID string) string { return redisKeys{prefix}.user(userID) + "*" }

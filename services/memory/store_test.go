@@ -528,7 +528,7 @@ func TestStateStoreConformance(t *testing.T) {
 					t.Fatalf("claim after release: busy %v", busy)
 				}
 				want := TurnRecord{MemoryIDs: []string{"m1"}, Candidates: 2, At: time.Now().UTC().Truncate(time.Millisecond)}
-				if err := s.FinishTurn(ctx, "u1", "turn-1", want, time.Hour); err != nil {
+				if err := s.FinishTurn(ctx, "u1", "turn-1", tok2, want, time.Hour); err != nil {
 					t.Fatal(err)
 				}
 				got, busy, _, err := s.ClaimTurn(ctx, "u1", "turn-1", time.Minute)

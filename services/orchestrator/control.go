@@ -116,11 +116,8 @@ func (s *Service) ListTurns(ctx context.Context, req *orchestratorv1.ListTurnsRe
 		limit = defaultTurnsPage
 	}
 	turns, next, err := s.deps.Store.ListTurns(ctx, req.GetSessionId(), req.GetPageToken(), limit)
-	switch {
-	case errors.Is(err, ErrBadCursor):
-		return nil, status.Error(codes.InvalidArgument, "page_token is not valid: pass the next_page_token of a previous call")
-	case err != nil:
-		return nil, storeStatus(err)
+	if err != nil {
+		return nil, fmt.Errorf("listing turns: %w", err)
 	}
 	resp := &orchestratorv1.ListTurnsResponse{NextPageToken: next}
 	for _, t := range turns {
@@ -156,7 +153,7 @@ func (s *Service) CancelTurn(ctx context.Context, req *orchestratorv1.CancelTurn
 		return &orchestratorv1.CancelTurnResponse{Turn: withoutEvents(t)}, nil
 	}
 	if err := s.deps.Store.RequestCancel(ctx, t.GetId(), callerName(ctx, user), req.GetReason(), maxTurnTimeout); err != nil {
-		return nil, storeStatus(err)
+		return nil, fmt.Errorf("requesting the cancel: %w", err)
 	}
 	// The turn releases its session's lease when it has stored its end: wait for that.
 	wctx, cancel := context.WithTimeout(ctx, cancelWait)
@@ -192,7 +189,7 @@ func (s *Service) ownTurn(ctx context.Context, turnID, user string) (*orchestrat
 	case errors.Is(err, ErrNotFound):
 		return nil, status.Errorf(codes.NotFound, "turn %q not found (records are kept for %s)", turnID, s.cfg.TurnRetention)
 	case err != nil:
-		return nil, storeStatus(err)
+		return nil, fmt.Errorf("loading the turn: %w", err)
 	}
 	if t.GetUserId() != user {
 		return nil, status.Errorf(codes.PermissionDenied, "turn %q belongs to another user", turnID)

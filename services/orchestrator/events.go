@@ -4,14 +4,11 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"strings"
 	"sync"
-	"unicode"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -210,22 +207,4 @@ func (t *turn) finishedEvent(ctx context.Context) *eventsv1.TurnFinished {
 	propagation.TraceContext{}.Inject(ctx, carrier)
 	ev.Traceparent = carrier.Get("traceparent")
 	return ev
-}
-
-// canonicalCode is a gRPC code's canonical name ("DEADLINE_EXCEEDED"), the spelling of the
-// gRPC specification, grpcurl and every other language.
-func canonicalCode(c codes.Code) string {
-	if c == codes.Canceled {
-		return "CANCELLED" // Go spells the name "Canceled"; the specification does not
-	}
-	var b strings.Builder
-	prev := rune(0)
-	for _, r := range c.String() {
-		if unicode.IsUpper(r) && unicode.IsLower(prev) {
-			b.WriteByte('_')
-		}
-		b.WriteRune(unicode.ToUpper(r))
-		prev = r
-	}
-	return b.String()
 }

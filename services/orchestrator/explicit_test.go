@@ -173,7 +173,7 @@ func TestFillDecisionModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Service{cfg: Config{FillDecisionModel: "turn"}, deps: Deps{Model: mc}}
+	s := &Service{cfg: Config{FillDecisionModel: "turn"}, deps: Options{Model: mc}}
 	prop := json.RawMessage(`{"type":"string","description":"the restaurant"}`)
 	for _, c := range fillCases {
 		tr := &turn{s: s, text: c.msg, model: "scripted-decider"}
@@ -235,7 +235,7 @@ func BenchmarkFillDecision(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		tr := &turn{s: &Service{cfg: Config{FillDecisionModel: "turn"}, deps: Deps{Model: mc}}, text: c.msg, model: "scripted-decider"}
+		tr := &turn{s: &Service{cfg: Config{FillDecisionModel: "turn"}, deps: Options{Model: mc}}, text: c.msg, model: "scripted-decider"}
 		b.ResetTimer()
 		for range b.N {
 			if d := tr.decide(context.Background(), "restaurant_name", prop, opts); d.outcome != fillRejected || d.by != "model" {

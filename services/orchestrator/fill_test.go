@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
@@ -335,13 +334,5 @@ func sameJSON(a, b any) bool {
 		return fx == fy
 	default:
 		return a == b
-	}
-}
-
-func TestCanonicalCode(t *testing.T) {
-	for c, want := range map[codes.Code]string{codes.OK: "OK", codes.Unavailable: "UNAVAILABLE", codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.FailedPrecondition: "FAILED_PRECONDITION"} {
-		if got := canonicalCode(c); got != want {
-			t.Errorf("canonicalCode(%v) = %q, want %q", c, got, want)
-		}
 	}
 }

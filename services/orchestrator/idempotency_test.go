@@ -2,8 +2,6 @@ package orchestrator
 
 import (
 	"testing"
-
-	"google.golang.org/grpc/codes"
 )
 
 // TestCanonicalJSONRefusesTrailingData: whatever follows the value, valid JSON or not, makes
@@ -18,12 +16,5 @@ func TestCanonicalJSONRefusesTrailingData(t *testing.T) {
 		if _, err := CanonicalJSON(in); err != nil {
 			t.Errorf("CanonicalJSON(%q): %v", in, err)
 		}
-	}
-}
-
-// TestCanonicalCancelled: the specification's name, not Go's spelling.
-func TestCanonicalCancelled(t *testing.T) {
-	if got := canonicalCode(codes.Canceled); got != "CANCELLED" {
-		t.Errorf("canonicalCode(Canceled) = %q, want CANCELLED", got)
 	}
 }

@@ -207,10 +207,10 @@ func newLoop(t *testing.T, cfg Config, reply func(ctx context.Context, req model
 		return &toolsv1.ToolResult{Success: true, Output: `{"result":42}`}, nil
 	}}
 	cfg.Stream = true
-	l.svc, err = NewService(Deps{
+	l.svc, err = NewService(cfg, Options{
 		Session: l.session, Tools: l.tools, Model: l.model, Tokenizer: tok, Store: store,
 		Publish: func(_ context.Context, ev *eventsv1.TurnFinished) error { l.published <- ev; return nil },
-	}, cfg, nil)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

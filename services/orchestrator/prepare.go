@@ -41,7 +41,7 @@ func (t *turn) prepare(ctx context.Context) error {
 		var err error
 		state, err = t.s.deps.Store.TaskState(gctx, t.session)
 		if err != nil {
-			return &turnError{code: status.Code(storeStatus(err)), msg: "loading the task state: " + err.Error()}
+			return fmt.Errorf("loading the task state: %w", err)
 		}
 		return nil
 	})

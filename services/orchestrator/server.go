@@ -48,8 +48,8 @@ const (
 // PublishFunc publishes a turn.finished event; it retries until ctx ends.
 type PublishFunc func(ctx context.Context, ev *eventsv1.TurnFinished) error
 
-// Deps are the services and backends the orchestrator works with.
-type Deps struct {
+// Options are the services and backends the orchestrator works with.
+type Options struct {
 	Session sessionv1.SessionServiceClient
 	Tools   toolsv1.ToolServiceClient
 	// Memory is optional: without it turns run without recall.
@@ -67,6 +67,8 @@ type Deps struct {
 	Now func() time.Time
 	// Replica names this process in outbox claims; empty is a random name.
 	Replica string
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Model is what the orchestrator needs of a model endpoint; *model.Client is the production
@@ -83,7 +85,7 @@ type Model interface {
 // Service implements orchestratorv1.OrchestratorServiceServer.
 type Service struct {
 	orchestratorv1.UnimplementedOrchestratorServiceServer
-	deps   Deps
+	deps   Options
 	cfg    Config
 	log    *slog.Logger
 	sum    *summarizer
@@ -108,10 +110,11 @@ type Service struct {
 }
 
 // NewService returns the orchestrator.
-func NewService(deps Deps, cfg Config, log *slog.Logger) (*Service, error) {
+func NewService(cfg Config, deps Options) (*Service, error) {
 	if deps.Session == nil || deps.Tools == nil || deps.Store == nil || deps.Tokenizer == nil {
 		return nil, errors.New("orchestrator: the session and tool clients, a store and a tokenizer are required")
 	}
+	log := deps.Logger
 	if log == nil {
 		log = slog.Default()
 	}
@@ -261,8 +264,7 @@ func (s *Service) lockSession(ctx context.Context, session, turnID string) (cont
 	case err != nil && ctx.Err() != nil:
 		return nil, nil, status.FromContextError(fmt.Errorf("waiting for turn %s of session %s to finish: %w", c.Owner, session, ctx.Err())).Err()
 	case err != nil:
-		// The lease store is the backend (Redis) that failed.
-		return nil, nil, storeStatus(fmt.Errorf("taking the session's lease: %w: %w", errBackend, err))
+		return nil, nil, fmt.Errorf("taking the session's lease: %w", err)
 	}
 	turnCtx, lost := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
@@ -332,19 +334,6 @@ func validateRef(v *rpc.Violations, field, id, user string) {
 		v.Add("user_id", "is required")
 	}
 	v.MaxLen("user_id", user, maxIDBytes)
-}
-
-func storeStatus(err error) error {
-	switch {
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "request cancelled")
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
-	case errors.Is(err, errBackend):
-		return status.Errorf(codes.Unavailable, "%v", err)
-	default:
-		return status.Errorf(codes.Internal, "orchestrator store: %v", err)
-	}
 }
 
 // peerStatus re-labels another service's error with the service's name, keeping its code.

@@ -2,21 +2,21 @@ package orchestrator
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	"github.com/hermes-agent/hermes/internal/lease"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 )
 
 // ErrNotFound is returned when a turn record does not exist (or has expired).
-var ErrNotFound = errors.New("not found")
+var ErrNotFound = errclass.New(errclass.NotFound, "not found", nil)
 
 // ErrBadCursor is returned for a page token the store did not issue.
-var ErrBadCursor = errors.New("invalid page token")
+var ErrBadCursor = errclass.New(errclass.Invalid, "page_token is not valid: pass the next_page_token of a previous call", nil)
 
 // taskStateTTL is how long a session's task state outlives its last change.
 const taskStateTTL = 30 * 24 * time.Hour

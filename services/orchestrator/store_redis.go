@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	"github.com/hermes-agent/hermes/internal/lease"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
@@ -57,15 +58,14 @@ func turnMember(t *orchestratorv1.Turn) string {
 	return fmt.Sprintf("%013d:%s", t.GetStartedAt().AsTime().UnixMilli(), t.GetId())
 }
 
+// backendErr marks a Redis failure as the backend's (UNAVAILABLE); a context's end stays what
+// it is, so that a turn ended by its caller is not reported as a failed store.
 func backendErr(op string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	return fmt.Errorf("%s: %w: %w", op, errBackend, err)
+	return errclass.Mark(errclass.Unavailable, op, err)
 }
-
-// errBackend marks a store failure that is the backend's, mapped to UNAVAILABLE.
-var errBackend = errors.New("orchestrator store unavailable")
 
 // TaskState implements Store.
 func (s *RedisStore) TaskState(ctx context.Context, sid string) (TaskState, error) {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hermes-agent/hermes/internal/model"
+	"github.com/hermes-agent/hermes/internal/rpc"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
@@ -361,7 +362,10 @@ func (t *turn) finish(ctx context.Context, err error) {
 		case errors.Is(err, context.Canceled):
 			st, code, msg = orchestratorv1.TurnStatus_TURN_STATUS_CANCELLED, codes.Canceled, "the client cancelled the turn"
 		default:
-			st, code, msg = orchestratorv1.TurnStatus_TURN_STATUS_FAILED, codes.Internal, err.Error()
+			// The one mapping of errors to codes, as at the gRPC boundary: a backend's failure is
+			// UNAVAILABLE, a bug INTERNAL, neither with its cause's text.
+			s := status.Convert(rpc.Classify(ctx, t.s.log, "turn", err))
+			st, code, msg = orchestratorv1.TurnStatus_TURN_STATUS_FAILED, s.Code(), s.Message()
 		}
 		t.span.SetStatus(otelcodes.Error, msg)
 	}
@@ -375,7 +379,7 @@ func (t *turn) finish(ctx context.Context, err error) {
 		}}}
 	} else {
 		final = &orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Failed{Failed: &orchestratorv1.TurnFailed{
-			TurnId: t.id, Code: canonicalCode(code), Message: msg, Usage: usage, Steps: t.steps,
+			TurnId: t.id, Code: rpc.CodeName(code), Message: msg, Usage: usage, Steps: t.steps,
 		}}}
 	}
 	t.em.hold(final)

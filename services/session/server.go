@@ -55,45 +55,36 @@ type Service struct {
 	log   *slog.Logger
 }
 
-// NewService returns the session service over store, counting tokens with tok.
-func NewService(store Store, tok *tokenizer.Tokenizer, cfg Config, log *slog.Logger) *Service {
+// Options are the session service's dependencies.
+type Options struct {
+	// Store keeps the sessions; required.
+	Store Store
+	// Tokenizer counts the messages' tokens; required.
+	Tokenizer *tokenizer.Tokenizer
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// NewService returns the session service.
+func NewService(cfg Config, o Options) (*Service, error) {
+	if o.Store == nil || o.Tokenizer == nil {
+		return nil, errors.New("session: a store and a tokenizer are required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 	if cfg.WindowTurns <= 0 {
 		cfg.WindowTurns = 12
 	}
 	if cfg.MaxEvicted <= 0 {
 		cfg.MaxEvicted = 200
 	}
-	return &Service{store: store, tok: tok, cfg: cfg, log: log}
+	return &Service{store: o.Store, tok: o.Tokenizer, cfg: cfg, log: o.Logger}, nil
 }
 
 // newID returns a ULID: time-sortable, with 80 bits from crypto/rand so ids cannot be guessed.
 func newID(t time.Time) string {
 	return ulid.MustNew(ulid.Timestamp(t), rand.Reader).String()
-}
-
-// toStatus maps store errors to gRPC status errors.
-func toStatus(err error, sessionID string) error {
-	var conflict *ConflictError
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, ErrNotFound):
-		return status.Errorf(codes.NotFound, "session %q not found", sessionID)
-	case errors.As(err, &conflict):
-		return status.Errorf(codes.FailedPrecondition, "expected_last_seq is %d but the session's last seq is %d: another writer appended first; read the new messages and retry", conflict.Expected, conflict.Actual)
-	case errors.Is(err, ErrSummaryBehind), errors.Is(err, ErrSummaryAhead):
-		return status.Errorf(codes.FailedPrecondition, "summary not updated: %v", err)
-	case errors.Is(err, ErrBadCursor):
-		return status.Error(codes.InvalidArgument, "page_token is not valid: pass the next_page_token of a previous call")
-	case errors.Is(err, ErrBackend):
-		return status.Errorf(codes.Unavailable, "session store unavailable: %v", err)
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "request cancelled")
-	default:
-		return status.Errorf(codes.Internal, "session store: %v", err)
-	}
 }
 
 func validateIDs(v *rpc.Violations, sessionID, userID string) {
@@ -131,7 +122,7 @@ func validateMetadata(v *rpc.Violations, field string, md map[string]string) {
 func (s *Service) owned(ctx context.Context, sessionID, userID string) (*sessionv1.Session, error) {
 	sess, err := s.store.GetSession(ctx, sessionID)
 	if err != nil {
-		return nil, toStatus(err, sessionID)
+		return nil, err
 	}
 	if sess.GetUserId() != userID {
 		return nil, status.Errorf(codes.PermissionDenied, "session %q belongs to another user", sessionID)
@@ -168,7 +159,7 @@ func (s *Service) CreateSession(ctx context.Context, req *sessionv1.CreateSessio
 		State: &sessionv1.SessionState{UpdatedAt: timestamppb.New(now)},
 	}
 	if err := s.store.CreateSession(ctx, sess); err != nil {
-		return nil, toStatus(err, sess.GetId())
+		return nil, err
 	}
 	return &sessionv1.CreateSessionResponse{Session: sess}, nil
 }
@@ -205,7 +196,7 @@ func (s *Service) ListSessions(ctx context.Context, req *sessionv1.ListSessionsR
 	limit := int(orDefault(req.GetPageSize(), defaultSessionsPage))
 	list, next, err := s.store.ListSessions(ctx, req.GetUserId(), req.GetPageToken(), limit)
 	if err != nil {
-		return nil, toStatus(err, "")
+		return nil, err
 	}
 	return &sessionv1.ListSessionsResponse{Sessions: list, NextPageToken: next}, nil
 }
@@ -222,7 +213,7 @@ func (s *Service) DeleteSession(ctx context.Context, req *sessionv1.DeleteSessio
 	}
 	n, err := s.store.DeleteSession(ctx, req.GetUserId(), req.GetSessionId())
 	if err != nil {
-		return nil, toStatus(err, req.GetSessionId())
+		return nil, err
 	}
 	return &sessionv1.DeleteSessionResponse{DeletedMessages: n}, nil
 }
@@ -332,7 +323,7 @@ func (s *Service) AppendMessages(ctx context.Context, req *sessionv1.AppendMessa
 	}
 	res, err := s.store.Append(ctx, req.GetUserId(), req.GetSessionId(), items, req.ExpectedLastSeq)
 	if err != nil {
-		return nil, toStatus(err, req.GetSessionId())
+		return nil, err
 	}
 	return &sessionv1.AppendMessagesResponse{Messages: res.Messages, State: res.State, Deduplicated: int32(res.Deduplicated)}, nil
 }
@@ -369,7 +360,7 @@ func (s *Service) ListMessages(ctx context.Context, req *sessionv1.ListMessagesR
 	limit := int(orDefault(req.GetPageSize(), defaultMessagesPage))
 	msgs, err := s.store.ListMessages(ctx, req.GetSessionId(), after, limit)
 	if err != nil {
-		return nil, toStatus(err, req.GetSessionId())
+		return nil, err
 	}
 	msgs, cut := pageBySize(msgs)
 	resp := &sessionv1.ListMessagesResponse{Messages: msgs}
@@ -407,7 +398,7 @@ func (s *Service) BuildContext(ctx context.Context, req *sessionv1.BuildContextR
 	maxEvicted := int(orDefault(req.GetMaxEvicted(), int32(s.cfg.MaxEvicted)))
 	d, err := s.store.LoadContext(ctx, req.GetSessionId(), turns, maxEvicted)
 	if err != nil {
-		return nil, toStatus(err, req.GetSessionId())
+		return nil, err
 	}
 	a := assemble(d, budget, maxEvicted, func(c string) int32 { return int32(s.tok.CountMessage(c)) })
 	s.bound(a, int(orDefault(req.GetMaxMessageBytes(), defaultMessageBytes)))
@@ -483,7 +474,7 @@ func (s *Service) UpdateSummary(ctx context.Context, req *sessionv1.UpdateSummar
 	}
 	prev, err := s.store.UpdateSummary(ctx, req.GetSessionId(), sum)
 	if err != nil {
-		return nil, toStatus(err, req.GetSessionId())
+		return nil, err
 	}
 	return &sessionv1.UpdateSummaryResponse{Summary: summaryMessage(sum), PreviousThroughSeq: prev}, nil
 }
@@ -517,7 +508,7 @@ func (s *Service) SearchMessages(ctx context.Context, req *sessionv1.SearchMessa
 	limit := int(orDefault(req.GetPageSize(), defaultSearchPage))
 	res, err := s.store.Search(ctx, req.GetUserId(), terms, req.GetSessionId(), neighbors, limit)
 	if err != nil {
-		return nil, toStatus(err, req.GetSessionId())
+		return nil, err
 	}
 	out := &sessionv1.SearchMessagesResponse{}
 	for _, r := range res {

@@ -31,7 +31,11 @@ func serve(t testing.TB, store session.Store) sessionv1.SessionServiceClient {
 		t.Fatal(err)
 	}
 	srv := rpc.NewServer(rpc.ServerOptions{Logger: quiet})
-	srv.Register(&sessionv1.SessionService_ServiceDesc, session.NewService(store, tok, session.Config{WindowTurns: 12, TokenBudget: 100_000, MaxEvicted: 200}, quiet))
+	svc, err := session.NewService(session.Config{WindowTurns: 12, TokenBudget: 100_000, MaxEvicted: 200}, session.Options{Store: store, Tokenizer: tok, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Register(&sessionv1.SessionService_ServiceDesc, svc)
 	conn := testenv.Serve(t, srv)
 	return sessionv1.NewSessionServiceClient(conn)
 }

@@ -2,21 +2,35 @@ package session
 
 import (
 	"context"
-	"errors"
+	"fmt"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 )
 
-// Errors a Store returns; the server maps them to gRPC codes.
+// Errors a Store returns, each of its errclass class so that rpc.Classify answers with its code
+// and message; backend failures are marked errclass.Unavailable where the store meets Redis.
 var (
-	ErrNotFound = errors.New("session not found")
+	ErrNotFound = errclass.New(errclass.NotFound, "session not found", nil)
 	// ErrConflict: the expected last seq did not match.
-	ErrConflict = errors.New("session changed concurrently")
+	ErrConflict = errclass.New(errclass.Precondition, "session changed concurrently", nil)
 	// ErrSummaryBehind: an update covers less than the stored summary.
-	ErrSummaryBehind = errors.New("summary covers less than the stored one")
+	ErrSummaryBehind = errclass.New(errclass.Precondition, "summary not updated: it covers less than the stored one", nil)
 	// ErrSummaryAhead: an update claims to cover messages that do not exist.
-	ErrSummaryAhead = errors.New("summary covers messages that do not exist")
+	ErrSummaryAhead = errclass.New(errclass.Precondition, "summary not updated: it covers messages that do not exist", nil)
+	// ErrBadCursor is returned for a page token the store did not issue.
+	ErrBadCursor = errclass.New(errclass.Invalid, "page_token is not valid: pass the next_page_token of a previous call", nil)
 )
+
+// summaryBehind is ErrSummaryBehind with the seq the stored summary covers.
+func summaryBehind(stored int64) error {
+	return errclass.New(errclass.Precondition, fmt.Sprintf("summary not updated: the stored summary covers through seq %d", stored), ErrSummaryBehind)
+}
+
+// summaryAhead is ErrSummaryAhead with the session's last seq.
+func summaryAhead(last int64) error {
+	return errclass.New(errclass.Precondition, fmt.Sprintf("summary not updated: the session's last seq is %d", last), ErrSummaryAhead)
+}
 
 // ConflictError reports the actual last seq on ErrConflict.
 type ConflictError struct {
@@ -27,8 +41,13 @@ func (e *ConflictError) Error() string {
 	return "session changed concurrently"
 }
 
-// Unwrap makes errors.Is(err, ErrConflict) hold.
+// Unwrap makes errors.Is(err, ErrConflict) hold, and with it errclass.Precondition.
 func (e *ConflictError) Unwrap() error { return ErrConflict }
+
+// Public tells the caller both sequence numbers, so it knows what to read before retrying.
+func (e *ConflictError) Public() string {
+	return fmt.Sprintf("expected_last_seq is %d but the session's last seq is %d: another writer appended first; read the new messages and retry", e.Expected, e.Actual)
+}
 
 // Store keeps sessions and their append-only logs. Messages are stored as they arrive and never
 // changed; seq numbers are dense per session, starting at 1. Implementations must make Append

@@ -431,10 +431,10 @@ func (b *BoltStore) UpdateSummary(_ context.Context, sessionID string, sum *Summ
 		st := s.GetState()
 		prev = st.GetSummaryThroughSeq()
 		if sum.ThroughSeq < prev {
-			return fmt.Errorf("%w: the stored summary covers through seq %d", ErrSummaryBehind, prev)
+			return summaryBehind(prev)
 		}
 		if sum.ThroughSeq > st.GetLastSeq() {
-			return fmt.Errorf("%w: the session's last seq is %d", ErrSummaryAhead, st.GetLastSeq())
+			return summaryAhead(st.GetLastSeq())
 		}
 		raw, err := proto.Marshal(summaryMessage(sum))
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 )
 
@@ -29,12 +30,12 @@ import (
 // Appends and summary updates run as Lua scripts, so a batch is all or nothing and concurrent
 // appenders get dense, distinct seqs.
 type RedisStore struct {
-	rdb    redis.UniversalClient
+	rdb    *redis.Client
 	prefix string
 }
 
 // NewRedisStore returns a store using rdb with every key under prefix.
-func NewRedisStore(rdb redis.UniversalClient, prefix string) *RedisStore {
+func NewRedisStore(rdb *redis.Client, prefix string) *RedisStore {
 	return &RedisStore{rdb: rdb, prefix: prefix}
 }
 
@@ -46,11 +47,8 @@ func (r *RedisStore) indexKey(userID, term string) string {
 
 // redisErr marks backend failures so the server answers UNAVAILABLE.
 func redisErr(op string, err error) error {
-	return fmt.Errorf("redis %s: %w: %w", op, ErrBackend, err)
+	return errclass.Mark(errclass.Unavailable, "redis "+op, err)
 }
-
-// ErrBackend marks a failure of the storage backend itself (unreachable, timed out).
-var ErrBackend = errors.New("storage backend unavailable")
 
 // CreateSession implements Store.
 func (r *RedisStore) CreateSession(ctx context.Context, s *sessionv1.Session) error {
@@ -173,9 +171,6 @@ func (r *RedisStore) ListSessions(ctx context.Context, userID, cursor string, li
 	}
 	return out, next, nil
 }
-
-// ErrBadCursor is returned for a page token the store did not issue.
-var ErrBadCursor = errors.New("invalid page token")
 
 // DeleteSession implements Store.
 func (r *RedisStore) DeleteSession(ctx context.Context, userID, id string) (int64, error) {
@@ -480,9 +475,9 @@ func (r *RedisStore) UpdateSummary(ctx context.Context, sessionID string, sum *S
 	case "notfound":
 		return 0, ErrNotFound
 	case "behind":
-		return v, fmt.Errorf("%w: the stored summary covers through seq %d", ErrSummaryBehind, v)
+		return v, summaryBehind(v)
 	case "ahead":
-		return v, fmt.Errorf("%w: the session's last seq is %d", ErrSummaryAhead, v)
+		return v, summaryAhead(v)
 	}
 	return v, nil
 }

@@ -235,7 +235,7 @@ func (s *Service) executeAt(ctx context.Context, req *toolsv1.ExecuteToolRequest
 		return s.unknownTool(ctx, req.GetName())
 	}
 	if err != nil {
-		return nil, unavailable("read the tool registry", err)
+		return nil, fmt.Errorf("read the tool registry: %w", err)
 	}
 	tool := st.Tool
 	spec := tool.GetSpec()
@@ -279,7 +279,7 @@ func (s *Service) executeAt(ctx context.Context, req *toolsv1.ExecuteToolRequest
 		case err != nil && ctx.Err() != nil:
 			return nil, ctx.Err()
 		case err != nil:
-			return nil, unavailable("use the idempotency store", err)
+			return nil, fmt.Errorf("use the idempotency store: %w", err)
 		case claim.ArgsHash != hash:
 			return failure(res, toolsv1.ErrorCode_ERROR_CODE_VALIDATION, fmt.Sprintf(
 				"The idempotency key %q was already used for a call of %s with different arguments. Use a new key for a different call, or repeat the original arguments.",

@@ -311,7 +311,7 @@ func TestOutputTruncated(t *testing.T) {
 	defer srv.Close()
 	cfg := testConfig()
 	cfg.MaxOutputBytes = 1000
-	c, _ := newClient(t, Options{Config: cfg})
+	c := serve(t, newConfiguredService(t, cfg, testBoltStore(t), Options{}))
 	mustRegister(t, c, httpSpec("big", srv.URL, emptyObjectSchema))
 	res := execute(t, c, &toolsv1.ExecuteToolRequest{Name: "big", Arguments: `{}`})
 	if !res.GetSuccess() || !res.GetTruncated() || len(res.GetOutput()) > 1000 {
@@ -336,7 +336,7 @@ func TestOutputTruncated(t *testing.T) {
 		}
 	}
 	cfg.MaxResponseBytes = 30000
-	c, _ = newClient(t, Options{Config: cfg})
+	c = serve(t, newConfiguredService(t, cfg, testBoltStore(t), Options{}))
 	mustRegister(t, c, httpSpec("big", srv.URL, emptyObjectSchema))
 	if res := execute(t, c, &toolsv1.ExecuteToolRequest{Name: "big", Arguments: `{}`, MaxOutputBytes: 1 << 20}); res.GetSuccess() {
 		t.Errorf("a response over tools.max-response-bytes succeeded with max_output_bytes: truncated=%v len=%d", res.GetTruncated(), len(res.GetOutput()))

@@ -40,9 +40,10 @@ const (
 	maxSelectMaxTools = 1000
 )
 
-// Options configure a Service.
+// Options are the tool service's dependencies.
 type Options struct {
-	Config Config
+	// Store keeps the registry and the idempotency records. Required.
+	Store Store
 	// Tokenizer counts schema tokens. Required.
 	Tokenizer *tokenizer.Tokenizer
 	// Builtins are the Go tools offered; nil means NewBuiltins(Config, Egress).
@@ -79,12 +80,13 @@ type Service struct {
 	builtinExec executor
 }
 
-// NewService returns the service over store.
-func NewService(store Store, opts Options) (*Service, error) {
-	if opts.Tokenizer == nil {
-		return nil, errors.New("tools: a tokenizer is required")
+// NewService returns the tool service.
+func NewService(cfg Config, opts Options) (*Service, error) {
+	if opts.Store == nil || opts.Tokenizer == nil {
+		return nil, errors.New("tools: a store and a tokenizer are required")
 	}
-	cfg := opts.Config.withDefaults()
+	store := opts.Store
+	cfg = cfg.withDefaults()
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -125,28 +127,6 @@ func (s *Service) RegisterBuiltins(ctx context.Context) error {
 	return nil
 }
 
-func unavailable(what string, err error) error {
-	return status.Errorf(codes.Unavailable, "cannot %s: %v", what, err)
-}
-
-// boundary maps a registry or store error to a status; status errors pass through.
-func boundary(what string, err error) error {
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	var owned *OwnedError
-	if errors.As(err, &owned) {
-		if owned.Source == SourceBuiltin {
-			return status.Errorf(codes.PermissionDenied, "%q is a builtin tool; builtins cannot be replaced or removed", owned.Name)
-		}
-		return status.Errorf(codes.PermissionDenied, "tool %q is registered by source %q; only an operator may replace or remove it", owned.Name, owned.Source)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return status.FromContextError(err).Err()
-	}
-	return unavailable(what, err)
-}
-
 // RegisterTool implements ToolService.
 func (s *Service) RegisterTool(ctx context.Context, req *toolsv1.RegisterToolRequest) (*toolsv1.RegisterToolResponse, error) {
 	source := req.GetSource()
@@ -156,7 +136,7 @@ func (s *Service) RegisterTool(ctx context.Context, req *toolsv1.RegisterToolReq
 	// A name belongs to the source that registered it; only an operator replaces another's.
 	tool, changed, err := s.reg.Register(ctx, req.GetSpec(), source, auth.IsOperator(ctx))
 	if err != nil {
-		return nil, boundary("store the tool", err)
+		return nil, fmt.Errorf("store the tool: %w", err)
 	}
 	if changed {
 		s.log.InfoContext(ctx, "tool registered", "tool", tool.GetSpec().GetName(), "version", tool.GetVersion(), "source", tool.GetSource())
@@ -179,7 +159,7 @@ func (s *Service) UnregisterTool(ctx context.Context, req *toolsv1.UnregisterToo
 		if errors.Is(err, ErrNotFound) {
 			return nil, s.notFound(ctx, req.GetName())
 		}
-		return nil, boundary("delete the tool", err)
+		return nil, fmt.Errorf("delete the tool: %w", err)
 	}
 	s.log.InfoContext(ctx, "tool unregistered", "tool", req.GetName())
 	return &toolsv1.UnregisterToolResponse{}, nil
@@ -198,7 +178,7 @@ func (s *Service) GetTool(ctx context.Context, req *toolsv1.GetToolRequest) (*to
 		return nil, s.notFound(ctx, req.GetName())
 	}
 	if err != nil {
-		return nil, boundary("read the tool", err)
+		return nil, fmt.Errorf("read the tool: %w", err)
 	}
 	return &toolsv1.GetToolResponse{Tool: st.Tool}, nil
 }
@@ -241,7 +221,7 @@ func (s *Service) ListTools(ctx context.Context, req *toolsv1.ListToolsRequest) 
 	}
 	list, _, err := s.reg.List(ctx)
 	if err != nil {
-		return nil, boundary("list the tools", err)
+		return nil, fmt.Errorf("list the tools: %w", err)
 	}
 	groups, names := setOf(req.GetGroups()), setOf(req.GetNames())
 	resp := &toolsv1.ListToolsResponse{}
@@ -290,7 +270,7 @@ func (s *Service) ExecuteTool(ctx context.Context, req *toolsv1.ExecuteToolReque
 	}
 	res, err := s.execute(ctx, req)
 	if err != nil {
-		return nil, boundary("run the tool", err)
+		return nil, fmt.Errorf("run the tool: %w", err)
 	}
 	s.log.DebugContext(ctx, "tool executed", "tool", req.GetName(), "call_id", req.GetCallId(), "success", res.GetSuccess(),
 		"error", res.GetError().GetCode().String(), "attempts", res.GetAttempts(), "replayed", res.GetReplayed())
@@ -385,7 +365,7 @@ func (s *Service) SelectTools(ctx context.Context, req *toolsv1.SelectToolsReque
 	}
 	list, rev, err := s.reg.List(ctx)
 	if err != nil {
-		return nil, boundary("list the tools", err)
+		return nil, fmt.Errorf("list the tools: %w", err)
 	}
 	resp := &toolsv1.SelectToolsResponse{TotalTools: int32(len(list))}
 	byName := map[string]*toolsv1.Tool{}

@@ -194,7 +194,7 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 	store := NewRedisStore(rdb, prefix)
 	c := serve(t, newTestService(t, store, Options{}))
 	mustRegister(t, c, httpSpec("t", "http://127.0.0.1:1/", emptyObjectSchema))
-	broken := NewRedisStore(brokenRedis(), prefix)
+	broken := NewRedisStore(testenv.DownRedis(t), prefix)
 	cb := serve(t, newTestService(t, broken, Options{}))
 	ctx := ctxTimeout(t, 10*time.Second)
 	if _, err := cb.ExecuteTool(ctx, &toolsv1.ExecuteToolRequest{Name: "t"}); status.Code(err) != codes.Unavailable {

@@ -6,12 +6,10 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/hermes-agent/hermes/internal/egress"
@@ -66,11 +64,15 @@ func testConfig() Config {
 // newTestService builds a Service over store with test defaults; opts may override them.
 func newTestService(t testing.TB, store Store, opts Options) *Service {
 	t.Helper()
+	return newConfiguredService(t, testConfig(), store, opts)
+}
+
+// newConfiguredService is newTestService with cfg instead of testConfig().
+func newConfiguredService(t testing.TB, cfg Config, store Store, opts Options) *Service {
+	t.Helper()
+	opts.Store = store
 	if opts.Tokenizer == nil {
 		opts.Tokenizer = testTokenizer(t)
-	}
-	if opts.Config == (Config{}) {
-		opts.Config = testConfig()
 	}
 	if opts.Logger == nil {
 		opts.Logger = quietLogger()
@@ -78,7 +80,7 @@ func newTestService(t testing.TB, store Store, opts Options) *Service {
 	if opts.Egress == nil {
 		opts.Egress = testEgress(t)
 	}
-	svc, err := NewService(store, opts)
+	svc, err := NewService(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,17 +142,6 @@ func dur(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
 func i32(n int32) *int32 { return &n }
 
 const emptyObjectSchema = `{"type":"object"}`
-
-// brokenRedis is a client of a Redis that is not there (a port nobody listens on).
-func brokenRedis() *redis.Client {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	addr := lis.Addr().String()
-	_ = lis.Close()
-	return redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1})
-}
 
 // testEgress allows the loopback servers the tests start, as an operator would list them.
 func testEgress(t testing.TB) *egress.Policy {

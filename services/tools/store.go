@@ -2,16 +2,16 @@ package tools
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	"github.com/hermes-agent/hermes/internal/lease"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
 // ErrNotFound is returned for a tool that is not registered.
-var ErrNotFound = errors.New("tool not found")
+var ErrNotFound = errclass.New(errclass.NotFound, "tool not found", nil)
 
 // OwnedError refuses to replace or remove a tool registered by another source: a name belongs
 // to whoever registered it first (an API principal, an MCP server, the tools file, the builtins).
@@ -21,6 +21,17 @@ type OwnedError struct {
 
 func (e *OwnedError) Error() string {
 	return fmt.Sprintf("tool %q belongs to source %q", e.Name, e.Source)
+}
+
+// Is makes an OwnedError of class errclass.Denied.
+func (e *OwnedError) Is(target error) bool { return target == errclass.Denied }
+
+// Public says who owns the tool and who may replace it.
+func (e *OwnedError) Public() string {
+	if e.Source == SourceBuiltin {
+		return fmt.Sprintf("%q is a builtin tool; builtins cannot be replaced or removed", e.Name)
+	}
+	return fmt.Sprintf("tool %q is registered by source %q; only an operator may replace or remove it", e.Name, e.Source)
 }
 
 // Sources the server sets itself: the builtins, which nothing replaces, and the tools file.

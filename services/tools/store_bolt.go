@@ -46,12 +46,7 @@ func OpenBoltStore(path string) (*BoltStore, error) {
 	}
 	leases, err := lease.NewBolt(db, bucketIdempotency)
 	if err == nil {
-		err = db.Update(func(tx *bolt.Tx) error {
-			if tx.Bucket(bucketOldCalls) == nil {
-				return nil
-			}
-			return tx.DeleteBucket(bucketOldCalls)
-		})
+		err = boltstore.DropBuckets(db, bucketOldCalls)
 	}
 	if err != nil {
 		_ = db.Close()

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	"github.com/hermes-agent/hermes/internal/lease"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
@@ -23,13 +24,13 @@ import (
 //	revision     counter bumped by every registry change
 //	idem:<key>   the idempotency record of a key (internal/lease)
 type RedisStore struct {
-	rdb    redis.UniversalClient
+	rdb    *redis.Client
 	prefix string
 	leases *lease.Redis
 }
 
 // NewRedisStore returns a store whose keys all start with prefix.
-func NewRedisStore(rdb redis.UniversalClient, prefix string) *RedisStore {
+func NewRedisStore(rdb *redis.Client, prefix string) *RedisStore {
 	return &RedisStore{rdb: rdb, prefix: prefix, leases: lease.NewRedis(rdb, prefix+"idem:", nil)}
 }
 
@@ -91,7 +92,7 @@ func (s *RedisStore) PutTool(ctx context.Context, t *toolsv1.Tool, hash string, 
 	res, err := putToolScript.Run(ctx, s.rdb, []string{s.toolKey(name), s.namesKey(), s.revKey()},
 		name, spec, hash, t.GetSource(), t.GetSchemaTokens(), now.UnixNano(), boolArg(replaceOthers)).Slice()
 	if err != nil {
-		return nil, false, fmt.Errorf("store tool: %w", err)
+		return nil, false, errclass.Mark(errclass.Unavailable, "redis store tool", err)
 	}
 	if len(res) != 3 {
 		return nil, false, errors.New("store tool: unexpected script reply")
@@ -156,7 +157,7 @@ func decodeRedisTool(m map[string]string) (*StoredTool, error) {
 func (s *RedisStore) GetTool(ctx context.Context, name string) (*StoredTool, error) {
 	m, err := s.rdb.HGetAll(ctx, s.toolKey(name)).Result()
 	if err != nil {
-		return nil, fmt.Errorf("read tool: %w", err)
+		return nil, errclass.Mark(errclass.Unavailable, "redis read tool", err)
 	}
 	if len(m) == 0 || m["spec"] == "" && m["hash"] == "" {
 		return nil, ErrNotFound
@@ -168,7 +169,7 @@ func (s *RedisStore) GetTool(ctx context.Context, name string) (*StoredTool, err
 func (s *RedisStore) DeleteTool(ctx context.Context, name, source string) error {
 	res, err := deleteToolScript.Run(ctx, s.rdb, []string{s.toolKey(name), s.namesKey(), s.revKey()}, name, source).Result()
 	if err != nil {
-		return fmt.Errorf("delete tool: %w", err)
+		return errclass.Mark(errclass.Unavailable, "redis delete tool", err)
 	}
 	switch x := res.(type) {
 	case string:
@@ -197,7 +198,7 @@ func (s *RedisStore) ListTools(ctx context.Context) ([]*StoredTool, int64, error
 	}
 	names, err := s.rdb.ZRange(ctx, s.namesKey(), 0, -1).Result()
 	if err != nil {
-		return nil, 0, fmt.Errorf("list tools: %w", err)
+		return nil, 0, errclass.Mark(errclass.Unavailable, "redis list tools", err)
 	}
 	cmds := make([]*redis.MapStringStringCmd, len(names))
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -207,7 +208,7 @@ func (s *RedisStore) ListTools(ctx context.Context) ([]*StoredTool, int64, error
 		return nil
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("list tools: %w", err)
+		return nil, 0, errclass.Mark(errclass.Unavailable, "redis list tools", err)
 	}
 	out := make([]*StoredTool, 0, len(names))
 	for _, c := range cmds {
@@ -231,7 +232,7 @@ func (s *RedisStore) Revision(ctx context.Context) (int64, error) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("read registry revision: %w", err)
+		return 0, errclass.Mark(errclass.Unavailable, "redis read registry revision", err)
 	}
 	return rev, nil
 }
