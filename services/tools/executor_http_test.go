@@ -402,7 +402,9 @@ func TestNoGoroutineLeak(t *testing.T) {
 	base := settledGoroutines()
 	run()
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	if n := settledGoroutines(); n > base {
+	// A leak grows by a goroutine per call (15 calls a run); a few of slack absorb the
+	// keep-alive connections of the service's own transport, opened again after a cancel.
+	if n := settledGoroutines(); n > base+4 {
 		buf := make([]byte, 1<<16)
 		t.Errorf("goroutines grew from %d to %d:\n%s", base, n, buf[:runtime.Stack(buf, true)])
 	}
