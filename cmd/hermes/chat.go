@@ -58,6 +58,8 @@ type chatClient struct {
 
 	// last is the last turn run in this chat, for /context.
 	last *chatTurn
+	// in is the user's input while the chat runs (a tool's request for input reads it too).
+	in lineReader
 }
 
 func runChat(ctx context.Context, env *cliEnv, args []string) error {
@@ -158,6 +160,7 @@ func (c *chatClient) loop(ctx context.Context) error {
 		return err
 	}
 	defer in.Close()
+	c.in = in
 	for {
 		line, err := in.ReadLine(ctx)
 		switch {

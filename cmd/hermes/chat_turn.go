@@ -92,6 +92,11 @@ func (c *chatClient) turn(ctx context.Context, text string, sticky bool) error {
 			}
 			t.events = append(t.events, r.ev)
 			p.Event(r.ev)
+			if e := r.ev.GetToolProgress().GetElicitation(); e != nil {
+				// The tool waits for the user: ask now (the stream waits meanwhile).
+				p.Flush()
+				c.elicit(ctx, t.started().GetTurnId(), e)
+			}
 		case <-c.env.interrupts:
 			p.Flush()
 			if cancelling {
