@@ -388,6 +388,32 @@ func TestElicitationAsk(t *testing.T) {
 			t.Errorf("elicitation with nobody to ask = %v, want declined", r)
 		}
 	})
+	t.Run("two calls in flight", func(t *testing.T) {
+		// The request names no call: with another call of the server running (perhaps another
+		// user's), it is shown to nobody and declined.
+		long := make(chan error, 1)
+		started := make(chan struct{})
+		var once sync.Once
+		go func() {
+			_, err := g.CallToolProgress(ctx, &pb.CallToolRequest{Server: "ev", Tool: "trigger-long-running-operation", Arguments: `{"duration": 3, "steps": 3}`}, func(*pb.Progress) {
+				once.Do(func() { close(started) })
+			})
+			long <- err
+		}()
+		<-started
+		var asked atomic.Bool
+		r, err := g.CallToolProgress(ctx, &pb.CallToolRequest{Server: "ev", Tool: "trigger-elicitation-request", Arguments: `{}`}, func(p *pb.Progress) {
+			if p.GetElicitation() != nil {
+				asked.Store(true)
+			}
+		})
+		if err != nil || asked.Load() || !strings.Contains(strings.ToLower(r.GetOutput()), "decline") {
+			t.Errorf("elicitation with two calls in flight = %v, %v (shown %v), want declined, shown to nobody", r, err, asked.Load())
+		}
+		if err := <-long; err != nil {
+			t.Errorf("the long call: %v", err)
+		}
+	})
 	t.Run("nobody answers", func(t *testing.T) {
 		var asked atomic.Bool
 		r, err := g.CallToolProgress(ctx, &pb.CallToolRequest{Server: "ev", Tool: "trigger-elicitation-request", Arguments: `{}`}, func(p *pb.Progress) {

@@ -55,12 +55,10 @@ func newElicitHub(relay ElicitRelay) *elicitHub {
 	return &elicitHub{relay: relay, pending: map[string]chan elicitAnswer{}}
 }
 
-// ask shows the request to the callers of conn's calls in flight and waits for an answer. It
-// reports false when nobody waits for a call of conn, so nobody could answer.
+// ask shows the request to the caller of conn's call in flight and waits for an answer. It
+// reports false when nobody can answer: no call of conn in flight with someone waiting for it,
+// or more than one (the request names none, so it is not shown to a caller it may not be for).
 func (h *elicitHub) ask(ctx context.Context, c *serverConn, p *mcp.ElicitParams, msg string, wait time.Duration) (*mcp.ElicitResult, bool) {
-	if !c.g.progress.waiting(c) {
-		return nil, false
-	}
 	var raw [16]byte
 	_, _ = rand.Read(raw[:])
 	id := hex.EncodeToString(raw[:])
@@ -87,8 +85,10 @@ func (h *elicitHub) ask(ctx context.Context, c *serverConn, p *mcp.ElicitParams,
 	} else if s, err := json.Marshal(p.RequestedSchema); err == nil && p.RequestedSchema != nil {
 		e.RequestedSchema = string(s)
 	}
+	if !c.g.progress.tell(c, "the server asks for input: "+msg, e) {
+		return nil, false
+	}
 	c.g.log.Info("MCP server asked for user input (elicitation); passed to the caller", "server", c.spec.GetName(), "elicitation", id, "message", abbreviate(msg, 200))
-	c.g.progress.broadcastElicitation(c, "the server asks for input: "+msg, e)
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {

@@ -58,7 +58,7 @@ func (c *serverConn) clientOptions() *mcp.ClientOptions {
 			c.serverLog(ctx, r.Params)
 		},
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-			c.g.progress.deliver(r.Params.ProgressToken, r.Params.Progress, r.Params.Total, r.Params.Message)
+			c.g.progress.deliver(c, r.Params.ProgressToken, r.Params.Progress, r.Params.Total, r.Params.Message)
 		},
 		ElicitationHandler: func(ctx context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			return c.elicit(ctx, r.Params), nil
@@ -258,18 +258,19 @@ func (c *serverConn) sideNotification(method string, params json.RawMessage) {
 	}
 	var p mcp.ProgressNotificationParams
 	if json.Unmarshal(params, &p) == nil {
-		c.g.progress.deliver(p.ProgressToken, p.Progress, p.Total, p.Message)
+		c.g.progress.deliver(c, p.ProgressToken, p.Progress, p.Total, p.Message)
 	}
 }
 
-// progressHub routes progress notifications to the call that sent the token.
+// progressHub routes progress notifications to the call that sent the token, and knows the
+// calls in flight of each server (with or without a progress receiver).
 type progressHub struct {
 	mu    sync.Mutex // guards next and calls
 	next  int64
 	calls map[string]*progressSink
 }
 
-// progressSink is one call's progress receiver.
+// progressSink is one call in flight and its progress receiver (nil: nobody waits for it).
 type progressSink struct {
 	conn *serverConn
 	fn   func(*pb.Progress)
@@ -278,34 +279,36 @@ type progressSink struct {
 
 func newProgressHub() *progressHub { return &progressHub{calls: map[string]*progressSink{}} }
 
-// register returns a new progress token for a call of conn whose progress goes to fn, and the
-// function that unregisters it. A nil fn registers nothing and returns an empty token.
+// register records a call of conn in flight and returns its progress token (empty for a nil
+// fn: the server is sent none) and the function that unregisters it.
 func (h *progressHub) register(conn *serverConn, fn func(*pb.Progress)) (string, func()) {
-	if fn == nil {
-		return "", func() {}
-	}
 	h.mu.Lock()
 	h.next++
 	token := "hermes-progress-" + strconv.FormatInt(h.next, 10)
 	h.calls[token] = &progressSink{conn: conn, fn: fn, last: -1}
 	h.mu.Unlock()
-	return token, func() {
+	sent := token
+	if fn == nil {
+		sent = ""
+	}
+	return sent, func() {
 		h.mu.Lock()
 		delete(h.calls, token)
 		h.mu.Unlock()
 	}
 }
 
-// deliver passes a progress notification on; unknown tokens and progress that goes backwards
-// (the spec requires it to increase) are dropped.
-func (h *progressHub) deliver(token any, progress, total float64, msg string) {
+// deliver passes a progress notification of conn on; unknown tokens, tokens of another
+// server's calls (tokens are guessable) or of calls nobody waits for, and progress that goes
+// backwards (the spec requires it to increase) are dropped.
+func (h *progressHub) deliver(conn *serverConn, token any, progress, total float64, msg string) {
 	t, ok := token.(string)
 	if !ok {
 		return
 	}
 	h.mu.Lock()
 	s := h.calls[t]
-	if s == nil || progress < s.last {
+	if s == nil || s.conn != conn || s.fn == nil || progress < s.last {
 		h.mu.Unlock()
 		return
 	}
@@ -314,39 +317,35 @@ func (h *progressHub) deliver(token any, progress, total float64, msg string) {
 	s.fn(&pb.Progress{Progress: progress, Total: total, Message: CleanText(msg, "text/plain", CleanOptions{MaxBytes: 500}).Text})
 }
 
-// broadcast tells every call of conn in flight what the server did (sampling, elicitation),
-// so whoever waits for the call sees it.
+// broadcast tells the caller of conn's call what the server did (sampling, elicitation).
 func (h *progressHub) broadcast(conn *serverConn, msg string) {
-	h.broadcastElicitation(conn, msg, nil)
+	h.tell(conn, msg, nil)
 }
 
-// waiting reports whether a call of conn is in flight with someone waiting for its progress.
-func (h *progressHub) waiting(conn *serverConn) bool {
+// tell passes what the server did, and a request for user input (e, may be nil), to whoever
+// waits for conn's call, and reports whether someone got it. A server's request names no call,
+// so it goes to a caller only when conn has one call in flight: with two, it may be the other
+// call's — another user's — and telling the wrong one would show them its text, and let them
+// answer it.
+func (h *progressHub) tell(conn *serverConn, msg string, e *pb.Elicitation) bool {
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	var only *progressSink
 	for _, s := range h.calls {
-		if s.conn == conn {
-			return true
+		if s.conn != conn {
+			continue
 		}
-	}
-	return false
-}
-
-// broadcastElicitation is broadcast with a request for user input attached (e may be nil).
-func (h *progressHub) broadcastElicitation(conn *serverConn, msg string, e *pb.Elicitation) {
-	type target struct {
-		fn   func(*pb.Progress)
-		last float64
-	}
-	h.mu.Lock()
-	var targets []target
-	for _, s := range h.calls {
-		if s.conn == conn {
-			targets = append(targets, target{s.fn, max(s.last, 0)})
+		if only != nil {
+			h.mu.Unlock()
+			return false
 		}
+		only = s
 	}
+	if only == nil || only.fn == nil {
+		h.mu.Unlock()
+		return false
+	}
+	fn, last := only.fn, max(only.last, 0)
 	h.mu.Unlock()
-	for _, t := range targets {
-		t.fn(&pb.Progress{Progress: t.last, Message: strings.TrimSpace(msg), Elicitation: e})
-	}
+	fn(&pb.Progress{Progress: last, Message: strings.TrimSpace(msg), Elicitation: e})
+	return true
 }

@@ -47,19 +47,35 @@ func TestRateLimit(t *testing.T) {
 
 func TestProgressHub(t *testing.T) {
 	h := newProgressHub()
+	c, other := &serverConn{}, &serverConn{}
 	var got []float64
-	token, done := h.register(nil, func(p *pb.Progress) { got = append(got, p.GetProgress()) })
-	h.deliver(token, 1, 3, "a")
-	h.deliver(token, 0.5, 3, "backwards") // dropped: progress must increase
-	h.deliver("unknown", 2, 3, "")        // dropped: not a call's token
-	h.deliver(7, 2, 3, "")                // dropped: not a string token
-	h.deliver(token, 2, 3, "b")
-	done()
-	h.deliver(token, 3, 3, "after the call") // dropped: the call ended
-	if !cmp.Equal(got, []float64{1, 2}) {
-		t.Errorf("delivered %v, want [1 2]", got)
+	var told []string
+	token, done := h.register(c, func(p *pb.Progress) {
+		got = append(got, p.GetProgress())
+		told = append(told, p.GetMessage())
+	})
+	h.deliver(c, token, 1, 3, "a")
+	h.deliver(c, token, 0.5, 3, "backwards") // dropped: progress must increase
+	h.deliver(c, "unknown", 2, 3, "")        // dropped: not a call's token
+	h.deliver(c, 7, 2, 3, "")                // dropped: not a string token
+	h.deliver(other, token, 2, 3, "spoofed") // dropped: another server's call
+	h.deliver(c, token, 2, 3, "b")
+	if !h.tell(c, "asked", nil) || h.tell(other, "asked other", nil) {
+		t.Error("tell: the only call of c was not told, or a call of another server was")
 	}
-	if tok, _ := h.register(nil, nil); tok != "" {
-		t.Errorf("a call nobody listens to got token %q", tok)
+	// A second call of c in flight, which nobody waits for: a server's request could be
+	// either's, so nobody is told.
+	silent, quiet := h.register(c, nil)
+	if silent != "" {
+		t.Errorf("a call nobody listens to got token %q", silent)
+	}
+	if h.tell(c, "ambiguous", nil) {
+		t.Error("told a caller while two calls of the server were in flight")
+	}
+	quiet()
+	done()
+	h.deliver(c, token, 3, 3, "after the call") // dropped: the call ended
+	if !cmp.Equal(got, []float64{1, 2, 2}) || !cmp.Equal(told, []string{"a", "b", "asked"}) {
+		t.Errorf("delivered %v %q, want [1 2 2] [a b asked]", got, told)
 	}
 }
