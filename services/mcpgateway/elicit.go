@@ -25,8 +25,13 @@ import (
 // random bits, sent only to the callers that wait. The answer may reach any replica; an
 // ElicitRelay carries it to the one that holds the request.
 
-// maxElicitContent caps an answer's content.
-const maxElicitContent = 64 << 10
+// Limits of what passes through: an answer's content (from the user), and the form's schema
+// and URL (from the server) shown to the user; a request over them is declined.
+const (
+	maxElicitContent = 64 << 10
+	maxElicitSchema  = 16 << 10
+	maxElicitURL     = 2 << 10
+)
 
 // ElicitRelay carries elicitation answers between gateway replicas.
 type ElicitRelay interface {
@@ -72,7 +77,13 @@ func (h *elicitHub) ask(ctx context.Context, c *serverConn, p *mcp.ElicitParams,
 		h.mu.Unlock()
 	}()
 	if h.relay != nil {
-		stop, err := h.relay.Listen(id, func(action, content string) error { return h.deliver(id, action, content) })
+		stop, err := h.relay.Listen(id, func(action, content string) error {
+			a, err := parseElicitAnswer(action, content)
+			if err != nil {
+				return err
+			}
+			return h.deliver(id, a)
+		})
 		if err != nil {
 			c.g.log.Warn("elicitation answers from other replicas will not arrive", "server", c.spec.GetName(), "error", err)
 		} else {
@@ -81,8 +92,14 @@ func (h *elicitHub) ask(ctx context.Context, c *serverConn, p *mcp.ElicitParams,
 	}
 	e := &pb.Elicitation{Id: id, Server: c.spec.GetName(), Message: msg, ExpiresAt: timestamppb.New(time.Now().Add(wait))}
 	if p.Mode == "url" {
+		if len(p.URL) > maxElicitURL {
+			return nil, false
+		}
 		e.Url = p.URL
 	} else if s, err := json.Marshal(p.RequestedSchema); err == nil && p.RequestedSchema != nil {
+		if len(s) > maxElicitSchema {
+			return nil, false
+		}
 		e.RequestedSchema = string(s)
 	}
 	if !c.g.progress.tell(c, "the server asks for input: "+msg, e) {
@@ -105,22 +122,19 @@ func (h *elicitHub) ask(ctx context.Context, c *serverConn, p *mcp.ElicitParams,
 
 // answer delivers an answer to the request id, here or through the relay.
 func (h *elicitHub) answer(ctx context.Context, id, action, content string) error {
-	if _, err := parseElicitAnswer(action, content); err != nil {
+	a, err := parseElicitAnswer(action, content)
+	if err != nil {
 		return err
 	}
-	err := h.deliver(id, action, content)
+	err = h.deliver(id, a)
 	if errors.Is(err, errclass.NotFound) && h.relay != nil {
 		return h.relay.Forward(ctx, id, action, content)
 	}
 	return err
 }
 
-// deliver hands an answer to the request id waiting on this replica.
-func (h *elicitHub) deliver(id, action, content string) error {
-	a, err := parseElicitAnswer(action, content)
-	if err != nil {
-		return err
-	}
+// deliver hands a checked answer to the request id waiting on this replica.
+func (h *elicitHub) deliver(id string, a elicitAnswer) error {
 	h.mu.Lock()
 	ch, ok := h.pending[id]
 	h.mu.Unlock()

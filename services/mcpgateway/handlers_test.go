@@ -1,10 +1,14 @@
 package mcpgateway
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
@@ -77,5 +81,35 @@ func TestProgressHub(t *testing.T) {
 	h.deliver(c, token, 3, 3, "after the call") // dropped: the call ended
 	if !cmp.Equal(got, []float64{1, 2, 2}) || !cmp.Equal(told, []string{"a", "b", "asked"}) {
 		t.Errorf("delivered %v %q, want [1 2 2] [a b asked]", got, told)
+	}
+}
+
+// TestElicitLimits: a server's form schema or URL over its limit is not shown to the caller;
+// the request is declined instead.
+func TestElicitLimits(t *testing.T) {
+	g := New(testConfig(), Options{Logger: testLogger(t)})
+	defer g.Close()
+	c := &serverConn{g: g, spec: &pb.ServerSpec{Name: "big"}}
+	var shown int
+	_, done := g.progress.register(c, func(p *pb.Progress) {
+		if p.GetElicitation() != nil {
+			shown++
+		}
+	})
+	defer done()
+	props := map[string]any{}
+	for i := range 2000 {
+		props[fmt.Sprintf("field_%04d", i)] = map[string]any{"type": "string", "description": strings.Repeat("x", 10)}
+	}
+	for _, p := range []*mcp.ElicitParams{
+		{Message: "a huge form", RequestedSchema: map[string]any{"type": "object", "properties": props}},
+		{Message: "a huge URL", Mode: "url", URL: "https://example.com/?" + strings.Repeat("a", maxElicitURL)},
+	} {
+		if r, ok := g.elicits.ask(context.Background(), c, p, p.Message, time.Second); ok {
+			t.Errorf("%s: asked, got %v; want declined", p.Message, r)
+		}
+	}
+	if shown != 0 {
+		t.Errorf("%d oversized requests reached the caller", shown)
 	}
 }

@@ -209,9 +209,10 @@ const conversationGap = 30 * time.Minute
 // conversation: the memory it names as the one it follows (Memory.follows_id, set when it was
 // written), else — for memories written without a link — the hit of the same session that
 // happened last before it, at most conversationGap earlier (memories that happened at the same
-// moment are ordered by when they were written). In a conversation the turn that answers a question is the one after it, and it
-// often shares few words with the question that a later query repeats. Only hits lend and
-// borrow, so a memory sharing no word with the query gets nothing and lends nothing.
+// moment are ordered by when they were written). In a conversation the turn that answers a
+// question is the one after it, and it often shares few words with the question that a later
+// query repeats. Only hits lend and borrow, so a memory sharing no word with the query gets
+// nothing and lends nothing.
 func contextBoost(hits []tierHit, w float64) []float64 {
 	boost := make([]float64, len(hits))
 	if w <= 0 || len(hits) < 2 {

@@ -154,6 +154,11 @@ func TestUsersStayWithTheirOwnData(t *testing.T) {
 				_, err := mem.RunMaintenance(as(aliceKey), &memoryv1.RunMaintenanceRequest{})
 				return err
 			}, codes.PermissionDenied},
+			{"answer an MCP server's request for input at the gateway (past the turn's owner check)", func() error {
+				gw := mcpgatewayv1.NewMCPGatewayServiceClient(s.conn("mcpgateway"))
+				_, err := gw.AnswerElicitation(as(aliceKey), &mcpgatewayv1.AnswerElicitationRequest{Id: "0123456789abcdef0123456789abcdef", Action: "accept", Content: `{"name":"alice"}`})
+				return err
+			}, codes.PermissionDenied},
 			{"honest: append and read her own", func() error {
 				if _, err := sessions.AppendMessages(as(aliceKey), &sessionv1.AppendMessagesRequest{SessionId: aliceID, Messages: []*sessionv1.NewMessage{{Role: sessionv1.Role_ROLE_USER, Content: "hello", Sticky: true}}}); err != nil {
 					return err
