@@ -31,6 +31,9 @@ const (
 	maxElicitContent = 64 << 10
 	maxElicitSchema  = 16 << 10
 	maxElicitURL     = 2 << 10
+	// maxElicitPending is the most requests of one server waiting for answers at once; each
+	// holds a subscription and reaches the caller past the progress rate limit.
+	maxElicitPending = 4
 )
 
 // ElicitRelay carries elicitation answers between gateway replicas.
@@ -52,28 +55,38 @@ type elicitAnswer struct {
 type elicitHub struct {
 	relay ElicitRelay // nil: answers reach only this replica
 
-	mu      sync.Mutex                   // guards pending
+	mu      sync.Mutex                   // guards pending and perConn
 	pending map[string]chan elicitAnswer // id → the waiting request (capacity one)
+	perConn map[*serverConn]int          // waiting requests per server connection
 }
 
 func newElicitHub(relay ElicitRelay) *elicitHub {
-	return &elicitHub{relay: relay, pending: map[string]chan elicitAnswer{}}
+	return &elicitHub{relay: relay, pending: map[string]chan elicitAnswer{}, perConn: map[*serverConn]int{}}
 }
 
 // ask shows the request to the caller of conn's call in flight and waits for an answer. It
 // reports false when nobody can answer: no call of conn in flight with someone waiting for it,
-// or more than one (the request names none, so it is not shown to a caller it may not be for).
+// or more than one (the request names none, so it is not shown to a caller it may not be for),
+// or maxElicitPending of the server's requests waiting already.
 func (h *elicitHub) ask(ctx context.Context, c *serverConn, p *mcp.ElicitParams, msg string, wait time.Duration) (*mcp.ElicitResult, bool) {
 	var raw [16]byte
 	_, _ = rand.Read(raw[:])
 	id := hex.EncodeToString(raw[:])
 	ch := make(chan elicitAnswer, 1)
 	h.mu.Lock()
+	if h.perConn[c] >= maxElicitPending {
+		h.mu.Unlock()
+		return nil, false
+	}
 	h.pending[id] = ch
+	h.perConn[c]++
 	h.mu.Unlock()
 	defer func() {
 		h.mu.Lock()
 		delete(h.pending, id)
+		if h.perConn[c]--; h.perConn[c] <= 0 {
+			delete(h.perConn, c)
+		}
 		h.mu.Unlock()
 	}()
 	if h.relay != nil {

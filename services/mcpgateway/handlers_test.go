@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,5 +112,36 @@ func TestElicitLimits(t *testing.T) {
 	}
 	if shown != 0 {
 		t.Errorf("%d oversized requests reached the caller", shown)
+	}
+}
+
+// TestElicitPendingLimit: a server cannot keep more than maxElicitPending requests waiting;
+// the next is declined without reaching the caller.
+func TestElicitPendingLimit(t *testing.T) {
+	g := New(testConfig(), Options{Logger: testLogger(t)})
+	defer g.Close()
+	c := &serverConn{g: g, spec: &pb.ServerSpec{Name: "many"}}
+	shown := make(chan string, 2*maxElicitPending)
+	_, done := g.progress.register(c, func(p *pb.Progress) {
+		if e := p.GetElicitation(); e != nil {
+			shown <- e.GetId()
+		}
+	})
+	defer done()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range maxElicitPending {
+		wg.Go(func() { g.elicits.ask(ctx, c, &mcp.ElicitParams{Message: "q"}, "q", time.Minute) })
+	}
+	for range maxElicitPending {
+		<-shown // each waiting request reached the caller
+	}
+	if r, ok := g.elicits.ask(ctx, c, &mcp.ElicitParams{Message: "one more"}, "one more", time.Minute); ok {
+		t.Errorf("request %d: asked (%v), want declined", maxElicitPending+1, r)
+	}
+	cancel()
+	wg.Wait()
+	if _, ok := g.elicits.ask(context.Background(), c, &mcp.ElicitParams{Message: "later"}, "later", time.Millisecond); !ok {
+		t.Error("once the others ended, a request was not asked")
 	}
 }

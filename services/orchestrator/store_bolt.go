@@ -367,9 +367,9 @@ func (s *BoltStore) ListTurns(_ context.Context, sid, cursor string, limit int) 
 // DeleteSession implements Store.
 func (s *BoltStore) DeleteSession(_ context.Context, sid string) error {
 	err := s.group.Update(func(tx *bolt.Tx) error {
-		s.cacheTask(sid, TaskState{}, false)
 		return tx.Bucket(bucketTasks).Delete([]byte(sid))
 	})
+	// After the commit, so a FinishTurn committed with it cannot leave its state cached.
 	s.cacheTask(sid, TaskState{}, false)
 	return err
 }
