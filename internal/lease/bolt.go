@@ -20,6 +20,9 @@ type Bolt struct {
 	bucket []byte
 	hub    hub
 	now    func() time.Time
+	// held, when set, keeps the leases that are held (not done) in memory; the file then holds
+	// only records (NewBoltRecords).
+	held *Memory
 }
 
 // NewBolt returns a store in bucket of db, creating the bucket.
@@ -32,6 +35,21 @@ func NewBolt(db *bolt.DB, bucket string) (*Bolt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lease bucket %s: %w", bucket, err)
 	}
+	return b, nil
+}
+
+// NewBoltRecords returns a store that keeps held leases in memory and only completed records in
+// bucket of db: for claims that need not outlive the process — one left by a crash would only
+// delay the restarted process's own retry — whose records must. A claim and its record then
+// cost one write (the record) instead of two, and renewals and releases none. Held entries that
+// NewBolt wrote to the bucket are ignored.
+func NewBoltRecords(db *bolt.DB, bucket string) (*Bolt, error) {
+	b, err := NewBolt(db, bucket)
+	if err != nil {
+		return nil, err
+	}
+	b.held = NewMemory()
+	b.held.now = func() time.Time { return b.now() }
 	return b, nil
 }
 
@@ -99,9 +117,12 @@ func blocking(e boltEntry, owner string, now int64) (Claim, bool) {
 
 // Acquire implements Store. A key held by another owner or done is answered from a read-only
 // transaction, so waiters cost no writes.
-func (b *Bolt) Acquire(_ context.Context, key, owner string, data []byte, ttl time.Duration) (Claim, error) {
+func (b *Bolt) Acquire(ctx context.Context, key, owner string, data []byte, ttl time.Duration) (Claim, error) {
 	if err := check(key, owner, ttl); err != nil {
 		return Claim{}, err
+	}
+	if b.held != nil {
+		return b.acquireHeld(ctx, key, owner, data, ttl)
 	}
 	var out Claim
 	var found bool
@@ -132,6 +153,32 @@ func (b *Bolt) Acquire(_ context.Context, key, owner string, data []byte, ttl ti
 	return out, nil
 }
 
+// acquireHeld is Acquire of a NewBoltRecords store. The record is looked for after the lease is
+// taken: Complete writes it before it lets the lease go, so whoever takes the lease next sees it.
+func (b *Bolt) acquireHeld(ctx context.Context, key, owner string, data []byte, ttl time.Duration) (Claim, error) {
+	c, err := b.held.Acquire(ctx, key, owner, data, ttl)
+	if err != nil || c.State != Acquired {
+		return c, err
+	}
+	var rec Claim
+	var found bool
+	err = b.db.View(func(tx *bolt.Tx) error {
+		now := b.now().UnixNano()
+		if e, ok := b.live(tx.Bucket(b.bucket), key, now); ok && e.done {
+			rec, found = blocking(e, owner, now)
+		}
+		return nil
+	})
+	if err != nil || found {
+		_, _ = b.held.Release(ctx, key, owner)
+		if err != nil {
+			return Claim{}, fmt.Errorf("lease: acquire %s: %w", key, err)
+		}
+		return rec, nil
+	}
+	return c, nil
+}
+
 // change applies f to the owner's live lease; it reports whether owner held it.
 func (b *Bolt) change(key, owner string, f func(bk *bolt.Bucket, e boltEntry, now int64) error) (bool, error) {
 	ok := false
@@ -149,9 +196,12 @@ func (b *Bolt) change(key, owner string, f func(bk *bolt.Bucket, e boltEntry, no
 }
 
 // Renew implements Store.
-func (b *Bolt) Renew(_ context.Context, key, owner string, ttl time.Duration) (bool, error) {
+func (b *Bolt) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	if err := check(key, owner, ttl); err != nil {
 		return false, err
+	}
+	if b.held != nil {
+		return b.held.Renew(ctx, key, owner, ttl)
 	}
 	return b.change(key, owner, func(bk *bolt.Bucket, e boltEntry, now int64) error {
 		e.expires = now + int64(ttl)
@@ -160,7 +210,10 @@ func (b *Bolt) Renew(_ context.Context, key, owner string, ttl time.Duration) (b
 }
 
 // Release implements Store.
-func (b *Bolt) Release(_ context.Context, key, owner string) (bool, error) {
+func (b *Bolt) Release(ctx context.Context, key, owner string) (bool, error) {
+	if b.held != nil {
+		return b.held.Release(ctx, key, owner)
+	}
 	ok, err := b.change(key, owner, func(bk *bolt.Bucket, _ boltEntry, _ int64) error {
 		return bk.Delete([]byte(key))
 	})
@@ -171,9 +224,12 @@ func (b *Bolt) Release(_ context.Context, key, owner string) (bool, error) {
 }
 
 // Complete implements Store.
-func (b *Bolt) Complete(_ context.Context, key, owner string, record []byte, ttl time.Duration) (bool, error) {
+func (b *Bolt) Complete(ctx context.Context, key, owner string, record []byte, ttl time.Duration) (bool, error) {
 	if err := check(key, owner, ttl); err != nil {
 		return false, err
+	}
+	if b.held != nil {
+		return b.completeHeld(ctx, key, owner, record, ttl)
 	}
 	ok, err := b.change(key, owner, func(bk *bolt.Bucket, _ boltEntry, now int64) error {
 		return bk.Put([]byte(key), encodeEntry(boltEntry{done: true, data: record, expires: now + int64(ttl)}))
@@ -184,11 +240,36 @@ func (b *Bolt) Complete(_ context.Context, key, owner string, record []byte, ttl
 	return ok, err
 }
 
+// completeHeld is Complete of a NewBoltRecords store: the record is written while the owner
+// still holds the lease, and the lease let go (waking waiters) after it is on disk.
+func (b *Bolt) completeHeld(ctx context.Context, key, owner string, record []byte, ttl time.Duration) (bool, error) {
+	if ok, err := b.held.Renew(ctx, key, owner, ttl); err != nil || !ok {
+		return false, err
+	}
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		now := b.now().UnixNano()
+		return tx.Bucket(b.bucket).Put([]byte(key), encodeEntry(boltEntry{done: true, data: record, expires: now + int64(ttl)}))
+	})
+	if err != nil {
+		return false, fmt.Errorf("lease: complete %s: %w", key, err)
+	}
+	_, _ = b.held.Release(ctx, key, owner)
+	return true, nil
+}
+
 // Watch implements Store.
-func (b *Bolt) Watch(key string) (<-chan struct{}, func()) { return b.hub.watch(key) }
+func (b *Bolt) Watch(key string) (<-chan struct{}, func()) {
+	if b.held != nil {
+		return b.held.Watch(key)
+	}
+	return b.hub.watch(key)
+}
 
 // Signal implements Store.
-func (b *Bolt) Signal(_ context.Context, key string) error {
+func (b *Bolt) Signal(ctx context.Context, key string) error {
+	if b.held != nil {
+		return b.held.Signal(ctx, key)
+	}
 	b.hub.notify(key)
 	return nil
 }

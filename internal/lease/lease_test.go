@@ -35,6 +35,18 @@ func backends() map[string]func(t *testing.T) (Store, Store) {
 			}
 			return b, b
 		},
+		"bolt-records": func(t *testing.T) (Store, Store) {
+			db, err := boltstore.Open(filepath.Join(t.TempDir(), "lease.db"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			b, err := NewBoltRecords(db, "leases")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b, b
+		},
 		"redis": func(t *testing.T) (Store, Store) {
 			rdb, prefix := testenv.Redis(t)
 			a, b := NewRedis(rdb, prefix, nil), NewRedis(rdb, prefix, nil)
@@ -324,4 +336,58 @@ func FuzzDecodeEntry(f *testing.F) {
 			t.Fatalf("round trip of %+v: %+v, %v", e, back, err)
 		}
 	})
+}
+
+// TestBoltRecordsKeepsOnlyRecords: a NewBoltRecords store writes the file only to complete a
+// claim; after a restart the record is found and a claim left by the dead process is not.
+func TestBoltRecordsKeepsOnlyRecords(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "lease.db")
+	open := func() (*Bolt, func()) {
+		db, err := boltstore.Open(path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := NewBoltRecords(db, "leases")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, func() { _ = db.Close() }
+	}
+	b, closeDB := open()
+	txs := func() int64 { s := b.db.Stats(); return s.TxStats.GetWrite() }
+	before := txs()
+	for _, key := range []string{"done", "left"} {
+		if c, err := b.Acquire(ctx, key, "w1", nil, time.Hour); err != nil || c.State != Acquired {
+			t.Fatalf("Acquire(%s) = %v, %v", key, c, err)
+		}
+		if ok, err := b.Renew(ctx, key, "w1", time.Hour); err != nil || !ok {
+			t.Fatalf("Renew(%s) = %v, %v", key, ok, err)
+		}
+	}
+	if got := txs() - before; got != 0 {
+		t.Errorf("claims and renewals wrote %d times, want none", got)
+	}
+	if ok, err := b.Complete(ctx, "done", "w1", []byte("rec"), time.Hour); err != nil || !ok {
+		t.Fatalf("Complete = %v, %v", ok, err)
+	}
+	closeDB() // "left" is still held: the process dies holding it
+
+	b, closeDB = open()
+	defer closeDB()
+	got := map[string]Claim{}
+	for _, key := range []string{"done", "left"} {
+		c, err := b.Acquire(ctx, key, "w2", nil, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[key] = Claim{State: c.State, Owner: c.Owner, Data: c.Data}
+	}
+	want := map[string]Claim{
+		"done": {State: Done, Data: []byte("rec")},
+		"left": {State: Acquired, Owner: "w2"},
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("after a restart (-want +got):\n%s", diff)
+	}
 }

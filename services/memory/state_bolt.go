@@ -10,9 +10,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// The embedded store's StateStore: behaviour counters, habits, turn claims and records (leases
-// in the file), the user registry, and the maintenance lock (a lease in memory: one process holds
-// the file), in the same bbolt file as the tiers (store_bolt.go).
+// The embedded store's StateStore: behaviour counters, habits, turn records (leases in the file;
+// their claims in memory), the user registry, and the maintenance lock (a lease in memory: one
+// process holds the file), in the same bbolt file as the tiers (store_bolt.go).
 
 var _ StateStore = (*BoltStore)(nil)
 

@@ -29,7 +29,8 @@ var (
 	// bucketOldTurns held the turn claims and records before they moved onto internal/lease.
 	bucketOldTurns = []byte("turns")
 	bucketUsers    = []byte("users")
-	// bucketClaims holds the turn claims and records (internal/lease), keyed by itemKey.
+	// bucketClaims holds the turn records (internal/lease, NewBoltRecords: claims are held in
+	// memory, since this process is the file's only user), keyed by itemKey.
 	bucketClaims = []byte("turn-claims")
 )
 
@@ -82,7 +83,7 @@ func OpenBoltStore(path string, o BoltOptions) (*BoltStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memory store: %w", err)
 	}
-	turns, err := lease.NewBolt(db, string(bucketClaims))
+	turns, err := lease.NewBoltRecords(db, string(bucketClaims))
 	if err == nil {
 		err = boltstore.DropBuckets(db, bucketOldTurns)
 	}
