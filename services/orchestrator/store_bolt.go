@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -53,7 +55,15 @@ type BoltStore struct {
 	// is the file's only writer), so a turn does not decode its session's JSON twice; at most
 	// maxCachedTasks sessions.
 	tasks map[string]TaskState
+	// published holds outbox entries that were published but are still in the file: they are
+	// deleted by the next write (a finishing turn's commit), so an acknowledgement costs no
+	// commit of its own. Outbox skips them. A crash before that write republishes them, which
+	// JetStream's de-duplication by turn id and the consumers' turn records absorb.
+	published map[string]struct{}
 }
+
+// maxPublished bounds the published entries awaiting deletion; reaching it deletes them at once.
+const maxPublished = 256
 
 // maxCachedTasks bounds the task-state cache; past it, the cache starts afresh.
 const maxCachedTasks = 4096
@@ -95,7 +105,7 @@ func OpenBoltStore(path string) (*BoltStore, error) {
 	s := &BoltStore{
 		db: db, group: boltstore.NewGroup(db), now: time.Now, leases: lease.NewMemory(),
 		running: map[string]*orchestratorv1.Turn{}, cancels: map[string]cancelRequest{},
-		tasks: map[string]TaskState{},
+		tasks: map[string]TaskState{}, published: map[string]struct{}{},
 	}
 	if err := s.pruneTurns(); err != nil {
 		_ = db.Close()
@@ -104,8 +114,58 @@ func OpenBoltStore(path string) (*BoltStore, error) {
 	return s, nil
 }
 
-// Close closes the file.
-func (s *BoltStore) Close() error { return s.db.Close() }
+// Close deletes the published outbox entries and closes the file.
+func (s *BoltStore) Close() error {
+	return errors.Join(s.deletePublished(), s.db.Close())
+}
+
+// takePublished empties the published set and returns its turn ids, to delete in a write; the
+// writer hands them back with restorePublished when its commit fails.
+func (s *BoltStore) takePublished() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.published) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(s.published))
+	for id := range s.published {
+		ids = append(ids, id)
+	}
+	clear(s.published)
+	return ids
+}
+
+func (s *BoltStore) restorePublished(ids []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		s.published[id] = struct{}{}
+	}
+}
+
+// deleteOutbox deletes the entries of ids in tx.
+func deleteOutbox(tx *bolt.Tx, ids []string) error {
+	b := tx.Bucket(bucketOutbox)
+	for _, id := range ids {
+		if err := b.Delete([]byte(id)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deletePublished deletes the published entries in a write of their own.
+func (s *BoltStore) deletePublished() error {
+	ids := s.takePublished()
+	if len(ids) == 0 {
+		return nil
+	}
+	err := s.group.Update(func(tx *bolt.Tx) error { return deleteOutbox(tx, ids) })
+	if err != nil {
+		s.restorePublished(ids)
+	}
+	return err
+}
 
 // Leases implements Store.
 func (s *BoltStore) Leases() lease.Store { return s.leases }
@@ -226,7 +286,11 @@ func (s *BoltStore) FinishTurn(_ context.Context, f *Finish) error {
 	binary.BigEndian.PutUint64(v, uint64(s.now().Add(f.TTL).UnixMilli()))
 	v = append(v, raw...)
 	sid := turn.GetSessionId()
+	published := s.takePublished()
 	err = s.group.Update(func(tx *bolt.Tx) error {
+		if err := deleteOutbox(tx, published); err != nil {
+			return err
+		}
 		if err := tx.Bucket(bucketTurns).Put([]byte(turn.GetId()), v); err != nil {
 			return err
 		}
@@ -263,6 +327,7 @@ func (s *BoltStore) FinishTurn(_ context.Context, f *Finish) error {
 	})
 	if err != nil {
 		s.cacheTask(sid, TaskState{}, false)
+		s.restorePublished(published)
 		return err
 	}
 	s.mu.Lock()
@@ -375,11 +440,22 @@ func (s *BoltStore) DeleteSession(_ context.Context, sid string) error {
 }
 
 // Outbox implements Store. Turn ids are ULIDs, so key order is finishing order, near enough.
+// Published entries still in the file are deleted first (the drainer's rounds are the writes of
+// an idle process) and skipped if that fails.
 func (s *BoltStore) Outbox(_ context.Context, limit int) ([]*eventsv1.TurnFinished, error) {
+	if err := s.deletePublished(); err != nil {
+		return nil, fmt.Errorf("outbox: delete published entries: %w", err)
+	}
 	var out []*eventsv1.TurnFinished
 	err := s.db.View(func(tx *bolt.Tx) error {
+		s.mu.Lock()
+		published := maps.Clone(s.published)
+		s.mu.Unlock()
 		c := tx.Bucket(bucketOutbox).Cursor()
 		for k, v := c.First(); k != nil && len(out) < limit; k, v = c.Next() {
+			if _, ok := published[string(k)]; ok {
+				continue
+			}
 			ev := &eventsv1.TurnFinished{}
 			if err := proto.Unmarshal(v, ev); err != nil {
 				return fmt.Errorf("outbox entry %s: %w", k, err)
@@ -391,11 +467,16 @@ func (s *BoltStore) Outbox(_ context.Context, limit int) ([]*eventsv1.TurnFinish
 	return out, err
 }
 
-// DeleteOutbox implements Store.
+// DeleteOutbox implements Store: the entry is marked published and deleted by the next write.
 func (s *BoltStore) DeleteOutbox(_ context.Context, turnID string) error {
-	return s.group.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketOutbox).Delete([]byte(turnID))
-	})
+	s.mu.Lock()
+	s.published[turnID] = struct{}{}
+	full := len(s.published) >= maxPublished
+	s.mu.Unlock()
+	if full {
+		return s.deletePublished()
+	}
+	return nil
 }
 
 // RequestCancel implements Store.

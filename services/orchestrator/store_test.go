@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -295,5 +296,68 @@ func testConcurrentFinishes(t *testing.T, s Store) {
 	}
 	if len(got.Done) != 20 {
 		t.Errorf("%d steps after 20 concurrent finishes, want 20", len(got.Done))
+	}
+}
+
+// TestBoltOutboxDeletesWithTheNextWrite: acknowledging a published entry costs no commit of its
+// own: the next finishing turn's commit deletes it, Outbox skips it meanwhile, and Close deletes
+// what is left, so a restart republishes nothing.
+func TestBoltOutboxDeletesWithTheNextWrite(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "orchestrator.db")
+	s, err := OpenBoltStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	finish := func(id string) {
+		t.Helper()
+		ev := &eventsv1.TurnFinished{TurnId: id, UserId: "u", SessionId: "s"}
+		if err := s.FinishTurn(ctx, &Finish{Turn: finished(id, "s", 1), TTL: time.Hour, Event: ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inFile := func() []string {
+		t.Helper()
+		var ids []string
+		err := s.db.View(func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketOutbox).ForEach(func(k, _ []byte) error {
+				ids = append(ids, string(k))
+				return nil
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	writes := func() int64 { st := s.db.Stats(); return st.TxStats.GetWrite() }
+
+	finish("O0")
+	before := writes()
+	if err := s.DeleteOutbox(ctx, "O0"); err != nil {
+		t.Fatal(err)
+	}
+	if got := writes() - before; got != 0 {
+		t.Errorf("DeleteOutbox wrote %d times, want none", got)
+	}
+	if diff := cmp.Diff([]string{"O0"}, inFile()); diff != "" {
+		t.Errorf("file after the acknowledgement (-want +got):\n%s", diff)
+	}
+	finish("O1")
+	if diff := cmp.Diff([]string{"O1"}, inFile()); diff != "" {
+		t.Errorf("file after the next turn's commit (-want +got):\n%s", diff)
+	}
+	if err := s.DeleteOutbox(ctx, "O1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = OpenBoltStore(path); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := inFile(); len(got) != 0 {
+		t.Errorf("after Close and a restart the outbox holds %v, want nothing", got)
 	}
 }
