@@ -135,6 +135,11 @@ func runSystem(ctx context.Context, c config, kind string, repeat int, strace bo
 	}
 	r := &run{system: kind, phases: map[string]*phase{}}
 	names := []string{phaseSeq, phaseRR, phaseConc}
+	if repeat%2 == 1 {
+		// The phase that runs first after the start pays the processes' first minutes (heaps
+		// growing, pools filling): alternate which of the two compared phases that is.
+		names = []string{phaseRR, phaseSeq, phaseConc}
+	}
 	if !c.roundRobin {
 		names = []string{phaseSeq, phaseConc}
 	}
