@@ -2,6 +2,11 @@
 // DeepSeek, Qwen, vLLM, Ollama, llama.cpp server …), built on the official openai-go SDK:
 // messages with roles, tool definitions and (parallel) tool calls, JSON mode, streaming with a
 // text-delta callback, usage including cached tokens, and retries with backoff on 429 and 5xx.
+//
+// The SDK sends the request (retries, auth, timeouts, error type) but the body is encoded here,
+// with encoding/json over plain structs, and answers are decoded into small structs: the SDK's
+// reflection encoder and decoder re-validate every nested value and cost a large share of a
+// turn's CPU.
 package model
 
 import (
@@ -300,8 +305,9 @@ func (c *Client) post(ctx context.Context, body []byte, dst any) error {
 	return err
 }
 
-// lenient drops a field-type mismatch: encoding/json then decodes everything else, and the
-// SDK's decoder, used before, also went past such a field leaving it zero.
+// lenient drops a field-type mismatch: encoding/json then decodes everything else and leaves
+// the field zero. openai-go's decoder, used before, also went past such fields (though it read a
+// number sent for a string as its text).
 func lenient(err error) error {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
@@ -367,9 +373,7 @@ type (
 	}
 )
 
-// encode builds the request body. It is encoded here, once, with encoding/json over plain
-// structs because openai-go's reflection encoder re-encodes and re-validates every nested
-// param and was a large part of a turn's CPU.
+// encode builds the request body, in one pass of encoding/json (see the package comment).
 func (c *Client) encode(req Request, stream bool) ([]byte, error) {
 	w := wireRequest{Model: req.Model, Messages: make([]wireMessage, len(req.Messages))}
 	if w.Model == "" {
