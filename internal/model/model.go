@@ -229,12 +229,13 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 	// rest append to the arguments.
 	var calls []*ToolCall
 	byIndex := map[int64]*ToolCall{}
+	var chunk wireChunk // one allocation for the stream, reset for every event
 	for events.Next() {
 		ev := events.Event()
 		if bytes.HasPrefix(ev.Data, []byte("[DONE]")) {
 			break
 		}
-		var chunk wireChunk
+		chunk = wireChunk{}
 		if err := lenient(json.Unmarshal(ev.Data, &chunk)); err != nil {
 			return nil, c.wrap(fmt.Errorf("decoding a stream event: %w", err))
 		}
