@@ -317,14 +317,12 @@ func lenient(err error) error {
 	return err
 }
 
-// errorText renders an in-band error as the SDK did: a string unquoted, anything else as JSON.
+// errorText renders an in-band error as the SDK did: a string unquoted, null empty, anything
+// else as JSON.
 func errorText(raw json.RawMessage) string {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		return s
-	}
-	if string(raw) == "null" {
-		return ""
 	}
 	return string(raw)
 }
