@@ -2,9 +2,15 @@
 // DeepSeek, Qwen, vLLM, Ollama, llama.cpp server …), built on the official openai-go SDK:
 // messages with roles, tool definitions and (parallel) tool calls, JSON mode, streaming with a
 // text-delta callback, usage including cached tokens, and retries with backoff on 429 and 5xx.
+//
+// The SDK sends the request (retries, auth, timeouts, error type) but the body is encoded here,
+// with encoding/json over plain structs, and answers are decoded into small structs: the SDK's
+// reflection encoder and decoder re-validate every nested value and cost a large share of a
+// turn's CPU.
 package model
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,7 +21,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/shared"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 )
 
 // ErrNotConfigured is returned by New when no endpoint or model name is configured. Callers map
@@ -167,15 +174,15 @@ func (c *Client) BaseURL() string { return c.base }
 func (c *Client) Complete(ctx context.Context, req Request) (out *Response, err error) {
 	ctx, end := c.observe(ctx, req, false)
 	defer func() { end(out, err) }()
-	params, err := c.params(req)
+	body, err := c.encode(req, false)
 	if err != nil {
 		return nil, err
 	}
-	cc, err := c.api.Chat.Completions.New(ctx, params)
-	if err != nil {
+	var cc wireCompletion
+	if err := lenient(c.post(ctx, body, &cc)); err != nil {
 		return nil, c.wrap(err)
 	}
-	out = &Response{ID: cc.ID, Model: cc.Model, Usage: usageOf(cc.Usage, cc.JSON.Usage.Valid())}
+	out = &Response{ID: cc.ID, Model: cc.Model, Usage: cc.Usage.usage()}
 	if len(cc.Choices) == 0 {
 		return nil, fmt.Errorf("model %s answered without a choice", c.base)
 	}
@@ -197,13 +204,24 @@ func (c *Client) Complete(ctx context.Context, req Request) (out *Response, err 
 func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) (out *Response, err error) {
 	ctx, end := c.observe(ctx, req, true)
 	defer func() { end(out, err) }()
-	params, err := c.params(req)
+	body, err := c.encode(req, true)
 	if err != nil {
 		return nil, err
 	}
-	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
-	st := c.api.Chat.Completions.NewStreaming(ctx, params)
-	defer func() { _ = st.Close() }()
+	// Retries and error statuses are handled before the response is handed over; the body then
+	// carries the per-attempt timeout and is read here event by event.
+	var res *http.Response
+	if err := c.post(ctx, body, &res); err != nil {
+		if res != nil && res.Body != nil {
+			_ = res.Body.Close()
+		}
+		return nil, c.wrap(err)
+	}
+	events := ssestream.NewDecoder(res)
+	if events == nil {
+		return nil, fmt.Errorf("model %s answered without a body", c.base)
+	}
+	defer func() { _ = events.Close() }()
 
 	out = &Response{}
 	var text strings.Builder
@@ -211,16 +229,28 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 	// rest append to the arguments.
 	var calls []*ToolCall
 	byIndex := map[int64]*ToolCall{}
-	for st.Next() {
-		chunk := st.Current()
+	var chunk wireChunk // one allocation for the stream, reset for every event
+	for events.Next() {
+		ev := events.Event()
+		if bytes.HasPrefix(ev.Data, []byte("[DONE]")) {
+			break
+		}
+		chunk = wireChunk{}
+		if err := lenient(json.Unmarshal(ev.Data, &chunk)); err != nil {
+			return nil, c.wrap(fmt.Errorf("decoding a stream event: %w", err))
+		}
+		if len(chunk.Error) > 0 {
+			// The SDK's own message for an in-band error, so callers see what they saw before.
+			return nil, c.wrap(&ssestream.StreamError{Message: "received error while streaming: " + errorText(chunk.Error), Event: ev})
+		}
 		if out.ID == "" {
 			out.ID = chunk.ID
 		}
 		if chunk.Model != "" {
 			out.Model = chunk.Model
 		}
-		if chunk.JSON.Usage.Valid() {
-			out.Usage = usageOf(chunk.Usage, true)
+		if chunk.Usage != nil {
+			out.Usage = chunk.Usage.usage()
 		}
 		for _, ch := range chunk.Choices {
 			if ch.Index != 0 {
@@ -252,7 +282,7 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 			}
 		}
 	}
-	if err := st.Err(); err != nil {
+	if err := events.Err(); err != nil {
 		return nil, c.wrap(err)
 	}
 	out.Content = text.String()
@@ -262,80 +292,219 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 	return out, nil
 }
 
-func (c *Client) params(req Request) (openai.ChatCompletionNewParams, error) {
-	name := req.Model
-	if name == "" {
-		name = c.model
+// noParams stands in for the SDK's params: the body is the one encode built, given with
+// option.WithRequestBody, so the SDK encodes only this empty object.
+var noParams = param.Override[openai.ChatCompletionNewParams](json.RawMessage(`{}`))
+
+// post sends a Chat Completions request through the SDK (retries, auth, timeouts, error type)
+// and leaves the answer in dst: a *wireCompletion, decoded with encoding/json, or an
+// **http.Response whose body the caller reads and closes.
+func (c *Client) post(ctx context.Context, body []byte, dst any) error {
+	_, err := c.api.Chat.Completions.New(ctx, noParams,
+		option.WithRequestBody("application/json", body),
+		option.WithResponseBodyInto(dst))
+	return err
+}
+
+// lenient drops a field-type mismatch: encoding/json then decodes everything else and leaves
+// the field zero. openai-go's decoder, used before, also went past such fields (though it read a
+// number sent for a string as its text).
+func lenient(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		return nil
 	}
-	p := openai.ChatCompletionNewParams{Model: shared.ChatModel(name)}
-	for i, m := range req.Messages {
-		mp, err := messageParam(m)
-		if err != nil {
-			return p, fmt.Errorf("messages[%d]: %w", i, err)
+	return err
+}
+
+// errorText renders an in-band error as the SDK did: a string unquoted, null empty, anything
+// else as JSON.
+func errorText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return string(raw)
+}
+
+// The request body, in the shape openai-go sent it.
+type (
+	wireRequest struct {
+		Model               string             `json:"model"`
+		Messages            []wireMessage      `json:"messages,omitempty"` // omitted when empty, as openai-go did
+		Tools               []wireTool         `json:"tools,omitempty"`
+		ParallelToolCalls   *bool              `json:"parallel_tool_calls,omitempty"`
+		ResponseFormat      *wireFormat        `json:"response_format,omitempty"`
+		MaxCompletionTokens int                `json:"max_completion_tokens,omitempty"`
+		Temperature         *float64           `json:"temperature,omitempty"`
+		Stream              bool               `json:"stream,omitempty"`
+		StreamOptions       *wireStreamOptions `json:"stream_options,omitempty"`
+	}
+	wireMessage struct {
+		Role       Role           `json:"role"`
+		Content    *string        `json:"content,omitempty"`
+		ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
+		ToolCallID string         `json:"tool_call_id,omitempty"`
+	}
+	wireToolCall struct {
+		ID       string       `json:"id"`
+		Type     string       `json:"type"`
+		Function wireFunction `json:"function"`
+	}
+	wireFunction struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	}
+	wireTool struct {
+		Type     string      `json:"type"`
+		Function wireToolDef `json:"function"`
+	}
+	wireToolDef struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description,omitempty"`
+		Parameters  json.RawMessage `json:"parameters,omitempty"`
+	}
+	wireFormat struct {
+		Type string `json:"type"`
+	}
+	wireStreamOptions struct {
+		IncludeUsage bool `json:"include_usage"`
+	}
+)
+
+// encode builds the request body, in one pass of encoding/json (see the package comment).
+func (c *Client) encode(req Request, stream bool) ([]byte, error) {
+	w := wireRequest{Model: req.Model, Messages: make([]wireMessage, len(req.Messages))}
+	if w.Model == "" {
+		w.Model = c.model
+	}
+	size := 256
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		wm := wireMessage{Role: m.Role}
+		switch m.Role {
+		case RoleSystem, RoleUser:
+			wm.Content = &m.Content
+		case RoleTool:
+			if m.ToolCallID == "" {
+				return nil, fmt.Errorf("messages[%d]: a tool message needs the id of the call it answers", i)
+			}
+			wm.Content, wm.ToolCallID = &m.Content, m.ToolCallID
+		case RoleAssistant:
+			if m.Content != "" || len(m.ToolCalls) == 0 {
+				wm.Content = &m.Content
+			}
+			if len(m.ToolCalls) > 0 {
+				wm.ToolCalls = make([]wireToolCall, len(m.ToolCalls))
+				for j, tc := range m.ToolCalls {
+					wm.ToolCalls[j] = wireToolCall{ID: tc.ID, Type: "function", Function: wireFunction{Name: tc.Name, Arguments: tc.Arguments}}
+					size += len(tc.ID) + len(tc.Name) + len(tc.Arguments) + 64
+				}
+			}
+		default:
+			return nil, fmt.Errorf("messages[%d]: unknown role %q", i, m.Role)
 		}
-		p.Messages = append(p.Messages, mp)
+		w.Messages[i] = wm
+		size += len(m.Content) + len(m.ToolCallID) + 48
+	}
+	if len(req.Tools) > 0 {
+		w.Tools = make([]wireTool, len(req.Tools))
 	}
 	for i, t := range req.Tools {
-		fd := shared.FunctionDefinitionParam{Name: t.Name}
-		if t.Description != "" {
-			fd.Description = openai.String(t.Description)
+		params, err := objectParams(t.Parameters)
+		if err != nil {
+			return nil, fmt.Errorf("tools[%d] %s: parameters are not a JSON object: %w", i, t.Name, err)
 		}
-		if len(t.Parameters) > 0 {
-			var schema map[string]any
-			if err := json.Unmarshal(t.Parameters, &schema); err != nil {
-				return p, fmt.Errorf("tools[%d] %s: parameters are not a JSON object: %w", i, t.Name, err)
-			}
-			fd.Parameters = schema
-		}
-		p.Tools = append(p.Tools, openai.ChatCompletionFunctionTool(fd))
+		w.Tools[i] = wireTool{Type: "function", Function: wireToolDef{Name: t.Name, Description: t.Description, Parameters: params}}
+		size += len(t.Name) + len(t.Description) + len(params) + 64
 	}
 	if len(req.Tools) > 0 && req.SerialToolCalls {
-		p.ParallelToolCalls = openai.Bool(false)
+		w.ParallelToolCalls = new(bool)
 	}
 	if req.JSON {
-		p.ResponseFormat = openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}}
+		w.ResponseFormat = &wireFormat{Type: "json_object"}
 	}
 	if req.MaxTokens > 0 {
-		p.MaxCompletionTokens = openai.Int(int64(req.MaxTokens))
+		w.MaxCompletionTokens = req.MaxTokens
 	}
-	if req.Temperature != nil {
-		p.Temperature = openai.Float(*req.Temperature)
+	w.Temperature = req.Temperature
+	if stream {
+		w.Stream = true
+		w.StreamOptions = &wireStreamOptions{IncludeUsage: true}
 	}
-	return p, nil
+	// Escaped text would only grow; the endpoint decodes either form.
+	buf := bytes.NewBuffer(make([]byte, 0, size+size/8))
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(&w); err != nil {
+		return nil, fmt.Errorf("encoding the request: %w", err)
+	}
+	return buf.Bytes(), nil
 }
 
-func messageParam(m Message) (openai.ChatCompletionMessageParamUnion, error) {
-	switch m.Role {
-	case RoleSystem:
-		return openai.SystemMessage(m.Content), nil
-	case RoleUser:
-		return openai.UserMessage(m.Content), nil
-	case RoleTool:
-		if m.ToolCallID == "" {
-			return openai.ChatCompletionMessageParamUnion{}, errors.New("a tool message needs the id of the call it answers")
-		}
-		return openai.ToolMessage(m.Content, m.ToolCallID), nil
-	case RoleAssistant:
-		a := openai.ChatCompletionAssistantMessageParam{}
-		if m.Content != "" || len(m.ToolCalls) == 0 {
-			a.Content.OfString = openai.String(m.Content)
-		}
-		for _, tc := range m.ToolCalls {
-			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-					ID:       tc.ID,
-					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: tc.Arguments},
-				},
-			})
-		}
-		return openai.ChatCompletionMessageParamUnion{OfAssistant: &a}, nil
-	default:
-		return openai.ChatCompletionMessageParamUnion{}, fmt.Errorf("unknown role %q", m.Role)
+// objectParams checks that a tool's parameters are a JSON object (or null or absent, which send
+// none) and returns them for the body as they are.
+func objectParams(p json.RawMessage) (json.RawMessage, error) {
+	if len(p) == 0 {
+		return nil, nil
 	}
+	if trimmed := bytes.TrimLeft(p, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' && json.Valid(p) {
+		return p, nil
+	}
+	// The rare failure (and null) goes the old way, for the same outcome and error text.
+	var schema map[string]any
+	if err := json.Unmarshal(p, &schema); err != nil {
+		return nil, err
+	}
+	return nil, nil
 }
 
-func usageOf(u openai.CompletionUsage, reported bool) Usage {
-	if !reported {
+// The answers, with only the fields used here.
+type (
+	wireCompletion struct {
+		ID      string `json:"id"`
+		Model   string `json:"model"`
+		Choices []struct {
+			Message struct {
+				Content   string         `json:"content"`
+				ToolCalls []wireToolCall `json:"tool_calls"`
+			} `json:"message"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage *wireUsage `json:"usage"`
+	}
+	wireChunk struct {
+		ID      string `json:"id"`
+		Model   string `json:"model"`
+		Choices []struct {
+			Index int64 `json:"index"`
+			Delta struct {
+				Content   string `json:"content"`
+				ToolCalls []struct {
+					Index    int64        `json:"index"`
+					ID       string       `json:"id"`
+					Function wireFunction `json:"function"`
+				} `json:"tool_calls"`
+			} `json:"delta"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage *wireUsage `json:"usage"`
+		// Error is set (even to null) when the event is an in-band error.
+		Error json.RawMessage `json:"error"`
+	}
+	wireUsage struct {
+		PromptTokens        int64 `json:"prompt_tokens"`
+		CompletionTokens    int64 `json:"completion_tokens"`
+		TotalTokens         int64 `json:"total_tokens"`
+		PromptTokensDetails struct {
+			CachedTokens int64 `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	}
+)
+
+// usage is the zero Usage, Reported false, when the provider reported none (absent or null).
+func (u *wireUsage) usage() Usage {
+	if u == nil {
 		return Usage{}
 	}
 	return Usage{
