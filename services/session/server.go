@@ -1,6 +1,7 @@
 // Package session is the session service: conversations as append-only message logs, the
-// context window built from them (last N complete turns, token budget, sticky messages, rolling
-// summary, tool-call pair repair) and full-text search over a user's messages.
+// context window built from them (last N complete turns, folded into the rolling summary K at a
+// time, token budget, sticky messages, tool-call pair repair) and full-text search over a
+// user's messages.
 package session
 
 import (
