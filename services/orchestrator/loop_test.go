@@ -184,7 +184,7 @@ type loop struct {
 	svc       *Service
 	store     *BoltStore
 	model     *fakeModel
-	session   *fakeSession
+	session   *fakeSession // nil over a real session service (newLoopOn)
 	tools     *fakeTools
 	published chan *eventsv1.TurnFinished
 }
@@ -194,6 +194,15 @@ var testTokenizer = sync.OnceValues(func() (*tokenizer.Tokenizer, error) { retur
 // newLoop must be called inside the bubble; it closes the service when the test ends.
 func newLoop(t *testing.T, cfg Config, reply func(ctx context.Context, req model.Request) (*model.Response, error)) *loop {
 	t.Helper()
+	fake := newFakeSession()
+	l := newLoopOn(t, cfg, fake, reply)
+	l.session = fake
+	return l
+}
+
+// newLoopOn is newLoop over the given session service.
+func newLoopOn(t *testing.T, cfg Config, sessions sessionv1.SessionServiceClient, reply func(ctx context.Context, req model.Request) (*model.Response, error)) *loop {
+	t.Helper()
 	tok, err := testTokenizer()
 	if err != nil {
 		t.Fatal(err)
@@ -202,13 +211,13 @@ func newLoop(t *testing.T, cfg Config, reply func(ctx context.Context, req model
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &loop{store: store, model: &fakeModel{reply: reply}, session: newFakeSession(), published: make(chan *eventsv1.TurnFinished, 16)}
+	l := &loop{store: store, model: &fakeModel{reply: reply}, published: make(chan *eventsv1.TurnFinished, 16)}
 	l.tools = &fakeTools{exec: func(context.Context, *toolsv1.ExecuteToolRequest) (*toolsv1.ToolResult, error) {
 		return &toolsv1.ToolResult{Success: true, Output: `{"result":42}`}, nil
 	}}
 	cfg.Stream = true
 	l.svc, err = NewService(cfg, Options{
-		Session: l.session, Tools: l.tools, Model: l.model, Tokenizer: tok, Store: store,
+		Session: sessions, Tools: l.tools, Model: l.model, Tokenizer: tok, Store: store,
 		Publish: func(_ context.Context, ev *eventsv1.TurnFinished) error { l.published <- ev; return nil },
 	})
 	if err != nil {

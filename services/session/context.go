@@ -22,30 +22,55 @@ type assembled struct {
 	windowStartSeq   int64
 }
 
-// assemble applies the context rules to what the store loaded: split the loaded tail into turns,
-// drop whole turns oldest first while the window exceeds the token budget (never the current,
-// last turn), carry sticky messages older than the window in the pinned block, report what was
-// evicted since the summary, and repair tool-call pairs in the window. count gives the token
-// count of a synthesized message. budget <= 0 means no budget.
-func assemble(d *ContextData, budget, maxEvicted int, count func(string) int32) *assembled {
+// assemble applies the context rules to what the store loaded (the last windowTurns+fold-1
+// turns): drop the loaded turns beyond the last windowTurns that the summary already covers,
+// then whole turns oldest first while the window exceeds the token budget (never the current,
+// last turn); if anything not yet summarised leaves this way or the store reported evicted
+// messages, a summary call is due anyway, so every turn beyond the last windowTurns leaves too
+// and that one call folds them all. Otherwise they stay, and the window holds windowTurns to
+// windowTurns+fold-1 turns. Sticky messages older than the window are carried in the pinned
+// block; every message after the summary is in the window or evicted. Tool-call pairs in the
+// window are repaired. count gives the token count of a synthesized message. budget <= 0
+// means no budget.
+func assemble(d *ContextData, windowTurns, budget, maxEvicted int, count func(string) int32) *assembled {
+	summarySeq := int64(0)
+	if d.Summary != nil {
+		summarySeq = d.Summary.ThroughSeq
+	}
 	turns := splitTurns(d.Window)
-	var dropped []*sessionv1.Message
+	// turns[:gone] leave the window. A turn the summary covers only in part stays, so that
+	// none of its messages falls between the summary and the window.
+	gone := 0
+	for gone < len(turns)-windowTurns && turns[gone][len(turns[gone])-1].GetSeq() <= summarySeq {
+		gone++
+	}
+	covered := gone
 	droppedTurns := 0
 	if budget > 0 {
 		total := 0
-		for _, t := range turns {
+		for _, t := range turns[gone:] {
 			total += turnTokens(t)
 		}
-		for len(turns) > 1 && total > budget {
-			total -= turnTokens(turns[0])
-			dropped = append(dropped, turns[0]...)
-			turns = turns[1:]
+		for len(turns)-gone > 1 && total > budget {
+			total -= turnTokens(turns[gone])
+			gone++
 			droppedTurns++
 		}
 	}
-	out := &assembled{droppedForBudget: droppedTurns, windowTurns: len(turns)}
-	var window []*sessionv1.Message
-	for _, t := range turns {
+	due := len(d.Evicted) > 0 || d.EvictedMore
+	for _, t := range turns[covered:gone] {
+		due = due || t[len(t)-1].GetSeq() > summarySeq
+	}
+	if due {
+		gone = max(gone, len(turns)-windowTurns)
+	}
+
+	out := &assembled{droppedForBudget: droppedTurns, windowTurns: len(turns) - gone}
+	var left, window []*sessionv1.Message
+	for _, t := range turns[:gone] {
+		left = append(left, t...)
+	}
+	for _, t := range turns[gone:] {
 		window = append(window, t...)
 	}
 	if len(window) > 0 {
@@ -53,7 +78,7 @@ func assemble(d *ContextData, budget, maxEvicted int, count func(string) int32) 
 	}
 
 	out.pinned = append(out.pinned, d.Sticky...)
-	for _, m := range dropped {
+	for _, m := range left {
 		if m.GetSticky() {
 			out.pinned = append(out.pinned, m)
 		}
@@ -61,11 +86,7 @@ func assemble(d *ContextData, budget, maxEvicted int, count func(string) int32) 
 
 	out.evicted = append(out.evicted, d.Evicted...)
 	out.evictedMore = d.EvictedMore
-	summarySeq := int64(0)
-	if d.Summary != nil {
-		summarySeq = d.Summary.ThroughSeq
-	}
-	for _, m := range dropped {
+	for _, m := range left {
 		if m.GetSeq() <= summarySeq || out.evictedMore {
 			continue
 		}

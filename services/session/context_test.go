@@ -176,13 +176,152 @@ func TestAssembleBudget(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := referenceContext(all, 0, 3, 100)
-			a := assemble(d, tc.budget, 100, func(string) int32 { return 1 })
+			a := assemble(d, 3, tc.budget, 100, func(string) int32 { return 1 })
 			got := []any{a.windowTurns, a.droppedForBudget, a.windowStartSeq, seqList(a.pinned), seqList(a.evicted)}
 			want := []any{tc.wantTurns, tc.wantDropped, tc.wantStart, tc.wantPinned, tc.wantEvicted}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("turns, dropped, start, pinned, evicted (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestAssembleFold: the store loads the last window+fold-1 turns; turns beyond the last
+// window leave it fold at a time, or all at once when a summary call is due anyway.
+func TestAssembleFold(t *testing.T) {
+	// Ten turns of a user message and an answer, 20 tokens each: turn i is seqs 2i-1 and 2i.
+	// The user messages of turns 2 and 6 (seqs 3 and 11) are sticky.
+	var all []*sessionv1.Message
+	for i := 1; i <= 10; i++ {
+		u := user(fmt.Sprintf("t%d", i))
+		if i == 2 || i == 6 {
+			sticky(u)
+		}
+		all = append(all, u, assistant("a"))
+	}
+	all = numbered(all...)
+	seqRange := func(from, to int64) []int64 {
+		var out []int64
+		for s := from; s <= to; s++ {
+			out = append(out, s)
+		}
+		return out
+	}
+	type want struct {
+		Turns, Dropped int
+		Start          int64
+		Pinned         []int64
+		Evicted        []int64
+		More           bool
+	}
+	tests := []struct {
+		name             string
+		log              []*sessionv1.Message
+		window, fold     int
+		summary          int64
+		budget, maxEvict int
+		want             want
+	}{
+		{
+			name: "fold 1 is the last N turns, evicting all older", window: 3, fold: 1,
+			want: want{Turns: 3, Start: 15, Pinned: []int64{3, 11}, Evicted: seqRange(1, 14)},
+		},
+		{
+			name: "fold 1 with a summary evicts what follows it", window: 3, fold: 1, summary: 10,
+			want: want{Turns: 3, Start: 15, Pinned: []int64{3, 11}, Evicted: seqRange(11, 14)},
+		},
+		{
+			name: "N+K-1 turns after the summary stay in the window", window: 3, fold: 4, summary: 8,
+			want: want{Turns: 6, Start: 9, Pinned: []int64{3}},
+		},
+		{
+			name: "N+K turns after the summary fold K at once", window: 3, fold: 4, summary: 6,
+			want: want{Turns: 3, Start: 15, Pinned: []int64{3, 11}, Evicted: seqRange(7, 14)},
+		},
+		{
+			name: "no summary: everything before the last N turns", window: 3, fold: 4,
+			want: want{Turns: 3, Start: 15, Pinned: []int64{3, 11}, Evicted: seqRange(1, 14)},
+		},
+		{
+			name: "loaded turns the summary covers are dropped silently", window: 3, fold: 4, summary: 12,
+			want: want{Turns: 4, Start: 13, Pinned: []int64{3, 11}},
+		},
+		{
+			name: "a turn the summary covers in part stays", window: 3, fold: 4, summary: 11,
+			want: want{Turns: 5, Start: 11, Pinned: []int64{3}},
+		},
+		{
+			name: "a summary inside the last N turns leaves them in the window", window: 3, fold: 4, summary: 18,
+			want: want{Turns: 3, Start: 15, Pinned: []int64{3, 11}},
+		},
+		{
+			name: "a budget drop evicts, and then the window folds to N", window: 3, fold: 4, summary: 10, budget: 90,
+			want: want{Turns: 3, Dropped: 1, Start: 15, Pinned: []int64{3, 11}, Evicted: seqRange(11, 14)},
+		},
+		{
+			name: "a budget below N turns", window: 3, fold: 4, summary: 10, budget: 45,
+			want: want{Turns: 2, Dropped: 3, Start: 17, Pinned: []int64{3, 11}, Evicted: seqRange(11, 16)},
+		},
+		{
+			name: "a budget drop of a summarised turn evicts nothing", window: 3, fold: 4, summary: 18, budget: 50,
+			want: want{Turns: 2, Dropped: 1, Start: 17, Pinned: []int64{3, 11}},
+		},
+		{
+			name: "the fold stops at max evicted", window: 3, fold: 4, summary: 6, maxEvict: 3,
+			want: want{Turns: 3, Start: 15, Pinned: []int64{3, 11}, Evicted: []int64{7, 8, 9}, More: true},
+		},
+		{
+			name: "fewer turns than the window", log: all[:4], window: 3, fold: 4,
+			want: want{Turns: 2, Start: 1},
+		},
+		{
+			name: "fold 2: the budget applies to the loaded turns", window: 2, fold: 2, summary: 10, budget: 50,
+			want: want{Turns: 2, Dropped: 1, Start: 17, Pinned: []int64{3, 11}, Evicted: seqRange(11, 16)},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			log := tc.log
+			if log == nil {
+				log = all
+			}
+			if tc.maxEvict == 0 {
+				tc.maxEvict = 100
+			}
+			d := referenceContext(log, tc.summary, tc.window+tc.fold-1, tc.maxEvict)
+			a := assemble(d, tc.window, tc.budget, tc.maxEvict, func(string) int32 { return 1 })
+			got := want{a.windowTurns, a.droppedForBudget, a.windowStartSeq, seqList(a.pinned), seqList(a.evicted), a.evictedMore}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("assembled (-want +got):\n%s", diff)
+			}
+			checkInvariants(t, log, a)
+			checkBudgetAndBlocks(t, log, a, tc.budget, tc.summary, tc.maxEvict)
+			checkNothingBetween(t, log, a, tc.summary)
+		})
+	}
+}
+
+// checkNothingBetween asserts that every message after the summary is in the window or
+// evicted: the evicted messages are exactly those between the summary and the window, or their
+// oldest ones when evicted is truncated.
+func checkNothingBetween(t *testing.T, all []*sessionv1.Message, a *assembled, summarySeq int64) {
+	t.Helper()
+	end := int64(len(all)) + 1
+	if a.windowStartSeq > 0 { // set whenever the window had a message before pair repair
+		end = a.windowStartSeq
+	}
+	var between []int64
+	for _, m := range all {
+		if m.GetSeq() > summarySeq && m.GetSeq() < end {
+			between = append(between, m.GetSeq())
+		}
+	}
+	got := seqList(a.evicted)
+	if a.evictedMore && len(got) < len(between) {
+		between = between[:len(got)]
+	}
+	if diff := cmp.Diff(between, got); diff != "" {
+		t.Fatalf("evicted with the summary through %d and the window at %d (-between +evicted):\n%s", summarySeq, end, diff)
 	}
 }
 
@@ -245,8 +384,9 @@ func checkInvariants(t *testing.T, all []*sessionv1.Message, a *assembled) {
 	}
 }
 
-// FuzzBuildContext: for any message sequence, window size, budget and summary position, the
-// built context has no orphan tool_call or tool_result and every sticky message exactly once.
+// FuzzBuildContext: for any message sequence, window size, fold, budget and summary position,
+// the built context has no orphan tool_call or tool_result, every sticky message exactly once,
+// and every message after the summary in the window or evicted.
 func FuzzBuildContext(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, uint8(3), uint16(0), uint8(0))
 	f.Add([]byte{0, 2, 2, 3, 0, 3, 2, 0, 1, 4, 9, 9}, uint8(1), uint16(25), uint8(2))
@@ -284,11 +424,13 @@ func FuzzBuildContext(f *testing.F) {
 			all = append(all, m)
 		}
 		nTurns := int(turns%20) + 1
+		fold := int(turns/20)%5 + 1
 		summarySeq := int64(summary) % int64(len(all)+1)
-		d := referenceContext(all, summarySeq, nTurns, 50)
-		a := assemble(d, int(budget), 50, func(string) int32 { return 1 })
+		d := referenceContext(all, summarySeq, nTurns+fold-1, 50)
+		a := assemble(d, nTurns, int(budget), 50, func(string) int32 { return 1 })
 		checkInvariants(t, all, a)
 		checkBudgetAndBlocks(t, all, a, int(budget), summarySeq, 50)
+		checkNothingBetween(t, all, a, summarySeq)
 	})
 }
 

@@ -1,6 +1,7 @@
 // Package session is the session service: conversations as append-only message logs, the
-// context window built from them (last N complete turns, token budget, sticky messages, rolling
-// summary, tool-call pair repair) and full-text search over a user's messages.
+// context window built from them (last N complete turns, folded into the rolling summary K at a
+// time, token budget, sticky messages, tool-call pair repair) and full-text search over a
+// user's messages.
 package session
 
 import (
@@ -34,6 +35,7 @@ const (
 	maxBatchMessages     = 100
 	maxPageSize          = 1000
 	maxWindowTurns       = 200
+	maxFoldTurns         = 200
 	maxTokenBudget       = 10_000_000
 	maxEvictedLimit      = 1000
 	maxSummaryBytes      = 64 << 10
@@ -78,6 +80,13 @@ func NewService(cfg Config, o Options) (*Service, error) {
 	}
 	if cfg.MaxEvicted <= 0 {
 		cfg.MaxEvicted = 200
+	}
+	switch {
+	case cfg.FoldTurns <= 0:
+		// A Config built in code folds every turn as it leaves, as before the setting existed.
+		cfg.FoldTurns = 1
+	case cfg.FoldTurns > maxFoldTurns:
+		return nil, fmt.Errorf("session: fold-turns is %d; it must be between 1 and %d", cfg.FoldTurns, maxFoldTurns)
 	}
 	return &Service{store: o.Store, tok: o.Tokenizer, cfg: cfg, log: o.Logger}, nil
 }
@@ -396,11 +405,13 @@ func (s *Service) BuildContext(ctx context.Context, req *sessionv1.BuildContextR
 	turns := int(orDefault(req.GetWindowTurns(), orDefault(sess.GetConfig().GetWindowTurns(), int32(s.cfg.WindowTurns))))
 	budget := int(orDefault(req.GetTokenBudget(), orDefault(sess.GetConfig().GetTokenBudget(), int32(s.cfg.TokenBudget))))
 	maxEvicted := int(orDefault(req.GetMaxEvicted(), int32(s.cfg.MaxEvicted)))
-	d, err := s.store.LoadContext(ctx, req.GetSessionId(), turns, maxEvicted)
+	// FoldTurns-1 turns more than the window are loaded: they stay in the window until
+	// FoldTurns of them can be folded into the summary at once (see assemble).
+	d, err := s.store.LoadContext(ctx, req.GetSessionId(), turns+s.cfg.FoldTurns-1, maxEvicted)
 	if err != nil {
 		return nil, err
 	}
-	a := assemble(d, budget, maxEvicted, func(c string) int32 { return int32(s.tok.CountMessage(c)) })
+	a := assemble(d, turns, budget, maxEvicted, func(c string) int32 { return int32(s.tok.CountMessage(c)) })
 	s.bound(a, int(orDefault(req.GetMaxMessageBytes(), defaultMessageBytes)))
 	resp := &sessionv1.BuildContextResponse{
 		Pinned:                a.pinned,

@@ -23,15 +23,22 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// serve runs the session service over store on an in-memory gRPC connection.
+// serve runs the session service over store on an in-memory gRPC connection, with a window of
+// the last 12 turns and every turn folded as it leaves (fold 1).
 func serve(t testing.TB, store session.Store) sessionv1.SessionServiceClient {
+	t.Helper()
+	return serveConfig(t, store, session.Config{WindowTurns: 12, TokenBudget: 100_000, MaxEvicted: 200, FoldTurns: 1})
+}
+
+// serveConfig is serve with the given configuration.
+func serveConfig(t testing.TB, store session.Store, cfg session.Config) sessionv1.SessionServiceClient {
 	t.Helper()
 	tok, err := tokenizer.New("o200k_base")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := rpc.NewServer(rpc.ServerOptions{Logger: quiet})
-	svc, err := session.NewService(session.Config{WindowTurns: 12, TokenBudget: 100_000, MaxEvicted: 200}, session.Options{Store: store, Tokenizer: tok, Logger: quiet})
+	svc, err := session.NewService(cfg, session.Options{Store: store, Tokenizer: tok, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,6 +51,16 @@ func redisStore(t testing.TB) session.Store {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	return session.NewRedisStore(rdb, prefix)
+}
+
+// stores opens each backend for a test through gRPC.
+var stores = map[string]func(t *testing.T) session.Store{
+	"redis": func(t *testing.T) session.Store { return redisStore(t) },
+	"bolt": func(t *testing.T) session.Store {
+		s := boltStore(t, filepath.Join(t.TempDir(), "s.db"))
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	},
 }
 
 func boltStore(t testing.TB, path string) *session.BoltStore {
@@ -139,14 +156,7 @@ func checkPairs(t *testing.T, msgs []*sessionv1.Message) {
 // messages give back exactly the last 12 turns, both sticky messages, no broken pair, and the
 // evicted messages; then a summary covers the evicted part.
 func TestBuildContextThirtyTurns(t *testing.T) {
-	for name, store := range map[string]func(t *testing.T) session.Store{
-		"redis": func(t *testing.T) session.Store { return redisStore(t) },
-		"bolt": func(t *testing.T) session.Store {
-			s := boltStore(t, filepath.Join(t.TempDir(), "s.db"))
-			t.Cleanup(func() { _ = s.Close() })
-			return s
-		},
-	} {
+	for name, store := range stores {
 		t.Run(name, func(t *testing.T) {
 			c := serve(t, store(t))
 			sid := create(t, c, "alice")
@@ -430,5 +440,142 @@ func TestSurvivesRestart(t *testing.T) {
 	}
 	if !proto.Equal(before, after) {
 		t.Error("BuildContext differs after a restart")
+	}
+}
+
+// TestBuildContextFoldsThroughGRPC plays 30 turns on each store the way the orchestrator does,
+// storing a summary through the last evicted message whenever BuildContext evicts some. Every
+// message after the summary is in the window or evicted; the window holds N to N+K-1 turns;
+// summaries happen every K turns, each folding K turns, the first once N+K turns exist.
+func TestBuildContextFoldsThroughGRPC(t *testing.T) {
+	tests := []struct {
+		name         string
+		window, fold int
+		budget       int
+		// cadence: whether the summaries' turns are checked (a tight budget evicts more often).
+		cadence bool
+	}{
+		{name: "window 12 fold 4", window: 12, fold: 4, cadence: true},
+		{name: "window 3 fold 1", window: 3, fold: 1, cadence: true},
+		{name: "window 3 fold 0 (a Config built in code) is fold 1", window: 3, fold: 0, cadence: true},
+		{name: "window 5 fold 3", window: 5, fold: 3, cadence: true},
+		{name: "window 6 fold 4 tight budget", window: 6, fold: 4, budget: 350},
+	}
+	for name, store := range stores {
+		for _, tc := range tests {
+			t.Run(name+"/"+tc.name, func(t *testing.T) {
+				budget := tc.budget
+				if budget == 0 {
+					budget = 100_000
+				}
+				c := serveConfig(t, store(t), session.Config{WindowTurns: tc.window, TokenBudget: budget, MaxEvicted: 200, FoldTurns: tc.fold})
+				fold := max(tc.fold, 1)
+				sid := create(t, c, "alice")
+				var through int64
+				var summarised []int
+				budgetDrops := 0
+				for turn := 1; turn <= 30; turn++ {
+					appendTurns(t, c, sid, "alice", turn, 1, 2, 7, 13)
+					res, err := c.BuildContext(bg, &sessionv1.BuildContextRequest{SessionId: sid, UserId: "alice"})
+					if err != nil {
+						t.Fatal(err)
+					}
+					list, err := c.ListMessages(bg, &sessionv1.ListMessagesRequest{SessionId: sid, UserId: "alice", PageSize: 1000})
+					if err != nil {
+						t.Fatal(err)
+					}
+					checkFold(t, turn, list.GetMessages(), res, through)
+					budgetDrops += int(res.GetTurnsDroppedForBudget())
+					if !tc.cadence {
+						if n := res.GetWindowTurns(); n > int32(tc.window+fold-1) {
+							t.Fatalf("turn %d: %d turns in the window, at most %d", turn, n, tc.window+fold-1)
+						}
+					} else if n, lo, hi := int(res.GetWindowTurns()), min(turn, tc.window), min(turn, tc.window+fold-1); n < lo || n > hi {
+						t.Fatalf("turn %d: %d turns in the window, want %d to %d", turn, n, lo, hi)
+					}
+					ev := res.GetEvicted()
+					if len(ev) == 0 {
+						continue
+					}
+					if tc.cadence && len(ev) != 4*fold {
+						t.Errorf("turn %d: %d messages evicted, want %d turns of 4", turn, len(ev), fold)
+					}
+					through = ev[len(ev)-1].GetSeq()
+					if _, err := c.UpdateSummary(bg, &sessionv1.UpdateSummaryRequest{SessionId: sid, UserId: "alice", Content: fmt.Sprintf("through %d", through), ThroughSeq: through}); err != nil {
+						t.Fatal(err)
+					}
+					summarised = append(summarised, turn)
+				}
+				if !tc.cadence {
+					if len(summarised) == 0 || budgetDrops == 0 {
+						t.Errorf("%d summaries and %d turns dropped for the budget in 30 turns", len(summarised), budgetDrops)
+					}
+					return
+				}
+				var want []int
+				for turn := tc.window + fold; turn <= 30; turn += fold {
+					want = append(want, turn)
+				}
+				if diff := cmp.Diff(want, summarised); diff != "" {
+					t.Errorf("turns that stored a summary (-want +got):\n%s", diff)
+				}
+			})
+		}
+	}
+}
+
+// checkFold asserts that a built context leaves no message between the summary (through) and
+// the window: the evicted messages are exactly those before window_start_seq and after the
+// summary. Sticky messages before the window are pinned, the window starts at a user message.
+func checkFold(t *testing.T, turn int, all []*sessionv1.Message, res *sessionv1.BuildContextResponse, through int64) {
+	t.Helper()
+	if got := res.GetSummary().GetSeq(); got != through {
+		t.Fatalf("turn %d: summary through %d, want %d", turn, got, through)
+	}
+	if res.GetEvictedTruncated() {
+		t.Fatalf("turn %d: evicted truncated", turn)
+	}
+	start := res.GetWindowStartSeq()
+	var between, pinned, evicted, gotPinned []int64
+	for _, m := range all {
+		if m.GetSeq() >= start {
+			break
+		}
+		if m.GetSeq() > through {
+			between = append(between, m.GetSeq())
+		}
+		if m.GetSticky() {
+			pinned = append(pinned, m.GetSeq())
+		}
+	}
+	for _, m := range res.GetEvicted() {
+		evicted = append(evicted, m.GetSeq())
+	}
+	for _, m := range res.GetPinned() {
+		gotPinned = append(gotPinned, m.GetSeq())
+	}
+	if diff := cmp.Diff(between, evicted); diff != "" {
+		t.Fatalf("turn %d: summary through %d, window from %d: evicted (-between +evicted):\n%s", turn, through, start, diff)
+	}
+	if diff := cmp.Diff(pinned, gotPinned); diff != "" {
+		t.Fatalf("turn %d: pinned (-want +got):\n%s", turn, diff)
+	}
+	if w := res.GetWindow(); len(w) == 0 || w[0].GetSeq() != start || w[0].GetRole() != sessionv1.Role_ROLE_USER || w[len(w)-1].GetSeq() != all[len(all)-1].GetSeq() {
+		t.Fatalf("turn %d: window from %d is not the log's tail from a user message", turn, start)
+	}
+}
+
+// TestFoldTurnsLimit: fold-turns beyond 200 is refused; zero or less is fold 1.
+func TestFoldTurnsLimit(t *testing.T) {
+	tok, err := tokenizer.New("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := redisStore(t)
+	for _, fold := range []int{-1, 0, 1, 200, 201} {
+		_, err := session.NewService(session.Config{FoldTurns: fold}, session.Options{Store: store, Tokenizer: tok, Logger: quiet})
+		if (err != nil) != (fold > 200) {
+			t.Errorf("fold-turns %d: %v", fold, err)
+		}
 	}
 }
