@@ -26,6 +26,7 @@ import (
 
 var (
 	bucketTasks        = []byte("tasks")
+	bucketTaskSteps    = []byte("task_steps")
 	bucketTurns        = []byte("turns")
 	bucketSessionTurns = []byte("session_turns")
 	bucketOutbox       = []byte("outbox")
@@ -33,7 +34,8 @@ var (
 
 // BoltStore keeps records in a bbolt file (monolithic mode):
 //
-//	tasks          session → task state (JSON)
+//	tasks          session → pending list and the range of its steps (JSON, taskMeta)
+//	task_steps     session 0x00 seq (8 bytes) → one done step (JSON)
 //	turns          turn id → 8-byte expiry (Unix ms), then the record (protobuf)
 //	session_turns  session 0x00 (MaxUint64 - started ms) turn id → nil   (newest first)
 //	outbox         turn id → turn.finished (protobuf), until published
@@ -54,7 +56,7 @@ type BoltStore struct {
 	// tasks caches task states as the transactions of this process wrote them (this process
 	// is the file's only writer), so a turn does not decode its session's JSON twice; at most
 	// maxCachedTasks sessions.
-	tasks map[string]TaskState
+	tasks map[string]cachedTask
 	// published holds outbox entries that were published but are still in the file: they are
 	// deleted by the next write (a finishing turn's commit), so an acknowledgement costs no
 	// commit of its own. Outbox skips them. A crash before that write republishes them, which
@@ -68,17 +70,25 @@ const maxPublished = 256
 // maxCachedTasks bounds the task-state cache; past it, the cache starts afresh.
 const maxCachedTasks = 4096
 
-// cachedTask returns a copy of sid's cached task state.
-func (s *BoltStore) cachedTask(sid string) (TaskState, bool) {
+// cachedTask is a session's task state as a transaction wrote it, with the step sequence number
+// its file entry had then (taskMeta.Next): a writer whose transaction reads another number (its
+// commit is being retried, or the cache is behind) reads the file instead.
+type cachedTask struct {
+	st   TaskState
+	next uint64
+}
+
+// cachedTask returns a copy of sid's cached task state and its taskMeta.Next.
+func (s *BoltStore) cachedTask(sid string) (TaskState, uint64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st, ok := s.tasks[sid]
-	return TaskState{Done: slices.Clone(st.Done), Pending: slices.Clone(st.Pending)}, ok
+	c, ok := s.tasks[sid]
+	return TaskState{Done: slices.Clone(c.st.Done), Pending: slices.Clone(c.st.Pending)}, c.next, ok
 }
 
 // cacheTask records sid's task state as a transaction wrote it; ok false forgets it (the
 // transaction failed, so the file decides).
-func (s *BoltStore) cacheTask(sid string, st TaskState, ok bool) {
+func (s *BoltStore) cacheTask(sid string, st TaskState, next uint64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !ok {
@@ -88,7 +98,7 @@ func (s *BoltStore) cacheTask(sid string, st TaskState, ok bool) {
 	if len(s.tasks) >= maxCachedTasks {
 		clear(s.tasks)
 	}
-	s.tasks[sid] = TaskState{Done: slices.Clone(st.Done), Pending: slices.Clone(st.Pending)}
+	s.tasks[sid] = cachedTask{st: TaskState{Done: slices.Clone(st.Done), Pending: slices.Clone(st.Pending)}, next: next}
 }
 
 type cancelRequest struct {
@@ -98,14 +108,14 @@ type cancelRequest struct {
 
 // OpenBoltStore opens or creates the file; a second process opening it fails after a second.
 func OpenBoltStore(path string) (*BoltStore, error) {
-	db, err := boltstore.Open(path, nil, bucketTasks, bucketTurns, bucketSessionTurns, bucketOutbox)
+	db, err := boltstore.Open(path, nil, bucketTasks, bucketTaskSteps, bucketTurns, bucketSessionTurns, bucketOutbox)
 	if err != nil {
 		return nil, err
 	}
 	s := &BoltStore{
 		db: db, group: boltstore.NewGroup(db), now: time.Now, leases: lease.NewMemory(),
 		running: map[string]*orchestratorv1.Turn{}, cancels: map[string]cancelRequest{},
-		tasks: map[string]TaskState{}, published: map[string]struct{}{},
+		tasks: map[string]cachedTask{}, published: map[string]struct{}{},
 	}
 	if err := s.pruneTurns(); err != nil {
 		_ = db.Close()
@@ -229,40 +239,124 @@ func indexTurnID(k []byte) []byte {
 	return k[i+1+8:]
 }
 
-func loadTask(b *bolt.Bucket, sid string) (TaskState, error) {
-	var st TaskState
-	if raw := b.Get([]byte(sid)); raw != nil {
-		if err := json.Unmarshal(raw, &st); err != nil {
-			return st, fmt.Errorf("task state of %s: %w", sid, err)
+// taskMeta is a session's entry in the tasks bucket. Its done steps are keys First..Next-1 of
+// task_steps, so a finishing turn writes its own steps, not the whole list again (a session keeps
+// up to orchestrator.task-state-steps of them). Done is the format before that: the whole list in
+// this value; it moves into task_steps with the session's next write.
+type taskMeta struct {
+	Pending []Pending `json:"pending,omitempty"`
+	First   uint64    `json:"first,omitempty"`
+	Next    uint64    `json:"next,omitempty"`
+	Done    []Step    `json:"done,omitempty"`
+}
+
+func loadTaskMeta(tb *bolt.Bucket, sid string) (taskMeta, error) {
+	var m taskMeta
+	if raw := tb.Get([]byte(sid)); raw != nil {
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return m, fmt.Errorf("task state of %s: %w", sid, err)
 		}
+	}
+	return m, nil
+}
+
+// stepKey is a step's key in task_steps: the session, 0x00, the step's sequence number.
+func stepKey(sid string, seq uint64) []byte {
+	k := make([]byte, 0, len(sid)+9)
+	k = append(k, sid...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+// loadTask reads a session's task state, m being its entry.
+func loadTask(tx *bolt.Tx, sid string, m taskMeta) (TaskState, error) {
+	st := TaskState{Done: m.Done, Pending: m.Pending}
+	c := tx.Bucket(bucketTaskSteps).Cursor()
+	end := stepKey(sid, m.Next)
+	for k, v := c.Seek(stepKey(sid, m.First)); k != nil && bytes.Compare(k, end) < 0; k, v = c.Next() {
+		var step Step
+		if err := json.Unmarshal(v, &step); err != nil {
+			return TaskState{}, fmt.Errorf("task state of %s, step %x: %w", sid, k[len(k)-8:], err)
+		}
+		st.Done = append(st.Done, step)
 	}
 	return st, nil
 }
 
-func putTask(b *bolt.Bucket, sid string, st TaskState) error {
-	if len(st.Done) == 0 && len(st.Pending) == 0 {
-		return b.Delete([]byte(sid))
+// writeTask applies a Finish's steps and pending list to sid's task state in tx, m being its
+// entry: the new steps are added as keys and the oldest beyond f.KeepSteps deleted, so the write
+// is as large as the change. A state in the old one-value format moves into task_steps on the
+// way. It returns the entry's new Next.
+func writeTask(tx *bolt.Tx, sid string, m taskMeta, f *Finish) (uint64, error) {
+	tb, sb := tx.Bucket(bucketTasks), tx.Bucket(bucketTaskSteps)
+	for _, step := range slices.Concat(m.Done, f.Steps) {
+		raw, err := json.Marshal(step)
+		if err != nil {
+			return 0, err
+		}
+		if err := sb.Put(stepKey(sid, m.Next), raw); err != nil {
+			return 0, err
+		}
+		m.Next++
 	}
-	raw, err := json.Marshal(st)
+	m.Done = nil
+	for keep := uint64(max(f.KeepSteps, 0)); keep > 0 && m.Next-m.First > keep; m.First++ {
+		if err := sb.Delete(stepKey(sid, m.First)); err != nil {
+			return 0, err
+		}
+	}
+	if f.SetPending {
+		m.Pending = f.mergePending(m.Pending)
+	}
+	if m.First == m.Next && len(m.Pending) == 0 {
+		// Nothing left: the next step starts the numbering again.
+		return 0, tb.Delete([]byte(sid))
+	}
+	raw, err := json.Marshal(m)
 	if err != nil {
+		return 0, err
+	}
+	return m.Next, tb.Put([]byte(sid), raw)
+}
+
+// deleteTask removes sid's task state.
+func deleteTask(tx *bolt.Tx, sid string) error {
+	if err := tx.Bucket(bucketTasks).Delete([]byte(sid)); err != nil {
 		return err
 	}
-	return b.Put([]byte(sid), raw)
+	sb := tx.Bucket(bucketTaskSteps)
+	prefix := append([]byte(sid), 0)
+	var keys [][]byte
+	c := sb.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(k) == len(prefix)+8; k, _ = c.Next() {
+		keys = append(keys, bytes.Clone(k))
+	}
+	for _, k := range keys {
+		if err := sb.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // TaskState implements Store.
 func (s *BoltStore) TaskState(_ context.Context, sid string) (TaskState, error) {
-	if st, ok := s.cachedTask(sid); ok {
+	if st, _, ok := s.cachedTask(sid); ok {
 		return st, nil
 	}
 	var st TaskState
+	var next uint64
 	err := s.db.View(func(tx *bolt.Tx) error {
-		var err error
-		st, err = loadTask(tx.Bucket(bucketTasks), sid)
+		m, err := loadTaskMeta(tx.Bucket(bucketTasks), sid)
+		if err != nil {
+			return err
+		}
+		next = m.Next
+		st, err = loadTask(tx, sid, m)
 		return err
 	})
 	if err == nil {
-		s.cacheTask(sid, st, true)
+		s.cacheTask(sid, st, next, true)
 	}
 	return st, err
 }
@@ -305,28 +399,32 @@ func (s *BoltStore) FinishTurn(_ context.Context, f *Finish) error {
 		if len(f.Steps) == 0 && !f.SetPending {
 			return nil
 		}
-		tb := tx.Bucket(bucketTasks)
-		st, ok := s.cachedTask(sid)
-		if !ok {
-			var err error
-			if st, err = loadTask(tb, sid); err != nil {
+		m, err := loadTaskMeta(tx.Bucket(bucketTasks), sid)
+		if err != nil {
+			return err
+		}
+		// The cache is used only when it is of this very state: when the group's commit is
+		// retried, this function runs again on a file without its first run's write.
+		st, next, ok := s.cachedTask(sid)
+		if !ok || next != m.Next {
+			if st, err = loadTask(tx, sid, m); err != nil {
 				return err
 			}
+		}
+		if next, err = writeTask(tx, sid, m, f); err != nil {
+			return err
 		}
 		st.Done = keepSteps(st.Done, f.Steps, f.KeepSteps)
 		if f.SetPending {
 			st.Pending = f.mergePending(st.Pending)
 		}
-		if err := putTask(tb, sid, st); err != nil {
-			return err
-		}
 		// Set in the transaction's order, so a concurrent DeleteSession's removal is not
 		// overtaken; undone below when the commit fails.
-		s.cacheTask(sid, st, true)
+		s.cacheTask(sid, st, next, true)
 		return nil
 	})
 	if err != nil {
-		s.cacheTask(sid, TaskState{}, false)
+		s.cacheTask(sid, TaskState{}, 0, false)
 		s.restorePublished(published)
 		return err
 	}
@@ -431,11 +529,9 @@ func (s *BoltStore) ListTurns(_ context.Context, sid, cursor string, limit int) 
 
 // DeleteSession implements Store.
 func (s *BoltStore) DeleteSession(_ context.Context, sid string) error {
-	err := s.group.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketTasks).Delete([]byte(sid))
-	})
+	err := s.group.Update(func(tx *bolt.Tx) error { return deleteTask(tx, sid) })
 	// After the commit, so a FinishTurn committed with it cannot leave its state cached.
-	s.cacheTask(sid, TaskState{}, false)
+	s.cacheTask(sid, TaskState{}, 0, false)
 	return err
 }
 

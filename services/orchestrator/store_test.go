@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -359,5 +360,75 @@ func TestBoltOutboxDeletesWithTheNextWrite(t *testing.T) {
 	defer s.Close()
 	if got := inFile(); len(got) != 0 {
 		t.Errorf("after Close and a restart the outbox holds %v, want nothing", got)
+	}
+}
+
+// TestBoltTaskStepsAreKeys: a finishing turn writes its own steps, not the session's whole list;
+// the oldest beyond the limit are deleted; a task state in the old one-value format is read and
+// moved into the step keys by the next write; DeleteSession leaves no step behind.
+func TestBoltTaskStepsAreKeys(t *testing.T) {
+	ctx := context.Background()
+	s, err := OpenBoltStore(filepath.Join(t.TempDir(), "orchestrator.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// The old format, written as a store before this change did.
+	legacy, err := json.Marshal(TaskState{Done: []Step{step(1), step(2)}, Pending: []Pending{{What: "pay", TurnID: "t", At: time.UnixMilli(5).UTC()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketTasks).Put([]byte("s1"), legacy) }); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.TaskState(ctx, "s1"); err != nil || len(got.Done) != 2 || len(got.Pending) != 1 {
+		t.Fatalf("old format read as %+v, %v", got, err)
+	}
+	s.cacheTask("s1", TaskState{}, 0, false)
+	stats := func() (steps int, meta int) {
+		t.Helper()
+		err := s.db.View(func(tx *bolt.Tx) error {
+			steps = tx.Bucket(bucketTaskSteps).Stats().KeyN
+			meta = len(tx.Bucket(bucketTasks).Get([]byte("s1")))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return steps, meta
+	}
+	for i := 3; i <= 40; i++ {
+		f := &Finish{Turn: finished(fmt.Sprintf("t%d", i), "s1", int64(i)), TTL: time.Hour, Steps: []Step{step(i)}, KeepSteps: 10}
+		if err := s.FinishTurn(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		if i == 3 {
+			s.cacheTask("s1", TaskState{}, 0, false) // the next read comes from the file
+		}
+	}
+	steps, meta := stats()
+	if steps != 10 || meta > 200 {
+		t.Errorf("after 40 steps with 10 kept: %d step keys, a %d-byte session entry; want 10 keys and a small entry", steps, meta)
+	}
+	s.cacheTask("s1", TaskState{}, 0, false)
+	got, err := s.TaskState(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []Step
+	for i := 31; i <= 40; i++ {
+		want = append(want, step(i))
+	}
+	if diff := cmp.Diff(want, got.Done); diff != "" {
+		t.Errorf("done steps read back (-want +got):\n%s", diff)
+	}
+	if len(got.Pending) != 1 {
+		t.Errorf("pending = %+v, want the old format's one item kept", got.Pending)
+	}
+	if err := s.DeleteSession(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if steps, meta := stats(); steps != 0 || meta != 0 {
+		t.Errorf("after DeleteSession: %d step keys, %d-byte entry; want none", steps, meta)
 	}
 }
