@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/hermes-agent/hermes/internal/model"
 	"github.com/hermes-agent/hermes/internal/tokenizer"
@@ -44,7 +45,7 @@ type contextBlocks struct {
 	toolTokens    int
 
 	// counted memoizes the system blocks' token counts: they stay the same for all steps of a
-	// turn.
+	// turn. The task state's count is set when it is rendered (taskLines).
 	counted map[string]int32
 }
 
@@ -88,6 +89,49 @@ func (b *contextBlocks) breakdown(tok *tokenizer.Tokenizer) *orchestratorv1.Toke
 	}
 	t.Total = t.SystemPrompt + t.ToolSchemas + t.Memory + t.Summary + t.Pinned + t.TaskState + t.History + t.CurrentMessage
 	return t
+}
+
+// taskLines counts the task-state block line by line, memoizing each line's count across turns:
+// the block changes every turn (a step is added, the numbers shift) but its lines mostly do not,
+// and counting it whole was 3% of a turn's CPU. The count is the sum of the lines' counts plus
+// one token per line break, which may differ from counting the block whole by a token where a
+// line ends in punctuation — it feeds the token breakdown and the prompt estimate only.
+type taskLines struct {
+	mu sync.Mutex
+	// n holds the counts by line (its step number cut off); cleared when it reaches maxTaskLines.
+	n map[string]int32
+}
+
+const maxTaskLines = 8192
+
+// count returns the block's token count as a message.
+func (l *taskLines) count(tok *tokenizer.Tokenizer, block string) int32 {
+	if block == "" {
+		return 0
+	}
+	total := int32(tokenizer.MessageOverhead)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n == nil || len(l.n) >= maxTaskLines {
+		l.n = map[string]int32{}
+	}
+	for i, line := range strings.Split(block, "\n") {
+		if i > 0 {
+			total++ // the line break
+		}
+		// "12. tool …": the number and its dot are two tokens below 1000; the rest is memoized.
+		if dot := strings.Index(line, ". "); dot > 0 && dot <= 3 && strings.Trim(line[:dot], "0123456789") == "" {
+			total += 2
+			line = line[dot+1:]
+		}
+		n, ok := l.n[line]
+		if !ok {
+			n = int32(tok.Count(line))
+			l.n[line] = n
+		}
+		total += n
+	}
+	return total
 }
 
 // toolSchemaTokens is what a tool's schema costs in a request, as the tool service counted it

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -274,4 +275,30 @@ func asTurnError(err error, te **turnError) bool {
 	e, ok := err.(*turnError)
 	*te = e
 	return ok
+}
+
+// TestTaskLinesCount: the task state counted line by line (memoized across turns) stays within
+// a token per line of counting the block whole, as the block grows and its numbers shift.
+func TestTaskLinesCount(t *testing.T) {
+	tk, err := tokenizer.New("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines taskLines
+	var st TaskState
+	results := []string{"87", `{"total": 42.5, "currency": "EUR"}`, "已订好：蜀香园，周五 19:00，4 位。", "error: timeout  ", "ok."}
+	for i := range 30 {
+		st.Done = append(st.Done, Step{Tool: "calculator", Arguments: fmt.Sprintf(`{"expression":"%d*7+3"}`, i), Result: results[i%len(results)], IdempotencyKey: fmt.Sprint(i % 2)})
+		if i%7 == 3 {
+			st.Pending = append(st.Pending, Pending{What: fmt.Sprintf("book table %d", i)})
+		}
+		block, _ := renderTaskState(st, 12)
+		got, whole := int(lines.count(tk, block)), tk.CountMessage(block)
+		if slack := strings.Count(block, "\n") + 1; got < whole-slack || got > whole+slack {
+			t.Errorf("after %d steps: %d tokens counted by line, %d whole; want within %d", i+1, got, whole, slack)
+		}
+	}
+	if n := len(lines.n); n > 60 {
+		t.Errorf("%d lines memoized for 30 steps; the step numbers should not be part of the key", n)
+	}
 }

@@ -68,6 +68,7 @@ func (t *turn) prepare(ctx context.Context) error {
 	b.summary = renderSummary(built.GetSummary())
 	var shown int
 	b.taskState, shown = renderTaskState(state, t.s.cfg.TaskStateContextSteps)
+	b.counted[b.taskState] = t.s.taskLines.count(t.s.deps.Tokenizer, b.taskState)
 	var history, current []*sessionv1.Message
 	for _, m := range built.GetWindow() {
 		if m.GetSeq() < t.userMsg.GetSeq() {

@@ -93,6 +93,7 @@ type Service struct {
 	met    metrics
 	// promptTokens is the configured system prompt's token count, counted once.
 	promptTokens int32
+	taskLines    taskLines
 	now          func() time.Time
 	replica      string
 	instructions *serverInstructions
