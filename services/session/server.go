@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -55,7 +56,16 @@ type Service struct {
 	tok   *tokenizer.Tokenizer
 	cfg   Config
 	log   *slog.Logger
+
+	mu sync.Mutex
+	// idents caches sessions' identities (id, owner, config), which never change: ids are ULIDs
+	// this service makes and never reuses. AppendMessages and BuildContext check ownership
+	// against it instead of reading the session first (a store round trip per call); their store
+	// operations still fail on a session deleted meanwhile. Cleared at maxCachedIdents.
+	idents map[string]*sessionv1.Session
 }
+
+const maxCachedIdents = 1 << 16
 
 // Options are the session service's dependencies.
 type Options struct {
@@ -88,7 +98,7 @@ func NewService(cfg Config, o Options) (*Service, error) {
 	case cfg.FoldTurns > maxFoldTurns:
 		return nil, fmt.Errorf("session: fold-turns is %d; it must be between 1 and %d", cfg.FoldTurns, maxFoldTurns)
 	}
-	return &Service{store: o.Store, tok: o.Tokenizer, cfg: cfg, log: o.Logger}, nil
+	return &Service{store: o.Store, tok: o.Tokenizer, cfg: cfg, log: o.Logger, idents: map[string]*sessionv1.Session{}}, nil
 }
 
 // newID returns a ULID: time-sortable, with 80 bits from crypto/rand so ids cannot be guessed.
@@ -137,6 +147,31 @@ func (s *Service) owned(ctx context.Context, sessionID, userID string) (*session
 		return nil, status.Errorf(codes.PermissionDenied, "session %q belongs to another user", sessionID)
 	}
 	return sess, nil
+}
+
+// ownedIdent is owned for callers that need only the session's identity and config (not its
+// state, which it does not carry) and whose store operation fails for a deleted session.
+func (s *Service) ownedIdent(ctx context.Context, sessionID, userID string) (*sessionv1.Session, error) {
+	s.mu.Lock()
+	id, ok := s.idents[sessionID]
+	s.mu.Unlock()
+	if !ok {
+		sess, err := s.owned(ctx, sessionID, userID)
+		if err != nil {
+			return nil, err
+		}
+		id = &sessionv1.Session{Id: sess.GetId(), UserId: sess.GetUserId(), Config: sess.GetConfig()}
+		s.mu.Lock()
+		if len(s.idents) >= maxCachedIdents {
+			clear(s.idents)
+		}
+		s.idents[sessionID] = id
+		s.mu.Unlock()
+	}
+	if id.GetUserId() != userID {
+		return nil, status.Errorf(codes.PermissionDenied, "session %q belongs to another user", sessionID)
+	}
+	return id, nil
 }
 
 // CreateSession implements SessionServiceServer.
@@ -221,6 +256,9 @@ func (s *Service) DeleteSession(ctx context.Context, req *sessionv1.DeleteSessio
 		return nil, err
 	}
 	n, err := s.store.DeleteSession(ctx, req.GetUserId(), req.GetSessionId())
+	s.mu.Lock()
+	delete(s.idents, req.GetSessionId())
+	s.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +340,7 @@ func (s *Service) AppendMessages(ctx context.Context, req *sessionv1.AppendMessa
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	if _, err := s.owned(ctx, req.GetSessionId(), req.GetUserId()); err != nil {
+	if _, err := s.ownedIdent(ctx, req.GetSessionId(), req.GetUserId()); err != nil {
 		return nil, err
 	}
 	now := time.Now()
@@ -398,7 +436,7 @@ func (s *Service) BuildContext(ctx context.Context, req *sessionv1.BuildContextR
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	sess, err := s.owned(ctx, req.GetSessionId(), req.GetUserId())
+	sess, err := s.ownedIdent(ctx, req.GetSessionId(), req.GetUserId())
 	if err != nil {
 		return nil, err
 	}

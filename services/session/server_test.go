@@ -579,3 +579,38 @@ func TestFoldTurnsLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnershipCacheAcrossReplicas: two replicas share a store. Once a replica has served a
+// session, its cached owner still refuses another user, and a session deleted through the other
+// replica is gone for it too (the store operations fail, not the cache's check).
+func TestOwnershipCacheAcrossReplicas(t *testing.T) {
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			store := open(t)
+			a, b := serve(t, store), serve(t, store)
+			sid := create(t, a, "alice")
+			appendTurns(t, b, sid, "alice", 0, 1) // b caches the session's owner
+			if _, err := b.BuildContext(ctx, &sessionv1.BuildContextRequest{SessionId: sid, UserId: "alice"}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := b.AppendMessages(ctx, &sessionv1.AppendMessagesRequest{SessionId: sid, UserId: "mallory", Messages: []*sessionv1.NewMessage{text(sessionv1.Role_ROLE_USER, "hi")}})
+			if status.Code(err) != codes.PermissionDenied {
+				t.Errorf("another user's append through the replica that cached the owner: %v, want PermissionDenied", err)
+			}
+			if _, err := b.BuildContext(ctx, &sessionv1.BuildContextRequest{SessionId: sid, UserId: "mallory"}); status.Code(err) != codes.PermissionDenied {
+				t.Errorf("another user's BuildContext: %v, want PermissionDenied", err)
+			}
+			if _, err := a.DeleteSession(ctx, &sessionv1.DeleteSessionRequest{SessionId: sid, UserId: "alice"}); err != nil {
+				t.Fatal(err)
+			}
+			_, err = b.AppendMessages(ctx, &sessionv1.AppendMessagesRequest{SessionId: sid, UserId: "alice", Messages: []*sessionv1.NewMessage{text(sessionv1.Role_ROLE_USER, "hi")}})
+			if status.Code(err) != codes.NotFound {
+				t.Errorf("append to a session deleted through the other replica: %v, want NotFound", err)
+			}
+			if _, err := b.BuildContext(ctx, &sessionv1.BuildContextRequest{SessionId: sid, UserId: "alice"}); status.Code(err) != codes.NotFound {
+				t.Errorf("BuildContext of a session deleted through the other replica: %v, want NotFound", err)
+			}
+		})
+	}
+}
