@@ -58,6 +58,7 @@ type BoltStore struct {
 	full        chan struct{}
 	stop        chan struct{}
 	flusherDone chan struct{}
+	flushed     func(error) // flushOptions.done
 
 	// mu guards pending and postings: the committed entries of unindexed (by their key) that
 	// are not yet in index, and how many postings they hold. Entries are immutable once added.
@@ -99,18 +100,26 @@ var present = []byte{1}
 // OpenBoltStore opens (or creates) the store at path. A file held by another process is an
 // error after a second instead of a hang.
 func OpenBoltStore(path string) (*BoltStore, error) {
-	return openBoltStore(path, defaultFlushDelay, defaultFlushPostings)
+	return openBoltStore(path, flushOptions{delay: defaultFlushDelay, postings: defaultFlushPostings})
 }
 
-func openBoltStore(path string, flushDelay time.Duration, flushPostings int) (*BoltStore, error) {
+// flushOptions tune the write-behind index (tests shorten or lengthen them).
+type flushOptions struct {
+	delay    time.Duration
+	postings int
+	// done, when set, is called after each flush of the flushing goroutine.
+	done func(error)
+}
+
+func openBoltStore(path string, o flushOptions) (*BoltStore, error) {
 	db, err := boltstore.Open(path, nil, bSessions, bSummaries, bUserSessions, bIndex, bUnindexed)
 	if err != nil {
 		return nil, err
 	}
 	b := &BoltStore{
 		db: db, group: boltstore.NewGroup(db),
-		flushDelay: flushDelay, flushPostings: flushPostings,
-		timer:       time.NewTimer(flushDelay),
+		flushDelay: o.delay, flushPostings: o.postings, flushed: o.done,
+		timer:       time.NewTimer(o.delay),
 		full:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		flusherDone: make(chan struct{}),
@@ -134,7 +143,7 @@ func openBoltStore(path string, flushDelay time.Duration, flushPostings int) (*B
 		return nil, fmt.Errorf("load unindexed postings of %s: %w", path, err)
 	}
 	if len(b.pending) > 0 {
-		b.timer.Reset(flushDelay)
+		b.timer.Reset(o.delay)
 	}
 	go b.flusher()
 	return b, nil
@@ -166,10 +175,14 @@ func (b *BoltStore) flusher() {
 		case <-b.timer.C:
 		case <-b.full:
 		}
-		if err := b.flush(); err != nil {
+		err := b.flush()
+		if err != nil {
 			// The entries stay pending (and durable); try again later.
 			slog.Error("session store: flush search postings", "err", err)
 			b.timer.Reset(b.flushDelay)
+		}
+		if b.flushed != nil {
+			b.flushed(err)
 		}
 	}
 }
