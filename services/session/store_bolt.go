@@ -57,6 +57,7 @@ type BoltStore struct {
 	timer       *time.Timer
 	full        chan struct{}
 	stop        chan struct{}
+	stopOnce    sync.Once
 	flusherDone chan struct{}
 	flushed     func(error) // flushOptions.done
 
@@ -152,7 +153,7 @@ func openBoltStore(path string, o flushOptions) (*BoltStore, error) {
 // Close moves the pending postings into the index and closes the file. Postings it cannot move
 // stay in unindexed for the next open.
 func (b *BoltStore) Close() error {
-	close(b.stop)
+	b.stopOnce.Do(func() { close(b.stop) })
 	<-b.flusherDone
 	b.timer.Stop()
 	ferr := b.flush()

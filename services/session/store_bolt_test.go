@@ -33,7 +33,7 @@ func openBolt(t testing.TB, path string, o flushOptions) *BoltStore {
 // crash ends the store as a killed process would: nothing is flushed, the file is closed.
 func crash(t testing.TB, s *BoltStore) {
 	t.Helper()
-	close(s.stop)
+	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.flusherDone
 	if err := s.db.Close(); err != nil {
 		t.Fatal(err)
