@@ -5,8 +5,13 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math"
+	"slices"
+	"sync"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
@@ -28,19 +33,62 @@ import (
 //	summaries       sid → summary as a message of kind summary
 //	user_sessions   uid 0x00 (MaxUint64 - updated ms) sid → nil   (newest first)
 //	index           uid 0x00 term 0x00 sid 0x00 seq → nil         (search postings)
+//	unindexed       NextSequence (8 bytes big-endian) → pending postings of one message:
+//	                uvarint len(uid) uid  uvarint len(sid) sid  uvarint seq
+//	                then per term: uvarint len(term) term
 //	s/<sid>         m: seq → Message   c: client_id → seq   t: seq of user messages → nil
 //	                k: seq of sticky messages → nil
+//
+// Search postings are written behind the append. A message's postings land all over the index
+// B-tree, so writing them in the append's transaction dirtied a leaf page per term; instead the
+// append puts one entry into unindexed, whose keys only grow (the rightmost page), and a flush
+// moves the entries into index at most about flushDelay later, or sooner when flushPostings are
+// pending, and on Close. The entries are durable, so a crash loses no postings: they are loaded
+// again at open. Until a flush, Search reads the pending postings from memory.
 type BoltStore struct {
 	db *bolt.DB
 	// group commits concurrent appends together (one fsync for the appends of several turns).
 	group *boltstore.Group
+
+	flushDelay    time.Duration
+	flushPostings int
+	// timer fires flushDelay after the first pending entry; full asks for a flush when
+	// flushPostings are pending; stop and flusherDone end the flushing goroutine.
+	timer       *time.Timer
+	full        chan struct{}
+	stop        chan struct{}
+	stopOnce    sync.Once
+	flusherDone chan struct{}
+	flushed     func(error) // flushOptions.done
+
+	// mu guards pending and postings: the committed entries of unindexed (by their key) that
+	// are not yet in index, and how many postings they hold. Entries are immutable once added.
+	mu       sync.Mutex
+	pending  map[uint64]*pendingEntry
+	postings int
 }
+
+// pendingEntry is one message's postings not yet in index, as stored in unindexed.
+type pendingEntry struct {
+	key      uint64
+	uid, sid string
+	seq      int64
+	terms    []string
+}
+
+// Defaults of the write-behind index: a flush moves up to a few thousand postings at once, and
+// a message is in the index about a second after its append.
+const (
+	defaultFlushDelay    = time.Second
+	defaultFlushPostings = 4096
+)
 
 var (
 	bSessions     = []byte("sessions")
 	bSummaries    = []byte("summaries")
 	bUserSessions = []byte("user_sessions")
 	bIndex        = []byte("index")
+	bUnindexed    = []byte("unindexed")
 	bMsgs         = []byte("m")
 	bClientIDs    = []byte("c")
 	bTurns        = []byte("t")
@@ -53,15 +101,223 @@ var present = []byte{1}
 // OpenBoltStore opens (or creates) the store at path. A file held by another process is an
 // error after a second instead of a hang.
 func OpenBoltStore(path string) (*BoltStore, error) {
-	db, err := boltstore.Open(path, nil, bSessions, bSummaries, bUserSessions, bIndex)
+	return openBoltStore(path, flushOptions{delay: defaultFlushDelay, postings: defaultFlushPostings})
+}
+
+// flushOptions tune the write-behind index (tests shorten or lengthen them).
+type flushOptions struct {
+	delay    time.Duration
+	postings int
+	// done, when set, is called after each flush of the flushing goroutine.
+	done func(error)
+}
+
+func openBoltStore(path string, o flushOptions) (*BoltStore, error) {
+	db, err := boltstore.Open(path, nil, bSessions, bSummaries, bUserSessions, bIndex, bUnindexed)
 	if err != nil {
 		return nil, err
 	}
-	return &BoltStore{db: db, group: boltstore.NewGroup(db)}, nil
+	b := &BoltStore{
+		db: db, group: boltstore.NewGroup(db),
+		flushDelay: o.delay, flushPostings: o.postings, flushed: o.done,
+		timer:       time.NewTimer(o.delay),
+		full:        make(chan struct{}, 1),
+		stop:        make(chan struct{}),
+		flusherDone: make(chan struct{}),
+		pending:     map[uint64]*pendingEntry{},
+	}
+	b.timer.Stop()
+	// The entries of a process that ended before flushing them.
+	err = db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bUnindexed).ForEach(func(k, v []byte) error {
+			e, err := decodePending(k, v)
+			if err != nil {
+				return err
+			}
+			b.pending[e.key] = e
+			b.postings += len(e.terms)
+			return nil
+		})
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("load unindexed postings of %s: %w", path, err)
+	}
+	if len(b.pending) > 0 {
+		b.timer.Reset(o.delay)
+	}
+	go b.flusher()
+	return b, nil
 }
 
-// Close closes the file.
-func (b *BoltStore) Close() error { return b.db.Close() }
+// Close moves the pending postings into the index and closes the file. Postings it cannot move
+// stay in unindexed for the next open.
+func (b *BoltStore) Close() error {
+	b.stopOnce.Do(func() { close(b.stop) })
+	<-b.flusherDone
+	b.timer.Stop()
+	ferr := b.flush()
+	if err := b.db.Close(); err != nil {
+		return err
+	}
+	if ferr != nil {
+		return fmt.Errorf("flush search postings: %w", ferr)
+	}
+	return nil
+}
+
+// flusher flushes when the timer fires or flushPostings are pending, until Close.
+func (b *BoltStore) flusher() {
+	defer close(b.flusherDone)
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-b.timer.C:
+		case <-b.full:
+		}
+		err := b.flush()
+		if err != nil {
+			// The entries stay pending (and durable); try again later.
+			slog.Error("session store: flush search postings", "err", err)
+			b.timer.Reset(b.flushDelay)
+		}
+		if b.flushed != nil {
+			b.flushed(err)
+		}
+	}
+}
+
+// flush moves the pending entries into index in one transaction and then drops them from
+// memory. Entries appended meanwhile stay pending, with the timer armed for them; entries whose
+// session was deleted meanwhile are gone from unindexed and are skipped.
+func (b *BoltStore) flush() error {
+	b.mu.Lock()
+	batch := make([]*pendingEntry, 0, len(b.pending))
+	for _, e := range b.pending {
+		batch = append(batch, e)
+	}
+	b.mu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	err := b.group.Update(func(tx *bolt.Tx) error {
+		un, idx := tx.Bucket(bUnindexed), tx.Bucket(bIndex)
+		for _, e := range batch {
+			k := seqKey(int64(e.key))
+			if un.Get(k) == nil {
+				continue
+			}
+			for _, t := range e.terms {
+				if err := idx.Put(indexKey(e.uid, t, e.sid, e.seq), present); err != nil {
+					return err
+				}
+			}
+			if err := un.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range batch {
+		b.dropLocked(e.key)
+	}
+	if len(b.pending) > 0 {
+		b.timer.Reset(b.flushDelay)
+	}
+	return nil
+}
+
+// dropLocked forgets a pending entry; b.mu is held.
+func (b *BoltStore) dropLocked(key uint64) {
+	if e, ok := b.pending[key]; ok {
+		b.postings -= len(e.terms)
+		delete(b.pending, key)
+	}
+}
+
+// addPending records committed entries and schedules their flush.
+func (b *BoltStore) addPending(entries []*pendingEntry) {
+	if len(entries) == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.pending) == 0 {
+		b.timer.Reset(b.flushDelay)
+	}
+	for _, e := range entries {
+		b.pending[e.key] = e
+		b.postings += len(e.terms)
+	}
+	if b.postings >= b.flushPostings {
+		select {
+		case b.full <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func encodePending(e *pendingEntry) []byte {
+	n := 3*binary.MaxVarintLen64 + len(e.uid) + len(e.sid)
+	for _, t := range e.terms {
+		n += binary.MaxVarintLen64 + len(t)
+	}
+	v := make([]byte, 0, n)
+	v = binary.AppendUvarint(v, uint64(len(e.uid)))
+	v = append(v, e.uid...)
+	v = binary.AppendUvarint(v, uint64(len(e.sid)))
+	v = append(v, e.sid...)
+	v = binary.AppendUvarint(v, uint64(e.seq))
+	for _, t := range e.terms {
+		v = binary.AppendUvarint(v, uint64(len(t)))
+		v = append(v, t...)
+	}
+	return v
+}
+
+var errBadPending = errors.New("malformed unindexed entry")
+
+func decodePending(k, v []byte) (*pendingEntry, error) {
+	if len(k) != 8 {
+		return nil, errBadPending
+	}
+	e := &pendingEntry{key: binary.BigEndian.Uint64(k)}
+	str := func() (string, bool) {
+		n, w := binary.Uvarint(v)
+		if w <= 0 || n > uint64(len(v)-w) {
+			return "", false
+		}
+		s := string(v[w : w+int(n)])
+		v = v[w+int(n):]
+		return s, true
+	}
+	var ok bool
+	if e.uid, ok = str(); !ok {
+		return nil, errBadPending
+	}
+	if e.sid, ok = str(); !ok {
+		return nil, errBadPending
+	}
+	seq, w := binary.Uvarint(v)
+	if w <= 0 {
+		return nil, errBadPending
+	}
+	e.seq, v = int64(seq), v[w:]
+	for len(v) > 0 {
+		t, ok := str()
+		if !ok {
+			return nil, errBadPending
+		}
+		e.terms = append(e.terms, t)
+	}
+	return e, nil
+}
 
 func seqKey(seq int64) []byte {
 	k := make([]byte, 8)
@@ -218,6 +474,28 @@ func (b *BoltStore) DeleteSession(_ context.Context, userID, id string) (int64, 
 		if err != nil {
 			return err
 		}
+		// The session's postings not yet in index. The bucket is read rather than memory: an
+		// append committed just before may not have reached memory yet.
+		un := tx.Bucket(bUnindexed)
+		var keys [][]byte
+		err = un.ForEach(func(k, v []byte) error {
+			e, err := decodePending(k, v)
+			if err != nil {
+				return err
+			}
+			if e.sid == id {
+				keys = append(keys, k)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if err := un.Delete(k); err != nil {
+				return err
+			}
+		}
 		if err := tx.DeleteBucket(sessionBucketName(id)); err != nil {
 			return err
 		}
@@ -229,15 +507,29 @@ func (b *BoltStore) DeleteSession(_ context.Context, userID, id string) (int64, 
 		}
 		return tx.Bucket(bSessions).Delete([]byte(id))
 	})
-	return n, err
+	if err != nil {
+		return n, err
+	}
+	// An entry of the session that reaches memory after this is skipped by the flush, which
+	// finds it gone from unindexed, and by Search, which finds no session.
+	b.mu.Lock()
+	for k, e := range b.pending {
+		if e.sid == id {
+			b.dropLocked(k)
+		}
+	}
+	b.mu.Unlock()
+	return n, nil
 }
 
 // Append implements Store. The whole batch is one bbolt transaction, which concurrent appends
 // to other sessions may share (group commit); it may run again, so it starts from scratch.
 func (b *BoltStore) Append(_ context.Context, userID, sessionID string, batch []AppendItem, expectedLastSeq *int64) (*AppendResult, error) {
 	var out *AppendResult
+	var entries []*pendingEntry
 	err := b.group.Update(func(tx *bolt.Tx) error {
 		out = &AppendResult{Messages: make([]*sessionv1.Message, len(batch))}
+		entries = entries[:0]
 		s, err := getSession(tx, sessionID)
 		if err != nil {
 			return err
@@ -271,7 +563,7 @@ func (b *BoltStore) Append(_ context.Context, userID, sessionID string, batch []
 			return nil
 		}
 		oldKey := userSessionKeyOf(s)
-		idx := tx.Bucket(bIndex)
+		un := tx.Bucket(bUnindexed)
 		for i, it := range batch {
 			if out.Messages[i] != nil {
 				continue
@@ -303,10 +595,16 @@ func (b *BoltStore) Append(_ context.Context, userID, sessionID string, batch []
 					return err
 				}
 			}
-			for _, t := range it.Terms {
-				if err := idx.Put(indexKey(userID, t, sessionID, m.GetSeq()), present); err != nil {
+			if len(it.Terms) > 0 {
+				key, err := un.NextSequence()
+				if err != nil {
 					return err
 				}
+				e := &pendingEntry{key: key, uid: userID, sid: sessionID, seq: m.GetSeq(), terms: slices.Clone(it.Terms)}
+				if err := un.Put(seqKey(int64(key)), encodePending(e)); err != nil {
+					return err
+				}
+				entries = append(entries, e)
 			}
 			st.MessageCount++
 			st.TokenCount += int64(m.GetTokenCount())
@@ -325,6 +623,7 @@ func (b *BoltStore) Append(_ context.Context, userID, sessionID string, batch []
 	if err != nil {
 		return nil, err
 	}
+	b.addPending(entries)
 	return out, nil
 }
 
@@ -449,12 +748,39 @@ func (b *BoltStore) UpdateSummary(_ context.Context, sessionID string, sum *Summ
 	return prev, err
 }
 
-// Search implements Store. It walks the postings of the first term newest first and keeps the
-// messages that have every other term too.
+// Search implements Store. It walks the postings of the first term newest first, merged with the
+// pending postings of that term, and keeps the messages that have every other term too.
 func (b *BoltStore) Search(_ context.Context, userID string, terms []string, sessionID string, neighbors, limit int) ([]*SearchResult, error) {
+	// Pending entries are read before the transaction starts: an entry a flush drops from
+	// memory after this was committed to index before it, so the transaction sees it there
+	// (and the merge takes it once); an entry dropped before this is in index already.
+	pend, mine := b.pendingOf(userID, terms[0], sessionID)
 	var out []*SearchResult
 	err := b.db.View(func(tx *bolt.Tx) error {
 		idx := tx.Bucket(bIndex)
+		keep := func(sid string, seq int64) error {
+			if sessionID != "" && sid != sessionID {
+				return nil
+			}
+			e := mine[msgRef{sid, seq}]
+			for _, t := range terms[1:] {
+				if idx.Get(indexKey(userID, t, sid, seq)) == nil && (e == nil || !slices.Contains(e.terms, t)) {
+					return nil
+				}
+			}
+			sb := tx.Bucket(sessionBucketName(sid))
+			if sb == nil {
+				return nil
+			}
+			msgs, err := messageRange(sb.Bucket(bMsgs), seq-int64(neighbors), seq+int64(neighbors))
+			if err != nil {
+				return err
+			}
+			if res := splitNeighbors(sid, seq, msgs, len(terms)); res != nil {
+				out = append(out, res)
+			}
+			return nil
+		}
 		prefix := indexPrefix(userID, terms[0])
 		c := idx.Cursor()
 		// Seek past the prefix's end, then walk back: newest sessions (ULIDs sort by time) and
@@ -466,39 +792,72 @@ func (b *BoltStore) Search(_ context.Context, userID string, terms []string, ses
 		} else {
 			k, _ = c.Prev()
 		}
-		for ; k != nil && bytes.HasPrefix(k, prefix) && len(out) < limit; k, _ = c.Prev() {
-			rest := k[len(prefix):]
+		for len(out) < limit {
+			// rest is the index's next posting, "sid 0x00 seq", nil when they are done.
+			var rest []byte
+			if k != nil && bytes.HasPrefix(k, prefix) {
+				rest = k[len(prefix):]
+			}
+			if len(pend) > 0 && (rest == nil || bytes.Compare(pend[0].tail, rest) >= 0) {
+				p := pend[0]
+				pend = pend[1:]
+				// Equal: flushed since it was read; the index's copy is taken below.
+				if rest == nil || !bytes.Equal(p.tail, rest) {
+					if err := keep(p.sid, p.seq); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			if rest == nil {
+				break
+			}
+			k, _ = c.Prev()
 			if len(rest) < 9 {
 				continue
 			}
-			sid := string(rest[:len(rest)-9])
-			seq := keySeq(rest[len(rest)-8:])
-			if sessionID != "" && sid != sessionID {
-				continue
-			}
-			all := true
-			for _, t := range terms[1:] {
-				if idx.Get(indexKey(userID, t, sid, seq)) == nil {
-					all = false
-					break
-				}
-			}
-			if !all {
-				continue
-			}
-			sb := tx.Bucket(sessionBucketName(sid))
-			if sb == nil {
-				continue
-			}
-			msgs, err := messageRange(sb.Bucket(bMsgs), seq-int64(neighbors), seq+int64(neighbors))
-			if err != nil {
+			if err := keep(string(rest[:len(rest)-9]), keySeq(rest[len(rest)-8:])); err != nil {
 				return err
-			}
-			if res := splitNeighbors(sid, seq, msgs, len(terms)); res != nil {
-				out = append(out, res)
 			}
 		}
 		return nil
 	})
 	return out, err
+}
+
+type msgRef struct {
+	sid string
+	seq int64
+}
+
+// pendingHit is a pending message that has a query's first term.
+type pendingHit struct {
+	sid  string
+	seq  int64
+	tail []byte // sid 0x00 seq, as in its index key
+}
+
+// pendingOf returns the pending messages of userID (in sessionID, when set) that have term, in
+// the order Search walks the index (highest tail first), and all the user's pending entries
+// of those sessions by message.
+func (b *BoltStore) pendingOf(userID, term, sessionID string) ([]pendingHit, map[msgRef]*pendingEntry) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var hits []pendingHit
+	var mine map[msgRef]*pendingEntry
+	for _, e := range b.pending {
+		if e.uid != userID || (sessionID != "" && e.sid != sessionID) {
+			continue
+		}
+		if mine == nil {
+			mine = map[msgRef]*pendingEntry{}
+		}
+		mine[msgRef{e.sid, e.seq}] = e
+		if slices.Contains(e.terms, term) {
+			tail := append(append([]byte(e.sid), 0), seqKey(e.seq)...)
+			hits = append(hits, pendingHit{sid: e.sid, seq: e.seq, tail: tail})
+		}
+	}
+	slices.SortFunc(hits, func(x, y pendingHit) int { return bytes.Compare(y.tail, x.tail) })
+	return hits, mine
 }
