@@ -179,7 +179,7 @@ func (b *BoltStore) flusher() {
 		err := b.flush()
 		if err != nil {
 			// The entries stay pending (and durable); try again later.
-			slog.Error("session store: flush search postings", "err", err)
+			slog.Error("session store: flush search postings", "error", err)
 			b.timer.Reset(b.flushDelay)
 		}
 		if b.flushed != nil {
