@@ -27,8 +27,9 @@ func (s *Service) DrainOutbox() {
 
 // drainOutbox publishes what the outbox holds: at start (events of turns that finished while
 // NATS was unreachable, or whose process died before publishing), on DrainOutbox and every
-// outboxInterval. Each entry is claimed with a lease first, so two replicas never publish one
-// event at once (JetStream's de-duplication by turn id covers a publish repeated after a crash).
+// outboxInterval. Each entry is claimed with a lease first, so two drainers never publish one
+// event at once (JetStream's de-duplication by turn id covers a publishNow racing a drainer and a
+// publish repeated after a crash).
 func (s *Service) drainOutbox() {
 	defer close(s.drained)
 	t := time.NewTicker(outboxInterval)
@@ -89,10 +90,15 @@ func (s *Service) publishClaimed(ctx context.Context, ev *eventsv1.TurnFinished)
 		defer cancel()
 		_, _ = leases.Release(rctx, key, s.replica)
 	}()
+	return true, s.publish(ctx, ev)
+}
+
+// publish publishes an outbox entry within the publish timeout and deletes it.
+func (s *Service) publish(ctx context.Context, ev *eventsv1.TurnFinished) error {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
 	defer cancel()
 	if err := s.deps.Publish(pctx, ev); err != nil {
-		return false, err
+		return err
 	}
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer dcancel()
@@ -100,20 +106,21 @@ func (s *Service) publishClaimed(ctx context.Context, ev *eventsv1.TurnFinished)
 		// Published; the entry goes out again later and JetStream drops the duplicate.
 		s.log.Warn("published turn.finished not removed from the outbox", "turn", ev.GetTurnId(), "error", err)
 	}
-	return true, nil
+	return nil
 }
 
 // publishNow publishes a finished turn's event in the background, bounded by the publish
 // timeout; a failure leaves it in the outbox for the drainer and never fails the user's turn.
+// It takes no claim on the entry: the drainers that might publish it too read the outbox every
+// outboxInterval, and a publish repeated meanwhile is dropped by JetStream's de-duplication by
+// turn id — a claim would cost two store round trips on every turn to save that rare duplicate.
 func (s *Service) publishNow(ctx context.Context, ev *eventsv1.TurnFinished) {
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
 		pctx := trace.ContextWithSpanContext(s.bgCtx, trace.SpanContextFromContext(ctx))
-		if ok, err := s.publishClaimed(pctx, ev); err != nil {
+		if err := s.publish(pctx, ev); err != nil {
 			s.log.Warn("turn.finished not published yet; it stays in the outbox and is retried", "turn", ev.GetTurnId(), "error", err)
-		} else if !ok {
-			s.log.Debug("turn.finished is being published by another replica", "turn", ev.GetTurnId())
 		}
 	}()
 }
