@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -240,5 +241,39 @@ func TestBuiltinPanicIsAResult(t *testing.T) {
 		if res.GetError().GetCode() != toolsv1.ErrorCode_ERROR_CODE_EXECUTION || !strings.Contains(res.GetError().GetMessage(), "index out of range") {
 			t.Fatalf("result %v", res)
 		}
+	}
+}
+
+// countingStore counts the registry reads of one tool.
+type countingStore struct {
+	Store
+	gets atomic.Int64
+}
+
+func (s *countingStore) GetTool(ctx context.Context, name string) (*StoredTool, error) {
+	s.gets.Add(1)
+	return s.Store.GetTool(ctx, name)
+}
+
+// TestBuiltinCallsReadNoStore: a builtin's call is served from the registration this replica
+// made (nothing can replace a builtin's name), without a store read; other tools still read it.
+func TestBuiltinCallsReadNoStore(t *testing.T) {
+	store := &countingStore{Store: testBoltStore(t)}
+	svc := newTestService(t, store, Options{})
+	if err := svc.RegisterBuiltins(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c := serve(t, svc)
+	for range 3 {
+		if res := execute(t, c, &toolsv1.ExecuteToolRequest{Name: "calculator", Arguments: `{"expression":"2*3"}`}); !res.GetSuccess() {
+			t.Fatalf("calculator: %v", res)
+		}
+	}
+	if n := store.gets.Load(); n != 0 {
+		t.Errorf("3 calculator calls read the store %d times, want none", n)
+	}
+	execute(t, c, &toolsv1.ExecuteToolRequest{Name: "no_such_tool", Arguments: `{}`})
+	if n := store.gets.Load(); n != 1 {
+		t.Errorf("a call of an unknown tool read the store %d times, want 1", n)
 	}
 }

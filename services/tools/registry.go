@@ -31,6 +31,10 @@ type Registry struct {
 	listRev int64
 	list    []*StoredTool
 	listOK  bool
+	// builtinTools holds the builtins as this replica registered them: no other source can
+	// replace or delete a builtin's name, and this replica runs its own implementation, so Get
+	// serves them without a store read (one per tool call).
+	builtinTools map[string]*StoredTool
 }
 
 type lazySchema struct {
@@ -41,7 +45,7 @@ type lazySchema struct {
 
 // NewRegistry returns a registry over store.
 func NewRegistry(store Store, builtins *Builtins, tok *tokenizer.Tokenizer, maxTimeout time.Duration, rules specRules) *Registry {
-	return &Registry{store: store, builtins: builtins, tok: tok, maxTimeout: maxTimeout, rules: rules, schemas: map[string]*lazySchema{}}
+	return &Registry{store: store, builtins: builtins, tok: tok, maxTimeout: maxTimeout, rules: rules, schemas: map[string]*lazySchema{}, builtinTools: map[string]*StoredTool{}}
 }
 
 // Register validates, compiles and stores a spec. Invalid specs are an INVALID_ARGUMENT error
@@ -66,7 +70,13 @@ func (r *Registry) Register(ctx context.Context, spec *toolsv1.ToolSpec, source 
 	hash := specHash(spec)
 	r.remember(hash, cs)
 	t := &toolsv1.Tool{Spec: spec, Source: source, SchemaTokens: schemaTokens(r.tok, spec)}
-	return r.store.PutTool(ctx, t, hash, time.Now(), replaceOthers)
+	stored, changed, err := r.store.PutTool(ctx, t, hash, time.Now(), replaceOthers)
+	if err == nil && source == SourceBuiltin {
+		r.mu.Lock()
+		r.builtinTools[spec.GetName()] = &StoredTool{Tool: stored, Hash: hash}
+		r.mu.Unlock()
+	}
+	return stored, changed, err
 }
 
 // remember caches a spec compiled at registration.
@@ -117,9 +127,14 @@ func (r *Registry) compiled(st *StoredTool) (*compiledSpec, error) {
 
 // Get returns a tool and its compiled schemas, or ErrNotFound.
 func (r *Registry) Get(ctx context.Context, name string) (*StoredTool, *compiledSpec, error) {
-	st, err := r.store.GetTool(ctx, name)
-	if err != nil {
-		return nil, nil, err
+	r.mu.Lock()
+	st, ok := r.builtinTools[name]
+	r.mu.Unlock()
+	if !ok {
+		var err error
+		if st, err = r.store.GetTool(ctx, name); err != nil {
+			return nil, nil, err
+		}
 	}
 	cs, err := r.compiled(st)
 	if err != nil {
