@@ -17,8 +17,8 @@ import (
 )
 
 // prepare gathers what the context is built from: BuildContext (with the summary extended for
-// evicted messages), the tools for the turn and then the memories relevant to the turn's text,
-// and the task state, concurrently.
+// evicted messages), the tools for the turn, the memories relevant to the turn's text and the
+// task state, concurrently.
 func (t *turn) prepare(ctx context.Context) error {
 	var (
 		built *sessionv1.BuildContextResponse
@@ -30,10 +30,8 @@ func (t *turn) prepare(ctx context.Context) error {
 		built, err = t.buildContext(gctx)
 		return err
 	})
+	g.Go(func() error { return t.loadTools(gctx) })
 	g.Go(func() error {
-		if err := t.loadTools(gctx); err != nil {
-			return err
-		}
 		t.recall(gctx)
 		return nil
 	})
