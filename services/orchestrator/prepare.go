@@ -16,36 +16,50 @@ import (
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
-// prepare gathers what the context is built from: BuildContext (with the summary extended for
-// evicted messages), the tools for the turn, the memories relevant to the turn's text and the
-// task state, concurrently.
-func (t *turn) prepare(ctx context.Context) error {
-	var (
-		built *sessionv1.BuildContextResponse
-		state TaskState
-	)
+// gathering is the part of a turn's preparation that does not need the user's message stored —
+// the tools for the turn, the memories relevant to its text and the session's task state — so it
+// runs alongside that append (gather) and prepare waits for it.
+type gathering struct {
+	g     *errgroup.Group
+	state TaskState
+	// memories is the MemoriesRecalled event, emitted by prepare (nil: memory was skipped).
+	memories *orchestratorv1.MemoriesRecalled
+}
+
+// gather starts the gathering; its caller waits for it (wait) whatever happens to the turn.
+func (t *turn) gather(ctx context.Context) *gathering {
+	ga := &gathering{}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		var err error
-		built, err = t.buildContext(gctx)
-		return err
-	})
 	g.Go(func() error { return t.loadTools(gctx) })
 	g.Go(func() error {
-		t.recall(gctx)
+		ga.memories = t.recall(gctx)
 		return nil
 	})
 	g.Go(func() error {
 		var err error
-		state, err = t.s.deps.Store.TaskState(gctx, t.session)
-		if err != nil {
+		if ga.state, err = t.s.deps.Store.TaskState(gctx, t.session); err != nil {
 			return fmt.Errorf("loading the task state: %w", err)
 		}
 		return nil
 	})
-	if err := g.Wait(); err != nil {
+	ga.g = g
+	return ga
+}
+
+// prepare builds the context (BuildContext, with the summary extended for evicted messages)
+// while the gathering started with the turn finishes, and assembles the blocks.
+func (t *turn) prepare(ctx context.Context, ga *gathering) error {
+	built, err := t.buildContext(ctx)
+	if gerr := ga.g.Wait(); err == nil {
+		err = gerr
+	}
+	if err != nil {
 		return err
 	}
+	if ga.memories != nil {
+		t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Memories{Memories: ga.memories}})
+	}
+	state := ga.state
 	t.hadPending = len(state.Pending) > 0
 
 	b := &t.blocks
@@ -201,17 +215,14 @@ func (t *turn) loadTools(ctx context.Context) error {
 }
 
 // recall fetches memories; a failure is reported and the turn goes on without them.
-func (t *turn) recall(ctx context.Context) {
+func (t *turn) recall(ctx context.Context) *orchestratorv1.MemoriesRecalled {
 	if t.opts.GetSkipMemory() {
-		return
+		return nil
 	}
 	ev := &orchestratorv1.MemoriesRecalled{}
-	defer func() {
-		t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Memories{Memories: ev}})
-	}()
 	if t.s.deps.Memory == nil {
 		ev.Error = "no memory service is configured"
-		return
+		return ev
 	}
 	ctx, span := t.s.tracer.Start(ctx, "orchestrator.recall")
 	defer span.End()
@@ -221,7 +232,7 @@ func (t *turn) recall(ctx context.Context) {
 	if err != nil {
 		ev.Error = "recall failed, the turn goes on without memories: " + status.Convert(err).Message()
 		span.SetStatus(otelcodes.Error, err.Error())
-		return
+		return ev
 	}
 	mems := resp.GetMemories()
 	if len(mems) > t.s.cfg.MemoryLimit {
@@ -236,4 +247,5 @@ func (t *turn) recall(ctx context.Context) {
 			Attributes: m.GetAttributes(), Reason: r.GetReason(),
 		})
 	}
+	return ev
 }

@@ -145,6 +145,11 @@ func (t *turn) run(parent context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, t.timeout())
 	defer cancel()
 
+	// What the context needs besides the stored message is gathered meanwhile; an append that
+	// fails discards it (it is the caller's own: memories, the session's task state, tools).
+	gctx, gcancel := context.WithCancel(ctx)
+	defer gcancel()
+	ga := t.gather(gctx)
 	resp, err := t.s.deps.Session.AppendMessages(ctx, &sessionv1.AppendMessagesRequest{
 		SessionId: t.session,
 		UserId:    t.user,
@@ -158,6 +163,8 @@ func (t *turn) run(parent context.Context) error {
 		}},
 	})
 	if err != nil {
+		gcancel()
+		_ = ga.g.Wait()
 		span.SetStatus(otelcodes.Error, err.Error())
 		return peerStatus("session", err)
 	}
@@ -179,14 +186,14 @@ func (t *turn) run(parent context.Context) error {
 		t.putRecord(rctx, running)
 	}()
 
-	err = t.loop(ctx)
+	err = t.loop(ctx, ga)
 	t.finish(ctx, err)
 	return nil
 }
 
 // loop prepares the context and runs model steps until a final answer.
-func (t *turn) loop(ctx context.Context) error {
-	if err := t.prepare(ctx); err != nil {
+func (t *turn) loop(ctx context.Context, ga *gathering) error {
+	if err := t.prepare(ctx, ga); err != nil {
 		return err
 	}
 	for step := int32(1); ; step++ {
