@@ -4,6 +4,7 @@
 package boltstore
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"time"
@@ -61,4 +62,27 @@ func DropBuckets(db *bolt.DB, buckets ...[]byte) error {
 		}
 		return nil
 	})
+}
+
+// DeleteWhere deletes the keys of b for which match reports true and returns how many it
+// deleted. The keys are collected first and deleted after, since a bucket must not change while
+// ForEach walks it.
+func DeleteWhere(b *bolt.Bucket, match func(k, v []byte) (bool, error)) (int, error) {
+	var keys [][]byte
+	err := b.ForEach(func(k, v []byte) error {
+		ok, err := match(k, v)
+		if ok {
+			keys = append(keys, bytes.Clone(k))
+		}
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return 0, err
+		}
+	}
+	return len(keys), nil
 }

@@ -114,3 +114,35 @@ func TestDropBuckets(t *testing.T) {
 		t.Errorf("buckets (-want +got):\n%s", diff)
 	}
 }
+
+func TestDeleteWhere(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "x.db"), nil, []byte("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	var left []string
+	err = db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("b"))
+		for _, k := range []string{"a1", "a2", "b1", "a3", "c1"} {
+			if err := b.Put([]byte(k), []byte(k[:1])); err != nil {
+				return err
+			}
+		}
+		var err error
+		if n, err = DeleteWhere(b, func(_, v []byte) (bool, error) { return string(v) == "a", nil }); err != nil {
+			return err
+		}
+		return b.ForEach(func(k, _ []byte) error {
+			left = append(left, string(k))
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"b1", "c1"}, left); n != 3 || diff != "" {
+		t.Errorf("DeleteWhere deleted %d (want 3); left (-want +got):\n%s", n, diff)
+	}
+}

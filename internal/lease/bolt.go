@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hermes-agent/hermes/internal/boltstore"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -278,25 +279,13 @@ func (b *Bolt) Signal(ctx context.Context, key string) error {
 func (b *Bolt) Sweep() (int, error) {
 	n := 0
 	err := b.db.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(b.bucket)
 		now := b.now().UnixNano()
-		var stale [][]byte
-		err := bk.ForEach(func(k, v []byte) error {
-			if e, err := decodeEntry(v); err != nil || e.expires <= now {
-				stale = append(stale, bytes.Clone(k))
-			}
-			return nil
+		var err error
+		n, err = boltstore.DeleteWhere(tx.Bucket(b.bucket), func(_, v []byte) (bool, error) {
+			e, err := decodeEntry(v)
+			return err != nil || e.expires <= now, nil
 		})
-		if err != nil {
-			return err
-		}
-		for _, k := range stale {
-			if err := bk.Delete(k); err != nil {
-				return err
-			}
-		}
-		n = len(stale)
-		return nil
+		return err
 	})
 	return n, err
 }

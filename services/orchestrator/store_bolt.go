@@ -186,38 +186,17 @@ func (s *BoltStore) pruneTurns() error {
 	now := s.now().UnixMilli()
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketTurns)
-		var stale [][]byte
-		err := b.ForEach(func(k, v []byte) error {
-			if len(v) < 8 || int64(binary.BigEndian.Uint64(v)) < now {
-				stale = append(stale, bytes.Clone(k))
-			}
-			return nil
+		_, err := boltstore.DeleteWhere(b, func(_, v []byte) (bool, error) {
+			return len(v) < 8 || int64(binary.BigEndian.Uint64(v)) < now, nil
 		})
 		if err != nil {
 			return err
 		}
-		for _, k := range stale {
-			if err := b.Delete(k); err != nil {
-				return err
-			}
-		}
-		idx := tx.Bucket(bucketSessionTurns)
-		stale = stale[:0]
-		err = idx.ForEach(func(k, _ []byte) error {
-			if id := indexTurnID(k); id == nil || b.Get(id) == nil {
-				stale = append(stale, bytes.Clone(k))
-			}
-			return nil
+		_, err = boltstore.DeleteWhere(tx.Bucket(bucketSessionTurns), func(k, _ []byte) (bool, error) {
+			id := indexTurnID(k)
+			return id == nil || b.Get(id) == nil, nil
 		})
-		if err != nil {
-			return err
-		}
-		for _, k := range stale {
-			if err := idx.Delete(k); err != nil {
-				return err
-			}
-		}
-		return nil
+		return err
 	})
 }
 

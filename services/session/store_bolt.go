@@ -476,25 +476,12 @@ func (b *BoltStore) DeleteSession(_ context.Context, userID, id string) (int64, 
 		}
 		// The session's postings not yet in index. The bucket is read rather than memory: an
 		// append committed just before may not have reached memory yet.
-		un := tx.Bucket(bUnindexed)
-		var keys [][]byte
-		err = un.ForEach(func(k, v []byte) error {
+		_, err = boltstore.DeleteWhere(tx.Bucket(bUnindexed), func(k, v []byte) (bool, error) {
 			e, err := decodePending(k, v)
-			if err != nil {
-				return err
-			}
-			if e.sid == id {
-				keys = append(keys, k)
-			}
-			return nil
+			return err == nil && e.sid == id, err
 		})
 		if err != nil {
 			return err
-		}
-		for _, k := range keys {
-			if err := un.Delete(k); err != nil {
-				return err
-			}
 		}
 		if err := tx.DeleteBucket(sessionBucketName(id)); err != nil {
 			return err
