@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hermes-agent/hermes/internal/boltstore"
@@ -24,7 +25,18 @@ type Bolt struct {
 	// held, when set, keeps the leases that are held (not done) in memory; the file then holds
 	// only records (NewBoltRecords).
 	held *Memory
+
+	// pmu guards pending, the records of a NewBoltRecords store completed but not yet in the
+	// file (they are Done leases in held meanwhile), closed, and the timer that flushes them.
+	pmu     sync.Mutex
+	pending map[string]boltEntry
+	closed  bool
+	timer   *time.Timer
 }
+
+// recordDelay is how long a NewBoltRecords store keeps a completed record in memory before it
+// writes it, with the others completed meanwhile, in one commit.
+const recordDelay = time.Second
 
 // NewBolt returns a store in bucket of db, creating the bucket.
 func NewBolt(db *bolt.DB, bucket string) (*Bolt, error) {
@@ -41,9 +53,13 @@ func NewBolt(db *bolt.DB, bucket string) (*Bolt, error) {
 
 // NewBoltRecords returns a store that keeps held leases in memory and only completed records in
 // bucket of db: for claims that need not outlive the process — one left by a crash would only
-// delay the restarted process's own retry — whose records must. A claim and its record then
-// cost one write (the record) instead of two, and renewals and releases none. Held entries that
-// NewBolt wrote to the bucket are ignored.
+// delay the restarted process's own retry — and records that may lag behind: a record is
+// written about recordDelay after Complete, together with the others completed meanwhile (and
+// by Flush), and answered from memory until then. So claims, renewals and releases write
+// nothing, and a busy process writes records once a second instead of once per claim; a crash
+// loses the records of the last second, whose work a redelivery would then do again. (Memory
+// extraction's turn records: JetStream redelivers only what was not acknowledged.) Held entries
+// that NewBolt wrote to the bucket are ignored.
 func NewBoltRecords(db *bolt.DB, bucket string) (*Bolt, error) {
 	b, err := NewBolt(db, bucket)
 	if err != nil {
@@ -51,7 +67,79 @@ func NewBoltRecords(db *bolt.DB, bucket string) (*Bolt, error) {
 	}
 	b.held = NewMemory()
 	b.held.now = func() time.Time { return b.now() }
+	b.pending = map[string]boltEntry{}
 	return b, nil
+}
+
+// Flush writes the records of a NewBoltRecords store that are still only in memory.
+func (b *Bolt) Flush() error {
+	if b.held == nil {
+		return nil
+	}
+	return b.flush()
+}
+
+// Close flushes a NewBoltRecords store and stops its timer; records completed later are
+// written at once. Call it before closing the file.
+func (b *Bolt) Close() error {
+	if b.held == nil {
+		return nil
+	}
+	b.pmu.Lock()
+	b.closed = true
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.pmu.Unlock()
+	return b.flush()
+}
+
+// flush writes the pending records in one commit, then drops them from memory; on failure they
+// stay pending (and answered from memory) for the next flush.
+func (b *Bolt) flush() error {
+	b.pmu.Lock()
+	batch := b.pending
+	b.pending = map[string]boltEntry{}
+	if b.timer != nil {
+		b.timer.Stop()
+		b.timer = nil
+	}
+	b.pmu.Unlock()
+	if len(batch) == 0 {
+		return nil
+	}
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(b.bucket)
+		for key, e := range batch {
+			if err := bk.Put([]byte(key), encodeEntry(e)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.pmu.Lock()
+		for key, e := range batch {
+			if _, newer := b.pending[key]; !newer {
+				b.pending[key] = e
+			}
+		}
+		b.armLocked()
+		b.pmu.Unlock()
+		return fmt.Errorf("lease: write records: %w", err)
+	}
+	for key := range batch {
+		b.held.forgetDone(key)
+	}
+	return nil
+}
+
+// armLocked starts the flush timer for pending records, unless it runs or the store is closed.
+func (b *Bolt) armLocked() {
+	if b.timer != nil || b.closed || len(b.pending) == 0 {
+		return
+	}
+	b.timer = time.AfterFunc(recordDelay, func() { _ = b.flush() })
 }
 
 type boltEntry struct {
@@ -154,8 +242,8 @@ func (b *Bolt) Acquire(ctx context.Context, key, owner string, data []byte, ttl 
 	return out, nil
 }
 
-// acquireHeld is Acquire of a NewBoltRecords store. The record is looked for after the lease is
-// taken: Complete writes it before it lets the lease go, so whoever takes the lease next sees it.
+// acquireHeld is Acquire of a NewBoltRecords store. A record stays a Done lease in memory until
+// it is in the file, so the file is looked for it only after the lease is taken in memory.
 func (b *Bolt) acquireHeld(ctx context.Context, key, owner string, data []byte, ttl time.Duration) (Claim, error) {
 	c, err := b.held.Acquire(ctx, key, owner, data, ttl)
 	if err != nil || c.State != Acquired {
@@ -241,20 +329,33 @@ func (b *Bolt) Complete(ctx context.Context, key, owner string, record []byte, t
 	return ok, err
 }
 
-// completeHeld is Complete of a NewBoltRecords store: the record is written while the owner
-// still holds the lease, and the lease let go (waking waiters) after it is on disk.
+// completeHeld is Complete of a NewBoltRecords store: the lease becomes a Done record in memory
+// (waking waiters; Acquire answers from it) and the record is written with the next flush —
+// at once when the store was flushed for closing.
 func (b *Bolt) completeHeld(ctx context.Context, key, owner string, record []byte, ttl time.Duration) (bool, error) {
-	if ok, err := b.held.Renew(ctx, key, owner, ttl); err != nil || !ok {
+	e := boltEntry{done: true, data: bytes.Clone(record), expires: b.now().Add(ttl).UnixNano()}
+	// The entry is pending before the record is visible, so a flush that runs in between
+	// writes it and then forgets the Done lease no sooner than it exists.
+	b.pmu.Lock()
+	b.pending[key] = e
+	b.pmu.Unlock()
+	if ok, err := b.held.Complete(ctx, key, owner, record, ttl); err != nil || !ok {
+		b.pmu.Lock()
+		if p, still := b.pending[key]; still && bytes.Equal(p.data, e.data) && p.expires == e.expires {
+			delete(b.pending, key)
+		}
+		b.pmu.Unlock()
 		return false, err
 	}
-	err := b.db.Update(func(tx *bolt.Tx) error {
-		now := b.now().UnixNano()
-		return tx.Bucket(b.bucket).Put([]byte(key), encodeEntry(boltEntry{done: true, data: record, expires: now + int64(ttl)}))
-	})
-	if err != nil {
-		return false, fmt.Errorf("lease: complete %s: %w", key, err)
+	b.pmu.Lock()
+	closed := b.closed
+	b.armLocked()
+	b.pmu.Unlock()
+	if closed {
+		if err := b.flush(); err != nil {
+			return true, err
+		}
 	}
-	_, _ = b.held.Release(ctx, key, owner)
 	return true, nil
 }
 

@@ -338,8 +338,10 @@ func FuzzDecodeEntry(f *testing.F) {
 	})
 }
 
-// TestBoltRecordsKeepsOnlyRecords: a NewBoltRecords store writes the file only to complete a
-// claim; after a restart the record is found and a claim left by the dead process is not.
+// TestBoltRecordsKeepsOnlyRecords: a NewBoltRecords store writes the file only for records, all
+// those completed meanwhile in one commit (Flush here; a timer otherwise); a record is answered
+// from memory until then; after a restart the record is found and a claim left by the dead
+// process is not.
 func TestBoltRecordsKeepsOnlyRecords(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "lease.db")
@@ -368,8 +370,24 @@ func TestBoltRecordsKeepsOnlyRecords(t *testing.T) {
 	if got := txs() - before; got != 0 {
 		t.Errorf("claims and renewals wrote %d times, want none", got)
 	}
-	if ok, err := b.Complete(ctx, "done", "w1", []byte("rec"), time.Hour); err != nil || !ok {
-		t.Fatalf("Complete = %v, %v", ok, err)
+	for _, key := range []string{"done", "done2", "done3"} {
+		if key != "done" {
+			if c, err := b.Acquire(ctx, key, "w1", nil, time.Hour); err != nil || c.State != Acquired {
+				t.Fatalf("Acquire(%s) = %v, %v", key, c, err)
+			}
+		}
+		if ok, err := b.Complete(ctx, key, "w1", []byte("rec"), time.Hour); err != nil || !ok {
+			t.Fatalf("Complete(%s) = %v, %v", key, ok, err)
+		}
+	}
+	if c, err := b.Acquire(ctx, "done", "w3", nil, time.Hour); err != nil || c.State != Done || string(c.Data) != "rec" {
+		t.Errorf("Acquire of a record not yet written = %+v, %v; want Done rec", c, err)
+	}
+	if err := b.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := txs() - before; got == 0 || got >= 6 {
+		t.Errorf("three records wrote %d pages; one commit writes 3, three commits at least 9", got)
 	}
 	closeDB() // "left" is still held: the process dies holding it
 

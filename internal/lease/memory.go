@@ -137,3 +137,13 @@ func (m *Memory) Signal(_ context.Context, key string) error {
 	m.hub.notify(key)
 	return nil
 }
+
+// forgetDone drops key's record, if it is one (not a lease held meanwhile), without waking
+// anyone: for a NewBoltRecords store once the record is in its file.
+func (m *Memory) forgetDone(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.entries[key]; ok && e.done {
+		delete(m.entries, key)
+	}
+}

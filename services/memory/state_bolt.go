@@ -100,6 +100,10 @@ func (s *BoltStore) SetHabit(_ context.Context, userID, key, memoryID string) er
 
 // DeleteUser implements StateStore.
 func (s *BoltStore) DeleteUser(_ context.Context, userID string) (int64, int64, error) {
+	// The user's records still only in memory are written first, so they are deleted too.
+	if err := s.records.Flush(); err != nil {
+		return 0, 0, err
+	}
 	var counters, records int64
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		for _, bn := range [][]byte{bucketBehavior, bucketHabits, bucketClaims} {

@@ -30,7 +30,8 @@ var (
 	bucketOldTurns = []byte("turns")
 	bucketUsers    = []byte("users")
 	// bucketClaims holds the turn records (internal/lease, NewBoltRecords: claims are held in
-	// memory, since this process is the file's only user), keyed by itemKey.
+	// memory, since this process is the file's only user, and records written a second late,
+	// in one commit with the others made meanwhile), keyed by itemKey.
 	bucketClaims = []byte("turn-claims")
 )
 
@@ -50,6 +51,9 @@ type BoltStore struct {
 	wmu sync.Mutex
 
 	claims
+	// records is claims.turns: the turn records, written about a second after they are made
+	// (lease.NewBoltRecords) and flushed by Close.
+	records *lease.Bolt
 
 	// afterCommit, when set (tests), runs between a put's commit and its index update.
 	afterCommit func()
@@ -91,7 +95,7 @@ func OpenBoltStore(path string, o BoltOptions) (*BoltStore, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("memory store: %w", err)
 	}
-	s := &BoltStore{db: db, now: o.Now, claims: claims{
+	s := &BoltStore{db: db, now: o.Now, records: turns, claims: claims{
 		turns:   turns,
 		turnKey: func(userID, turnID string) string { return string(itemKey(userID, turnID)) },
 		locks:   lease.NewMemory(),
@@ -147,7 +151,9 @@ func (s *BoltStore) load() error {
 }
 
 // Close closes the file.
-func (s *BoltStore) Close() error { return s.db.Close() }
+func (s *BoltStore) Close() error {
+	return errors.Join(s.records.Close(), s.db.Close())
+}
 
 // Episodic is the episodic tier.
 func (s *BoltStore) Episodic() *BoltTier { return s.ep }
