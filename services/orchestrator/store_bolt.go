@@ -78,12 +78,14 @@ type cachedTask struct {
 	next uint64
 }
 
-// cachedTask returns a copy of sid's cached task state and its taskMeta.Next.
+// cachedTask returns sid's cached task state and its taskMeta.Next. The slices are shared with
+// the cache, clipped so that appending to them copies: callers only read their elements (a
+// session's steps were cloned on every read, up to orchestrator.task-state-steps of them).
 func (s *BoltStore) cachedTask(sid string) (TaskState, uint64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.tasks[sid]
-	return TaskState{Done: slices.Clone(c.st.Done), Pending: slices.Clone(c.st.Pending)}, c.next, ok
+	return TaskState{Done: slices.Clip(c.st.Done), Pending: slices.Clip(c.st.Pending)}, c.next, ok
 }
 
 // cacheTask records sid's task state as a transaction wrote it; ok false forgets it (the
@@ -98,7 +100,7 @@ func (s *BoltStore) cacheTask(sid string, st TaskState, next uint64, ok bool) {
 	if len(s.tasks) >= maxCachedTasks {
 		clear(s.tasks)
 	}
-	s.tasks[sid] = cachedTask{st: TaskState{Done: slices.Clone(st.Done), Pending: slices.Clone(st.Pending)}, next: next}
+	s.tasks[sid] = cachedTask{st: TaskState{Done: slices.Clip(st.Done), Pending: slices.Clip(st.Pending)}, next: next}
 }
 
 type cancelRequest struct {
