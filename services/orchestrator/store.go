@@ -100,7 +100,8 @@ func (f *Finish) mergePending(prev []Pending) []Pending {
 func keepSteps(done, steps []Step, keep int) []Step {
 	done = append(done, steps...)
 	if keep > 0 && len(done) > keep {
-		done = append([]Step(nil), done[len(done)-keep:]...)
+		// A re-slice: append copies only the kept steps when it next grows the array.
+		done = done[len(done)-keep:]
 	}
 	return done
 }

@@ -82,10 +82,18 @@ type cachedTask struct {
 // the cache, clipped so that appending to them copies: callers only read their elements (a
 // session's steps were cloned on every read, up to orchestrator.task-state-steps of them).
 func (s *BoltStore) cachedTask(sid string) (TaskState, uint64, bool) {
+	st, next, ok := s.cachedTaskForWrite(sid)
+	return TaskState{Done: slices.Clip(st.Done), Pending: slices.Clip(st.Pending)}, next, ok
+}
+
+// cachedTaskForWrite is cachedTask for FinishTurn's transaction, which appends the new steps in
+// place (keepSteps): the writes of the group's commit run one at a time, and readers' clipped
+// views end before the appended elements.
+func (s *BoltStore) cachedTaskForWrite(sid string) (TaskState, uint64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.tasks[sid]
-	return TaskState{Done: slices.Clip(c.st.Done), Pending: slices.Clip(c.st.Pending)}, c.next, ok
+	return c.st, c.next, ok
 }
 
 // cacheTask records sid's task state as a transaction wrote it; ok false forgets it (the
@@ -100,7 +108,7 @@ func (s *BoltStore) cacheTask(sid string, st TaskState, next uint64, ok bool) {
 	if len(s.tasks) >= maxCachedTasks {
 		clear(s.tasks)
 	}
-	s.tasks[sid] = cachedTask{st: TaskState{Done: slices.Clip(st.Done), Pending: slices.Clip(st.Pending)}, next: next}
+	s.tasks[sid] = cachedTask{st: st, next: next}
 }
 
 type cancelRequest struct {
@@ -386,7 +394,7 @@ func (s *BoltStore) FinishTurn(_ context.Context, f *Finish) error {
 		}
 		// The cache is used only when it is of this very state: when the group's commit is
 		// retried, this function runs again on a file without its first run's write.
-		st, next, ok := s.cachedTask(sid)
+		st, next, ok := s.cachedTaskForWrite(sid)
 		if !ok || next != m.Next {
 			if st, err = loadTask(tx, sid, m); err != nil {
 				return err
