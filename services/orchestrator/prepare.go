@@ -26,7 +26,7 @@ type gathering struct {
 	memories *orchestratorv1.MemoriesRecalled
 }
 
-// gather starts the gathering; its caller waits for it (wait) whatever happens to the turn.
+// gather starts the gathering; its caller waits for ga.g whatever happens to the turn.
 func (t *turn) gather(ctx context.Context) *gathering {
 	ga := &gathering{}
 	g, gctx := errgroup.WithContext(ctx)
