@@ -282,27 +282,31 @@ func renderTaskState(st TaskState, maxSteps int) (string, int) {
 // pickSteps chooses at most n steps: a step repeated with the same tool and arguments counts
 // once (its newest record), idempotent-tool steps first, then the newest others.
 func pickSteps(all []Step, n int) []Step {
-	seen := map[string]bool{}
-	var uniq []int // indexes into all, newest first
+	type call struct{ tool, args string }
+	seen := make(map[call]bool, len(all))
+	uniq := make([]int, 0, len(all)) // indexes into all, newest first
 	for i := len(all) - 1; i >= 0; i-- {
-		k := all[i].Tool + "\x00" + all[i].Arguments
+		k := call{all[i].Tool, all[i].Arguments}
 		if !seen[k] {
 			seen[k] = true
 			uniq = append(uniq, i)
 		}
 	}
-	keep := map[int]bool{}
+	keep := make([]bool, len(all))
+	kept := 0
 	for _, i := range uniq {
-		if len(keep) < n && all[i].IdempotencyKey != "" {
+		if kept < n && all[i].IdempotencyKey != "" {
 			keep[i] = true
+			kept++
 		}
 	}
 	for _, i := range uniq {
-		if len(keep) < n {
+		if kept < n && !keep[i] {
 			keep[i] = true
+			kept++
 		}
 	}
-	out := make([]Step, 0, len(keep))
+	out := make([]Step, 0, kept)
 	for i, s := range all {
 		if keep[i] {
 			out = append(out, s)
