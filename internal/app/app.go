@@ -374,6 +374,7 @@ func (a *App) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error)
 		return a.nc, a.js, nil
 	}
 	url := a.cfg.NATSURL
+	var extra []nats.Option
 	if url == "" {
 		if err := os.MkdirAll(a.cfg.DataDir, 0o750); err != nil {
 			return nil, nil, fmt.Errorf("data directory: %w", err)
@@ -384,9 +385,10 @@ func (a *App) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error)
 		}
 		a.closers = append(a.closers, emb.Close)
 		url = emb.URL()
+		extra = append(extra, emb.InProcess())
 		a.log.Info("embedded NATS with JetStream (token required)", "addr", emb.Addr())
 	}
-	nc, js, err := events.Connect(url, "hermes", a.log)
+	nc, js, err := events.Connect(url, "hermes", a.log, extra...)
 	if err != nil {
 		return nil, nil, err
 	}

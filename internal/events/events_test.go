@@ -129,3 +129,27 @@ func TestEmbeddedNeedsItsToken(t *testing.T) {
 		t.Errorf("redactURL kept the token: %s", got)
 	}
 }
+
+// TestEmbeddedInProcess: the process's own client reaches the embedded server without a socket,
+// and JetStream works over it. (The connection still authenticates; a wrong token is refused
+// after the client's 10 s wait, too slow for this suite: TestEmbeddedNeedsItsToken covers tokens.)
+func TestEmbeddedInProcess(t *testing.T) {
+	emb, err := StartEmbedded(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Close()
+	nc, js, err := Connect(emb.URL(), "test", nil, emb.InProcess())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if addr := nc.ConnectedAddr(); addr != "pipe" {
+		t.Errorf("connected to %q, want the in-process pipe", addr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := EnsureStreamReplicas(ctx, js, DefaultNames(), 1); err != nil {
+		t.Fatal(err)
+	}
+}
