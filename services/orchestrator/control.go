@@ -22,6 +22,10 @@ const (
 	maxTurnsPage     = 100
 	maxPageToken     = 512
 	maxReasonBytes   = 1024
+	// maxElicitationID and maxElicitationContent are the MCP gateway's limits of an answer,
+	// checked here too so that a bad answer is refused before it crosses to the gateway.
+	maxElicitationID      = 64
+	maxElicitationContent = 64 << 10
 	// cancelWait bounds how long CancelTurn waits for the turn to end before it answers with the
 	// record as it stands.
 	cancelWait = 10 * time.Second
@@ -208,13 +212,13 @@ func (s *Service) AnswerElicitation(ctx context.Context, req *orchestratorv1.Ans
 	var v rpc.Violations
 	validateRef(&v, "turn_id", req.GetTurnId(), user)
 	v.Required("elicitation_id", req.GetElicitationId())
-	v.MaxLen("elicitation_id", req.GetElicitationId(), 64)
+	v.MaxLen("elicitation_id", req.GetElicitationId(), maxElicitationID)
 	switch req.GetAction() {
 	case "accept", "decline", "cancel":
 	default:
 		v.Add("action", `must be "accept", "decline" or "cancel"`)
 	}
-	v.MaxLen("content", req.GetContent(), 64<<10)
+	v.MaxLen("content", req.GetContent(), maxElicitationContent)
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
