@@ -27,7 +27,6 @@ import (
 	"github.com/hermes-agent/hermes/internal/testenv"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
-	"github.com/hermes-agent/hermes/services/memory"
 )
 
 const sleepSchema = `{"type":"object","properties":{"ms":{"type":"integer","minimum":0}},"required":["ms"]}`
@@ -196,12 +195,7 @@ func TestCancelledTurn(t *testing.T) {
 			t.Fatalf("final event %v/%v, want DEADLINE_EXCEEDED", res.Completed, res.Failed)
 		}
 		// The turn's own request: the extractor of the cancelled turn may have asked after it.
-		var last scripted.Request
-		for _, r := range s.model.Requests() {
-			if len(r.Messages) > 0 && r.Messages[0].Content != memory.ExtractionSystemPrompt {
-				last = r
-			}
-		}
+		last := lastTurnRequest(s.model.Requests())
 		if err := checkWellFormed(last); err != nil {
 			t.Error(err)
 		}

@@ -322,6 +322,18 @@ func systemText(req scripted.Request) string {
 
 func durationpbOf(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
 
+// lastTurnRequest is the last request a turn made: the memory extractor of a finished turn asks
+// the model in the background and may do so after the next turn's requests.
+func lastTurnRequest(reqs []scripted.Request) scripted.Request {
+	var last scripted.Request
+	for _, r := range reqs {
+		if len(r.Messages) > 0 && r.Messages[0].Content != memory.ExtractionSystemPrompt {
+			last = r
+		}
+	}
+	return last
+}
+
 // withExtractor answers the memory extractor's requests with no memories, so a test's script
 // only plays the assistant.
 func withExtractor(h scripted.Handler) scripted.Handler {

@@ -21,11 +21,13 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/hermes-agent/hermes/internal/auth"
+	"github.com/hermes-agent/hermes/internal/model/scripted"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+	"github.com/hermes-agent/hermes/services/memory"
 )
 
 // eachStack runs an attack against the monolith and against the five processes.
@@ -349,8 +351,13 @@ func TestTurnOptions(t *testing.T) {
 		if err := run(&orchestratorv1.TurnOptions{SystemPrompt: "Answer like a pirate."}); err != nil {
 			t.Fatalf("a user's system prompt: %v", err)
 		}
-		reqs := s.model.Requests()
-		sys := reqs[len(reqs)-1].Messages[0]
+		// The turn's last request: the memory extractor of the turn may ask after it.
+		var sys scripted.Message
+		for _, r := range s.model.Requests() {
+			if len(r.Messages) > 0 && r.Messages[0].Content != memory.ExtractionSystemPrompt {
+				sys = r.Messages[0]
+			}
+		}
 		if sys.Role != "system" || !strings.HasPrefix(sys.Content, "You are Hermes") || !strings.Contains(sys.Content, "Answer like a pirate.") {
 			t.Errorf("system message %q, want the operator's prompt followed by the user's", sys.Content)
 		}
