@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/qdrant/go-client/qdrant"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -258,18 +259,25 @@ func (s *QdrantSemantic) Search(ctx context.Context, userID string, q SearchQuer
 		using *string
 		th    *float32
 	}
-	minLex := q.MinLexical
-	if minLex > 0 && !q.Lexical.empty() {
-		// The threshold's floor depends on how many points Qdrant's IDF is over.
+	// The lexical threshold's floor depends on how many points Qdrant's IDF is over.
+	floorOf := func(ctx context.Context) (float64, error) {
+		if q.MinLexical <= 0 || q.Lexical.empty() {
+			return q.MinLexical, nil
+		}
 		n, err := s.c.Count(ctx, &qdrant.CountPoints{CollectionName: s.coll, Exact: qdrant.PtrOf(false)})
 		if err != nil {
-			return nil, errclass.Mark(errclass.Unavailable, "qdrant count", err)
+			return 0, errclass.Mark(errclass.Unavailable, "qdrant count", err)
 		}
-		minLex = lexicalFloor(minLex, int(n))
+		return lexicalFloor(q.MinLexical, int(n)), nil
 	}
-	var floor float64
-	if q.ContextPool {
-		floor, minLex = minLex, 0
+	// A context search applies the floor itself (Hit.Floor), so Qdrant counts while it queries
+	// (below); otherwise the floor is the query's threshold.
+	var floor, minLex float64
+	if !q.ContextPool {
+		var err error
+		if minLex, err = floorOf(ctx); err != nil {
+			return nil, err
+		}
 	}
 	lexTh := float32(max(minLex, 1e-9))
 	lex := sub{qdrant.NewQuerySparse(q.Lexical.idx, q.Lexical.val), qdrant.PtrOf(vecLexical), &lexTh}
@@ -294,7 +302,17 @@ func (s *QdrantSemantic) Search(ctx context.Context, userID string, q SearchQuer
 	default:
 		return nil, nil
 	}
-	pts, err := s.c.Query(ctx, req)
+	g, gctx := errgroup.WithContext(ctx)
+	if q.ContextPool {
+		g.Go(func() (err error) {
+			floor, err = floorOf(gctx)
+			return err
+		})
+	}
+	pts, err := s.c.Query(gctx, req)
+	if gerr := g.Wait(); err == nil && gerr != nil {
+		return nil, gerr
+	}
 	if err != nil {
 		return nil, errclass.Mark(errclass.Unavailable, "qdrant query", err)
 	}

@@ -110,17 +110,20 @@ func (t *turn) prepare(ctx context.Context, ga *gathering) error {
 	return nil
 }
 
-// buildContext calls BuildContext and folds evicted messages into the summary, in up to
-// maxSummaryRounds batches.
+// buildContext takes the context built with the user message's append (or calls BuildContext)
+// and folds evicted messages into the summary, in up to maxSummaryRounds batches, building the
+// context again after each.
 func (t *turn) buildContext(ctx context.Context) (*sessionv1.BuildContextResponse, error) {
 	ctx, span := t.s.tracer.Start(ctx, "orchestrator.build_context")
 	defer span.End()
 	for round := 0; ; round++ {
-		built, err := t.s.deps.Session.BuildContext(ctx, &sessionv1.BuildContextRequest{
-			SessionId: t.session, UserId: t.user, MaxMessageBytes: int32(t.s.cfg.MaxMessageBytes),
-		})
-		if err != nil {
-			return nil, &turnError{code: status.Code(err), msg: "session service: " + status.Convert(err).Message()}
+		built := t.built
+		t.built = nil
+		if built == nil {
+			var err error
+			if built, err = t.s.deps.Session.BuildContext(ctx, t.contextRequest()); err != nil {
+				return nil, &turnError{code: status.Code(err), msg: "session service: " + status.Convert(err).Message()}
+			}
 		}
 		if len(built.GetEvicted()) == 0 || round >= maxSummaryRounds {
 			return built, nil
@@ -133,6 +136,11 @@ func (t *turn) buildContext(ctx context.Context) (*sessionv1.BuildContextRespons
 			return built, nil
 		}
 	}
+}
+
+// contextRequest is the turn's BuildContext request.
+func (t *turn) contextRequest() *sessionv1.BuildContextRequest {
+	return &sessionv1.BuildContextRequest{SessionId: t.session, UserId: t.user, MaxMessageBytes: int32(t.s.cfg.MaxMessageBytes)}
 }
 
 // extendSummary folds one batch of evicted messages into the summary and stores it.

@@ -69,7 +69,10 @@ type turn struct {
 	// hadPending is whether the task state had pending items when the turn started.
 	hadPending bool
 
-	userMsg  *sessionv1.Message
+	userMsg *sessionv1.Message
+	// built is the context the user message's append returned (nil from a session service
+	// that does not build it there); buildContext starts from it.
+	built    *sessionv1.BuildContextResponse
 	stored   []*sessionv1.Message
 	memories []*memoryv1.RecalledMemory
 	memText  string
@@ -161,6 +164,8 @@ func (t *turn) run(parent context.Context) error {
 			ClientId: t.id + ":user",
 			Metadata: map[string]string{"turn_id": t.id},
 		}},
+		// The context is built in the same call: one round trip to the session service less.
+		BuildContext: t.contextRequest(),
 	})
 	if err != nil {
 		gcancel()
@@ -169,6 +174,7 @@ func (t *turn) run(parent context.Context) error {
 		return peerStatus("session", err)
 	}
 	t.userMsg = resp.GetMessages()[0]
+	t.built = resp.GetContext()
 	t.stored = append(t.stored, t.userMsg)
 	t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Started{Started: &orchestratorv1.TurnStarted{
 		TurnId: t.id, SessionId: t.session, UserMessageSeq: t.userMsg.GetSeq(), Model: t.model, UserId: t.user,

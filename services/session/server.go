@@ -337,10 +337,20 @@ func (s *Service) AppendMessages(ctx context.Context, req *sessionv1.AppendMessa
 	if total > maxBatchBytes {
 		return nil, status.Errorf(codes.ResourceExhausted, "messages: %d bytes of content in one batch; at most %d are allowed", total, maxBatchBytes)
 	}
+	if bc := req.GetBuildContext(); bc != nil {
+		if id := bc.GetSessionId(); id != "" && id != req.GetSessionId() {
+			v.Add("build_context.session_id", "must be empty or the request's session_id")
+		}
+		if id := bc.GetUserId(); id != "" && id != req.GetUserId() {
+			v.Add("build_context.user_id", "must be empty or the request's user_id")
+		}
+		validateBuildOptions(&v, "build_context.", bc)
+	}
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	if _, err := s.ownedIdent(ctx, req.GetSessionId(), req.GetUserId()); err != nil {
+	sess, err := s.ownedIdent(ctx, req.GetSessionId(), req.GetUserId())
+	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
@@ -372,7 +382,14 @@ func (s *Service) AppendMessages(ctx context.Context, req *sessionv1.AppendMessa
 	if err != nil {
 		return nil, err
 	}
-	return &sessionv1.AppendMessagesResponse{Messages: res.Messages, State: res.State, Deduplicated: int32(res.Deduplicated)}, nil
+	resp := &sessionv1.AppendMessagesResponse{Messages: res.Messages, State: res.State, Deduplicated: int32(res.Deduplicated)}
+	if bc := req.GetBuildContext(); bc != nil {
+		// A failure here fails the call though the messages are stored (see the proto).
+		if resp.Context, err = s.buildContext(ctx, sess, bc); err != nil {
+			return nil, err
+		}
+	}
+	return resp, nil
 }
 
 // countMessage counts a message's tokens as a chat request carries it: content, the tool's name
@@ -421,18 +438,7 @@ func (s *Service) ListMessages(ctx context.Context, req *sessionv1.ListMessagesR
 func (s *Service) BuildContext(ctx context.Context, req *sessionv1.BuildContextRequest) (*sessionv1.BuildContextResponse, error) {
 	var v rpc.Violations
 	validateIDs(&v, req.GetSessionId(), req.GetUserId())
-	if w := req.GetWindowTurns(); w < 0 || w > maxWindowTurns {
-		v.Add("window_turns", "must be between 0 and %d", maxWindowTurns)
-	}
-	if b := req.GetTokenBudget(); b < 0 || b > maxTokenBudget {
-		v.Add("token_budget", "must be between 0 and %d", maxTokenBudget)
-	}
-	if e := req.GetMaxEvicted(); e < 0 || e > maxEvictedLimit {
-		v.Add("max_evicted", "must be between 0 and %d", maxEvictedLimit)
-	}
-	if n := req.GetMaxMessageBytes(); n < 0 || n > maxMessageBytesLimit {
-		v.Add("max_message_bytes", "must be between 0 and %d", maxMessageBytesLimit)
-	}
+	validateBuildOptions(&v, "", req)
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
@@ -440,12 +446,34 @@ func (s *Service) BuildContext(ctx context.Context, req *sessionv1.BuildContextR
 	if err != nil {
 		return nil, err
 	}
+	return s.buildContext(ctx, sess, req)
+}
+
+// validateBuildOptions checks BuildContext's options; prefix names the field that holds them
+// ("build_context." in AppendMessages).
+func validateBuildOptions(v *rpc.Violations, prefix string, req *sessionv1.BuildContextRequest) {
+	if w := req.GetWindowTurns(); w < 0 || w > maxWindowTurns {
+		v.Add(prefix+"window_turns", "must be between 0 and %d", maxWindowTurns)
+	}
+	if b := req.GetTokenBudget(); b < 0 || b > maxTokenBudget {
+		v.Add(prefix+"token_budget", "must be between 0 and %d", maxTokenBudget)
+	}
+	if e := req.GetMaxEvicted(); e < 0 || e > maxEvictedLimit {
+		v.Add(prefix+"max_evicted", "must be between 0 and %d", maxEvictedLimit)
+	}
+	if n := req.GetMaxMessageBytes(); n < 0 || n > maxMessageBytesLimit {
+		v.Add(prefix+"max_message_bytes", "must be between 0 and %d", maxMessageBytesLimit)
+	}
+}
+
+// buildContext builds the context of sess, whose owner was checked, with req's options.
+func (s *Service) buildContext(ctx context.Context, sess *sessionv1.Session, req *sessionv1.BuildContextRequest) (*sessionv1.BuildContextResponse, error) {
 	turns := int(orDefault(req.GetWindowTurns(), orDefault(sess.GetConfig().GetWindowTurns(), int32(s.cfg.WindowTurns))))
 	budget := int(orDefault(req.GetTokenBudget(), orDefault(sess.GetConfig().GetTokenBudget(), int32(s.cfg.TokenBudget))))
 	maxEvicted := int(orDefault(req.GetMaxEvicted(), int32(s.cfg.MaxEvicted)))
 	// FoldTurns-1 turns more than the window are loaded: they stay in the window until
 	// FoldTurns of them can be folded into the summary at once (see assemble).
-	d, err := s.store.LoadContext(ctx, req.GetSessionId(), turns+s.cfg.FoldTurns-1, maxEvicted)
+	d, err := s.store.LoadContext(ctx, sess.GetId(), turns+s.cfg.FoldTurns-1, maxEvicted)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/testenv"
@@ -351,6 +352,16 @@ func TestValidationAndAccess(t *testing.T) {
 			_, err := c.AppendMessages(bg, &sessionv1.AppendMessagesRequest{SessionId: sid, UserId: "alice", Messages: many})
 			return err
 		}, codes.ResourceExhausted, nil},
+		{"append with bad context options", func() error {
+			_, err := c.AppendMessages(bg, &sessionv1.AppendMessagesRequest{SessionId: sid, UserId: "alice", Messages: []*sessionv1.NewMessage{text(sessionv1.Role_ROLE_USER, "x")},
+				BuildContext: &sessionv1.BuildContextRequest{SessionId: "01HZZZZZZZZZZZZZZZZZZZZZZZ", UserId: "mallory", WindowTurns: -1, TokenBudget: 1 << 30, MaxEvicted: 1 << 20, MaxMessageBytes: -5}})
+			return err
+		}, codes.InvalidArgument, []string{"build_context.session_id", "build_context.user_id", "build_context.window_turns", "build_context.token_budget", "build_context.max_evicted", "build_context.max_message_bytes"}},
+		{"another user appends to build a context", func() error {
+			_, err := c.AppendMessages(bg, &sessionv1.AppendMessagesRequest{SessionId: sid, UserId: "mallory", Messages: []*sessionv1.NewMessage{text(sessionv1.Role_ROLE_USER, "x")},
+				BuildContext: &sessionv1.BuildContextRequest{}})
+			return err
+		}, codes.PermissionDenied, nil},
 		{"page too large", func() error {
 			_, err := c.ListMessages(bg, &sessionv1.ListMessagesRequest{SessionId: sid, UserId: "alice", PageSize: 5000})
 			return err
@@ -610,6 +621,46 @@ func TestOwnershipCacheAcrossReplicas(t *testing.T) {
 			}
 			if _, err := b.BuildContext(ctx, &sessionv1.BuildContextRequest{SessionId: sid, UserId: "alice"}); status.Code(err) != codes.NotFound {
 				t.Errorf("BuildContext of a session deleted through the other replica: %v, want NotFound", err)
+			}
+		})
+	}
+}
+
+// TestAppendBuildsContext: an append with build_context returns the context BuildContext gives
+// right after it, on every store, with the request's options applied.
+func TestAppendBuildsContext(t *testing.T) {
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			c := serve(t, open(t))
+			sid := create(t, c, "alice")
+			appendTurns(t, c, sid, "alice", 1, 14, 2)
+			opts := &sessionv1.BuildContextRequest{WindowTurns: 3, MaxMessageBytes: 1000}
+			res, err := c.AppendMessages(bg, &sessionv1.AppendMessagesRequest{SessionId: sid, UserId: "alice",
+				Messages: []*sessionv1.NewMessage{text(sessionv1.Role_ROLE_USER, "and now a table for two")}, BuildContext: opts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := c.BuildContext(bg, &sessionv1.BuildContextRequest{SessionId: sid, UserId: "alice", WindowTurns: 3, MaxMessageBytes: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, res.GetContext(), protocmp.Transform()); diff != "" {
+				t.Errorf("context of the append differs from BuildContext's (-want +got):\n%s", diff)
+			}
+			win := res.GetContext().GetWindow()
+			if len(win) == 0 || win[len(win)-1].GetSeq() != res.GetMessages()[0].GetSeq() {
+				t.Errorf("the window does not end with the appended message: %v", win)
+			}
+			if res.GetContext().GetWindowTurns() != 3 || len(res.GetContext().GetPinned()) != 1 {
+				t.Errorf("window turns %d, pinned %d; want 3 and 1", res.GetContext().GetWindowTurns(), len(res.GetContext().GetPinned()))
+			}
+			// Without build_context there is none.
+			plain, err := c.AppendMessages(bg, &sessionv1.AppendMessagesRequest{SessionId: sid, UserId: "alice", Messages: []*sessionv1.NewMessage{text(sessionv1.Role_ROLE_ASSISTANT, "done")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plain.GetContext() != nil {
+				t.Errorf("an append without build_context returned a context")
 			}
 		})
 	}

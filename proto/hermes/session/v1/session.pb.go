@@ -1174,8 +1174,15 @@ type AppendMessagesRequest struct {
 	// Optimistic concurrency: when set, the append succeeds only if the session's last sequence
 	// number is this value; otherwise it fails with FAILED_PRECONDITION and changes nothing.
 	ExpectedLastSeq *int64 `protobuf:"varint,4,opt,name=expected_last_seq,json=expectedLastSeq,proto3,oneof" json:"expected_last_seq,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// When set, the context is built right after the append, as BuildContext with these options
+	// would, and returned in context: one call instead of two for a caller (the orchestrator) that
+	// stores a message and then needs the context. Its session_id and user_id must be empty or
+	// the request's own. The options are validated before anything is stored; when building fails
+	// after the append, the call fails though the messages are stored (a retry with the same
+	// client_ids does not store them twice).
+	BuildContext  *BuildContextRequest `protobuf:"bytes,5,opt,name=build_context,json=buildContext,proto3" json:"build_context,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AppendMessagesRequest) Reset() {
@@ -1236,6 +1243,13 @@ func (x *AppendMessagesRequest) GetExpectedLastSeq() int64 {
 	return 0
 }
 
+func (x *AppendMessagesRequest) GetBuildContext() *BuildContextRequest {
+	if x != nil {
+		return x.BuildContext
+	}
+	return nil
+}
+
 // AppendMessagesResponse is the output of AppendMessages.
 type AppendMessagesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1245,7 +1259,9 @@ type AppendMessagesResponse struct {
 	State *SessionState `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
 	// Number of messages of the request that were already stored (by client_id) and not appended
 	// again.
-	Deduplicated  int32 `protobuf:"varint,3,opt,name=deduplicated,proto3" json:"deduplicated,omitempty"`
+	Deduplicated int32 `protobuf:"varint,3,opt,name=deduplicated,proto3" json:"deduplicated,omitempty"`
+	// The context built after the append, when build_context was set.
+	Context       *BuildContextResponse `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1299,6 +1315,13 @@ func (x *AppendMessagesResponse) GetDeduplicated() int32 {
 		return x.Deduplicated
 	}
 	return 0
+}
+
+func (x *AppendMessagesResponse) GetContext() *BuildContextResponse {
+	if x != nil {
+		return x.Context
+	}
+	return nil
 }
 
 // ListMessagesRequest is the input of ListMessages.
@@ -2262,18 +2285,20 @@ const file_hermes_session_v1_session_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\"B\n" +
 	"\x15DeleteSessionResponse\x12)\n" +
-	"\x10deleted_messages\x18\x01 \x01(\x03R\x0fdeletedMessages\"\xd1\x01\n" +
+	"\x10deleted_messages\x18\x01 \x01(\x03R\x0fdeletedMessages\"\x9e\x02\n" +
 	"\x15AppendMessagesRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x129\n" +
 	"\bmessages\x18\x03 \x03(\v2\x1d.hermes.session.v1.NewMessageR\bmessages\x12/\n" +
-	"\x11expected_last_seq\x18\x04 \x01(\x03H\x00R\x0fexpectedLastSeq\x88\x01\x01B\x14\n" +
-	"\x12_expected_last_seq\"\xab\x01\n" +
+	"\x11expected_last_seq\x18\x04 \x01(\x03H\x00R\x0fexpectedLastSeq\x88\x01\x01\x12K\n" +
+	"\rbuild_context\x18\x05 \x01(\v2&.hermes.session.v1.BuildContextRequestR\fbuildContextB\x14\n" +
+	"\x12_expected_last_seq\"\xee\x01\n" +
 	"\x16AppendMessagesResponse\x126\n" +
 	"\bmessages\x18\x01 \x03(\v2\x1a.hermes.session.v1.MessageR\bmessages\x125\n" +
 	"\x05state\x18\x02 \x01(\v2\x1f.hermes.session.v1.SessionStateR\x05state\x12\"\n" +
-	"\fdeduplicated\x18\x03 \x01(\x05R\fdeduplicated\"\xa6\x01\n" +
+	"\fdeduplicated\x18\x03 \x01(\x05R\fdeduplicated\x12A\n" +
+	"\acontext\x18\x04 \x01(\v2'.hermes.session.v1.BuildContextResponseR\acontext\"\xa6\x01\n" +
 	"\x13ListMessagesRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x17\n" +
@@ -2445,44 +2470,46 @@ var file_hermes_session_v1_session_proto_depIdxs = []int32{
 	3,  // 15: hermes.session.v1.GetSessionResponse.session:type_name -> hermes.session.v1.Session
 	3,  // 16: hermes.session.v1.ListSessionsResponse.sessions:type_name -> hermes.session.v1.Session
 	7,  // 17: hermes.session.v1.AppendMessagesRequest.messages:type_name -> hermes.session.v1.NewMessage
-	6,  // 18: hermes.session.v1.AppendMessagesResponse.messages:type_name -> hermes.session.v1.Message
-	5,  // 19: hermes.session.v1.AppendMessagesResponse.state:type_name -> hermes.session.v1.SessionState
-	6,  // 20: hermes.session.v1.ListMessagesResponse.messages:type_name -> hermes.session.v1.Message
-	2,  // 21: hermes.session.v1.Repair.kind:type_name -> hermes.session.v1.RepairKind
-	6,  // 22: hermes.session.v1.BuildContextResponse.summary:type_name -> hermes.session.v1.Message
-	6,  // 23: hermes.session.v1.BuildContextResponse.pinned:type_name -> hermes.session.v1.Message
-	6,  // 24: hermes.session.v1.BuildContextResponse.window:type_name -> hermes.session.v1.Message
-	6,  // 25: hermes.session.v1.BuildContextResponse.evicted:type_name -> hermes.session.v1.Message
-	21, // 26: hermes.session.v1.BuildContextResponse.repairs:type_name -> hermes.session.v1.Repair
-	22, // 27: hermes.session.v1.BuildContextResponse.tokens:type_name -> hermes.session.v1.ContextTokens
-	6,  // 28: hermes.session.v1.UpdateSummaryResponse.summary:type_name -> hermes.session.v1.Message
-	6,  // 29: hermes.session.v1.SearchHit.message:type_name -> hermes.session.v1.Message
-	6,  // 30: hermes.session.v1.SearchHit.before:type_name -> hermes.session.v1.Message
-	6,  // 31: hermes.session.v1.SearchHit.after:type_name -> hermes.session.v1.Message
-	27, // 32: hermes.session.v1.SearchMessagesResponse.hits:type_name -> hermes.session.v1.SearchHit
-	8,  // 33: hermes.session.v1.SessionService.CreateSession:input_type -> hermes.session.v1.CreateSessionRequest
-	10, // 34: hermes.session.v1.SessionService.GetSession:input_type -> hermes.session.v1.GetSessionRequest
-	12, // 35: hermes.session.v1.SessionService.ListSessions:input_type -> hermes.session.v1.ListSessionsRequest
-	14, // 36: hermes.session.v1.SessionService.DeleteSession:input_type -> hermes.session.v1.DeleteSessionRequest
-	16, // 37: hermes.session.v1.SessionService.AppendMessages:input_type -> hermes.session.v1.AppendMessagesRequest
-	18, // 38: hermes.session.v1.SessionService.ListMessages:input_type -> hermes.session.v1.ListMessagesRequest
-	20, // 39: hermes.session.v1.SessionService.BuildContext:input_type -> hermes.session.v1.BuildContextRequest
-	24, // 40: hermes.session.v1.SessionService.UpdateSummary:input_type -> hermes.session.v1.UpdateSummaryRequest
-	26, // 41: hermes.session.v1.SessionService.SearchMessages:input_type -> hermes.session.v1.SearchMessagesRequest
-	9,  // 42: hermes.session.v1.SessionService.CreateSession:output_type -> hermes.session.v1.CreateSessionResponse
-	11, // 43: hermes.session.v1.SessionService.GetSession:output_type -> hermes.session.v1.GetSessionResponse
-	13, // 44: hermes.session.v1.SessionService.ListSessions:output_type -> hermes.session.v1.ListSessionsResponse
-	15, // 45: hermes.session.v1.SessionService.DeleteSession:output_type -> hermes.session.v1.DeleteSessionResponse
-	17, // 46: hermes.session.v1.SessionService.AppendMessages:output_type -> hermes.session.v1.AppendMessagesResponse
-	19, // 47: hermes.session.v1.SessionService.ListMessages:output_type -> hermes.session.v1.ListMessagesResponse
-	23, // 48: hermes.session.v1.SessionService.BuildContext:output_type -> hermes.session.v1.BuildContextResponse
-	25, // 49: hermes.session.v1.SessionService.UpdateSummary:output_type -> hermes.session.v1.UpdateSummaryResponse
-	28, // 50: hermes.session.v1.SessionService.SearchMessages:output_type -> hermes.session.v1.SearchMessagesResponse
-	42, // [42:51] is the sub-list for method output_type
-	33, // [33:42] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	20, // 18: hermes.session.v1.AppendMessagesRequest.build_context:type_name -> hermes.session.v1.BuildContextRequest
+	6,  // 19: hermes.session.v1.AppendMessagesResponse.messages:type_name -> hermes.session.v1.Message
+	5,  // 20: hermes.session.v1.AppendMessagesResponse.state:type_name -> hermes.session.v1.SessionState
+	23, // 21: hermes.session.v1.AppendMessagesResponse.context:type_name -> hermes.session.v1.BuildContextResponse
+	6,  // 22: hermes.session.v1.ListMessagesResponse.messages:type_name -> hermes.session.v1.Message
+	2,  // 23: hermes.session.v1.Repair.kind:type_name -> hermes.session.v1.RepairKind
+	6,  // 24: hermes.session.v1.BuildContextResponse.summary:type_name -> hermes.session.v1.Message
+	6,  // 25: hermes.session.v1.BuildContextResponse.pinned:type_name -> hermes.session.v1.Message
+	6,  // 26: hermes.session.v1.BuildContextResponse.window:type_name -> hermes.session.v1.Message
+	6,  // 27: hermes.session.v1.BuildContextResponse.evicted:type_name -> hermes.session.v1.Message
+	21, // 28: hermes.session.v1.BuildContextResponse.repairs:type_name -> hermes.session.v1.Repair
+	22, // 29: hermes.session.v1.BuildContextResponse.tokens:type_name -> hermes.session.v1.ContextTokens
+	6,  // 30: hermes.session.v1.UpdateSummaryResponse.summary:type_name -> hermes.session.v1.Message
+	6,  // 31: hermes.session.v1.SearchHit.message:type_name -> hermes.session.v1.Message
+	6,  // 32: hermes.session.v1.SearchHit.before:type_name -> hermes.session.v1.Message
+	6,  // 33: hermes.session.v1.SearchHit.after:type_name -> hermes.session.v1.Message
+	27, // 34: hermes.session.v1.SearchMessagesResponse.hits:type_name -> hermes.session.v1.SearchHit
+	8,  // 35: hermes.session.v1.SessionService.CreateSession:input_type -> hermes.session.v1.CreateSessionRequest
+	10, // 36: hermes.session.v1.SessionService.GetSession:input_type -> hermes.session.v1.GetSessionRequest
+	12, // 37: hermes.session.v1.SessionService.ListSessions:input_type -> hermes.session.v1.ListSessionsRequest
+	14, // 38: hermes.session.v1.SessionService.DeleteSession:input_type -> hermes.session.v1.DeleteSessionRequest
+	16, // 39: hermes.session.v1.SessionService.AppendMessages:input_type -> hermes.session.v1.AppendMessagesRequest
+	18, // 40: hermes.session.v1.SessionService.ListMessages:input_type -> hermes.session.v1.ListMessagesRequest
+	20, // 41: hermes.session.v1.SessionService.BuildContext:input_type -> hermes.session.v1.BuildContextRequest
+	24, // 42: hermes.session.v1.SessionService.UpdateSummary:input_type -> hermes.session.v1.UpdateSummaryRequest
+	26, // 43: hermes.session.v1.SessionService.SearchMessages:input_type -> hermes.session.v1.SearchMessagesRequest
+	9,  // 44: hermes.session.v1.SessionService.CreateSession:output_type -> hermes.session.v1.CreateSessionResponse
+	11, // 45: hermes.session.v1.SessionService.GetSession:output_type -> hermes.session.v1.GetSessionResponse
+	13, // 46: hermes.session.v1.SessionService.ListSessions:output_type -> hermes.session.v1.ListSessionsResponse
+	15, // 47: hermes.session.v1.SessionService.DeleteSession:output_type -> hermes.session.v1.DeleteSessionResponse
+	17, // 48: hermes.session.v1.SessionService.AppendMessages:output_type -> hermes.session.v1.AppendMessagesResponse
+	19, // 49: hermes.session.v1.SessionService.ListMessages:output_type -> hermes.session.v1.ListMessagesResponse
+	23, // 50: hermes.session.v1.SessionService.BuildContext:output_type -> hermes.session.v1.BuildContextResponse
+	25, // 51: hermes.session.v1.SessionService.UpdateSummary:output_type -> hermes.session.v1.UpdateSummaryResponse
+	28, // 52: hermes.session.v1.SessionService.SearchMessages:output_type -> hermes.session.v1.SearchMessagesResponse
+	44, // [44:53] is the sub-list for method output_type
+	35, // [35:44] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_hermes_session_v1_session_proto_init() }
