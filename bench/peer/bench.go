@@ -25,6 +25,7 @@ type config struct {
 	warmup     int
 	fsyncTurns int
 	hermesBin  string
+	baseline   string
 	adkBin     string
 	redisURL   string
 	natsURL    string
@@ -114,7 +115,7 @@ func runSystem(ctx context.Context, c config, kind string, repeat int, strace bo
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err
 	}
-	e := env{hermesBin: c.hermesBin, adkBin: c.adkBin, modelURL: model.URL(), dir: dir, redisURL: c.redisURL, natsURL: c.natsURL}
+	e := env{hermesBin: c.hermesBin, baselineBin: c.baseline, adkBin: c.adkBin, modelURL: model.URL(), dir: dir, redisURL: c.redisURL, natsURL: c.natsURL}
 	if strace {
 		e.strace = filepath.Join(dir, "strace.txt")
 	}

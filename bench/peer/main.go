@@ -46,6 +46,7 @@ func main() {
 	flag.IntVar(&c.fsyncTurns, "fsync-turns", 100, "turns of the strace run that counts sync calls of Hermes monolithic and adk-go SQLite (0: no such run)")
 	flag.DurationVar(&c.settle, "settle", 300*time.Millisecond, "after a phase, wait until the model has been idle this long (Hermes extracts memories after each turn) before reading CPU")
 	flag.StringVar(&c.hermesBin, "hermes", "", "hermes binary; empty builds ./cmd/hermes of this repository")
+	flag.StringVar(&c.baseline, "baseline", "", "a second hermes binary (another build), run as the systems base-mono and base-micro, which -systems then includes by default; the report gives new / baseline ratios")
 	flag.StringVar(&c.adkBin, "adk", "", "adkpeer binary; empty builds ./adkpeer")
 	flag.StringVar(&c.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "microservices: Redis (keys under a random prefix, removed afterwards)")
 	flag.StringVar(&c.natsURL, "nats-url", "nats://127.0.0.1:4222", "microservices: NATS with JetStream (a random namespace, removed afterwards)")
@@ -54,6 +55,9 @@ func main() {
 	log.SetFlags(0)
 	log.SetPrefix("peer: ")
 	c.systems = strings.Split(systems, ",")
+	if c.baseline != "" && !flagSet("systems") {
+		c.systems = append(c.systems, baseMono, baseMicro)
+	}
 
 	dir, err := os.MkdirTemp("", "hermes-peer-")
 	if err != nil {
@@ -83,6 +87,9 @@ type results struct {
 // returns the runs.
 func runAll(ctx context.Context, c config, out, progress io.Writer) (*results, error) {
 	for _, s := range c.systems {
+		if (s == baseMono || s == baseMicro) && c.baseline == "" {
+			return nil, fmt.Errorf("-systems: %s needs -baseline", s)
+		}
 		if systemTitle[s] == "" {
 			return nil, fmt.Errorf("-systems: unknown %q, want some of %s", s, strings.Join(allSystems, ", "))
 		}
@@ -189,4 +196,11 @@ func hermesRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// flagSet reports whether the flag was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

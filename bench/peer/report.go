@@ -173,7 +173,7 @@ func report(out io.Writer, c config, runs map[string][]*run, probes []*run) {
 			calls = fmt.Sprintf("%d / %d / %d", m["assistant"], m["extraction"], m["summary"])
 		}
 		shared := "—"
-		if s == hermesMicro {
+		if s == hermesMicro || s == baseMicro {
 			shared = over(rs, sharedCPU).String()
 		}
 		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", systemTitle[s], over(rs, seqCPU), over(rs, rrCPU), over(rs, concCPU), shared, over(rs, harnessCPU), over(rs, concP50), over(rs, endRSS).format("%.0f"), over(rs, failed).format("%.0f"), calls)
@@ -195,7 +195,7 @@ func report(out io.Writer, c config, runs map[string][]*run, probes []*run) {
 			pairs = append(pairs, pair{h, a})
 		}
 	}
-	pairs = append(pairs, pair{hermesMicro, hermesMono})
+	pairs = append(pairs, pair{hermesMicro, hermesMono}, pair{baseMicro, baseMono}, pair{hermesMono, baseMono}, pair{hermesMicro, baseMicro})
 	fmt.Fprintf(out, "\nRatios of the medians (below 1 is better for the first system, except turns/s):\n\n| ratio | p50 | p99 | turns/s | CPU per turn | RSS |\n|---|---|---|---|---|---|\n")
 	for _, p := range pairs {
 		ra, rb := runs[p.a], runs[p.b]
@@ -282,7 +282,7 @@ func targets(out io.Writer, c config, runs map[string][]*run) {
 		check(a.med <= 1.5*b.med, "microservices within 1.5× of monolithic at p50: %s", ratio(a, b))
 	}
 	if c.roundRobin {
-		for _, s := range []string{hermesMono, hermesMicro} {
+		for _, s := range []string{hermesMono, hermesMicro, baseMono, baseMicro} {
 			if rs := runs[s]; len(rs) > 0 {
 				a, b := over(rs, p50), over(rs, rrP50)
 				check(a.med <= b.med, "%s: back-to-back turns on one session no dearer than spread (p50 %.1f vs %.1f)", s, a.med, b.med)

@@ -34,6 +34,10 @@ const (
 	hermesMicro = "hermes-micro"
 	adkMemory   = "adk-memory"
 	adkSQLite   = "adk-sqlite"
+	// The same two Hermes systems run from the -baseline binary, to compare two builds in one
+	// run (the machine's speed drifts too much between runs).
+	baseMono  = "base-mono"
+	baseMicro = "base-micro"
 )
 
 var allSystems = []string{hermesMono, hermesMicro, adkMemory, adkSQLite}
@@ -43,6 +47,8 @@ var systemTitle = map[string]string{
 	hermesMicro: "Hermes microservices (5 processes, Redis, NATS)",
 	adkMemory:   "adk-go, in-memory sessions",
 	adkSQLite:   "adk-go, SQLite sessions (durable)",
+	baseMono:    "Hermes monolithic, -baseline binary",
+	baseMicro:   "Hermes microservices, -baseline binary",
 }
 
 // system is one running system under test, driven from the harness.
@@ -58,11 +64,13 @@ type system interface {
 // env is what every system is started with.
 type env struct {
 	hermesBin string
-	adkBin    string
-	modelURL  string
-	dir       string // a fresh directory for this system's data and logs
-	redisURL  string
-	natsURL   string
+	// baselineBin is the -baseline binary, for base-mono and base-micro.
+	baselineBin string
+	adkBin      string
+	modelURL    string
+	dir         string // a fresh directory for this system's data and logs
+	redisURL    string
+	natsURL     string
 	// strace, when set, runs the system's server process under strace writing to this file.
 	strace string
 }
@@ -72,6 +80,12 @@ func startSystem(ctx context.Context, kind string, e env) (system, error) {
 	case hermesMono:
 		return startHermesMono(ctx, e)
 	case hermesMicro:
+		return startHermesMicro(ctx, e)
+	case baseMono:
+		e.hermesBin = e.baselineBin
+		return startHermesMono(ctx, e)
+	case baseMicro:
+		e.hermesBin = e.baselineBin
 		return startHermesMicro(ctx, e)
 	case adkMemory:
 		return startADK(ctx, "memory", e)
