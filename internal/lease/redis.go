@@ -144,6 +144,13 @@ func (r *Redis) Release(ctx context.Context, key, owner string) (bool, error) {
 	return r.owned(ctx, "release", key, owner, time.Millisecond, nil)
 }
 
+// QueueRelease queues what Release does in p, a pipeline or transaction of the store's client,
+// so a holder's last writes and the release share one round trip; the command's Int() is 1 when
+// owner held the lease. The script is sent whole (EVAL): a pipeline cannot load it on NOSCRIPT.
+func (r *Redis) QueueRelease(ctx context.Context, p redis.Pipeliner, key, owner string) *redis.Cmd {
+	return ownedScript.Eval(ctx, p, []string{r.prefix + key}, owner, "release", 1, nil, r.channel, key)
+}
+
 // Complete implements Store.
 func (r *Redis) Complete(ctx context.Context, key, owner string, record []byte, ttl time.Duration) (bool, error) {
 	if err := check(key, owner, ttl); err != nil {

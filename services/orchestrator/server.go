@@ -233,12 +233,12 @@ func (s *Service) RunTurn(req *orchestratorv1.RunTurnRequest, stream grpc.Server
 	t := s.newTurn(req, user, func(ev *orchestratorv1.TurnEvent) error {
 		return stream.Send(&orchestratorv1.RunTurnResponse{Event: ev})
 	})
-	ctx, release, err := s.lockSession(ctx, t.session, t.id)
+	ctx, hold, err := s.lockSession(ctx, t.session, t.id)
 	if err != nil {
 		return err
 	}
-	defer release()
-	t.release = release
+	defer hold.release()
+	t.hold = hold
 	ctx, stopWatch := s.watchCancel(ctx, t.id)
 	defer stopWatch()
 	return t.run(ctx)
@@ -252,12 +252,12 @@ const sessionLease = 15 * time.Second
 var errLeaseLost = errors.New("the session's lease passed to another turn")
 
 // lockSession waits, as long as the caller does, until no other turn of the session runs, then
-// holds the session's lease for this turn, renewing it until the returned release is called. A
-// release wakes the next waiting turn at once (internal/lease), on this replica or another. The
-// returned context is the turn's: it ends with errLeaseLost if a renewal finds the lease taken
-// by another turn (this one's renewals failed for a whole lease), so two turns never write one
-// session. release may be called more than once.
-func (s *Service) lockSession(ctx context.Context, session, turnID string) (context.Context, func(), error) {
+// holds the session's lease for this turn, renewing it until the hold is released (or handed
+// to the turn's end, which the store releases with its writes). A release wakes the next
+// waiting turn at once (internal/lease), on this replica or another. The returned context is
+// the turn's: it ends with errLeaseLost if a renewal finds the lease taken by another turn (this
+// one's renewals failed for a whole lease), so two turns never write one session.
+func (s *Service) lockSession(ctx context.Context, session, turnID string) (context.Context, *sessionHold, error) {
 	leases := s.deps.Store.Leases()
 	key := sessionKey(session)
 	c, err := lease.Wait(ctx, leases, key, turnID, nil, sessionLease, nil)
@@ -268,15 +268,14 @@ func (s *Service) lockSession(ctx context.Context, session, turnID string) (cont
 		return nil, nil, fmt.Errorf("taking the session's lease: %w", err)
 	}
 	turnCtx, lost := context.WithCancelCause(ctx)
-	stop := make(chan struct{})
-	renewed := make(chan struct{})
+	h := &sessionHold{s: s, ctx: ctx, lease: HeldLease{Key: key, Owner: turnID}, stopCh: make(chan struct{}), renewed: make(chan struct{})}
 	go func() {
-		defer close(renewed)
+		defer close(h.renewed)
 		t := time.NewTicker(sessionLease / 3)
 		defer t.Stop()
 		for {
 			select {
-			case <-stop:
+			case <-h.stopCh:
 				return
 			case <-t.C:
 				// Renewal outlives a cancelled caller until release: the lease must not lapse
@@ -295,18 +294,61 @@ func (s *Service) lockSession(ctx context.Context, session, turnID string) (cont
 			}
 		}
 	}()
-	var once sync.Once
-	return turnCtx, func() {
-		once.Do(func() {
-			close(stop)
-			<-renewed
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-			defer cancel()
-			if _, err := leases.Release(rctx, key, turnID); err != nil {
-				s.log.Warn("session lease not released; it expires by itself", "session", session, "turn", turnID, "after", sessionLease, "error", err)
-			}
-		})
-	}, nil
+	return turnCtx, h, nil
+}
+
+// sessionHold is a turn's hold on its session's lease (lockSession).
+type sessionHold struct {
+	s     *Service
+	ctx   context.Context
+	lease HeldLease
+	// stopCh is closed (once, by stopOnce) to stop the renewals; renewed is closed when they
+	// have stopped.
+	stopCh   chan struct{}
+	renewed  chan struct{}
+	stopOnce sync.Once
+	// done is set (under doneMu) once the lease is released or handed over.
+	doneMu sync.Mutex
+	done   bool
+}
+
+// stop ends the renewals and reports whether the hold was still the caller's to end (the first
+// call of release or handOver).
+func (h *sessionHold) stop() bool {
+	h.stopOnce.Do(func() { close(h.stopCh) })
+	<-h.renewed
+	h.doneMu.Lock()
+	defer h.doneMu.Unlock()
+	first := !h.done
+	h.done = true
+	return first
+}
+
+// handOver stops the renewals and gives the lease to the turn's end (Finish.Lease), which the
+// store releases with its writes: one round trip less between a turn's end and the next turn.
+// It returns nil when the hold was already released.
+func (h *sessionHold) handOver() *HeldLease {
+	if !h.stop() {
+		return nil
+	}
+	l := h.lease
+	return &l
+}
+
+// release ends the hold (releasing the lease) unless it was released or handed over.
+func (h *sessionHold) release() {
+	if h.stop() {
+		h.s.releaseLease(h.ctx, h.lease)
+	}
+}
+
+// releaseLease releases a session lease, bounded by storeTimeout even when ctx has ended.
+func (s *Service) releaseLease(ctx context.Context, l HeldLease) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	if _, err := s.deps.Store.Leases().Release(rctx, l.Key, l.Owner); err != nil {
+		s.log.Warn("session lease not released; it expires by itself", "lease", l.Key, "turn", l.Owner, "after", sessionLease, "error", err)
+	}
 }
 
 // GetTurn implements OrchestratorServiceServer.

@@ -68,6 +68,15 @@ type Finish struct {
 	MaxPending  int
 	// Event goes to the outbox; nil when events are not published.
 	Event *eventsv1.TurnFinished
+	// Lease, when set, is the session lease the turn holds (in the store's Leases): the store
+	// releases it after the writes, in the same round trip where it can, so the session's next
+	// turn reads them. It is released even when the writes fail.
+	Lease *HeldLease
+}
+
+// HeldLease names a lease and its owner.
+type HeldLease struct {
+	Key, Owner string
 }
 
 // encode returns the record's and the event's protobuf (nil without an event).

@@ -358,8 +358,11 @@ func (s *BoltStore) PutTurn(_ context.Context, turn *orchestratorv1.Turn, _ time
 	return nil
 }
 
-// FinishTurn implements Store.
-func (s *BoltStore) FinishTurn(_ context.Context, f *Finish) error {
+// FinishTurn implements Store. The lease (in memory) is released after the commit.
+func (s *BoltStore) FinishTurn(ctx context.Context, f *Finish) error {
+	if f.Lease != nil {
+		defer func() { _, _ = s.leases.Release(ctx, f.Lease.Key, f.Lease.Owner) }()
+	}
 	turn := f.Turn
 	raw, event, err := f.encode()
 	if err != nil {

@@ -134,9 +134,21 @@ func (s *RedisStore) PutTurn(ctx context.Context, turn *orchestratorv1.Turn, ttl
 	return nil
 }
 
-// FinishTurn implements Store: one MULTI. Keeping the pending items reads them first; the
-// session's turn lease makes this turn the session's only writer.
-func (s *RedisStore) FinishTurn(ctx context.Context, f *Finish) error {
+// FinishTurn implements Store: one MULTI, which ends with the lease's release. Keeping the
+// pending items reads them first; the session's turn lease makes this turn the session's only
+// writer.
+func (s *RedisStore) FinishTurn(ctx context.Context, f *Finish) (err error) {
+	var released *redis.Cmd
+	if f.Lease != nil {
+		defer func() {
+			// Released by the transaction unless it failed before.
+			if released == nil || released.Err() != nil {
+				if _, rerr := s.leases.Release(ctx, f.Lease.Key, f.Lease.Owner); rerr != nil && err == nil {
+					err = rerr
+				}
+			}
+		}()
+	}
 	turn := f.Turn
 	sid := turn.GetSessionId()
 	raw, event, err := f.encode()
@@ -183,6 +195,9 @@ func (s *RedisStore) FinishTurn(ctx context.Context, f *Finish) error {
 			p.Set(ctx, s.pendingKey(sid), pending, taskStateTTL)
 		case len(steps) > 0:
 			p.Expire(ctx, s.pendingKey(sid), taskStateTTL)
+		}
+		if f.Lease != nil {
+			released = s.leases.QueueRelease(ctx, p, f.Lease.Key, f.Lease.Owner)
 		}
 		return nil
 	})

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/hermes-agent/hermes/internal/lease"
 	"github.com/hermes-agent/hermes/internal/testenv"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
@@ -60,8 +61,57 @@ func TestStoreConformance(t *testing.T) {
 			t.Run("outbox", func(t *testing.T) { testOutbox(t, open(t)) })
 			t.Run("cancel requests", func(t *testing.T) { testCancelRequests(t, open(t)) })
 			t.Run("concurrent finishes", func(t *testing.T) { testConcurrentFinishes(t, open(t)) })
+			t.Run("finish releases the lease", func(t *testing.T) { testFinishReleases(t, open(t)) })
 		})
 	}
+}
+
+// testFinishReleases: FinishTurn with a lease releases it after its writes (a waiter woken by the
+// release reads them), and releases it when the writes fail; another owner's lease is not touched.
+func testFinishReleases(t *testing.T, s Store) {
+	ctx := context.Background()
+	leases := s.Leases()
+	acquire := func(key, owner string) {
+		t.Helper()
+		c, err := leases.Acquire(ctx, key, owner, nil, time.Minute)
+		if err != nil || c.State != lease.Acquired {
+			t.Fatalf("Acquire(%s, %s) = %+v, %v; want acquired", key, owner, c, err)
+		}
+	}
+	acquire("session:s1", "t1")
+	woken, stop := leases.Watch("session:s1")
+	defer stop()
+	turn := finished("t1", "s1", 10)
+	if err := s.FinishTurn(ctx, &Finish{Turn: turn, TTL: time.Hour, Steps: []Step{step(1)}, KeepSteps: 10, Lease: &HeldLease{Key: "session:s1", Owner: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-woken:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the release did not wake the session's waiters")
+	}
+	st, err := s.TaskState(ctx, "s1")
+	if err != nil || len(st.Done) != 1 {
+		t.Fatalf("task state after the release = %+v, %v; want the finished turn's step", st, err)
+	}
+	acquire("session:s1", "t2")
+
+	// A lease held by another owner stays held.
+	if err := s.FinishTurn(ctx, &Finish{Turn: finished("t3", "s1", 20), TTL: time.Hour, Lease: &HeldLease{Key: "session:s1", Owner: "t3"}}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := leases.Acquire(ctx, "session:s1", "t4", nil, time.Minute); err != nil || c.State != lease.Held || c.Owner != "t2" {
+		t.Fatalf("another owner's lease after FinishTurn = %+v, %v; want held by t2", c, err)
+	}
+
+	// Writes that fail still release the lease.
+	acquire("session:s2", "t5")
+	bad := &Finish{Turn: finished("t5", "s2", 30), TTL: time.Hour, Lease: &HeldLease{Key: "session:s2", Owner: "t5"}}
+	bad.Turn.Text = string([]byte{0xff}) // not UTF-8: the record does not encode
+	if err := s.FinishTurn(ctx, bad); err == nil {
+		t.Fatal("FinishTurn with a record that does not encode succeeded")
+	}
+	acquire("session:s2", "t6")
 }
 
 func step(i int) Step {

@@ -63,9 +63,10 @@ type turn struct {
 	span    trace.Span
 
 	running chan struct{}
-	// release ends the turn's hold on its session (lockSession); called once the turn's end is
-	// stored, before the final event, so the session's next turn can start at once.
-	release func()
+	// hold is the turn's hold on its session (lockSession): handed to the store with the turn's
+	// end, which releases it with its writes, before the final event, so the session's next
+	// turn can start at once.
+	hold *sessionHold
 	// hadPending is whether the task state had pending items when the turn started.
 	hadPending bool
 
@@ -400,11 +401,11 @@ func (t *turn) finish(ctx context.Context, err error) {
 	rec := t.record(st)
 	rec.CancelledBy = by
 	f := t.finishRecord(ctx, rec, st)
+	if t.hold != nil {
+		f.Lease = t.hold.handOver()
+	}
 	if err := t.s.deps.Store.FinishTurn(sctx, f); err != nil {
 		t.s.log.Warn("turn record, task state and outbox entry not stored", "turn", t.id, "error", err)
-	}
-	if t.release != nil {
-		t.release()
 	}
 	t.em.send(final)
 	if f.Event != nil {

@@ -378,41 +378,68 @@ func (r *RedisStore) ListMessages(ctx context.Context, sessionID string, afterSe
 	return r.messageRange(ctx, sessionID, afterSeq+1, afterSeq+int64(limit))
 }
 
-// LoadContext implements Store. It reads the turn index's tail, the window's range of the log,
-// the sticky messages and the capped evicted range: a bounded amount whatever the log's length.
+// loadContextScript reads what LoadContext needs in one round trip, consistently: the session's
+// fields, its summary, the turn index's tail (the seqs of the last turns+1 user messages, newest
+// first), the sticky messages, the window's range of the log and the capped evicted range (from
+// summary_seq, which UpdateSummary sets with the summary). KEYS: session, turns, sticky,
+// messages. ARGV: turns, maxEvicted, then sessionFields (summary_seq sixth).
+var loadContextScript = redis.NewScript(`
+local sess = redis.call('HMGET', KEYS[1], unpack(ARGV, 3))
+if not sess[1] then return {sess} end
+local turns, maxEvicted = tonumber(ARGV[1]), tonumber(ARGV[2])
+local summary = redis.call('HGET', KEYS[1], 'summary')
+local starts = redis.call('ZREVRANGE', KEYS[2], 0, turns)
+local start = 1
+if #starts > turns then start = tonumber(starts[turns]) end
+local last = tonumber(sess[2] or '0')
+local window = {}
+if last >= start then window = redis.call('LRANGE', KEYS[4], start - 1, last - 1) end
+local from = 1
+if summary then from = tonumber(sess[6] or '0') + 1 end
+local to = math.min(start - 1, from + maxEvicted - 1)
+local evicted = {}
+if to >= from then evicted = redis.call('LRANGE', KEYS[4], from - 1, to - 1) end
+return {sess, summary, redis.call('HGETALL', KEYS[3]), start, window, from, evicted}
+`)
+
+// LoadContext implements Store: one script (loadContextScript) reads a bounded amount whatever
+// the log's length.
 func (r *RedisStore) LoadContext(ctx context.Context, sessionID string, turns, maxEvicted int) (*ContextData, error) {
-	var sess *redis.SliceCmd
-	var starts *redis.StringSliceCmd
-	var sticky *redis.MapStringStringCmd
-	var summary *redis.StringCmd
-	_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		sess = p.HMGet(ctx, r.key("s", sessionID), sessionFields...)
-		starts = p.ZRevRange(ctx, r.key("t", sessionID), 0, int64(turns))
-		sticky = p.HGetAll(ctx, r.key("k", sessionID))
-		summary = p.HGet(ctx, r.key("s", sessionID), "summary")
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	args := make([]any, 0, 2+len(sessionFields))
+	args = append(args, turns, maxEvicted)
+	for _, f := range sessionFields {
+		args = append(args, f)
+	}
+	keys := []string{r.key("s", sessionID), r.key("t", sessionID), r.key("k", sessionID), r.key("m", sessionID)}
+	res, err := loadContextScript.Run(ctx, r.rdb, keys, args...).Slice()
+	if err != nil {
 		return nil, redisErr("load context", err)
 	}
-	s, err := decodeSession(sess.Val())
+	fields, _ := res[0].([]any)
+	s, err := decodeSession(fields)
 	if err != nil {
 		return nil, err
 	}
+	if len(res) < 7 {
+		return nil, fmt.Errorf("load context: %d results from the script, want 7", len(res))
+	}
 	d := &ContextData{Session: s}
-	if raw, err := summary.Result(); err == nil {
+	if raw, ok := res[1].(string); ok {
 		m := &sessionv1.Message{}
 		if err := proto.Unmarshal([]byte(raw), m); err != nil {
 			return nil, fmt.Errorf("decode summary: %w", err)
 		}
 		d.Summary = summaryFromMessage(m)
 	}
-	last := s.GetState().GetLastSeq()
-	start := windowStart(starts.Val(), turns)
-	if d.Window, err = r.messageRange(ctx, sessionID, start, last); err != nil {
+	start, _ := res[3].(int64)
+	from, _ := res[5].(int64)
+	if d.Window, err = decodeMessages(res[4], start); err != nil {
 		return nil, err
 	}
-	for seqStr, data := range sticky.Val() {
+	sticky, _ := res[2].([]any)
+	for i := 0; i+1 < len(sticky); i += 2 {
+		seqStr, _ := sticky[i].(string)
+		data, _ := sticky[i+1].(string)
 		seq, _ := strconv.ParseInt(seqStr, 10, 64)
 		if seq >= start {
 			continue
@@ -424,16 +451,26 @@ func (r *RedisStore) LoadContext(ctx context.Context, sessionID string, turns, m
 		d.Sticky = append(d.Sticky, m)
 	}
 	sort.Slice(d.Sticky, func(i, j int) bool { return d.Sticky[i].GetSeq() < d.Sticky[j].GetSeq() })
-	from := int64(1)
-	if d.Summary != nil {
-		from = d.Summary.ThroughSeq + 1
-	}
-	to := min(start-1, from+int64(maxEvicted)-1)
-	if d.Evicted, err = r.messageRange(ctx, sessionID, from, to); err != nil {
+	if d.Evicted, err = decodeMessages(res[6], from); err != nil {
 		return nil, err
 	}
-	d.EvictedMore = to < start-1
+	d.EvictedMore = from+int64(maxEvicted) < start
 	return d, nil
+}
+
+// decodeMessages decodes a script's list of stored messages, the first of which has seq from.
+func decodeMessages(v any, from int64) ([]*sessionv1.Message, error) {
+	raw, _ := v.([]any)
+	out := make([]*sessionv1.Message, 0, len(raw))
+	for i, r := range raw {
+		data, _ := r.(string)
+		m, err := decodeMessage(data, from+int64(i))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 // windowStart returns the seq the window starts at, given the seqs of the last turns+1 user
