@@ -146,12 +146,11 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 	}
 	switch {
 	case err == nil:
-		actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if aerr := msg.DoubleAck(actx); aerr != nil {
-			// The turn record is written, so a redelivery is a no-op.
+		// Not waiting for the server's confirmation (DoubleAck): the turn record is written, so
+		// the redelivery of a lost ack is a no-op.
+		if aerr := msg.Ack(); aerr != nil {
 			c.log.Warn("memory extractor: ack", "turn", ev.GetTurnId(), "error", aerr)
 		}
-		acancel()
 	case c.ctx.Err() != nil:
 		// Shutting down: leave the event unacknowledged for another replica.
 	case md.NumDelivered >= uint64(max(c.cfg.ConsumerMaxDeliver, 1)):

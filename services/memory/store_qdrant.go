@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/qdrant/go-client/qdrant"
@@ -50,6 +51,50 @@ type QdrantSemantic struct {
 	c    *qdrant.Client
 	coll string
 	dim  int
+
+	// countMu guards count, countAt (zero: none) and writes: the collection's point count that
+	// Search last read (see pointCount), and how many writes this store made, so a count read
+	// across a write is not kept.
+	countMu sync.Mutex
+	count   uint64
+	countAt time.Time
+	writes  uint64
+	// countTTL is countTTL but in tests.
+	countTTL time.Duration
+}
+
+// countTTL is how long Search reuses the collection's point count, which only sets the lexical
+// threshold's floor and is an estimate already (Qdrant counts with exact=false); this store's
+// own writes forget it at once, other replicas' count within countTTL.
+const countTTL = time.Second
+
+// pointCount is the collection's point count, read at most every countTTL.
+func (s *QdrantSemantic) pointCount(ctx context.Context) (uint64, error) {
+	s.countMu.Lock()
+	n, at, writes := s.count, s.countAt, s.writes
+	s.countMu.Unlock()
+	if !at.IsZero() && time.Since(at) < s.countTTL {
+		return n, nil
+	}
+	at = time.Now()
+	n, err := s.c.Count(ctx, &qdrant.CountPoints{CollectionName: s.coll, Exact: qdrant.PtrOf(false)})
+	if err != nil {
+		return 0, errclass.Mark(errclass.Unavailable, "qdrant count", err)
+	}
+	s.countMu.Lock()
+	if s.writes == writes && at.After(s.countAt) {
+		s.count, s.countAt = n, at
+	}
+	s.countMu.Unlock()
+	return n, nil
+}
+
+// forgetCount makes the next Search count again; called after every write of this store.
+func (s *QdrantSemantic) forgetCount() {
+	s.countMu.Lock()
+	s.writes++
+	s.countAt = time.Time{}
+	s.countMu.Unlock()
 }
 
 var _ TierStore = (*QdrantSemantic)(nil)
@@ -58,7 +103,7 @@ var _ TierStore = (*QdrantSemantic)(nil)
 // an existing collection of another layout is a clear error, since mixing embedders would make
 // every similarity meaningless.
 func NewQdrantSemantic(ctx context.Context, c *qdrant.Client, collection string, dim int) (*QdrantSemantic, error) {
-	s := &QdrantSemantic{c: c, coll: collection, dim: dim}
+	s := &QdrantSemantic{c: c, coll: collection, dim: dim, countTTL: countTTL}
 	exists, err := c.CollectionExists(ctx, collection)
 	if err != nil {
 		return nil, fmt.Errorf("qdrant: %w", err)
@@ -195,6 +240,7 @@ func (s *QdrantSemantic) Put(ctx context.Context, e Entry) error {
 		return err
 	}
 	wait := true
+	defer s.forgetCount()
 	_, err = s.c.Upsert(ctx, &qdrant.UpsertPoints{
 		CollectionName: s.coll,
 		Wait:           &wait,
@@ -235,6 +281,7 @@ func (s *QdrantSemantic) Delete(ctx context.Context, userID, id string) (bool, e
 		return false, err
 	}
 	wait := true
+	defer s.forgetCount()
 	_, err := s.c.Delete(ctx, &qdrant.DeletePoints{
 		CollectionName: s.coll, Wait: &wait,
 		Points: qdrant.NewPointsSelectorFilter(userFilter(userID, qdrant.NewHasID(qdrant.NewID(id)))),
@@ -264,9 +311,9 @@ func (s *QdrantSemantic) Search(ctx context.Context, userID string, q SearchQuer
 		if q.MinLexical <= 0 || q.Lexical.empty() {
 			return q.MinLexical, nil
 		}
-		n, err := s.c.Count(ctx, &qdrant.CountPoints{CollectionName: s.coll, Exact: qdrant.PtrOf(false)})
+		n, err := s.pointCount(ctx)
 		if err != nil {
-			return 0, errclass.Mark(errclass.Unavailable, "qdrant count", err)
+			return 0, err
 		}
 		return lexicalFloor(q.MinLexical, int(n)), nil
 	}
@@ -466,6 +513,7 @@ func (s *QdrantSemantic) DeleteUser(ctx context.Context, userID string) (UserCou
 		return UserCounts{}, errclass.Mark(errclass.Unavailable, "qdrant count", err)
 	}
 	wait := true
+	defer s.forgetCount()
 	if _, err := s.c.Delete(ctx, &qdrant.DeletePoints{CollectionName: s.coll, Wait: &wait, Points: qdrant.NewPointsSelectorFilter(userFilter(userID))}); err != nil {
 		return UserCounts{}, errclass.Mark(errclass.Unavailable, "qdrant delete", err)
 	}

@@ -670,3 +670,44 @@ func TestQdrantMatchesEmbedded(t *testing.T) {
 		}
 	}
 }
+
+// TestQdrantCountReused: Search reads the collection's point count at most every countTTL, and
+// a write of the same store makes it count again; another replica's write shows after countTTL.
+func TestQdrantCountReused(t *testing.T) {
+	ctx := context.Background()
+	qc, coll := testQdrant(t)
+	a, err := NewQdrantSemantic(ctx, qc, coll, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewQdrantSemantic(ctx, qc, coll, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.countTTL = time.Hour // no expiry between the calls, however slow the machine
+	put := func(s *QdrantSemantic, id string) {
+		t.Helper()
+		m := testMemory("u1", id, memoryv1.MemoryType_MEMORY_TYPE_FACT, "likes tea "+id, time.Now())
+		if err := s.Put(ctx, Entry{Memory: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(s *QdrantSemantic) uint64 {
+		t.Helper()
+		n, err := s.pointCount(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	put(a, newID())
+	first := count(a)
+	put(b, newID()) // another replica's write
+	if got := count(a); got != first {
+		t.Errorf("count within countTTL = %d, want the reused %d", got, first)
+	}
+	put(a, newID()) // this store's write
+	if got := count(a); got != first+2 {
+		t.Errorf("count after this store's write = %d, want %d", got, first+2)
+	}
+}
