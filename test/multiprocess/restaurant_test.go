@@ -120,10 +120,10 @@ func checkTrace(t *testing.T, s *stack, r *demo.TurnResult) {
 		sort.Strings(names)
 		t.Logf("trace %s: %s: %d spans: %s", traceID, svc, len(names), strings.Join(slices.Compact(names), ", "))
 	}
-	// Spans every service must have contributed: the RPCs of the turn.
+	// Spans every service must have contributed: the RPCs of the turn (the context is built in
+	// the user message's AppendMessages).
 	for _, name := range []string{
 		"hermes.session.v1.SessionService/AppendMessages",
-		"hermes.session.v1.SessionService/BuildContext",
 		"hermes.memory.v1.MemoryService/Recall",
 		// A turn's tool calls stream the tools' progress back through both services.
 		"hermes.tools.v1.ToolService/ExecuteToolStream",
