@@ -390,7 +390,7 @@ local turns, maxEvicted = tonumber(ARGV[1]), tonumber(ARGV[2])
 local summary = redis.call('HGET', KEYS[1], 'summary')
 local starts = redis.call('ZREVRANGE', KEYS[2], 0, turns)
 local start = 1
-if #starts > turns then start = tonumber(starts[turns]) end
+if turns > 0 and #starts > turns then start = tonumber(starts[turns]) end
 local last = tonumber(sess[2] or '0')
 local window = {}
 if last >= start then window = redis.call('LRANGE', KEYS[4], start - 1, last - 1) end
