@@ -31,6 +31,19 @@ const (
 	maxSamplingText       = 64 << 10
 )
 
+// subscriptionAcks passes the server's notifications/subscriptions/acknowledged to the resource
+// watchers waiting for it; the SDK has no handler option for it.
+func (c *serverConn) subscriptionAcks(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method == "notifications/subscriptions/acknowledged" {
+			if p, ok := req.GetParams().(*mcp.SubscriptionsAcknowledgedParams); ok && p != nil {
+				c.g.watches.acked(c, p.Notifications.ResourceSubscriptions)
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
 // clientOptions are the SDK client options of one connection: the notifications the gateway
 // acts on and the server-initiated requests it answers.
 func (c *serverConn) clientOptions() *mcp.ClientOptions {

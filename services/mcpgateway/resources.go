@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -249,10 +250,27 @@ func (g *Gateway) WatchResource(ctx context.Context, server, uri string, onUpdat
 		}
 	}()
 	if first {
+		acked, stopAck := g.watches.awaitAck(c, uri)
+		defer stopAck()
+		var stateless bool
 		if _, err := request(ctx, g, server, capSubscribe, func(ctx context.Context, sess *mcp.ClientSession) (struct{}, error) {
+			stateless = statelessProtocol(sess)
 			return struct{}{}, sess.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
 		}); err != nil {
 			return err
+		}
+		// Under 2026-07-28, Subscribe only sends subscriptions/listen: the subscription exists
+		// once the server acknowledges it, and an update before that would be lost. The
+		// confirmation waits for the acknowledgement (bounded: a server that never sends one
+		// gets the watch anyway).
+		if stateless {
+			select {
+			case <-acked:
+			case <-ctx.Done():
+				return nil
+			case <-time.After(g.cfg.PingTimeout):
+				g.log.Warn("MCP server did not acknowledge a resource subscription; watching anyway", "server", server, "uri", uri)
+			}
 		}
 	}
 	if err := onUpdate(false); err != nil {
@@ -272,10 +290,12 @@ func (g *Gateway) WatchResource(ctx context.Context, server, uri string, onUpdat
 	}
 }
 
-// watchHub holds the resource watchers of every server.
+// watchHub holds the resource watchers of every server, and the watchers waiting for a
+// server's acknowledgement of a subscription (notifications/subscriptions/acknowledged).
 type watchHub struct {
-	mu       sync.Mutex // guards watchers
+	mu       sync.Mutex // guards watchers and acks
 	watchers map[watchKey][]chan struct{}
+	acks     map[watchKey][]chan struct{}
 }
 
 type watchKey struct {
@@ -283,7 +303,48 @@ type watchKey struct {
 	uri  string
 }
 
-func newWatchHub() *watchHub { return &watchHub{watchers: map[watchKey][]chan struct{}{}} }
+func newWatchHub() *watchHub {
+	return &watchHub{watchers: map[watchKey][]chan struct{}{}, acks: map[watchKey][]chan struct{}{}}
+}
+
+// awaitAck returns a channel that is closed when the server acknowledges a subscription to
+// uri, and a function that stops waiting.
+func (h *watchHub) awaitAck(c *serverConn, uri string) (<-chan struct{}, func()) {
+	k := watchKey{c, uri}
+	ch := make(chan struct{})
+	h.mu.Lock()
+	h.acks[k] = append(h.acks[k], ch)
+	h.mu.Unlock()
+	return ch, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		list := h.acks[k]
+		for i, w := range list {
+			if w == ch {
+				list = append(list[:i], list[i+1:]...)
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(h.acks, k)
+		} else {
+			h.acks[k] = list
+		}
+	}
+}
+
+// acked wakes the waiters for the acknowledged subscriptions to uris, once each.
+func (h *watchHub) acked(c *serverConn, uris []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, uri := range uris {
+		k := watchKey{c, uri}
+		for _, ch := range h.acks[k] {
+			close(ch)
+		}
+		delete(h.acks, k)
+	}
+}
 
 // add registers a watcher; first reports whether it is the resource's first (which
 // subscribes), and release removes it, reporting whether it was the last (which unsubscribes).

@@ -52,11 +52,17 @@ type wireMessage struct {
 	Error  *jsonrpc.Error  `json:"error"`
 }
 
+// statelessProtocol reports whether the session negotiated protocol 2026-07-28 or later
+// (SEP-2575: per-request _meta, subscriptions/listen).
+func statelessProtocol(sess *mcp.ClientSession) bool {
+	init := sess.InitializeResult()
+	return init != nil && init.ProtocolVersion >= "2026-07-28"
+}
+
 // sideParams adds the per-request _meta that protocol 2026-07-28 requires (SEP-2575) when the
 // session negotiated it; params must marshal to a JSON object.
 func sideParams(sess *mcp.ClientSession, params any) (any, error) {
-	init := sess.InitializeResult()
-	if init == nil || init.ProtocolVersion < "2026-07-28" {
+	if !statelessProtocol(sess) {
 		return params, nil
 	}
 	raw, err := json.Marshal(params)
@@ -71,7 +77,7 @@ func sideParams(sess *mcp.ClientSession, params any) (any, error) {
 	if meta == nil {
 		meta = map[string]any{}
 	}
-	meta[mcp.MetaKeyProtocolVersion] = init.ProtocolVersion
+	meta[mcp.MetaKeyProtocolVersion] = sess.InitializeResult().ProtocolVersion
 	if _, ok := meta[mcp.MetaKeyClientCapabilities]; !ok {
 		meta[mcp.MetaKeyClientCapabilities] = map[string]any{}
 	}

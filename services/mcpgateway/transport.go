@@ -23,6 +23,7 @@ func (c *serverConn) connect(pin string) (*live, error) {
 		return nil, err
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "hermes", Version: c.g.version}, c.clientOptions())
+	client.AddReceivingMiddleware(c.subscriptionAcks)
 	if roots := c.roots(); len(roots) > 0 {
 		client.AddRoots(roots...)
 	}
