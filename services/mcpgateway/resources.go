@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -318,19 +319,23 @@ func (h *watchHub) awaitAck(c *serverConn, uri string) (<-chan struct{}, func())
 	return ch, func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		list := h.acks[k]
-		for i, w := range list {
-			if w == ch {
-				list = append(list[:i], list[i+1:]...)
-				break
-			}
-		}
-		if len(list) == 0 {
-			delete(h.acks, k)
-		} else {
-			h.acks[k] = list
-		}
+		removeChan(h.acks, k, ch)
 	}
+}
+
+// removeChan removes ch from m[k], deleting the key when none is left, and reports whether none
+// is; the caller holds the hub's mu.
+func removeChan(m map[watchKey][]chan struct{}, k watchKey, ch chan struct{}) bool {
+	list := m[k]
+	if i := slices.Index(list, ch); i >= 0 {
+		list = slices.Delete(list, i, i+1)
+	}
+	if len(list) == 0 {
+		delete(m, k)
+		return true
+	}
+	m[k] = list
+	return false
 }
 
 // acked wakes the waiters for the acknowledged subscriptions to uris, once each.
@@ -357,19 +362,7 @@ func (h *watchHub) add(c *serverConn, uri string, ch chan struct{}) (first bool,
 	return first, func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		list := h.watchers[k]
-		for i, w := range list {
-			if w == ch {
-				list = append(list[:i], list[i+1:]...)
-				break
-			}
-		}
-		if len(list) == 0 {
-			delete(h.watchers, k)
-			return true
-		}
-		h.watchers[k] = list
-		return false
+		return removeChan(h.watchers, k, ch)
 	}
 }
 

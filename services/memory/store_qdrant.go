@@ -59,7 +59,7 @@ type QdrantSemantic struct {
 	count   uint64
 	countAt time.Time
 	writes  uint64
-	// countTTL is countTTL but in tests.
+	// countTTL is how long a count is reused: the constant countTTL, longer in a test.
 	countTTL time.Duration
 }
 

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -307,9 +308,8 @@ type sessionHold struct {
 	stopCh   chan struct{}
 	renewed  chan struct{}
 	stopOnce sync.Once
-	// done is set (under doneMu) once the lease is released or handed over.
-	doneMu sync.Mutex
-	done   bool
+	// done is set once the lease is released or handed over.
+	done atomic.Bool
 }
 
 // stop ends the renewals and reports whether the hold was still the caller's to end (the first
@@ -317,11 +317,7 @@ type sessionHold struct {
 func (h *sessionHold) stop() bool {
 	h.stopOnce.Do(func() { close(h.stopCh) })
 	<-h.renewed
-	h.doneMu.Lock()
-	defer h.doneMu.Unlock()
-	first := !h.done
-	h.done = true
-	return first
+	return h.done.CompareAndSwap(false, true)
 }
 
 // handOver stops the renewals and gives the lease to the turn's end (Finish.Lease), which the
