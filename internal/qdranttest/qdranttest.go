@@ -91,7 +91,10 @@ func Start() (*Double, error) {
 		return nil, err
 	}
 	// The go-client pings every 10 s; allow it, as Qdrant does.
-	srv := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}))
+	// Qdrant's server (tonic over hyper) keeps hyper's fixed 1 MiB HTTP/2 windows (the adaptive
+	// window is opt-in), so it sends no BDP pings; neither does the double.
+	srv := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}),
+		grpc.StaticStreamWindowSize(1<<20), grpc.StaticConnWindowSize(1<<20))
 	d := &Double{srv: srv, lis: lis, colls: map[string]*collection{}}
 	qdrant.RegisterCollectionsServer(d.srv, &collections{d: d})
 	qdrant.RegisterPointsServer(d.srv, &points{d: d})

@@ -37,18 +37,26 @@ func Dial(target string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithDefaultServiceConfig(retryServiceConfig),
-		// Fixed windows, as the servers': no BDP ping for every response after a pause.
-		grpc.WithStaticStreamWindowSize(streamWindowBytes),
-		grpc.WithStaticConnWindowSize(connWindowBytes),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(DefaultMaxMessageBytes),
 			grpc.MaxCallSendMsgSize(DefaultMaxMessageBytes),
 		),
 	}
+	opts = append(opts, StaticWindows()...)
 	opts = append(opts, extra...)
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", target, err)
 	}
 	return conn, nil
+}
+
+// StaticWindows are the dial options of the servers' fixed flow-control windows, for every gRPC
+// client Hermes makes (Dial's, and clients a library dials, such as Qdrant's): with dynamic
+// windows a client sends a BDP ping, which the server must answer, after nearly every response.
+func StaticWindows() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithStaticStreamWindowSize(streamWindowBytes),
+		grpc.WithStaticConnWindowSize(connWindowBytes),
+	}
 }

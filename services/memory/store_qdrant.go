@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hermes-agent/hermes/internal/errclass"
+	"github.com/hermes-agent/hermes/internal/rpc"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
@@ -534,7 +535,7 @@ func DialQdrant(addr string, opts QdrantDialOptions) (*qdrant.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := qdrant.NewClient(&qdrant.Config{Host: host, Port: port, APIKey: opts.APIKey, UseTLS: opts.TLS, SkipCompatibilityCheck: true})
+	c, err := qdrant.NewClient(&qdrant.Config{Host: host, Port: port, APIKey: opts.APIKey, UseTLS: opts.TLS, SkipCompatibilityCheck: true, GrpcOptions: rpc.StaticWindows()})
 	if err != nil {
 		return nil, fmt.Errorf("qdrant at %s: %w", addr, err)
 	}
