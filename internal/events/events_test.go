@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -8,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/testing/protocmp"
 
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
@@ -152,4 +157,55 @@ func TestEmbeddedInProcess(t *testing.T) {
 	if _, err := EnsureStreamReplicas(ctx, js, DefaultNames(), 1); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestTurnFinishedEncodings: events are published as binary protobuf; the protobuf JSON of
+// earlier releases, still in a stream after an upgrade, decodes to the same event.
+func TestTurnFinishedEncodings(t *testing.T) {
+	ev := &eventsv1.TurnFinished{TurnId: "t1", UserId: "u1", SessionId: "s1", Messages: []*eventsv1.TurnMessage{{Message: &sessionv1.Message{Seq: 3, Role: sessionv1.Role_ROLE_USER, Content: "我住在柏林"}}}}
+	bin, err := MarshalTurnFinished(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.HasPrefix(bin, []byte("{")) {
+		t.Fatalf("published JSON, want binary protobuf: %q", bin)
+	}
+	legacy, err := protojson.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"binary": bin, "JSON of earlier releases": legacy, "JSON with spaces": append([]byte(" \n"), legacy...)} {
+		got, err := UnmarshalTurnFinished(data)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if diff := cmp.Diff(ev, got, protocmp.Transform()); diff != "" {
+			t.Errorf("%s: decoded event differs (-want +got):\n%s", name, diff)
+		}
+	}
+	// A field a newer publisher adds (number 999, a string) is skipped.
+	future := protowire.AppendString(protowire.AppendTag(bytes.Clone(bin), 999, protowire.BytesType), "later")
+	if _, err := UnmarshalTurnFinished(future); err != nil {
+		t.Errorf("an unknown binary field must be tolerated: %v", err)
+	}
+	// Binary without the ids is refused, as JSON is.
+	noUser, _ := MarshalTurnFinished(&eventsv1.TurnFinished{TurnId: "t1"})
+	if _, err := UnmarshalTurnFinished(noUser); err == nil {
+		t.Error("an event without user_id was accepted")
+	}
+}
+
+// FuzzUnmarshalTurnFinished: whatever a stream holds, decoding never panics, and an accepted
+// event has the ids the extractor relies on.
+func FuzzUnmarshalTurnFinished(f *testing.F) {
+	bin, _ := MarshalTurnFinished(&eventsv1.TurnFinished{TurnId: "t", UserId: "u", Messages: []*eventsv1.TurnMessage{{Message: &sessionv1.Message{Content: "x"}}}})
+	f.Add(bin)
+	f.Add([]byte(`{"turnId":"t","userId":"u"}`))
+	f.Add([]byte{0x0a, 0xff})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ev, err := UnmarshalTurnFinished(data)
+		if err == nil && (ev.GetTurnId() == "" || ev.GetUserId() == "") {
+			t.Fatalf("accepted an event without ids: %v", ev)
+		}
+	})
 }
