@@ -80,18 +80,35 @@ func Build(ctx context.Context, dir string) (string, error) {
 	return bin, nil
 }
 
-// FreePort returns a loopback port nothing listens on right now. The port is handed to a
-// process that binds it later, so it is taken below Linux's ephemeral range (32768–60999):
-// ports that other tests get from listening on :0 come from that range, and could otherwise be
-// taken in between.
+// handed are the ports FreePort gave out in this process. A port is bound only later by the
+// process it was handed to, so until then it looks free: without this record two processes of
+// one cluster (say memory's gRPC port and tools' metrics port) could be handed the same one.
+var handed struct {
+	mu    sync.Mutex
+	ports map[int]bool // guarded by mu
+}
+
+// FreePort returns a loopback port nothing listens on right now and that this process has not
+// handed out before. The port is handed to a process that binds it later, so it is taken below
+// Linux's ephemeral range (32768–60999): ports that other tests get from listening on :0 come
+// from that range, and could otherwise be taken in between.
 func FreePort() (int, error) {
+	handed.mu.Lock()
+	defer handed.mu.Unlock()
+	if handed.ports == nil {
+		handed.ports = map[int]bool{}
+	}
 	for range 200 {
 		port := 20000 + mathrand.IntN(12000)
+		if handed.ports[port] {
+			continue
+		}
 		lis, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			continue
 		}
 		_ = lis.Close()
+		handed.ports[port] = true
 		return port, nil
 	}
 	return 0, errors.New("no free port in 20000-31999")
