@@ -20,30 +20,37 @@ import (
 // the tools for the turn, the memories relevant to its text and the session's task state — so it
 // runs alongside that append (gather) and prepare waits for it.
 type gathering struct {
-	g     *errgroup.Group
+	g   *errgroup.Group
+	ctx context.Context
+	// state is the session's task state, read under the turn's lease (loadTaskState).
 	state TaskState
 	// memories is the MemoriesRecalled event, emitted by prepare (nil: memory was skipped).
 	memories *orchestratorv1.MemoriesRecalled
 }
 
-// gather starts the gathering; its caller waits for ga.g whatever happens to the turn.
+// gather starts fetching the tools and the memories, which depend on the request alone; its
+// caller waits for ga.g whatever happens to the turn.
 func (t *turn) gather(ctx context.Context) *gathering {
 	ga := &gathering{}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return t.loadTools(gctx) })
-	g.Go(func() error {
-		ga.memories = t.recall(gctx)
+	ga.g, ga.ctx = errgroup.WithContext(ctx)
+	ga.g.Go(func() error { return t.loadTools(ga.ctx) })
+	ga.g.Go(func() error {
+		ga.memories = t.recall(ga.ctx)
 		return nil
 	})
-	g.Go(func() error {
+	return ga
+}
+
+// loadTaskState adds the read of the session's task state to the gathering; the turn must hold
+// the session's lease, so that the previous turn's end is in what it reads.
+func (ga *gathering) loadTaskState(t *turn) {
+	ga.g.Go(func() error {
 		var err error
-		if ga.state, err = t.s.deps.Store.TaskState(gctx, t.session); err != nil {
+		if ga.state, err = t.s.deps.Store.TaskState(ga.ctx, t.session); err != nil {
 			return fmt.Errorf("loading the task state: %w", err)
 		}
 		return nil
 	})
-	ga.g = g
-	return ga
 }
 
 // prepare builds the context (BuildContext, with the summary extended for evicted messages)

@@ -19,6 +19,8 @@ import (
 
 	"github.com/oklog/ulid/v2"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -234,15 +236,27 @@ func (s *Service) RunTurn(req *orchestratorv1.RunTurnRequest, stream grpc.Server
 	t := s.newTurn(req, user, func(ev *orchestratorv1.TurnEvent) error {
 		return stream.Send(&orchestratorv1.RunTurnResponse{Event: ev})
 	})
+	ctx, span := s.tracer.Start(ctx, "orchestrator.turn", trace.WithAttributes(
+		attribute.String("hermes.turn_id", t.id), attribute.String("hermes.session_id", t.session)))
+	defer span.End()
+	t.span = span
+	// The tools and the memories for the turn depend on the request alone: they are fetched
+	// while the session's lease is taken.
+	gctx, gcancel := context.WithCancel(ctx)
+	defer gcancel()
+	ga := t.gather(gctx)
 	ctx, hold, err := s.lockSession(ctx, t.session, t.id)
 	if err != nil {
+		gcancel()
+		_ = ga.g.Wait()
+		span.SetStatus(otelcodes.Error, err.Error())
 		return err
 	}
 	defer hold.release()
 	t.hold = hold
 	ctx, stopWatch := s.watchCancel(ctx, t.id)
 	defer stopWatch()
-	return t.run(ctx)
+	return t.run(ctx, ga, gcancel)
 }
 
 // sessionLease is how long a turn's hold on its session lasts without renewal: a replica that

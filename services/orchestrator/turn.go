@@ -139,21 +139,21 @@ func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 }
 
-// run executes the turn: the user message first (errors there are the RPC's status), then the
-// loop, then the consistent end (pending items, turn record, event).
-func (t *turn) run(parent context.Context) error {
-	ctx, span := t.s.tracer.Start(parent, "orchestrator.turn", trace.WithAttributes(
-		attribute.String("hermes.turn_id", t.id), attribute.String("hermes.session_id", t.session)))
-	defer span.End()
-	t.span = span
-	ctx, cancel := context.WithTimeout(ctx, t.timeout())
+// run executes the turn under its session's lease: the user message first (errors there are the
+// RPC's status), then the loop, then the consistent end (pending items, turn record, event). ga
+// is the gathering started before the lease was taken; gcancel ends it.
+func (t *turn) run(parent context.Context, ga *gathering, gcancel context.CancelFunc) error {
+	span := t.span
+	ctx, cancel := context.WithTimeout(parent, t.timeout())
 	defer cancel()
 
-	// What the context needs besides the stored message is gathered meanwhile; an append that
-	// fails discards it (it is the caller's own: memories, the session's task state, tools).
-	gctx, gcancel := context.WithCancel(ctx)
-	defer gcancel()
-	ga := t.gather(gctx)
+	// The gathering ends with the turn (its timeout, a cancellation, a lost lease). The session's
+	// task state is read now that this turn holds the lease: the previous turn's end is in it.
+	// An append that fails discards the gathering (it is the caller's own: memories, the
+	// session's task state, tools).
+	stop := context.AfterFunc(ctx, gcancel)
+	defer stop()
+	ga.loadTaskState(t)
 	resp, err := t.s.deps.Session.AppendMessages(ctx, &sessionv1.AppendMessagesRequest{
 		SessionId: t.session,
 		UserId:    t.user,
