@@ -378,18 +378,25 @@ func (s *Service) AppendMessages(ctx context.Context, req *sessionv1.AppendMessa
 			items[i].Terms = textTerms(m.GetContent())
 		}
 	}
-	res, err := s.store.Append(ctx, req.GetUserId(), req.GetSessionId(), items, req.ExpectedLastSeq)
+	bc := req.GetBuildContext()
+	if bc == nil {
+		res, err := s.store.Append(ctx, req.GetUserId(), req.GetSessionId(), items, req.ExpectedLastSeq)
+		if err != nil {
+			return nil, err
+		}
+		return &sessionv1.AppendMessagesResponse{Messages: res.Messages, State: res.State, Deduplicated: int32(res.Deduplicated)}, nil
+	}
+	// The context is loaded with the append. A failure there fails the call though the messages
+	// are stored (see the proto).
+	cp := s.contextParams(sess, bc)
+	res, d, err := s.store.AppendLoad(ctx, req.GetUserId(), req.GetSessionId(), items, req.ExpectedLastSeq, cp.load, cp.maxEvicted)
 	if err != nil {
 		return nil, err
 	}
-	resp := &sessionv1.AppendMessagesResponse{Messages: res.Messages, State: res.State, Deduplicated: int32(res.Deduplicated)}
-	if bc := req.GetBuildContext(); bc != nil {
-		// A failure here fails the call though the messages are stored (see the proto).
-		if resp.Context, err = s.buildContext(ctx, sess, bc); err != nil {
-			return nil, err
-		}
-	}
-	return resp, nil
+	return &sessionv1.AppendMessagesResponse{
+		Messages: res.Messages, State: res.State, Deduplicated: int32(res.Deduplicated),
+		Context: s.assembleContext(d, cp, bc),
+	}, nil
 }
 
 // countMessage counts a message's tokens as a chat request carries it: content, the tool's name
@@ -466,18 +473,38 @@ func validateBuildOptions(v *rpc.Violations, prefix string, req *sessionv1.Build
 	}
 }
 
+// contextParams are the figures a context is built with: the request's options, else the
+// session's configuration, else the service's.
+type contextParams struct {
+	turns, budget, maxEvicted int
+	// load is how many turns the store reads: FoldTurns-1 more than the window, which stay in
+	// it until FoldTurns of them can be folded into the summary at once (see assemble).
+	load int
+}
+
+func (s *Service) contextParams(sess *sessionv1.Session, req *sessionv1.BuildContextRequest) contextParams {
+	turns := int(orDefault(req.GetWindowTurns(), orDefault(sess.GetConfig().GetWindowTurns(), int32(s.cfg.WindowTurns))))
+	return contextParams{
+		turns:      turns,
+		budget:     int(orDefault(req.GetTokenBudget(), orDefault(sess.GetConfig().GetTokenBudget(), int32(s.cfg.TokenBudget)))),
+		maxEvicted: int(orDefault(req.GetMaxEvicted(), int32(s.cfg.MaxEvicted))),
+		load:       turns + s.cfg.FoldTurns - 1,
+	}
+}
+
 // buildContext builds the context of sess, whose owner was checked, with req's options.
 func (s *Service) buildContext(ctx context.Context, sess *sessionv1.Session, req *sessionv1.BuildContextRequest) (*sessionv1.BuildContextResponse, error) {
-	turns := int(orDefault(req.GetWindowTurns(), orDefault(sess.GetConfig().GetWindowTurns(), int32(s.cfg.WindowTurns))))
-	budget := int(orDefault(req.GetTokenBudget(), orDefault(sess.GetConfig().GetTokenBudget(), int32(s.cfg.TokenBudget))))
-	maxEvicted := int(orDefault(req.GetMaxEvicted(), int32(s.cfg.MaxEvicted)))
-	// FoldTurns-1 turns more than the window are loaded: they stay in the window until
-	// FoldTurns of them can be folded into the summary at once (see assemble).
-	d, err := s.store.LoadContext(ctx, sess.GetId(), turns+s.cfg.FoldTurns-1, maxEvicted)
+	cp := s.contextParams(sess, req)
+	d, err := s.store.LoadContext(ctx, sess.GetId(), cp.load, cp.maxEvicted)
 	if err != nil {
 		return nil, err
 	}
-	a := assemble(d, turns, budget, maxEvicted, func(c string) int32 { return int32(s.tok.CountMessage(c)) })
+	return s.assembleContext(d, cp, req), nil
+}
+
+// assembleContext builds the response from what the store loaded.
+func (s *Service) assembleContext(d *ContextData, cp contextParams, req *sessionv1.BuildContextRequest) *sessionv1.BuildContextResponse {
+	a := assemble(d, cp.turns, cp.budget, cp.maxEvicted, func(c string) int32 { return int32(s.tok.CountMessage(c)) })
 	s.bound(a, int(orDefault(req.GetMaxMessageBytes(), defaultMessageBytes)))
 	resp := &sessionv1.BuildContextResponse{
 		Pinned:                a.pinned,
@@ -499,7 +526,7 @@ func (s *Service) buildContext(ctx context.Context, sess *sessionv1.Session, req
 	resp.Tokens.Window = sumTokens(a.window)
 	resp.Tokens.Evicted = sumTokens(a.evicted)
 	resp.Tokens.Total = resp.Tokens.Summary + resp.Tokens.Pinned + resp.Tokens.Window
-	return resp, nil
+	return resp
 }
 
 // bound keeps a built context within its byte bounds: each message's content within

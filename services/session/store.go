@@ -73,6 +73,10 @@ type Store interface {
 	ListMessages(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]*sessionv1.Message, error)
 	// LoadContext returns what BuildContext needs, reading only the window's share of the log.
 	LoadContext(ctx context.Context, sessionID string, turns, maxEvicted int) (*ContextData, error)
+	// AppendLoad is Append followed by LoadContext, the way AppendMessages with build_context
+	// needs them, in one round trip where the backend allows. The context is loaded only when
+	// the append succeeded, and includes the batch.
+	AppendLoad(ctx context.Context, userID, sessionID string, batch []AppendItem, expectedLastSeq *int64, turns, maxEvicted int) (*AppendResult, *ContextData, error)
 	// UpdateSummary stores a summary covering messages up to throughSeq and returns the seq the
 	// previous one covered: ErrSummaryBehind when throughSeq is below it, ErrSummaryAhead when
 	// above the last seq.

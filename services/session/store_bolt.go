@@ -643,6 +643,20 @@ func (b *BoltStore) ListMessages(_ context.Context, sessionID string, afterSeq i
 	return out, err
 }
 
+// AppendLoad implements Store: the context is read from the file right after the commit; in
+// process there is no round trip to save.
+func (b *BoltStore) AppendLoad(ctx context.Context, userID, sessionID string, batch []AppendItem, expectedLastSeq *int64, turns, maxEvicted int) (*AppendResult, *ContextData, error) {
+	res, err := b.Append(ctx, userID, sessionID, batch, expectedLastSeq)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, err := b.LoadContext(ctx, sessionID, turns, maxEvicted)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, d, nil
+}
+
 // LoadContext implements Store. It walks the turn index backwards from its end, so it reads only
 // the window, the sticky messages and the capped evicted range.
 func (b *BoltStore) LoadContext(_ context.Context, sessionID string, turns, maxEvicted int) (*ContextData, error) {

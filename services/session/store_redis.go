@@ -269,6 +269,64 @@ return out
 
 // Append implements Store.
 func (r *RedisStore) Append(ctx context.Context, userID, sessionID string, batch []AppendItem, expectedLastSeq *int64) (*AppendResult, error) {
+	keys, args, err := r.appendCall(userID, sessionID, batch, expectedLastSeq)
+	if err != nil {
+		return nil, err
+	}
+	res, err := appendScript.Run(ctx, r.rdb, keys, args...).StringSlice()
+	if err != nil {
+		return nil, redisErr("append", err)
+	}
+	return r.appended(ctx, sessionID, batch, expectedLastSeq, res)
+}
+
+// AppendLoad implements Store: the append script and the context script go in one pipeline, so
+// Redis runs the load right after the append, on the log that includes it (a script Redis does
+// not have cached yet is sent again on its own, after the append when it is the append's).
+func (r *RedisStore) AppendLoad(ctx context.Context, userID, sessionID string, batch []AppendItem, expectedLastSeq *int64, turns, maxEvicted int) (*AppendResult, *ContextData, error) {
+	akeys, aargs, err := r.appendCall(userID, sessionID, batch, expectedLastSeq)
+	if err != nil {
+		return nil, nil, err
+	}
+	lkeys, largs := r.loadCall(sessionID, turns, maxEvicted)
+	pipe := r.rdb.Pipeline()
+	ac := appendScript.EvalSha(ctx, pipe, akeys, aargs...)
+	lc := loadContextScript.EvalSha(ctx, pipe, lkeys, largs...)
+	_, _ = pipe.Exec(ctx) // each command's error is read below
+	if noScript(ac.Err()) {
+		// The load ran before the append: both again, in order.
+		ac = appendScript.Run(ctx, r.rdb, akeys, aargs...)
+		if ac.Err() == nil {
+			lc = loadContextScript.Run(ctx, r.rdb, lkeys, largs...)
+		}
+	}
+	ares, err := ac.StringSlice()
+	if err != nil {
+		return nil, nil, redisErr("append", err)
+	}
+	res, err := r.appended(ctx, sessionID, batch, expectedLastSeq, ares)
+	if err != nil {
+		return nil, nil, err
+	}
+	if noScript(lc.Err()) {
+		lc = loadContextScript.Run(ctx, r.rdb, lkeys, largs...)
+	}
+	lres, err := lc.Slice()
+	if err != nil {
+		return nil, nil, redisErr("load context", err)
+	}
+	d, err := decodeContext(lres, maxEvicted)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, d, nil
+}
+
+// noScript reports whether a script call failed because Redis does not have the script cached.
+func noScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
+
+// appendCall is the keys and arguments of appendScript for a batch.
+func (r *RedisStore) appendCall(userID, sessionID string, batch []AppendItem, expectedLastSeq *int64) ([]string, []any, error) {
 	keys := []string{r.key("s", sessionID), r.key("m", sessionID), r.key("c", sessionID), r.key("t", sessionID), r.key("k", sessionID), r.key("u", userID)}
 	expected := ""
 	if expectedLastSeq != nil {
@@ -280,16 +338,20 @@ func (r *RedisStore) Append(ctx context.Context, userID, sessionID string, batch
 		m := it.Message
 		payload, err := proto.Marshal(m)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, t := range it.Terms {
 			keys = append(keys, r.indexKey(userID, t))
 		}
 		args = append(args, payload, m.GetClientId(), boolArg(m.GetRole() == sessionv1.Role_ROLE_USER), boolArg(m.GetSticky()), m.GetTokenCount(), len(it.Terms))
 	}
-	res, err := appendScript.Run(ctx, r.rdb, keys, args...).StringSlice()
-	if err != nil {
-		return nil, redisErr("append", err)
+	return keys, args, nil
+}
+
+// appended decodes appendScript's reply for batch.
+func (r *RedisStore) appended(ctx context.Context, sessionID string, batch []AppendItem, expectedLastSeq *int64, res []string) (*AppendResult, error) {
+	if len(res) == 0 {
+		return nil, errors.New("append: an empty reply from the script")
 	}
 	switch res[0] {
 	case "notfound":
@@ -405,15 +467,28 @@ return {sess, summary, redis.call('HGETALL', KEYS[3]), start, window, from, evic
 // LoadContext implements Store: one script (loadContextScript) reads a bounded amount whatever
 // the log's length.
 func (r *RedisStore) LoadContext(ctx context.Context, sessionID string, turns, maxEvicted int) (*ContextData, error) {
+	keys, args := r.loadCall(sessionID, turns, maxEvicted)
+	res, err := loadContextScript.Run(ctx, r.rdb, keys, args...).Slice()
+	if err != nil {
+		return nil, redisErr("load context", err)
+	}
+	return decodeContext(res, maxEvicted)
+}
+
+// loadCall is the keys and arguments of loadContextScript.
+func (r *RedisStore) loadCall(sessionID string, turns, maxEvicted int) ([]string, []any) {
 	args := make([]any, 0, 2+len(sessionFields))
 	args = append(args, turns, maxEvicted)
 	for _, f := range sessionFields {
 		args = append(args, f)
 	}
-	keys := []string{r.key("s", sessionID), r.key("t", sessionID), r.key("k", sessionID), r.key("m", sessionID)}
-	res, err := loadContextScript.Run(ctx, r.rdb, keys, args...).Slice()
-	if err != nil {
-		return nil, redisErr("load context", err)
+	return []string{r.key("s", sessionID), r.key("t", sessionID), r.key("k", sessionID), r.key("m", sessionID)}, args
+}
+
+// decodeContext decodes loadContextScript's reply.
+func decodeContext(res []any, maxEvicted int) (*ContextData, error) {
+	if len(res) == 0 {
+		return nil, errors.New("load context: an empty reply from the script")
 	}
 	fields, _ := res[0].([]any)
 	s, err := decodeSession(fields)

@@ -49,6 +49,7 @@ func TestStoreConformance(t *testing.T) {
 			t.Run("concurrent appends", func(t *testing.T) { testConcurrentAppends(t, b.open(t)) })
 			t.Run("isolation", func(t *testing.T) { testIsolation(t, b.open(t)) })
 			t.Run("context matches reference", func(t *testing.T) { testLoadContext(t, b.open(t)) })
+			t.Run("append and load", func(t *testing.T) { testAppendLoad(t, b.open(t)) })
 			t.Run("summary", func(t *testing.T) { testSummary(t, b.open(t)) })
 			t.Run("search", func(t *testing.T) { testSearch(t, b.open(t)) })
 			t.Run("delete", func(t *testing.T) { testDelete(t, b.open(t)) })
@@ -342,6 +343,72 @@ func testLoadContext(t *testing.T, s Store) {
 	}
 }
 
+// testAppendLoad: AppendLoad stores the batch as Append does and returns the context
+// LoadContext reads right after; a refused append loads nothing and stores nothing.
+func testAppendLoad(t *testing.T, s Store) {
+	sess := newSession(t, s, "alice", time.Now())
+	log := randomLog(80, 3)
+	mustAppend(t, s, sess, log[:60]...)
+	batch := make([]AppendItem, 0, len(log)-60)
+	for i, m := range log[60:] {
+		batch = append(batch, item(m, fmt.Sprintf("c%d", i)))
+	}
+	res, d, err := s.AppendLoad(ctx, sess.GetUserId(), sess.GetId(), batch, ptr(int64(60)), 12, 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range res.Messages {
+		if m.GetSeq() != int64(61+i) {
+			t.Errorf("appended message %d has seq %d, want %d", i, m.GetSeq(), 61+i)
+		}
+	}
+	if res.State.GetLastSeq() != int64(len(log)) {
+		t.Errorf("last seq %d after the append, want %d", res.State.GetLastSeq(), len(log))
+	}
+	want := referenceContext(log, 0, 12, 200)
+	if diff := cmp.Diff(seqs(want.Window), seqs(d.Window)); diff != "" {
+		t.Errorf("window (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(seqs(want.Sticky), seqs(d.Sticky)); diff != "" {
+		t.Errorf("sticky (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(seqs(want.Evicted), seqs(d.Evicted)); diff != "" || want.EvictedMore != d.EvictedMore {
+		t.Errorf("evicted more=%v/%v (-want +got):\n%s", want.EvictedMore, d.EvictedMore, diff)
+	}
+	if d.Session.GetState().GetLastSeq() != int64(len(log)) {
+		t.Errorf("the loaded session's last seq is %d, want %d", d.Session.GetState().GetLastSeq(), len(log))
+	}
+	loaded, err := s.LoadContext(ctx, sess.GetId(), 12, 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(seqs(loaded.Window), seqs(d.Window)); diff != "" {
+		t.Errorf("AppendLoad's window against LoadContext's (-load +appendload):\n%s", diff)
+	}
+
+	// The same client ids again: nothing new, the stored copies and the same context.
+	res, d, err = s.AppendLoad(ctx, sess.GetUserId(), sess.GetId(), batch, nil, 12, 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Deduplicated != len(batch) || d.Session.GetState().GetLastSeq() != int64(len(log)) {
+		t.Errorf("repeated batch: %d deduplicated, last seq %d; want %d, %d", res.Deduplicated, d.Session.GetState().GetLastSeq(), len(batch), len(log))
+	}
+
+	// Refused: a stale expected seq, and an unknown session.
+	more := []AppendItem{item(user("one more"), "")}
+	var conflict *ConflictError
+	if _, d, err := s.AppendLoad(ctx, sess.GetUserId(), sess.GetId(), more, ptr(int64(3)), 12, 200); !errors.As(err, &conflict) || d != nil {
+		t.Errorf("stale expected seq: context %v, error %v; want a *ConflictError and no context", d, err)
+	}
+	if _, d, err := s.AppendLoad(ctx, sess.GetUserId(), "no-such-session", more, nil, 12, 200); !errors.Is(err, ErrNotFound) || d != nil {
+		t.Errorf("unknown session: context %v, error %v; want ErrNotFound", d, err)
+	}
+	if n := len(allMessages(t, s, sess.GetId())); n != len(log) {
+		t.Errorf("%d messages stored after the refusals, want %d", n, len(log))
+	}
+}
+
 func testSummary(t *testing.T, s Store) {
 	sess := newSession(t, s, "alice", time.Now())
 	mustAppend(t, s, sess, user("a"), assistant("b"), user("c"))
@@ -466,5 +533,46 @@ func TestBoltSurvivesRestart(t *testing.T) {
 	msgs := allMessages(t, s2, sess.GetId())
 	if len(msgs) != 2 || msgs[0].GetContent() != "pinned" || !msgs[0].GetSticky() {
 		t.Errorf("after restart: %v", seqs(msgs))
+	}
+}
+
+// TestRedisAppendLoadWithoutCachedScripts: AppendLoad pipelines the two scripts by their SHA;
+// when Redis has neither cached (a restarted or flushed server), or only the context's (whose
+// load then ran before the append), the batch is still appended exactly once and the context
+// loaded after it.
+func TestRedisAppendLoadWithoutCachedScripts(t *testing.T) {
+	rdb, prefix := testenv.Redis(t)
+	s := NewRedisStore(rdb, prefix)
+	sess := newSession(t, s, "alice", time.Now())
+	mustAppend(t, s, sess, user("first"), assistant("one"))
+	const (
+		cached = iota
+		none
+		onlyContext
+	)
+	for round, scripts := range []int{none, cached, onlyContext, cached} {
+		if scripts != cached {
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if scripts == onlyContext {
+			if err := loadContextScript.Load(ctx, rdb).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		batch := []AppendItem{item(user(fmt.Sprintf("round %d", round)), "")}
+		res, d, err := s.AppendLoad(ctx, sess.GetUserId(), sess.GetId(), batch, nil, 12, 200)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := int64(3 + round)
+		if res.Messages[0].GetSeq() != want || d.Session.GetState().GetLastSeq() != want || d.Window[len(d.Window)-1].GetSeq() != want {
+			t.Errorf("round %d (scripts %d): appended seq %d, loaded last seq %d, window ends at %d; want %d",
+				round, scripts, res.Messages[0].GetSeq(), d.Session.GetState().GetLastSeq(), d.Window[len(d.Window)-1].GetSeq(), want)
+		}
+	}
+	if n := len(allMessages(t, s, sess.GetId())); n != 6 {
+		t.Errorf("%d messages stored, want 6 (each batch once)", n)
 	}
 }
