@@ -51,6 +51,7 @@ type phase struct {
 	end    time.Time                // the work after the turns settled
 	cpu    map[string]time.Duration // per process, from the first turn to the end of the settle
 	self   time.Duration            // the harness's CPU over the same window
+	steal  float64                  // the machine's steal time over the same window, a fraction of its CPU time
 	shared map[string]bool
 	names  []string // the processes, in the system's order
 }
@@ -210,6 +211,7 @@ func runPhase(ctx context.Context, c config, sys system, name, tag string, calls
 		p.names = append(p.names, pr.name)
 	}
 	cpu0, self0 := cpuSnapshot(ps), selfCPU()
+	total0, steal0 := machineTicks()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -249,6 +251,9 @@ func runPhase(ctx context.Context, c config, sys system, name, tag string, calls
 	}
 	settle(ctx, calls, c.settle)
 	cpu1, self1 := cpuSnapshot(ps), selfCPU()
+	if total1, steal1 := machineTicks(); total1 > total0 {
+		p.steal = float64(steal1-steal0) / float64(total1-total0)
+	}
 	p.end = time.Now()
 	p.cpu = map[string]time.Duration{}
 	for k, v := range cpu1 {

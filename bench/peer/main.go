@@ -107,7 +107,7 @@ func runAll(ctx context.Context, c config, out, progress io.Writer) (*results, e
 			return nil, err
 		}
 	}
-	if c.adkBin == "" {
+	if c.adkBin == "" && (contains(c.systems, adkMemory) || contains(c.systems, adkSQLite)) {
 		fmt.Fprintln(progress, "building ./adkpeer …")
 		root, err := hermesRoot()
 		if err != nil {

@@ -11,6 +11,13 @@ import (
 // TestShortRun runs every system through every phase on a few turns, with the strace run, and
 // checks that each produced the figures the report is made of: no failed turn, latencies, CPU
 // and memory of its processes, and the model calls its turns imply.
+func TestMachineTicks(t *testing.T) {
+	total, steal := machineTicks()
+	if total == 0 || steal > total {
+		t.Fatalf("machineTicks() = %d total, %d steal", total, steal)
+	}
+}
+
 func TestShortRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds hermes and adkpeer, starts eight processes")
@@ -43,6 +50,9 @@ func TestShortRun(t *testing.T) {
 			}
 			if p.failed > 0 {
 				t.Errorf("%s %s: %d turns failed, the first: %v", s, name, p.failed, p.err)
+			}
+			if p.steal < 0 || p.steal > 1 {
+				t.Errorf("%s %s: steal time %.3f of the machine's CPU time", s, name, p.steal)
 			}
 			if len(p.lat) == 0 || pct(p.lat, 50) <= 0 || p.wall <= 0 {
 				t.Errorf("%s %s: no latencies (%d) or wall time (%s)", s, name, len(p.lat), p.wall)

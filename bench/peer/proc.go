@@ -83,6 +83,36 @@ func procMem(pid int) (rss, hwm int64, err error) {
 	return rss, hwm, nil
 }
 
+// machineTicks reads the machine's CPU time from /proc/stat's first line: all of it and the
+// part stolen by the hypervisor (a virtual machine whose host runs other guests), in clock
+// ticks. Steal is time a runnable process waited for a CPU the host gave to someone else, so
+// it says how much of a phase's latency was the machine's, not the system's.
+func machineTicks() (total, steal uint64) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := bytes.Cut(data, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, v := range f[1:] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, 0
+		}
+		// guest and guest_nice (fields 9 and 10) are already counted in user and nice.
+		if i < 8 {
+			total += n
+		}
+		if i == 7 {
+			steal = n
+		}
+	}
+	return total, steal
+}
+
 // selfCPU is the harness's own CPU: the client side of every turn and the instant model.
 func selfCPU() time.Duration {
 	var ru syscall.Rusage

@@ -44,6 +44,7 @@ var (
 	seqCPU   = phaseMetric(phaseSeq, func(p *phase) float64 { return msf(p.serverCPU()) / float64(p.turns) })
 	rrCPU    = phaseMetric(phaseRR, func(p *phase) float64 { return msf(p.serverCPU()) / float64(p.turns) })
 	concCPU  = phaseMetric(phaseConc, func(p *phase) float64 { return msf(p.serverCPU()) / float64(p.turns) })
+	seqSteal = phaseMetric(phaseSeq, func(p *phase) float64 { return 100 * p.steal })
 )
 
 // allCPU is the server CPU per turn over every phase of the run.
@@ -164,7 +165,7 @@ func report(out io.Writer, c config, runs map[string][]*run, probes []*run) {
 		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s |\n", systemTitle[s], over(rs, p50), over(rs, p99), over(rs, concRate), over(rs, allCPU), over(rs, peakRSS).format("%.0f"))
 	}
 
-	fmt.Fprintf(out, "\n| system | CPU/turn sequential | round-robin | concurrent | Redis+NATS (shared) per turn | harness (client + model) per turn | p50 at %d at once | RSS at the end MiB | failed turns | model calls (assistant / extraction / summary), last repeat |\n|---|---|---|---|---|---|---|---|---|---|\n", c.concSess)
+	fmt.Fprintf(out, "\n| system | CPU/turn sequential | round-robin | concurrent | Redis+NATS (shared) per turn | harness (client + model) per turn | p50 at %d at once | RSS at the end MiB | failed turns | model calls (assistant / extraction / summary), last repeat | machine's steal time, sequential phase, %% |\n|---|---|---|---|---|---|---|---|---|---|---|\n", c.concSess)
 	for _, s := range c.systems {
 		rs := runs[s]
 		calls := "—"
@@ -176,7 +177,7 @@ func report(out io.Writer, c config, runs map[string][]*run, probes []*run) {
 		if s == hermesMicro || s == baseMicro {
 			shared = over(rs, sharedCPU).String()
 		}
-		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", systemTitle[s], over(rs, seqCPU), over(rs, rrCPU), over(rs, concCPU), shared, over(rs, harnessCPU), over(rs, concP50), over(rs, endRSS).format("%.0f"), over(rs, failed).format("%.0f"), calls)
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", systemTitle[s], over(rs, seqCPU), over(rs, rrCPU), over(rs, concCPU), shared, over(rs, harnessCPU), over(rs, concP50), over(rs, endRSS).format("%.0f"), over(rs, failed).format("%.0f"), calls, over(rs, seqSteal))
 	}
 
 	fmt.Fprintf(out, "\nCPU per turn of each process, ms (all phases; Redis and NATS are the machine's shared servers, other work included):\n\n| system | processes |\n|---|---|\n")
