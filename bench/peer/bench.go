@@ -62,6 +62,7 @@ type run struct {
 	phases map[string]*phase
 	rss    int64 // summed VmRSS of the server processes at the end
 	hwm    int64 // summed VmHWM (peak RSS)
+	anon   int64 // summed RssAnon at the end (the private part of rss)
 	calls  map[string]int64
 	// syncs is set on the fsync probe's runs.
 	syncs *syncStats
@@ -176,9 +177,10 @@ func runSystem(ctx context.Context, c config, kind string, repeat int, strace bo
 		if p.shared {
 			continue
 		}
-		if rss, hwm, err := procMem(p.pid); err == nil {
-			r.rss += rss
-			r.hwm += hwm
+		if m, err := procMem(p.pid); err == nil {
+			r.rss += m.rss
+			r.hwm += m.hwm
+			r.anon += m.anon
 		}
 	}
 	r.calls = map[string]int64{

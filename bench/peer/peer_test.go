@@ -69,8 +69,8 @@ func TestShortRun(t *testing.T) {
 		if v, _ := allCPU(r); v <= 0 {
 			t.Errorf("%s: no CPU per turn measured", s)
 		}
-		if r.rss <= 0 || r.hwm < r.rss {
-			t.Errorf("%s: RSS %d, peak %d", s, r.rss, r.hwm)
+		if r.rss <= 0 || r.hwm < r.rss || r.anon <= 0 || r.anon > r.rss {
+			t.Errorf("%s: RSS %d, peak %d, anonymous %d", s, r.rss, r.hwm, r.anon)
 		}
 	}
 	if strings.Count(out.String(), "| Hermes monolithic") < 3 {

@@ -109,6 +109,7 @@ func failed(r *run) (float64, bool) {
 
 func peakRSS(r *run) (float64, bool) { return float64(r.hwm) / (1 << 20), r.hwm > 0 }
 func endRSS(r *run) (float64, bool)  { return float64(r.rss) / (1 << 20), r.rss > 0 }
+func anonRSS(r *run) (float64, bool) { return float64(r.anon) / (1 << 20), r.anon > 0 }
 
 // stat is the median and range of a metric over the repeats.
 type stat struct {
@@ -165,7 +166,7 @@ func report(out io.Writer, c config, runs map[string][]*run, probes []*run) {
 		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s |\n", systemTitle[s], over(rs, p50), over(rs, p99), over(rs, concRate), over(rs, allCPU), over(rs, peakRSS).format("%.0f"))
 	}
 
-	fmt.Fprintf(out, "\n| system | CPU/turn sequential | round-robin | concurrent | Redis+NATS (shared) per turn | harness (client + model) per turn | p50 at %d at once | RSS at the end MiB | failed turns | model calls (assistant / extraction / summary), last repeat | machine's steal time, sequential phase, %% |\n|---|---|---|---|---|---|---|---|---|---|---|\n", c.concSess)
+	fmt.Fprintf(out, "\n| system | CPU/turn sequential | round-robin | concurrent | Redis+NATS (shared) per turn | harness (client + model) per turn | p50 at %d at once | RSS at the end MiB | of it anonymous MiB | failed turns | model calls (assistant / extraction / summary), last repeat | machine's steal time, sequential phase, %% |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n", c.concSess)
 	for _, s := range c.systems {
 		rs := runs[s]
 		calls := "—"
@@ -177,7 +178,7 @@ func report(out io.Writer, c config, runs map[string][]*run, probes []*run) {
 		if s == hermesMicro || s == baseMicro {
 			shared = over(rs, sharedCPU).String()
 		}
-		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", systemTitle[s], over(rs, seqCPU), over(rs, rrCPU), over(rs, concCPU), shared, over(rs, harnessCPU), over(rs, concP50), over(rs, endRSS).format("%.0f"), over(rs, failed).format("%.0f"), calls, over(rs, seqSteal))
+		fmt.Fprintf(out, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", systemTitle[s], over(rs, seqCPU), over(rs, rrCPU), over(rs, concCPU), shared, over(rs, harnessCPU), over(rs, concP50), over(rs, endRSS).format("%.0f"), over(rs, anonRSS).format("%.0f"), over(rs, failed).format("%.0f"), calls, over(rs, seqSteal))
 	}
 
 	fmt.Fprintf(out, "\nCPU per turn of each process, ms (all phases; Redis and NATS are the machine's shared servers, other work included):\n\n| system | processes |\n|---|---|\n")
@@ -197,15 +198,15 @@ func report(out io.Writer, c config, runs map[string][]*run, probes []*run) {
 		}
 	}
 	pairs = append(pairs, pair{hermesMicro, hermesMono}, pair{baseMicro, baseMono}, pair{hermesMono, baseMono}, pair{hermesMicro, baseMicro})
-	fmt.Fprintf(out, "\nRatios of the medians (below 1 is better for the first system, except turns/s):\n\n| ratio | p50 | p99 | turns/s | CPU per turn | RSS |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(out, "\nRatios of the medians (below 1 is better for the first system, except turns/s):\n\n| ratio | p50 | p99 | turns/s | CPU per turn | RSS | anonymous RSS at the end |\n|---|---|---|---|---|---|---|\n")
 	for _, p := range pairs {
 		ra, rb := runs[p.a], runs[p.b]
 		if len(ra) == 0 || len(rb) == 0 {
 			continue
 		}
-		fmt.Fprintf(out, "| %s / %s | %s | %s | %s | %s | %s |\n", p.a, p.b,
+		fmt.Fprintf(out, "| %s / %s | %s | %s | %s | %s | %s | %s |\n", p.a, p.b,
 			ratio(over(ra, p50), over(rb, p50)), ratio(over(ra, p99), over(rb, p99)), ratio(over(ra, concRate), over(rb, concRate)),
-			ratio(over(ra, allCPU), over(rb, allCPU)), ratio(over(ra, peakRSS), over(rb, peakRSS)))
+			ratio(over(ra, allCPU), over(rb, allCPU)), ratio(over(ra, peakRSS), over(rb, peakRSS)), ratio(over(ra, anonRSS), over(rb, anonRSS)))
 	}
 
 	if c.roundRobin {
