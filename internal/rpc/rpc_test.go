@@ -52,13 +52,24 @@ func (s *testService) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) 
 
 func start(t *testing.T, opts ServerOptions) (*Server, *testService, *grpc.ClientConn, context.CancelFunc, chan error) {
 	t.Helper()
+	return startOn(t, opts, nil)
+}
+
+// startOn is start with the server's listener wrapped by wrap, when set (to record what crosses
+// the connection).
+func startOn(t *testing.T, opts ServerOptions, wrap func(net.Listener) net.Listener) (*Server, *testService, *grpc.ClientConn, context.CancelFunc, chan error) {
+	t.Helper()
 	opts.Logger = quiet
 	srv := NewServer(opts)
 	svc := &testService{release: make(chan struct{}), started: make(chan struct{}, 1)}
 	srv.Register(&testpb.TestService_ServiceDesc, svc)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	var lis net.Listener = inner
+	if wrap != nil {
+		lis = wrap(inner)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -35,18 +35,21 @@ type recordingConn struct {
 
 func (c *recordingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	c.l.mu.Lock()
-	c.l.in.Write(p[:n])
-	c.l.mu.Unlock()
+	c.record(&c.l.in, p[:n])
 	return n, err
 }
 
 func (c *recordingConn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
-	c.l.mu.Lock()
-	c.l.out.Write(p[:n])
-	c.l.mu.Unlock()
+	c.record(&c.l.out, p[:n])
 	return n, err
+}
+
+// record appends p to one direction's recording under the listener's lock.
+func (c *recordingConn) record(to *bytes.Buffer, p []byte) {
+	c.l.mu.Lock()
+	to.Write(p)
+	c.l.mu.Unlock()
 }
 
 // frameCounts counts the HTTP/2 frames of a recorded direction by type; pings that answer a
@@ -73,20 +76,12 @@ func frameCounts(t *testing.T, raw []byte) map[string]int {
 // direction. With gRPC's dynamic windows each side sent a window update and a ping after nearly
 // every message it received (20 of each for 20 calls).
 func TestNoFlowControlPings(t *testing.T) {
-	srv := NewServer(ServerOptions{Logger: quiet})
-	srv.Register(&testpb.TestService_ServiceDesc, &testService{})
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis := &recordingListener{Listener: inner}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, lis) }()
-	conn, err := Dial(inner.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	var lis *recordingListener
+	_, _, conn, cancel, done := startOn(t, ServerOptions{}, func(inner net.Listener) net.Listener {
+		lis = &recordingListener{Listener: inner}
+		return lis
+	})
+	ctx := context.Background()
 	c := testpb.NewTestServiceClient(conn)
 	const calls = 20
 	for range calls {
