@@ -7,7 +7,7 @@
 //
 // It is a module of its own, so adk-go stays out of Hermes' go.mod. Run it from its directory:
 //
-//	cd bench/peer && go run . [-hermes /path/to/hermes] [-repeats 3]
+//	cd bench/peer && go run . [-hermes /path/to/hermes] [-repeats 4]
 //
 // Without -hermes it builds ./cmd/hermes of the repository it sits in. adk-go runs in a child
 // process, the adkpeer command (./adkpeer, a module of its own, built the same way unless -adk
@@ -36,7 +36,7 @@ func main() {
 	var systems string
 	var keep bool
 	flag.StringVar(&systems, "systems", strings.Join(allSystems, ","), "systems to run, comma-separated: "+strings.Join(allSystems, ", "))
-	flag.IntVar(&c.repeats, "repeats", 3, "repeats; the systems run interleaved in each, in a rotated order")
+	flag.IntVar(&c.repeats, "repeats", 4, "repeats; the systems run interleaved in each, in a rotated order; an even number, so that the sequential and round-robin phases each run first equally often")
 	flag.IntVar(&c.seqSess, "seq-sessions", 10, "sequential phase: sessions, one after another")
 	flag.IntVar(&c.seqTurns, "seq-turns", 50, "sequential and round-robin phases: turns per session")
 	flag.IntVar(&c.concSess, "conc-sessions", 8, "concurrent phase: sessions at once")
