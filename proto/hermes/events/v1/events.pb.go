@@ -25,8 +25,9 @@ const (
 
 // TurnFinished is published by the orchestrator on NATS JetStream, stream HERMES_EVENTS, subject
 // hermes.turn.finished.<user_id>, once a turn's assistant message is stored. It is encoded as
-// protobuf JSON (protojson) so that `nats sub` shows it readably. The memory extractor consumes
-// it.
+// binary protobuf, with the header Content-Type "application/x-protobuf;
+// messageType=hermes.events.v1.TurnFinished"; consumers also accept the protobuf JSON (protojson)
+// that releases before it published. The memory extractor consumes it.
 type TurnFinished struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The orchestrator's turn id; consumers are idempotent by it.
