@@ -18,9 +18,11 @@ import (
 
 // gathering is the part of a turn's preparation that does not need the user's message stored —
 // the tools for the turn, the memories relevant to its text and the session's task state — so it
-// runs alongside that append (gather) and prepare waits for it.
+// runs alongside taking the session's lease (tools, memories) and that append (the task state),
+// and prepare waits for it.
 type gathering struct {
-	g   *errgroup.Group
+	g *errgroup.Group
+	// ctx is g's: it ends when a fetch fails, or with the turn.
 	ctx context.Context
 	// state is the session's task state, read under the turn's lease (loadTaskState).
 	state TaskState
