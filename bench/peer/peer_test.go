@@ -8,9 +8,7 @@ import (
 	"time"
 )
 
-// TestShortRun runs every system through every phase on a few turns, with the strace run, and
-// checks that each produced the figures the report is made of: no failed turn, latencies, CPU
-// and memory of its processes, and the model calls its turns imply.
+// TestMachineTicks: /proc/stat's first line parses, and its steal time is part of its total.
 func TestMachineTicks(t *testing.T) {
 	total, steal := machineTicks()
 	if total == 0 || steal > total {
@@ -18,6 +16,9 @@ func TestMachineTicks(t *testing.T) {
 	}
 }
 
+// TestShortRun runs every system through every phase on a few turns, with the strace run, and
+// checks that each produced the figures the report is made of: no failed turn, latencies, CPU
+// and memory of its processes, and the model calls its turns imply.
 func TestShortRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds hermes and adkpeer, starts eight processes")

@@ -22,8 +22,9 @@ import (
 // and prepare waits for it.
 type gathering struct {
 	g *errgroup.Group
-	// ctx is g's: it ends when a fetch fails, or with the turn.
-	ctx context.Context
+	// ctx is g's: it ends when a fetch fails, on cancel, or with the turn (run ties it there).
+	ctx    context.Context
+	cancel context.CancelFunc
 	// state is the session's task state, read under the turn's lease (loadTaskState).
 	state TaskState
 	// memories is the MemoriesRecalled event, emitted by prepare (nil: memory was skipped).
@@ -31,9 +32,11 @@ type gathering struct {
 }
 
 // gather starts fetching the tools and the memories, which depend on the request alone; its
-// caller waits for ga.g whatever happens to the turn.
+// caller waits for ga.g (prepare) or discards it, whatever happens to the turn, and calls
+// ga.cancel when done with it.
 func (t *turn) gather(ctx context.Context) *gathering {
 	ga := &gathering{}
+	ctx, ga.cancel = context.WithCancel(ctx)
 	ga.g, ga.ctx = errgroup.WithContext(ctx)
 	ga.g.Go(func() error { return t.loadTools(ga.ctx) })
 	ga.g.Go(func() error {
@@ -41,6 +44,12 @@ func (t *turn) gather(ctx context.Context) *gathering {
 		return nil
 	})
 	return ga
+}
+
+// discard stops the gathering and waits for its fetches to end: the turn will not use them.
+func (ga *gathering) discard() {
+	ga.cancel()
+	_ = ga.g.Wait()
 }
 
 // loadTaskState adds the read of the session's task state to the gathering; the turn must hold

@@ -242,13 +242,11 @@ func (s *Service) RunTurn(req *orchestratorv1.RunTurnRequest, stream grpc.Server
 	t.span = span
 	// The tools and the memories for the turn depend on the request alone: they are fetched
 	// while the session's lease is taken.
-	gctx, gcancel := context.WithCancel(ctx)
-	defer gcancel()
-	ga := t.gather(gctx)
+	ga := t.gather(ctx)
+	defer ga.cancel()
 	ctx, hold, err := s.lockSession(ctx, t.session, t.id)
 	if err != nil {
-		gcancel()
-		_ = ga.g.Wait()
+		ga.discard()
 		span.SetStatus(otelcodes.Error, err.Error())
 		return err
 	}
@@ -256,7 +254,7 @@ func (s *Service) RunTurn(req *orchestratorv1.RunTurnRequest, stream grpc.Server
 	t.hold = hold
 	ctx, stopWatch := s.watchCancel(ctx, t.id)
 	defer stopWatch()
-	return t.run(ctx, ga, gcancel)
+	return t.run(ctx, ga)
 }
 
 // sessionLease is how long a turn's hold on its session lasts without renewal: a replica that

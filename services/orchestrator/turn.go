@@ -141,8 +141,8 @@ func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // run executes the turn under its session's lease: the user message first (errors there are the
 // RPC's status), then the loop, then the consistent end (pending items, turn record, event). ga
-// is the gathering started before the lease was taken; gcancel ends it.
-func (t *turn) run(parent context.Context, ga *gathering, gcancel context.CancelFunc) error {
+// is the gathering started before the lease was taken.
+func (t *turn) run(parent context.Context, ga *gathering) error {
 	span := t.span
 	ctx, cancel := context.WithTimeout(parent, t.timeout())
 	defer cancel()
@@ -151,7 +151,7 @@ func (t *turn) run(parent context.Context, ga *gathering, gcancel context.Cancel
 	// task state is read now that this turn holds the lease: the previous turn's end is in it.
 	// An append that fails discards the gathering (it is the caller's own: memories, the
 	// session's task state, tools).
-	stop := context.AfterFunc(ctx, gcancel)
+	stop := context.AfterFunc(ctx, ga.cancel)
 	defer stop()
 	ga.loadTaskState(t)
 	resp, err := t.s.deps.Session.AppendMessages(ctx, &sessionv1.AppendMessagesRequest{
@@ -169,8 +169,7 @@ func (t *turn) run(parent context.Context, ga *gathering, gcancel context.Cancel
 		BuildContext: t.contextRequest(),
 	})
 	if err != nil {
-		gcancel()
-		_ = ga.g.Wait()
+		ga.discard()
 		span.SetStatus(otelcodes.Error, err.Error())
 		return peerStatus("session", err)
 	}
