@@ -203,6 +203,13 @@ func newLoop(t *testing.T, cfg Config, reply func(ctx context.Context, req model
 // newLoopOn is newLoop over the given session service.
 func newLoopOn(t *testing.T, cfg Config, sessions sessionv1.SessionServiceClient, reply func(ctx context.Context, req model.Request) (*model.Response, error)) *loop {
 	t.Helper()
+	return newLoopWith(t, cfg, sessions, reply, nil)
+}
+
+// newLoopWith is newLoopOn with the service's store wrapped by wrap, when set (l.store stays the
+// file underneath).
+func newLoopWith(t *testing.T, cfg Config, sessions sessionv1.SessionServiceClient, reply func(ctx context.Context, req model.Request) (*model.Response, error), wrap func(Store) Store) *loop {
+	t.Helper()
 	tok, err := testTokenizer()
 	if err != nil {
 		t.Fatal(err)
@@ -216,8 +223,12 @@ func newLoopOn(t *testing.T, cfg Config, sessions sessionv1.SessionServiceClient
 		return &toolsv1.ToolResult{Success: true, Output: `{"result":42}`}, nil
 	}}
 	cfg.Stream = true
+	var svcStore Store = store
+	if wrap != nil {
+		svcStore = wrap(store)
+	}
 	l.svc, err = NewService(cfg, Options{
-		Session: sessions, Tools: l.tools, Model: l.model, Tokenizer: tok, Store: store,
+		Session: sessions, Tools: l.tools, Model: l.model, Tokenizer: tok, Store: svcStore,
 		Publish: func(_ context.Context, ev *eventsv1.TurnFinished) error { l.published <- ev; return nil },
 	})
 	if err != nil {
