@@ -4,16 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
-	"golang.org/x/text/unicode/norm"
 	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/model"
+	"github.com/hermes-agent/hermes/internal/textseg"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
@@ -54,15 +52,15 @@ func (t *turn) fill(ctx context.Context, tool *toolsv1.Tool, args string) (strin
 		}
 		return memoryOptions(t.lookup(ctx, name), name, prop, false)
 	}
-	decide := func(name string, prop json.RawMessage, opts []fillOption) fillDecision {
-		return t.decide(ctx, name, prop, opts)
+	decide := func(name string, prop json.RawMessage, opts []fillOption, present map[string]json.RawMessage) fillDecision {
+		return t.decide(ctx, name, prop, opts, present)
 	}
 	out, filled, decisions, names := fillFromMemory(tool.GetSpec().GetInputSchema(), args, options, decide)
 	var events []*orchestratorv1.FillDecision
 	var hold []string
 	var violations []*toolsv1.Violation
 	for i, d := range decisions {
-		ev := &orchestratorv1.FillDecision{Name: names[i], Outcome: d.outcome, Reason: d.reason, DecidedBy: d.by}
+		ev := &orchestratorv1.FillDecision{Name: names[i], Outcome: d.outcome, Reason: d.reason, DecidedBy: d.by, UserValue: string(d.userJSON)}
 		if d.option != nil {
 			ev.Value, ev.MemoryId, ev.RecallReason = string(d.option.value), d.option.memoryID, d.option.recallReason
 		}
@@ -70,11 +68,7 @@ func (t *turn) fill(ctx context.Context, tool *toolsv1.Tool, args string) (strin
 		if d.outcome == fillFilled || d.outcome == fillNoMemory || d.option == nil {
 			continue
 		}
-		msg := fmt.Sprintf("%s is required and was left out. A value remembered from earlier conversations is %s, but it was not used: %s.", names[i], d.option.value, d.reason)
-		if d.userValue != "" {
-			msg += fmt.Sprintf(" The user's message gives %q.", d.userValue)
-		}
-		msg += " Use what the user said in this message, or ask the user (or confirm the remembered value with them) before calling again."
+		msg := heldMessage(names[i], d)
 		hold = append(hold, msg)
 		violations = append(violations, &toolsv1.Violation{Pointer: "/" + names[i], Message: msg})
 	}
@@ -90,8 +84,10 @@ func (t *turn) fill(ctx context.Context, tool *toolsv1.Tool, args string) (strin
 
 // decide decides about one argument: by the model when one is configured for it, by the rules
 // otherwise and when the model's answer is unusable.
-func (t *turn) decide(ctx context.Context, name string, prop json.RawMessage, opts []fillOption) fillDecision {
-	rules := ruleDecision(t.text, opts)
+func (t *turn) decide(ctx context.Context, name string, prop json.RawMessage, opts []fillOption, present map[string]json.RawMessage) fillDecision {
+	var ps propertySchema
+	_ = json.Unmarshal(prop, &ps)
+	rules := ruleDecision(t.text, newArgSlot(name, ps, opts[0].key, present), opts)
 	if t.s.cfg.FillDecisionModel == "" || t.s.deps.Model == nil {
 		return rules
 	}
@@ -177,164 +173,197 @@ func (t *turn) modelDecision(ctx context.Context, name string, prop json.RawMess
 	return d, nil
 }
 
-// Phrases of the rules. Negations are looked for right before or after a remembered value;
-// replacements and references anywhere in the message.
-var (
-	negBefore = []string{"不去", "不要", "不想去", "不想", "不用", "不订", "不吃", "不选", "别订", "别去", "别选", "别再", "别", "除了", "换掉", "而不是", "不是", "不考虑",
-		"not ", "no ", "don't ", "do not ", "instead of ", "rather than ", "other than ", "anywhere but ", "anything but ", "except ", "skip ", "avoid ", "without ", "never ", "no more ", "not at ", "not to ", "not the "}
-	negAfter = []string{"不去了", "就不去了", "不去", "不要了", "就算了", "算了", "不行", "不好", "太远", "太吵", "太贵", "关门", "吃腻了", "腻了", "pass", " is closed", " was closed", " is out", " this time? no", " no more", " not this time"}
-	// A negation word with something between it and the value ("don't book Luigi's").
-	reNegNear      = regexp.MustCompile(`(?:\b(?:don't|do not|not|never|no longer|won't|can't)\b[^,.;!?]{0,20}|(?:别|不要|不想|不用|不再)[^，。；！？,.;!?]{0,4})$`)
-	replacePhrases = []string{"换一家", "换家", "换个", "换一个", "换成", "改成", "改去", "改到", "别的", "其他", "其它", "另一家", "另外一家", "新的一家", "新开的",
-		"somewhere else", "somewhere different", "another place", "another one", "a different", "someplace else", "something else", "something different", "something new", "a new place", "try a new", "instead"}
-	referencePhrases = []string{"上次", "上回", "那家", "老地方", "常去", "经常去", "还是那", "还是老", "照旧", "老样子", "一样的", "跟以前一样", "我喜欢的那", "我最喜欢的", "常点", "平时那",
-		"my usual", "the usual", "our usual", "same place", "same as last time", "same one", "last time", "my favorite", "my favourite", "as always", "like always", "as usual", "you know the one", "the one i like"}
-	// placeSuffixes end the names of places in Chinese: another name with one of them is another
-	// value for a place argument.
-	placeSuffixes = "园轩阁居坊苑斋府庄"
-)
+// heldMessage is the result the model gets for a call held for one argument: the value the user
+// gave, typed to the schema, when the message carries one, so the model can call again with it;
+// otherwise that it must ask.
+func heldMessage(name string, d fillDecision) string {
+	msg := fmt.Sprintf("%s is required and was left out. A value remembered from earlier conversations is %s, but it was not used: %s.", name, d.option.value, d.reason)
+	if len(d.userJSON) > 0 {
+		key, _ := json.Marshal(name)
+		if d.userWeak {
+			return msg + fmt.Sprintf(" The user's message may give %s = %s: if that is what the user means, call again with {%s:%s} added to the arguments; otherwise ask the user. Do not use the remembered value.", name, d.userJSON, key, d.userJSON)
+		}
+		return msg + fmt.Sprintf(" The user's message gives %s = %s: call again with {%s:%s} added to the arguments, and do not use the remembered value.", name, d.userJSON, key, d.userJSON)
+	}
+	if d.userValue != "" {
+		msg += fmt.Sprintf(" The user's message gives %q;", d.userValue)
+	}
+	return msg + " Ask the user which value to use (or confirm the remembered one with them) before calling again; do not guess."
+}
 
-// ruleDecision is the deterministic decision: the best remembered value (opts[0]) is turned
-// down when the message negates it; replaced when the message names another known value of
-// the attribute (opts[1:]), another name of the same kind, or asks for a different one; filled
-// when the message names it, refers to it, or says nothing about it while the memory was
-// recalled as relevant to the turn; unsure when the message says nothing and the memory was
-// only found by looking the attribute up.
-func ruleDecision(msg string, opts []fillOption) fillDecision {
-	m := foldText(msg)
+// ruleDecision is the deterministic decision about one argument, safe by itself: it fills only
+// when the message names the remembered value, refers back to it, or says nothing about the
+// argument at all. In order:
+//  1. a negation that covers the remembered value, the memory's subject or the argument
+//     ("not home", "别送家里", "not my usual airline") rejects it;
+//  2. another remembered value of the attribute named in the message replaces it;
+//  3. the remembered value named (and not then swapped for another) fills;
+//  4. any value of the argument's kind in the message (a count in digits or words, a time, a
+//     place, a name, a value of a closed list) replaces it, and becomes the user's value;
+//  5. a change of the usual ("this time", "instead", "换") without a value replaces it, and
+//     the model must ask;
+//  6. a reference to what the user said before ("the usual", "my address", "老样子") fills;
+//  7. the argument spoken of without a value or a reference is unsure;
+//  8. silence fills: memory fills blanks.
+func ruleDecision(msg string, a argSlot, opts []fillOption) fillDecision {
+	r := newReading(msg)
 	cand := &opts[0]
 	d := fillDecision{option: cand, by: "rules"}
-	cv := foldText(cand.raw)
-	if q, neg := mentions(m, cv); neg {
-		d.outcome, d.userValue, d.reason = fillRejected, otherName(m, cv), fmt.Sprintf("the user's message turns %q down (%q)", cand.raw, q)
+	cv := textseg.FoldText(cand.raw)
+	self := selfWords(cand)
+	values := func() []userValue { return r.values(a, self) }
+	setUser := func(vs []userValue) {
+		if len(vs) > 0 {
+			d.userValue, d.userJSON, d.userWeak = vs[0].text, vs[0].json, !vs[0].strong
+		}
+	}
+
+	// 1. Negated.
+	if q, ok := r.negated(a.rejectWords(cand, self)); ok {
+		d.outcome, d.reason = fillRejected, fmt.Sprintf("the user's message turns it down (%q)", clip(q, 80))
+		setUser(values())
 		return d
 	}
+	// 2. Another remembered value named.
 	for _, o := range opts[1:] {
-		ov := foldText(o.raw)
-		if ov == cv {
-			continue
-		}
-		if q, neg := mentions(m, ov); q != "" && !neg {
-			d.outcome, d.userValue, d.reason = fillReplaced, o.raw, fmt.Sprintf("the user's message names another remembered value, %q", o.raw)
-			return d
-		}
-	}
-	if q, _ := mentions(m, cv); q != "" {
-		// Named, unless the message then asks for another ("上次去的是X，这次换一家").
-		at := strings.Index(m, cv)
-		for _, p := range replacePhrases {
-			if i := strings.LastIndex(m, p); i > at {
-				d.outcome, d.reason = fillReplaced, fmt.Sprintf("the user names %q and then asks for a different one (%q)", cand.raw, p)
+		if ov := textseg.FoldText(o.raw); ov != cv && ov != "" {
+			if _, ok := r.positive(ov); ok {
+				d.outcome, d.userValue, d.reason = fillReplaced, o.raw, fmt.Sprintf("the user's message names another remembered value, %q", o.raw)
+				d.userJSON = o.value
 				return d
 			}
 		}
+	}
+	vs := values()
+	// 3. The remembered value named: in the text, or as the same number in other words.
+	named := false
+	if sp, ok := r.positive(cv); ok {
+		named = true
+		if c, ok := r.firstPositive(r.lex.Changes); ok {
+			if cs, _ := r.positive(c); cs.Start > sp.Start {
+				d.outcome, d.reason = fillReplaced, fmt.Sprintf("the user names %q and then asks for a different one (%q)", cand.raw, c)
+				setUser(vs)
+				return d
+			}
+		}
+	}
+	for _, v := range vs {
+		if len(v.json) > 0 && string(v.json) == string(cand.value) {
+			named = true
+		}
+	}
+	others := vs[:0:0]
+	for _, v := range vs {
+		if len(v.json) == 0 || string(v.json) != string(cand.value) {
+			others = append(others, v)
+		}
+	}
+	if named && len(others) == 0 {
 		d.outcome, d.reason = fillFilled, fmt.Sprintf("the user's message names %q", cand.raw)
 		return d
 	}
-	if other := otherName(m, cv); other != "" {
-		d.outcome, d.userValue, d.reason = fillReplaced, other, fmt.Sprintf("the user's message names another %q", other)
+	// 4. Another value of the argument's kind; a name found elsewhere in the message makes the
+	// decision unsure (it may be the value, or something else the user named).
+	if len(others) > 0 {
+		d.outcome, d.reason = fillReplaced, fmt.Sprintf("the user's message gives another value for %s (%q)", a.name, clip(others[0].text, 80))
+		if !others[0].strong {
+			d.outcome, d.reason = fillUnsure, fmt.Sprintf("the user's message names %q, which may be the value for %s", clip(others[0].text, 80), a.name)
+		}
+		setUser(others)
 		return d
 	}
-	for _, p := range replacePhrases {
-		if strings.Contains(m, p) {
-			d.outcome, d.reason = fillReplaced, fmt.Sprintf("the user asks for a different one (%q)", p)
-			return d
+	// 5. A change of the usual, no value.
+	if c, ok := r.firstPositive(r.lex.Changes); ok {
+		d.outcome, d.reason = fillReplaced, fmt.Sprintf("the user asks for something other than usual (%q) without saying what", c)
+		return d
+	}
+	// 6. A reference to the remembered value.
+	if ref, ok := r.reference(a, self); ok {
+		d.outcome, d.reason = fillFilled, fmt.Sprintf("the user refers to what they said before (%q)", ref)
+		return d
+	}
+	// 7. The argument spoken of, without a value or a reference.
+	for _, w := range a.words {
+		if utf8.RuneCountInString(w) >= 4 || textseg.IsCJK([]rune(w)[0]) {
+			if _, ok := r.positive(w); ok {
+				d.outcome, d.reason = fillUnsure, fmt.Sprintf("the user's message speaks of %s (%q) without a value or a reference to the remembered one", a.name, w)
+				return d
+			}
 		}
 	}
-	for _, p := range referencePhrases {
-		if strings.Contains(m, p) {
-			d.outcome, d.reason = fillFilled, fmt.Sprintf("the user refers to what they said before (%q)", p)
-			return d
-		}
-	}
+	// 8. Silence.
 	if cand.inContext {
 		d.outcome, d.reason = fillFilled, "the message says nothing about it and the memory was recalled as relevant to this turn"
-		return d
+	} else {
+		d.outcome, d.reason = fillFilled, "the message says nothing about it; the memory holds this argument"
 	}
-	d.outcome, d.reason = fillUnsure, "the message says nothing about it and the memory was only found by looking the attribute up"
 	return d
 }
 
-// mentions finds a value in the message: the words around its first mention (empty when the
-// message does not name it), and whether they negate it.
-func mentions(m, v string) (string, bool) {
-	if v == "" {
-		return "", false
-	}
-	found := ""
-	for off := 0; ; {
-		i := strings.Index(m[off:], v)
-		if i < 0 {
-			return found, false
-		}
-		i += off
-		before, after := m[:i], m[i+len(v):]
-		around := lastRunes(before, 8) + v + firstRunes(after, 8)
-		if found == "" {
-			found = around
-		}
-		for _, n := range negBefore {
-			if strings.HasSuffix(before, n) {
-				return around, true
+// selfWords are the words that speak of the remembered value itself: the value, and the places
+// of the lexicon that the memory names ("home" for a home address, "公司" for the office's).
+func selfWords(o *fillOption) []string {
+	out := []string{textseg.FoldText(o.raw)}
+	mem := textseg.FoldText(strings.Join([]string{o.subject, o.key, o.content, strings.Join(o.keywords, " ")}, " "))
+	for _, kw := range textseg.Cues().Kinds {
+		for _, p := range kw.Places {
+			if textseg.Contains(mem, p) {
+				out = append(out, p)
 			}
 		}
-		for _, n := range negAfter {
-			if strings.HasPrefix(after, n) || strings.HasPrefix(strings.TrimLeft(after, " ,，"), strings.TrimSpace(n)) {
-				return around, true
-			}
-		}
-		if reNegNear.MatchString(lastRunes(before, 24)) {
-			return around, true
-		}
-		off = i + len(v)
 	}
+	return out
 }
 
-// otherName finds, for a remembered Chinese place name (one ending in a place suffix such as
-// 园 or 轩), another name of that kind in the message: two to four characters before a place
-// suffix, not the remembered one.
-func otherName(m, v string) string {
-	last, _ := utf8.DecodeLastRuneInString(v)
-	if !strings.ContainsRune(placeSuffixes, last) || utf8.RuneCountInString(v) < 2 {
-		return ""
+// rejectWords are the words whose negation turns the remembered value down: the value and its
+// places, the argument's name, the vocabulary of the argument's kind, the words of the memory,
+// and references to it ("not my usual").
+func (a argSlot) rejectWords(o *fillOption, self []string) []string {
+	lex := textseg.Cues()
+	out := append([]string{}, self...)
+	out = append(out, a.words...)
+	for _, k := range a.kinds {
+		out = append(out, lex.Kinds[k].Concepts...)
 	}
-	rs := []rune(m)
-	for i, r := range rs {
-		if !strings.ContainsRune(placeSuffixes, r) || i < 2 {
-			continue
-		}
-		for n := 3; n >= 2; n-- {
-			if i-n < 0 {
+	out = append(out, lex.References...)
+	textseg.Segment(strings.Join([]string{o.subject, o.content, strings.Join(o.keywords, " ")}, " "),
+		textseg.Options{Fold: true, MinWordRunes: 4, Stop: memoryStopWords}, func(t textseg.Term) {
+			out = append(out, t.Text)
+		})
+	return out
+}
+
+// memoryStopWords are words of a memory's text that say nothing about what it is of.
+var memoryStopWords = map[string]bool{"user": true, "user's": true, "users": true, "their": true, "they": true, "prefers": true, "prefer": true,
+	"likes": true, "usually": true, "always": true, "with": true, "from": true, "that": true, "this": true, "have": true, "lives": true, "when": true}
+
+// reference finds a reference to the remembered value: a reference phrase, the user's own slot
+// ("my address", "我的地址"), or the memory's place ("home" for a home address).
+func (r *reading) reference(a argSlot, self []string) (string, bool) {
+	if p, ok := r.firstPositive(r.lex.References); ok {
+		return p, true
+	}
+	nouns := append([]string{}, a.words...)
+	for _, k := range a.kinds {
+		nouns = append(nouns, r.lex.Kinds[k].Concepts...)
+	}
+	for _, p := range r.lex.Possessives {
+		for _, sp := range textseg.FindAll(r.m, p) {
+			if r.inNegation(sp) {
 				continue
 			}
-			cand := string(rs[i-n : i+1])
-			if !allHan(cand) || strings.Contains(v, cand) || strings.Contains(cand, v) || strings.ContainsAny(cand, "那这哪一上次常老个的了吧") {
-				continue
+			rest := strings.TrimLeft(r.m[sp.End:], " ")
+			for _, n := range nouns {
+				if n != "" && strings.HasPrefix(rest, n) && textseg.Contains(rest[:min(len(rest), len(n)+1)], n) {
+					return p + " " + n, true
+				}
 			}
-			return strings.TrimLeft(cand, "去在到订")
 		}
 	}
-	return ""
-}
-
-func allHan(s string) bool {
-	for _, r := range s {
-		if !unicode.Is(unicode.Han, r) {
-			return false
+	for _, s := range self[1:] {
+		if _, ok := r.positive(s); ok {
+			return s, true
 		}
 	}
-	return true
-}
-
-// foldText folds width and case so that values typed in different forms compare equal.
-func foldText(s string) string { return strings.ToLower(norm.NFKC.String(s)) }
-
-func lastRunes(s string, n int) string {
-	rs := []rune(s)
-	return string(rs[max(0, len(rs)-n):])
-}
-
-func firstRunes(s string, n int) string {
-	rs := []rune(s)
-	return string(rs[:min(n, len(rs))])
+	return "", false
 }

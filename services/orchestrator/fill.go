@@ -19,8 +19,27 @@ type inputSchema struct {
 }
 
 type propertySchema struct {
-	Type json.RawMessage   `json:"type"`
-	Enum []json.RawMessage `json:"enum"`
+	Type        json.RawMessage   `json:"type"`
+	Enum        []json.RawMessage `json:"enum"`
+	Description string            `json:"description"`
+	Format      string            `json:"format"`
+}
+
+// types lists the JSON types the property allows ("string" when it names none).
+func (p propertySchema) types() []string {
+	var types []string
+	if len(p.Type) > 0 {
+		var one string
+		if json.Unmarshal(p.Type, &one) == nil {
+			types = []string{one}
+		} else {
+			_ = json.Unmarshal(p.Type, &types)
+		}
+	}
+	if len(types) == 0 {
+		types = []string{"string"}
+	}
+	return types
 }
 
 // fillOption is a remembered value that could fill an argument.
@@ -32,6 +51,10 @@ type fillOption struct {
 	// the turn's text), not only found by looking the attribute up.
 	inContext    bool
 	recallReason string
+	// key is the attribute the value is stored under; subject, content and keywords describe
+	// the memory, so the rules can tell when the message speaks of it ("not my home").
+	key, subject, content string
+	keywords              []string
 }
 
 // Outcomes of a fill decision (FillDecision.outcome).
@@ -48,8 +71,12 @@ type fillDecision struct {
 	outcome string
 	// option is the remembered value considered (nil for no_memory).
 	option *fillOption
-	// userValue is the value the user gave instead, when the decider knows it.
+	// userValue is the value the user gave instead, when the decider knows it, and userJSON
+	// that value typed to the argument's schema (nil when it does not convert).
 	userValue string
+	userJSON  json.RawMessage
+	// userWeak: the value is only a name found in the message, not tied to the argument.
+	userWeak bool
 	reason    string
 	by        string // "model" or "rules"
 }
@@ -62,7 +89,7 @@ type fillDecision struct {
 // returned unchanged (the tool service reports them to the model). It returns the arguments,
 // what was filled, and a decision for every missing argument that had a remembered value or not.
 func fillFromMemory(schema, args string, options func(name string, prop propertySchema) []fillOption,
-	decide func(name string, prop json.RawMessage, opts []fillOption) fillDecision) (string, []*orchestratorv1.FilledArgument, []fillDecision, []string) {
+	decide func(name string, prop json.RawMessage, opts []fillOption, present map[string]json.RawMessage) fillDecision) (string, []*orchestratorv1.FilledArgument, []fillDecision, []string) {
 	var s inputSchema
 	if json.Unmarshal([]byte(schema), &s) != nil || len(s.Required) == 0 {
 		return args, nil, nil, nil
@@ -88,7 +115,7 @@ func fillFromMemory(schema, args string, options func(name string, prop property
 		opts := options(name, prop)
 		d := fillDecision{outcome: fillNoMemory, reason: "no remembered value fits this argument", by: "rules"}
 		if len(opts) > 0 {
-			d = decide(name, s.Properties[name], opts)
+			d = decide(name, s.Properties[name], opts, present)
 		}
 		decisions = append(decisions, d)
 		names = append(names, name)
@@ -122,7 +149,7 @@ func fillFromMemory(schema, args string, options func(name string, prop property
 func memoryOptions(mems []*memoryv1.RecalledMemory, name string, prop propertySchema, inContext bool) []fillOption {
 	var out []fillOption
 	for _, m := range mems {
-		raw, ok := attributeFor(m.GetMemory().GetAttributes(), name)
+		key, raw, ok := attributeFor(m.GetMemory().GetAttributes(), name)
 		if !ok {
 			continue
 		}
@@ -130,7 +157,9 @@ func memoryOptions(mems []*memoryv1.RecalledMemory, name string, prop propertySc
 		if !ok {
 			continue
 		}
-		out = append(out, fillOption{value: val, raw: strings.TrimSpace(raw), memoryID: m.GetMemory().GetId(), inContext: inContext, recallReason: m.GetReason()})
+		mem := m.GetMemory()
+		out = append(out, fillOption{value: val, raw: strings.TrimSpace(raw), memoryID: mem.GetId(), inContext: inContext, recallReason: m.GetReason(),
+			key: key, subject: mem.GetSubject(), content: mem.GetContent(), keywords: mem.GetKeywords()})
 	}
 	return out
 }
@@ -147,9 +176,9 @@ func requiredArgs(schema string) []string {
 // attributeFor finds the attribute for an argument: the same name, or the same name once case
 // and punctuation are ignored (restaurantName and restaurant_name). Exact matches win; among
 // loose matches the lexically first key wins, so the choice is deterministic.
-func attributeFor(attrs map[string]string, name string) (string, bool) {
+func attributeFor(attrs map[string]string, name string) (key, value string, ok bool) {
 	if v, ok := attrs[name]; ok && strings.TrimSpace(v) != "" {
-		return v, true
+		return name, v, true
 	}
 	want := looseName(name)
 	keys := make([]string, 0, len(attrs))
@@ -159,10 +188,10 @@ func attributeFor(attrs map[string]string, name string) (string, bool) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		if looseName(k) == want && strings.TrimSpace(attrs[k]) != "" {
-			return attrs[k], true
+			return k, attrs[k], true
 		}
 	}
-	return "", false
+	return "", "", false
 }
 
 func looseName(s string) string {
@@ -179,20 +208,8 @@ func looseName(s string) string {
 // not fit the type or the enum.
 func (p propertySchema) convert(raw string) (json.RawMessage, bool) {
 	raw = strings.TrimSpace(raw)
-	var types []string
-	if len(p.Type) > 0 {
-		var one string
-		if json.Unmarshal(p.Type, &one) == nil {
-			types = []string{one}
-		} else {
-			_ = json.Unmarshal(p.Type, &types)
-		}
-	}
-	if len(types) == 0 {
-		types = []string{"string"}
-	}
 	var val json.RawMessage
-	for _, t := range types {
+	for _, t := range p.types() {
 		switch t {
 		case "string":
 			val, _ = json.Marshal(raw)

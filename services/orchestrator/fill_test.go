@@ -34,7 +34,7 @@ func recalled(id string, attrs map[string]string) *memoryv1.RecalledMemory {
 func fillAll(schema, args string, mems []*memoryv1.RecalledMemory) (string, []*orchestratorv1.FilledArgument) {
 	out, filled, _, _ := fillFromMemory(schema, args,
 		func(name string, prop propertySchema) []fillOption { return memoryOptions(mems, name, prop, true) },
-		func(_ string, _ json.RawMessage, opts []fillOption) fillDecision {
+		func(_ string, _ json.RawMessage, opts []fillOption, _ map[string]json.RawMessage) fillDecision {
 			return fillDecision{outcome: fillFilled, option: &opts[0], by: "test"}
 		})
 	return out, filled

@@ -1571,7 +1571,10 @@ type FillDecision struct {
 	// Who decided: "model" or "rules".
 	DecidedBy string `protobuf:"bytes,6,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
 	// How the memory was found, as the memory service put it.
-	RecallReason  string `protobuf:"bytes,7,opt,name=recall_reason,json=recallReason,proto3" json:"recall_reason,omitempty"`
+	RecallReason string `protobuf:"bytes,7,opt,name=recall_reason,json=recallReason,proto3" json:"recall_reason,omitempty"`
+	// The value the user's message gives for the argument instead (JSON, typed to the tool's
+	// schema), when one was found; the held result tells the model to call again with it.
+	UserValue     string `protobuf:"bytes,8,opt,name=user_value,json=userValue,proto3" json:"user_value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1651,6 +1654,13 @@ func (x *FillDecision) GetDecidedBy() string {
 func (x *FillDecision) GetRecallReason() string {
 	if x != nil {
 		return x.RecallReason
+	}
+	return ""
+}
+
+func (x *FillDecision) GetUserValue() string {
+	if x != nil {
+		return x.UserValue
 	}
 	return ""
 }
@@ -2760,7 +2770,7 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x04step\x18\x05 \x01(\x05R\x04step\x12'\n" +
 	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\x12K\n" +
 	"\x0efill_decisions\x18( \x03(\v2$.hermes.orchestrator.v1.FillDecisionR\rfillDecisions\x12\x12\n" +
-	"\x04held\x18) \x01(\bR\x04held\"\xcb\x01\n" +
+	"\x04held\x18) \x01(\bR\x04held\"\xea\x01\n" +
 	"\fFillDecision\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x12\x14\n" +
@@ -2769,7 +2779,9 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x1d\n" +
 	"\n" +
 	"decided_by\x18\x06 \x01(\tR\tdecidedBy\x12#\n" +
-	"\rrecall_reason\x18\a \x01(\tR\frecallReason\"\x95\x02\n" +
+	"\rrecall_reason\x18\a \x01(\tR\frecallReason\x12\x1d\n" +
+	"\n" +
+	"user_value\x18\b \x01(\tR\tuserValue\"\x95\x02\n" +
 	"\x10ToolCallFinished\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
