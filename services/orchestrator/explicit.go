@@ -326,6 +326,9 @@ func (a argSlot) rejectWords(o *fillOption, self []string) []string {
 		out = append(out, lex.Kinds[k].Concepts...)
 	}
 	out = append(out, lex.References...)
+	textseg.Segment(o.raw, textseg.Options{Fold: true, MinWordRunes: 3}, func(t textseg.Term) {
+		out = append(out, t.Text)
+	})
 	textseg.Segment(strings.Join([]string{o.subject, o.content, strings.Join(o.keywords, " ")}, " "),
 		textseg.Options{Fold: true, MinWordRunes: 4, Stop: memoryStopWords}, func(t textseg.Term) {
 			out = append(out, t.Text)

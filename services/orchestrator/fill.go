@@ -77,8 +77,8 @@ type fillDecision struct {
 	userJSON  json.RawMessage
 	// userWeak: the value is only a name found in the message, not tied to the argument.
 	userWeak bool
-	reason    string
-	by        string // "model" or "rules"
+	reason   string
+	by       string // "model" or "rules"
 }
 
 // fillFromMemory fills required arguments that the call leaves out with remembered values, each

@@ -57,7 +57,7 @@ func newArgSlot(name string, prop propertySchema, key string, present map[string
 	sort.Strings(kinds)
 	for _, k := range kinds {
 		for _, c := range lex.Kinds[k].Concepts {
-			if slices.Contains(a.words, c) || slices.Contains(a.words, textseg.Stem(c)) {
+			if slices.Contains(a.words, c) {
 				a.kinds = append(a.kinds, k)
 				break
 			}
@@ -187,7 +187,9 @@ func (r *reading) notNegation(sp textseg.Span) bool {
 	return false
 }
 
-func isClausePunct(r rune) bool { return strings.ContainsRune(",.;!?，。；！？、\n:：()（）—–", r) }
+func isClausePunct(r rune) bool {
+	return strings.ContainsRune(",.;!?，。；！？、\n:：()（）—–", r)
+}
 
 func (r *reading) clauseEnd(from int) int {
 	budget := scopeBudget
