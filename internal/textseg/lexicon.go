@@ -69,6 +69,9 @@ type Lexicon struct {
 	// "订"); NotNames begin or are text after them that names nothing ("个", "那", "位子").
 	ObjectMarkers []string `json:"objectMarkers"`
 	NotNames      []string `json:"notNames"`
+	// Durable cues state a lasting fact about the user (an allergy, a diet, a household, an
+	// address, a name), which memory keeps whatever the extractor calls it.
+	Durable []string `json:"durable"`
 	// Titles are abbreviations that begin names, whose dot ends no sentence ("Dr.").
 	Titles []string `json:"titles"`
 	// Kinds is the vocabulary of each kind of slot, by kind name.
@@ -139,6 +142,7 @@ func (l *Lexicon) merge(o *Lexicon) {
 	add(&l.ObjectMarkers, o.ObjectMarkers)
 	add(&l.NotNames, o.NotNames)
 	add(&l.Titles, o.Titles)
+	add(&l.Durable, o.Durable)
 	for k, v := range o.Numbers {
 		l.Numbers[FoldText(k)] = v
 	}

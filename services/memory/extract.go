@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"fmt"
+	"github.com/hermes-agent/hermes/internal/textseg"
 	"slices"
 	"strconv"
 	"strings"
@@ -149,7 +150,7 @@ func (m material) userText() string {
 // assistant's text, the model's imagination, or a tool result the user did not ask to keep.
 func grounded(c rawCandidate, userText string) (bool, string) {
 	for k, v := range c.Attributes {
-		if !strings.Contains(userText, normalizeText(v)) {
+		if !valueInText(userText, normalizeText(v)) {
 			return false, fmt.Sprintf("attribute %s=%q does not appear in the user's words", k, v)
 		}
 	}
@@ -171,6 +172,37 @@ func grounded(c rawCandidate, userText string) (bool, string) {
 	return true, ""
 }
 
+// valueInText reports whether an attribute value appears in the user's (normalised) words: as
+// written, as the same number in words ("4" for "four", "四"), or as the same word in another
+// inflection ("peanut" for "peanuts").
+func valueInText(text, v string) bool {
+	if v == "" || strings.Contains(text, v) {
+		return true
+	}
+	lex := textseg.Cues()
+	if n, err := strconv.Atoi(v); err == nil {
+		for w, val := range lex.Numbers {
+			if val == n && textseg.Contains(text, w) {
+				return true
+			}
+		}
+		for w, val := range lex.Quantities {
+			if val == n && textseg.Contains(text, w) {
+				return true
+			}
+		}
+		return false
+	}
+	stems := map[string]bool{}
+	textseg.Segment(text, textseg.Options{Stem: true}, func(t textseg.Term) { stems[t.Text] = true })
+	all, any := true, false
+	textseg.Segment(v, textseg.Options{Stem: true}, func(t textseg.Term) {
+		any = true
+		all = all && stems[t.Text]
+	})
+	return any && all
+}
+
 // preferenceCues are words with which people state a preference. A "preference" whose user
 // text has none of them is a passing mention (the article's Shanghai mistake), not a
 // preference.
@@ -181,6 +213,15 @@ var preferenceCues = []string{
 	"like", "love", "prefer", "favorite", "favourite", "always", "usually", "never", "hate", "dislike",
 	"don't want", "do not want", "rather", "tend to", "every time", "from now on", "next time",
 	"default", "remember", "enjoy", "can't stand", "only eat", "only drink", "only use",
+}
+
+// statesDurableFact reports whether the user's words state a lasting fact about them (an allergy,
+// a diet, a medical or accessibility need, a household, an address, a name: textseg's durable
+// cues). Such a statement is kept whatever type the extractor gives it: losing an allergy is a
+// safety failure, not a ranking one.
+func statesDurableFact(userText string) bool {
+	_, _, ok := textseg.FirstOf(textseg.FoldText(userText), textseg.Cues().Durable)
+	return ok
 }
 
 func hasPreferenceCue(userText string) bool {
@@ -282,7 +323,7 @@ func (s *Service) extractClaimed(ctx context.Context, turn *eventsv1.TurnFinishe
 			cand.Outcome, cand.Reason = "ungrounded", why
 			continue
 		}
-		if typ == memoryv1.MemoryType_MEMORY_TYPE_PREFERENCE && s.cfg.RequirePreferenceCue && !hasPreferenceCue(userText) {
+		if typ == memoryv1.MemoryType_MEMORY_TYPE_PREFERENCE && s.cfg.RequirePreferenceCue && !hasPreferenceCue(userText) && !statesDurableFact(userText) {
 			cand.Outcome, cand.Reason = "no_preference_cue", "the user stated no preference (a passing mention is not one)"
 			continue
 		}

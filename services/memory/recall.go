@@ -31,8 +31,9 @@ type recallParams struct {
 type recalled struct {
 	hit    Hit
 	tier   memoryv1.Tier
-	score  float64
-	reason string
+	score     float64
+	reason    string
+	threshold float64
 }
 
 // recall finds the user's live memories relevant to the query: both tiers are searched with the
@@ -74,7 +75,7 @@ func (s *Service) recall(ctx context.Context, p recallParams) ([]*memoryv1.Recal
 		if q.ContextPool && h.Similarity < h.Floor && h.Similarity+b < h.Floor {
 			continue
 		}
-		r := recalled{hit: h.Hit, tier: h.tier}
+		r := recalled{hit: h.Hit, tier: h.tier, threshold: appliedThreshold(h.Hit, p, q)}
 		r.score, r.reason = s.weigh(h.Hit, b, now, win, hasWin)
 		r.reason = s.foundBecause(h.Hit, b, p, q) + "; " + r.reason
 		ranked = append(ranked, r)
@@ -92,7 +93,7 @@ func (s *Service) recall(ctx context.Context, p recallParams) ([]*memoryv1.Recal
 	for _, r := range ranked {
 		m := r.hit.Memory
 		m.Tier = r.tier
-		out = append(out, &memoryv1.RecalledMemory{Memory: m, Score: r.score, Similarity: r.hit.Similarity, Reason: r.reason})
+		out = append(out, &memoryv1.RecalledMemory{Memory: m, Score: r.score, Similarity: r.hit.Similarity, Reason: r.reason, Threshold: r.threshold})
 	}
 	s.queueTouch(p.userID, ranked, now)
 	return out, nil
@@ -197,7 +198,23 @@ func (s *Service) foundBecause(h Hit, boost float64, p recallParams, q SearchQue
 	case q.ContextPool:
 		return fmt.Sprintf("BM25 score %.3f >= %.3f", h.Similarity, h.Floor)
 	default:
-		return fmt.Sprintf("BM25 score %.3f >= %.3f", h.Similarity, q.MinLexical)
+		return fmt.Sprintf("BM25 score %.3f >= %.3f", h.Similarity, appliedThreshold(h, p, q))
+	}
+}
+
+// appliedThreshold is the threshold a hit was held to: none for an attribute lookup, the cosine
+// threshold with a model embedder, else the lexical floor the store applied (the configured one,
+// capped for users with few memories).
+func appliedThreshold(h Hit, p recallParams, q SearchQuery) float64 {
+	switch {
+	case len(p.attributeKeys) > 0:
+		return 0
+	case len(q.Vector) > 0:
+		return q.MinSimilarity
+	case h.Floor > 0:
+		return h.Floor
+	default:
+		return q.MinLexical
 	}
 }
 

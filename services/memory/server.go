@@ -206,7 +206,13 @@ func (s *Service) Recall(ctx context.Context, req *memoryv1.RecallRequest) (*mem
 	if err != nil {
 		return nil, err
 	}
-	return &memoryv1.RecallResponse{Memories: out, MinSimilarity: p.minSimilarity, Embedder: s.emb.Name()}, nil
+	applied := p.minSimilarity
+	for i, m := range out {
+		if i == 0 || m.GetThreshold() < applied {
+			applied = m.GetThreshold()
+		}
+	}
+	return &memoryv1.RecallResponse{Memories: out, MinSimilarity: applied, Embedder: s.emb.Name()}, nil
 }
 
 // ListMemories implements MemoryService.

@@ -831,7 +831,10 @@ type RecalledMemory struct {
 	// Similarity to the query before any weighting.
 	Similarity float64 `protobuf:"fixed64,3,opt,name=similarity,proto3" json:"similarity,omitempty"`
 	// Why it passed (for example "similarity 0.62 >= 0.45; updated 3d ago").
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The threshold this memory's similarity was held to: the configured or requested one, or
+	// lower where the store caps it for users with few memories (0 for an attribute lookup).
+	Threshold     float64 `protobuf:"fixed64,5,opt,name=threshold,proto3" json:"threshold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -894,12 +897,20 @@ func (x *RecalledMemory) GetReason() string {
 	return ""
 }
 
+func (x *RecalledMemory) GetThreshold() float64 {
+	if x != nil {
+		return x.Threshold
+	}
+	return 0
+}
+
 // RecallResponse is the output of Recall.
 type RecallResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The memories, best first.
 	Memories []*RecalledMemory `protobuf:"bytes,1,rep,name=memories,proto3" json:"memories,omitempty"`
-	// The similarity threshold that was applied.
+	// The similarity threshold that was applied: the lowest threshold the returned memories were
+	// held to (see RecalledMemory.threshold), or the configured or requested one when none passed.
 	MinSimilarity float64 `protobuf:"fixed64,2,opt,name=min_similarity,json=minSimilarity,proto3" json:"min_similarity,omitempty"`
 	// The embedder that produced the vectors (for example "lexical-hash-256").
 	Embedder      string `protobuf:"bytes,3,opt,name=embedder,proto3" json:"embedder,omitempty"`
@@ -1924,14 +1935,15 @@ const file_hermes_memory_v1_memory_proto_rawDesc = "" +
 	"\x0foccurred_before\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x0eoccurredBefore\x12A\n" +
 	"\x0ereference_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\rreferenceTimeB\x11\n" +
-	"\x0f_min_similarity\"\x90\x01\n" +
+	"\x0f_min_similarity\"\xae\x01\n" +
 	"\x0eRecalledMemory\x120\n" +
 	"\x06memory\x18\x01 \x01(\v2\x18.hermes.memory.v1.MemoryR\x06memory\x12\x14\n" +
 	"\x05score\x18\x02 \x01(\x01R\x05score\x12\x1e\n" +
 	"\n" +
 	"similarity\x18\x03 \x01(\x01R\n" +
 	"similarity\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x91\x01\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1c\n" +
+	"\tthreshold\x18\x05 \x01(\x01R\tthreshold\"\x91\x01\n" +
 	"\x0eRecallResponse\x12<\n" +
 	"\bmemories\x18\x01 \x03(\v2 .hermes.memory.v1.RecalledMemoryR\bmemories\x12%\n" +
 	"\x0emin_similarity\x18\x02 \x01(\x01R\rminSimilarity\x12\x1a\n" +
