@@ -38,9 +38,24 @@ func Model() scripted.Handler {
 			return extraction(req)
 		case strings.HasPrefix(sys, orchestrator.SummarySystemPrompt[:40]):
 			return scripted.Text(`{"goal":"find and book a restaurant","decisions":[],"facts":[],"open_items":[]}`)
+		case sys == orchestrator.FillDecisionSystemPrompt:
+			return fillDecision(req)
 		}
 		return assistant(req)
 	}
+}
+
+// fillDecision plays the fill-decision model: the user's message refers to "the Sichuan
+// restaurant I mentioned last time", so the remembered name may fill; anything else is unsure.
+func fillDecision(req scripted.Request) scripted.Reply {
+	var in struct {
+		Message string `json:"message"`
+	}
+	_ = json.Unmarshal([]byte(req.LastUser()), &in)
+	if strings.Contains(in.Message, "上次提到") {
+		return scripted.Text(`{"decision":"fill","value":"","reason":"the user refers to the restaurant they mentioned last time"}`)
+	}
+	return scripted.Text(`{"decision":"unsure","value":"","reason":"the message does not say"}`)
 }
 
 // toolNamed finds the offered tool whose name ends with the MCP tool's name (the gateway adds a

@@ -29,8 +29,8 @@ type recallParams struct {
 
 // recalled is a memory found by recall, with its ordering score and why it was found.
 type recalled struct {
-	hit    Hit
-	tier   memoryv1.Tier
+	hit       Hit
+	tier      memoryv1.Tier
 	score     float64
 	reason    string
 	threshold float64

@@ -41,8 +41,11 @@ type Config struct {
 	// SummaryModel is the model for summaries; empty uses the turn's model.
 	SummaryModel string
 	// FillDecisionModel is the model that decides whether a remembered value may fill an
-	// argument a call left out ("turn" uses the turn's model); empty decides by rules alone.
+	// argument a call left out ("turn" uses the turn's model, the default); empty or "rules"
+	// decides by rules alone. The rules decide whenever the model's answer is unusable or late.
 	FillDecisionModel string
+	// FillDecisionTimeout bounds one decision request.
+	FillDecisionTimeout time.Duration
 	// SummaryMaxTokens caps the rolling summary.
 	SummaryMaxTokens int
 	// SummaryFailures is how many model failures in a row make the summarizer back off to the
@@ -83,7 +86,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxSameFailures, "orchestrator.max-same-failures", 3, "end a turn once the same tool fails the same way this many times in a row")
 	fs.IntVar(&c.MaxCallsPerStep, "orchestrator.max-calls-per-step", 16, "most tool calls the model may make in one step")
 	fs.StringVar(&c.SummaryModel, "orchestrator.summary-model", "", "model for rolling summaries; empty uses the turn's model")
-	fs.StringVar(&c.FillDecisionModel, "orchestrator.fill-decision-model", "", "model that decides whether a remembered value may fill an argument a call left out (\"turn\": the turn's model); empty: rules alone")
+	fs.StringVar(&c.FillDecisionModel, "orchestrator.fill-decision-model", "turn", "model that decides whether a remembered value may fill an argument a call left out (\"turn\": the turn's model; \"rules\": the rules alone); an unusable or late answer falls back to the rules, which the model can never overrule towards filling a value the user turned down or replaced")
+	fs.DurationVar(&c.FillDecisionTimeout, "orchestrator.fill-decision-timeout", 5*time.Second, "deadline of one fill-decision request; past it the rules decide")
 	fs.IntVar(&c.SummaryMaxTokens, "orchestrator.summary-max-tokens", 1200, "token cap of the rolling summary")
 	fs.IntVar(&c.SummaryFailures, "orchestrator.summary-failures", 3, "model failures in a row after which summaries back off to the extractive fallback")
 	fs.DurationVar(&c.SummaryBackoff, "orchestrator.summary-backoff", time.Minute, "first back-off after repeated summary failures; doubles up to 30m")

@@ -88,18 +88,47 @@ func (t *turn) decide(ctx context.Context, name string, prop json.RawMessage, op
 	var ps propertySchema
 	_ = json.Unmarshal(prop, &ps)
 	rules := ruleDecision(t.text, newArgSlot(name, ps, opts[0].key, present), opts)
-	if t.s.cfg.FillDecisionModel == "" || t.s.deps.Model == nil {
+	if mdl := t.s.cfg.FillDecisionModel; mdl == "" || mdl == "rules" || t.s.deps.Model == nil {
 		return rules
 	}
+	// One request per argument and remembered values in a turn: a model that calls the same
+	// tool again is not asked again.
+	key := name
+	for _, o := range opts {
+		key += "\x00" + o.raw
+	}
+	t.mu.Lock()
+	cached, ok := t.fillDecisions[key]
+	t.mu.Unlock()
+	if ok {
+		return cached
+	}
 	d, err := t.modelDecision(ctx, name, prop, opts)
+	defer func() {
+		t.mu.Lock()
+		if t.fillDecisions == nil {
+			t.fillDecisions = map[string]fillDecision{}
+		}
+		t.fillDecisions[key] = d
+		t.mu.Unlock()
+	}()
 	if err != nil {
-		rules.reason += fmt.Sprintf(" (the decision model failed: %v)", err)
-		return rules
+		rules.reason += fmt.Sprintf(" (the decision model failed: %v)", clip(err.Error(), 200))
+		d = rules
+		return d
 	}
 	// The rules' reading of an explicit rejection or another value is not overruled: when the
 	// two disagree on it, the decision is unsure.
 	if d.outcome == fillFilled && (rules.outcome == fillRejected || rules.outcome == fillReplaced) {
 		d.outcome, d.reason = fillUnsure, "the model would fill, but "+rules.reason
+	}
+	// The user's value, typed to the schema: the model's, else the one the rules found.
+	if d.outcome != fillFilled && len(d.userJSON) == 0 {
+		if j, ok := ps.convert(d.userValue); ok && d.userValue != "" {
+			d.userJSON = j
+		} else if len(rules.userJSON) > 0 {
+			d.userValue, d.userJSON, d.userWeak = rules.userValue, rules.userJSON, rules.userWeak
+		}
 	}
 	return d
 }
@@ -137,7 +166,11 @@ func (t *turn) modelDecision(ctx context.Context, name string, prop json.RawMess
 	if mdl == "turn" {
 		mdl = t.model
 	}
-	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	timeout := t.s.cfg.FillDecisionTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	resp, err := t.s.deps.Model.Complete(cctx, model.Request{
 		Model: mdl, JSON: true, Temperature: &zero, MaxTokens: 200,
@@ -181,7 +214,9 @@ func heldMessage(name string, d fillDecision) string {
 	if len(d.userJSON) > 0 {
 		key, _ := json.Marshal(name)
 		if d.userWeak {
-			return msg + fmt.Sprintf(" The user's message may give %s = %s: if that is what the user means, call again with {%s:%s} added to the arguments; otherwise ask the user. Do not use the remembered value.", name, d.userJSON, key, d.userJSON)
+			// Only a name found in the message: no ready-made arguments, so a model that follows
+			// instructions literally asks rather than runs with a guess.
+			return msg + fmt.Sprintf(" The user's message names %q: if that is the value the user means for %s, use it; otherwise ask the user. Do not use the remembered value.", d.userValue, name)
 		}
 		return msg + fmt.Sprintf(" The user's message gives %s = %s: call again with {%s:%s} added to the arguments, and do not use the remembered value.", name, d.userJSON, key, d.userJSON)
 	}

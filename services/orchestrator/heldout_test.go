@@ -11,7 +11,7 @@ import (
 func TestFillRulesHeldOut(t *testing.T) {
 	cases := []struct {
 		arg, typ, remembered, subject, content, msg string
-		fill                                       bool
+		fill                                        bool
 	}{
 		{"delivery_address", "string", "12 Oak St", "home address", "User's home address is 12 Oak St", "Send the flowers, not home", false},
 		{"delivery_address", "string", "朝阳区建国路88号", "家庭住址", "用户家住朝阳区建国路88号", "把花送过去，别送家里", false},

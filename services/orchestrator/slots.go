@@ -126,10 +126,11 @@ type reading struct {
 	scopes      []negScope
 }
 
-// negScope is the text a negation covers.
+// negScope is the text a negation covers; cueSpan is the negation itself.
 type negScope struct {
-	cue  string
-	span textseg.Span
+	cue     string
+	span    textseg.Span
+	cueSpan textseg.Span
 }
 
 func newReading(msg string) *reading {
@@ -164,12 +165,12 @@ func (r *reading) negationScopes() []negScope {
 			if r.notNegation(sp) || taken(sp) {
 				continue
 			}
-			out = append(out, negScope{cue: cue, span: textseg.Span{Start: sp.End, End: r.clauseEnd(sp.End)}})
+			out = append(out, negScope{cue: cue, span: textseg.Span{Start: sp.End, End: r.clauseEnd(sp.End)}, cueSpan: sp})
 		}
 	}
 	for _, cue := range r.lex.PostNegations {
 		for _, sp := range textseg.FindAll(r.m, cue) {
-			out = append(out, negScope{cue: cue, span: textseg.Span{Start: r.clauseStart(sp.Start), End: sp.Start}})
+			out = append(out, negScope{cue: cue, span: textseg.Span{Start: r.clauseStart(sp.Start), End: sp.Start}, cueSpan: sp})
 		}
 	}
 	return out
@@ -249,23 +250,26 @@ func (r *reading) breakAt(i int) bool {
 	return false
 }
 
-// negated returns the negation and the text it covers when it covers any of words.
+// negated returns the negation and the text it covers when it covers any of words (the negation
+// counts: "不吃" negates eating, "不送" sending).
 func (r *reading) negated(words []string) (string, bool) {
 	for _, s := range r.scopes {
-		text := r.m[s.span.Start:s.span.End]
+		text := r.m[min(s.span.Start, s.cueSpan.Start):max(s.span.End, s.cueSpan.End)]
 		for _, w := range words {
 			if w != "" && textseg.Contains(text, w) {
-				return strings.TrimSpace(s.cue + " " + text), true
+				return strings.TrimSpace(text), true
 			}
 		}
 	}
 	return "", false
 }
 
-// inNegation reports whether the span lies in a negation's scope.
+// inNegation reports whether the span lies in a negation's scope, or begins inside the negation
+// itself ("吃素" in "不吃素了").
 func (r *reading) inNegation(sp textseg.Span) bool {
 	for _, s := range r.scopes {
-		if sp.Start >= s.span.Start && sp.End <= s.span.End {
+		start, end := min(s.span.Start, s.cueSpan.Start), max(s.span.End, s.cueSpan.End)
+		if sp.Start >= start && sp.End <= end {
 			return true
 		}
 	}
@@ -853,6 +857,14 @@ func (r *reading) capitalised() []string {
 	var out []string
 	var run []string
 	flush := func() {
+		// A run that begins a sentence may begin with a common word in capitals ("Flight
+		// Boston"): the lexicon's slot words are not part of a name.
+		for len(run) > 1 && r.conceptWord(run[0]) && sentenceStartRun(r.orig, run[0]) {
+			run = run[1:]
+		}
+		if len(run) == 1 && sentenceStartRun(r.orig, run[0]) && r.conceptWord(run[0]) {
+			run = run[:0]
+		}
 		if len(run) > 0 {
 			out = append(out, strings.Join(run, " "))
 		}
@@ -896,6 +908,17 @@ func (r *reading) capitalised() []string {
 	}
 	flush()
 	return out
+}
+
+// conceptWord: the word is one of the lexicon's slot words (any kind).
+func (r *reading) conceptWord(w string) bool {
+	f := textseg.FoldText(w)
+	for _, k := range r.lex.Kinds {
+		if slices.Contains(k.Concepts, f) || slices.Contains(k.Concepts, textseg.Stem(f)) {
+			return true
+		}
+	}
+	return false
 }
 
 // sentenceStartRun: the word begins the text or a sentence.

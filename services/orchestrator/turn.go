@@ -97,6 +97,9 @@ type turn struct {
 	failures map[string]int
 	// unresolved holds this turn's failed calls whose tool did not succeed afterwards.
 	unresolved map[string]string
+	// fillDecisions caches the decision model's answers of this turn, by argument and
+	// remembered values.
+	fillDecisions map[string]fillDecision
 }
 
 func (s *Service) newTurn(req *orchestratorv1.RunTurnRequest, user string, send func(*orchestratorv1.TurnEvent) error) *turn {

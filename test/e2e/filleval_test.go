@@ -43,6 +43,9 @@ func TestFillEvaluation(t *testing.T) {
 			tl.wrong++
 		}
 	}
+	// Unrelated turns that carried a memory block: the lexical embedder matches words, so a
+	// word shared by chance ("times" and a memory's attribute "time") can still bring one in.
+	memoryBlocks := 0
 	for _, behaviour := range []string{"passes", "omits"} {
 		byMessage := map[string]filleval.Case{}
 		for _, c := range cases {
@@ -112,15 +115,19 @@ func TestFillEvaluation(t *testing.T) {
 				outcome = "right"
 				for _, cx := range r.Contexts {
 					if cx.GetTokens().GetMemory() != 0 {
-						outcome = "memory block"
+						outcome = fmt.Sprintf("memory block %v", r.Memories)
 					}
 				}
 			}
 			if outcome != "right" {
 				t.Logf("%s %s %q: %s (ran %v)", behaviour, c.ID, c.Message, outcome, ran)
 			}
-			if outcome == "wrong" || outcome == "memory block" {
+			if outcome == "wrong" {
 				t.Errorf("%s %s %q: %s: ran %v", behaviour, c.ID, c.Message, outcome, ran)
+			}
+			if strings.HasPrefix(outcome, "memory block") {
+				outcome = "wrong"
+				memoryBlocks++
 			}
 			count(behaviour+"/"+c.Kind+"/"+c.Lang, outcome)
 			count(behaviour+"/all", outcome)
@@ -135,6 +142,9 @@ func TestFillEvaluation(t *testing.T) {
 	for _, k := range keys {
 		tl := tallies[k]
 		t.Logf("%-28s %5d %5d %5d %5d", k, tl.right, tl.held, tl.wrong, tl.total)
+	}
+	if unrelated := tallies["passes/unrelated/en"].total + tallies["passes/unrelated/zh"].total; memoryBlocks*25 > 2*unrelated {
+		t.Errorf("%d of %d unrelated turns carried a memory block, want at most 4%%", memoryBlocks, 2*unrelated)
 	}
 	for behaviour, floor := range map[string]float64{"passes": 0.9, "omits": 0.75} {
 		tl := tallies[behaviour+"/all"]
