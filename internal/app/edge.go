@@ -17,8 +17,13 @@ import (
 // to the services behind would take every edge pod out of its Service's endpoints when one of
 // them is down, turning UNAVAILABLE answers into refused connections.
 //
-// It is the orchestrator's, not a target of its own, because a turn
-// needs both halves: a user who may run turns here must be able to create the session first.
+// It is the orchestrator's process rather than a target of its own: the orchestrator is already
+// the one pod users reach (optional client certificates, API keys, the public NetworkPolicy, the
+// egress to session and memory), so the front door needs no new Deployment, certificate or
+// policy; turns — the bulk of the traffic, a server stream with elicitation answers — are served
+// where they run instead of through one more proxy hop; and a user who may run turns here can
+// create the session first. The forwarded calls are small unary ones that scale with the
+// orchestrator's pods.
 func (a *App) initEdge() error {
 	for _, s := range []struct {
 		target string
