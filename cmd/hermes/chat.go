@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"golang.org/x/term"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -75,6 +76,8 @@ func runChat(ctx context.Context, env *cliEnv, args []string) error {
 	user := fs.String("user", "", "your user id (default $USER); with --api-key the server takes it from the key")
 	session := fs.String("session", "", "continue this session instead of starting a new one")
 	apiKey := fs.String("api-key", "", "API key, when the server runs with --auth-file")
+	tlsCA := fs.String("tls-ca", "", "PEM CA bundle that verifies the server's certificate; turns TLS on (a cluster's edge, deploy/k8s)")
+	tlsServerName := fs.String("tls-server-name", "", "name expected in the server's certificate (default: the host of --addr)")
 	verbose := fs.Bool("v", false, "also show each turn's id and model, every model step's token breakdown and tools, and the full usage")
 	timeout := fs.Duration("timeout", 0, "deadline of each turn; 0 uses the server's")
 	dataDir := fs.String("data-dir", config.DefaultDataDir(), "where the input history is kept (chat/<user>.history)")
@@ -93,20 +96,28 @@ func runChat(ctx context.Context, env *cliEnv, args []string) error {
 			*user = "me"
 		}
 	}
-	conn, err := rpc.Dial(*addr)
+	var dialOpts []grpc.DialOption
+	if *tlsCA != "" {
+		creds, err := (rpc.TLSConfig{CAFile: *tlsCA, ServerName: *tlsServerName}).ClientCredentials(nil)
+		if err != nil {
+			return err
+		}
+		dialOpts = append(dialOpts, grpc.WithTransportCredentials(creds))
+	}
+	conn, err := rpc.Dial(*addr, dialOpts...)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	sconn, mconn := conn, conn
 	if *sessionAddr != "" {
-		if sconn, err = rpc.Dial(*sessionAddr); err != nil {
+		if sconn, err = rpc.Dial(*sessionAddr, dialOpts...); err != nil {
 			return err
 		}
 		defer sconn.Close()
 	}
 	if *memoryAddr != "" {
-		if mconn, err = rpc.Dial(*memoryAddr); err != nil {
+		if mconn, err = rpc.Dial(*memoryAddr, dialOpts...); err != nil {
 			return err
 		}
 		defer mconn.Close()

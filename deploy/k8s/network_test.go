@@ -379,11 +379,12 @@ var wantReachability = map[string][]string{
 	"hermes-nats":   {"hermes-nats:6222", "kube-dns:53", "kube-dns:53/UDP", "nodelocaldns:53", "nodelocaldns:53/UDP"},
 	"hermes-qdrant": {},
 	// A pod of another namespace, even one labelled like the orchestrator, reaches only the
-	// public door; so does the internet; the monitoring namespace reaches the metrics ports.
-	"impostor":   {"hermes-orchestrator:7070"},
-	"internet":   {"hermes-orchestrator:7070"},
-	"node":       {"hermes-orchestrator:7070"},
-	"prometheus": {"hermes-mcpgateway:9090", "hermes-memory:9090", "hermes-orchestrator:7070", "hermes-orchestrator:9090", "hermes-session:9090", "hermes-tools:9090"},
+	// public door, the edge (gRPC 7070, HTTP/JSON 8080); so does the internet; the monitoring
+	// namespace reaches the metrics ports.
+	"impostor":   {"hermes-orchestrator:7070", "hermes-orchestrator:8080"},
+	"internet":   {"hermes-orchestrator:7070", "hermes-orchestrator:8080"},
+	"node":       {"hermes-orchestrator:7070", "hermes-orchestrator:8080"},
+	"prometheus": {"hermes-mcpgateway:9090", "hermes-memory:9090", "hermes-orchestrator:7070", "hermes-orchestrator:8080", "hermes-orchestrator:9090", "hermes-session:9090", "hermes-tools:9090"},
 }
 
 // TestReachability computes who may reach whom from the rendered NetworkPolicies and compares
@@ -461,9 +462,8 @@ func checkReachability(t *testing.T, r *rendered, extra map[string][]string, mor
 	}
 }
 
-// TestReachabilityOptions: what an overlay turns on opens exactly its own door. The HTTP/JSON
-// port of the orchestrator, once the container declares it as http, is public like its gRPC
-// port; components/mcp-endpoint opens the MCP endpoint to labelled client pods only.
+// TestReachabilityOptions: what an overlay turns on opens exactly its own door:
+// components/mcp-endpoint opens the MCP endpoint to labelled client pods only.
 func TestReachabilityOptions(t *testing.T) {
 	client := endpoint{name: "mcp-client", namespace: "hermes-dev", labels: map[string]string{"hermes-mcp-client": "true"}, addr: netip.MustParseAddr("10.244.9.9")}
 	tests := []struct {
@@ -472,21 +472,6 @@ func TestReachabilityOptions(t *testing.T) {
 		more          []endpoint
 		extra         map[string][]string
 	}{
-		{
-			name: "orchestrator HTTP port",
-			kustomization: `resources: [../dev]
-patches:
-  - target: {kind: Deployment, name: hermes-orchestrator}
-    patch: |-
-      - {op: add, path: /spec/template/spec/containers/0/ports/-, value: {name: http, containerPort: 8080, protocol: TCP}}
-`,
-			extra: map[string][]string{
-				"impostor":   {"hermes-orchestrator:8080"},
-				"internet":   {"hermes-orchestrator:8080"},
-				"node":       {"hermes-orchestrator:8080"},
-				"prometheus": {"hermes-orchestrator:8080"},
-			},
-		},
 		{
 			name:          "MCP endpoint",
 			kustomization: "namespace: hermes-dev\nresources: [../dev]\ncomponents: [../../components/mcp-endpoint]\n",

@@ -142,6 +142,9 @@ type App struct {
 	http    *httpAPI // nil without --http-listen
 	// pprofAddr is where the profiler listens, empty when it is off.
 	pprofAddr string
+	// edgeOmitted are the methods of services this process forwards (initEdge) that it does not
+	// serve: the HTTP API neither routes nor documents them.
+	edgeOmitted []string
 
 	mu      sync.Mutex
 	closers []func()

@@ -42,6 +42,7 @@ func (a *App) initHTTP() error {
 	}
 	srv, err := httpapi.New(a.InProcessPublic(), httpapi.Options{
 		Services:        a.srv.Services(),
+		Omit:            a.edgeOmitted,
 		Logger:          a.log.With("component", "http"),
 		ShutdownTimeout: a.cfg.ShutdownTimeout,
 	})

@@ -106,7 +106,7 @@ func (a *App) initOrchestrator(ctx context.Context) error {
 		svc.DrainOutbox()
 	})
 	a.srv.Register(&orchestratorv1.OrchestratorService_ServiceDesc, svc)
-	return nil
+	return a.initEdge()
 }
 
 // retriesFlag maps the flag (0 means no retries) to model.Config (0 means the default).

@@ -70,6 +70,10 @@ type Options struct {
 	// Services are the gRPC services to expose, by full name; empty exposes all five. A
 	// process exposes the services it serves, so a route of another answers 404.
 	Services []string
+	// Omit are full method names ("/hermes.memory.v1.MemoryService/RunMaintenance") of exposed
+	// services that the process does not serve (the edge's, internal/edge): their routes answer
+	// 404 and the OpenAPI document leaves them out.
+	Omit []string
 	// Logger receives what goes wrong in the HTTP layer itself (calls are logged by the gRPC
 	// server); nil discards.
 	Logger *slog.Logger
@@ -150,6 +154,8 @@ type Server struct {
 	// orch is nil when the orchestrator is not exposed.
 	orch    orchestratorv1.OrchestratorServiceClient
 	handler http.Handler
+	// openAPI is the OpenAPI document of what this server routes.
+	openAPI []byte
 }
 
 // New builds the HTTP API over conn, a connection whose calls pass through the gRPC server's
@@ -179,6 +185,18 @@ func New(conn grpc.ClientConnInterface, opts Options) (*Server, error) {
 		}),
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
 	)
+	doc, err := servedOpenAPI(hermesproto.OpenAPI, opts.Services, opts.Omit)
+	if err != nil {
+		return nil, err
+	}
+	s.openAPI = []byte(doc)
+	if len(opts.Omit) > 0 {
+		omit := map[string]bool{}
+		for _, m := range opts.Omit {
+			omit[m] = true
+		}
+		conn = omitConn{ClientConnInterface: conn, omit: omit}
+	}
 	ctx := context.Background()
 	for _, g := range gateways() {
 		if !slices.Contains(opts.Services, g.service) {
@@ -192,7 +210,7 @@ func New(conn grpc.ClientConnInterface, opts Options) (*Server, error) {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
+	mux.HandleFunc("GET /openapi.json", s.serveOpenAPI)
 	if s.orch != nil {
 		mux.HandleFunc("POST "+runTurnPattern, s.runTurn)
 	}
@@ -267,9 +285,10 @@ func (s *Server) limitCall(next http.Handler) http.Handler {
 	})
 }
 
-func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
+// serveOpenAPI serves the OpenAPI document of the routes this server serves.
+func (s *Server) serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write([]byte(hermesproto.OpenAPI))
+	_, _ = w.Write(s.openAPI)
 }
 
 // httpError answers err in the gateway's error format: a google.rpc.Status as JSON, with the

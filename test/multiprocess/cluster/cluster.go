@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -136,6 +137,9 @@ type Process struct {
 	MetricsAddr string
 	// LogPath is the file receiving the process's stdout and stderr (appended across restarts).
 	LogPath string
+	// HealthCreds, when set before the first health check, replace the health client's plaintext
+	// transport (a process serving TLS, one that requires a client certificate).
+	HealthCreds credentials.TransportCredentials
 
 	bin  string
 	args []string
@@ -300,7 +304,11 @@ func (p *Process) healthClient() (healthpb.HealthClient, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.health == nil {
-		c, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		creds := p.HealthCreds
+		if creds == nil {
+			creds = insecure.NewCredentials()
+		}
+		c, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(creds))
 		if err != nil {
 			return nil, err
 		}
