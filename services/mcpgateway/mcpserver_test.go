@@ -457,4 +457,3 @@ func uritemplateMustNew(t *testing.T, s string) *uritemplate.Template {
 	}
 	return ut
 }
-
