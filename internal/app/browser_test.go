@@ -242,3 +242,25 @@ func TestHTTPUnauthenticatedNamesTheHeader(t *testing.T) {
 		t.Errorf("HTTP %d, WWW-Authenticate %q: %s", resp.StatusCode, resp.Header.Get("WWW-Authenticate"), body)
 	}
 }
+
+// TestHTTPToolSpecsRedactedForUsers: GET /v1/tools through the gateway shows a user key the
+// webhook without its query token, path and header values; the operator sees them.
+func TestHTTPToolSpecsRedactedForUsers(t *testing.T) {
+	_, base := startHTTP(t)
+	spec := `{"spec":{"name":"hook","description":"x","input_schema":"{\"type\":\"object\"}",` +
+		`"http":{"url":"https://hooks.example.com/services/T0/B0?token=s3cret","headers":{"X-Tenant":"acme-4f2a9c"}}}}`
+	if code, body := do(t, "POST", base+"/v1/tools", operatorKey, spec); code != http.StatusOK {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	for _, path := range []string{"/v1/tools", "/v1/tools/hook"} {
+		code, body := do(t, "GET", base+path, httpTestKey, "")
+		if code != http.StatusOK || strings.Contains(string(body), "s3cret") || strings.Contains(string(body), "acme-4f2a9c") ||
+			strings.Contains(string(body), "services/T0") || !strings.Contains(string(body), "https://hooks.example.com/REDACTED?token=REDACTED") {
+			t.Errorf("a user's GET %s: %d %s", path, code, body)
+		}
+		code, body = do(t, "GET", base+path, operatorKey, "")
+		if code != http.StatusOK || !strings.Contains(string(body), "services/T0/B0?token=s3cret") || !strings.Contains(string(body), "acme-4f2a9c") {
+			t.Errorf("the operator's GET %s: %d %s", path, code, body)
+		}
+	}
+}
