@@ -184,6 +184,11 @@ func TestBrowserAttacksRefused(t *testing.T) {
 	resp, body = browserReq{method: "GET", url: pprof, origin: "http://attacker.example"}.do(t)
 	refused(t, "a foreign page reading the profiler's cmdline", resp, body, "--http-allowed-origins")
 	ok(browserReq{method: "GET", url: pprof})
+	// go tool pprof's symbol lookup still works; a page's text/plain one does not.
+	symbol := "http://" + a.PprofAddr() + "/debug/pprof/symbol"
+	ok(browserReq{method: "POST", url: symbol, ctype: "application/octet-stream", body: "0x1"})
+	resp, body = browserReq{method: "POST", url: symbol, origin: "http://attacker.example", ctype: "text/plain", body: "0x1"}.do(t)
+	refused(t, "a foreign page's symbol lookup", resp, body, "--http-allowed-origins")
 }
 
 // TestBrowserConfiguredHostsAndOrigins: an operator's public name and a console's origin, once

@@ -41,7 +41,8 @@ func (c *HTTPConfig) RegisterFlags(fs *flag.FlagSet) {
 
 // Guard is the browser guard of the process's HTTP listeners (the API, the profiler, the
 // metrics listener): Host allowlist, Origin check, JSON writes, CORS for configured origins.
-func (c *HTTPConfig) Guard(log *slog.Logger) (*browserguard.Guard, error) {
+// writeTypes are media types a write may carry besides JSON (see browserguard.Config).
+func (c *HTTPConfig) Guard(log *slog.Logger, writeTypes ...string) (*browserguard.Guard, error) {
 	g, err := browserguard.New(browserguard.Config{
 		AllowedHosts:   c.AllowedHosts,
 		AllowedOrigins: c.AllowedOrigins,
@@ -49,6 +50,7 @@ func (c *HTTPConfig) Guard(log *slog.Logger) (*browserguard.Guard, error) {
 		OriginsSetting: "--http-allowed-origins (HERMES_HTTP_ALLOWED_ORIGINS)",
 		// The event stream resumes with Last-Event-ID; Grpc-Timeout shortens a call.
 		CORSHeaders: []string{"Grpc-Timeout", "Last-Event-ID"},
+		WriteTypes:  writeTypes,
 		Logger:      log,
 	})
 	if err != nil {

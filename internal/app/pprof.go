@@ -29,8 +29,8 @@ func (a *App) startPprof() error {
 		return err
 	}
 	// A page in the operator's browser must not read the command line or profiles (DNS
-	// rebinding) on loopback.
-	guard, err := a.cfg.HTTP.Guard(a.log.With("component", "pprof"))
+	// rebinding) on loopback. go tool pprof posts symbol lookups as application/octet-stream.
+	guard, err := a.cfg.HTTP.Guard(a.log.With("component", "pprof"), "application/octet-stream")
 	if err != nil {
 		return err
 	}

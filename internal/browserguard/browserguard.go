@@ -47,6 +47,10 @@ type Config struct {
 	AllowLoopbackOrigins bool
 	// SkipHostCheck leaves the Host header to the handler (the MCP SDK checks it itself).
 	SkipHostCheck bool
+	// WriteTypes are media types a write may carry besides application/json: only types a page
+	// cannot send without a preflight (the profiler takes go tool pprof's
+	// application/octet-stream symbol lookups). text/plain and the form types are refused here.
+	WriteTypes []string
 	// HostsSetting and OriginsSetting name the settings in refusals, for example
 	// "--http-allowed-hosts (HERMES_HTTP_ALLOWED_HOSTS)".
 	HostsSetting, OriginsSetting string
@@ -97,6 +101,11 @@ func New(cfg Config) (*Guard, error) {
 			return nil, fmt.Errorf("allowed host %q: want a host name, optionally with a port (hermes.example.com, hermes.example.com:8443, *.example.com), or *", h)
 		}
 		g.hosts = append(g.hosts, r)
+	}
+	for _, t := range cfg.WriteTypes {
+		if simpleContentType(t) {
+			return nil, fmt.Errorf("write type %q: a page can send it without a preflight", t)
+		}
 	}
 	for _, o := range cfg.AllowedOrigins {
 		n, ok := NormalizeOrigin(strings.TrimSpace(o))
@@ -259,10 +268,18 @@ func writeMethod(r *http.Request) bool {
 	return false
 }
 
-// jsonContentType reports application/json, with any parameters (charset).
-func jsonContentType(v string) bool {
+// writeTypeAllowed reports application/json or a configured type, with any parameters
+// (charset).
+func (g *Guard) writeTypeAllowed(v string) bool {
 	mt, _, err := mime.ParseMediaType(v)
-	return err == nil && mt == "application/json"
+	return err == nil && (mt == "application/json" || slices.Contains(g.cfg.WriteTypes, mt))
+}
+
+// simpleContentType reports the types a page may send to another origin without a preflight
+// (the Fetch standard's CORS-safelisted request header values of Content-Type).
+func simpleContentType(v string) bool {
+	mt, _, err := mime.ParseMediaType(v)
+	return err != nil || mt == "text/plain" || mt == "application/x-www-form-urlencoded" || mt == "multipart/form-data"
 }
 
 // Refusal is why a request was refused; its message says what to configure.
@@ -280,7 +297,7 @@ func (g *Guard) Check(r *http.Request) *Refusal {
 		return &Refusal{fmt.Sprintf("a web page of origin %q may not call this server (browsers send the page's origin; other clients send none). "+
 			"To let pages of that origin call it, add the origin to %s", origin, g.cfg.OriginsSetting)}
 	}
-	if writeMethod(r) && !jsonContentType(r.Header.Get("Content-Type")) {
+	if writeMethod(r) && !g.writeTypeAllowed(r.Header.Get("Content-Type")) {
 		ct := r.Header.Get("Content-Type")
 		if ct == "" {
 			ct = "none"

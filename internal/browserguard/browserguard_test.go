@@ -65,6 +65,8 @@ func TestNewRefusesBadSettings(t *testing.T) {
 		{AllowedOrigins: []string{"https://app.example.com/path"}},
 		{AllowedOrigins: []string{"https://user:pw@app.example.com"}},
 		{AllowedOrigins: []string{"ftp://app.example.com"}},
+		{WriteTypes: []string{"text/plain"}},
+		{WriteTypes: []string{"multipart/form-data"}},
 	} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("New(%+v) accepted a bad setting", cfg)
@@ -244,4 +246,22 @@ func FuzzCheck(f *testing.F) {
 			t.Fatalf("Origin %q passed for Host %q: not the same host", origin, host)
 		}
 	})
+}
+
+// TestWriteTypes: a configured type a page cannot send without a preflight passes as a write;
+// other types still need JSON.
+func TestWriteTypes(t *testing.T) {
+	g := newGuard(t, Config{WriteTypes: []string{"application/octet-stream"}})
+	for ctype, want := range map[string]bool{
+		"application/octet-stream": true,
+		"application/json":         true,
+		"text/plain":               false,
+		"application/xml":          false,
+	} {
+		req := httptest.NewRequest("POST", "http://127.0.0.1:6060/debug/pprof/symbol", strings.NewReader("0x1"))
+		req.Header.Set("Content-Type", ctype)
+		if got := g.Check(req) == nil; got != want {
+			t.Errorf("POST of %s allowed %v, want %v", ctype, got, want)
+		}
+	}
 }
