@@ -60,7 +60,12 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	if cfg.Target != app.TargetAll {
 		serviceName = "hermes-" + strings.ReplaceAll(cfg.Target, ",", "-")
 	}
-	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: serviceName, Version: cfg.Version, Revision: build.shortRevision(), MetricsListen: cfg.MetricsListen, Logger: log})
+	guard, err := cfg.HTTP.Guard(log.With("component", "metrics"))
+	if err != nil {
+		return errUsage{err.Error()}
+	}
+	tel, err := telemetry.Setup(ctx, telemetry.Options{ServiceName: serviceName, Version: cfg.Version, Revision: build.shortRevision(), MetricsListen: cfg.MetricsListen, Logger: log,
+		Middleware: guard.Wrap})
 	if err != nil {
 		return err
 	}

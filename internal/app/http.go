@@ -5,8 +5,11 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 
+	"github.com/hermes-agent/hermes/internal/browserguard"
+	"github.com/hermes-agent/hermes/internal/config"
 	"github.com/hermes-agent/hermes/internal/httpapi"
 	"github.com/hermes-agent/hermes/internal/rpc"
 )
@@ -15,11 +18,45 @@ import (
 type HTTPConfig struct {
 	// Listen is the HTTP address; empty disables the API.
 	Listen string
+	// AllowedHosts and AllowedOrigins configure the browser guard of every HTTP listener of
+	// the process (the API, the profiler, the metrics listener): see internal/browserguard.
+	AllowedHosts   []string
+	AllowedOrigins []string
 }
 
 // RegisterFlags registers the HTTP API's settings.
 func (c *HTTPConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "http-listen", "", "HTTP address serving the API as JSON, RunTurn as server-sent events and GET /openapi.json (for example 127.0.0.1:8080); empty disables it")
+	fs.Func("http-allowed-hosts", "comma list of host names (hermes.example.com, host:port, *.example.com; * for any) clients use to reach --http-listen, --pprof-listen and --metrics-listen besides loopback names and IP addresses; "+
+		"a request with another Host header is refused with 403 (DNS rebinding protection)", func(v string) error {
+		c.AllowedHosts = config.SplitList(v)
+		return nil
+	})
+	fs.Func("http-allowed-origins", "comma list of browser origins (https://app.example.com) whose pages may call the HTTP listeners and get CORS answers; "+
+		"requests with another Origin header than the listener's own are refused with 403; none by default", func(v string) error {
+		c.AllowedOrigins = config.SplitList(v)
+		return nil
+	})
+}
+
+// Guard is the browser guard of the process's HTTP listeners (the API, the profiler, the
+// metrics listener): Host allowlist, Origin check, JSON writes, CORS for configured origins.
+// writeTypes are media types a write may carry besides JSON (see browserguard.Config).
+func (c *HTTPConfig) Guard(log *slog.Logger, writeTypes ...string) (*browserguard.Guard, error) {
+	g, err := browserguard.New(browserguard.Config{
+		AllowedHosts:   c.AllowedHosts,
+		AllowedOrigins: c.AllowedOrigins,
+		HostsSetting:   "--http-allowed-hosts (HERMES_HTTP_ALLOWED_HOSTS)",
+		OriginsSetting: "--http-allowed-origins (HERMES_HTTP_ALLOWED_ORIGINS)",
+		// The event stream resumes with Last-Event-ID; Grpc-Timeout shortens a call.
+		CORSHeaders: []string{"Grpc-Timeout", "Last-Event-ID"},
+		WriteTypes:  writeTypes,
+		Logger:      log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--http-allowed-hosts, --http-allowed-origins: %w", err)
+	}
+	return g, nil
 }
 
 // httpAPI is the HTTP/JSON API of a process: its listener and server.
@@ -40,7 +77,12 @@ func (a *App) initHTTP() error {
 	if err := a.sec.checkListen("http-listen", a.cfg.HTTP.Listen, a.keys != nil); err != nil {
 		return err
 	}
+	guard, err := a.cfg.HTTP.Guard(a.log.With("component", "http"))
+	if err != nil {
+		return err
+	}
 	srv, err := httpapi.New(a.InProcessPublic(), httpapi.Options{
+		Guard:           guard,
 		Services:        a.srv.Services(),
 		Omit:            a.edgeOmitted,
 		Logger:          a.log.With("component", "http"),

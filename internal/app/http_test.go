@@ -224,6 +224,7 @@ func TestHTTPAPI(t *testing.T) {
 
 	t.Run("RunTurn streams server-sent events", func(t *testing.T) {
 		req, _ := http.NewRequest("POST", base+"/v1/sessions/"+sid+"/turns", strings.NewReader(`{"text":"hi there"}`))
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer "+httpTestKey)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -291,6 +292,7 @@ func TestHTTPAPI(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		req, _ := http.NewRequestWithContext(ctx, "POST", base+"/v1/sessions/"+sid+"/turns", strings.NewReader(`{"text":"slow please"}`))
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer "+httpTestKey)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -28,6 +28,12 @@ func (a *App) startPprof() error {
 	if err := a.sec.checkListen("pprof-listen", a.cfg.PprofListen, a.keys != nil); err != nil {
 		return err
 	}
+	// A page in the operator's browser must not read the command line or profiles (DNS
+	// rebinding) on loopback. go tool pprof posts symbol lookups as application/octet-stream.
+	guard, err := a.cfg.HTTP.Guard(a.log.With("component", "pprof"), "application/octet-stream")
+	if err != nil {
+		return err
+	}
 	lis, err := net.Listen("tcp", a.cfg.PprofListen)
 	if err != nil {
 		return fmt.Errorf("pprof listen on %s: %w", a.cfg.PprofListen, err)
@@ -38,7 +44,7 @@ func (a *App) startPprof() error {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: a.sec.httpAuth(auth.PprofMethod, mux), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: guard.Wrap(a.sec.httpAuth(auth.PprofMethod, mux)), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("pprof server stopped", "error", err)

@@ -135,6 +135,7 @@ func (s *security) httpAuth(method string, next http.Handler) http.Handler {
 			err = s.authn.Authorize(p, method, nil)
 		}
 		if err != nil {
+			err = auth.ForHTTP(err)
 			code := http.StatusForbidden
 			if status.Code(err) == codes.Unauthenticated {
 				code = http.StatusUnauthorized

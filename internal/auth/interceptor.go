@@ -48,7 +48,7 @@ func (a *Authenticator) Authenticate(ctx context.Context) (Principal, error) {
 		return anonymousPrincipal, nil
 	}
 	if !sent {
-		return Principal{}, status.Error(codes.Unauthenticated, "an API key is required: send the metadata \"authorization: Bearer <key>\"")
+		return Principal{}, status.Error(codes.Unauthenticated, noKeyMessage)
 	}
 	p, ok := a.keys.Lookup(key)
 	if !ok {

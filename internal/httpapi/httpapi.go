@@ -28,6 +28,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/hermes-agent/hermes/internal/auth"
+	"github.com/hermes-agent/hermes/internal/browserguard"
 	hermesproto "github.com/hermes-agent/hermes/proto"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
@@ -77,6 +79,10 @@ type Options struct {
 	// Logger receives what goes wrong in the HTTP layer itself (calls are logged by the gRPC
 	// server); nil discards.
 	Logger *slog.Logger
+	// Guard keeps web pages from using the API through a browser (Host, Origin, JSON writes,
+	// CORS); it wraps every route. Nil is the default guard: loopback names and IP addresses,
+	// same-origin pages only, no CORS.
+	Guard *browserguard.Guard
 
 	MaxBodyBytes      int64
 	MaxHeaderBytes    int
@@ -115,6 +121,10 @@ func (o *Options) defaults() {
 	}
 	if o.MaxHeaderBytes <= 0 {
 		o.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if o.Guard == nil {
+		// The zero configuration is always valid.
+		o.Guard, _ = browserguard.New(browserguard.Config{Logger: o.Logger})
 	}
 }
 
@@ -184,6 +194,7 @@ func New(conn grpc.ClientConnInterface, opts Options) (*Server, error) {
 			return "", false
 		}),
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithErrorHandler(httpErrorHandler),
 	)
 	doc, err := servedOpenAPI(hermesproto.OpenAPI, opts.Services, opts.Omit)
 	if err != nil {
@@ -215,7 +226,7 @@ func New(conn grpc.ClientConnInterface, opts Options) (*Server, error) {
 		mux.HandleFunc("POST "+runTurnPattern, s.runTurn)
 	}
 	mux.Handle("/", s.limitCall(s.gw))
-	s.handler = s.limitBody(otelhttp.NewHandler(mux, "hermes.http"))
+	s.handler = opts.Guard.Wrap(s.limitBody(otelhttp.NewHandler(mux, "hermes.http")))
 	return s, nil
 }
 
@@ -289,6 +300,17 @@ func (s *Server) limitCall(next http.Handler) http.Handler {
 func (s *Server) serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(s.openAPI)
+}
+
+// httpErrorHandler is the gateway's error handler, in HTTP's words: a call without a key is
+// told to send the Authorization header (not gRPC metadata), with the WWW-Authenticate
+// challenge that a 401 carries.
+func httpErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	err = auth.ForHTTP(err)
+	if status.Code(err) == codes.Unauthenticated {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="hermes"`)
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
 
 // httpError answers err in the gateway's error format: a google.rpc.Status as JSON, with the

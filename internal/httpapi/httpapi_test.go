@@ -72,6 +72,7 @@ func TestEventStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "POST", hs.URL+"/v1/sessions/s1/turns", strings.NewReader(`{"text":"hi","session_id":"ignored"}`))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer k-0123456789abcdef")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -128,6 +129,7 @@ func TestEventStream(t *testing.T) {
 
 	// An error before the first event is a plain JSON error with the code's HTTP status.
 	req, _ = http.NewRequestWithContext(ctx, "POST", hs.URL+"/v1/sessions/s1/turns", strings.NewReader(`{}`))
+	req.Header.Set("Content-Type", "application/json")
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

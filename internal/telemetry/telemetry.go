@@ -59,6 +59,8 @@ type Options struct {
 	MetricsListen string
 	// Logger receives errors of the exporters and the metrics server.
 	Logger *slog.Logger
+	// Middleware, when set, wraps every handler of the metrics listener (the browser guard).
+	Middleware func(http.Handler) http.Handler
 }
 
 // Telemetry is the process's telemetry; Shutdown flushes and stops it.
@@ -123,7 +125,11 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 		t.mux = mux
-		t.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		var h http.Handler = mux
+		if opts.Middleware != nil {
+			h = opts.Middleware(mux)
+		}
+		t.metrics = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		t.MetricsAddr = lis.Addr().String()
 		go func() {
 			if err := t.metrics.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {

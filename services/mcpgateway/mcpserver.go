@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc"
 
+	"github.com/hermes-agent/hermes/internal/browserguard"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -62,6 +63,7 @@ type MCPServer struct {
 	log    *slog.Logger
 	server *mcp.Server
 	events *eventStore
+	guard  *browserguard.Guard
 	// catalog is nil without a catalog file.
 	catalog *catalogSource
 
@@ -96,6 +98,10 @@ func NewMCPServer(opts MCPServerOptions) (*MCPServer, error) {
 	cfg := opts.Endpoint.withDefaults()
 	s := &MCPServer{opts: opts, cfg: cfg, log: opts.Logger, known: map[string]*servedTool{}}
 	s.events = newEventStore(cfg.EventStoreBytes, cfg.EventsPerStream, cfg.EventMaxAge)
+	var err error
+	if s.guard, err = newGuard(cfg, opts.Logger); err != nil {
+		return nil, err
+	}
 	if cfg.Catalog != "" {
 		s.catalog = &catalogSource{path: cfg.Catalog}
 	}

@@ -180,7 +180,11 @@ func (s *Service) GetTool(ctx context.Context, req *toolsv1.GetToolRequest) (*to
 	if err != nil {
 		return nil, fmt.Errorf("read the tool: %w", err)
 	}
-	return &toolsv1.GetToolResponse{Tool: st.Tool}, nil
+	t := st.Tool
+	if userView(ctx) {
+		t = redactTool(t)
+	}
+	return &toolsv1.GetToolResponse{Tool: t}, nil
 }
 
 // notFound is NOT_FOUND naming the closest registered tools.
@@ -242,6 +246,7 @@ func (s *Service) ListTools(ctx context.Context, req *toolsv1.ListToolsRequest) 
 		}
 		resp.Tools = append(resp.Tools, st.Tool)
 	}
+	redactTools(ctx, resp.Tools)
 	return resp, nil
 }
 
@@ -374,11 +379,15 @@ func (s *Service) SelectTools(ctx context.Context, req *toolsv1.SelectToolsReque
 		resp.TotalSchemaTokens += st.Tool.GetSchemaTokens()
 	}
 	added := map[string]bool{}
+	redact := userView(ctx)
 	add := func(t *toolsv1.Tool, reason string, score float64) {
 		if added[t.GetSpec().GetName()] {
 			return
 		}
 		added[t.GetSpec().GetName()] = true
+		if redact {
+			t = redactTool(t)
+		}
 		resp.Tools = append(resp.Tools, &toolsv1.SelectedTool{Tool: t, Reason: reason, Score: score})
 		resp.SelectedSchemaTokens += t.GetSchemaTokens()
 	}
