@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/hermes-agent/hermes/internal/rpc"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
@@ -134,6 +135,9 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	if !o.lazy {
 		if err := waitReady(ctx, conn); err != nil {
 			_ = conn.Close()
+			if creds.Info().SecurityProtocol == "insecure" {
+				return nil, fmt.Errorf("connecting to Hermes at %s in plaintext (if it serves TLS, give WithCAFile or WithTLSConfig): %w", addr, err)
+			}
 			return nil, fmt.Errorf("connecting to Hermes at %s: %w", addr, err)
 		}
 	}
@@ -201,8 +205,9 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// waitReady connects and waits until the connection is READY; a connection attempt that fails
-// (refused, TLS handshake) ends the wait with its error rather than retrying until ctx ends.
+// waitReady connects and waits until the connection is READY. A connection attempt that fails
+// (refused, TLS handshake) ends the wait rather than retrying until ctx ends, with gRPC's
+// reason, which a call made in that state reports.
 func waitReady(ctx context.Context, conn *grpc.ClientConn) error {
 	conn.Connect()
 	for {
@@ -210,8 +215,15 @@ func waitReady(ctx context.Context, conn *grpc.ClientConn) error {
 		switch s {
 		case connectivity.Ready:
 			return nil
-		case connectivity.TransientFailure, connectivity.Shutdown:
-			return status.Errorf(codes.Unavailable, "the connection is %s", s)
+		case connectivity.Shutdown:
+			return status.Error(codes.Canceled, "the connection was closed")
+		case connectivity.TransientFailure:
+			err := conn.Invoke(ctx, "/hermes.client.v1.Probe/Connect", &emptypb.Empty{}, &emptypb.Empty{})
+			if Code(err) == codes.Unavailable || Code(err) == codes.DeadlineExceeded || Code(err) == codes.Canceled {
+				return err
+			}
+			// The server answered the probe (unknown method, refused), so the connection is up.
+			return nil
 		}
 		if !conn.WaitForStateChange(ctx, s) {
 			return status.FromContextError(ctx.Err()).Err()

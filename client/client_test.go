@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/client"
+	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/internal/devcerts"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/testenv"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
@@ -46,7 +48,7 @@ func startKeyed(t *testing.T) *hermes {
 	if err := os.WriteFile(file, []byte(aliceKey+": alice\n"+bobKey+": bob\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h, err := startHermes(testModel, file)
+	h, err := startHermes(testModel, func(c *app.Config) { c.AuthFile = file })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +323,7 @@ func TestDialRefusals(t *testing.T) {
 		{"missing CA file", "127.0.0.1:1", []client.Option{client.WithCAFile(missing)}, "reading the CA file"},
 		{"CA file without certificates", "127.0.0.1:1", []client.Option{client.WithCAFile(notPEM)}, "no PEM certificate"},
 		{"missing client certificate", "127.0.0.1:1", []client.Option{client.WithClientCertificate(missing, missing)}, "client certificate"},
-		{"nobody listening", testenv.ClosedAddr(t), nil, "connecting to Hermes"},
+		{"nobody listening", testenv.ClosedAddr(t), nil, "connection refused"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -334,5 +336,58 @@ func TestDialRefusals(t *testing.T) {
 				t.Errorf("Dial: %v, want an error containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestTLS: a Hermes serving TLS is reached with its CA file, and with a client certificate
+// where it verifies them; Dial's plaintext default for loopback does not get through.
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := devcerts.NewCA("hermes test CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.WriteSet(dir, map[string][]string{"server": {"127.0.0.1", "localhost"}, "client": {"client.test"}}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(dir, "ca.crt")
+	h, err := startHermes(testModel, func(c *app.Config) {
+		c.TLSCert, c.TLSKey = filepath.Join(dir, "server", "tls.crt"), filepath.Join(dir, "server", "tls.key")
+		c.TLSClientCA, c.TLSClientAuth = caFile, "optional"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	for name, opts := range map[string][]client.Option{
+		"CA file":            {client.WithCAFile(caFile), client.WithUser("ada")},
+		"client certificate": {client.WithCAFile(caFile), client.WithClientCertificate(filepath.Join(dir, "client", "tls.crt"), filepath.Join(dir, "client", "tls.key")), client.WithUser("ada")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := dial(t, h.addr, opts...)
+			s, err := c.CreateSession(ctx, "over TLS")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := firstErr(c.Turn(ctx, s.GetId(), "What is 2 + 2?")); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if c, err := client.Dial(ctx, h.addr); err == nil {
+		_ = c.Close()
+		t.Error("Dial in plaintext reached a TLS server")
+	} else {
+		t.Logf("plaintext to a TLS server: %v", err)
+	}
+	switch c, err := client.Dial(ctx, h.addr, client.WithServerName("localhost")); {
+	case err == nil:
+		_ = c.Close()
+		t.Error("Dial with the system's roots accepted a certificate of a private CA")
+	case client.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "certificate"):
+		t.Errorf("Dial with the system's roots: %v; want UNAVAILABLE saying why the certificate was refused", err)
 	}
 }

@@ -22,7 +22,7 @@ import (
 // Example runs one turn against a Hermes started in this process with a scripted model, which
 // calls the calculator and answers with its result.
 func Example() {
-	hermes, err := startHermes(calculatorModel, "")
+	hermes, err := startHermes(calculatorModel, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -66,9 +66,9 @@ type hermes struct {
 	dir   string
 }
 
-// startHermes starts a scripted model and a Hermes that uses it; authFile, when set, turns API
-// keys on.
-func startHermes(h scripted.Handler, authFile string) (*hermes, error) {
+// startHermes starts a scripted model and a Hermes that uses it; configure, when set, changes
+// Hermes' configuration (API keys, TLS).
+func startHermes(h scripted.Handler, configure func(*app.Config)) (*hermes, error) {
 	dir, err := os.MkdirTemp("", "hermes-client-")
 	if err != nil {
 		return nil, err
@@ -82,8 +82,10 @@ func startHermes(h scripted.Handler, authFile string) (*hermes, error) {
 	cfg.Listen = "127.0.0.1:0"
 	cfg.DataDir = dir
 	cfg.ModelBaseURL, cfg.Model = m.URL(), "scripted"
-	cfg.AuthFile = authFile
 	cfg.ShutdownTimeout = 5 * time.Second
+	if configure != nil {
+		configure(&cfg)
+	}
 	a, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		m.Close()
