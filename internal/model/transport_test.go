@@ -3,7 +3,9 @@ package model_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -130,4 +132,49 @@ func BenchmarkConcurrentComplete(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(srv.Connections())/float64(b.N), "conns/op")
+}
+
+// TestTransportSpeaksHTTP2OverTLS: against a TLS endpoint that offers HTTP/2 the transport
+// negotiates it, so concurrent calls share one connection.
+func TestTransportSpeaksHTTP2OverTLS(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		protos []string
+	)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		protos = append(protos, r.Proto)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+
+	tr := model.NewTransport(model.PoolOptions{})
+	tr.TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	c, err := model.New(model.Config{BaseURL: srv.URL + "/v1", Model: "m", MaxRetries: -1, HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if _, err := c.Complete(context.Background(), model.Request{Messages: []model.Message{{Role: model.RoleUser, Content: "hi"}}}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range protos {
+		if p != "HTTP/2.0" {
+			t.Fatalf("requests arrived as %v, want HTTP/2.0", protos)
+		}
+	}
+	if len(protos) != 8 {
+		t.Errorf("%d requests arrived, want 8", len(protos))
+	}
 }
