@@ -246,13 +246,20 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 func (b bearer) RequireTransportSecurity() bool { return b.secure }
 
 // Code is the gRPC code of err: codes.OK for nil, the status's code for errors from Hermes
-// (also when wrapped), codes.Unknown otherwise.
+// (also when wrapped), CANCELLED or DEADLINE_EXCEEDED for the context's errors, codes.Unknown
+// otherwise.
 func Code(err error) codes.Code {
 	if err == nil {
 		return codes.OK
 	}
 	if s, ok := status.FromError(err); ok {
 		return s.Code()
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded
 	}
 	return codes.Unknown
 }

@@ -26,8 +26,8 @@ func (c *Client) Turn(ctx context.Context, sessionID, text string) iter.Seq2[*or
 // after the turn's failed event. Breaking out of the loop cancels the call, and with it the
 // turn, which the server then records as cancelled.
 //
-// RunTurn is not retried: the user's message may have been stored by a call whose outcome is
-// unknown, and a retry would run the turn twice.
+// Each range over the sequence runs a new turn. RunTurn is not retried: the user's message may
+// have been stored by a call whose outcome is unknown, and a retry would run the turn twice.
 func (c *Client) RunTurn(ctx context.Context, req *orchestratorv1.RunTurnRequest) iter.Seq2[*orchestratorv1.TurnEvent, error] {
 	return func(yield func(*orchestratorv1.TurnEvent, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
