@@ -48,7 +48,8 @@ type Config struct {
 	// Timeout bounds each attempt (not the whole call with its retries); 0 means no limit
 	// beyond the caller's context.
 	Timeout time.Duration
-	// HTTPClient replaces the default HTTP client, for example to add tracing.
+	// HTTPClient replaces the process's shared model client (SharedHTTPClient), for example to
+	// add tracing or a pool of its own (NewTransport).
 	HTTPClient *http.Client
 }
 
@@ -158,9 +159,11 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Timeout > 0 {
 		opts = append(opts, option.WithRequestTimeout(cfg.Timeout))
 	}
-	if cfg.HTTPClient != nil {
-		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = SharedHTTPClient()
 	}
+	opts = append(opts, option.WithHTTPClient(hc))
 	return &Client{api: openai.NewClient(opts...), model: cfg.Model, base: cfg.BaseURL, inst: newInstruments()}, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/hermes-agent/hermes/internal/model"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 )
@@ -49,7 +50,8 @@ func NewOpenAIEmbedder(ctx context.Context, cfg OpenAIEmbedderConfig) (*OpenAIEm
 	if cfg.BaseURL == "" || cfg.Model == "" {
 		return nil, errors.New("embedder: base URL and model are required")
 	}
-	opts := []option.RequestOption{option.WithBaseURL(strings.TrimRight(cfg.BaseURL, "/") + "/")}
+	// The process's pool of model connections, shared with the chat and extraction models.
+	opts := []option.RequestOption{option.WithBaseURL(strings.TrimRight(cfg.BaseURL, "/") + "/"), option.WithHTTPClient(model.SharedHTTPClient())}
 	if cfg.APIKey != "" {
 		opts = append(opts, option.WithAPIKey(cfg.APIKey))
 	} else {

@@ -319,6 +319,10 @@ func decodePending(k, v []byte) (*pendingEntry, error) {
 	return e, nil
 }
 
+// appendFillPercent is the fill of buckets whose keys only grow: a split leaves the old page full,
+// since nothing will be inserted before its last key.
+const appendFillPercent = 0.95
+
 func seqKey(seq int64) []byte {
 	k := make([]byte, 8)
 	binary.BigEndian.PutUint64(k, uint64(seq))
@@ -523,6 +527,10 @@ func (b *BoltStore) Append(_ context.Context, userID, sessionID string, batch []
 		}
 		sb := tx.Bucket(sessionBucketName(sessionID))
 		msgs, cids := sb.Bucket(bMsgs), sb.Bucket(bClientIDs)
+		// Messages and the turn index are appended in key order: full pages instead of bbolt's
+		// half-full splits halve the pages a long session's writes walk and copy.
+		msgs.FillPercent = appendFillPercent
+		sb.Bucket(bTurns).FillPercent = appendFillPercent
 		fresh := 0
 		for i, it := range batch {
 			cid := it.Message.GetClientId()

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -192,6 +193,8 @@ type Server struct {
 	lis     net.Listener
 	tok     *tokenizer.Tokenizer
 	done    chan struct{}
+	// conns counts the connections accepted, so tests can see whether clients reuse them.
+	conns atomic.Int64
 
 	mu       sync.Mutex
 	requests []Request
@@ -215,6 +218,7 @@ func Listen(addr string, h Handler) (*Server, error) {
 		return nil, fmt.Errorf("scripted model: listen: %w", err)
 	}
 	s := &Server{handler: h, lis: lis, tok: tok, done: make(chan struct{})}
+	lis = countingListener{Listener: lis, n: &s.conns}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
 	mux.HandleFunc("POST /chat/completions", s.chat)
@@ -231,6 +235,23 @@ func Listen(addr string, h Handler) (*Server, error) {
 
 // URL is the base URL to configure a client with (http://127.0.0.1:port/v1).
 func (s *Server) URL() string { return "http://" + s.lis.Addr().String() + "/v1" }
+
+// Connections is the number of connections accepted so far.
+func (s *Server) Connections() int { return int(s.conns.Load()) }
+
+// countingListener counts accepted connections.
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
 
 // Close stops the server, cutting off answers in progress.
 func (s *Server) Close() {

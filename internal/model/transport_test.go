@@ -1,0 +1,180 @@
+package model_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hermes-agent/hermes/internal/model"
+	"github.com/hermes-agent/hermes/internal/model/scripted"
+)
+
+// barrier holds each request until n are in flight, so every round of calls needs n
+// connections at the same moment. It gives up after a while so that a broken client fails the
+// test instead of hanging it.
+type barrier struct {
+	n int
+
+	mu      sync.Mutex // guards arrived and release
+	arrived int
+	release chan struct{}
+}
+
+func newBarrier(n int) *barrier { return &barrier{n: n, release: make(chan struct{})} }
+
+func (b *barrier) wait() {
+	b.mu.Lock()
+	ch := b.release
+	b.arrived++
+	if b.arrived == b.n {
+		close(ch)
+		b.arrived, b.release = 0, make(chan struct{})
+	}
+	b.mu.Unlock()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+	}
+}
+
+// TestConcurrentCallsReuseConnections runs rounds of n calls in flight at once, plain and
+// streaming, through a client built without an HTTP client of its own (the process's shared
+// pool): after the first round every call finds an idle connection, so the model endpoint
+// accepts at most n connections in all. net/http's default pool keeps 2 idle connections per
+// host and would dial n-2 anew each round.
+func TestConcurrentCallsReuseConnections(t *testing.T) {
+	const n, rounds = 16, 4
+	b := newBarrier(n)
+	c, srv := start(t, func(scripted.Request) scripted.Reply {
+		b.wait()
+		return scripted.Text("ok")
+	}, model.Config{MaxRetries: -1})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for r := range rounds {
+		errs := make(chan error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				req := model.Request{Messages: []model.Message{{Role: model.RoleUser, Content: fmt.Sprintf("call %d.%d", r, i)}}}
+				var err error
+				if (r+i)%2 == 0 {
+					_, err = c.Complete(ctx, req)
+				} else {
+					_, err = c.Stream(ctx, req, func(string) {})
+				}
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: %v", r, err)
+			}
+		}
+	}
+	if got := srv.Connections(); got > n {
+		t.Errorf("%d rounds of %d concurrent calls opened %d connections, want at most %d", rounds, n, got, n)
+	}
+}
+
+func TestNewTransport(t *testing.T) {
+	tests := []struct {
+		opts                model.PoolOptions
+		wantIdle, wantConns int
+	}{
+		{model.PoolOptions{}, model.DefaultMaxIdleConnsPerHost, 0},
+		{model.PoolOptions{MaxIdleConnsPerHost: 8, MaxConnsPerHost: 64}, 8, 64},
+	}
+	for _, tt := range tests {
+		tr := model.NewTransport(tt.opts)
+		if tr.MaxIdleConnsPerHost != tt.wantIdle || tr.MaxConnsPerHost != tt.wantConns || !tr.ForceAttemptHTTP2 || tr.Proxy == nil {
+			t.Errorf("NewTransport(%+v): idle %d, conns %d, http2 %v, proxy %v; want idle %d, conns %d, http2, proxy from the environment",
+				tt.opts, tr.MaxIdleConnsPerHost, tr.MaxConnsPerHost, tr.ForceAttemptHTTP2, tr.Proxy != nil, tt.wantIdle, tt.wantConns)
+		}
+	}
+	if model.SharedHTTPClient() != model.SharedHTTPClient() {
+		t.Error("SharedHTTPClient returned two clients; the process should have one pool")
+	}
+	if _, ok := model.SharedHTTPClient().Transport.(*http.Transport); !ok {
+		t.Errorf("the shared client's transport is %T, want *http.Transport", model.SharedHTTPClient().Transport)
+	}
+}
+
+// BenchmarkConcurrentComplete measures plain calls from many goroutines through the shared
+// pool (run with -cpu to vary the parallelism); conns/op shows connections dialled per call.
+func BenchmarkConcurrentComplete(b *testing.B) {
+	srv, err := scripted.New(func(scripted.Request) scripted.Reply { return scripted.Text("ok") })
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close()
+	c, err := model.New(model.Config{BaseURL: srv.URL(), Model: "bench", MaxRetries: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := model.Request{Messages: []model.Message{{Role: model.RoleUser, Content: "hello"}}}
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := c.Complete(context.Background(), req); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(srv.Connections())/float64(b.N), "conns/op")
+}
+
+// TestTransportSpeaksHTTP2OverTLS: against a TLS endpoint that offers HTTP/2 the transport
+// negotiates it, so concurrent calls share one connection.
+func TestTransportSpeaksHTTP2OverTLS(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		protos []string
+	)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		protos = append(protos, r.Proto)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"c1","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+
+	tr := model.NewTransport(model.PoolOptions{})
+	tr.TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	c, err := model.New(model.Config{BaseURL: srv.URL + "/v1", Model: "m", MaxRetries: -1, HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if _, err := c.Complete(context.Background(), model.Request{Messages: []model.Message{{Role: model.RoleUser, Content: "hi"}}}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range protos {
+		if p != "HTTP/2.0" {
+			t.Fatalf("requests arrived as %v, want HTTP/2.0", protos)
+		}
+	}
+	if len(protos) != 8 {
+		t.Errorf("%d requests arrived, want 8", len(protos))
+	}
+}
