@@ -176,21 +176,19 @@ func (t *turn) run(parent context.Context, ga *gathering) error {
 	t.userMsg = resp.GetMessages()[0]
 	t.built = resp.GetContext()
 	t.stored = append(t.stored, t.userMsg)
-	t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Started{Started: &orchestratorv1.TurnStarted{
+	started := &orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Started{Started: &orchestratorv1.TurnStarted{
 		TurnId: t.id, SessionId: t.session, UserMessageSeq: t.userMsg.GetSeq(), Model: t.model, UserId: t.user,
-	}}})
-	// The RUNNING record is written while the turn goes on; the final record waits for it, so
-	// it is never overwritten by the older one.
-	// The record is taken now, before the loop can change the turn; only the write is
-	// concurrent.
+	}}}
+	// The RUNNING record (with TurnStarted in it) is stored before the client learns the turn's
+	// id: GetTurn and CancelTurn then always find the turn, and if this process dies, the sweep
+	// for orphaned turns finds it and ends it as INTERRUPTED (orphans.go).
+	t.em.hold(started)
 	t.running = make(chan struct{})
-	running := t.record(orchestratorv1.TurnStatus_TURN_STATUS_RUNNING)
-	go func() {
-		defer close(t.running)
-		rctx, cancel := detached(ctx)
-		defer cancel()
-		t.putRecord(rctx, running)
-	}()
+	rctx, rcancel := detached(ctx)
+	t.putRecord(rctx, t.record(orchestratorv1.TurnStatus_TURN_STATUS_RUNNING))
+	rcancel()
+	close(t.running)
+	t.em.send(started)
 
 	err = t.loop(ctx, ga)
 	t.finish(ctx, err)
@@ -431,6 +429,7 @@ func (t *turn) finishRecord(ctx context.Context, rec *orchestratorv1.Turn, st or
 	f.SetPending = len(f.Pending) > 0 || t.hadPending || !completed
 	if t.s.deps.Publish != nil {
 		f.Event = t.finishedEvent(ctx)
+		f.Event.Status = st
 	}
 	return f
 }
