@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -402,4 +403,40 @@ func TestDeadOrchestratorBolt(t *testing.T) {
 	t.Cleanup(func() { _ = second.Close() })
 	b := newReplica(t, second, sessions, answer)
 	checkInterrupted(t, b, sid, turnID, killed)
+}
+
+// BenchmarkPutRunning is the cost the RUNNING record adds before TurnStarted: one PutTurn (a
+// group-committed bbolt write with its fsync, or one Redis MULTI).
+func BenchmarkPutRunning(b *testing.B) {
+	for name, open := range map[string]func(b *testing.B) Store{
+		"bolt": func(b *testing.B) Store {
+			s, err := OpenBoltStore(filepath.Join(b.TempDir(), "o.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = s.Close() })
+			return s
+		},
+		"redis": func(b *testing.B) Store {
+			rdb, prefix := testenv.Redis(b)
+			s := NewRedisStore(rdb, prefix, nil)
+			b.Cleanup(func() { _ = s.Close() })
+			return s
+		},
+	} {
+		b.Run(name, func(b *testing.B) {
+			s := open(b)
+			ctx := context.Background()
+			rec := runningTurn("", "s")
+			rec.Events = []*orchestratorv1.TurnEvent{{Seq: 1, Event: &orchestratorv1.TurnEvent_Started{Started: &orchestratorv1.TurnStarted{SessionId: "s", Model: "m"}}}}
+			i := 0
+			for b.Loop() {
+				i++
+				rec.Id = "bench-" + strconv.Itoa(i)
+				if err := s.PutTurn(ctx, rec, time.Hour); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
