@@ -5,9 +5,11 @@ import (
 	"errors"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -439,4 +441,44 @@ func BenchmarkPutRunning(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestLeaseLostAfterInterrupt: a turn that was taken for dead (its lease lapsed and another
+// turn took it) and ended as INTERRUPTED, but was alive after all, does not overwrite that end
+// nor publish a second turn.finished when it stops.
+func TestLeaseLostAfterInterrupt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLoop(t, Config{}, toolThenAnswer)
+		leases := l.store.Leases()
+		reaped := make(chan bool, 1)
+		l.tools.exec = func(ctx context.Context, req *toolsv1.ExecuteToolRequest) (*toolsv1.ToolResult, error) {
+			turnID := strings.ToUpper(strings.SplitN(req.GetCallId(), "-", 2)[0])
+			_, _ = leases.Release(context.Background(), sessionKey("s1"), turnID)
+			_, _ = leases.Acquire(context.Background(), sessionKey("s1"), "next-turn", nil, time.Hour)
+			ok, err := l.svc.reapTurn(context.Background(), turnID)
+			if err != nil {
+				t.Errorf("reapTurn: %v", err)
+			}
+			reaped <- ok
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		st := l.run(t, "s1", "slow", nil)
+		if !<-reaped {
+			t.Fatal("the turn whose lease another turn holds was not interrupted")
+		}
+		turnID := st.events[0].GetStarted().GetTurnId()
+		rec, err := l.store.GetTurn(context.Background(), turnID)
+		if err != nil || rec.GetStatus() != orchestratorv1.TurnStatus_TURN_STATUS_INTERRUPTED {
+			t.Errorf("record %v, %v; want the INTERRUPTED end kept", rec, err)
+		}
+		synctest.Wait()
+		var statuses []orchestratorv1.TurnStatus
+		for len(l.published) > 0 {
+			statuses = append(statuses, (<-l.published).GetStatus())
+		}
+		if len(statuses) != 1 || statuses[0] != orchestratorv1.TurnStatus_TURN_STATUS_INTERRUPTED {
+			t.Errorf("published statuses %v, want one INTERRUPTED", statuses)
+		}
+	})
 }

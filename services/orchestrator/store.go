@@ -152,7 +152,7 @@ type Store interface {
 	// InterruptTurn ends an orphaned turn: atomically, when the turn's record is still RUNNING
 	// and its session's lease is not the turn's, it stores end(record) as FinishTurn does (its
 	// Lease unused). It reports whether it did; of several callers at once, one does. A missing
-	// record is ErrNotFound.
+	// record is ErrNotFound. A turn that lost its lease stores its own end through it too.
 	InterruptTurn(ctx context.Context, turnID string, end func(*orchestratorv1.Turn) *Finish) (bool, error)
 }
 

@@ -401,13 +401,32 @@ func (t *turn) finish(ctx context.Context, err error) {
 	if t.hold != nil {
 		f.Lease = t.hold.handOver()
 	}
-	if err := t.s.deps.Store.FinishTurn(sctx, f); err != nil {
+	stored, err := t.store(sctx, errors.Is(context.Cause(ctx), errLeaseLost), f)
+	if err != nil {
 		t.s.log.Warn("turn record, task state and outbox entry not stored", "turn", t.id, "error", err)
 	}
 	t.em.send(final)
-	if f.Event != nil {
+	if f.Event != nil && stored {
 		t.s.publishNow(ctx, f.Event)
 	}
+}
+
+// store writes the turn's end. A turn that lost its session's lease may have been taken for
+// dead and ended as INTERRUPTED by another replica meanwhile (orphans.go): its end is then
+// stored only if the record is still RUNNING, so one end is stored and published. It reports
+// whether the end was stored.
+func (t *turn) store(ctx context.Context, leaseLost bool, f *Finish) (bool, error) {
+	if leaseLost {
+		ok, err := t.s.deps.Store.InterruptTurn(ctx, t.id, func(*orchestratorv1.Turn) *Finish { return f })
+		if !errors.Is(err, ErrNotFound) {
+			if err == nil && !ok {
+				t.s.log.Warn("turn's end not stored: another replica ended it as interrupted", "turn", t.id)
+			}
+			return ok, err
+		}
+		// No RUNNING record to compare with (its write failed): stored as usual.
+	}
+	return true, t.s.deps.Store.FinishTurn(ctx, f)
 }
 
 // finishRecord is what the turn's end stores: the record, the steps done, what the session's
