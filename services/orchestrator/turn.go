@@ -62,7 +62,6 @@ type turn struct {
 	started time.Time
 	span    trace.Span
 
-	running chan struct{}
 	// hold is the turn's hold on its session (lockSession): handed to the store with the turn's
 	// end, which releases it with its writes, before the final event, so the session's next
 	// turn can start at once.
@@ -183,11 +182,9 @@ func (t *turn) run(parent context.Context, ga *gathering) error {
 	// id: GetTurn and CancelTurn then always find the turn, and if this process dies, the sweep
 	// for orphaned turns finds it and ends it as INTERRUPTED (orphans.go).
 	t.em.hold(started)
-	t.running = make(chan struct{})
 	rctx, rcancel := detached(ctx)
 	t.putRecord(rctx, t.record(orchestratorv1.TurnStatus_TURN_STATUS_RUNNING))
 	rcancel()
-	close(t.running)
 	t.em.send(started)
 
 	err = t.loop(ctx, ga)
@@ -394,7 +391,6 @@ func (t *turn) finish(ctx context.Context, err error) {
 		}}}
 	}
 	t.em.hold(final)
-	<-t.running
 	rec := t.record(st)
 	rec.CancelledBy = by
 	f := t.finishRecord(ctx, rec, st)
