@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/hermes-agent/hermes/internal/events"
+	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
+	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 )
 
 // Consumer is the memory extractor on NATS JetStream: the durable pull consumer
@@ -117,6 +119,11 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 		c.deadLetter(msg, md, fmt.Errorf("undecodable event: %w", err))
 		return
 	}
+	if !extractable(ev) {
+		c.log.Debug("memory extractor: skipping a turn that did not complete", "turn", ev.GetTurnId(), "status", ev.GetStatus())
+		_ = msg.Ack()
+		return
+	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
 	// Keep the delivery alive while a slow model answers.
@@ -208,4 +215,15 @@ func (c *Consumer) Stop(timeout time.Duration) {
 func (c *Consumer) kill() {
 	c.cancel()
 	c.cc.Stop()
+}
+
+// extractable reports whether memories are extracted from a finished turn: only a completed one
+// (a failed, cancelled or interrupted turn's messages are not what the user settled on).
+// UNSPECIFIED is an event of a release that did not say, which counts as completed.
+func extractable(ev *eventsv1.TurnFinished) bool {
+	switch ev.GetStatus() {
+	case orchestratorv1.TurnStatus_TURN_STATUS_UNSPECIFIED, orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED:
+		return true
+	}
+	return false
 }

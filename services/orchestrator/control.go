@@ -165,7 +165,7 @@ func (s *Service) CancelTurn(ctx context.Context, req *orchestratorv1.CancelTurn
 	leases := s.deps.Store.Leases()
 	for {
 		ch, unwatch := leases.Watch(sessionKey(t.GetSessionId()))
-		cur, err := s.deps.Store.GetTurn(wctx, t.GetId())
+		cur, err := s.loadTurn(wctx, t.GetId())
 		if err == nil {
 			t = cur
 		}
@@ -186,9 +186,9 @@ func (s *Service) CancelTurn(ctx context.Context, req *orchestratorv1.CancelTurn
 	return &orchestratorv1.CancelTurnResponse{Turn: withoutEvents(t)}, nil
 }
 
-// ownTurn loads a turn record that belongs to user.
+// ownTurn loads a turn record that belongs to user (loadTurn: an orphaned turn is ended first).
 func (s *Service) ownTurn(ctx context.Context, turnID, user string) (*orchestratorv1.Turn, error) {
-	t, err := s.deps.Store.GetTurn(ctx, turnID)
+	t, err := s.loadTurn(ctx, turnID)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return nil, status.Errorf(codes.NotFound, "turn %q not found (records are kept for %s)", turnID, s.cfg.TurnRetention)

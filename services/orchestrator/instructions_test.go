@@ -135,8 +135,8 @@ func (g answeringGateway) AnswerElicitation(_ context.Context, in *mcpgatewayv1.
 	}
 }
 
-// slowRunningRecord stores a turn's RUNNING record a second late, as a slow store may: the turn
-// goes on meanwhile.
+// slowRunningRecord stores a turn's RUNNING record a second late, as a slow store may (the turn
+// waits for it before TurnStarted).
 type slowRunningRecord struct{ Store }
 
 func (s slowRunningRecord) PutTurn(ctx context.Context, turn *orchestratorv1.Turn, ttl time.Duration) error {

@@ -106,6 +106,9 @@ type Service struct {
 	drainCtx    context.Context
 	drainCancel context.CancelFunc
 	drained     chan struct{}
+	// swept is closed when the sweep for orphaned turns (sweepOrphans), which also runs until
+	// Close cancels drainCtx, stopped.
+	swept chan struct{}
 
 	// Background publishes outlive their turns; Close waits for them.
 	bgCtx    context.Context
@@ -147,6 +150,8 @@ func NewService(cfg Config, deps Options) (*Service, error) {
 	s.sum = &summarizer{model: deps.Model, tok: deps.Tokenizer, cfg: cfg, log: log, now: deps.Now}
 	s.drainCtx, s.drainCancel = context.WithCancel(context.Background())
 	s.drained = make(chan struct{})
+	s.swept = make(chan struct{})
+	go s.sweepOrphans()
 	if deps.Publish != nil {
 		go s.drainOutbox()
 	} else {
@@ -161,6 +166,7 @@ func NewService(cfg Config, deps Options) (*Service, error) {
 func (s *Service) Close(grace time.Duration) {
 	s.drainCancel()
 	<-s.drained
+	<-s.swept
 	done := make(chan struct{})
 	go func() { s.bg.Wait(); close(done) }()
 	select {
@@ -273,7 +279,16 @@ var errLeaseLost = errors.New("the session's lease passed to another turn")
 func (s *Service) lockSession(ctx context.Context, session, turnID string) (context.Context, *sessionHold, error) {
 	leases := s.deps.Store.Leases()
 	key := sessionKey(session)
-	c, err := lease.Wait(ctx, leases, key, turnID, nil, sessionLease, nil)
+	// The turns this one waited for may have died holding the lease: once it is this turn's,
+	// the last of them is checked (reapLater), so its record does not stay RUNNING.
+	var waitedFor string
+	c, err := lease.Wait(ctx, leases, key, turnID, nil, sessionLease, func(c lease.Claim) bool {
+		waitedFor = c.Owner
+		return true
+	})
+	if err == nil && waitedFor != "" && waitedFor != turnID {
+		s.reapLater(waitedFor)
+	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return nil, nil, status.FromContextError(fmt.Errorf("waiting for turn %s of session %s to finish: %w", c.Owner, session, ctx.Err())).Err()

@@ -145,6 +145,15 @@ type Store interface {
 	CancelRequest(ctx context.Context, turnID string) (by, reason string, ok bool, err error)
 	// Leases holds session turn leases and outbox claims.
 	Leases() lease.Store
+	// OrphanedTurns returns up to limit ids of turns whose record is RUNNING while their
+	// session's lease is not held by them: the orchestrator running them stopped. It is a hint;
+	// InterruptTurn checks again.
+	OrphanedTurns(ctx context.Context, limit int) ([]string, error)
+	// InterruptTurn ends an orphaned turn: atomically, when the turn's record is still RUNNING
+	// and its session's lease is not the turn's, it stores end(record) as FinishTurn does (its
+	// Lease unused). It reports whether it did; of several callers at once, one does. A missing
+	// record is ErrNotFound. A turn that lost its lease stores its own end through it too.
+	InterruptTurn(ctx context.Context, turnID string, end func(*orchestratorv1.Turn) *Finish) (bool, error)
 }
 
 // Lease keys.

@@ -11,7 +11,6 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -30,6 +29,7 @@ var (
 	bucketTurns        = []byte("turns")
 	bucketSessionTurns = []byte("session_turns")
 	bucketOutbox       = []byte("outbox")
+	bucketRunning      = []byte("running")
 )
 
 // BoltStore keeps records in a bbolt file (monolithic mode):
@@ -39,10 +39,13 @@ var (
 //	turns          turn id → 8-byte expiry (Unix ms), then the record (protobuf)
 //	session_turns  session 0x00 (MaxUint64 - started ms) turn id → nil   (newest first)
 //	outbox         turn id → turn.finished (protobuf), until published
+//	running        turn id → session id, while the turn's record is RUNNING
 //
-// The file serves one process, so what need not survive it lives in memory: running turns'
-// records (a turn does not outlive its process), cancellation requests and the leases. A
-// finished turn is one group-committed write: its record, its task-state changes and its event.
+// The file serves one process, so what need not survive it lives in memory: cancellation
+// requests and the leases (a turn does not outlive its process). A running turn's record is in
+// the file before the client learns the turn's id, so that after a crash the restarted process
+// finds it (its lease is gone with the old process) and ends it as interrupted. A finished turn
+// is one group-committed write: its record, its task-state changes and its event.
 type BoltStore struct {
 	db     *bolt.DB
 	group  *boltstore.Group
@@ -50,8 +53,7 @@ type BoltStore struct {
 	leases *lease.Memory
 
 	mu sync.Mutex
-	// running holds the records of turns in progress; cancels the cancellation requests.
-	running map[string]*orchestratorv1.Turn
+	// cancels holds the cancellation requests.
 	cancels map[string]cancelRequest
 	// tasks caches task states as the transactions of this process wrote them (this process
 	// is the file's only writer), so a turn does not decode its session's JSON twice; at most
@@ -118,14 +120,13 @@ type cancelRequest struct {
 
 // OpenBoltStore opens or creates the file; a second process opening it fails after a second.
 func OpenBoltStore(path string) (*BoltStore, error) {
-	db, err := boltstore.Open(path, nil, bucketTasks, bucketTaskSteps, bucketTurns, bucketSessionTurns, bucketOutbox)
+	db, err := boltstore.Open(path, nil, bucketTasks, bucketTaskSteps, bucketTurns, bucketSessionTurns, bucketOutbox, bucketRunning)
 	if err != nil {
 		return nil, err
 	}
 	s := &BoltStore{
 		db: db, group: boltstore.NewGroup(db), now: time.Now, leases: lease.NewMemory(),
-		running: map[string]*orchestratorv1.Turn{}, cancels: map[string]cancelRequest{},
-		tasks: map[string]cachedTask{}, published: map[string]struct{}{},
+		cancels: map[string]cancelRequest{}, tasks: map[string]cachedTask{}, published: map[string]struct{}{},
 	}
 	if err := s.pruneTurns(); err != nil {
 		_ = db.Close()
@@ -350,12 +351,35 @@ func (s *BoltStore) TaskState(_ context.Context, sid string) (TaskState, error) 
 	return st, err
 }
 
-// PutTurn implements Store: a running turn's record is kept in memory.
-func (s *BoltStore) PutTurn(_ context.Context, turn *orchestratorv1.Turn, _ time.Duration) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.running[turn.GetId()] = proto.CloneOf(turn)
-	return nil
+// turnValue is a record's value in the turns bucket: its expiry, then the record.
+func (s *BoltStore) turnValue(raw []byte, ttl time.Duration) []byte {
+	v := make([]byte, 8, 8+len(raw))
+	binary.BigEndian.PutUint64(v, uint64(s.now().Add(ttl).UnixMilli()))
+	return append(v, raw...)
+}
+
+// putTurn writes a record (v, from turnValue), its index entry and its entry in running.
+func putTurn(tx *bolt.Tx, turn *orchestratorv1.Turn, v []byte) error {
+	if err := tx.Bucket(bucketTurns).Put([]byte(turn.GetId()), v); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bucketSessionTurns).Put(sessionTurnKey(turn.GetSessionId(), turn.GetStartedAt().AsTime(), turn.GetId()), nil); err != nil {
+		return err
+	}
+	if turn.GetStatus() == orchestratorv1.TurnStatus_TURN_STATUS_RUNNING {
+		return tx.Bucket(bucketRunning).Put([]byte(turn.GetId()), []byte(turn.GetSessionId()))
+	}
+	return tx.Bucket(bucketRunning).Delete([]byte(turn.GetId()))
+}
+
+// PutTurn implements Store: one group-committed write, so the record survives a crash.
+func (s *BoltStore) PutTurn(_ context.Context, turn *orchestratorv1.Turn, ttl time.Duration) error {
+	raw, err := proto.Marshal(turn)
+	if err != nil {
+		return err
+	}
+	v := s.turnValue(raw, ttl)
+	return s.group.Update(func(tx *bolt.Tx) error { return putTurn(tx, turn, v) })
 }
 
 // FinishTurn implements Store. The lease (in memory) is released after the commit.
@@ -363,78 +387,148 @@ func (s *BoltStore) FinishTurn(ctx context.Context, f *Finish) error {
 	if f.Lease != nil {
 		defer func() { _, _ = s.leases.Release(ctx, f.Lease.Key, f.Lease.Owner) }()
 	}
-	turn := f.Turn
 	raw, event, err := f.encode()
 	if err != nil {
 		return err
 	}
-	v := make([]byte, 8, 8+len(raw))
-	binary.BigEndian.PutUint64(v, uint64(s.now().Add(f.TTL).UnixMilli()))
-	v = append(v, raw...)
-	sid := turn.GetSessionId()
+	v := s.turnValue(raw, f.TTL)
 	published := s.takePublished()
 	err = s.group.Update(func(tx *bolt.Tx) error {
 		if err := deleteOutbox(tx, published); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bucketTurns).Put([]byte(turn.GetId()), v); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bucketSessionTurns).Put(sessionTurnKey(sid, turn.GetStartedAt().AsTime(), turn.GetId()), nil); err != nil {
-			return err
-		}
-		if event != nil {
-			if err := tx.Bucket(bucketOutbox).Put([]byte(turn.GetId()), event); err != nil {
-				return err
-			}
-		}
-		if len(f.Steps) == 0 && !f.SetPending {
-			return nil
-		}
-		m, err := loadTaskMeta(tx.Bucket(bucketTasks), sid)
-		if err != nil {
-			return err
-		}
-		// The cache is used only when it is of this very state: when the group's commit is
-		// retried, this function runs again on a file without its first run's write.
-		st, next, ok := s.cachedTaskForWrite(sid)
-		if !ok || next != m.Next {
-			if st, err = loadTask(tx, sid, m); err != nil {
-				return err
-			}
-		}
-		if next, err = writeTask(tx, sid, m, f); err != nil {
-			return err
-		}
-		st.Done = keepSteps(st.Done, f.Steps, f.KeepSteps)
-		if f.SetPending {
-			st.Pending = f.mergePending(st.Pending)
-		}
-		// Set in the transaction's order, so a concurrent DeleteSession's removal is not
-		// overtaken; undone below when the commit fails.
-		s.cacheTask(sid, st, next, true)
-		return nil
+		return s.finishTx(tx, f, v, event)
 	})
 	if err != nil {
-		s.cacheTask(sid, TaskState{}, 0, false)
+		s.cacheTask(f.Turn.GetSessionId(), TaskState{}, 0, false)
 		s.restorePublished(published)
 		return err
 	}
 	s.mu.Lock()
-	delete(s.running, turn.GetId())
-	delete(s.cancels, turn.GetId())
+	delete(s.cancels, f.Turn.GetId())
 	s.mu.Unlock()
 	return nil
 }
 
+// finishTx writes a Finish in tx: the record (v), its event and the task-state changes. A
+// caller whose commit fails forgets the session's cached task state.
+func (s *BoltStore) finishTx(tx *bolt.Tx, f *Finish, v, event []byte) error {
+	turn := f.Turn
+	sid := turn.GetSessionId()
+	if err := putTurn(tx, turn, v); err != nil {
+		return err
+	}
+	if event != nil {
+		if err := tx.Bucket(bucketOutbox).Put([]byte(turn.GetId()), event); err != nil {
+			return err
+		}
+	}
+	if len(f.Steps) == 0 && !f.SetPending {
+		return nil
+	}
+	m, err := loadTaskMeta(tx.Bucket(bucketTasks), sid)
+	if err != nil {
+		return err
+	}
+	// The cache is used only when it is of this very state: when the group's commit is
+	// retried, this function runs again on a file without its first run's write.
+	st, next, ok := s.cachedTaskForWrite(sid)
+	if !ok || next != m.Next {
+		if st, err = loadTask(tx, sid, m); err != nil {
+			return err
+		}
+	}
+	if next, err = writeTask(tx, sid, m, f); err != nil {
+		return err
+	}
+	st.Done = keepSteps(st.Done, f.Steps, f.KeepSteps)
+	if f.SetPending {
+		st.Pending = f.mergePending(st.Pending)
+	}
+	// Set in the transaction's order, so a concurrent DeleteSession's removal is not
+	// overtaken; undone by the caller when the commit fails.
+	s.cacheTask(sid, st, next, true)
+	return nil
+}
+
+// OrphanedTurns implements Store: the running turns whose session lease (in this process's
+// memory) their turn does not hold; after a restart, every turn the file has as running.
+func (s *BoltStore) OrphanedTurns(_ context.Context, limit int) ([]string, error) {
+	var out []string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketRunning).Cursor()
+		for k, v := c.First(); k != nil && len(out) < limit; k, v = c.Next() {
+			if s.leases.Holder(sessionKey(string(v))) != string(k) {
+				out = append(out, string(k))
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// loadTurn reads a live record in tx; ok is false for a missing or expired one.
+func (s *BoltStore) loadTurn(tx *bolt.Tx, id string) (*orchestratorv1.Turn, bool, error) {
+	v := tx.Bucket(bucketTurns).Get([]byte(id))
+	if len(v) < 8 || int64(binary.BigEndian.Uint64(v)) < s.now().UnixMilli() {
+		return nil, false, nil
+	}
+	t := &orchestratorv1.Turn{}
+	if err := proto.Unmarshal(v[8:], t); err != nil {
+		return nil, false, fmt.Errorf("turn %s: %w", id, err)
+	}
+	return t, true, nil
+}
+
+// InterruptTurn implements Store: a read first, then one transaction that checks again (the
+// process's turns write their records in transactions of the same file, and release their
+// leases only after their final record's commit).
+func (s *BoltStore) InterruptTurn(ctx context.Context, turnID string, end func(*orchestratorv1.Turn) *Finish) (bool, error) {
+	// GetTurn calls this for every running turn: no write for a live one.
+	rec, err := s.GetTurn(ctx, turnID)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			_ = s.group.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketRunning).Delete([]byte(turnID)) })
+		}
+		return false, err
+	}
+	if rec.GetStatus() != orchestratorv1.TurnStatus_TURN_STATUS_RUNNING || s.leases.Holder(sessionKey(rec.GetSessionId())) == turnID {
+		return false, nil
+	}
+	var done bool
+	var sid string
+	err = s.group.Update(func(tx *bolt.Tx) error {
+		done = false
+		cur, ok, err := s.loadTurn(tx, turnID)
+		if err != nil || !ok {
+			return err
+		}
+		if cur.GetStatus() != orchestratorv1.TurnStatus_TURN_STATUS_RUNNING || s.leases.Holder(sessionKey(cur.GetSessionId())) == turnID {
+			return nil
+		}
+		f := end(cur)
+		sid = f.Turn.GetSessionId()
+		raw, event, err := f.encode()
+		if err != nil {
+			return err
+		}
+		if err := s.finishTx(tx, f, s.turnValue(raw, f.TTL), event); err != nil {
+			return err
+		}
+		done = true
+		return nil
+	})
+	if err != nil {
+		if sid != "" {
+			s.cacheTask(sid, TaskState{}, 0, false)
+		}
+		return false, err
+	}
+	return done, nil
+}
+
 // GetTurn implements Store.
 func (s *BoltStore) GetTurn(_ context.Context, id string) (*orchestratorv1.Turn, error) {
-	s.mu.Lock()
-	if r, ok := s.running[id]; ok {
-		s.mu.Unlock()
-		return proto.CloneOf(r), nil
-	}
-	s.mu.Unlock()
 	t := &orchestratorv1.Turn{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketTurns).Get([]byte(id))
@@ -449,8 +543,7 @@ func (s *BoltStore) GetTurn(_ context.Context, id string) (*orchestratorv1.Turn,
 	return t, nil
 }
 
-// ListTurns implements Store. The cursor is the hex of the last returned index key; running
-// turns (in memory) are merged in by the same order.
+// ListTurns implements Store. The cursor is the hex of the last returned index key.
 func (s *BoltStore) ListTurns(_ context.Context, sid, cursor string, limit int) ([]*orchestratorv1.Turn, string, error) {
 	prefix := append([]byte(sid), 0)
 	var after []byte
@@ -465,17 +558,6 @@ func (s *BoltStore) ListTurns(_ context.Context, sid, cursor string, limit int) 
 		turn *orchestratorv1.Turn
 	}
 	var all []keyed
-	s.mu.Lock()
-	for _, r := range s.running {
-		if r.GetSessionId() != sid {
-			continue
-		}
-		k := sessionTurnKey(sid, r.GetStartedAt().AsTime(), r.GetId())
-		if after == nil || bytes.Compare(k, after) > 0 {
-			all = append(all, keyed{k, proto.CloneOf(r)})
-		}
-	}
-	s.mu.Unlock()
 	now := s.now().UnixMilli()
 	err := s.db.View(func(tx *bolt.Tx) error {
 		turns := tx.Bucket(bucketTurns)
@@ -504,9 +586,6 @@ func (s *BoltStore) ListTurns(_ context.Context, sid, cursor string, limit int) 
 	if err != nil {
 		return nil, "", err
 	}
-	sort.SliceStable(all, func(i, j int) bool { return bytes.Compare(all[i].key, all[j].key) < 0 })
-	// A turn that finished while this ran is both in memory and on disk: once.
-	all = slices.CompactFunc(all, func(a, b keyed) bool { return bytes.Equal(a.key, b.key) })
 	next := ""
 	if len(all) > limit {
 		all = all[:limit]

@@ -28,6 +28,7 @@ import (
 //	outbox                  sorted set of turn ids waiting to be published, by finish time
 //	outbox:<id>             the event (protobuf)
 //	cancel:<id>             "<by>\x00<reason>", expiring
+//	running                 hash of turn id → session id, while the turn's record is RUNNING
 //	lease:…                 leases (internal/lease)
 type RedisStore struct {
 	rdb    *redis.Client
@@ -61,6 +62,7 @@ func (s *RedisStore) turnsKey(sid string) string   { return s.prefix + "turns:" 
 func (s *RedisStore) outboxKey() string            { return s.prefix + "outbox" }
 func (s *RedisStore) eventKey(id string) string    { return s.prefix + "outbox:" + id }
 func (s *RedisStore) cancelKey(id string) string   { return s.prefix + "cancel:" + id }
+func (s *RedisStore) runningKey() string           { return s.prefix + "running" }
 
 // turnMember orders a session's turns by start time in lexical order.
 func turnMember(t *orchestratorv1.Turn) string {
@@ -112,11 +114,16 @@ func (s *RedisStore) TaskState(ctx context.Context, sid string) (TaskState, erro
 	return st, nil
 }
 
-// putTurn queues the writes of a record and its index entry.
+// putTurn queues the writes of a record, its index entry and its entry in the running turns.
 func (s *RedisStore) putTurn(ctx context.Context, p redis.Pipeliner, turn *orchestratorv1.Turn, raw []byte, ttl time.Duration) {
 	p.Set(ctx, s.turnKey(turn.GetId()), raw, ttl)
 	p.ZAdd(ctx, s.turnsKey(turn.GetSessionId()), redis.Z{Member: turnMember(turn)})
 	p.Expire(ctx, s.turnsKey(turn.GetSessionId()), ttl)
+	if turn.GetStatus() == orchestratorv1.TurnStatus_TURN_STATUS_RUNNING {
+		p.HSet(ctx, s.runningKey(), turn.GetId(), turn.GetSessionId())
+	} else {
+		p.HDel(ctx, s.runningKey(), turn.GetId())
+	}
 }
 
 // PutTurn implements Store.
@@ -149,53 +156,12 @@ func (s *RedisStore) FinishTurn(ctx context.Context, f *Finish) (err error) {
 			}
 		}()
 	}
-	turn := f.Turn
-	sid := turn.GetSessionId()
-	raw, event, err := f.encode()
+	w, err := s.prepareFinish(ctx, s.rdb, f)
 	if err != nil {
 		return err
 	}
-	var pending []byte
-	if f.SetPending {
-		var prev []Pending
-		if f.KeepPending {
-			st, err := s.TaskState(ctx, sid)
-			if err != nil {
-				return err
-			}
-			prev = st.Pending
-		}
-		if merged := f.mergePending(prev); len(merged) > 0 {
-			if pending, err = json.Marshal(merged); err != nil {
-				return err
-			}
-		}
-	}
-	steps := make([]any, len(f.Steps))
-	for i, st := range f.Steps {
-		if steps[i], err = json.Marshal(st); err != nil {
-			return err
-		}
-	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		s.putTurn(ctx, p, turn, raw, f.TTL)
-		if event != nil {
-			p.Set(ctx, s.eventKey(turn.GetId()), event, 0)
-			p.ZAdd(ctx, s.outboxKey(), redis.Z{Score: float64(time.Now().UnixMilli()), Member: turn.GetId()})
-		}
-		if len(steps) > 0 {
-			p.RPush(ctx, s.doneKey(sid), steps...)
-			p.LTrim(ctx, s.doneKey(sid), int64(-f.KeepSteps), -1)
-			p.Expire(ctx, s.doneKey(sid), taskStateTTL)
-		}
-		switch {
-		case f.SetPending && pending == nil:
-			p.Del(ctx, s.pendingKey(sid))
-		case f.SetPending:
-			p.Set(ctx, s.pendingKey(sid), pending, taskStateTTL)
-		case len(steps) > 0:
-			p.Expire(ctx, s.pendingKey(sid), taskStateTTL)
-		}
+		s.queueFinish(ctx, p, f, w)
 		if f.Lease != nil {
 			released = s.leases.QueueRelease(ctx, p, f.Lease.Key, f.Lease.Owner)
 		}
@@ -205,6 +171,180 @@ func (s *RedisStore) FinishTurn(ctx context.Context, f *Finish) (err error) {
 		return backendErr("finish turn", err)
 	}
 	return nil
+}
+
+// finishWrites are a Finish's values, encoded for Redis.
+type finishWrites struct {
+	raw, event, pending []byte
+	steps               []any
+}
+
+// prepareFinish encodes f's writes, reading the pending items f keeps through r (the client,
+// or a WATCH transaction that watches the pending key).
+func (s *RedisStore) prepareFinish(ctx context.Context, r redis.Cmdable, f *Finish) (finishWrites, error) {
+	var w finishWrites
+	var err error
+	if w.raw, w.event, err = f.encode(); err != nil {
+		return w, err
+	}
+	if f.SetPending {
+		var prev []Pending
+		if f.KeepPending {
+			raw, err := r.Get(ctx, s.pendingKey(f.Turn.GetSessionId())).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return w, backendErr("load pending", err)
+			}
+			if raw != "" {
+				if err := json.Unmarshal([]byte(raw), &prev); err != nil {
+					return w, fmt.Errorf("pending of %s: %w", f.Turn.GetSessionId(), err)
+				}
+			}
+		}
+		if merged := f.mergePending(prev); len(merged) > 0 {
+			if w.pending, err = json.Marshal(merged); err != nil {
+				return w, err
+			}
+		}
+	}
+	w.steps = make([]any, len(f.Steps))
+	for i, st := range f.Steps {
+		if w.steps[i], err = json.Marshal(st); err != nil {
+			return w, err
+		}
+	}
+	return w, nil
+}
+
+// queueFinish queues a Finish's writes (all but the lease's release) in p.
+func (s *RedisStore) queueFinish(ctx context.Context, p redis.Pipeliner, f *Finish, w finishWrites) {
+	turn := f.Turn
+	sid := turn.GetSessionId()
+	s.putTurn(ctx, p, turn, w.raw, f.TTL)
+	if w.event != nil {
+		p.Set(ctx, s.eventKey(turn.GetId()), w.event, 0)
+		p.ZAdd(ctx, s.outboxKey(), redis.Z{Score: float64(time.Now().UnixMilli()), Member: turn.GetId()})
+	}
+	if len(w.steps) > 0 {
+		p.RPush(ctx, s.doneKey(sid), w.steps...)
+		p.LTrim(ctx, s.doneKey(sid), int64(-f.KeepSteps), -1)
+		p.Expire(ctx, s.doneKey(sid), taskStateTTL)
+	}
+	switch {
+	case f.SetPending && w.pending == nil:
+		p.Del(ctx, s.pendingKey(sid))
+	case f.SetPending:
+		p.Set(ctx, s.pendingKey(sid), w.pending, taskStateTTL)
+	case len(w.steps) > 0:
+		p.Expire(ctx, s.pendingKey(sid), taskStateTTL)
+	}
+}
+
+// maxOrphanScan bounds the running turns one OrphanedTurns call looks at.
+const maxOrphanScan = 10000
+
+// OrphanedTurns implements Store: the running turns (one HSCAN) whose session lease (read in
+// one pipeline) their turn does not hold.
+func (s *RedisStore) OrphanedTurns(ctx context.Context, limit int) ([]string, error) {
+	type entry struct{ id, sid string }
+	var running []entry
+	var cursor uint64
+	for {
+		kv, next, err := s.rdb.HScan(ctx, s.runningKey(), cursor, "", 500).Result()
+		if err != nil {
+			return nil, backendErr("scan running turns", err)
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			running = append(running, entry{kv[i], kv[i+1]})
+		}
+		if cursor = next; cursor == 0 || len(running) >= maxOrphanScan {
+			break
+		}
+	}
+	if len(running) == 0 {
+		return nil, nil
+	}
+	holders := make([]func() (string, error), len(running))
+	pipe := s.rdb.Pipeline()
+	for i, e := range running {
+		holders[i] = s.leases.QueueHolder(ctx, pipe, sessionKey(e.sid))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, backendErr("read session leases", err)
+	}
+	var out []string
+	seen := map[string]bool{}
+	for i, e := range running {
+		h, err := holders[i]()
+		if err != nil {
+			return nil, err
+		}
+		if h != e.id && !seen[e.id] && len(out) < limit {
+			seen[e.id] = true
+			out = append(out, e.id)
+		}
+	}
+	return out, nil
+}
+
+// InterruptTurn implements Store: a WATCH on the record, the session's lease and its pending
+// items, so the write happens only when none of them changed since they were read (a turn that
+// finished or renewed meanwhile, or another replica that interrupted it first, wins).
+func (s *RedisStore) InterruptTurn(ctx context.Context, turnID string, end func(*orchestratorv1.Turn) *Finish) (bool, error) {
+	// A check without the transaction first: GetTurn calls this for every running turn.
+	rec, err := s.GetTurn(ctx, turnID)
+	if errors.Is(err, ErrNotFound) {
+		// Expired with its retention: forget it.
+		_ = s.rdb.HDel(ctx, s.runningKey(), turnID).Err()
+		return false, ErrNotFound
+	}
+	if err != nil {
+		return false, err
+	}
+	if rec.GetStatus() != orchestratorv1.TurnStatus_TURN_STATUS_RUNNING {
+		return false, nil
+	}
+	sid := rec.GetSessionId()
+	if h, err := s.leases.QueueHolder(ctx, s.rdb, sessionKey(sid))(); err != nil || h == turnID {
+		return false, err
+	}
+	done := false
+	err = s.rdb.Watch(ctx, func(tx *redis.Tx) error {
+		raw, err := tx.Get(ctx, s.turnKey(turnID)).Bytes()
+		if err != nil {
+			return err
+		}
+		cur := &orchestratorv1.Turn{}
+		if err := proto.Unmarshal(raw, cur); err != nil {
+			return fmt.Errorf("turn %s: %w", turnID, err)
+		}
+		if cur.GetStatus() != orchestratorv1.TurnStatus_TURN_STATUS_RUNNING {
+			return nil
+		}
+		if h, err := s.leases.QueueHolder(ctx, tx, sessionKey(sid))(); err != nil || h == turnID {
+			return err
+		}
+		f := end(cur)
+		w, err := s.prepareFinish(ctx, tx, f)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			s.queueFinish(ctx, p, f, w)
+			return nil
+		}); err != nil {
+			return err
+		}
+		done = true
+		return nil
+	}, s.turnKey(turnID), s.leases.RedisKey(sessionKey(sid)), s.pendingKey(sid))
+	switch {
+	case errors.Is(err, redis.TxFailedErr), errors.Is(err, redis.Nil):
+		// Changed meanwhile (or gone): the next look decides.
+		return false, nil
+	case err != nil:
+		return false, backendErr("interrupt turn", err)
+	}
+	return done, nil
 }
 
 // GetTurn implements Store.

@@ -62,6 +62,7 @@ func TestStoreConformance(t *testing.T) {
 			t.Run("cancel requests", func(t *testing.T) { testCancelRequests(t, open(t)) })
 			t.Run("concurrent finishes", func(t *testing.T) { testConcurrentFinishes(t, open(t)) })
 			t.Run("finish releases the lease", func(t *testing.T) { testFinishReleases(t, open(t)) })
+			t.Run("interrupt orphaned turns", func(t *testing.T) { testInterrupt(t, open(t)) })
 		})
 	}
 }

@@ -216,15 +216,7 @@ func (t *turn) executeStream(ctx context.Context, o *outcome, req *toolsv1.Execu
 		}
 		if e != nil {
 			// The owner answers with AnswerElicitation, which finds the turn by its RUNNING
-			// record, written alongside the turn: the request goes out once that record is
-			// stored, so an answer sent at once is not refused as an unknown turn.
-			if t.running != nil {
-				select {
-				case <-t.running:
-				case <-ctx.Done():
-					return nil, ctx.Err()
-				}
-			}
+			// record: stored before TurnStarted, so an answer sent at once finds the turn.
 			tp.Elicitation = &orchestratorv1.Elicitation{Id: e.GetId(), Server: e.GetServer(), Message: e.GetMessage(), RequestedSchema: e.GetRequestedSchema(), Url: e.GetUrl(), ExpiresAt: e.GetExpiresAt()}
 		}
 		t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_ToolProgress{ToolProgress: tp}})

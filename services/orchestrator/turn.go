@@ -62,7 +62,6 @@ type turn struct {
 	started time.Time
 	span    trace.Span
 
-	running chan struct{}
 	// hold is the turn's hold on its session (lockSession): handed to the store with the turn's
 	// end, which releases it with its writes, before the final event, so the session's next
 	// turn can start at once.
@@ -179,21 +178,17 @@ func (t *turn) run(parent context.Context, ga *gathering) error {
 	t.userMsg = resp.GetMessages()[0]
 	t.built = resp.GetContext()
 	t.stored = append(t.stored, t.userMsg)
-	t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Started{Started: &orchestratorv1.TurnStarted{
+	started := &orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Started{Started: &orchestratorv1.TurnStarted{
 		TurnId: t.id, SessionId: t.session, UserMessageSeq: t.userMsg.GetSeq(), Model: t.model, UserId: t.user,
-	}}})
-	// The RUNNING record is written while the turn goes on; the final record waits for it, so
-	// it is never overwritten by the older one.
-	// The record is taken now, before the loop can change the turn; only the write is
-	// concurrent.
-	t.running = make(chan struct{})
-	running := t.record(orchestratorv1.TurnStatus_TURN_STATUS_RUNNING)
-	go func() {
-		defer close(t.running)
-		rctx, cancel := detached(ctx)
-		defer cancel()
-		t.putRecord(rctx, running)
-	}()
+	}}}
+	// The RUNNING record (with TurnStarted in it) is stored before the client learns the turn's
+	// id: GetTurn and CancelTurn then always find the turn, and if this process dies, the sweep
+	// for orphaned turns finds it and ends it as INTERRUPTED (orphans.go).
+	t.em.hold(started)
+	rctx, rcancel := detached(ctx)
+	t.putRecord(rctx, t.record(orchestratorv1.TurnStatus_TURN_STATUS_RUNNING))
+	rcancel()
+	t.em.send(started)
 
 	err = t.loop(ctx, ga)
 	t.finish(ctx, err)
@@ -399,20 +394,38 @@ func (t *turn) finish(ctx context.Context, err error) {
 		}}}
 	}
 	t.em.hold(final)
-	<-t.running
 	rec := t.record(st)
 	rec.CancelledBy = by
 	f := t.finishRecord(ctx, rec, st)
 	if t.hold != nil {
 		f.Lease = t.hold.handOver()
 	}
-	if err := t.s.deps.Store.FinishTurn(sctx, f); err != nil {
+	stored, err := t.store(sctx, errors.Is(context.Cause(ctx), errLeaseLost), f)
+	if err != nil {
 		t.s.log.Warn("turn record, task state and outbox entry not stored", "turn", t.id, "error", err)
 	}
 	t.em.send(final)
-	if f.Event != nil {
+	if f.Event != nil && stored {
 		t.s.publishNow(ctx, f.Event)
 	}
+}
+
+// store writes the turn's end. A turn that lost its session's lease may have been taken for
+// dead and ended as INTERRUPTED by another replica meanwhile (orphans.go): its end is then
+// stored only if the record is still RUNNING, so one end is stored and published. It reports
+// whether the end was stored.
+func (t *turn) store(ctx context.Context, leaseLost bool, f *Finish) (bool, error) {
+	if leaseLost {
+		ok, err := t.s.deps.Store.InterruptTurn(ctx, t.id, func(*orchestratorv1.Turn) *Finish { return f })
+		if !errors.Is(err, ErrNotFound) {
+			if err == nil && !ok {
+				t.s.log.Warn("turn's end not stored: another replica ended it as interrupted", "turn", t.id)
+			}
+			return ok, err
+		}
+		// No RUNNING record to compare with (its write failed): stored as usual.
+	}
+	return true, t.s.deps.Store.FinishTurn(ctx, f)
 }
 
 // finishRecord is what the turn's end stores: the record, the steps done, what the session's
@@ -434,6 +447,7 @@ func (t *turn) finishRecord(ctx context.Context, rec *orchestratorv1.Turn, st or
 	f.SetPending = len(f.Pending) > 0 || t.hadPending || !completed
 	if t.s.deps.Publish != nil {
 		f.Event = t.finishedEvent(ctx)
+		f.Event.Status = st
 	}
 	return f
 }

@@ -51,6 +51,8 @@ type stackOptions struct {
 	model cluster.ModelOptions
 	// env adds settings for every process.
 	env []string
+	// orchestrators is the number of orchestrator replicas; 0 means 1.
+	orchestrators int
 }
 
 // stack is a running multi-process Hermes with the test-side servers it talks to: the scripted
@@ -152,6 +154,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		ModelBaseURL:  s.model.URL(),
 		Model:         "scripted-multiprocess",
 		OTLPEndpoint:  s.otlp.Endpoint(),
+		Orchestrators: o.orchestrators,
 		Env:           env,
 	})
 	if err != nil {

@@ -7,7 +7,8 @@
 package eventsv1
 
 import (
-	v1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	v1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
+	v11 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -47,7 +48,10 @@ type TurnFinished struct {
 	// this"), which allows extraction from tool results.
 	RememberRequested bool `protobuf:"varint,7,opt,name=remember_requested,json=rememberRequested,proto3" json:"remember_requested,omitempty"`
 	// W3C traceparent of the turn, so consumers can continue the trace.
-	Traceparent   string `protobuf:"bytes,8,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Traceparent string `protobuf:"bytes,8,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// How the turn ended. Memories are extracted only from COMPLETED turns; UNSPECIFIED comes from
+	// releases that did not say, whose events were only of finished turns, and counts as COMPLETED.
+	Status        v1.TurnStatus `protobuf:"varint,9,opt,name=status,proto3,enum=hermes.orchestrator.v1.TurnStatus" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -138,11 +142,18 @@ func (x *TurnFinished) GetTraceparent() string {
 	return ""
 }
 
+func (x *TurnFinished) GetStatus() v1.TurnStatus {
+	if x != nil {
+		return x.Status
+	}
+	return v1.TurnStatus(0)
+}
+
 // TurnMessage is one message of a finished turn.
 type TurnMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The message as stored in the session log.
-	Message *v1.Message `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	Message *v11.Message `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
 	// True for tool results: they are not extracted from unless the user asked to remember them.
 	IsToolResult bool `protobuf:"varint,2,opt,name=is_tool_result,json=isToolResult,proto3" json:"is_tool_result,omitempty"`
 	// True for the system message that carried recalled memories into the context.
@@ -181,7 +192,7 @@ func (*TurnMessage) Descriptor() ([]byte, []int) {
 	return file_hermes_events_v1_events_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *TurnMessage) GetMessage() *v1.Message {
+func (x *TurnMessage) GetMessage() *v11.Message {
 	if x != nil {
 		return x.Message
 	}
@@ -206,7 +217,7 @@ var File_hermes_events_v1_events_proto protoreflect.FileDescriptor
 
 const file_hermes_events_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x1dhermes/events/v1/events.proto\x12\x10hermes.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1fhermes/session/v1/session.proto\"\xd8\x02\n" +
+	"\x1dhermes/events/v1/events.proto\x12\x10hermes.events.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a)hermes/orchestrator/v1/orchestrator.proto\x1a\x1fhermes/session/v1/session.proto\"\x94\x03\n" +
 	"\fTurnFinished\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\tR\x06turnId\x12\x1d\n" +
 	"\n" +
@@ -217,7 +228,8 @@ const file_hermes_events_v1_events_proto_rawDesc = "" +
 	"finishedAt\x12.\n" +
 	"\x13recalled_memory_ids\x18\x06 \x03(\tR\x11recalledMemoryIds\x12-\n" +
 	"\x12remember_requested\x18\a \x01(\bR\x11rememberRequested\x12 \n" +
-	"\vtraceparent\x18\b \x01(\tR\vtraceparent\"\x97\x01\n" +
+	"\vtraceparent\x18\b \x01(\tR\vtraceparent\x12:\n" +
+	"\x06status\x18\t \x01(\x0e2\".hermes.orchestrator.v1.TurnStatusR\x06status\"\x97\x01\n" +
 	"\vTurnMessage\x124\n" +
 	"\amessage\x18\x01 \x01(\v2\x1a.hermes.session.v1.MessageR\amessage\x12$\n" +
 	"\x0eis_tool_result\x18\x02 \x01(\bR\fisToolResult\x12,\n" +
@@ -240,17 +252,19 @@ var file_hermes_events_v1_events_proto_goTypes = []any{
 	(*TurnFinished)(nil),          // 0: hermes.events.v1.TurnFinished
 	(*TurnMessage)(nil),           // 1: hermes.events.v1.TurnMessage
 	(*timestamppb.Timestamp)(nil), // 2: google.protobuf.Timestamp
-	(*v1.Message)(nil),            // 3: hermes.session.v1.Message
+	(v1.TurnStatus)(0),            // 3: hermes.orchestrator.v1.TurnStatus
+	(*v11.Message)(nil),           // 4: hermes.session.v1.Message
 }
 var file_hermes_events_v1_events_proto_depIdxs = []int32{
 	1, // 0: hermes.events.v1.TurnFinished.messages:type_name -> hermes.events.v1.TurnMessage
 	2, // 1: hermes.events.v1.TurnFinished.finished_at:type_name -> google.protobuf.Timestamp
-	3, // 2: hermes.events.v1.TurnMessage.message:type_name -> hermes.session.v1.Message
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	3, // 2: hermes.events.v1.TurnFinished.status:type_name -> hermes.orchestrator.v1.TurnStatus
+	4, // 3: hermes.events.v1.TurnMessage.message:type_name -> hermes.session.v1.Message
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_hermes_events_v1_events_proto_init() }

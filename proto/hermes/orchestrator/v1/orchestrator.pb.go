@@ -37,6 +37,12 @@ const (
 	TurnStatus_TURN_STATUS_FAILED TurnStatus = 3
 	// TURN_STATUS_CANCELLED: the client went away or the deadline passed.
 	TurnStatus_TURN_STATUS_CANCELLED TurnStatus = 4
+	// TURN_STATUS_INTERRUPTED: the orchestrator running the turn stopped (it crashed, or lost its
+	// store for longer than the session lease) before the turn ended. Another replica, or the same
+	// process after a restart, found the turn's session lease expired and ended it: what the turn
+	// had stored (its messages in the session log, its record as last written) is kept, its request
+	// is left pending in the session's task state, and a turn.finished event says INTERRUPTED.
+	TurnStatus_TURN_STATUS_INTERRUPTED TurnStatus = 5
 )
 
 // Enum value maps for TurnStatus.
@@ -47,6 +53,7 @@ var (
 		2: "TURN_STATUS_COMPLETED",
 		3: "TURN_STATUS_FAILED",
 		4: "TURN_STATUS_CANCELLED",
+		5: "TURN_STATUS_INTERRUPTED",
 	}
 	TurnStatus_value = map[string]int32{
 		"TURN_STATUS_UNSPECIFIED": 0,
@@ -54,6 +61,7 @@ var (
 		"TURN_STATUS_COMPLETED":   2,
 		"TURN_STATUS_FAILED":      3,
 		"TURN_STATUS_CANCELLED":   4,
+		"TURN_STATUS_INTERRUPTED": 5,
 	}
 )
 
@@ -2861,14 +2869,15 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"F\n" +
 	"\x12CancelTurnResponse\x120\n" +
-	"\x04turn\x18\x01 \x01(\v2\x1c.hermes.orchestrator.v1.TurnR\x04turn*\x90\x01\n" +
+	"\x04turn\x18\x01 \x01(\v2\x1c.hermes.orchestrator.v1.TurnR\x04turn*\xad\x01\n" +
 	"\n" +
 	"TurnStatus\x12\x1b\n" +
 	"\x17TURN_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13TURN_STATUS_RUNNING\x10\x01\x12\x19\n" +
 	"\x15TURN_STATUS_COMPLETED\x10\x02\x12\x16\n" +
 	"\x12TURN_STATUS_FAILED\x10\x03\x12\x19\n" +
-	"\x15TURN_STATUS_CANCELLED\x10\x042\x90\x04\n" +
+	"\x15TURN_STATUS_CANCELLED\x10\x04\x12\x1b\n" +
+	"\x17TURN_STATUS_INTERRUPTED\x10\x052\x90\x04\n" +
 	"\x13OrchestratorService\x12\\\n" +
 	"\aRunTurn\x12&.hermes.orchestrator.v1.RunTurnRequest\x1a'.hermes.orchestrator.v1.RunTurnResponse0\x01\x12Z\n" +
 	"\aGetTurn\x12&.hermes.orchestrator.v1.GetTurnRequest\x1a'.hermes.orchestrator.v1.GetTurnResponse\x12`\n" +

@@ -1,0 +1,162 @@
+package multiprocess
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/hermes-agent/hermes/internal/model/scripted"
+	"github.com/hermes-agent/hermes/internal/testenv"
+	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	"github.com/hermes-agent/hermes/test/multiprocess/cluster"
+)
+
+// sessionLease is the orchestrator's session lease (services/orchestrator): a turn whose
+// orchestrator died shows INTERRUPTED at most this long (plus a sweep) after the death.
+const sessionLease = 15 * time.Second
+
+// startHangingTurn starts a turn that the model does not answer and returns its id once the
+// client has TurnStarted; the stream stays open (the orchestrator is killed under it).
+func startHangingTurn(t *testing.T, ctx context.Context, c orchestratorv1.OrchestratorServiceClient, session, user, text string) string {
+	t.Helper()
+	stream, err := c.RunTurn(ctx, &orchestratorv1.RunTurnRequest{SessionId: session, UserId: user, Text: text})
+	if err != nil {
+		t.Fatalf("RunTurn: %v", err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("RunTurn stream ended before TurnStarted: %v", err)
+		}
+		if st := resp.GetEvent().GetStarted(); st != nil {
+			return st.GetTurnId()
+		}
+	}
+}
+
+// waitInterrupted polls GetTurn until the turn is no longer RUNNING and checks it is
+// INTERRUPTED within the session lease plus a few seconds of killed.
+func waitInterrupted(t *testing.T, c orchestratorv1.OrchestratorServiceClient, user, turnID string, killed time.Time) {
+	t.Helper()
+	var rec *orchestratorv1.Turn
+	testenv.WaitFor(t, sessionLease+60*time.Second, "turn "+turnID+" ends", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := c.GetTurn(ctx, &orchestratorv1.GetTurnRequest{TurnId: turnID, UserId: user})
+		if err != nil {
+			t.Logf("GetTurn(%s): %v", turnID, err)
+			return false
+		}
+		rec = resp.GetTurn()
+		return rec.GetStatus() != orchestratorv1.TurnStatus_TURN_STATUS_RUNNING
+	})
+	took := time.Since(killed)
+	t.Logf("turn %s: %s %s after kill -9", turnID, rec.GetStatus(), took.Round(time.Millisecond))
+	if rec.GetStatus() != orchestratorv1.TurnStatus_TURN_STATUS_INTERRUPTED {
+		t.Errorf("turn %s ended %s, want INTERRUPTED", turnID, rec.GetStatus())
+	}
+	if took > sessionLease+10*time.Second {
+		t.Errorf("turn %s showed INTERRUPTED %s after the kill; want within the session lease (%s) plus 10s", turnID, took, sessionLease)
+	}
+}
+
+// TestKillMidTurnMonolith: `hermes serve` (one process, bbolt stores) is killed with SIGKILL
+// while four turns wait for the model, and started again on the same data directory: every turn
+// whose id the client had is found, INTERRUPTED, and its session takes a new turn.
+func TestKillMidTurnMonolith(t *testing.T) {
+	ctx := context.Background()
+	model, err := scripted.New(func(req scripted.Request) scripted.Reply {
+		if req.LastUser() == "hang" {
+			return scripted.Reply{Text: "too late", Delay: 10 * time.Minute}
+		}
+		return scripted.Text("ok")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(model.Close)
+	dir := t.TempDir()
+	p, err := cluster.StartMonolith(ctx, hermesBin, dir, model.URL(), "scripted-orphans", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log:\n%s", p.Log(12000))
+		}
+		p.Close()
+	})
+	conn, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	sessions := sessionv1.NewSessionServiceClient(conn)
+	orch := orchestratorv1.NewOrchestratorServiceClient(conn)
+
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type started struct{ session, turn string }
+	var turns []started
+	for i := range 4 {
+		resp, err := sessions.CreateSession(ctx, &sessionv1.CreateSessionRequest{UserId: "alice", Title: "orphan " + string(rune('a'+i))})
+		if err != nil {
+			t.Fatalf("CreateSession: %v", err)
+		}
+		sid := resp.GetSession().GetId()
+		turns = append(turns, started{sid, startHangingTurn(t, tctx, orch, sid, "alice", "hang")})
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	cancel()
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitServing(ctx, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range turns {
+		waitInterrupted(t, orch, "alice", st.turn, killed)
+	}
+	checkNextTurn(t, orch, turns[0].session, "alice")
+}
+
+// checkNextTurn runs a turn in the session and checks it completes.
+func checkNextTurn(t *testing.T, c orchestratorv1.OrchestratorServiceClient, session, user string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if o := runTurn(ctx, c, session, user, "你好"); !o.ok() {
+		t.Errorf("the session's next turn: %v", o)
+	}
+}
+
+// TestKillMidTurnReplicas: two orchestrator replicas on Redis; the one running a turn is killed
+// with SIGKILL; the other finds the turn (its session lease lapsed) and ends it INTERRUPTED.
+func TestKillMidTurnReplicas(t *testing.T) {
+	s := newStack(t, stackOptions{orchestrators: 2, model: cluster.ModelOptions{Delay: 10 * time.Minute}})
+	ctx := context.Background()
+	sid := s.createSession(ctx, "bob", "orphan")
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	turnID := startHangingTurn(t, tctx, s.orchestrator, sid, "bob", cluster.LoadTurn("1+1", "M1"))
+	if err := s.c.Proc("orchestrator").Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	cancel()
+	conn, err := grpc.NewClient(s.c.Proc("orchestrator-2").Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	other := orchestratorv1.NewOrchestratorServiceClient(conn)
+	waitInterrupted(t, other, "bob", turnID, killed)
+	checkNextTurn(t, other, sid, "bob")
+}
