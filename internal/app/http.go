@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 
+	"github.com/hermes-agent/hermes/internal/console"
 	"github.com/hermes-agent/hermes/internal/httpapi"
 	"github.com/hermes-agent/hermes/internal/rpc"
 )
@@ -19,7 +21,7 @@ type HTTPConfig struct {
 
 // RegisterFlags registers the HTTP API's settings.
 func (c *HTTPConfig) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Listen, "http-listen", "", "HTTP address serving the API as JSON, RunTurn as server-sent events and GET /openapi.json (for example 127.0.0.1:8080); empty disables it")
+	fs.StringVar(&c.Listen, "http-listen", "", "HTTP address serving the API as JSON, RunTurn as server-sent events, GET /openapi.json and the web console at /ui/ (for example 127.0.0.1:8080); empty disables it")
 }
 
 // httpAPI is the HTTP/JSON API of a process: its listener and server.
@@ -44,6 +46,7 @@ func (a *App) initHTTP() error {
 		Services:        a.srv.Services(),
 		Logger:          a.log.With("component", "http"),
 		ShutdownTimeout: a.cfg.ShutdownTimeout,
+		Routes:          map[string]http.Handler{console.Prefix: console.Handler()},
 	})
 	if err != nil {
 		return err

@@ -73,6 +73,9 @@ type Options struct {
 	// Logger receives what goes wrong in the HTTP layer itself (calls are logged by the gRPC
 	// server); nil discards.
 	Logger *slog.Logger
+	// Routes are further handlers served on the listener, by ServeMux pattern (the web console
+	// at /ui/), behind the same body limit as the API's routes.
+	Routes map[string]http.Handler
 
 	MaxBodyBytes      int64
 	MaxHeaderBytes    int
@@ -195,6 +198,9 @@ func New(conn grpc.ClientConnInterface, opts Options) (*Server, error) {
 	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	if s.orch != nil {
 		mux.HandleFunc("POST "+runTurnPattern, s.runTurn)
+	}
+	for pattern, h := range opts.Routes {
+		mux.Handle(pattern, h)
 	}
 	mux.Handle("/", s.limitCall(s.gw))
 	s.handler = s.limitBody(otelhttp.NewHandler(mux, "hermes.http"))
