@@ -381,7 +381,7 @@
     showError(null);
     const res = await api('GET', '/v1/turns/' + enc(id));
     const t = res.turn;
-    const view = newTurnView('Turn ' + t.id + ' (recorded)');
+    const view = newTurnView('Turn ' + t.id + ' (recorded)', false);
     view.setStatus(lower(t.status, 'TURN_STATUS_').toUpperCase());
     for (const ev of t.events || []) view.event(ev);
     if (t.cancelled_by) view.note('cancelled by ' + t.cancelled_by);
@@ -433,7 +433,8 @@
     return el('div', { cls: 'ctx' }, bar, legend, el('div', { cls: 'meta', text: total + ' tokens' }));
   }
 
-  function newTurnView(title) {
+  // newTurnView shows a turn's events: live ones as they arrive, or a recorded turn's.
+  function newTurnView(title, live) {
     const root = clear($('turn-view'));
     const status = el('span', { cls: 'status', testid: 'turn-status' });
     const answer = el('div', { cls: 'answer', testid: 'turn-answer' });
@@ -461,7 +462,7 @@
         if (ev.started) {
           const s = ev.started;
           turnId = s.turn_id;
-          heading.firstChild.textContent = 'Turn ' + s.turn_id;
+          if (live) heading.firstChild.textContent = 'Turn ' + s.turn_id;
           add('started', 'started', 'model ' + s.model + ' · user ' + s.user_id + ' · message #' + s.user_message_seq);
         } else if (ev.context) {
           const c = ev.context;
@@ -659,7 +660,7 @@
     if (!text.trim()) return;
     const session = state.session;
     const abort = new AbortController();
-    const run = { abort, view: newTurnView('Turn (starting)') };
+    const run = { abort, view: newTurnView('Turn (starting)', true) };
     state.run = run;
     run.view.setStatus('RUNNING');
     $('turn-run').disabled = true;
