@@ -1,6 +1,7 @@
 package browser
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,8 +11,10 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hermes-agent/hermes/internal/model/scripted"
+	"github.com/hermes-agent/hermes/internal/testenv"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
@@ -40,11 +43,7 @@ func TestJourney(t *testing.T) {
 	b.signIn(aliceKey, "")
 
 	// The key lives in this tab's session storage, nowhere else.
-	var stored struct {
-		Session string `json:"session"`
-		Local   int    `json:"local"`
-	}
-	stored = eval[struct {
+	stored := eval[struct {
 		Session string `json:"session"`
 		Local   int    `json:"local"`
 	}](b, `({session: sessionStorage.getItem('hermes.key'), local: localStorage.length})`)
@@ -141,57 +140,74 @@ const payload = `<script>window.__pwned=1;alert(1)</script><img src=x onerror="w
 
 // TestHostileContent puts markup and script in everything the console shows that users, models,
 // tools and MCP servers write: the session title, the user's message, the model's answer and
-// tool call, a tool's result and description, a memory, an MCP server's error. None of it may
-// run, load or become an element; all of it is shown as text.
+// tool calls, a webhook tool's description and result, an MCP server's name, tool description
+// and tool output, a memory. None of it may run, load or become an element; all of it is shown
+// as text.
 func TestHostileContent(t *testing.T) {
 	h := startHermes(t, func(req scripted.Request) scripted.Reply {
 		switch {
-		case lastUserIs(req, "hostile") && req.HasTool("hostile_echo"):
-			return scripted.Calls(scripted.Call("hostile_echo", map[string]any{"text": payload}))
+		case lastUserIs(req, "hostile") && req.HasTool("hostile_echo") && req.HasTool("evil_shout"):
+			return scripted.Calls(scripted.Call("hostile_echo", map[string]any{"text": payload}),
+				scripted.Call("evil_shout", map[string]any{"text": payload}))
 		case req.LastMessage().Role == "tool":
 			return scripted.Text("Here it is: " + payload)
 		}
 		return scripted.Text(payload)
 	})
+	ctx := as(opsKey)
 	// A webhook tool that answers with the payload, registered by the operator with the payload
 	// as its description.
-	tool := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	webhook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]string{"echo": payload, "link": "javascript:window.__pwned=6"})
 	}))
-	t.Cleanup(tool.Close)
+	t.Cleanup(webhook.Close)
 	tools := toolsv1.NewToolServiceClient(h.conn)
-	if _, err := tools.RegisterTool(as(opsKey), &toolsv1.RegisterToolRequest{Spec: &toolsv1.ToolSpec{
+	if _, err := tools.RegisterTool(ctx, &toolsv1.RegisterToolRequest{Spec: &toolsv1.ToolSpec{
 		Name: "hostile_echo", Description: "Echoes text. " + payload,
 		InputSchema: `{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`,
-		Executor:    &toolsv1.ToolSpec_Http{Http: &toolsv1.HTTPExecutor{Url: tool.URL}},
+		Executor:    &toolsv1.ToolSpec_Http{Http: &toolsv1.HTTPExecutor{Url: webhook.URL}},
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	// An "MCP server" that answers with the payload, so its error carries it.
-	mcp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, payload, http.StatusBadGateway)
-	}))
-	t.Cleanup(mcp.Close)
+	// A real MCP server whose name, tool description and tool output are the payload.
+	srv := mcp.NewServer(&mcp.Implementation{Name: "evil " + payload, Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{
+		Name: "shout", Description: "Shouts. " + payload,
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`),
+	}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "MCP says " + payload}}}, nil
+	})
+	mcpHTTP := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(func() {
+		// The gateway holds a stream open; Close would wait for it.
+		mcpHTTP.CloseClientConnections()
+		mcpHTTP.Close()
+	})
 	gw := mcpgatewayv1.NewMCPGatewayServiceClient(h.conn)
-	if _, err := gw.AddServer(as(opsKey), &mcpgatewayv1.AddServerRequest{Wait: true, Spec: &mcpgatewayv1.ServerSpec{
-		Name: "hostile", Transport: &mcpgatewayv1.ServerSpec_Http{Http: &mcpgatewayv1.HTTPTransport{Url: mcp.URL + "/mcp"}},
+	if _, err := gw.AddServer(ctx, &mcpgatewayv1.AddServerRequest{Wait: true, Spec: &mcpgatewayv1.ServerSpec{
+		Name: "evil", Transport: &mcpgatewayv1.ServerSpec_Http{Http: &mcpgatewayv1.HTTPTransport{Url: mcpHTTP.URL}},
 	}}); err != nil {
 		t.Fatal(err)
 	}
+	testenv.WaitFor(t, 30*time.Second, "the MCP tool in the registry", func() bool {
+		_, err := tools.GetTool(ctx, &toolsv1.GetToolRequest{Name: "evil_shout"})
+		return err == nil
+	})
 
 	b := newBrowser(t)
 	b.open(h.base)
 	b.signIn(aliceKey, "")
 
-	// A session whose title, message, answer, tool call and result carry the payload.
+	// A session whose title, message, answer, tool calls and results carry the payload.
 	b.submit("#session-title", payload, "#session-create button[type=submit]")
 	b.waitFor("the session view", `!document.getElementById('view-session').hidden`)
 	b.waitText("#session-heading", "<script>")
 	b.submit("#turn-text", "hostile "+payload, "#turn-run")
 	b.waitText("[data-testid=turn-status]", "completed")
 	b.waitText(`li[data-tool="hostile_echo"] pre.args`, "<img src=x onerror=")
-	b.waitText("li.result.ok pre.output", `"link": "javascript:window.__pwned=6"`)
+	b.waitText("#turn-view", `"link": "javascript:window.__pwned=6"`)
+	b.waitText("#turn-view", "MCP says <script>")
 	b.waitText("[data-testid=turn-answer]", "Here it is: <script>window.__pwned=1")
 	b.waitText("#messages", "<iframe src=")
 	b.checkClean("session")
@@ -216,8 +232,8 @@ func TestHostileContent(t *testing.T) {
 	b.signIn(opsKey, "alice")
 	b.nav("tools")
 	b.waitText(`#tools-list tr[data-tool="hostile_echo"]`, "<img src=x")
-	b.waitFor("the MCP server's error", `(() => { const r = document.querySelector('#mcp-list tr[data-server="hostile"]'); return !!r && r.querySelector('pre.error').textContent !== ''; })()`)
-	t.Logf("MCP server's error as shown: %q", b.text(`#mcp-list tr[data-server="hostile"] pre.error`))
+	b.waitText(`#tools-list tr[data-tool="evil_shout"]`, "Shouts. <script>")
+	b.waitText(`#mcp-list tr[data-server="evil"]`, "<svg onload=")
 	b.checkClean("tools")
 }
 
@@ -251,8 +267,8 @@ func TestOtherUsersSession(t *testing.T) {
 	// By address: refused, and nothing of the session is shown.
 	eval[string](b, `window.location.hash = '#/session/' + `+js(id))
 	b.waitFor("the refusal", `!document.getElementById('error').hidden`)
-	if got := b.text("#error"); !strings.Contains(strings.ToLower(got), "not found") && !strings.Contains(strings.ToLower(got), "permission") {
-		t.Errorf("error bar %q, want not found or permission denied", got)
+	if got := b.text("#error"); !strings.Contains(got, "another user") && !strings.Contains(strings.ToLower(got), "not found") {
+		t.Errorf("error bar %q, want the refusal", got)
 	}
 	if got := b.text("#view-session"); strings.Contains(got, "alice-private") || strings.Contains(got, "marmalade") {
 		t.Errorf("bob sees alice's session: %q", got)
