@@ -32,7 +32,13 @@ func TestJourney(t *testing.T) {
 			return scripted.Calls(scripted.Call("calculator", map[string]any{"expression": "7 * 6"}))
 		case req.LastMessage().Role == "tool":
 			// Slow chunks, so the test sees the reply arrive while the turn still runs.
-			r := scripted.Text("Your favourite number seven times six is " + req.LastMessage().Content + ", as the calculator says.")
+			var res struct {
+				Output struct {
+					Result float64 `json:"result"`
+				} `json:"output"`
+			}
+			_ = json.Unmarshal([]byte(req.LastMessage().Content), &res)
+			r := scripted.Text(fmt.Sprintf("Your favourite number, seven, times six is %g, as the calculator says.", res.Output.Result))
 			r.ChunkDelay = 150 * time.Millisecond
 			return r
 		}
@@ -89,6 +95,7 @@ func TestJourney(t *testing.T) {
 	b.waitText("#messages", question)
 	b.waitText("#messages", "as the calculator says")
 	b.waitText("#turns-list", "completed")
+	b.waitText("#session-meta", "4 messages")
 	b.checkClean("journey")
 	b.run(chromedp.ScrollIntoView(chromedp.CSS("#view-session h1")))
 	b.screenshot()

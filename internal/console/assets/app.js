@@ -4,7 +4,7 @@
 //   - It talks only to this origin's HTTP/JSON API, with the API key the user typed (kept in
 //     this tab's sessionStorage) as "Authorization: Bearer"; it has no other privilege.
 //   - Every text that comes from the API (users, models, tools, MCP servers) reaches the page
-//     through textContent or text nodes: never innerHTML, never an attribute that runs or loads
+//     through textContent or text nodes: never parsed as HTML, never an attribute that runs or loads
 //     anything, never a link built from data.
 'use strict';
 
@@ -327,6 +327,17 @@
 
   async function openSession(id) {
     const same = state.session && state.session.id === id;
+    await loadSession(id);
+    if (!same || !state.run) {
+      const view = clear($('turn-view'));
+      view.append(el('p', { cls: 'hint', text: 'Run a turn to watch it here as it happens, or pick one of the turns below to replay its events.' }));
+      clear($('context-now'));
+    }
+    await Promise.all([loadMessages(id), loadTurns(id)]);
+  }
+
+  // loadSession shows the session's title and state.
+  async function loadSession(id) {
     const res = await api('GET', '/v1/sessions/' + enc(id));
     state.session = res.session;
     const s = res.session;
@@ -336,12 +347,6 @@
       num(st.message_count) + ' messages', num(st.turn_count) + ' turns', num(st.token_count) + ' tokens',
       st.summary_through_seq && num(st.summary_through_seq) ? 'summary through #' + st.summary_through_seq : ''].filter(Boolean).join(' · ');
     document.title = 'Hermes · ' + (s.title || s.id);
-    if (!same || !state.run) {
-      const view = clear($('turn-view'));
-      view.append(el('p', { cls: 'hint', text: 'Run a turn to watch it here as it happens, or pick one of the turns below to replay its events.' }));
-      clear($('context-now'));
-    }
-    await Promise.all([loadMessages(id), loadTurns(id)]);
   }
 
   async function loadMessages(id) {
@@ -727,7 +732,7 @@
       $('turn-run').disabled = false;
       $('turn-cancel').disabled = true;
       if (state.session && state.session.id === session.id) {
-        await Promise.all([loadMessages(session.id), loadTurns(session.id)]).catch(showError);
+        await Promise.all([loadSession(session.id), loadMessages(session.id), loadTurns(session.id)]).catch(showError);
       }
     }
   }
