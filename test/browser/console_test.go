@@ -298,3 +298,22 @@ func TestOtherUsersSession(t *testing.T) {
 	b.waitFor("operator buttons", `document.querySelectorAll('#tools-list button.danger').length > 0`)
 	b.checkClean("other user")
 }
+
+// TestLoopbackWithoutKeys: on loopback without API keys, as the API allows, the console signs in
+// with no key and acts for the user it is told.
+func TestLoopbackWithoutKeys(t *testing.T) {
+	h := serveHermes(t, func(scripted.Request) scripted.Reply { return scripted.Text("hello carol") }, false)
+	b := newBrowser(t)
+	b.open(h.base)
+	b.signIn("", "carol")
+	b.waitText("#who", "user carol")
+	b.submit("#session-title", "no keys", "#session-create button[type=submit]")
+	b.waitText("#session-heading", "no keys")
+	b.waitText("#session-meta", "user carol")
+	b.submit("#turn-text", "hi", "#turn-run")
+	b.waitText("[data-testid=turn-status]", "completed")
+	b.waitText("[data-testid=turn-answer]", "hello carol")
+	b.nav("sessions")
+	b.waitText("#sessions-list", "no keys")
+	b.checkClean("loopback")
+}

@@ -55,9 +55,16 @@ type hermes struct {
 	base string
 }
 
-// startHermes serves Hermes with model as its model (the memory extractor's requests get no
-// memories).
+// startHermes serves Hermes with API keys and model as its model (the memory extractor's
+// requests get no memories).
 func startHermes(t *testing.T, model scripted.Handler) *hermes {
+	t.Helper()
+	return serveHermes(t, model, true)
+}
+
+// serveHermes serves Hermes, with the auth file when keys is set and on loopback without keys
+// otherwise.
+func serveHermes(t *testing.T, model scripted.Handler, keys bool) *hermes {
 	t.Helper()
 	m, err := scripted.New(func(req scripted.Request) scripted.Reply {
 		if len(req.Messages) > 0 && req.Messages[0].Content == memory.ExtractionSystemPrompt {
@@ -70,17 +77,18 @@ func startHermes(t *testing.T, model scripted.Handler) *hermes {
 	}
 	t.Cleanup(m.Close)
 	dir := t.TempDir()
-	keys := filepath.Join(dir, "keys.yaml")
-	if err := os.WriteFile(keys, []byte(authFile), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	cfg := demo.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	cfg.DataDir = dir
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.ModelBaseURL, cfg.Model = m.URL(), "scripted-test"
-	cfg.AuthFile = keys
+	if keys {
+		cfg.AuthFile = filepath.Join(dir, "keys.yaml")
+		if err := os.WriteFile(cfg.AuthFile, []byte(authFile), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// The tools and MCP servers of these tests listen on loopback; the operator allows it.
 	cfg.EgressAllow = []string{"127.0.0.1:*"}
 	a, err := app.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
