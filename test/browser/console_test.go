@@ -317,3 +317,74 @@ func TestLoopbackWithoutKeys(t *testing.T) {
 	b.waitText("#sessions-list", "no keys")
 	b.checkClean("loopback")
 }
+
+// TestElicitationAndCancel: an MCP tool's request for input appears as a form in the turn and
+// the answer typed there reaches the tool; a running turn stops with Cancel.
+func TestElicitationAndCancel(t *testing.T) {
+	h := startHermes(t, func(req scripted.Request) scripted.Reply {
+		switch {
+		case lastUserIs(req, "book") && req.HasTool("desk_ask"):
+			return scripted.Calls(scripted.Call("desk_ask", map[string]any{}))
+		case lastUserIs(req, "wait"):
+			return scripted.Reply{Text: "too late", Delay: 2 * time.Minute}
+		case req.LastMessage().Role == "tool":
+			return scripted.Text("Booked: " + req.LastMessage().Content)
+		}
+		return scripted.Text("ok")
+	})
+	srv := mcp.NewServer(&mcp.Implementation{Name: "desk", Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "ask", Description: "Asks the user for the booking's name.", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{
+				Message: "Whose name is the booking under? " + payload,
+				RequestedSchema: map[string]any{"type": "object", "required": []string{"name"}, "properties": map[string]any{
+					"name":  map[string]any{"type": "string", "title": "Name"},
+					"seats": map[string]any{"type": "integer", "title": "Seats"},
+				}},
+			})
+			if err != nil {
+				return nil, err
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("%s name=%v seats=%v", res.Action, res.Content["name"], res.Content["seats"])}}}, nil
+		})
+	mcpHTTP := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(func() {
+		mcpHTTP.CloseClientConnections()
+		mcpHTTP.Close()
+	})
+	ctx := as(opsKey)
+	gw := mcpgatewayv1.NewMCPGatewayServiceClient(h.conn)
+	if _, err := gw.AddServer(ctx, &mcpgatewayv1.AddServerRequest{Wait: true, Spec: &mcpgatewayv1.ServerSpec{
+		Name: "desk", Elicitation: "ask", Transport: &mcpgatewayv1.ServerSpec_Http{Http: &mcpgatewayv1.HTTPTransport{Url: mcpHTTP.URL}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	tools := toolsv1.NewToolServiceClient(h.conn)
+	testenv.WaitFor(t, 30*time.Second, "the MCP tool in the registry", func() bool {
+		_, err := tools.GetTool(ctx, &toolsv1.GetToolRequest{Name: "desk_ask"})
+		return err == nil
+	})
+
+	b := newBrowser(t)
+	b.open(h.base)
+	b.signIn(aliceKey, "")
+	b.submit("#session-title", "desk", "#session-create button[type=submit]")
+	b.waitText("#session-heading", "desk")
+
+	// The tool asks; the form answers.
+	b.submit("#turn-text", "book a desk", "#turn-run")
+	b.waitText("[data-testid=elicitation]", "Whose name is the booking under? <script>")
+	b.setValue(`[data-testid=elicitation] input[name="name"]`, "Ada")
+	b.setValue(`[data-testid=elicitation] input[name="seats"]`, "2")
+	b.click(`[data-testid=elicitation] button[type=submit]`)
+	b.waitText("[data-testid=turn-status]", "completed")
+	b.waitText("[data-testid=turn-answer]", "accept name=Ada seats=2")
+	b.checkClean("elicitation")
+
+	// A turn that waits on the model stops with Cancel.
+	b.submit("#turn-text", "wait for it", "#turn-run")
+	b.waitText("#turn-view", "started")
+	b.click("#turn-cancel")
+	b.waitText("[data-testid=turn-status]", "cancelled")
+	b.waitText("#turns-list", "cancelled")
+}

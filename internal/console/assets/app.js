@@ -562,7 +562,7 @@
           add('completed', 'completed', num(c.steps) + ' steps · ' + usage(c.usage));
         } else if (ev.failed) {
           const f = ev.failed;
-          view.setStatus('FAILED');
+          view.setStatus(f.code === 'CANCELLED' ? 'CANCELLED' : 'FAILED');
           add('failed', 'failed', f.code + ': ', el('span', { text: f.message }), ' · ' + num(f.steps) + ' steps · ' + usage(f.usage));
         }
       },
