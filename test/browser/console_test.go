@@ -264,7 +264,13 @@ func TestOtherUsersSession(t *testing.T) {
 	b.open(h.base)
 	b.signIn(aliceKey, "")
 	b.waitText("#sessions-list", "alice-private")
+	b.click(`#sessions-list tr[data-session="` + id + `"]`)
+	b.waitText("#messages", "marmalade")
 	b.signOut()
+	// Nothing of alice's stays in the page for the next key.
+	if got := eval[string](b, `document.querySelector('main').textContent`); strings.Contains(got, "marmalade") || strings.Contains(got, "alice-private") {
+		t.Errorf("after sign-out the page still holds alice's data")
+	}
 
 	b.signIn(bobKey, "")
 	b.waitText("#sessions-list", "No sessions yet.")

@@ -181,6 +181,10 @@
     state.user = '';
     state.signedIn = false;
     state.privileged = false;
+    // Nothing the previous key could see stays in the page.
+    clearSessionView();
+    for (const id of ['sessions-list', 'search-results', 'memories-list', 'tools-list', 'mcp-list']) clear($(id));
+    for (const id of ['memories-meta', 'mcp-meta']) $(id).textContent = '';
     window.location.hash = '#/signin';
     route();
     if (typeof reason === 'string') showError(reason);
@@ -217,13 +221,20 @@
     }
     const parts = hash.replace(/^#\/?/, '').split('/');
     switch (parts[0]) {
-      case 'session':
-        if (parts[1]) {
+      case 'session': {
+        let id = '';
+        try {
+          id = decodeURIComponent(parts[1] || '');
+        } catch (err) {
+          id = '';
+        }
+        if (id) {
           show('session');
-          openSession(decodeURIComponent(parts[1])).catch(showError);
+          openSession(id).catch(showError);
           return;
         }
         break;
+      }
       case 'memories':
         show('memories');
         loadMemories().catch(showError);
@@ -327,6 +338,7 @@
 
   async function openSession(id) {
     const same = state.session && state.session.id === id;
+    if (!same) clearSessionView();
     await loadSession(id);
     if (!same || !state.run) {
       const view = clear($('turn-view'));
@@ -334,6 +346,15 @@
       clear($('context-now'));
     }
     await Promise.all([loadMessages(id), loadTurns(id)]);
+  }
+
+  // clearSessionView empties the session view, so nothing of another session (or of the user
+  // signed in before) shows while this one loads, or when it is refused.
+  function clearSessionView() {
+    state.session = null;
+    $('session-heading').textContent = '';
+    $('session-meta').textContent = '';
+    for (const id of ['messages', 'turns-list', 'turn-view', 'context-now']) clear($(id));
   }
 
   // loadSession shows the session's title and state.
