@@ -9,10 +9,12 @@
 package console
 
 import (
+	"bytes"
 	"embed"
 	"net/http"
 	"path"
 	"strings"
+	"time"
 )
 
 // Prefix is where the console is served.
@@ -35,9 +37,22 @@ var files = map[string]string{
 	"app.css":    "text/css; charset=utf-8",
 }
 
+// asset is a file of the console, read once.
+type asset struct {
+	ctype string
+	body  []byte
+}
+
 // Handler serves the console under Prefix: the page at Prefix itself and its assets by name.
 // Any other path under Prefix answers 404.
 func Handler() http.Handler {
+	loaded := make(map[string]asset, len(files))
+	for name, ctype := range files {
+		// Embedded at build time; a missing file would fail console_test.
+		if b, err := assets.ReadFile("assets/" + name); err == nil {
+			loaded[name] = asset{ctype: ctype, body: b}
+		}
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", ContentSecurityPolicy)
@@ -59,17 +74,12 @@ func Handler() http.Handler {
 		if name == "" {
 			name = "index.html"
 		}
-		ctype, ok := files[name]
+		a, ok := loaded[name]
 		if !ok {
 			http.NotFound(w, r)
 			return
 		}
-		b, err := assets.ReadFile("assets/" + name)
-		if err != nil {
-			http.NotFound(w, r)
-			return
-		}
-		h.Set("Content-Type", ctype)
-		_, _ = w.Write(b)
+		h.Set("Content-Type", a.ctype)
+		http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(a.body))
 	})
 }

@@ -934,6 +934,12 @@
     $('sessions-more').addEventListener('click', () => loadSessions(true).catch(showError));
     $('search-form').addEventListener('submit', searchMessages);
     $('turn-form').addEventListener('submit', runTurn);
+    $('turn-text').addEventListener('keydown', (ev) => {
+      if (ev.key === 'Enter' && (ev.ctrlKey || ev.metaKey)) {
+        ev.preventDefault();
+        $('turn-form').requestSubmit();
+      }
+    });
     $('turn-cancel').addEventListener('click', cancelTurn);
     $('context-load').addEventListener('click', buildContext);
     $('remember-form').addEventListener('submit', remember);
