@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the servers the tests talk to are running: Redis on 127.0.0.1:6379 and NATS with
-# JetStream on 127.0.0.1:4222 (installed from Debian's packages when missing), and Node.js/npm
-# for the MCP reference servers. Safe to run again: it starts only what is not answering.
+# JetStream on 127.0.0.1:4222 (installed from Debian's packages when missing), Node.js/npm
+# for the MCP reference servers, and Chromium for the browser tests. Safe to run again: it starts only what is not answering.
 set -euo pipefail
 
 log() { printf 'ensure-backends: %s\n' "$*" >&2; }
@@ -42,4 +42,9 @@ if ! command -v npm >/dev/null; then
   log "installing nodejs and npm"
   apt_install nodejs npm
 fi
-log "redis, nats and npm are ready"
+# Headless Chromium for the web console's browser tests (test/browser).
+if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
+  log "installing chromium"
+  apt_install chromium
+fi
+log "redis, nats, npm and chromium are ready"

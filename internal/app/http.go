@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 
 	"github.com/hermes-agent/hermes/internal/browserguard"
 	"github.com/hermes-agent/hermes/internal/config"
+	"github.com/hermes-agent/hermes/internal/console"
 	"github.com/hermes-agent/hermes/internal/httpapi"
 	"github.com/hermes-agent/hermes/internal/rpc"
 )
@@ -26,7 +28,7 @@ type HTTPConfig struct {
 
 // RegisterFlags registers the HTTP API's settings.
 func (c *HTTPConfig) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Listen, "http-listen", "", "HTTP address serving the API as JSON, RunTurn as server-sent events and GET /openapi.json (for example 127.0.0.1:8080); empty disables it")
+	fs.StringVar(&c.Listen, "http-listen", "", "HTTP address serving the API as JSON, RunTurn as server-sent events, GET /openapi.json and the web console at /ui/ (for example 127.0.0.1:8080); empty disables it")
 	fs.Func("http-allowed-hosts", "comma list of host names (hermes.example.com, host:port, *.example.com; * for any) clients use to reach --http-listen, --pprof-listen and --metrics-listen besides loopback names and IP addresses; "+
 		"a request with another Host header is refused with 403 (DNS rebinding protection)", func(v string) error {
 		c.AllowedHosts = config.SplitList(v)
@@ -87,6 +89,7 @@ func (a *App) initHTTP() error {
 		Omit:            a.edgeOmitted,
 		Logger:          a.log.With("component", "http"),
 		ShutdownTimeout: a.cfg.ShutdownTimeout,
+		Routes:          map[string]http.Handler{console.Prefix: console.Handler()},
 	})
 	if err != nil {
 		return err

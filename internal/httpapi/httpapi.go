@@ -83,6 +83,9 @@ type Options struct {
 	// CORS); it wraps every route. Nil is the default guard: loopback names and IP addresses,
 	// same-origin pages only, no CORS.
 	Guard *browserguard.Guard
+	// Routes are further handlers served on the listener, by ServeMux pattern (the web console
+	// at /ui/), behind the same body limit as the API's routes.
+	Routes map[string]http.Handler
 
 	MaxBodyBytes      int64
 	MaxHeaderBytes    int
@@ -224,6 +227,9 @@ func New(conn grpc.ClientConnInterface, opts Options) (*Server, error) {
 	mux.HandleFunc("GET /openapi.json", s.serveOpenAPI)
 	if s.orch != nil {
 		mux.HandleFunc("POST "+runTurnPattern, s.runTurn)
+	}
+	for pattern, h := range opts.Routes {
+		mux.Handle(pattern, h)
 	}
 	mux.Handle("/", s.limitCall(s.gw))
 	s.handler = opts.Guard.Wrap(s.limitBody(otelhttp.NewHandler(mux, "hermes.http")))
