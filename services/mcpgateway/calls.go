@@ -22,6 +22,9 @@ import (
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
+// maxRequestedOutput caps CallToolRequest.max_output_bytes, well inside gRPC's message limit.
+const maxRequestedOutput = 16 << 20
+
 // lookup finds a tool by namespaced name, or by server and original name.
 func (g *Gateway) lookup(name, server, tool string) *toolEntry {
 	g.mu.Lock()
@@ -128,7 +131,11 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 		l = next
 	}
 	if err == nil {
-		return normalizeResult(res, e.outSchema, g.cfg.cleanOptions()), nil
+		opts := g.cfg.cleanOptions()
+		if n := int(req.GetMaxOutputBytes()); n > opts.MaxBytes {
+			opts.MaxBytes = min(n, maxRequestedOutput)
+		}
+		return normalizeResult(res, e.outSchema, opts, mediaCaps{item: g.cfg.MaxMediaItemBytes, total: g.cfg.MaxMediaBytes}), nil
 	}
 	switch {
 	case ctx.Err() != nil:
@@ -141,7 +148,9 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 		return r, nil
 	}
 	var rpcErr *jsonrpc.Error
-	if errors.As(err, &rpcErr) && !errors.Is(err, mcp.ErrConnectionClosed) && c.alive(l.sess) {
+	// The SDK reports its HTTP transport's failures (a dropped connection included) as JSON-RPC
+	// errors with the code codeTransportRejected: those are not the server's answer.
+	if errors.As(err, &rpcErr) && rpcErr.Code != codeTransportRejected && !errors.Is(err, mcp.ErrConnectionClosed) && c.alive(l.sess) {
 		r := failed(codeRejected, fmt.Sprintf("MCP server %q rejected the call: %s", c.spec.Name, abbreviate(rpcErr.Message, 2000)))
 		// Invalid request, unknown method or tool, invalid arguments: refused before it ran.
 		r.MayHaveRun = rpcErr.Code != jsonrpc.CodeInvalidParams && rpcErr.Code != jsonrpc.CodeMethodNotFound && rpcErr.Code != jsonrpc.CodeInvalidRequest
@@ -155,6 +164,12 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 	r.MayHaveRun = true
 	return r, nil
 }
+
+// codeTransportRejected is the code of the SDK's jsonrpc2.ErrRejected ("rejected by
+// transport"), which wraps every failure of an HTTP request the SDK sends: a refused or dropped
+// connection, a 429 or 5xx answer. Unless notSent says otherwise, the request may have reached
+// the server before it failed.
+const codeTransportRejected = -32005
 
 // notSent reports whether a failed request certainly never reached the server: the HTTP
 // server no longer knows the session (it answers 404 before reading the request), or it

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hermes-agent/hermes/internal/toolmedia"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
@@ -41,6 +43,11 @@ func (x *mcpExecutor) attempt(ctx context.Context, c *call) ([]byte, error) {
 		return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, msg: "the MCP gateway is not reachable: " + err.Error()}
 	}
 	req := &mcpgatewayv1.CallToolRequest{Server: m.GetServer(), Tool: m.GetTool(), Arguments: string(c.args)}
+	if c.req.GetMaxOutputBytes() > 0 {
+		// A caller that passes output on (Hermes' MCP endpoint) gets it whole up to its limit,
+		// not cut to the gateway's cap for text a model reads.
+		req.MaxOutputBytes = int32(min(c.outputLimit, math.MaxInt32))
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		req.Timeout = durationpb.New(max(time.Until(dl), time.Millisecond))
 	}
@@ -54,6 +61,10 @@ func (x *mcpExecutor) attempt(ctx context.Context, c *call) ([]byte, error) {
 	if resp.GetSuccess() {
 		out, cut := mcpOutput(resp)
 		c.outputCut = cut
+		if cut {
+			c.originalBytes, c.cutAt = int(resp.GetOriginalBytes()), int(resp.GetLimitBytes())
+		}
+		c.media = mcpMedia(resp.GetContents())
 		return out, nil
 	}
 	// A call that may have run is retried only when running it twice is harmless: the tool is
@@ -166,26 +177,21 @@ func mcpOutput(resp *mcpgatewayv1.CallToolResponse) (out []byte, cut bool) {
 		}
 	}
 	for _, c := range resp.GetContents() {
-		var d []string
-		d = append(d, c.GetType())
-		if c.GetMimeType() != "" {
-			d = append(d, c.GetMimeType())
-		}
-		if c.GetUri() != "" {
-			d = append(d, c.GetUri())
-		}
-		if c.GetSize() > 0 {
-			d = append(d, fmt.Sprintf("%d bytes", c.GetSize()))
-		}
-		line := "[" + strings.Join(d, " ") + "]"
-		if c.GetText() != "" {
-			line += " " + c.GetText()
-		}
 		if text != "" {
 			text += "\n"
 		}
-		text += line
+		text += toolmedia.Describe(c.GetType(), c.GetMimeType(), c.GetUri(), c.GetText(), c.GetSize(), c.GetOmitted())
 	}
 	b, _ := json.Marshal(text)
 	return b, resp.GetTruncated()
+}
+
+// mcpMedia is the gateway's description of a result's non-text blocks as ToolResult.media.
+func mcpMedia(contents []*mcpgatewayv1.Content) []*toolsv1.Media {
+	var out []*toolsv1.Media
+	for _, c := range contents {
+		out = append(out, &toolsv1.Media{Type: c.GetType(), MimeType: c.GetMimeType(), Uri: c.GetUri(), Data: c.GetData(),
+			Text: c.GetText(), Size: c.GetSize(), Omitted: c.GetOmitted()})
+	}
+	return out
 }
