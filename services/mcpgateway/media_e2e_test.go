@@ -14,8 +14,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/hermes-agent/hermes/services/mcpgateway"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	"github.com/hermes-agent/hermes/services/mcpgateway"
 )
 
 // connectMCP connects an MCP client (the Go SDK's) to Hermes' MCP endpoint.
