@@ -362,7 +362,7 @@ func toMCPResult(r *toolsv1.ToolResult, st *servedTool, limit int) *mcp.CallTool
 			str = out
 		}
 		if st.structured || st.content {
-			return errorResult(fmt.Sprintf("The tool succeeded, but its output (%d bytes) is over %s, "+
+			return errorResult(fmt.Sprintf("The tool succeeded, but its output (%d bytes) is larger than %s, "+
 				"so its structured result cannot be sent; the start of it follows.\n%s", r.GetOutputBytes(), capName(r.GetOutputLimitBytes(), limit), str))
 		}
 		return withMedia(&mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: str}}}, r.GetMedia())

@@ -124,7 +124,7 @@ func TestLargeStructuredResult(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	const n = 3700 // about 388 KB
+	const n = 4861 // 388,895 bytes
 	size := len(rowsJSON(n))
 	res, err := sess.CallTool(ctx, &mcp.CallToolParams{Name: "big_rows", Arguments: map[string]any{"n": n}})
 	if err != nil {
@@ -137,7 +137,7 @@ func TestLargeStructuredResult(t *testing.T) {
 		t.Errorf("structured content of %d bytes, want %d", len(b), size)
 	}
 
-	const huge = 11000 // about 1.15 MB, over the endpoint's 1 MiB
+	const huge = 14000 // about 1.12 MB, over the endpoint's 1 MiB
 	hugeSize := len(rowsJSON(huge))
 	res, err = sess.CallTool(ctx, &mcp.CallToolParams{Name: "big_rows", Arguments: map[string]any{"n": huge}})
 	if err != nil {
