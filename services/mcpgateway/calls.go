@@ -102,9 +102,9 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 		return failed(codeUnavailable, fmt.Sprintf("MCP server %q is not connected (%s); it is reconnected automatically, try again shortly", c.spec.Name, why)), nil
 	}
 	timeout -= time.Since(start)
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	token, done := g.progress.register(c, onProgress)
+	cctx, clock := newCallClock(ctx, timeout)
+	defer clock.stop()
+	token, done := g.progress.register(c, onProgress, clock)
 	defer done()
 	var res *mcp.CallToolResult
 	var err error
@@ -124,7 +124,7 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 		// The request never reached the tool (an HTTP server restarted and forgot the session,
 		// or refuses connections while it restarts): once a new session is up, send it again.
 		c.requestProbe()
-		next, _ := c.waitNewSession(cctx, min(g.cfg.ReadyWait, time.Until(deadlineOf(cctx))/2), l)
+		next, _ := c.waitNewSession(cctx, min(g.cfg.ReadyWait, clock.remaining()/2), l)
 		if next == nil {
 			break
 		}
@@ -141,7 +141,7 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 	case ctx.Err() != nil:
 		// The caller gave up; the server was told to cancel the request.
 		return nil, status.FromContextError(ctx.Err()).Err()
-	case errors.Is(cctx.Err(), context.DeadlineExceeded):
+	case timedOut(cctx):
 		c.requestProbe()
 		r := failed(codeTimeout, fmt.Sprintf("the MCP tool %s did not answer within %s; the call was cancelled on the server", e.name, timeout.Round(time.Millisecond)))
 		r.MayHaveRun = true
@@ -177,13 +177,6 @@ const codeTransportRejected = -32005
 // its text.
 func notSent(err error) bool {
 	return errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, syscall.ECONNREFUSED) || strings.Contains(err.Error(), "connection refused")
-}
-
-func deadlineOf(ctx context.Context) time.Time {
-	if dl, ok := ctx.Deadline(); ok {
-		return dl
-	}
-	return time.Now().Add(time.Hour)
 }
 
 func failed(code, msg string) *pb.CallToolResponse {

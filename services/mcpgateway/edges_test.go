@@ -57,6 +57,14 @@ func newEdgeServer(t *testing.T) *edgeServer {
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Join(codes, "\n")}}}, nil
 	})
+	e.srv.AddTool(&mcp.Tool{Name: "ask", Description: "asks the user for a name", InputSchema: obj}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Your name?", RequestedSchema: map[string]any{
+			"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}}, "required": []string{"name"}}})
+		if err != nil {
+			return nil, err
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "action: " + res.Action}}}, nil
+	})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -194,4 +202,38 @@ func gwServer(t *testing.T, g *Gateway, name string) *pb.Server {
 	}
 	t.Fatalf("server %s not listed", name)
 	return nil
+}
+
+// TestElicitationOutlastsCallTimeout replays issue 27: an "ask" elicitation nobody answered
+// ended at the call's timeout as timeout/may-have-run, not as a decline after the elicitation
+// timeout. The call's clock now stands still while the person is asked; the unanswered request
+// is declined after elicit-timeout, and the tool finishes.
+func TestElicitationOutlastsCallTimeout(t *testing.T) {
+	e := newEdgeServer(t)
+	cfg := testConfig()
+	cfg.CallTimeout, cfg.ElicitTimeout = 2*time.Second, 4*time.Second
+	g := New(cfg, Options{Logger: testLogger(t)})
+	defer g.Close()
+	spec := httpSpec("edges", "edges", e.url())
+	spec.Elicitation = "ask"
+	gwReady(t, g, spec)
+	var asked atomic.Int32
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	r, err := g.CallToolProgress(ctx, &pb.CallToolRequest{Server: "edges", Tool: "ask", Arguments: `{}`}, func(p *pb.Progress) {
+		if p.GetElicitation() != nil {
+			asked.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if asked.Load() != 1 || !r.GetSuccess() || r.GetOutput() != "action: decline" {
+		t.Fatalf("asked %d times; result %+v; want one request, declined after %s, and the tool's answer", asked.Load(), r, cfg.ElicitTimeout)
+	}
+	if took < cfg.ElicitTimeout {
+		t.Errorf("the call took %s, less than the elicitation timeout %s", took, cfg.ElicitTimeout)
+	}
 }

@@ -297,22 +297,24 @@ type progressHub struct {
 	calls map[string]*progressSink
 }
 
-// progressSink is one call in flight and its progress receiver (nil: nobody waits for it).
+// progressSink is one call in flight, its progress receiver (nil: nobody waits for it) and its
+// clock (nil in tests), held while its caller is asked for input.
 type progressSink struct {
-	conn *serverConn
-	fn   func(*pb.Progress)
-	last float64
+	conn  *serverConn
+	fn    func(*pb.Progress)
+	clock *callClock
+	last  float64
 }
 
 func newProgressHub() *progressHub { return &progressHub{calls: map[string]*progressSink{}} }
 
 // register records a call of conn in flight and returns its progress token (empty for a nil
 // fn: the server is sent none) and the function that unregisters it.
-func (h *progressHub) register(conn *serverConn, fn func(*pb.Progress)) (string, func()) {
+func (h *progressHub) register(conn *serverConn, fn func(*pb.Progress), clock *callClock) (string, func()) {
 	h.mu.Lock()
 	h.next++
 	token := "hermes-progress-" + strconv.FormatInt(h.next, 10)
-	h.calls[token] = &progressSink{conn: conn, fn: fn, last: -1}
+	h.calls[token] = &progressSink{conn: conn, fn: fn, clock: clock, last: -1}
 	h.mu.Unlock()
 	sent := token
 	if fn == nil {
@@ -346,15 +348,17 @@ func (h *progressHub) deliver(conn *serverConn, token any, progress, total float
 
 // broadcast tells the caller of conn's call what the server did (sampling, elicitation).
 func (h *progressHub) broadcast(conn *serverConn, msg string) {
-	h.tell(conn, msg, nil)
+	if release, ok := h.tell(conn, msg, nil); ok {
+		release()
+	}
 }
 
 // tell passes what the server did, and a request for user input (e, may be nil), to whoever
 // waits for conn's call, and reports whether someone got it. A server's request names no call,
 // so it goes to a caller only when conn has one call in flight: with two, it may be the other
 // call's — another user's — and telling the wrong one would show them its text, and let them
-// answer it.
-func (h *progressHub) tell(conn *serverConn, msg string, e *pb.Elicitation) bool {
+// answer it. With a request for input, the call's clock stands still until release is called.
+func (h *progressHub) tell(conn *serverConn, msg string, e *pb.Elicitation) (release func(), ok bool) {
 	h.mu.Lock()
 	var only *progressSink
 	for _, s := range h.calls {
@@ -363,16 +367,20 @@ func (h *progressHub) tell(conn *serverConn, msg string, e *pb.Elicitation) bool
 		}
 		if only != nil {
 			h.mu.Unlock()
-			return false
+			return nil, false
 		}
 		only = s
 	}
 	if only == nil || only.fn == nil {
 		h.mu.Unlock()
-		return false
+		return nil, false
 	}
-	fn, last := only.fn, max(only.last, 0)
+	fn, last, clock := only.fn, max(only.last, 0), only.clock
 	h.mu.Unlock()
+	release = func() {}
+	if e != nil {
+		release = clock.hold()
+	}
 	fn(&pb.Progress{Progress: last, Message: strings.TrimSpace(msg), Elicitation: e})
-	return true
+	return release, true
 }
