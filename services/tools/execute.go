@@ -39,6 +39,9 @@ type call struct {
 	outputLimit int
 	// media is the non-text content of the result, from executors that have any.
 	media []*toolsv1.Media
+	// deadline is the call's deadline, which the time a person takes to answer a tool's
+	// request for input pushes back.
+	deadline *callDeadline
 }
 
 // executor runs one attempt of a call. It returns the output JSON, an *execError, or the
@@ -108,15 +111,16 @@ func (s *Service) callBudget(ctx context.Context, spec *toolsv1.ToolSpec, start 
 // exponential backoff and jitter, and never past the deadline. Every attempt runs under a
 // context that ends at the deadline, so an executor's request is cancelled, not abandoned.
 func (s *Service) run(ctx context.Context, ex executor, c *call, b budget) outcome {
-	rctx, cancel := context.WithDeadline(ctx, b.deadline)
-	defer cancel()
+	rctx, dl := newCallDeadline(ctx, b.deadline)
+	defer dl.stop()
+	c.deadline = dl
 	idempotent := c.tool.GetSpec().GetIdempotent()
 	var o outcome
 	for attempt := 1; ; attempt++ {
 		c.attempt = attempt
 		o.attempts = attempt
 		actx, acancel := rctx, context.CancelFunc(func() {})
-		if b.attemptTimeout > 0 && time.Until(b.deadline) > b.attemptTimeout {
+		if b.attemptTimeout > 0 && dl.until() > b.attemptTimeout {
 			actx, acancel = context.WithTimeout(rctx, b.attemptTimeout)
 		}
 		actx, aspan := s.tracer.Start(actx, "tools.attempt", trace.WithAttributes(attribute.Int("tool.attempt", attempt)))
@@ -136,7 +140,7 @@ func (s *Service) run(ctx context.Context, ex executor, c *call, b budget) outco
 		switch {
 		// A remote deadline (gRPC's grpc-timeout) can fire a moment before ours: a timeout
 		// reported at the deadline is the call's timeout.
-		case rctx.Err() != nil || (isTimeout && time.Until(b.deadline) < 50*time.Millisecond):
+		case rctx.Err() != nil || (isTimeout && dl.until() < 50*time.Millisecond):
 			o.err = s.timeoutError(c, b, attempt, errors.Is(ctx.Err(), context.Canceled))
 			return o
 		case attemptTimedOut:
@@ -159,7 +163,7 @@ func (s *Service) run(ctx context.Context, ex executor, c *call, b budget) outco
 		if ee.retryAfter > delay {
 			delay = ee.retryAfter
 		}
-		if time.Until(b.deadline) <= delay {
+		if dl.until() <= delay {
 			o.err = withAttempts(ee, attempt)
 			o.err.msg += fmt.Sprintf("; no time was left for another attempt within the timeout of %s", b.timeout)
 			return o

@@ -48,10 +48,12 @@ func (x *mcpExecutor) attempt(ctx context.Context, c *call) ([]byte, error) {
 		// not cut to the gateway's cap for text a model reads.
 		req.MaxOutputBytes = int32(min(c.outputLimit, math.MaxInt32))
 	}
-	if dl, ok := ctx.Deadline(); ok {
+	if c.deadline != nil {
+		req.Timeout = durationpb.New(max(c.deadline.until(), time.Millisecond))
+	} else if dl, ok := ctx.Deadline(); ok {
 		req.Timeout = durationpb.New(max(time.Until(dl), time.Millisecond))
 	}
-	resp, err := callGateway(ctx, client, req)
+	resp, err := callGateway(ctx, client, req, c.deadline)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -103,7 +105,9 @@ func retrySafe(spec *toolsv1.ToolSpec) bool {
 
 // callGateway calls the tool through the gateway: streaming when someone listens for progress,
 // unary otherwise (one round trip less).
-func callGateway(ctx context.Context, client MCPCaller, req *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error) {
+// A request for user input pushes the call's deadline back by the time the person has to
+// answer, as the gateway stops the call's clock while it waits.
+func callGateway(ctx context.Context, client MCPCaller, req *mcpgatewayv1.CallToolRequest, dl *callDeadline) (*mcpgatewayv1.CallToolResponse, error) {
 	progress := progressFrom(ctx)
 	if progress == nil {
 		return client.CallTool(ctx, req)
@@ -125,6 +129,9 @@ func callGateway(ctx context.Context, client MCPCaller, req *mcpgatewayv1.CallTo
 		if p := ev.GetProgress(); p != nil {
 			tp := &toolsv1.ToolProgress{Progress: p.GetProgress(), Total: p.GetTotal(), Message: p.GetMessage()}
 			if e := p.GetElicitation(); e != nil {
+				if exp := e.GetExpiresAt(); exp != nil {
+					dl.pushBack(min(time.Until(exp.AsTime()), maxElicitHold))
+				}
 				tp.Elicitation = &toolsv1.Elicitation{Id: e.GetId(), Server: e.GetServer(), Message: e.GetMessage(), RequestedSchema: e.GetRequestedSchema(), Url: e.GetUrl(), ExpiresAt: e.GetExpiresAt()}
 			}
 			progress(tp)
@@ -134,6 +141,10 @@ func callGateway(ctx context.Context, client MCPCaller, req *mcpgatewayv1.CallTo
 		}
 	}
 }
+
+// maxElicitHold bounds how far one request for user input pushes a call's deadline back,
+// whatever expiry the gateway states.
+const maxElicitHold = 15 * time.Minute
 
 func suffix(s string) string {
 	if s = strings.TrimSpace(s); s != "" {

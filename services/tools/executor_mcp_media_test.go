@@ -3,8 +3,15 @@ package tools
 import (
 	"bytes"
 	"context"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
@@ -66,5 +73,74 @@ func TestMCPMediaPassesThrough(t *testing.T) {
 	m := res.GetMedia()
 	if len(m) != 2 || !bytes.Equal(m[0].GetData(), png) || m[0].GetMimeType() != "image/png" || len(m[1].GetData()) != 0 || m[1].GetOmitted() == "" {
 		t.Errorf("media %v", m)
+	}
+}
+
+// streamGateway answers CallToolStream: it asks for user input at once (an elicitation that
+// expires after ask), then answers after answerAfter.
+type streamGateway struct {
+	fakeGateway
+	ask, answerAfter time.Duration
+	timeout          atomic.Int64 // the request's timeout, in nanoseconds
+}
+
+func (g *streamGateway) CallToolStream(req *mcpgatewayv1.CallToolStreamRequest, st grpc.ServerStreamingServer[mcpgatewayv1.CallToolStreamResponse]) error {
+	g.timeout.Store(int64(req.GetRequest().GetTimeout().AsDuration()))
+	e := &mcpgatewayv1.Elicitation{Id: "e1", Server: "github", Message: "which repo?", ExpiresAt: timestamppb.New(time.Now().Add(g.ask))}
+	if err := st.Send(&mcpgatewayv1.CallToolStreamResponse{Event: &mcpgatewayv1.CallToolStreamResponse_Progress{Progress: &mcpgatewayv1.Progress{Message: "asks", Elicitation: e}}}); err != nil {
+		return err
+	}
+	select {
+	case <-time.After(g.answerAfter):
+	case <-st.Context().Done():
+		return st.Context().Err()
+	}
+	return st.Send(&mcpgatewayv1.CallToolStreamResponse{Event: &mcpgatewayv1.CallToolStreamResponse_Response{Response: &mcpgatewayv1.CallToolResponse{Success: true, Output: "declined, went on"}}})
+}
+
+// TestElicitationPushesDeadlineBack: the time a person has to answer a tool's request for input
+// is added to the call's deadline, so a tool that waits for the answer (and is declined when
+// nobody answers) is not cut off by its own timeout (issue 27).
+func TestElicitationPushesDeadlineBack(t *testing.T) {
+	g := &streamGateway{ask: 3 * time.Second, answerAfter: 2 * time.Second}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	mcpgatewayv1.RegisterMCPGatewayServiceServer(srv, g)
+	go func() { _ = srv.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(); srv.Stop() })
+	client := mcpgatewayv1.NewMCPGatewayServiceClient(conn)
+
+	c, _ := newClient(t, Options{MCP: func() (MCPCaller, error) { return client, nil }})
+	spec := mcpSpec("github_list_issues")
+	spec.Timeout = dur(time.Second)
+	mustRegister(t, c, spec)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := c.ExecuteToolStream(ctx, &toolsv1.ExecuteToolStreamRequest{Request: &toolsv1.ExecuteToolRequest{Name: "github_list_issues", Arguments: `{"repo":"hermes"}`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res *toolsv1.ToolResult
+	asked := false
+	for res == nil {
+		ev, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		asked = asked || ev.GetProgress().GetElicitation() != nil
+		res = ev.GetResponse().GetResult()
+	}
+	if !asked || !res.GetSuccess() || res.GetOutput() != `"declined, went on"` {
+		t.Errorf("asked %v; result %v; want the tool's answer after the person's time", asked, res)
+	}
+	if d := time.Duration(g.timeout.Load()); d <= 0 || d > time.Second {
+		t.Errorf("the gateway was given %s, want the tool's own timeout of 1s at most", d)
 	}
 }
