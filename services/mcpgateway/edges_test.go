@@ -211,7 +211,7 @@ func gwServer(t *testing.T, g *Gateway, name string) *pb.Server {
 func TestElicitationOutlastsCallTimeout(t *testing.T) {
 	e := newEdgeServer(t)
 	cfg := testConfig()
-	cfg.CallTimeout, cfg.ElicitTimeout = 2*time.Second, 4*time.Second
+	cfg.CallTimeout, cfg.ElicitTimeout = 4*time.Second, 7*time.Second
 	g := New(cfg, Options{Logger: testLogger(t)})
 	defer g.Close()
 	spec := httpSpec("edges", "edges", e.url())

@@ -103,8 +103,8 @@ func TestMediaOverCap(t *testing.T) {
 // TestLargeStructuredResult replays issue 27: a structured result over the gateway's 64 KiB
 // text cap became an isError result quoting the endpoint's 1 MiB limit, and ExecuteTool said
 // "first 15026 of 65535 bytes" for an original of 388,901. Now an MCP client gets the whole
-// result up to the endpoint's limit, a larger one is refused naming that limit and the true
-// size, and a model's preview names the true size.
+// result up to the endpoint's limit (here 400,000 bytes), a larger one is refused naming that
+// limit and the true size, and a model's preview names the true size.
 func TestLargeStructuredResult(t *testing.T) {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "big", Version: "1"}, nil)
 	srv.AddTool(&mcp.Tool{Name: "rows", Description: "n rows", InputSchema: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer"}}}`),
@@ -118,7 +118,8 @@ func TestLargeStructuredResult(t *testing.T) {
 	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	defer ts.Close()
 
-	h := startHermes(t, t.TempDir())
+	// The endpoint's limit lowered from 1 MiB, so the test moves less data.
+	h := startHermes(t, t.TempDir(), "--mcpgateway.mcp-max-result-bytes=400000")
 	h.addReady(t, &pb.ServerSpec{Name: "big", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: ts.URL}}})
 	sess := connectMCP(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -137,13 +138,13 @@ func TestLargeStructuredResult(t *testing.T) {
 		t.Errorf("structured content of %d bytes, want %d", len(b), size)
 	}
 
-	const huge = 14000 // about 1.12 MB, over the endpoint's 1 MiB
+	const huge = 6000 // 480,000 bytes, over the endpoint's limit
 	hugeSize := len(rowsJSON(huge))
 	res, err = sess.CallTool(ctx, &mcp.CallToolParams{Name: "big_rows", Arguments: map[string]any{"n": huge}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg := dump(res); !res.IsError || !strings.Contains(msg, fmt.Sprintf("output (%d bytes)", hugeSize)) || !strings.Contains(msg, "1048576 bytes this MCP endpoint passes on") {
+	if msg := dump(res); !res.IsError || !strings.Contains(msg, fmt.Sprintf("output (%d bytes)", hugeSize)) || !strings.Contains(msg, "400000 bytes this MCP endpoint passes on") {
 		t.Errorf("a %d-byte structured result: %s", hugeSize, abbreviate(msg, 600))
 	}
 
