@@ -15,15 +15,17 @@ const maxDelay = 1000 * time.Hour
 type Policy struct {
 	// Initial is the pause before the first retry (attempt 0).
 	Initial time.Duration
-	// Max caps the pause before jitter is applied.
+	// Max caps the pause, jitter included: a pause is never longer than Max.
 	Max time.Duration
 	// Jitter is the random part as a fraction of the pause: 0.2 spreads a pause d uniformly over
-	// [0.8·d, 1.2·d]. Values outside [0, 1] are clamped.
+	// [0.8·d, 1.2·d], and a pause at the cap over [0.8·Max, Max]. Values outside [0, 1] are
+	// clamped.
 	Jitter float64
 }
 
-// Delay is the pause before retry attempt (0-based): Initial·2^attempt, capped at Max, with
-// jitter. It is never less than a millisecond, so a loop using it cannot spin.
+// Delay is the pause before retry attempt (0-based): Initial·2^attempt with jitter, never above
+// Max (or Initial when that is larger). It is never less than a millisecond, so a loop using it
+// cannot spin.
 func (p Policy) Delay(attempt int) time.Duration {
 	d := p.Initial
 	if d <= 0 {
@@ -40,6 +42,11 @@ func (p Policy) Delay(attempt int) time.Duration {
 	d = min(d, limit)
 	j := min(max(p.Jitter, 0), 1)
 	d += time.Duration((2*rand.Float64() - 1) * j * float64(d)) // #nosec G404 -- jitter spreads retries; nothing secret depends on it
+	if d > limit {
+		// Folded back below the cap rather than clipped to it, so pauses at the cap stay spread
+		// (over [(1-j)·limit, limit]) instead of piling up on limit itself.
+		d = 2*limit - d
+	}
 	return max(d, time.Millisecond)
 }
 

@@ -20,7 +20,7 @@ func TestDelay(t *testing.T) {
 		{4, time.Second},
 		{1000, time.Second},
 	} {
-		lo, hi := tc.base*8/10, tc.base*12/10
+		lo, hi := tc.base*8/10, min(tc.base*12/10, p.Max)
 		var sawLow, sawHigh bool
 		for range 2000 {
 			d := p.Delay(tc.attempt)
@@ -28,10 +28,23 @@ func TestDelay(t *testing.T) {
 				t.Fatalf("Delay(%d) = %s, want within [%s, %s]", tc.attempt, d, lo, hi)
 			}
 			sawLow = sawLow || d < tc.base*95/100
-			sawHigh = sawHigh || d > tc.base*105/100
+			sawHigh = sawHigh || d > tc.base*105/100 || (tc.base == p.Max && d > tc.base*97/100)
 		}
 		if !sawLow || !sawHigh {
 			t.Errorf("Delay(%d): jitter does not spread over ±20%% (below 0.95: %v, above 1.05: %v)", tc.attempt, sawLow, sawHigh)
+		}
+	}
+}
+
+// TestDelayNeverAboveMax replays the reconnect delay of 32.7 s seen with a maximum of 30 s: the
+// jitter was added after the cap.
+func TestDelayNeverAboveMax(t *testing.T) {
+	p := Policy{Initial: 500 * time.Millisecond, Max: 30 * time.Second, Jitter: 0.2}
+	for attempt := range 20 {
+		for range 500 {
+			if d := p.Delay(attempt); d > p.Max {
+				t.Fatalf("Delay(%d) = %s, above Max %s", attempt, d, p.Max)
+			}
 		}
 	}
 }

@@ -12,6 +12,7 @@ package model
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,12 +66,20 @@ const (
 )
 
 // Message is one chat message. An assistant message may carry tool calls (and no content); a
-// tool message answers the call named by ToolCallID.
+// tool message answers the call named by ToolCallID. A user message may carry images, for
+// models that take image input (sent as image_url parts with data URIs).
 type Message struct {
 	Role       Role
 	Content    string
 	ToolCalls  []ToolCall
 	ToolCallID string
+	Images     []Image
+}
+
+// Image is an image in a user message.
+type Image struct {
+	MIMEType string
+	Data     []byte
 }
 
 // ToolCall is a function call the model asked for. Arguments is the JSON text the model
@@ -344,10 +353,19 @@ type (
 		StreamOptions       *wireStreamOptions `json:"stream_options,omitempty"`
 	}
 	wireMessage struct {
-		Role       Role           `json:"role"`
-		Content    *string        `json:"content,omitempty"`
+		Role Role `json:"role"`
+		// Content is a *string, or []wirePart for a user message with images.
+		Content    any            `json:"content,omitempty"`
 		ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
 		ToolCallID string         `json:"tool_call_id,omitempty"`
+	}
+	wirePart struct {
+		Type     string        `json:"type"`
+		Text     string        `json:"text,omitempty"`
+		ImageURL *wireImageURL `json:"image_url,omitempty"`
+	}
+	wireImageURL struct {
+		URL string `json:"url"`
 	}
 	wireToolCall struct {
 		ID       string       `json:"id"`
@@ -386,7 +404,21 @@ func (c *Client) encode(req Request, stream bool) ([]byte, error) {
 		m := &req.Messages[i]
 		wm := wireMessage{Role: m.Role}
 		switch m.Role {
-		case RoleSystem, RoleUser:
+		case RoleUser:
+			wm.Content = &m.Content
+			if len(m.Images) > 0 {
+				parts := make([]wirePart, 0, len(m.Images)+1)
+				if m.Content != "" {
+					parts = append(parts, wirePart{Type: "text", Text: m.Content})
+				}
+				for _, img := range m.Images {
+					url := "data:" + img.MIMEType + ";base64," + base64.StdEncoding.EncodeToString(img.Data)
+					parts = append(parts, wirePart{Type: "image_url", ImageURL: &wireImageURL{URL: url}})
+					size += len(url) + 48
+				}
+				wm.Content = parts
+			}
+		case RoleSystem:
 			wm.Content = &m.Content
 		case RoleTool:
 			if m.ToolCallID == "" {

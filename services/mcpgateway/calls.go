@@ -22,6 +22,9 @@ import (
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
+// maxRequestedOutput caps CallToolRequest.max_output_bytes, well inside gRPC's message limit.
+const maxRequestedOutput = 16 << 20
+
 // lookup finds a tool by namespaced name, or by server and original name.
 func (g *Gateway) lookup(name, server, tool string) *toolEntry {
 	g.mu.Lock()
@@ -99,9 +102,9 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 		return failed(codeUnavailable, fmt.Sprintf("MCP server %q is not connected (%s); it is reconnected automatically, try again shortly", c.spec.Name, why)), nil
 	}
 	timeout -= time.Since(start)
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	token, done := g.progress.register(c, onProgress)
+	cctx, clock := newCallClock(ctx, timeout)
+	defer clock.stop()
+	token, done := g.progress.register(c, onProgress, clock)
 	defer done()
 	var res *mcp.CallToolResult
 	var err error
@@ -121,27 +124,33 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 		// The request never reached the tool (an HTTP server restarted and forgot the session,
 		// or refuses connections while it restarts): once a new session is up, send it again.
 		c.requestProbe()
-		next, _ := c.waitNewSession(cctx, min(g.cfg.ReadyWait, time.Until(deadlineOf(cctx))/2), l)
+		next, _ := c.waitNewSession(cctx, min(g.cfg.ReadyWait, clock.remaining()/2), l)
 		if next == nil {
 			break
 		}
 		l = next
 	}
 	if err == nil {
-		return normalizeResult(res, e.outSchema, g.cfg.cleanOptions()), nil
+		opts := g.cfg.cleanOptions()
+		if n := int(req.GetMaxOutputBytes()); n > opts.MaxBytes {
+			opts.MaxBytes = min(n, maxRequestedOutput)
+		}
+		return normalizeResult(res, e.outSchema, opts, mediaCaps{item: g.cfg.MaxMediaItemBytes, total: g.cfg.MaxMediaBytes}), nil
 	}
 	switch {
 	case ctx.Err() != nil:
 		// The caller gave up; the server was told to cancel the request.
 		return nil, status.FromContextError(ctx.Err()).Err()
-	case errors.Is(cctx.Err(), context.DeadlineExceeded):
+	case timedOut(cctx):
 		c.requestProbe()
 		r := failed(codeTimeout, fmt.Sprintf("the MCP tool %s did not answer within %s; the call was cancelled on the server", e.name, timeout.Round(time.Millisecond)))
 		r.MayHaveRun = true
 		return r, nil
 	}
 	var rpcErr *jsonrpc.Error
-	if errors.As(err, &rpcErr) && !errors.Is(err, mcp.ErrConnectionClosed) && c.alive(l.sess) {
+	// The SDK reports its HTTP transport's failures (a dropped connection included) as JSON-RPC
+	// errors with the code codeTransportRejected: those are not the server's answer.
+	if errors.As(err, &rpcErr) && rpcErr.Code != codeTransportRejected && !errors.Is(err, mcp.ErrConnectionClosed) && c.alive(l.sess) {
 		r := failed(codeRejected, fmt.Sprintf("MCP server %q rejected the call: %s", c.spec.Name, abbreviate(rpcErr.Message, 2000)))
 		// Invalid request, unknown method or tool, invalid arguments: refused before it ran.
 		r.MayHaveRun = rpcErr.Code != jsonrpc.CodeInvalidParams && rpcErr.Code != jsonrpc.CodeMethodNotFound && rpcErr.Code != jsonrpc.CodeInvalidRequest
@@ -156,19 +165,18 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 	return r, nil
 }
 
+// codeTransportRejected is the code of the SDK's jsonrpc2.ErrRejected ("rejected by
+// transport"), which wraps every failure of an HTTP request the SDK sends: a refused or dropped
+// connection, a 429 or 5xx answer. Unless notSent says otherwise, the request may have reached
+// the server before it failed.
+const codeTransportRejected = -32005
+
 // notSent reports whether a failed request certainly never reached the server: the HTTP
 // server no longer knows the session (it answers 404 before reading the request), or it
 // refused the connection. The SDK does not wrap the dial error, so that one is recognised by
 // its text.
 func notSent(err error) bool {
 	return errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, syscall.ECONNREFUSED) || strings.Contains(err.Error(), "connection refused")
-}
-
-func deadlineOf(ctx context.Context) time.Time {
-	if dl, ok := ctx.Deadline(); ok {
-		return dl
-	}
-	return time.Now().Add(time.Hour)
 }
 
 func failed(code, msg string) *pb.CallToolResponse {

@@ -35,6 +35,10 @@ type Config struct {
 	ElicitTimeout time.Duration
 	// ReconnectMin and ReconnectMax bound the backoff between connection attempts.
 	ReconnectMin, ReconnectMax time.Duration
+	// HTTPReconnectMax caps the backoff of Streamable HTTP servers below ReconnectMax: probing
+	// one is a single HTTP request, so a server that comes back is reconnected within this,
+	// even when no call arrives to trigger a reconnect.
+	HTTPReconnectMax time.Duration
 	// ListDebounce delays the re-listing after notifications/tools/list_changed, so a burst of
 	// notifications causes one listing.
 	ListDebounce time.Duration
@@ -42,6 +46,12 @@ type Config struct {
 	MaxTextBytes int
 	// CompactJSONOver compacts JSON text longer than this many bytes.
 	CompactJSONOver int
+	// MaxMediaItemBytes caps the bytes of one image, audio clip or binary resource of a tool
+	// result that are passed on (to MCP clients of Hermes, and to models that take images);
+	// a larger block is described instead, with its size and this cap.
+	MaxMediaItemBytes int
+	// MaxMediaBytes caps the media bytes passed on from one tool result.
+	MaxMediaBytes int
 	// MaxServers caps the number of servers.
 	MaxServers int
 	// PruneStale unregisters, once the tool service answers, MCP tools left in it by servers the
@@ -77,8 +87,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ElicitTimeout, "mcpgateway.elicit-timeout", time.Minute, "how long a server's request for user input (elicitation \"ask\" mode) waits for the answer before it is declined")
 	fs.DurationVar(&c.ReconnectMin, "mcpgateway.reconnect-min", 500*time.Millisecond, "first delay before reconnecting to a failed MCP server")
 	fs.DurationVar(&c.ReconnectMax, "mcpgateway.reconnect-max", 30*time.Second, "longest delay between reconnection attempts")
+	fs.DurationVar(&c.HTTPReconnectMax, "mcpgateway.http-reconnect-max", 5*time.Second, "longest delay between reconnection attempts to a Streamable HTTP MCP server (at most --mcpgateway.reconnect-max): a recovered server is found within it without waiting for a call")
 	fs.DurationVar(&c.ListDebounce, "mcpgateway.list-debounce", 300*time.Millisecond, "delay before re-listing tools after a list_changed notification")
 	fs.IntVar(&c.MaxTextBytes, "mcpgateway.max-text-bytes", 64<<10, "cap on text from MCP resources, prompts and tool results, in bytes")
+	fs.IntVar(&c.MaxMediaItemBytes, "mcpgateway.max-media-item-bytes", 2<<20, "cap on the bytes of one image, audio clip or binary resource of an MCP tool result that are passed on; larger ones are described instead")
+	fs.IntVar(&c.MaxMediaBytes, "mcpgateway.max-media-bytes", 4<<20, "cap on the media bytes passed on from one MCP tool result")
 	fs.IntVar(&c.CompactJSONOver, "mcpgateway.compact-json-over", 1024, "compact JSON text longer than this many bytes")
 	fs.IntVar(&c.MaxServers, "mcpgateway.max-servers", 256, "maximum number of MCP servers")
 	fs.BoolVar(&c.PruneStale, "mcpgateway.prune-stale", true, "unregister MCP tools left in the tool service by servers the gateway no longer has")
@@ -115,11 +128,21 @@ func (c Config) withDefaults() Config {
 	if c.ReconnectMax < c.ReconnectMin {
 		c.ReconnectMax = max(d.ReconnectMax, c.ReconnectMin)
 	}
+	if c.HTTPReconnectMax <= 0 {
+		c.HTTPReconnectMax = d.HTTPReconnectMax
+	}
+	c.HTTPReconnectMax = min(max(c.HTTPReconnectMax, c.ReconnectMin), c.ReconnectMax)
 	if c.ListDebounce <= 0 {
 		c.ListDebounce = d.ListDebounce
 	}
 	if c.MaxTextBytes <= 0 {
 		c.MaxTextBytes = d.MaxTextBytes
+	}
+	if c.MaxMediaItemBytes <= 0 {
+		c.MaxMediaItemBytes = d.MaxMediaItemBytes
+	}
+	if c.MaxMediaBytes <= 0 {
+		c.MaxMediaBytes = d.MaxMediaBytes
 	}
 	if c.CompactJSONOver == 0 {
 		c.CompactJSONOver = d.CompactJSONOver

@@ -115,9 +115,13 @@ func (h *elicitHub) ask(ctx context.Context, c *serverConn, p *mcp.ElicitParams,
 		}
 		e.RequestedSchema = string(s)
 	}
-	if !c.g.progress.tell(c, "the server asks for input: "+msg, e) {
+	// The call's timeout stands still while a person is asked (up to wait), so the call neither
+	// times out for want of an answer nor loses the time the person took.
+	release, told := c.g.progress.tell(c, "the server asks for input: "+msg, e)
+	if !told {
 		return nil, false
 	}
+	defer release()
 	c.g.log.Info("MCP server asked for user input (elicitation); passed to the caller", "server", c.spec.GetName(), "elicitation", id, "message", abbreviate(msg, 200))
 	t := time.NewTimer(wait)
 	defer t.Stop()

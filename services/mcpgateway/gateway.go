@@ -75,9 +75,11 @@ type Gateway struct {
 	httpBase   http.RoundTripper
 	httpClient *http.Client
 	reconnect  backoff.Policy
-	progress   *progressHub
-	elicits    *elicitHub
-	watches    *watchHub
+	// reconnectHTTP is reconnect for Streamable HTTP servers, capped at cfg.HTTPReconnectMax.
+	reconnectHTTP backoff.Policy
+	progress      *progressHub
+	elicits       *elicitHub
+	watches       *watchHub
 
 	// powers are the operator's allowlists; set before any server connects.
 	powers *powers
@@ -122,21 +124,22 @@ func New(cfg Config, opts Options) *Gateway {
 		sampler:    opts.Sampler,
 		httpClient: hc,
 		// otelhttp continues the caller's trace on the server (traceparent) and times requests.
-		httpBase:  otelhttp.NewTransport(base),
-		reconnect: backoff.Policy{Initial: cfg.ReconnectMin, Max: cfg.ReconnectMax, Jitter: 0.2},
-		progress:  newProgressHub(),
-		elicits:   newElicitHub(opts.ElicitRelay),
-		watches:   newWatchHub(),
-		log:       log,
-		reg:       opts.Registry,
-		store:     opts.Store,
-		getenv:    getenv,
-		powers:    newPowers(cfg.StdioAllow, opts.Secrets),
-		version:   cmp.Or(opts.Version, "dev"),
-		ctx:       ctx,
-		cancel:    cancel,
-		servers:   map[string]*serverConn{},
-		tools:     map[string]*toolEntry{},
+		httpBase:      otelhttp.NewTransport(base),
+		reconnect:     backoff.Policy{Initial: cfg.ReconnectMin, Max: cfg.ReconnectMax, Jitter: 0.2},
+		reconnectHTTP: backoff.Policy{Initial: cfg.ReconnectMin, Max: cfg.HTTPReconnectMax, Jitter: 0.2},
+		progress:      newProgressHub(),
+		elicits:       newElicitHub(opts.ElicitRelay),
+		watches:       newWatchHub(),
+		log:           log,
+		reg:           opts.Registry,
+		store:         opts.Store,
+		getenv:        getenv,
+		powers:        newPowers(cfg.StdioAllow, opts.Secrets),
+		version:       cmp.Or(opts.Version, "dev"),
+		ctx:           ctx,
+		cancel:        cancel,
+		servers:       map[string]*serverConn{},
+		tools:         map[string]*toolEntry{},
 	}
 }
 

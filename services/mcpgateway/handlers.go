@@ -3,7 +3,6 @@ package mcpgateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hermes-agent/hermes/internal/model"
@@ -181,16 +181,16 @@ func (c *serverConn) serverLog(ctx context.Context, p *mcp.LoggingMessageParams)
 func (c *serverConn) sample(ctx context.Context, p *mcp.CreateMessageParams, limit *rateLimit) (*mcp.CreateMessageResult, error) {
 	sp := c.spec.GetSampling()
 	if c.g.sampler == nil {
-		return nil, errors.New("sampling is refused: Hermes has no model configured")
+		return nil, rpcError(codeSamplingRefused, "sampling is refused: Hermes has no model configured")
 	}
 	if p == nil || len(p.Messages) == 0 {
-		return nil, errors.New("sampling request without messages")
+		return nil, rpcError(jsonrpc.CodeInvalidParams, "sampling request without messages")
 	}
 	if len(p.Messages) > maxSamplingMessages {
-		return nil, fmt.Errorf("sampling request has %d messages; at most %d are accepted", len(p.Messages), maxSamplingMessages)
+		return nil, rpcError(jsonrpc.CodeInvalidParams, fmt.Sprintf("sampling request has %d messages; at most %d are accepted", len(p.Messages), maxSamplingMessages))
 	}
 	if !limit.allow(time.Now()) {
-		return nil, fmt.Errorf("sampling is refused: this server may ask at most %d times a minute", limit.perMinute)
+		return nil, rpcError(codeSamplingRateLimited, fmt.Sprintf("sampling is refused: this server may ask at most %d times a minute; try again later", limit.perMinute))
 	}
 	maxTokens := int(sp.GetMaxTokens())
 	if maxTokens <= 0 {
@@ -208,7 +208,7 @@ func (c *serverConn) sample(ctx context.Context, p *mcp.CreateMessageParams, lim
 	for _, m := range p.Messages {
 		t, ok := m.Content.(*mcp.TextContent)
 		if !ok {
-			return nil, errors.New("sampling is refused: only text messages are supported")
+			return nil, rpcError(jsonrpc.CodeInvalidParams, "sampling is refused: only text messages are supported")
 		}
 		role := model.RoleUser
 		if m.Role == "assistant" {
@@ -218,19 +218,33 @@ func (c *serverConn) sample(ctx context.Context, p *mcp.CreateMessageParams, lim
 		req.Messages = append(req.Messages, model.Message{Role: role, Content: t.Text})
 	}
 	if size > maxSamplingText {
-		return nil, fmt.Errorf("sampling request has %d bytes of text; at most %d are accepted", size, maxSamplingText)
+		return nil, rpcError(jsonrpc.CodeInvalidParams, fmt.Sprintf("sampling request has %d bytes of text; at most %d are accepted", size, maxSamplingText))
 	}
 	c.g.log.Info("MCP server uses Hermes' model (sampling)", "server", c.spec.Name, "messages", len(p.Messages), "max_tokens", maxTokens)
 	c.g.progress.broadcast(c, fmt.Sprintf("the server asked Hermes' model for a completion (%d messages, at most %d tokens)", len(p.Messages), maxTokens))
 	resp, err := c.g.sampler.Complete(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("the model failed: %w", err)
+		return nil, rpcError(jsonrpc.CodeInternalError, "the model failed: "+err.Error())
 	}
 	stop := "endTurn"
 	if resp.FinishReason == "length" {
 		stop = "maxTokens"
 	}
 	return &mcp.CreateMessageResult{Content: &mcp.TextContent{Text: resp.Content}, Model: resp.Model, Role: "assistant", StopReason: stop}, nil
+}
+
+// JSON-RPC error codes of refused sampling requests, in the range JSON-RPC leaves to
+// implementations (-32000 to -32099): a plain Go error would reach the server as code 0.
+const (
+	// codeSamplingRefused: the operator gave Hermes no model to sample with.
+	codeSamplingRefused = -32001
+	// codeSamplingRateLimited: the server asked more often than its spec's per_minute allows.
+	codeSamplingRateLimited = -32029
+)
+
+// rpcError is an error the SDK sends to the server as this JSON-RPC error.
+func rpcError(code int64, msg string) error {
+	return &jsonrpc.Error{Code: code, Message: msg}
 }
 
 // rateLimit allows perMinute events in any minute.
@@ -283,22 +297,24 @@ type progressHub struct {
 	calls map[string]*progressSink
 }
 
-// progressSink is one call in flight and its progress receiver (nil: nobody waits for it).
+// progressSink is one call in flight, its progress receiver (nil: nobody waits for it) and its
+// clock (nil in tests), held while its caller is asked for input.
 type progressSink struct {
-	conn *serverConn
-	fn   func(*pb.Progress)
-	last float64
+	conn  *serverConn
+	fn    func(*pb.Progress)
+	clock *callClock
+	last  float64
 }
 
 func newProgressHub() *progressHub { return &progressHub{calls: map[string]*progressSink{}} }
 
 // register records a call of conn in flight and returns its progress token (empty for a nil
 // fn: the server is sent none) and the function that unregisters it.
-func (h *progressHub) register(conn *serverConn, fn func(*pb.Progress)) (string, func()) {
+func (h *progressHub) register(conn *serverConn, fn func(*pb.Progress), clock *callClock) (string, func()) {
 	h.mu.Lock()
 	h.next++
 	token := "hermes-progress-" + strconv.FormatInt(h.next, 10)
-	h.calls[token] = &progressSink{conn: conn, fn: fn, last: -1}
+	h.calls[token] = &progressSink{conn: conn, fn: fn, clock: clock, last: -1}
 	h.mu.Unlock()
 	sent := token
 	if fn == nil {
@@ -332,15 +348,17 @@ func (h *progressHub) deliver(conn *serverConn, token any, progress, total float
 
 // broadcast tells the caller of conn's call what the server did (sampling, elicitation).
 func (h *progressHub) broadcast(conn *serverConn, msg string) {
-	h.tell(conn, msg, nil)
+	if release, ok := h.tell(conn, msg, nil); ok {
+		release()
+	}
 }
 
 // tell passes what the server did, and a request for user input (e, may be nil), to whoever
 // waits for conn's call, and reports whether someone got it. A server's request names no call,
 // so it goes to a caller only when conn has one call in flight: with two, it may be the other
 // call's — another user's — and telling the wrong one would show them its text, and let them
-// answer it.
-func (h *progressHub) tell(conn *serverConn, msg string, e *pb.Elicitation) bool {
+// answer it. With a request for input, the call's clock stands still until release is called.
+func (h *progressHub) tell(conn *serverConn, msg string, e *pb.Elicitation) (release func(), ok bool) {
 	h.mu.Lock()
 	var only *progressSink
 	for _, s := range h.calls {
@@ -349,16 +367,20 @@ func (h *progressHub) tell(conn *serverConn, msg string, e *pb.Elicitation) bool
 		}
 		if only != nil {
 			h.mu.Unlock()
-			return false
+			return nil, false
 		}
 		only = s
 	}
 	if only == nil || only.fn == nil {
 		h.mu.Unlock()
-		return false
+		return nil, false
 	}
-	fn, last := only.fn, max(only.last, 0)
+	fn, last, clock := only.fn, max(only.last, 0), only.clock
 	h.mu.Unlock()
+	release = func() {}
+	if e != nil {
+		release = clock.hold()
+	}
 	fn(&pb.Progress{Progress: last, Message: strings.TrimSpace(msg), Elicitation: e})
-	return true
+	return release, true
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/hermes-agent/hermes/internal/browserguard"
+	"github.com/hermes-agent/hermes/internal/toolmedia"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -367,10 +368,10 @@ func toMCPResult(r *toolsv1.ToolResult, st *servedTool, limit int) *mcp.CallTool
 			str = out
 		}
 		if st.structured || st.content {
-			return errorResult(fmt.Sprintf("The tool succeeded, but its output (%d bytes) is larger than the %d bytes this MCP endpoint passes on, "+
-				"so its structured result cannot be sent; the start of it follows.\n%s", r.GetOutputBytes(), limit, str))
+			return errorResult(fmt.Sprintf("The tool succeeded, but its output (%d bytes) is larger than %s, "+
+				"so its structured result cannot be sent; the start of it follows.\n%s", r.GetOutputBytes(), capName(r.GetOutputLimitBytes(), limit), str))
 		}
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: str}}}
+		return withMedia(&mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: str}}}, r.GetMedia())
 	}
 	if st.content && !isString {
 		if res, err := contentResult(out); err == nil {
@@ -381,7 +382,7 @@ func toMCPResult(r *toolsv1.ToolResult, st *servedTool, limit int) *mcp.CallTool
 		}
 	}
 	if isString {
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: str}}}
+		return withMedia(&mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: str}}}, r.GetMedia())
 	}
 	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: out}}}
 	var obj map[string]any
@@ -389,6 +390,87 @@ func toMCPResult(r *toolsv1.ToolResult, st *servedTool, limit int) *mcp.CallTool
 		res.StructuredContent = json.RawMessage(out)
 	}
 	return res
+}
+
+// capName names the cap that cut a tool's output: this endpoint's own limit, or a smaller one
+// of the tool service or the MCP gateway on the way.
+func capName(applied int64, endpoint int) string {
+	if applied <= 0 || applied >= int64(endpoint) {
+		return fmt.Sprintf("the %d bytes this MCP endpoint passes on (mcpgateway.mcp-max-result-bytes)", endpoint)
+	}
+	return fmt.Sprintf("the %d-byte cap that applied on the way (tools.max-response-bytes or mcpgateway.max-text-bytes)", applied)
+}
+
+// withMedia adds a result's media (the images, audio and resources of an MCP tool behind the
+// gateway) to res as MCP content blocks after its text, and takes out of the text the lines
+// that describe them for models, which the tool service put at its end. A block whose bytes
+// were left out over a size cap stays the text that says so.
+func withMedia(res *mcp.CallToolResult, media []*toolsv1.Media) *mcp.CallToolResult {
+	if len(media) == 0 || len(res.Content) != 1 {
+		return res
+	}
+	t, ok := res.Content[0].(*mcp.TextContent)
+	if !ok {
+		return res
+	}
+	lines := make([]string, len(media))
+	for i, m := range media {
+		lines[i] = toolmedia.Describe(m.GetType(), m.GetMimeType(), m.GetUri(), m.GetText(), m.GetSize(), m.GetOmitted())
+	}
+	described := strings.Join(lines, "\n")
+	text, found := strings.CutSuffix(t.Text, described)
+	if !found {
+		return res // cut to a preview, or not the tool service's form: keep the text as it is
+	}
+	text = strings.TrimSuffix(text, "\n")
+	res.Content = res.Content[:0]
+	if text != "" {
+		res.Content = append(res.Content, &mcp.TextContent{Text: text})
+	}
+	for i, m := range media {
+		if c := mediaContent(m); c != nil {
+			res.Content = append(res.Content, c)
+		} else {
+			res.Content = append(res.Content, &mcp.TextContent{Text: lines[i]})
+		}
+	}
+	return res
+}
+
+// mediaContent is the MCP block of a media item, or nil when its bytes were left out.
+func mediaContent(m *toolsv1.Media) mcp.Content {
+	switch m.GetType() {
+	case "image":
+		if len(m.GetData()) > 0 {
+			return &mcp.ImageContent{Data: m.GetData(), MIMEType: m.GetMimeType()}
+		}
+	case "audio":
+		if len(m.GetData()) > 0 {
+			return &mcp.AudioContent{Data: m.GetData(), MIMEType: m.GetMimeType()}
+		}
+	case "resource":
+		r := &mcp.ResourceContents{URI: m.GetUri(), MIMEType: m.GetMimeType()}
+		switch {
+		case len(m.GetData()) > 0:
+			r.Blob = m.GetData()
+		case m.GetOmitted() == "" && m.GetText() != "" || m.GetSize() == 0:
+			r.Text = m.GetText()
+		default:
+			return nil
+		}
+		return &mcp.EmbeddedResource{Resource: r}
+	case "resource_link":
+		l := &mcp.ResourceLink{URI: m.GetUri(), Name: m.GetText(), MIMEType: m.GetMimeType()}
+		if m.GetSize() > 0 {
+			size := m.GetSize()
+			l.Size = &size
+		}
+		if l.Name == "" {
+			l.Name = m.GetUri()
+		}
+		return l
+	}
+	return nil
 }
 
 // contentResult reads the output of a tool labelled mcp.output=content: an MCP tool result.

@@ -50,7 +50,31 @@ func TestToMCPResult(t *testing.T) {
 			name: "a preview of a tool with an output schema is an error, never success without structured content",
 			in:   &toolsv1.ToolResult{Success: true, Output: `"{\"n\":[1,2,"`, Truncated: true, OutputBytes: 99},
 			tool: structured,
-			want: errorResult("The tool succeeded, but its output (99 bytes) is larger than the 50 bytes this MCP endpoint passes on, so its structured result cannot be sent; the start of it follows.\n{\"n\":[1,2,"),
+			want: errorResult("The tool succeeded, but its output (99 bytes) is larger than the 50 bytes this MCP endpoint passes on (mcpgateway.mcp-max-result-bytes), so its structured result cannot be sent; the start of it follows.\n{\"n\":[1,2,"),
+		},
+		{
+			name: "a preview cut by a smaller cap on the way names that cap and the whole size",
+			in:   &toolsv1.ToolResult{Success: true, Output: `"{\"n\":[1,2,"`, Truncated: true, OutputBytes: 388901, OutputLimitBytes: 20},
+			tool: structured,
+			want: errorResult("The tool succeeded, but its output (388901 bytes) is larger than the 20-byte cap that applied on the way (tools.max-response-bytes or mcpgateway.max-text-bytes), so its structured result cannot be sent; the start of it follows.\n{\"n\":[1,2,"),
+		},
+		{
+			name: "media follow the text as MCP blocks, and their descriptions leave the text",
+			in: &toolsv1.ToolResult{Success: true, Output: `"a logo\n[image image/png 3 bytes]\n[audio audio/wav 9 bytes; not passed on: too big]\n[resource text/plain file:///a 2 bytes] hi\n[resource_link https://x/y] y"`,
+				Media: []*toolsv1.Media{
+					{Type: "image", MimeType: "image/png", Size: 3, Data: []byte("png")},
+					{Type: "audio", MimeType: "audio/wav", Size: 9, Omitted: "too big"},
+					{Type: "resource", MimeType: "text/plain", Uri: "file:///a", Size: 2, Text: "hi"},
+					{Type: "resource_link", Uri: "https://x/y", Text: "y"},
+				}},
+			tool: plain,
+			want: &mcp.CallToolResult{Content: []mcp.Content{
+				&mcp.TextContent{Text: "a logo"},
+				&mcp.ImageContent{MIMEType: "image/png", Data: []byte("png")},
+				&mcp.TextContent{Text: "[audio audio/wav 9 bytes; not passed on: too big]"},
+				&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{URI: "file:///a", MIMEType: "text/plain", Text: "hi"}},
+				&mcp.ResourceLink{URI: "https://x/y", Name: "y"},
+			}},
 		},
 		{
 			name: "violations the message lists are not listed again",

@@ -82,13 +82,41 @@ func abbreviate(s string, n int) string {
 	return s[:cut] + "…"
 }
 
+// mediaCaps bound the media bytes a result carries on: one block, and all blocks of a result.
+// Zero caps carry none (the blocks are only described).
+type mediaCaps struct{ item, total int }
+
+// mediaBudget is what is left of the caps while a result is normalized.
+type mediaBudget struct {
+	caps mediaCaps
+	used int
+}
+
+// attach gives d the block's bytes when they fit the caps, and otherwise says which cap left
+// them out (d.Size stays the true size).
+func (b *mediaBudget) attach(d *pb.Content, data []byte) *pb.Content {
+	switch {
+	case b.caps.item <= 0 || len(data) == 0:
+	case len(data) > b.caps.item:
+		d.Omitted = fmt.Sprintf("%d bytes, over the %d-byte cap on one media block (mcpgateway.max-media-item-bytes)", len(data), b.caps.item)
+	case b.used+len(data) > b.caps.total:
+		d.Omitted = fmt.Sprintf("%d bytes, over what is left of the %d-byte cap on the media of one result (mcpgateway.max-media-bytes)", len(data), b.caps.total)
+	default:
+		d.Data = data
+		b.used += len(data)
+	}
+	return d
+}
+
 // normalizeResult turns an MCP tool result into the gateway's {success, output}: text blocks
 // joined; structuredContent as JSON, validated against the output schema when the tool has
-// one; isError as success=false with the server's message; every other block described in
-// contents (type, MIME type, URI, size; an embedded text resource with its cleaned text),
-// never dropped.
-func normalizeResult(res *mcp.CallToolResult, out *jsonschema.Schema, opts CleanOptions) *pb.CallToolResponse {
+// one; isError as success=false with the server's message; every other block in contents
+// (type, MIME type, URI, size; an embedded text resource with its cleaned text; the bytes of
+// images, audio and binary resources within media's caps), never dropped. Output cut to
+// opts.MaxBytes says so, with its original size and the cap.
+func normalizeResult(res *mcp.CallToolResult, out *jsonschema.Schema, opts CleanOptions, media mediaCaps) *pb.CallToolResponse {
 	resp := &pb.CallToolResponse{Success: !res.IsError}
+	budget := &mediaBudget{caps: media}
 	var texts []string
 	for _, c := range res.Content {
 		switch v := c.(type) {
@@ -99,9 +127,9 @@ func normalizeResult(res *mcp.CallToolResult, out *jsonschema.Schema, opts Clean
 			}
 			texts = append(texts, v.Text)
 		case *mcp.ImageContent:
-			resp.Contents = append(resp.Contents, &pb.Content{Type: "image", MimeType: v.MIMEType, Size: int64(len(v.Data))})
+			resp.Contents = append(resp.Contents, budget.attach(&pb.Content{Type: "image", MimeType: v.MIMEType, Size: int64(len(v.Data))}, v.Data))
 		case *mcp.AudioContent:
-			resp.Contents = append(resp.Contents, &pb.Content{Type: "audio", MimeType: v.MIMEType, Size: int64(len(v.Data))})
+			resp.Contents = append(resp.Contents, budget.attach(&pb.Content{Type: "audio", MimeType: v.MIMEType, Size: int64(len(v.Data))}, v.Data))
 		case *mcp.ResourceLink:
 			d := &pb.Content{Type: "resource_link", MimeType: v.MIMEType, Uri: v.URI, Text: CleanText(v.Name, "text/plain", CleanOptions{MaxBytes: 256}).Text}
 			if v.Size != nil {
@@ -120,6 +148,7 @@ func normalizeResult(res *mcp.CallToolResult, out *jsonschema.Schema, opts Clean
 				d.Uri, d.MimeType = r.URI, r.MIMEType
 				if r.Blob != nil {
 					d.Size = int64(len(r.Blob))
+					budget.attach(d, r.Blob)
 				} else {
 					d.Size = int64(len(r.Text))
 					d.Text = CleanText(r.Text, r.MIMEType, opts).Text
@@ -168,10 +197,11 @@ func normalizeResult(res *mcp.CallToolResult, out *jsonschema.Schema, opts Clean
 			// JSON cannot be cut and stay JSON: the model gets the text the tool returned beside
 			// it (MCP asks for a text serialization too), cut to the cap, or else a preview.
 			if strings.TrimSpace(text) == "" {
-				text = fmt.Sprintf("[structured content of %d bytes, over the %d-byte cap; its start:]\n%s", len(raw), opts.MaxBytes, raw)
+				text = fmt.Sprintf("[structured content of %d bytes, over the %d-byte cap on a tool's output; its start:]\n%s", len(raw), opts.MaxBytes, raw)
 			}
 			c := CleanText(text, "", opts)
 			resp.Output, resp.Truncated = c.Text, true
+			resp.OriginalBytes, resp.LimitBytes = int64(max(len(raw), c.Bytes)), int64(opts.MaxBytes)
 			return resp
 		}
 		resp.Output, resp.Structured = string(raw), true
@@ -179,6 +209,9 @@ func normalizeResult(res *mcp.CallToolResult, out *jsonschema.Schema, opts Clean
 	}
 	c := CleanText(text, "", opts)
 	resp.Output, resp.Truncated = c.Text, c.Truncated
+	if c.Truncated {
+		resp.OriginalBytes, resp.LimitBytes = int64(c.Bytes), int64(opts.MaxBytes)
+	}
 	return resp
 }
 
@@ -207,6 +240,9 @@ func describeContent(d *pb.Content) string {
 	}
 	if d.Size > 0 || d.Type == "image" || d.Type == "audio" {
 		parts = append(parts, fmt.Sprintf("%d bytes", d.Size))
+	}
+	if d.Omitted != "" {
+		parts = append(parts, "not passed on: "+d.Omitted)
 	}
 	line := "[" + d.Type
 	if len(parts) > 0 {

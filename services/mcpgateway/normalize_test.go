@@ -68,7 +68,7 @@ func TestNormalizeResult(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := normalizeResult(tt.res, out, opts)
+			got := normalizeResult(tt.res, out, opts, mediaCaps{})
 			if tt.want.ErrorCode == codeInvalidOutput {
 				if got.Success || got.ErrorCode != codeInvalidOutput || got.Output == "" {
 					t.Errorf("got %+v, want invalid_output with the violation", got)

@@ -193,7 +193,7 @@ func (g *Gateway) GetPrompt(ctx context.Context, server, name string, args map[s
 			case *mcp.TextContent:
 				text = CleanText(v.Text, "", opts).Text
 			default:
-				r := normalizeResult(&mcp.CallToolResult{Content: []mcp.Content{m.Content}}, nil, opts)
+				r := normalizeResult(&mcp.CallToolResult{Content: []mcp.Content{m.Content}}, nil, opts, mediaCaps{})
 				for _, d := range r.Contents {
 					text = describeContent(d)
 				}

@@ -327,6 +327,9 @@ func validateCall(req *pb.CallToolRequest) error {
 			v.Add("timeout", "must be a non-negative duration")
 		}
 	}
+	if n := req.GetMaxOutputBytes(); n < 0 || n > maxRequestedOutput {
+		v.Add("max_output_bytes", "must be between 0 and %d", maxRequestedOutput)
+	}
 	return v.Err()
 }
 

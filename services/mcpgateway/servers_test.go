@@ -69,6 +69,8 @@ func TestRequestValidation(t *testing.T) {
 		{"arguments not an object", &pb.CallToolRequest{Name: "a", Arguments: "[1]"}},
 		{"arguments not JSON", &pb.CallToolRequest{Name: "a", Arguments: "{"}},
 		{"negative timeout", &pb.CallToolRequest{Name: "a", Timeout: durationpb.New(-time.Second)}},
+		{"negative max_output_bytes", &pb.CallToolRequest{Name: "a", MaxOutputBytes: -1}},
+		{"max_output_bytes over 16 MiB", &pb.CallToolRequest{Name: "a", MaxOutputBytes: 16<<20 + 1}},
 	}
 	for _, tt := range calls {
 		t.Run("CallTool "+tt.name, func(t *testing.T) {

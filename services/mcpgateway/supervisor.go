@@ -75,8 +75,12 @@ func (c *serverConn) pause(lastAttempt time.Time, delay time.Duration) bool {
 }
 
 // backoff is the pause before reconnect attempt n: exponential between ReconnectMin and
-// ReconnectMax, with ±20% jitter.
+// ReconnectMax (HTTPReconnectMax for a Streamable HTTP server, which is cheap to probe), with
+// jitter that never takes it above the maximum.
 func (c *serverConn) backoff(attempt int) time.Duration {
+	if c.spec.GetHttp() != nil {
+		return c.g.reconnectHTTP.Delay(attempt)
+	}
 	return c.g.reconnect.Delay(attempt)
 }
 

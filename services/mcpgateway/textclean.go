@@ -29,6 +29,8 @@ type Cleaned struct {
 	Removed int64
 	// Truncated says the text was cut to the cap.
 	Truncated bool
+	// Bytes is the size of the cleaned text before it was cut.
+	Bytes int
 }
 
 // CleanText prepares text that comes from an MCP server (a resource, a prompt, a tool's output)
@@ -54,7 +56,7 @@ func CleanText(text, mimeType string, opts CleanOptions) Cleaned {
 	} else {
 		s = normalizeSpace(s)
 	}
-	out := Cleaned{Text: s}
+	out := Cleaned{Text: s, Bytes: len(s)}
 	if opts.MaxBytes > 0 && len(s) > opts.MaxBytes {
 		// The kept count has at most as many digits as the total, so this is the longest note.
 		longest := truncationNote(len(s), len(s))

@@ -68,6 +68,10 @@ type Config struct {
 	// are added to the system prompt; "*" is every server. None by default: the text is the
 	// server's, not the operator's.
 	MCPInstructions []string
+	// ImageModels are the models that take image input ("*": every model): images a tool
+	// returns (from an MCP server) reach them as image parts of a user message after the tool
+	// results; other models read only the tool's text, where each image is described.
+	ImageModels []string
 	// MaxMessageBytes caps the text of each message in the model's context (the session's log
 	// keeps it whole); longer text is cut with a note of what was cut.
 	MaxMessageBytes int
@@ -97,6 +101,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PublishTimeout, "orchestrator.publish-timeout", 2*time.Minute, "how long a turn.finished publish is retried in the background")
 	fs.Func("orchestrator.models", "comma list of model names a turn may choose in its options besides --model (none by default)", func(v string) error {
 		c.Models = config.SplitList(v)
+		return nil
+	})
+	fs.Func("orchestrator.image-models", "comma list of models that take image input (\"*\": every model): images from tools reach them as image parts; others read the images' descriptions (none by default)", func(v string) error {
+		c.ImageModels = config.SplitList(v)
 		return nil
 	})
 	fs.Func("orchestrator.mcp-instructions", "comma list of MCP servers whose instructions are added to the system prompt (\"*\": every server; none by default)", func(v string) error {

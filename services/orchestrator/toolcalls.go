@@ -271,7 +271,50 @@ func (t *turn) addStep(text string, outs []*outcome, content []string) {
 	for i, o := range outs {
 		cur = append(cur, model.Message{Role: model.RoleTool, ToolCallID: o.modelID, Content: clipBytes(content[i], t.s.cfg.MaxMessageBytes)})
 	}
+	if t.takesImages() {
+		if m, ok := toolImages(outs); ok {
+			cur = append(cur, m)
+		}
+	}
 	t.blocks.current, t.lastStep = cur, next
+}
+
+// takesImages reports whether the turn's model is one the operator listed as taking images.
+func (t *turn) takesImages() bool {
+	for _, m := range t.s.cfg.ImageModels {
+		if m == "*" || m == t.model {
+			return true
+		}
+	}
+	return false
+}
+
+// toolImages is the user message that shows a model the images the step's tools returned: Chat
+// Completions tool messages carry only text, so the images follow them as image parts, each
+// named by its tool call. They stay in the turn's context only; the session keeps the text.
+func toolImages(outs []*outcome) (model.Message, bool) {
+	m := model.Message{Role: model.RoleUser}
+	var names []string
+	for _, o := range outs {
+		if !o.result.GetSuccess() {
+			continue
+		}
+		n := 0
+		for _, md := range o.result.GetMedia() {
+			if md.GetType() == "image" && len(md.GetData()) > 0 && strings.HasPrefix(md.GetMimeType(), "image/") {
+				m.Images = append(m.Images, model.Image{MIMEType: md.GetMimeType(), Data: md.GetData()})
+				n++
+			}
+		}
+		if n > 0 {
+			names = append(names, fmt.Sprintf("%d from %s (call %s)", n, o.call.Name, o.modelID))
+		}
+	}
+	if len(m.Images) == 0 {
+		return model.Message{}, false
+	}
+	m.Content = "The images the tools returned, in order: " + strings.Join(names, "; ") + "."
+	return m, true
 }
 
 // recordSteps keeps the step's successful calls for the task state, stored with the turn's end.

@@ -31,8 +31,17 @@ type call struct {
 	idempotencyKey string // set for idempotent tools
 	attempt        int
 	// outputCut: the executor returned a preview cut to a size cap, which the output schema is
-	// not checked against.
-	outputCut bool
+	// not checked against; originalBytes is then the whole output's size and cutAt the cap.
+	outputCut     bool
+	originalBytes int
+	cutAt         int
+	// outputLimit is the largest output returned whole (outputLimit of the request).
+	outputLimit int
+	// media is the non-text content of the result, from executors that have any.
+	media []*toolsv1.Media
+	// deadline is the call's deadline, which the time a person takes to answer a tool's
+	// request for input pushes back.
+	deadline *callDeadline
 }
 
 // executor runs one attempt of a call. It returns the output JSON, an *execError, or the
@@ -102,15 +111,16 @@ func (s *Service) callBudget(ctx context.Context, spec *toolsv1.ToolSpec, start 
 // exponential backoff and jitter, and never past the deadline. Every attempt runs under a
 // context that ends at the deadline, so an executor's request is cancelled, not abandoned.
 func (s *Service) run(ctx context.Context, ex executor, c *call, b budget) outcome {
-	rctx, cancel := context.WithDeadline(ctx, b.deadline)
-	defer cancel()
+	rctx, dl := newCallDeadline(ctx, b.deadline)
+	defer dl.stop()
+	c.deadline = dl
 	idempotent := c.tool.GetSpec().GetIdempotent()
 	var o outcome
 	for attempt := 1; ; attempt++ {
 		c.attempt = attempt
 		o.attempts = attempt
 		actx, acancel := rctx, context.CancelFunc(func() {})
-		if b.attemptTimeout > 0 && time.Until(b.deadline) > b.attemptTimeout {
+		if b.attemptTimeout > 0 && dl.until() > b.attemptTimeout {
 			actx, acancel = context.WithTimeout(rctx, b.attemptTimeout)
 		}
 		actx, aspan := s.tracer.Start(actx, "tools.attempt", trace.WithAttributes(attribute.Int("tool.attempt", attempt)))
@@ -130,7 +140,7 @@ func (s *Service) run(ctx context.Context, ex executor, c *call, b budget) outco
 		switch {
 		// A remote deadline (gRPC's grpc-timeout) can fire a moment before ours: a timeout
 		// reported at the deadline is the call's timeout.
-		case rctx.Err() != nil || (isTimeout && time.Until(b.deadline) < 50*time.Millisecond):
+		case rctx.Err() != nil || (isTimeout && dl.until() < 50*time.Millisecond):
 			o.err = s.timeoutError(c, b, attempt, errors.Is(ctx.Err(), context.Canceled))
 			return o
 		case attemptTimedOut:
@@ -153,7 +163,7 @@ func (s *Service) run(ctx context.Context, ex executor, c *call, b budget) outco
 		if ee.retryAfter > delay {
 			delay = ee.retryAfter
 		}
-		if time.Until(b.deadline) <= delay {
+		if dl.until() <= delay {
 			o.err = withAttempts(ee, attempt)
 			o.err.msg += fmt.Sprintf("; no time was left for another attempt within the timeout of %s", b.timeout)
 			return o
@@ -260,7 +270,7 @@ func (s *Service) executeAt(ctx context.Context, req *toolsv1.ExecuteToolRequest
 	}
 
 	b := s.callBudget(ctx, spec, start)
-	c := &call{req: req, tool: tool, args: args}
+	c := &call{req: req, tool: tool, args: args, outputLimit: s.outputLimit(req)}
 	var key, owner string
 	// A pure builtin's repeated call gives the same result: it is run again, not recorded.
 	if spec.GetIdempotent() && req.GetIdempotencyKey() != "" && !s.builtins.pure(spec) {
@@ -295,7 +305,10 @@ func (s *Service) executeAt(ctx context.Context, req *toolsv1.ExecuteToolRequest
 	if o.err != nil {
 		failure(res, o.err.code, o.err.msg)
 	} else {
-		s.finishOutput(res, cs, spec.GetName(), o.output, s.outputLimit(req), c.outputCut)
+		s.finishOutput(res, cs, spec.GetName(), o.output, c)
+		if res.GetSuccess() {
+			res.Media = c.media
+		}
 	}
 	if owner != "" {
 		s.idem.finish(key, owner, res, o.definitive)
@@ -313,9 +326,10 @@ func (s *Service) outputLimit(req *toolsv1.ExecuteToolRequest) int {
 }
 
 // finishOutput checks the output against the output schema (unless it is already a cut
-// preview) and cuts it to limit bytes.
-func (s *Service) finishOutput(res *toolsv1.ToolResult, cs *compiledSpec, name string, out []byte, limit int, cut bool) {
-	if cs.output != nil && !cut {
+// preview) and cuts it to the call's output limit. output_bytes and the note of a preview give
+// the size of the whole output, also when the executor had already cut it.
+func (s *Service) finishOutput(res *toolsv1.ToolResult, cs *compiledSpec, name string, out []byte, c *call) {
+	if cs.output != nil && !c.outputCut {
 		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(string(out)))
 		if err == nil {
 			err = cs.output.root.Validate(inst)
@@ -333,8 +347,19 @@ func (s *Service) finishOutput(res *toolsv1.ToolResult, cs *compiledSpec, name s
 	}
 	res.Success = true
 	res.OutputBytes = int64(len(out))
-	res.Output, res.Truncated = truncateOutput(out, limit)
-	res.Truncated = res.Truncated || cut
+	original := 0
+	if c.outputCut && c.originalBytes > 0 {
+		// out is the executor's preview (JSON-encoded, so possibly longer than what it shows):
+		// the size that matters is the whole output's.
+		original = c.originalBytes
+		res.OutputBytes, res.OutputLimitBytes = int64(original), int64(c.cutAt)
+	}
+	var cutHere bool
+	res.Output, cutHere = truncateOutput(out, c.outputLimit, original)
+	if cutHere {
+		res.OutputLimitBytes = int64(c.outputLimit)
+	}
+	res.Truncated = cutHere || c.outputCut
 }
 
 func orRoot(p string) string {
@@ -346,8 +371,9 @@ func orRoot(p string) string {
 
 // truncateOutput cuts output longer than max bytes to a preview: a JSON string holding the
 // start of the output (the text itself when the output is a string) and a note saying how
-// much was cut.
-func truncateOutput(out []byte, maxBytes int) (string, bool) {
+// much was cut. original, when not 0, is the size of the whole output that an executor
+// already cut to out.
+func truncateOutput(out []byte, maxBytes, original int) (string, bool) {
 	if len(out) <= maxBytes {
 		return string(out), false
 	}
@@ -363,7 +389,8 @@ func truncateOutput(out []byte, maxBytes int) (string, bool) {
 			cut--
 		}
 		preview := text[:cut]
-		note := fmt.Sprintf("\n[output truncated: showing the first %d of %d bytes; %d bytes were cut]", len(preview), len(text), len(text)-len(preview))
+		whole := max(original, len(text))
+		note := fmt.Sprintf("\n[output truncated: showing the first %d of %d bytes; %d bytes were cut by the %d-byte cap]", len(preview), whole, whole-len(preview), maxBytes)
 		b, _ := json.Marshal(preview + note)
 		if len(b) <= maxBytes || keep <= 0 {
 			return string(b), true

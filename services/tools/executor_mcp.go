@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hermes-agent/hermes/internal/toolmedia"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
@@ -41,10 +43,17 @@ func (x *mcpExecutor) attempt(ctx context.Context, c *call) ([]byte, error) {
 		return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, msg: "the MCP gateway is not reachable: " + err.Error()}
 	}
 	req := &mcpgatewayv1.CallToolRequest{Server: m.GetServer(), Tool: m.GetTool(), Arguments: string(c.args)}
-	if dl, ok := ctx.Deadline(); ok {
+	if c.req.GetMaxOutputBytes() > 0 {
+		// A caller that passes output on (Hermes' MCP endpoint) gets it whole up to its limit,
+		// not cut to the gateway's cap for text a model reads.
+		req.MaxOutputBytes = int32(min(c.outputLimit, math.MaxInt32))
+	}
+	if c.deadline != nil {
+		req.Timeout = durationpb.New(max(c.deadline.until(), time.Millisecond))
+	} else if dl, ok := ctx.Deadline(); ok {
 		req.Timeout = durationpb.New(max(time.Until(dl), time.Millisecond))
 	}
-	resp, err := callGateway(ctx, client, req)
+	resp, err := callGateway(ctx, client, req, c.deadline)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -54,6 +63,10 @@ func (x *mcpExecutor) attempt(ctx context.Context, c *call) ([]byte, error) {
 	if resp.GetSuccess() {
 		out, cut := mcpOutput(resp)
 		c.outputCut = cut
+		if cut {
+			c.originalBytes, c.cutAt = int(resp.GetOriginalBytes()), int(resp.GetLimitBytes())
+		}
+		c.media = mcpMedia(resp.GetContents())
 		return out, nil
 	}
 	// A call that may have run is retried only when running it twice is harmless: the tool is
@@ -92,7 +105,9 @@ func retrySafe(spec *toolsv1.ToolSpec) bool {
 
 // callGateway calls the tool through the gateway: streaming when someone listens for progress,
 // unary otherwise (one round trip less).
-func callGateway(ctx context.Context, client MCPCaller, req *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error) {
+// A request for user input pushes the call's deadline back by the time the person has to
+// answer, as the gateway stops the call's clock while it waits.
+func callGateway(ctx context.Context, client MCPCaller, req *mcpgatewayv1.CallToolRequest, dl *callDeadline) (*mcpgatewayv1.CallToolResponse, error) {
 	progress := progressFrom(ctx)
 	if progress == nil {
 		return client.CallTool(ctx, req)
@@ -114,6 +129,9 @@ func callGateway(ctx context.Context, client MCPCaller, req *mcpgatewayv1.CallTo
 		if p := ev.GetProgress(); p != nil {
 			tp := &toolsv1.ToolProgress{Progress: p.GetProgress(), Total: p.GetTotal(), Message: p.GetMessage()}
 			if e := p.GetElicitation(); e != nil {
+				if exp := e.GetExpiresAt(); exp != nil {
+					dl.pushBack(min(time.Until(exp.AsTime()), maxElicitHold))
+				}
 				tp.Elicitation = &toolsv1.Elicitation{Id: e.GetId(), Server: e.GetServer(), Message: e.GetMessage(), RequestedSchema: e.GetRequestedSchema(), Url: e.GetUrl(), ExpiresAt: e.GetExpiresAt()}
 			}
 			progress(tp)
@@ -123,6 +141,10 @@ func callGateway(ctx context.Context, client MCPCaller, req *mcpgatewayv1.CallTo
 		}
 	}
 }
+
+// maxElicitHold bounds how far one request for user input pushes a call's deadline back,
+// whatever expiry the gateway states.
+const maxElicitHold = 15 * time.Minute
 
 func suffix(s string) string {
 	if s = strings.TrimSpace(s); s != "" {
@@ -166,26 +188,21 @@ func mcpOutput(resp *mcpgatewayv1.CallToolResponse) (out []byte, cut bool) {
 		}
 	}
 	for _, c := range resp.GetContents() {
-		var d []string
-		d = append(d, c.GetType())
-		if c.GetMimeType() != "" {
-			d = append(d, c.GetMimeType())
-		}
-		if c.GetUri() != "" {
-			d = append(d, c.GetUri())
-		}
-		if c.GetSize() > 0 {
-			d = append(d, fmt.Sprintf("%d bytes", c.GetSize()))
-		}
-		line := "[" + strings.Join(d, " ") + "]"
-		if c.GetText() != "" {
-			line += " " + c.GetText()
-		}
 		if text != "" {
 			text += "\n"
 		}
-		text += line
+		text += toolmedia.Describe(c.GetType(), c.GetMimeType(), c.GetUri(), c.GetText(), c.GetSize(), c.GetOmitted())
 	}
 	b, _ := json.Marshal(text)
 	return b, resp.GetTruncated()
+}
+
+// mcpMedia is the gateway's description of a result's non-text blocks as ToolResult.media.
+func mcpMedia(contents []*mcpgatewayv1.Content) []*toolsv1.Media {
+	var out []*toolsv1.Media
+	for _, c := range contents {
+		out = append(out, &toolsv1.Media{Type: c.GetType(), MimeType: c.GetMimeType(), Uri: c.GetUri(), Data: c.GetData(),
+			Text: c.GetText(), Size: c.GetSize(), Omitted: c.GetOmitted()})
+	}
+	return out
 }

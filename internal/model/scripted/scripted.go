@@ -29,6 +29,8 @@ type Message struct {
 	Content    string     `json:"content"`
 	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string     `json:"tool_call_id,omitempty"`
+	// ImageURLs are the image_url parts of a message with images (data URIs included).
+	ImageURLs []string `json:"image_urls,omitempty"`
 }
 
 // ToolCall is a function call: in a reply, one the scripted model makes; in a request, one an
@@ -318,6 +320,26 @@ func contentText(raw json.RawMessage) string {
 	return string(raw)
 }
 
+// imageURLs are the image_url parts of a content array.
+func imageURLs(raw json.RawMessage) []string {
+	var parts []struct {
+		Type     string `json:"type"`
+		ImageURL struct {
+			URL string `json:"url"`
+		} `json:"image_url"`
+	}
+	if len(raw) == 0 || raw[0] != '[' || json.Unmarshal(raw, &parts) != nil {
+		return nil
+	}
+	var out []string
+	for _, p := range parts {
+		if p.Type == "image_url" {
+			out = append(out, p.ImageURL.URL)
+		}
+	}
+	return out
+}
+
 func parseRequest(body []byte) (Request, error) {
 	var w wireRequest
 	if err := json.Unmarshal(body, &w); err != nil {
@@ -331,7 +353,7 @@ func parseRequest(body []byte) (Request, error) {
 		r.JSON = w.ResponseFormat.Type == "json_object" || w.ResponseFormat.Type == "json_schema"
 	}
 	for _, m := range w.Messages {
-		msg := Message{Role: m.Role, Content: contentText(m.Content), ToolCallID: m.ToolCallID}
+		msg := Message{Role: m.Role, Content: contentText(m.Content), ToolCallID: m.ToolCallID, ImageURLs: imageURLs(m.Content)}
 		for _, tc := range m.ToolCalls {
 			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 		}

@@ -1341,9 +1341,13 @@ type CallToolRequest struct {
 	// Arguments as a JSON object.
 	Arguments string `protobuf:"bytes,4,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	// Shorter timeout than the server's call timeout (the caller's deadline applies as well).
-	Timeout       *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Timeout *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// The largest output returned whole, for callers that pass output on rather than put it in a
+	// model's context (Hermes' MCP endpoint, through the tool service); 0 means the gateway's cap
+	// mcpgateway.max-text-bytes. At most 16 MiB.
+	MaxOutputBytes int32 `protobuf:"varint,6,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CallToolRequest) Reset() {
@@ -1411,6 +1415,13 @@ func (x *CallToolRequest) GetTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *CallToolRequest) GetMaxOutputBytes() int32 {
+	if x != nil {
+		return x.MaxOutputBytes
+	}
+	return 0
+}
+
 // Content describes one content block of a tool result that is not text.
 type Content struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1423,7 +1434,13 @@ type Content struct {
 	// Size in bytes of the data, when known.
 	Size int64 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
 	// Name or text of an embedded text resource (cleaned).
-	Text          string `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
+	Text string `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
+	// The bytes of an image, an audio clip or an embedded binary resource, when they fit the
+	// gateway's media caps (mcpgateway.max-media-item-bytes for one block,
+	// mcpgateway.max-media-bytes for all blocks of a result); empty when omitted is set.
+	Data []byte `protobuf:"bytes,6,opt,name=data,proto3" json:"data,omitempty"`
+	// Why data was left out: the cap that applied (size is the true size).
+	Omitted       string `protobuf:"bytes,7,opt,name=omitted,proto3" json:"omitted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1493,6 +1510,20 @@ func (x *Content) GetText() string {
 	return ""
 }
 
+func (x *Content) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *Content) GetOmitted() string {
+	if x != nil {
+		return x.Omitted
+	}
+	return ""
+}
+
 // CallToolResponse is the normalized result of a tool call.
 type CallToolResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1520,7 +1551,13 @@ type CallToolResponse struct {
 	MayHaveRun bool `protobuf:"varint,8,opt,name=may_have_run,json=mayHaveRun,proto3" json:"may_have_run,omitempty"`
 	// Text blocks meant only for the user (annotations.audience is ["user"]); they are not part of
 	// output, which goes to a model.
-	UserText      []string `protobuf:"bytes,9,rep,name=user_text,json=userText,proto3" json:"user_text,omitempty"`
+	UserText []string `protobuf:"bytes,9,rep,name=user_text,json=userText,proto3" json:"user_text,omitempty"`
+	// With truncated: the size in bytes of the output before it was cut (the text, or the
+	// structured content's JSON).
+	OriginalBytes int64 `protobuf:"varint,10,opt,name=original_bytes,json=originalBytes,proto3" json:"original_bytes,omitempty"`
+	// With truncated: the cap that cut it, in bytes (mcpgateway.max-text-bytes or the request's
+	// max_output_bytes).
+	LimitBytes    int64 `protobuf:"varint,11,opt,name=limit_bytes,json=limitBytes,proto3" json:"limit_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1616,6 +1653,20 @@ func (x *CallToolResponse) GetUserText() []string {
 		return x.UserText
 	}
 	return nil
+}
+
+func (x *CallToolResponse) GetOriginalBytes() int64 {
+	if x != nil {
+		return x.OriginalBytes
+	}
+	return 0
+}
+
+func (x *CallToolResponse) GetLimitBytes() int64 {
+	if x != nil {
+		return x.LimitBytes
+	}
+	return 0
 }
 
 // CallToolStreamRequest is the input of CallToolStream.
@@ -3399,19 +3450,22 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x10ListToolsRequest\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\"H\n" +
 	"\x11ListToolsResponse\x123\n" +
-	"\x05tools\x18\x01 \x03(\v2\x1d.hermes.mcpgateway.v1.MCPToolR\x05tools\"\xa4\x01\n" +
+	"\x05tools\x18\x01 \x03(\v2\x1d.hermes.mcpgateway.v1.MCPToolR\x05tools\"\xce\x01\n" +
 	"\x0fCallToolRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12\x12\n" +
 	"\x04tool\x18\x03 \x01(\tR\x04tool\x12\x1c\n" +
 	"\targuments\x18\x04 \x01(\tR\targuments\x123\n" +
-	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"t\n" +
+	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12(\n" +
+	"\x10max_output_bytes\x18\x06 \x01(\x05R\x0emaxOutputBytes\"\xa2\x01\n" +
 	"\aContent\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1b\n" +
 	"\tmime_type\x18\x02 \x01(\tR\bmimeType\x12\x10\n" +
 	"\x03uri\x18\x03 \x01(\tR\x03uri\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x12\n" +
-	"\x04text\x18\x05 \x01(\tR\x04text\"\xd2\x02\n" +
+	"\x04text\x18\x05 \x01(\tR\x04text\x12\x12\n" +
+	"\x04data\x18\x06 \x01(\fR\x04data\x12\x18\n" +
+	"\aomitted\x18\a \x01(\tR\aomitted\"\x9a\x03\n" +
 	"\x10CallToolResponse\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x16\n" +
 	"\x06output\x18\x02 \x01(\tR\x06output\x12\x1e\n" +
@@ -3425,7 +3479,11 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\ttruncated\x18\a \x01(\bR\ttruncated\x12 \n" +
 	"\fmay_have_run\x18\b \x01(\bR\n" +
 	"mayHaveRun\x12\x1b\n" +
-	"\tuser_text\x18\t \x03(\tR\buserText\"X\n" +
+	"\tuser_text\x18\t \x03(\tR\buserText\x12%\n" +
+	"\x0eoriginal_bytes\x18\n" +
+	" \x01(\x03R\roriginalBytes\x12\x1f\n" +
+	"\vlimit_bytes\x18\v \x01(\x03R\n" +
+	"limitBytes\"X\n" +
 	"\x15CallToolStreamRequest\x12?\n" +
 	"\arequest\x18\x01 \x01(\v2%.hermes.mcpgateway.v1.CallToolRequestR\arequest\"\xa5\x01\n" +
 	"\x16CallToolStreamResponse\x12<\n" +

@@ -1733,7 +1733,15 @@ type ToolResult struct {
 	// A non-idempotent tool was retried after a timeout, so an earlier attempt may have run.
 	MayHaveRun bool `protobuf:"varint,10,opt,name=may_have_run,json=mayHaveRun,proto3" json:"may_have_run,omitempty"`
 	// The version of the tool that ran (or whose schema rejected the arguments).
-	ToolVersion   int64 `protobuf:"varint,11,opt,name=tool_version,json=toolVersion,proto3" json:"tool_version,omitempty"`
+	ToolVersion int64 `protobuf:"varint,11,opt,name=tool_version,json=toolVersion,proto3" json:"tool_version,omitempty"`
+	// With truncated: the cap that cut the output, in bytes (tools.max-output-bytes, the caller's
+	// max_output_bytes, or the MCP gateway's mcpgateway.max-text-bytes); output_bytes is then the
+	// size of the whole output.
+	OutputLimitBytes int64 `protobuf:"varint,12,opt,name=output_limit_bytes,json=outputLimitBytes,proto3" json:"output_limit_bytes,omitempty"`
+	// The result's content that is not text (an MCP tool's images, audio, embedded resources and
+	// resource links), for callers that can pass it on: Hermes' MCP endpoint, and models that
+	// accept images. output describes each in words, for everyone else.
+	Media         []*Media `protobuf:"bytes,13,rep,name=media,proto3" json:"media,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1845,6 +1853,121 @@ func (x *ToolResult) GetToolVersion() int64 {
 	return 0
 }
 
+func (x *ToolResult) GetOutputLimitBytes() int64 {
+	if x != nil {
+		return x.OutputLimitBytes
+	}
+	return 0
+}
+
+func (x *ToolResult) GetMedia() []*Media {
+	if x != nil {
+		return x.Media
+	}
+	return nil
+}
+
+// Media is one non-text content block of a tool's result.
+type Media struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "image", "audio", "resource" (embedded) or "resource_link".
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// MIME type, when known.
+	MimeType string `protobuf:"bytes,2,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	// URI of a resource or resource link.
+	Uri string `protobuf:"bytes,3,opt,name=uri,proto3" json:"uri,omitempty"`
+	// The bytes of an image, an audio clip or a binary resource; empty when omitted is set, and
+	// for text resources and links.
+	Data []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	// Text of an embedded text resource (cleaned), or a resource link's name.
+	Text string `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
+	// Size in bytes of the data, when known.
+	Size int64 `protobuf:"varint,6,opt,name=size,proto3" json:"size,omitempty"`
+	// Why data was left out: the size cap that applied.
+	Omitted       string `protobuf:"bytes,7,opt,name=omitted,proto3" json:"omitted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Media) Reset() {
+	*x = Media{}
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Media) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Media) ProtoMessage() {}
+
+func (x *Media) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Media.ProtoReflect.Descriptor instead.
+func (*Media) Descriptor() ([]byte, []int) {
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Media) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Media) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+func (x *Media) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *Media) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *Media) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *Media) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Media) GetOmitted() string {
+	if x != nil {
+		return x.Omitted
+	}
+	return ""
+}
+
 // SelectToolsRequest is the input of SelectTools.
 type SelectToolsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1860,7 +1983,7 @@ type SelectToolsRequest struct {
 
 func (x *SelectToolsRequest) Reset() {
 	*x = SelectToolsRequest{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[24]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +1995,7 @@ func (x *SelectToolsRequest) String() string {
 func (*SelectToolsRequest) ProtoMessage() {}
 
 func (x *SelectToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[24]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +2008,7 @@ func (x *SelectToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectToolsRequest.ProtoReflect.Descriptor instead.
 func (*SelectToolsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{24}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SelectToolsRequest) GetText() string {
@@ -1924,7 +2047,7 @@ type SelectedTool struct {
 
 func (x *SelectedTool) Reset() {
 	*x = SelectedTool{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[25]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2059,7 @@ func (x *SelectedTool) String() string {
 func (*SelectedTool) ProtoMessage() {}
 
 func (x *SelectedTool) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[25]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2072,7 @@ func (x *SelectedTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectedTool.ProtoReflect.Descriptor instead.
 func (*SelectedTool) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{25}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SelectedTool) GetTool() *Tool {
@@ -1994,7 +2117,7 @@ type SelectToolsResponse struct {
 
 func (x *SelectToolsResponse) Reset() {
 	*x = SelectToolsResponse{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[26]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2006,7 +2129,7 @@ func (x *SelectToolsResponse) String() string {
 func (*SelectToolsResponse) ProtoMessage() {}
 
 func (x *SelectToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[26]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2019,7 +2142,7 @@ func (x *SelectToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectToolsResponse.ProtoReflect.Descriptor instead.
 func (*SelectToolsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{26}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SelectToolsResponse) GetTools() []*SelectedTool {
@@ -2193,7 +2316,7 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"\bCoercion\x12\x18\n" +
 	"\apointer\x18\x01 \x01(\tR\apointer\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
-	"\x02to\x18\x03 \x01(\tR\x02to\"\x9e\x03\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\"\xfa\x03\n" +
 	"\n" +
 	"ToolResult\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x16\n" +
@@ -2208,7 +2331,17 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"\fmay_have_run\x18\n" +
 	" \x01(\bR\n" +
 	"mayHaveRun\x12!\n" +
-	"\ftool_version\x18\v \x01(\x03R\vtoolVersion\"l\n" +
+	"\ftool_version\x18\v \x01(\x03R\vtoolVersion\x12,\n" +
+	"\x12output_limit_bytes\x18\f \x01(\x03R\x10outputLimitBytes\x12,\n" +
+	"\x05media\x18\r \x03(\v2\x16.hermes.tools.v1.MediaR\x05media\"\xa0\x01\n" +
+	"\x05Media\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1b\n" +
+	"\tmime_type\x18\x02 \x01(\tR\bmimeType\x12\x10\n" +
+	"\x03uri\x18\x03 \x01(\tR\x03uri\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\x12\x12\n" +
+	"\x04text\x18\x05 \x01(\tR\x04text\x12\x12\n" +
+	"\x04size\x18\x06 \x01(\x03R\x04size\x12\x18\n" +
+	"\aomitted\x18\a \x01(\tR\aomitted\"l\n" +
 	"\x12SelectToolsRequest\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x1b\n" +
 	"\tmax_tools\x18\x02 \x01(\x05R\bmaxTools\x12%\n" +
@@ -2255,7 +2388,7 @@ func file_hermes_tools_v1_tools_proto_rawDescGZIP() []byte {
 }
 
 var file_hermes_tools_v1_tools_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hermes_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_hermes_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_hermes_tools_v1_tools_proto_goTypes = []any{
 	(ErrorCode)(0),                    // 0: hermes.tools.v1.ErrorCode
 	(*ToolSpec)(nil),                  // 1: hermes.tools.v1.ToolSpec
@@ -2282,26 +2415,27 @@ var file_hermes_tools_v1_tools_proto_goTypes = []any{
 	(*Violation)(nil),                 // 22: hermes.tools.v1.Violation
 	(*Coercion)(nil),                  // 23: hermes.tools.v1.Coercion
 	(*ToolResult)(nil),                // 24: hermes.tools.v1.ToolResult
-	(*SelectToolsRequest)(nil),        // 25: hermes.tools.v1.SelectToolsRequest
-	(*SelectedTool)(nil),              // 26: hermes.tools.v1.SelectedTool
-	(*SelectToolsResponse)(nil),       // 27: hermes.tools.v1.SelectToolsResponse
-	nil,                               // 28: hermes.tools.v1.ToolSpec.LabelsEntry
-	nil,                               // 29: hermes.tools.v1.HTTPExecutor.HeadersEntry
-	(*durationpb.Duration)(nil),       // 30: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 31: google.protobuf.Timestamp
+	(*Media)(nil),                     // 25: hermes.tools.v1.Media
+	(*SelectToolsRequest)(nil),        // 26: hermes.tools.v1.SelectToolsRequest
+	(*SelectedTool)(nil),              // 27: hermes.tools.v1.SelectedTool
+	(*SelectToolsResponse)(nil),       // 28: hermes.tools.v1.SelectToolsResponse
+	nil,                               // 29: hermes.tools.v1.ToolSpec.LabelsEntry
+	nil,                               // 30: hermes.tools.v1.HTTPExecutor.HeadersEntry
+	(*durationpb.Duration)(nil),       // 31: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 32: google.protobuf.Timestamp
 }
 var file_hermes_tools_v1_tools_proto_depIdxs = []int32{
-	30, // 0: hermes.tools.v1.ToolSpec.timeout:type_name -> google.protobuf.Duration
+	31, // 0: hermes.tools.v1.ToolSpec.timeout:type_name -> google.protobuf.Duration
 	3,  // 1: hermes.tools.v1.ToolSpec.http:type_name -> hermes.tools.v1.HTTPExecutor
 	4,  // 2: hermes.tools.v1.ToolSpec.mcp:type_name -> hermes.tools.v1.MCPExecutor
 	5,  // 3: hermes.tools.v1.ToolSpec.builtin:type_name -> hermes.tools.v1.BuiltinExecutor
-	28, // 4: hermes.tools.v1.ToolSpec.labels:type_name -> hermes.tools.v1.ToolSpec.LabelsEntry
-	30, // 5: hermes.tools.v1.ToolSpec.attempt_timeout:type_name -> google.protobuf.Duration
+	29, // 4: hermes.tools.v1.ToolSpec.labels:type_name -> hermes.tools.v1.ToolSpec.LabelsEntry
+	31, // 5: hermes.tools.v1.ToolSpec.attempt_timeout:type_name -> google.protobuf.Duration
 	2,  // 6: hermes.tools.v1.ToolSpec.annotations:type_name -> hermes.tools.v1.ToolAnnotations
-	29, // 7: hermes.tools.v1.HTTPExecutor.headers:type_name -> hermes.tools.v1.HTTPExecutor.HeadersEntry
+	30, // 7: hermes.tools.v1.HTTPExecutor.headers:type_name -> hermes.tools.v1.HTTPExecutor.HeadersEntry
 	1,  // 8: hermes.tools.v1.Tool.spec:type_name -> hermes.tools.v1.ToolSpec
-	31, // 9: hermes.tools.v1.Tool.created_at:type_name -> google.protobuf.Timestamp
-	31, // 10: hermes.tools.v1.Tool.updated_at:type_name -> google.protobuf.Timestamp
+	32, // 9: hermes.tools.v1.Tool.created_at:type_name -> google.protobuf.Timestamp
+	32, // 10: hermes.tools.v1.Tool.updated_at:type_name -> google.protobuf.Timestamp
 	1,  // 11: hermes.tools.v1.RegisterToolRequest.spec:type_name -> hermes.tools.v1.ToolSpec
 	6,  // 12: hermes.tools.v1.RegisterToolResponse.tool:type_name -> hermes.tools.v1.Tool
 	6,  // 13: hermes.tools.v1.GetToolResponse.tool:type_name -> hermes.tools.v1.Tool
@@ -2311,33 +2445,34 @@ var file_hermes_tools_v1_tools_proto_depIdxs = []int32{
 	19, // 17: hermes.tools.v1.ExecuteToolStreamResponse.progress:type_name -> hermes.tools.v1.ToolProgress
 	16, // 18: hermes.tools.v1.ExecuteToolStreamResponse.response:type_name -> hermes.tools.v1.ExecuteToolResponse
 	20, // 19: hermes.tools.v1.ToolProgress.elicitation:type_name -> hermes.tools.v1.Elicitation
-	31, // 20: hermes.tools.v1.Elicitation.expires_at:type_name -> google.protobuf.Timestamp
+	32, // 20: hermes.tools.v1.Elicitation.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 21: hermes.tools.v1.ToolError.code:type_name -> hermes.tools.v1.ErrorCode
 	22, // 22: hermes.tools.v1.ToolError.violations:type_name -> hermes.tools.v1.Violation
 	21, // 23: hermes.tools.v1.ToolResult.error:type_name -> hermes.tools.v1.ToolError
-	30, // 24: hermes.tools.v1.ToolResult.duration:type_name -> google.protobuf.Duration
+	31, // 24: hermes.tools.v1.ToolResult.duration:type_name -> google.protobuf.Duration
 	23, // 25: hermes.tools.v1.ToolResult.coercions:type_name -> hermes.tools.v1.Coercion
-	6,  // 26: hermes.tools.v1.SelectedTool.tool:type_name -> hermes.tools.v1.Tool
-	26, // 27: hermes.tools.v1.SelectToolsResponse.tools:type_name -> hermes.tools.v1.SelectedTool
-	7,  // 28: hermes.tools.v1.ToolService.RegisterTool:input_type -> hermes.tools.v1.RegisterToolRequest
-	9,  // 29: hermes.tools.v1.ToolService.UnregisterTool:input_type -> hermes.tools.v1.UnregisterToolRequest
-	11, // 30: hermes.tools.v1.ToolService.GetTool:input_type -> hermes.tools.v1.GetToolRequest
-	13, // 31: hermes.tools.v1.ToolService.ListTools:input_type -> hermes.tools.v1.ListToolsRequest
-	15, // 32: hermes.tools.v1.ToolService.ExecuteTool:input_type -> hermes.tools.v1.ExecuteToolRequest
-	25, // 33: hermes.tools.v1.ToolService.SelectTools:input_type -> hermes.tools.v1.SelectToolsRequest
-	17, // 34: hermes.tools.v1.ToolService.ExecuteToolStream:input_type -> hermes.tools.v1.ExecuteToolStreamRequest
-	8,  // 35: hermes.tools.v1.ToolService.RegisterTool:output_type -> hermes.tools.v1.RegisterToolResponse
-	10, // 36: hermes.tools.v1.ToolService.UnregisterTool:output_type -> hermes.tools.v1.UnregisterToolResponse
-	12, // 37: hermes.tools.v1.ToolService.GetTool:output_type -> hermes.tools.v1.GetToolResponse
-	14, // 38: hermes.tools.v1.ToolService.ListTools:output_type -> hermes.tools.v1.ListToolsResponse
-	16, // 39: hermes.tools.v1.ToolService.ExecuteTool:output_type -> hermes.tools.v1.ExecuteToolResponse
-	27, // 40: hermes.tools.v1.ToolService.SelectTools:output_type -> hermes.tools.v1.SelectToolsResponse
-	18, // 41: hermes.tools.v1.ToolService.ExecuteToolStream:output_type -> hermes.tools.v1.ExecuteToolStreamResponse
-	35, // [35:42] is the sub-list for method output_type
-	28, // [28:35] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	25, // 26: hermes.tools.v1.ToolResult.media:type_name -> hermes.tools.v1.Media
+	6,  // 27: hermes.tools.v1.SelectedTool.tool:type_name -> hermes.tools.v1.Tool
+	27, // 28: hermes.tools.v1.SelectToolsResponse.tools:type_name -> hermes.tools.v1.SelectedTool
+	7,  // 29: hermes.tools.v1.ToolService.RegisterTool:input_type -> hermes.tools.v1.RegisterToolRequest
+	9,  // 30: hermes.tools.v1.ToolService.UnregisterTool:input_type -> hermes.tools.v1.UnregisterToolRequest
+	11, // 31: hermes.tools.v1.ToolService.GetTool:input_type -> hermes.tools.v1.GetToolRequest
+	13, // 32: hermes.tools.v1.ToolService.ListTools:input_type -> hermes.tools.v1.ListToolsRequest
+	15, // 33: hermes.tools.v1.ToolService.ExecuteTool:input_type -> hermes.tools.v1.ExecuteToolRequest
+	26, // 34: hermes.tools.v1.ToolService.SelectTools:input_type -> hermes.tools.v1.SelectToolsRequest
+	17, // 35: hermes.tools.v1.ToolService.ExecuteToolStream:input_type -> hermes.tools.v1.ExecuteToolStreamRequest
+	8,  // 36: hermes.tools.v1.ToolService.RegisterTool:output_type -> hermes.tools.v1.RegisterToolResponse
+	10, // 37: hermes.tools.v1.ToolService.UnregisterTool:output_type -> hermes.tools.v1.UnregisterToolResponse
+	12, // 38: hermes.tools.v1.ToolService.GetTool:output_type -> hermes.tools.v1.GetToolResponse
+	14, // 39: hermes.tools.v1.ToolService.ListTools:output_type -> hermes.tools.v1.ListToolsResponse
+	16, // 40: hermes.tools.v1.ToolService.ExecuteTool:output_type -> hermes.tools.v1.ExecuteToolResponse
+	28, // 41: hermes.tools.v1.ToolService.SelectTools:output_type -> hermes.tools.v1.SelectToolsResponse
+	18, // 42: hermes.tools.v1.ToolService.ExecuteToolStream:output_type -> hermes.tools.v1.ExecuteToolStreamResponse
+	36, // [36:43] is the sub-list for method output_type
+	29, // [29:36] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_hermes_tools_v1_tools_proto_init() }
@@ -2361,7 +2496,7 @@ func file_hermes_tools_v1_tools_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hermes_tools_v1_tools_proto_rawDesc), len(file_hermes_tools_v1_tools_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
