@@ -124,10 +124,10 @@ func (k *KeyFile) reloadLocked(force bool) error {
 
 // keyEntry is the object form of an entry.
 type keyEntry struct {
-	Role  string     `yaml:"role"`
-	User  string     `yaml:"user"`
-	Name  string     `yaml:"name"`
-	Quota *yaml.Node `yaml:"quota"`
+	Role  string    `yaml:"role"`
+	User  string    `yaml:"user"`
+	Name  string    `yaml:"name"`
+	Quota yaml.Node `yaml:"quota"` // Kind 0 when absent
 }
 
 // ParseKeys parses the auth file's content into key digests and principals. Errors never
@@ -217,8 +217,8 @@ func entryPrincipal(n *yaml.Node) (Principal, error) {
 		}
 		p.User = e.User
 		p.Name = "user:" + e.User
-		if e.Quota != nil {
-			q, err := parseQuota(e.Quota)
+		if e.Quota.Kind != 0 {
+			q, err := parseQuota(&e.Quota)
 			if err != nil {
 				return Principal{}, err
 			}
@@ -228,7 +228,7 @@ func entryPrincipal(n *yaml.Node) (Principal, error) {
 		if e.User != "" {
 			return Principal{}, fmt.Errorf("a %s key has no user", role)
 		}
-		if e.Quota != nil {
+		if e.Quota.Kind != 0 {
 			return Principal{}, fmt.Errorf("a %s key has no quota: quotas limit users", role)
 		}
 		name := e.Name

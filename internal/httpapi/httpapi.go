@@ -178,6 +178,7 @@ func New(conn grpc.ClientConnInterface, opts Options) (*Server, error) {
 			return "", false
 		}),
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithErrorHandler(retryAfter),
 	)
 	ctx := context.Background()
 	for _, g := range gateways() {
