@@ -187,11 +187,10 @@ func (q *Quotas) admitTurn(ctx context.Context, user string, lim Limits) (releas
 			return nil, refuse(time.Hour, "quota: %d of %d stored bytes used; delete sessions to make room", used, lim.StoredBytes)
 		}
 	}
-	if err := q.rate(ctx, turnsKey(user), 1, lim.TurnsPerMinute, "turns"); err != nil {
-		return nil, err
-	}
+	// The slot is taken before the turn a minute is spent, so a turn refused for running too
+	// many at once costs none of the user's turns a minute.
 	if lim.ConcurrentTurns <= 0 {
-		return func() {}, nil
+		return func() {}, q.rate(ctx, turnsKey(user), 1, lim.TurnsPerMinute, "turns")
 	}
 	key, holder := runningKey(user), ulid.MustNew(ulid.Now(), rand.Reader).String()
 	ok, err := q.store.Acquire(ctx, key, holder, lim.ConcurrentTurns, runningTTL)
@@ -200,6 +199,12 @@ func (q *Quotas) admitTurn(ctx context.Context, user string, lim Limits) (releas
 	}
 	if !ok {
 		return nil, refuse(time.Second, "quota: at most %d turns of this user at once; retry when one ends", lim.ConcurrentTurns)
+	}
+	if err := q.rate(ctx, turnsKey(user), 1, lim.TurnsPerMinute, "turns"); err != nil {
+		if rerr := q.store.Release(context.WithoutCancel(ctx), key, holder); rerr != nil {
+			q.log.WarnContext(ctx, "quota: a refused turn's slot not released (it expires)", "user", user, "error", rerr)
+		}
+		return nil, err
 	}
 	stop := make(chan struct{})
 	done := make(chan struct{})

@@ -113,8 +113,9 @@ type Error struct {
 }
 
 func refuse(retry time.Duration, format string, args ...any) *Error {
-	// A delay below a second reads as "now" in Retry-After's whole seconds.
-	return &Error{msg: fmt.Sprintf(format, args...), retry: max(retry, time.Second).Round(time.Second)}
+	// Whole seconds, rounded up: Retry-After has no fractions, and a client that retries a little
+	// early is refused again.
+	return &Error{msg: fmt.Sprintf(format, args...), retry: max(retry, time.Second).Truncate(time.Second) + ceilSecond(retry)}
 }
 
 func (e *Error) Error() string { return e.msg }
@@ -195,7 +196,9 @@ func (q *Quotas) rate(ctx context.Context, key string, n, perMinute int64, what 
 		return err
 	}
 	if wait > 0 {
-		return refuse(wait, "quota: at most %d %s a minute; retry in %s", perMinute, what, wait.Round(time.Second))
+		e := refuse(wait, "quota: at most %d %s a minute", perMinute, what)
+		e.msg += fmt.Sprintf("; retry in %s", e.retry)
+		return e
 	}
 	return nil
 }
@@ -213,4 +216,12 @@ func (q *Quotas) ChargeTokens(ctx context.Context, user string, tokens int64) {
 	if _, _, err := q.store.Add(ctx, key, tokens, 0, left+time.Hour); err != nil {
 		q.log.WarnContext(ctx, "quota: tokens not counted", "user", user, "tokens", tokens, "error", err)
 	}
+}
+
+// ceilSecond is a second when d has a fraction of one, else 0.
+func ceilSecond(d time.Duration) time.Duration {
+	if d > time.Second && d%time.Second != 0 {
+		return time.Second
+	}
+	return 0
 }
