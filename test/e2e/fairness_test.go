@@ -180,8 +180,8 @@ func measureFairness(tb testing.TB, q quota.Config, n int) (quiet, flooded time.
 
 // TestFairnessUnderFlood: with the default turns at once, one user's flood of 40 turns at once is
 // refused (RESOURCE_EXHAUSTED) beyond the user's turns at once, and another user's turns keep
-// their pace. The figures are logged; the bound checked here is loose, for a loaded machine
-// (issue 24's goal, 1.5×, is measured by BenchmarkFairness).
+// their pace. The figures are logged; the bound checked here is loose, for a loaded machine, and
+// off under the race detector (issue 24's goal, 1.5×, is measured by BenchmarkFairness).
 func TestFairnessUnderFlood(t *testing.T) {
 	if testing.Short() {
 		t.Skip("timing test")
@@ -193,7 +193,7 @@ func TestFairnessUnderFlood(t *testing.T) {
 	if refused == 0 {
 		t.Error("the flood was never refused")
 	}
-	if flooded > 4*quiet {
+	if !raceEnabled && flooded > 4*quiet {
 		t.Errorf("the quiet user's p50 went from %v to %v under the flood", quiet, flooded)
 	}
 }
