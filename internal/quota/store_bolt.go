@@ -3,6 +3,7 @@ package quota
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -27,6 +28,18 @@ func OpenBoltStore(path string) (*BoltStore, error) {
 	db, err := boltstore.Open(path, nil, countersBucket)
 	if err != nil {
 		return nil, err
+	}
+	// Counters that expired (the tokens of past days) are dropped at each start.
+	now := time.Now()
+	err = db.Update(func(tx *bolt.Tx) error {
+		_, err := boltstore.DeleteWhere(tx.Bucket(countersBucket), func(_, v []byte) (bool, error) {
+			return len(v) == 16 && binary.BigEndian.Uint64(v[8:]) != 0 && decodeCounter(v, now) == 0, nil
+		})
+		return err
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("quota: sweep %s: %w", path, err)
 	}
 	return &BoltStore{MemoryStore: NewMemoryStore(), db: db, group: boltstore.NewGroup(db)}, nil
 }
