@@ -273,6 +273,9 @@ func TestQuotas(t *testing.T) {
 		})
 		err := runTurn(as(quotaKey("conc")), orch, &orchestratorv1.RunTurnRequest{SessionId: b, Text: "second"})
 		wantExhausted(t, "second turn at once of 1", err)
+		if n := countMessages(t, "conc", b); n != 0 {
+			t.Errorf("the refused turn stored %d messages", n)
+		}
 		openGate()
 		if err := <-started; err != nil {
 			t.Fatal(err)
