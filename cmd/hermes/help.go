@@ -54,6 +54,7 @@ func serveFlagGroups() []flagGroup {
 		{"memory", "Memory service", registered(c.Memory.RegisterFlags)},
 		{"orchestrator", "Orchestrator", registered(c.Orchestrator.RegisterFlags)},
 		{"http", "HTTP/JSON API", registered(c.HTTP.RegisterFlags)},
+		{"quota", "Per-user quotas and fair turn scheduling", registered(c.Quota.RegisterFlags)},
 	}
 }
 

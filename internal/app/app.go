@@ -29,6 +29,7 @@ import (
 	"github.com/hermes-agent/hermes/internal/auth"
 	"github.com/hermes-agent/hermes/internal/config"
 	"github.com/hermes-agent/hermes/internal/events"
+	"github.com/hermes-agent/hermes/internal/quota"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/tokenizer"
 	"github.com/hermes-agent/hermes/services/mcpgateway"
@@ -90,6 +91,7 @@ type Config struct {
 	Memory       memory.Config
 	Orchestrator orchestrator.Config
 	HTTP         HTTPConfig
+	Quota        quota.Config
 }
 
 // RegisterFlags registers every setting.
@@ -104,6 +106,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Memory.RegisterFlags(fs)
 	c.Orchestrator.RegisterFlags(fs)
 	c.HTTP.RegisterFlags(fs)
+	c.Quota.RegisterFlags(fs)
 }
 
 // ParseTargets turns "all" or a comma list into the set of targets, rejecting unknown names.
@@ -191,14 +194,20 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		authn:    sec.authn,
 		keys:     sec.keys,
 		dialOpts: sec.dialOpts,
-		srv: rpc.NewServer(rpc.ServerOptions{
-			Logger:          log,
-			ShutdownTimeout: cfg.ShutdownTimeout,
-			DrainDelay:      cfg.DrainDelay,
-			Auth:            sec.authn,
-			Creds:           sec.serverCreds,
-		}),
 	}
+	srvOpts := rpc.ServerOptions{
+		Logger:          log,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		DrainDelay:      cfg.DrainDelay,
+		Auth:            sec.authn,
+		Creds:           sec.serverCreds,
+	}
+	if err := a.initQuota(ctx, &srvOpts); err != nil {
+		a.closeAll()
+		_ = lis.Close()
+		return nil, err
+	}
+	a.srv = rpc.NewServer(srvOpts)
 	a.sec = sec
 	if err := a.startPprof(); err != nil {
 		_ = lis.Close()

@@ -40,6 +40,10 @@ const (
 //	sk-ops-0123456789abcdefgh: {role: operator, name: ops}
 //	sk-svc-0123456789abcdefgh: {role: service}
 //	"sha256:<64 hex digits>":  {role: user, user: bob}      # the key's digest instead of the key
+//	sk-carol-0123456789abcdef: {role: user, user: carol, quota: {concurrent_turns: 2, tokens_per_day: 0}}
+//
+// A user key's quota overrides the operator's per-user defaults (internal/quota); each field is
+// optional, 0 means no limit. Operator and service keys have no quotas.
 type KeyFile struct {
 	path string
 	log  *slog.Logger
@@ -120,9 +124,10 @@ func (k *KeyFile) reloadLocked(force bool) error {
 
 // keyEntry is the object form of an entry.
 type keyEntry struct {
-	Role string `yaml:"role"`
-	User string `yaml:"user"`
-	Name string `yaml:"name"`
+	Role  string    `yaml:"role"`
+	User  string    `yaml:"user"`
+	Name  string    `yaml:"name"`
+	Quota yaml.Node `yaml:"quota"` // Kind 0 when absent
 }
 
 // ParseKeys parses the auth file's content into key digests and principals. Errors never
@@ -212,9 +217,19 @@ func entryPrincipal(n *yaml.Node) (Principal, error) {
 		}
 		p.User = e.User
 		p.Name = "user:" + e.User
+		if e.Quota.Kind != 0 {
+			q, err := parseQuota(&e.Quota)
+			if err != nil {
+				return Principal{}, err
+			}
+			p.Quota = q
+		}
 	default:
 		if e.User != "" {
 			return Principal{}, fmt.Errorf("a %s key has no user", role)
+		}
+		if e.Quota.Kind != 0 {
+			return Principal{}, fmt.Errorf("a %s key has no quota: quotas limit users", role)
 		}
 		name := e.Name
 		if name == "" {

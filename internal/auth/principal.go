@@ -62,6 +62,8 @@ type Principal struct {
 	// Anonymous is set when authentication is off (no keys configured, loopback or
 	// --insecure-no-auth): the caller has every role.
 	Anonymous bool
+	// Quota holds a user key's own limits from the auth file; nil uses the operator's defaults.
+	Quota *Quota
 }
 
 // Has reports whether the principal holds role r (anonymous principals hold every role).

@@ -8,6 +8,7 @@ package errclass
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // The classes. Each is a sentinel: mark an error with New or by wrapping the sentinel
@@ -86,3 +87,10 @@ func (e *Error) Is(target error) bool { return target == e.class }
 
 // Unwrap is the cause.
 func (e *Error) Unwrap() error { return e.cause }
+
+// Retrier is an error that knows when the same request may succeed (a rate or quota limit); the
+// gRPC boundary sends the delay as google.rpc.RetryInfo, the HTTP API as Retry-After.
+type Retrier interface {
+	error
+	RetryAfter() time.Duration
+}

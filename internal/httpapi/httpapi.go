@@ -316,6 +316,7 @@ func httpErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Mars
 	if status.Code(err) == codes.Unauthenticated {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hermes"`)
 	}
+	setRetryAfter(w, err)
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
 

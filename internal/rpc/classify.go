@@ -5,11 +5,14 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"time"
 
 	rpccode "google.golang.org/genproto/googleapis/rpc/code"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/hermes-agent/hermes/internal/errclass"
 )
@@ -58,7 +61,14 @@ func Classify(ctx context.Context, log *slog.Logger, method string, err error) e
 		if c.code == codes.Unavailable && log != nil {
 			log.WarnContext(ctx, "backend unavailable", "method", method, "error", err)
 		}
-		return status.Error(c.code, msg)
+		st := status.New(c.code, msg)
+		var r errclass.Retrier
+		if errors.As(err, &r) && r.RetryAfter() > 0 {
+			if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(r.RetryAfter())}); derr == nil {
+				st = d
+			}
+		}
+		return st.Err()
 	}
 	// A status checked after the classes: a backend's gRPC status (Qdrant's) marked by its store
 	// is the class's, not the backend's code and text.
@@ -88,3 +98,13 @@ func classifyStream(log *slog.Logger) grpc.StreamServerInterceptor {
 // CodeName is a code's name as gRPC's own definitions spell it (CANCELLED, DEADLINE_EXCEEDED;
 // Go's codes package writes Canceled), for events and records that show codes to people.
 func CodeName(c codes.Code) string { return rpccode.Code(c).String() }
+
+// RetryDelay is the google.rpc.RetryInfo delay that err carries, or 0.
+func RetryDelay(err error) time.Duration {
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration()
+		}
+	}
+	return 0
+}

@@ -60,6 +60,11 @@ type ServerOptions struct {
 	// Auth authenticates and authorizes every call (network and in-process) against the one
 	// policy table; nil serves without it (tests of the plumbing itself).
 	Auth *auth.Authenticator
+	// Unary and Stream run innermost, after authentication (the caller's principal is in the
+	// context) and inside classification (their errors are errclass errors), on the listener and
+	// the in-process channels alike: per-user quotas (internal/quota).
+	Unary  []grpc.UnaryServerInterceptor
+	Stream []grpc.StreamServerInterceptor
 	// Creds are the listener's transport credentials (TLS, mutual TLS); nil serves plaintext.
 	Creds credentials.TransportCredentials
 	// ExtraOptions are appended to the server's options.
@@ -108,6 +113,8 @@ func NewServer(opts ServerOptions) *Server {
 	// Innermost: every handler's error leaves as a status of the one taxonomy.
 	unary = append(unary, classifyUnary(opts.Logger))
 	stream = append(stream, classifyStream(opts.Logger))
+	unary = append(unary, opts.Unary...)
+	stream = append(stream, opts.Stream...)
 	trustU, trustS := auth.TrustInProcess()
 	s.inproc = newChannel(append([]grpc.UnaryServerInterceptor{trustU}, unary...), append([]grpc.StreamServerInterceptor{trustS}, stream...))
 	s.public = newChannel(unary, stream)
