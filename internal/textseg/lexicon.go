@@ -72,6 +72,10 @@ type Lexicon struct {
 	// Durable cues state a lasting fact about the user (an allergy, a diet, a household, an
 	// address, a name), which memory keeps whatever the extractor calls it.
 	Durable []string `json:"durable"`
+	// SafetyFacts mark a memory as an allergy, a diet or a medical or accessibility need;
+	// SafetyTopics mark a request that such a fact can change (food, travel, health).
+	SafetyFacts  []string `json:"safetyFacts"`
+	SafetyTopics []string `json:"safetyTopics"`
 	// Titles are abbreviations that begin names, whose dot ends no sentence ("Dr.").
 	Titles []string `json:"titles"`
 	// Kinds is the vocabulary of each kind of slot, by kind name.
@@ -143,6 +147,8 @@ func (l *Lexicon) merge(o *Lexicon) {
 	add(&l.NotNames, o.NotNames)
 	add(&l.Titles, o.Titles)
 	add(&l.Durable, o.Durable)
+	add(&l.SafetyFacts, o.SafetyFacts)
+	add(&l.SafetyTopics, o.SafetyTopics)
 	for k, v := range o.Numbers {
 		l.Numbers[FoldText(k)] = v
 	}

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/status"
 
+	"github.com/hermes-agent/hermes/internal/textseg"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
@@ -264,6 +265,7 @@ func (t *turn) recall(ctx context.Context) *orchestratorv1.MemoriesRecalled {
 	if len(mems) > t.s.cfg.MemoryLimit {
 		mems = mems[:t.s.cfg.MemoryLimit]
 	}
+	mems = append(mems, t.safetyMemories(ctx, mems)...)
 	t.memories = mems
 	t.memText = renderMemories(mems)
 	for _, r := range mems {
@@ -274,4 +276,39 @@ func (t *turn) recall(ctx context.Context) *orchestratorv1.MemoriesRecalled {
 		})
 	}
 	return ev
+}
+
+// safetyLimit caps the allergy and medical facts added to a turn's memories.
+const safetyLimit = 3
+
+// safetyMemories are the user's allergy, diet and medical facts (textseg's safety facts) when the
+// turn's request is one they can change (food, travel, health: textseg's safety topics), whatever
+// words the request shares with them: "order me a pad thai" must see "allergic to peanuts". They
+// enter the memory block with the others, under its usual warning that memories may not apply.
+func (t *turn) safetyMemories(ctx context.Context, have []*memoryv1.RecalledMemory) []*memoryv1.RecalledMemory {
+	lex := textseg.Cues()
+	if _, _, ok := textseg.FirstOf(textseg.FoldText(t.text), lex.SafetyTopics); !ok {
+		return nil
+	}
+	resp, err := t.s.deps.Memory.Recall(ctx, &memoryv1.RecallRequest{UserId: t.user, Query: strings.Join(lex.SafetyFacts, " "), Limit: safetyLimit * 2})
+	if err != nil {
+		t.s.log.WarnContext(ctx, "safety recall failed", "error", status.Convert(err).Message())
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, m := range have {
+		seen[m.GetMemory().GetId()] = true
+	}
+	var out []*memoryv1.RecalledMemory
+	for _, m := range resp.GetMemories() {
+		if seen[m.GetMemory().GetId()] || len(out) == safetyLimit {
+			continue
+		}
+		if _, _, ok := textseg.FirstOf(textseg.FoldText(m.GetMemory().GetContent()), lex.SafetyFacts); !ok {
+			continue
+		}
+		m.Reason = "an allergy, diet or medical fact, recalled for a request it can change; " + m.GetReason()
+		out = append(out, m)
+	}
+	return out
 }
