@@ -76,6 +76,15 @@ type Lexicon struct {
 	// SafetyTopics mark a request that such a fact can change (food, travel, health).
 	SafetyFacts  []string `json:"safetyFacts"`
 	SafetyTopics []string `json:"safetyTopics"`
+	// Articles are dropped from the front of a value ("the Hilton"); Pronouns stand for a
+	// value without naming it ("it", "那里"); Particles end a value in CJK text ("的", "了");
+	// Connectors join the parts of one time ("Friday at 3pm"); MemoryWords say nothing about
+	// what a memory is of ("user", "prefers").
+	Articles    []string `json:"articles"`
+	Pronouns    []string `json:"pronouns"`
+	Particles   []string `json:"particles"`
+	Connectors  []string `json:"connectors"`
+	MemoryWords []string `json:"memoryWords"`
 	// Titles are abbreviations that begin names, whose dot ends no sentence ("Dr.").
 	Titles []string `json:"titles"`
 	// Kinds is the vocabulary of each kind of slot, by kind name.
@@ -148,6 +157,11 @@ func (l *Lexicon) merge(o *Lexicon) {
 	add(&l.Titles, o.Titles)
 	add(&l.Durable, o.Durable)
 	add(&l.SafetyFacts, o.SafetyFacts)
+	add(&l.Articles, o.Articles)
+	add(&l.Pronouns, o.Pronouns)
+	add(&l.Particles, o.Particles)
+	add(&l.Connectors, o.Connectors)
+	add(&l.MemoryWords, o.MemoryWords)
 	add(&l.SafetyTopics, o.SafetyTopics)
 	for k, v := range o.Numbers {
 		l.Numbers[FoldText(k)] = v

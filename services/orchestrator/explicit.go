@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -365,15 +366,13 @@ func (a argSlot) rejectWords(o *fillOption, self []string) []string {
 		out = append(out, t.Text)
 	})
 	textseg.Segment(strings.Join([]string{o.subject, o.content, strings.Join(o.keywords, " ")}, " "),
-		textseg.Options{Fold: true, MinWordRunes: 4, Stop: memoryStopWords}, func(t textseg.Term) {
-			out = append(out, t.Text)
+		textseg.Options{Fold: true, MinWordRunes: 4}, func(t textseg.Term) {
+			if !slices.Contains(lex.MemoryWords, t.Text) {
+				out = append(out, t.Text)
+			}
 		})
 	return out
 }
-
-// memoryStopWords are words of a memory's text that say nothing about what it is of.
-var memoryStopWords = map[string]bool{"user": true, "user's": true, "users": true, "their": true, "they": true, "prefers": true, "prefer": true,
-	"likes": true, "usually": true, "always": true, "with": true, "from": true, "that": true, "this": true, "have": true, "lives": true, "when": true}
 
 // reference finds a reference to the remembered value: a reference phrase, the user's own slot
 // ("my address", "我的地址"), or the memory's place ("home" for a home address).

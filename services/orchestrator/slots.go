@@ -482,7 +482,8 @@ func (r *reading) values(a argSlot, self []string) []userValue {
 	seen := map[string]bool{}
 	add := func(text string, rank int) {
 		text = strings.TrimSpace(strings.Trim(text, " ,.;!?\"'“”「」《》"))
-		for _, art := range []string{"the ", "a ", "an "} {
+		for _, art := range r.lex.Articles {
+			art += " "
 			if len(text) > len(art) && strings.EqualFold(text[:len(art)], art) {
 				text = text[len(art):]
 			}
@@ -635,7 +636,7 @@ func (r *reading) timePhrases() []string {
 		if sp.Start > cur.End {
 			gap = strings.TrimSpace(r.m[cur.End:sp.Start])
 		}
-		if sp.Start <= cur.End || gap == "" || gap == "at" || gap == "on" || gap == "的" || gap == "," || gap == "in the" {
+		if sp.Start <= cur.End || gap == "" || slices.Contains(r.lex.Connectors, gap) {
 			cur.End = max(cur.End, sp.End)
 			continue
 		}
@@ -748,7 +749,7 @@ func (r *reading) markedValue(end int, kind string, present []string) string {
 		for i < len(trimmed) && n < 16 {
 			c, w := utf8.DecodeRuneInString(trimmed[i:])
 			ascii := c < utf8.RuneSelf && (unicode.IsLetter(c) || unicode.IsDigit(c))
-			if !textseg.IsCJK(c) && !ascii && !unicode.IsDigit(c) || isClausePunct(c) || strings.ContainsRune("的了吧呢啊吗和跟与给帮说", c) && n >= 2 {
+			if !textseg.IsCJK(c) && !ascii && !unicode.IsDigit(c) || isClausePunct(c) || n >= 2 && slices.Contains(r.lex.Particles, string(c)) {
 				break
 			}
 			if startsWithAny(trimmed[i:], present) || n >= 2 && (r.timeWordAt(start+i) || startsWithAny(trimmed[i:], r.lex.ObjectMarkers)) {
@@ -962,12 +963,7 @@ func (r *reading) explained(a argSlot, f string, self []string) bool {
 			return true
 		}
 	}
-	for _, pron := range []string{"it", "them", "me", "us", "there", "here", "this", "that", "home", "这里", "那里", "那儿", "这儿", "这", "那"} {
-		if f == pron {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(r.lex.Pronouns, f)
 }
 
 // cjkObjects returns what the object markers of a request introduce in CJK text ("去X", "订X"),
