@@ -151,6 +151,8 @@ type App struct {
 	conns   map[string]grpc.ClientConnInterface
 	authn   *auth.Authenticator
 	keys    *auth.KeyFile
+	// eventKeys sign and verify turn.finished (EventKeys).
+	eventKeys *events.Keyring
 	// dialOpts carry the transport security and service credentials of calls to services in
 	// other processes.
 	dialOpts []grpc.DialOption
@@ -379,7 +381,7 @@ func (a *App) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error)
 		if err := os.MkdirAll(a.cfg.DataDir, 0o750); err != nil {
 			return nil, nil, fmt.Errorf("data directory: %w", err)
 		}
-		emb, err := events.StartEmbedded(filepath.Join(a.cfg.DataDir, "nats"))
+		emb, err := events.StartEmbeddedWith(filepath.Join(a.cfg.DataDir, "nats"), events.EmbeddedOptions{Port: a.cfg.NATSPort})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -387,6 +389,9 @@ func (a *App) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error)
 		url = emb.URL()
 		extra = append(extra, emb.InProcess())
 		a.log.Info("embedded NATS with JetStream (token required)", "addr", emb.Addr())
+	}
+	if err := a.checkNATSURL(a.cfg.NATSURL); err != nil {
+		return nil, nil, err
 	}
 	nc, js, err := events.Connect(url, "hermes", a.log, extra...)
 	if err != nil {
