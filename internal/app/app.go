@@ -142,6 +142,8 @@ type App struct {
 	http    *httpAPI // nil without --http-listen
 	// pprofAddr is where the profiler listens, empty when it is off.
 	pprofAddr string
+	// healthAddr is where /readyz and /livez are served, empty when off.
+	healthAddr string
 
 	mu      sync.Mutex
 	closers []func()
@@ -214,6 +216,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		}
 	}
 	if err := a.initHTTP(); err != nil {
+		a.closeAll()
+		_ = lis.Close()
+		return nil, err
+	}
+	if err := a.startHealth(); err != nil {
 		a.closeAll()
 		_ = lis.Close()
 		return nil, err
