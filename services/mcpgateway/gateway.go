@@ -85,6 +85,9 @@ type Gateway struct {
 	// addMu orders AddServer, RemoveServer and the store sync, so a server being added here is
 	// not also picked up from the store half-way.
 	addMu sync.Mutex
+	// rejected are the stored specs that failed to connect, retried with back-off; guarded by
+	// addMu.
+	rejected rejections
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -137,6 +140,7 @@ func New(cfg Config, opts Options) *Gateway {
 		cancel:    cancel,
 		servers:   map[string]*serverConn{},
 		tools:     map[string]*toolEntry{},
+		rejected:  rejections{},
 	}
 }
 
