@@ -85,6 +85,8 @@ type Gateway struct {
 	// addMu orders AddServer, RemoveServer and the store sync, so a server being added here is
 	// not also picked up from the store half-way.
 	addMu sync.Mutex
+	// progressEvery overrides progressEvery (tests).
+	progressEvery time.Duration
 	// rejected are the stored specs that failed to connect, retried with back-off; guarded by
 	// addMu.
 	rejected rejections
