@@ -55,10 +55,18 @@ func TestEventsStartupRefusals(t *testing.T) {
 		{"external NATS without an events key", []string{"--nats-url=nats://127.0.0.1:4222"}, "--nats-url needs an events key"},
 		{"a short events key", []string{"--nats-url=nats://127.0.0.1:4222", "--events-key=short"}, "at least 32"},
 		{"both key settings", []string{"--nats-url=nats://127.0.0.1:4222", "--events-key=" + testEventsKey, "--events-key-file=/nonexistent"}, "not both"},
+		{"external NATS without a key, risk accepted", []string{"--nats-url=nats://127.0.0.1:4222", "--nats-namespace=apptestinsecure", "--insecure-no-auth"}, ""},
 		{"loopback NATS with a key", []string{"--nats-url=nats://127.0.0.1:4222", "--nats-namespace=apptestkey", "--events-key=" + testEventsKey}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := newMemoryApp(t, tc.args...)
+			a, err := newMemoryApp(t, tc.args...)
+			if err == nil {
+				t.Cleanup(func() {
+					if _, js, err := a.NATS(context.Background()); err == nil {
+						_ = js.DeleteStream(context.Background(), a.EventNames().Stream)
+					}
+				})
+			}
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("New: %v", err)
