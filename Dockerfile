@@ -1,11 +1,14 @@
 # syntax=docker/dockerfile:1
 # The one Hermes binary, static, in a minimal image that runs as a non-root user. The only path
 # that user owns is the data volume's mount point; run with --read-only and nothing else is
-# writable (the base image's /tmp included). Every target runs from it:
-#   docker run --rm --read-only -p 7070:7070 -v hermes-data:/var/lib/hermes \
+# writable (the base image's /tmp included). It listens on every interface, which the binary
+# allows only with API keys (or client certificates), so it runs as README.md "The container
+# image" says (cmd/hermes TestContainerStartsAsDocumented runs those commands' settings):
+#   docker run --rm --read-only -p 127.0.0.1:7070:7070 -v hermes-data:/var/lib/hermes \
 #     -v "$PWD/auth.yaml:/etc/hermes/auth.yaml:ro" -e HERMES_AUTH_FILE=/etc/hermes/auth.yaml hermes:dev
 #                                                          # monolithic, API keys from auth.yaml
-#   docker run --rm --read-only hermes:dev serve --target=session --redis-url=redis://…   # one service
+#   docker run --rm --read-only --network host -e HERMES_LISTEN=127.0.0.1:7070 \
+#     -v hermes-data:/var/lib/hermes hermes:dev           # no keys: loopback of the host only
 #
 #   docker build -t hermes:dev --build-arg VERSION=$(git describe --tags --always --dirty) .
 #
@@ -37,8 +40,9 @@ COPY --from=build --chown=0:0 --chmod=0555 /out/hermes /hermes
 # layers. Run with --read-only (and --tmpfs /tmp if anything needs scratch space) to keep it so.
 COPY --from=build --chown=65532:65532 --chmod=0700 /out/data /var/lib/hermes
 USER 65532:65532
-# gRPC (HERMES_LISTEN); Prometheus /metrics when HERMES_METRICS_LISTEN=0.0.0.0:9090.
-EXPOSE 7070 9090
+# gRPC (HERMES_LISTEN); Prometheus /metrics when HERMES_METRICS_LISTEN=0.0.0.0:9090; plaintext
+# /readyz and /livez when HERMES_HEALTH_LISTEN=0.0.0.0:8081.
+EXPOSE 7070 8081 9090
 # The image listens on every interface; the binary's own default is 127.0.0.1:7070. A
 # non-loopback listener needs API keys (HERMES_AUTH_FILE) or mutual TLS, see deploy/k8s.
 ENV HERMES_LISTEN=0.0.0.0:7070 \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure the servers the tests talk to are running: Redis on 127.0.0.1:6379 and NATS with
-# JetStream on 127.0.0.1:4222 (installed from Debian's packages when missing), Node.js/npm
-# for the MCP reference servers, and Chromium for the browser tests. Safe to run again: it starts only what is not answering.
+# JetStream on 127.0.0.1:4222 (installed from Debian's packages when missing and running as root),
+# Node.js/npm for the MCP reference servers, and Chromium for the browser tests. Safe to run again:
+# it starts only what is not answering.
 set -euo pipefail
 
 log() { printf 'ensure-backends: %s\n' "$*" >&2; }
@@ -13,12 +14,16 @@ wait_port() {
   log "nothing answers on 127.0.0.1:$1 after 10s"; return 1
 }
 
-SUDO=""
-[ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && SUDO="sudo"
+# Installs Debian packages when running as root (CI, containers); never through sudo: as another
+# user it says what to install and stops, rather than ask for a password or gain privileges.
 apt_updated=""
 apt_install() {
-  if [ -z "$apt_updated" ]; then $SUDO apt-get update -qq; apt_updated=1; fi
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+  if [ "$(id -u)" -ne 0 ]; then
+    log "missing: $* — install it (Debian/Ubuntu: apt-get install $*) or start the server yourself, then run this again"
+    exit 1
+  fi
+  if [ -z "$apt_updated" ]; then apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
 if ! port_open 6379; then

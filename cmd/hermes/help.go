@@ -41,10 +41,10 @@ func serveFlagGroups() []flagGroup {
 		}},
 		{"security", "Access and transport security", []string{
 			"insecure-no-auth", "service-key-file", "tls-cert", "tls-key", "tls-client-ca", "tls-client-auth",
-			"tls-ca", "tls-server-name", "secret-env-allow", "egress-allow",
+			"tls-ca", "tls-server-name", "secret-env-allow", "egress-allow", "events-key-file", "events-key",
 		}},
-		{"backends", "Backends", []string{"redis-prefix", "nats-namespace", "nats-replicas", "tokenizer"}},
-		{"ops", "Logs, metrics and shutdown", []string{"log-level", "log-format", "metrics-listen", "shutdown-timeout", "drain-delay"}},
+		{"backends", "Backends", []string{"redis-prefix", "nats-namespace", "nats-replicas", "nats-port", "tokenizer"}},
+		{"ops", "Logs, metrics and shutdown", []string{"log-level", "log-format", "metrics-listen", "health-listen", "shutdown-timeout", "drain-delay"}},
 		{"addresses", "Where the other services are (one target per process)", []string{
 			"session-addr", "tools-addr", "mcpgateway-addr", "memory-addr", "orchestrator-addr",
 		}},

@@ -322,7 +322,7 @@ func TestPolicyRejects(t *testing.T) {
 		{
 			name:    "liveness probe over HTTP",
 			patches: []string{jsonPatch("Deployment", `- {op: replace, path: `+container+`/livenessProbe, value: {httpGet: {port: 7070, path: /}}}`)},
-			want:    "liveness probe is not a native gRPC health check",
+			want:    "liveness probe is an HTTP GET, but there is no health listener (HERMES_HEALTH_LISTEN)",
 		},
 		{
 			name:    "readiness probe asks for another service",

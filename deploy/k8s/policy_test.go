@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -214,11 +215,13 @@ func (pol policy) checkPod(p *problems, r *rendered, obj, ns string, pod *corev1
 	}
 }
 
-// checkHermesProbes: the probes must work against the listener as configured. The kubelet's
-// native gRPC probe speaks plaintext and presents no client certificate, so a process serving TLS
-// (HERMES_TLS_CERT) is probed with a TCP connect to its gRPC port; without TLS the native gRPC
-// health check is required, readiness asking for the target's own service (NOT_SERVING while
-// its backends are down).
+// checkHermesProbes: the probes must work against the listener as configured and reflect the
+// service's state. The kubelet's probes speak plaintext and present no client certificate: a
+// process with a health listener (HERMES_HEALTH_LISTEN, plaintext, nothing but /readyz and
+// /livez) is probed there by HTTP — readiness and start-up on /readyz, liveness on /livez; a
+// process serving TLS (HERMES_TLS_CERT) must have one, since a TCP connect to its gRPC port says
+// nothing about its backends. Without TLS the native gRPC health check is also accepted,
+// readiness asking for the target's own service (NOT_SERVING while its backends are down).
 func checkHermesProbes(p *problems, obj string, c corev1.Container, env map[string]envVar) {
 	target := targetOf(c.Args)
 	want, known := grpcServiceOf[target]
@@ -230,19 +233,47 @@ func checkHermesProbes(p *problems, obj string, c corev1.Container, env map[stri
 	}
 	cert, ok := env["HERMES_TLS_CERT"]
 	tls := ok && (cert.value != "" || !cert.known)
-	grpcPort, hasGRPC := containerPort(c, "grpc")
+	healthPort := int32(0)
+	if hl, ok := env["HERMES_HEALTH_LISTEN"]; ok && hl.value != "" {
+		if _, port, err := net.SplitHostPort(hl.value); err == nil {
+			if n, err := strconv.ParseInt(port, 10, 32); err == nil && n > 0 {
+				healthPort = int32(n)
+			}
+		}
+		if healthPort == 0 {
+			p.addf(obj, "HERMES_HEALTH_LISTEN %q is not host:port with a fixed port", hl.value)
+		} else if !hasPort(c, intstr.FromInt32(healthPort)) {
+			p.addf(obj, "HERMES_HEALTH_LISTEN port %d is not a container port", healthPort)
+		}
+	}
+	if tls && healthPort == 0 {
+		p.addf(obj, "the listener serves TLS (HERMES_TLS_CERT), which the kubelet's probes cannot speak, and there is no plaintext health listener (HERMES_HEALTH_LISTEN) to probe instead")
+	}
 	for _, probe := range []struct {
 		kind     string
 		p        *corev1.Probe
 		required bool
-	}{{"startup", c.StartupProbe, false}, {"readiness", c.ReadinessProbe, true}, {"liveness", c.LivenessProbe, true}} {
+		path     string
+	}{{"startup", c.StartupProbe, false, "/readyz"}, {"readiness", c.ReadinessProbe, true, "/readyz"}, {"liveness", c.LivenessProbe, true, "/livez"}} {
 		switch {
 		case probe.p == nil:
 			if probe.required {
 				p.addf(obj, "no %s probe", probe.kind)
 			}
+		case probe.p.HTTPGet != nil:
+			port, ok := resolvePort(c, probe.p.HTTPGet.Port)
+			switch {
+			case healthPort == 0:
+				p.addf(obj, "%s probe is an HTTP GET, but there is no health listener (HERMES_HEALTH_LISTEN)", probe.kind)
+			case !ok || port != healthPort:
+				p.addf(obj, "%s probe gets port %s, not the health listener's port %d", probe.kind, probe.p.HTTPGet.Port.String(), healthPort)
+			case probe.p.HTTPGet.Path != probe.path:
+				p.addf(obj, "%s probe gets %q, want %s", probe.kind, probe.p.HTTPGet.Path, probe.path)
+			case probe.p.HTTPGet.Scheme != "" && probe.p.HTTPGet.Scheme != corev1.URISchemeHTTP:
+				p.addf(obj, "%s probe uses %s; the health listener is plaintext HTTP", probe.kind, probe.p.HTTPGet.Scheme)
+			}
 		case probe.p.GRPC != nil && tls:
-			p.addf(obj, "%s probe is a native gRPC health check, which the kubelet makes in plaintext without a client certificate, but the listener serves TLS (HERMES_TLS_CERT): probe the gRPC port with tcpSocket", probe.kind)
+			p.addf(obj, "%s probe is a native gRPC health check, which the kubelet makes in plaintext without a client certificate, but the listener serves TLS (HERMES_TLS_CERT): probe the health listener (httpGet %s)", probe.kind, probe.path)
 		case probe.p.GRPC != nil:
 			if !hasPort(c, intstr.FromInt32(probe.p.GRPC.Port)) {
 				p.addf(obj, "%s probe checks port %d, which the container does not expose", probe.kind, probe.p.GRPC.Port)
@@ -250,15 +281,9 @@ func checkHermesProbes(p *problems, obj string, c corev1.Container, env map[stri
 		case probe.p.TCPSocket != nil && !tls:
 			p.addf(obj, "%s probe is a TCP connect, but the listener is plaintext: use the native gRPC health check (grpc: {port: 7070, ...})", probe.kind)
 		case probe.p.TCPSocket != nil:
-			if port, ok := resolvePort(c, probe.p.TCPSocket.Port); !ok || !hasGRPC || port != grpcPort {
-				p.addf(obj, "%s probe connects to port %s, not the container's gRPC port", probe.kind, probe.p.TCPSocket.Port.String())
-			}
+			p.addf(obj, "%s probe is a TCP connect, which says nothing about the service's state: probe the health listener (httpGet %s)", probe.kind, probe.path)
 		default:
-			if tls {
-				p.addf(obj, "%s probe is not a TCP connect to the gRPC port (tcpSocket: {port: grpc})", probe.kind)
-			} else {
-				p.addf(obj, "%s probe is not a native gRPC health check (grpc: {port: 7070, ...})", probe.kind)
-			}
+			p.addf(obj, "%s probe is neither an HTTP GET of the health listener nor a native gRPC health check", probe.kind)
 		}
 	}
 	if c.ReadinessProbe == nil || c.ReadinessProbe.GRPC == nil || !known || tls {

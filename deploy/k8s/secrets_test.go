@@ -116,6 +116,18 @@ func TestBackendCredentials(t *testing.T) {
 				}
 			}
 
+			// The orchestrator signs turn.finished and memory verifies it with one key from the
+			// Secret; no other service holds it.
+			for _, d := range r.deployments {
+				ref, has := envSecret(d.Spec.Template.Spec.Containers[0], "HERMES_EVENTS_KEY")
+				switch {
+				case (d.Name == "hermes-memory" || d.Name == "hermes-orchestrator") && ref != (secretRef{"hermes-secrets", "events-key"}):
+					t.Errorf("Deployment/%s: HERMES_EVENTS_KEY comes from %v, want Secret hermes-secrets key events-key", d.Name, ref)
+				case d.Name != "hermes-memory" && d.Name != "hermes-orchestrator" && has:
+					t.Errorf("Deployment/%s gets the events key; only orchestrator and memory sign or verify events", d.Name)
+				}
+			}
+
 			for _, d := range r.deployments {
 				c := d.Spec.Template.Spec.Containers[0]
 				checkURL := func(name, host, user string, want secretRef) {
@@ -210,6 +222,9 @@ func TestDevSecrets(t *testing.T) {
 		if v := string(s.Data[k]); !regexp.MustCompile(`^[0-9A-Za-z]{16,}$`).MatchString(v) {
 			t.Errorf("%s %q: want 16 or more letters and digits (a URL carries it unescaped)", k, v)
 		}
+	}
+	if v := s.Data["events-key"]; len(v) < 32 {
+		t.Errorf("events-key %q: the binary refuses keys shorter than 32 characters", v)
 	}
 }
 

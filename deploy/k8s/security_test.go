@@ -276,7 +276,7 @@ spec:
         - name: hermes
           image: hermes:v1
           args: [serve, --target=session]
-          ports: [{name: grpc, containerPort: 7070}]
+          ports: [{name: grpc, containerPort: 7070}, {name: health, containerPort: 8081}]
           envFrom: [{configMapRef: {name: hermes-config}}]
           env:
             - {name: HERMES_DRAIN_DELAY, value: 5s}
@@ -287,8 +287,9 @@ spec:
             - {name: HERMES_TLS_CLIENT_CA, value: /etc/hermes/tls/ca.crt}
             - {name: HERMES_TLS_CLIENT_AUTH, value: require}
             - {name: HERMES_AUTH_FILE, value: /etc/hermes/auth/auth.yaml}
-          readinessProbe: {tcpSocket: {port: grpc}}
-          livenessProbe: {tcpSocket: {port: 7070}}
+            - {name: HERMES_HEALTH_LISTEN, value: "0.0.0.0:8081"}
+          readinessProbe: {httpGet: {port: health, path: /readyz}}
+          livenessProbe: {httpGet: {port: 8081, path: /livez}}
           resources:
             requests: {cpu: 10m, memory: 16Mi}
             limits: {cpu: 100m, memory: 64Mi}
@@ -377,9 +378,26 @@ func TestSecurityPolicyRejects(t *testing.T) {
 			want:    "readiness probe is a native gRPC health check, which the kubelet makes in plaintext",
 		},
 		{
-			name:    "TCP probe on another port",
-			patches: []string{jsonPatch("Deployment", `- {op: replace, path: `+container+`/livenessProbe/tcpSocket/port, value: 9090}`)},
-			want:    "liveness probe connects to port 9090, not the container's gRPC port",
+			name:    "TCP probe of a TLS listener",
+			patches: []string{jsonPatch("Deployment", `- {op: replace, path: `+container+`/livenessProbe, value: {tcpSocket: {port: grpc}}}`)},
+			want:    "liveness probe is a TCP connect, which says nothing about the service's state",
+		},
+		{
+			name:    "HTTP probe on another port",
+			patches: []string{jsonPatch("Deployment", `- {op: replace, path: `+container+`/livenessProbe/httpGet/port, value: 7070}`)},
+			want:    "liveness probe gets port 7070, not the health listener's port 8081",
+		},
+		{
+			name:    "readiness probe on the liveness path",
+			patches: []string{jsonPatch("Deployment", `- {op: replace, path: `+container+`/readinessProbe/httpGet/path, value: /livez}`)},
+			want:    `readiness probe gets "/livez", want /readyz`,
+		},
+		{
+			name: "TLS listener without a health listener",
+			patches: []string{jsonPatch("Deployment", `- {op: remove, path: `+container+`/env/8}`+"\n"+
+				`- {op: replace, path: `+container+`/readinessProbe, value: {tcpSocket: {port: grpc}}}`+"\n"+
+				`- {op: replace, path: `+container+`/livenessProbe, value: {tcpSocket: {port: grpc}}}`)},
+			want: "there is no plaintext health listener (HERMES_HEALTH_LISTEN) to probe instead",
 		},
 		{
 			name:    "no CA to verify the services it calls",

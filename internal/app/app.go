@@ -148,6 +148,8 @@ type App struct {
 	// edgeOmitted are the methods of services this process forwards (initEdge) that it does not
 	// serve: the HTTP API neither routes nor documents them.
 	edgeOmitted []string
+	// healthAddr is where /readyz and /livez are served, empty when off.
+	healthAddr string
 
 	mu      sync.Mutex
 	closers []func()
@@ -157,6 +159,8 @@ type App struct {
 	conns   map[string]grpc.ClientConnInterface
 	authn   *auth.Authenticator
 	keys    *auth.KeyFile
+	// eventKeys sign and verify turn.finished (EventKeys).
+	eventKeys *events.Keyring
 	// dialOpts carry the transport security and service credentials of calls to services in
 	// other processes.
 	dialOpts []grpc.DialOption
@@ -224,6 +228,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		}
 	}
 	if err := a.initHTTP(); err != nil {
+		a.closeAll()
+		_ = lis.Close()
+		return nil, err
+	}
+	if err := a.startHealth(); err != nil {
 		a.closeAll()
 		_ = lis.Close()
 		return nil, err
@@ -391,7 +400,7 @@ func (a *App) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error)
 		if err := os.MkdirAll(a.cfg.DataDir, 0o750); err != nil {
 			return nil, nil, fmt.Errorf("data directory: %w", err)
 		}
-		emb, err := events.StartEmbedded(filepath.Join(a.cfg.DataDir, "nats"))
+		emb, err := events.StartEmbeddedWith(filepath.Join(a.cfg.DataDir, "nats"), events.EmbeddedOptions{Port: a.cfg.NATSPort})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -399,6 +408,9 @@ func (a *App) NATS(ctx context.Context) (*nats.Conn, jetstream.JetStream, error)
 		url = emb.URL()
 		extra = append(extra, emb.InProcess())
 		a.log.Info("embedded NATS with JetStream (token required)", "addr", emb.Addr())
+	}
+	if err := a.checkNATSURL(a.cfg.NATSURL); err != nil {
+		return nil, nil, err
 	}
 	nc, js, err := events.Connect(url, "hermes", a.log, extra...)
 	if err != nil {

@@ -100,13 +100,17 @@ func (a *App) initMemory(ctx context.Context) error {
 		// for a replica that has one.
 		a.log.Warn("memory: turn.finished consumer not started: no extraction model configured")
 	default:
+		keys, err := a.EventKeys()
+		if err != nil {
+			return err
+		}
 		nc, js, err := a.NATS(ctx)
 		if err != nil {
 			return err
 		}
 		a.watchNATS(name, nc)
 		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		cons, err := memory.StartConsumer(cctx, svc, js, a.EventNames(), a.log.With("service", "memory"))
+		cons, err := memory.StartConsumer(cctx, svc, js, a.EventNames(), keys, a.log.With("service", "memory"))
 		cancel()
 		if err != nil {
 			return err

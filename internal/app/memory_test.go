@@ -55,9 +55,9 @@ func TestMemoryTargetWiring(t *testing.T) {
 	_, prefix := testenv.Redis(t)
 	modes := map[string][]string{
 		// Embedded stores, the real NATS (a namespace of its own).
-		"embedded": {"--nats-url=nats://127.0.0.1:4222", "--nats-namespace=" + ns + "e"},
+		"embedded": {"--nats-url=nats://127.0.0.1:4222", "--nats-namespace=" + ns + "e", "--events-key=" + testEventsKey},
 		// Redis + Qdrant (the test double unless HERMES_TEST_QDRANT_ADDR is set).
-		"redis+qdrant": {"--nats-url=nats://127.0.0.1:4222", "--nats-namespace=" + ns + "r", "--redis-url=" + testenv.RedisURL(),
+		"redis+qdrant": {"--nats-url=nats://127.0.0.1:4222", "--nats-namespace=" + ns + "r", "--events-key=" + testEventsKey, "--redis-url=" + testenv.RedisURL(),
 			"--redis-prefix=" + prefix, "--qdrant-addr=" + qdranttest.Addr(t), "--memory.qdrant-collection=" + ns},
 	}
 	for name, args := range modes {
@@ -79,7 +79,11 @@ func TestMemoryTargetWiring(t *testing.T) {
 			defer func() { _ = js.DeleteStream(context.Background(), a.EventNames().Stream) }()
 			ev := &eventsv1.TurnFinished{TurnId: "t1", UserId: "li", SessionId: "s1", Messages: []*eventsv1.TurnMessage{
 				{Message: &sessionv1.Message{Id: "m1", Role: sessionv1.Role_ROLE_USER, Content: "我最常去的川菜馆是蜀香园"}}}}
-			if err := events.PublishTurnFinished(ctx, js, a.EventNames(), ev); err != nil {
+			keys, err := a.EventKeys()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := events.PublishTurnFinished(ctx, js, a.EventNames(), ev, events.SignWith(keys)); err != nil {
 				t.Fatal(err)
 			}
 			for {

@@ -82,13 +82,17 @@ func (a *App) initOrchestrator(ctx context.Context) error {
 		return err
 	}
 
+	keys, err := a.EventKeys()
+	if err != nil {
+		return err
+	}
 	nc, js, err := a.NATS(ctx)
 	if err != nil {
 		return err
 	}
 	names := a.EventNames()
 	deps.Publish = func(ctx context.Context, ev *eventsv1.TurnFinished) error {
-		return events.PublishTurnFinished(ctx, js, names, ev)
+		return events.PublishTurnFinished(ctx, js, names, ev, events.SignWith(keys))
 	}
 
 	svc, err := orchestrator.NewService(cfg, deps)

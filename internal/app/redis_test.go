@@ -53,7 +53,7 @@ func TestRedisThroughSentinel(t *testing.T) {
 	primary := rdb.Options().Addr
 	sentinel := startSentinel(t, primary)
 
-	client, _, err := redisClient(fmt.Sprintf("redis://%s/0?master_name=hermes-test", sentinel))
+	client, _, err := redisClient(fmt.Sprintf("redis://%s/%d?master_name=hermes-test", sentinel, rdb.Options().DB))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -189,6 +189,15 @@ type Common struct {
 	MCPGatewayAddr   string
 	MemoryAddr       string
 	OrchestratorAddr string
+
+	// NATSPort is the embedded NATS server's loopback port; 0 picks a free one.
+	NATSPort int
+	// EventsKeyFile and EventsKey: the key(s) that sign turn.finished events (one per line, the
+	// first signs); the same on every orchestrator and memory process.
+	EventsKeyFile string
+	EventsKey     string
+	// HealthListen is the plaintext HTTP address of /readyz and /livez (probes); empty disables it.
+	HealthListen string
 }
 
 // RegisterFlags registers the common settings with their defaults.
@@ -200,6 +209,10 @@ func (c *Common) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NATSURL, "nats-url", "", "NATS URL; empty runs an embedded NATS server with JetStream")
 	fs.StringVar(&c.NATSNamespace, "nats-namespace", "", "namespace for the stream and subjects on a shared NATS server (empty: HERMES_EVENTS, hermes.turn.finished.<user>)")
 	fs.IntVar(&c.NATSReplicas, "nats-replicas", 1, "copies of the event stream a NATS cluster keeps (3 for a production cluster)")
+	fs.IntVar(&c.NATSPort, "nats-port", 0, "loopback port of the embedded NATS server (when --nats-url is empty); 0 picks a free port")
+	fs.StringVar(&c.EventsKeyFile, "events-key-file", "", "file of the key that signs turn.finished events (one key per line, at least 32 characters, the first signs, the others are still accepted); required with --nats-url on the orchestrator and memory, the same on both; the embedded NATS uses a key kept in the data directory")
+	fs.StringVar(&c.EventsKey, "events-key", "", "the events key itself, instead of --events-key-file; prefer the variable HERMES_EVENTS_KEY to the flag")
+	fs.StringVar(&c.HealthListen, "health-listen", "", "plaintext HTTP address serving only /readyz and /livez for probes (for example 0.0.0.0:8081); empty disables it")
 	fs.StringVar(&c.QdrantAddr, "qdrant-addr", "", "Qdrant gRPC address (host:6334); empty uses the embedded vector index")
 	fs.StringVar(&c.QdrantAPIKey, "qdrant-api-key", "", "Qdrant API key (its service.api_key); prefer the variable HERMES_QDRANT_API_KEY to the flag")
 	fs.BoolVar(&c.QdrantTLS, "qdrant-tls", false, "connect to Qdrant over TLS")

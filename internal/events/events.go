@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"regexp"
 	"strings"
@@ -186,17 +187,34 @@ func UnmarshalTurnFinished(data []byte) (*eventsv1.TurnFinished, error) {
 	return ev, nil
 }
 
+// PublishOption changes how PublishTurnFinished publishes.
+type PublishOption func(*publishOptions)
+
+type publishOptions struct{ keys *Keyring }
+
+// SignWith signs the event with the keyring's first key (the extractor refuses unsigned events).
+func SignWith(k *Keyring) PublishOption { return func(o *publishOptions) { o.keys = k } }
+
 // PublishTurnFinished publishes the event with the turn id as Nats-Msg-Id, retrying with
 // backoff until ctx ends; JetStream de-duplication makes the retries safe.
-func PublishTurnFinished(ctx context.Context, js jetstream.JetStream, n Names, ev *eventsv1.TurnFinished) error {
+func PublishTurnFinished(ctx context.Context, js jetstream.JetStream, n Names, ev *eventsv1.TurnFinished, opts ...PublishOption) error {
+	var o publishOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	data, err := MarshalTurnFinished(ev)
 	if err != nil {
 		return err
 	}
 	subject := n.TurnFinishedSubject(ev.GetUserId())
+	header := nats.Header{"Content-Type": []string{TurnFinishedContentType}}
+	if o.keys != nil {
+		signed := &nats.Msg{Subject: subject, Data: data, Header: header}
+		o.keys.Sign(signed, time.Now())
+	}
 	backoff := 50 * time.Millisecond
 	for {
-		msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{"Content-Type": []string{TurnFinishedContentType}}}
+		msg := &nats.Msg{Subject: subject, Data: data, Header: maps.Clone(header)}
 		_, err = js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.GetTurnId()), jetstream.WithExpectStream(n.Stream))
 		if err == nil {
 			return nil
@@ -231,6 +249,25 @@ type Embedded struct {
 // loopback port. It requires a token generated at start, so another local user cannot read
 // every user's turn events or publish forged ones.
 func StartEmbedded(dir string) (*Embedded, error) {
+	return StartEmbeddedWith(dir, EmbeddedOptions{})
+}
+
+// EmbeddedOptions configure the embedded NATS server.
+type EmbeddedOptions struct {
+	// Port is the loopback port to listen on; 0 picks a free one.
+	Port int
+}
+
+// StartEmbeddedWith is StartEmbedded with options (a fixed port, so tools on this host can
+// reach the server with the token).
+func StartEmbeddedWith(dir string, o EmbeddedOptions) (*Embedded, error) {
+	if o.Port < 0 || o.Port > 65535 {
+		return nil, fmt.Errorf("embedded NATS: port %d out of range", o.Port)
+	}
+	port := o.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
 	tok := make([]byte, 24)
 	if _, err := rand.Read(tok); err != nil {
 		return nil, fmt.Errorf("embedded NATS: token: %w", err)
@@ -239,7 +276,7 @@ func StartEmbedded(dir string) (*Embedded, error) {
 	srv, err := server.NewServer(&server.Options{
 		ServerName:    "hermes-embedded",
 		Host:          "127.0.0.1",
-		Port:          server.RANDOM_PORT,
+		Port:          port,
 		JetStream:     true,
 		StoreDir:      dir,
 		NoSigs:        true,

@@ -72,13 +72,17 @@ func (s *Server) WatchDependency(name string, services []string, interval time.D
 	}()
 }
 
-// refreshHealth recomputes every registered service's status from its dependencies.
+// refreshHealth recomputes every registered service's status from its dependencies, and the
+// overall status ("") from the services': NOT_SERVING while any of them is, so a probe of the
+// process as a whole does not report SERVING while memory cannot serve.
 func (s *Server) refreshHealth() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopping {
 		return
 	}
+	overall := healthpb.HealthCheckResponse_SERVING
+	defer func() { s.health.SetServingStatus("", overall) }()
 	for _, svc := range s.services {
 		st := healthpb.HealthCheckResponse_SERVING
 		for _, d := range s.deps {
@@ -92,7 +96,28 @@ func (s *Server) refreshHealth() {
 			}
 		}
 		s.health.SetServingStatus(svc, st)
+		if st != healthpb.HealthCheckResponse_SERVING {
+			overall = st
+		}
 	}
+}
+
+// LiveHandler answers HTTP liveness probes: 200 while the process answers, whatever its
+// dependencies' state (restarting a pod because Redis is down would not bring Redis back), with
+// each service's status in the body for a person reading it.
+func (s *Server) LiveHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+		for _, name := range s.Services() {
+			res, err := s.health.Check(r.Context(), &healthpb.HealthCheckRequest{Service: name})
+			st := "UNKNOWN"
+			if err == nil {
+				st = res.GetStatus().String()
+			}
+			fmt.Fprintf(w, "%s %s\n", name, st)
+		}
+	})
 }
 
 // ReadyHandler answers HTTP readiness probes (the kubelet's httpGet on the plaintext metrics

@@ -6,6 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -143,9 +146,23 @@ func TestHealthFollowsDependencies(t *testing.T) {
 	if got := healthOf(t, conn, name); got != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Errorf("with its dependency down: %v", got)
 	}
+	// The process as a whole is not serving while one of its services is not.
+	if got := healthOf(t, conn, ""); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("overall health with a service down: %v", got)
+	}
+	rec := httptest.NewRecorder()
+	srv.ReadyHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), name) {
+		t.Errorf("/readyz with a service down: %d %q", rec.Code, rec.Body.String())
+	}
+	rec = httptest.NewRecorder()
+	srv.LiveHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/livez", nil))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), name+" NOT_SERVING") {
+		t.Errorf("/livez with a dependency down: %d %q (want 200: a restart would not help)", rec.Code, rec.Body.String())
+	}
 	down.Store(false)
 	deadline := time.Now().Add(5 * time.Second)
-	for healthOf(t, conn, name) != healthpb.HealthCheckResponse_SERVING {
+	for healthOf(t, conn, name) != healthpb.HealthCheckResponse_SERVING || healthOf(t, conn, "") != healthpb.HealthCheckResponse_SERVING {
 		if time.Now().After(deadline) {
 			t.Fatal("did not return to SERVING after the dependency came back")
 		}

@@ -24,13 +24,17 @@ import (
 	"github.com/hermes-agent/hermes/internal/rpc"
 )
 
-// RedisURL is the Redis the tests use: HERMES_TEST_REDIS_URL, by default
-// redis://127.0.0.1:6379/0.
+// DefaultRedisURL is the tests' Redis when HERMES_TEST_REDIS_URL is unset: database 15, so a
+// test run on a developer's machine never writes into database 0, where a local Hermes (or
+// anything else) keeps its data.
+const DefaultRedisURL = "redis://127.0.0.1:6379/15"
+
+// RedisURL is the Redis the tests use: HERMES_TEST_REDIS_URL, by default DefaultRedisURL.
 func RedisURL() string {
 	if url := os.Getenv("HERMES_TEST_REDIS_URL"); url != "" {
 		return url
 	}
-	return "redis://127.0.0.1:6379/0"
+	return DefaultRedisURL
 }
 
 // Redis connects to the test Redis (RedisURL) and returns it with a fresh random key prefix

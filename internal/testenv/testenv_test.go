@@ -42,3 +42,19 @@ func TestServe(t *testing.T) {
 		t.Fatalf("health = %v, %v", resp, err)
 	}
 }
+
+// Without HERMES_TEST_REDIS_URL the tests write into a database of their own, never database 0.
+func TestRedisDefaultsToItsOwnDatabase(t *testing.T) {
+	t.Setenv("HERMES_TEST_REDIS_URL", "")
+	opts, err := redis.ParseURL(RedisURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.DB == 0 {
+		t.Errorf("tests use Redis database 0 by default (%s)", RedisURL())
+	}
+	rdb, _ := Redis(t)
+	if db := rdb.Options().DB; db != opts.DB {
+		t.Errorf("Redis(t) uses database %d, want %d", db, opts.DB)
+	}
+}

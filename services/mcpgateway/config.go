@@ -27,6 +27,10 @@ type Config struct {
 	CallTimeout time.Duration
 	// ConnectTimeout bounds one connection attempt (process start, handshake, tool listing).
 	ConnectTimeout time.Duration
+	// RunnerStartTimeout replaces ConnectTimeout for the handshake of a stdio server started
+	// through a package runner (npx, uvx, …) until it has connected once: the first start may
+	// download the package.
+	RunnerStartTimeout time.Duration
 	// PingInterval is how often a connected server is pinged; 0 disables pings.
 	PingInterval time.Duration
 	// PingTimeout bounds one ping, and the probe made after a failed call.
@@ -82,6 +86,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ServersFile, "mcp-servers", "", `JSON file of MCP servers to connect at start, in the "mcpServers" format desktop MCP clients use`)
 	fs.DurationVar(&c.CallTimeout, "mcpgateway.call-timeout", 30*time.Second, "timeout of one MCP tool call when the server sets none")
 	fs.DurationVar(&c.ConnectTimeout, "mcpgateway.connect-timeout", 30*time.Second, "timeout of one connection attempt to an MCP server (start, handshake, tool listing)")
+	fs.DurationVar(&c.RunnerStartTimeout, "mcpgateway.runner-start-timeout", 5*time.Minute, "timeout of the first connection to a stdio MCP server started through a package runner (npx, uvx, bunx, pnpm dlx, pipx run), which may download the package first; later attempts use --mcpgateway.connect-timeout")
 	fs.DurationVar(&c.PingInterval, "mcpgateway.ping-interval", 15*time.Second, "how often connected MCP servers are pinged to find hung ones; 0 disables")
 	fs.DurationVar(&c.PingTimeout, "mcpgateway.ping-timeout", 5*time.Second, "timeout of one ping to an MCP server")
 	fs.DurationVar(&c.ElicitTimeout, "mcpgateway.elicit-timeout", time.Minute, "how long a server's request for user input (elicitation \"ask\" mode) waits for the answer before it is declined")
@@ -118,6 +123,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = d.ConnectTimeout
+	}
+	if c.RunnerStartTimeout <= 0 {
+		c.RunnerStartTimeout = d.RunnerStartTimeout
 	}
 	if c.PingTimeout <= 0 {
 		c.PingTimeout = d.PingTimeout

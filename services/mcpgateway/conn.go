@@ -59,6 +59,8 @@ type serverConn struct {
 	// mu guards every field below. It is never held while talking to the server or the tool
 	// service; g.mu, when both are needed, is taken first.
 	mu sync.Mutex
+	// connectedOnce: a handshake has succeeded (a package runner's package is cached since).
+	connectedOnce bool
 	// The connection: state, the live session (nil unless READY) and what it negotiated.
 	state        pb.ServerState
 	changed      chan struct{} // closed and replaced whenever state changes

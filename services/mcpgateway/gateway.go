@@ -87,6 +87,11 @@ type Gateway struct {
 	// addMu orders AddServer, RemoveServer and the store sync, so a server being added here is
 	// not also picked up from the store half-way.
 	addMu sync.Mutex
+	// progressEvery overrides progressEvery (tests).
+	progressEvery time.Duration
+	// rejected are the stored specs that failed to connect, retried with back-off; guarded by
+	// addMu.
+	rejected rejections
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -140,6 +145,7 @@ func New(cfg Config, opts Options) *Gateway {
 		cancel:        cancel,
 		servers:       map[string]*serverConn{},
 		tools:         map[string]*toolEntry{},
+		rejected:      rejections{},
 	}
 }
 

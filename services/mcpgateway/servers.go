@@ -8,6 +8,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 )
@@ -177,16 +178,21 @@ func (g *Gateway) syncStore(ctx context.Context) error {
 			g.disconnect(ctx, c)
 		}
 	}
+	g.rejected.keep(want)
+	now := time.Now()
 	for name, spec := range want {
 		g.mu.Lock()
 		_, have := g.servers[name]
 		g.mu.Unlock()
-		if have {
+		if have || !g.rejected.due(spec, now) {
 			continue
 		}
 		if _, err := g.connect(spec, false); err != nil {
-			g.log.Warn("stored MCP server not connected", "server", name, "error", err)
+			n, wait := g.rejected.failed(spec, now)
+			g.log.Warn("stored MCP server not connected; trying again later", "server", name, "error", err, "failures", n, "retry_in", wait.Round(time.Second))
+			continue
 		}
+		delete(g.rejected, name)
 	}
 	return nil
 }

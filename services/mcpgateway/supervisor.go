@@ -23,6 +23,7 @@ func (c *serverConn) run() {
 		c.setState(pb.ServerState_SERVER_STATE_CONNECTING, "")
 		began := time.Now()
 		l, err := c.open()
+		openFailed := err != nil
 		c.mu.Lock()
 		c.attempts++
 		c.mu.Unlock()
@@ -47,6 +48,9 @@ func (c *serverConn) run() {
 		}
 		delay := c.backoff(attempt)
 		attempt++
+		if openFailed {
+			c.g.log.Warn("MCP server not connected; retrying", "server", c.spec.Name, "error", err, "attempt", attempt, "retry_in", delay.Round(time.Millisecond))
+		}
 		c.setFailed(err, delay)
 		c.markFirst()
 		if !c.pause(began, delay) {

@@ -16,8 +16,10 @@ import (
 
 // connect starts the transport and runs the handshake.
 func (c *serverConn) connect(pin string) (*live, error) {
-	ctx, cancel := context.WithTimeout(c.ctx, c.g.cfg.ConnectTimeout)
+	timeout, flag := c.connectTimeout()
+	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
+	defer c.reportProgress(timeout, flag)()
 	t, cmd, side, err := c.transport()
 	if err != nil {
 		return nil, err
@@ -36,8 +38,11 @@ func (c *serverConn) connect(pin string) (*live, error) {
 		if cmd != nil && cmd.Process != nil {
 			killProcessGroup(cmd.Process.Pid)
 		}
-		return nil, c.withStderr(fmt.Errorf("connect: %w", err))
+		return nil, c.withStderr(c.timeoutError(ctx, fmt.Errorf("connect: %w", err), timeout, flag))
 	}
+	c.mu.Lock()
+	c.connectedOnce = true
+	c.mu.Unlock()
 	l := &live{sess: sess, side: side}
 	if cmd != nil && cmd.Process != nil {
 		l.pid = cmd.Process.Pid

@@ -27,8 +27,10 @@ type Consumer struct {
 	svc   *Service
 	js    jetstream.JetStream
 	names events.Names
-	cfg   Config
-	log   *slog.Logger
+	// keys verify each event's proof of origin (events.Keyring).
+	keys *events.Keyring
+	cfg  Config
+	log  *slog.Logger
 
 	cc     jetstream.ConsumeContext
 	sem    chan struct{}
@@ -50,8 +52,12 @@ const (
 	HeaderOriginalSubj = "Hermes-Original-Subject"
 )
 
-// StartConsumer creates or updates the durable consumer and starts consuming.
-func StartConsumer(ctx context.Context, svc *Service, js jetstream.JetStream, names events.Names, log *slog.Logger) (*Consumer, error) {
+// StartConsumer creates or updates the durable consumer and starts consuming. Events that keys
+// cannot verify, or whose subject is not their user's, write nothing: they are dead-lettered.
+func StartConsumer(ctx context.Context, svc *Service, js jetstream.JetStream, names events.Names, keys *events.Keyring, log *slog.Logger) (*Consumer, error) {
+	if keys == nil {
+		return nil, errors.New("memory extractor: no events key to verify turn.finished with")
+	}
 	cfg := svc.cfg
 	workers := max(cfg.ConsumerWorkers, 1)
 	cons, err := js.CreateOrUpdateConsumer(ctx, names.Stream, jetstream.ConsumerConfig{
@@ -67,7 +73,7 @@ func StartConsumer(ctx context.Context, svc *Service, js jetstream.JetStream, na
 	if err != nil {
 		return nil, fmt.Errorf("memory extractor consumer: %w", err)
 	}
-	c := &Consumer{svc: svc, js: js, names: names, cfg: cfg, log: log, sem: make(chan struct{}, workers)}
+	c := &Consumer{svc: svc, js: js, names: names, keys: keys, cfg: cfg, log: log, sem: make(chan struct{}, workers)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.cc, err = cons.Consume(c.dispatch,
 		// Messages buffered in the client age towards their ack wait: fetch only what the
@@ -114,9 +120,19 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
+	if err := c.keys.Verify(msg.Subject(), msg.Headers(), msg.Data(), time.Now()); err != nil {
+		c.refuse(msg, md, err)
+		return
+	}
 	ev, err := events.UnmarshalTurnFinished(msg.Data())
 	if err != nil {
 		c.deadLetter(msg, md, fmt.Errorf("undecodable event: %w", err))
+		return
+	}
+	// The signature binds the subject; the subject must name the payload's user, or a signed
+	// event of one user could carry another user's id.
+	if want := c.names.TurnFinishedSubject(ev.GetUserId()); msg.Subject() != want {
+		c.refuse(msg, md, fmt.Errorf("%w: subject %s does not belong to the event's user (want %s)", events.ErrUnauthenticEvent, msg.Subject(), want))
 		return
 	}
 	if !extractable(ev) {
@@ -169,6 +185,14 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 	}
 }
 
+// refuse dead-letters an event that is not authentic, with a warning: someone with access to
+// NATS published it, or a publisher has another events key.
+func (c *Consumer) refuse(msg jetstream.Msg, md *jetstream.MsgMetadata, cause error) {
+	c.log.Warn("memory extractor: refusing an event that is not authentic; nothing written (check that orchestrator and memory share --events-key-file, and who can publish on NATS)",
+		"subject", msg.Subject(), "seq", md.Sequence.Stream, "error", cause)
+	c.deadLetter(msg, md, cause)
+}
+
 // deadLetter publishes the event unchanged to hermes.dlq.<subject> with why, then terminates
 // it. The publish is de-duplicated by stream sequence, so a retried dead-lettering stores one
 // copy.
@@ -180,6 +204,13 @@ func (c *Consumer) deadLetter(msg jetstream.Msg, md *jetstream.MsgMetadata, caus
 	out.Header.Set(HeaderDelivered, strconv.FormatUint(md.NumDelivered, 10))
 	out.Header.Set(HeaderOriginalSeq, strconv.FormatUint(md.Sequence.Stream, 10))
 	out.Header.Set(HeaderOriginalSubj, msg.Subject())
+	// The proof of origin travels along, so an event replayed to its original subject is
+	// verified again.
+	for _, h := range []string{events.HeaderSignature, events.HeaderSignedAt} {
+		if v := msg.Headers().Get(h); v != "" {
+			out.Header.Set(h, v)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := c.js.PublishMsg(ctx, out, jetstream.WithMsgID("dlq-"+strconv.FormatUint(md.Sequence.Stream, 10))); err != nil {

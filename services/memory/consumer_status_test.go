@@ -21,7 +21,7 @@ func TestConsumerExtractsOnlyCompletedTurns(t *testing.T) {
 	mc, _ := scriptedModel(t, oneMemoryPerTurn(&calls))
 	svc := newReplica(t, sharedStores(t, 0), consumerConfig(), mc)
 	_, js := connect()
-	c, err := StartConsumer(ctxT(t), svc, js, names, testLogger())
+	c, err := StartConsumer(ctxT(t), svc, js, names, testKeyring(t), testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestConsumerExtractsOnlyCompletedTurns(t *testing.T) {
 	} {
 		tf := turn(user, "s", userSays(fmt.Sprintf("记住我的爱好编号%03d号是第%d种", i*37+11, i)))
 		tf.Status = st
-		if err := events.PublishTurnFinished(ctxT(t), js, names, tf); err != nil {
+		if err := events.PublishTurnFinished(ctxT(t), js, names, tf, events.SignWith(testKeyring(t))); err != nil {
 			t.Fatal(err)
 		}
 	}

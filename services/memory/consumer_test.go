@@ -42,6 +42,16 @@ func testNATS(t *testing.T) (events.Names, func() (*nats.Conn, jetstream.JetStre
 	return names, connect
 }
 
+// testKeyring is the events key the tests' publishers and consumers share.
+func testKeyring(t *testing.T) *events.Keyring {
+	t.Helper()
+	k, err := events.ParseKeyring("memory-test-events-key-0123456789abcdef")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
 // replicaStores are stores shared by several service replicas (Redis + Qdrant).
 type replicaStores struct {
 	ep, sem TierStore
@@ -97,7 +107,7 @@ func publishTurns(t *testing.T, js jetstream.JetStream, names events.Names, user
 	var out []*eventsv1.TurnFinished
 	for i := range n {
 		tf := turn(user, "s", userSays(fmt.Sprintf("记住我的爱好编号%03d号是第%d种", i*37+11, i)))
-		if err := events.PublishTurnFinished(ctxT(t), js, names, tf); err != nil {
+		if err := events.PublishTurnFinished(ctxT(t), js, names, tf, events.SignWith(testKeyring(t))); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, tf)
@@ -121,7 +131,7 @@ func TestConsumerExtractsPublishedTurn(t *testing.T) {
 	st := sharedStores(t, 0)
 	svc := newReplica(t, st, consumerConfig(), mc)
 	_, js := connect()
-	c, err := StartConsumer(ctxT(t), svc, js, names, testLogger())
+	c, err := StartConsumer(ctxT(t), svc, js, names, testKeyring(t), testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +178,7 @@ func TestConsumerKilledMidBatchLosesNothingAndDuplicatesNothing(t *testing.T) {
 	}
 	defer close(release)
 	ncV, jsV := connect()
-	cV, err := StartConsumer(ctxT(t), victim, jsV, names, testLogger())
+	cV, err := StartConsumer(ctxT(t), victim, jsV, names, testKeyring(t), testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +195,7 @@ func TestConsumerKilledMidBatchLosesNothingAndDuplicatesNothing(t *testing.T) {
 
 	survivor := newReplica(t, st, cfg, mc)
 	_, jsS := connect()
-	cS, err := StartConsumer(ctxT(t), survivor, jsS, names, testLogger())
+	cS, err := StartConsumer(ctxT(t), survivor, jsS, names, testKeyring(t), testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,16 +256,18 @@ func TestConsumerDeadLetters(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 
-	c, err := StartConsumer(ctxT(t), svc, js, names, testLogger())
+	c, err := StartConsumer(ctxT(t), svc, js, names, testKeyring(t), testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Stop(5 * time.Second)
 	tf := turn("poison", "s", userSays("我喜欢爬山"))
-	if err := events.PublishTurnFinished(ctxT(t), js, names, tf); err != nil {
+	if err := events.PublishTurnFinished(ctxT(t), js, names, tf, events.SignWith(testKeyring(t))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.Publish(ctxT(t), names.TurnFinishedSubject("poison"), []byte("{not json")); err != nil {
+	garbage := &nats.Msg{Subject: names.TurnFinishedSubject("poison"), Data: []byte("{not json")}
+	testKeyring(t).Sign(garbage, time.Now())
+	if _, err := js.PublishMsg(ctxT(t), garbage); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 30*time.Second, "two dead letters", func() bool { mu.Lock(); defer mu.Unlock(); return len(dead) == 2 })

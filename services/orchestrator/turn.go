@@ -379,6 +379,13 @@ func (t *turn) finish(ctx context.Context, err error) {
 			st, code, msg = orchestratorv1.TurnStatus_TURN_STATUS_FAILED, s.Code(), s.Message()
 		}
 		t.span.SetStatus(otelcodes.Error, msg)
+		// A failed turn is something an operator may have to act on (a model endpoint down, a
+		// key revoked); a cancelled one is the caller's choice.
+		if st == orchestratorv1.TurnStatus_TURN_STATUS_FAILED {
+			t.s.log.Warn("turn failed", "turn", t.id, "session", t.session, "code", rpc.CodeName(code), "reason", msg, "error", err, "steps", t.steps)
+		} else {
+			t.s.log.Info("turn cancelled", "turn", t.id, "session", t.session, "reason", msg)
+		}
 	}
 
 	usage := t.usage.proto()

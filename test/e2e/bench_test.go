@@ -228,6 +228,7 @@ func startOverhead(b *testing.B, micro bool) *overheadStack {
 	base.Listen = "127.0.0.1:0"
 	base.ModelBaseURL = o.model.URL()
 	base.Model = "instant"
+	base.EventsKey = testEventsKey
 	base.ShutdownTimeout = 5 * time.Second
 	base.Memory.ConsumerEnabled = false
 	if !micro {

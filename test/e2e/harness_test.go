@@ -42,6 +42,9 @@ import (
 
 const natsURL = "nats://127.0.0.1:4222"
 
+// testEventsKey signs the tests' turn.finished events (--events-key).
+const testEventsKey = "e2e-test-events-key-0123456789abcdef0123"
+
 func randomToken(t testing.TB) string {
 	t.Helper()
 	b := make([]byte, 5)
@@ -127,6 +130,8 @@ func startStack(t testing.TB, h scripted.Handler, o stackOptions) *stack {
 	base.Listen = "127.0.0.1:0"
 	base.ShutdownTimeout = 5 * time.Second
 	base.Model = "scripted-test"
+	// The orchestrator and memory sign and verify turn.finished with it on the shared NATS.
+	base.EventsKey = testEventsKey
 	// The webhooks and MCP servers of these tests listen on loopback; the operator allows it.
 	base.EgressAllow = []string{"127.0.0.1:*", "localhost:*"}
 	if !o.noModel {

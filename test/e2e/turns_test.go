@@ -86,6 +86,7 @@ func TestCancelTurnFromAnotherReplica(t *testing.T) {
 	cfg.ModelBaseURL, cfg.Model = s.model.URL(), "scripted-test"
 	cfg.RedisURL, cfg.RedisPrefix = testenv.RedisURL(), s.prefix
 	cfg.NATSURL, cfg.NATSNamespace = natsURL, strings.TrimSuffix(s.names.TurnFinishedPrefix, ".hermes.turn.finished.")
+	cfg.EventsKey = testEventsKey
 	cfg.SessionAddr, cfg.ToolsAddr, cfg.MemoryAddr = s.main.Addr(), s.main.Addr(), s.memory.Addr()
 	cfg.ShutdownTimeout = 5 * time.Second
 	second = startApp(t, context.Background(), cfg, testLogger(t))
@@ -374,6 +375,7 @@ func TestOutboxSurvivesNATSOutage(t *testing.T) {
 	cfg.DataDir = dataDir
 	cfg.ModelBaseURL, cfg.Model = model.URL(), "scripted-test"
 	cfg.NATSURL = nats1.URL()
+	cfg.EventsKey = testEventsKey
 	cfg.ShutdownTimeout = time.Second
 	cfg.Orchestrator.PublishTimeout = 500 * time.Millisecond
 	cfg.Memory.ConsumerEnabled = false

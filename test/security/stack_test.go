@@ -162,6 +162,11 @@ func startCluster(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("process logs:%s", c.Logs(8000))
+		}
+	})
 	s := &stack{name: "cluster", conns: map[string]*grpc.ClientConn{}, model: m, dir: dir}
 	for _, target := range app.Targets() {
 		conn, err := rpc.Dial(c.Addr(target))

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/hermes-agent/hermes/internal/events"
 )
 
 // Options configure a cluster of five (or more) processes.
@@ -119,6 +121,9 @@ func (c *Cluster) sharedEnv() []string {
 		"HERMES_MODEL=" + o.Model,
 		// The scripted model ignores the key; a real provider would need one.
 		"HERMES_MODEL_API_KEY=unused-by-the-scripted-model",
+		// The key that signs turn.finished, shared by the orchestrator and memory (Env may
+		// replace it).
+		"HERMES_EVENTS_KEY=" + eventsKey(),
 	}
 	for _, t := range Targets {
 		env = append(env, "HERMES_"+strings.ToUpper(t)+"_ADDR="+c.addrs[t])
@@ -222,4 +227,13 @@ func StartMonolith(ctx context.Context, bin, dir, modelBaseURL, model string, en
 		return nil, err
 	}
 	return p, nil
+}
+
+// eventsKey is a fresh events key for one cluster.
+func eventsKey() string {
+	key, err := events.RandomKey()
+	if err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return key
 }
