@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strings"
 	"testing"
 
 	"github.com/hermes-agent/hermes/test/filleval"
@@ -48,7 +47,7 @@ func TestFillRulesGenerated(t *testing.T) {
 			case d.outcome == fillFilled:
 				tl.wrong++
 				t.Errorf("%s %q: filled the remembered value (%s)", c.ID, c.Message, d.reason)
-			case sameValue(d.userJSON, c.Want):
+			case filleval.SameValue(d.userJSON, c.Want):
 				tl.right++
 			default:
 				tl.held++
@@ -79,17 +78,4 @@ func TestFillRulesGenerated(t *testing.T) {
 		tl := tallies[k]
 		t.Log(fmt.Sprintf("%-14s right %3d  held %3d  wrong %3d", k, tl.right, tl.held, tl.wrong))
 	}
-}
-
-// sameValue: the user's value found is the one wanted (a string that contains it counts: "微信支付"
-// for "微信").
-func sameValue(got json.RawMessage, want string) bool {
-	if string(got) == want {
-		return true
-	}
-	var g, w string
-	if json.Unmarshal(got, &g) != nil || json.Unmarshal([]byte(want), &w) != nil || w == "" {
-		return false
-	}
-	return strings.Contains(strings.ToLower(g), strings.ToLower(w))
 }

@@ -291,3 +291,16 @@ func domains() []domain {
 			}},
 	}
 }
+
+// SameValue reports whether a value an argument ran with (JSON) is the one wanted: equal JSON,
+// or a string that contains the wanted string ("微信支付" for "微信", any case).
+func SameValue(got json.RawMessage, want string) bool {
+	if string(got) == want {
+		return true
+	}
+	var g, w string
+	if json.Unmarshal(got, &g) != nil || json.Unmarshal([]byte(want), &w) != nil || w == "" {
+		return false
+	}
+	return strings.Contains(strings.ToLower(g), strings.ToLower(w))
+}
