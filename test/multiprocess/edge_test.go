@@ -121,6 +121,8 @@ func startEdgeLayout(t *testing.T) *edgeLayout {
 		"HERMES_MODEL_API_KEY=unused-by-the-scripted-model",
 		"HERMES_AUTH_FILE=" + authFile,
 		"HERMES_SHUTDOWN_TIMEOUT=5s",
+		// The key that signs turn.finished, shared by the orchestrator and memory.
+		"HERMES_EVENTS_KEY=edge-journey-events-key-" + ns + "-0123456789abcdef",
 	}
 	for _, target := range cluster.Targets {
 		shared = append(shared, "HERMES_"+strings.ToUpper(target)+"_ADDR="+addrs[target])
