@@ -95,12 +95,6 @@ func FromContext(ctx context.Context) (Principal, bool) {
 	return p, ok
 }
 
-// CallerName names the caller of ctx for records ("who cancelled"), or "" when unknown.
-func CallerName(ctx context.Context) string {
-	p, _ := FromContext(ctx)
-	return p.Name
-}
-
 // IsOperator reports whether the caller of ctx is an operator or anonymous (authentication
 // off). A call without a principal (a direct Go call, never a network call) counts as one.
 func IsOperator(ctx context.Context) bool {

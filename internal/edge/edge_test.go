@@ -58,7 +58,8 @@ func (c *callee) AppendMessages(ctx context.Context, req *sessionv1.AppendMessag
 func (c *callee) record(ctx context.Context, user string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.calls = append(c.calls, auth.CallerName(ctx)+" "+user)
+	p, _ := auth.FromContext(ctx)
+	c.calls = append(c.calls, p.Name+" "+user)
 }
 
 func (c *callee) take() []string {

@@ -78,6 +78,12 @@ func Classify(ctx context.Context, log *slog.Logger, method string, err error) e
 	if log != nil {
 		log.ErrorContext(ctx, "unclassified error", "method", method, "error", err)
 	}
+	return internalError(method)
+}
+
+// internalError is the reply to a bug (an unclassified error, a panic): INTERNAL, its cause
+// logged and not sent.
+func internalError(method string) error {
 	return status.Errorf(codes.Internal, "internal error in %s; the server logged the details", method)
 }
 

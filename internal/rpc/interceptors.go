@@ -40,7 +40,7 @@ func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
 
 func panicError(ctx context.Context, log *slog.Logger, method string, r any) error {
 	log.ErrorContext(ctx, "panic in handler", "method", method, "panic", r, "stack", string(debug.Stack()))
-	return status.Errorf(codes.Internal, "internal error in %s; the server logged the details", method)
+	return internalError(method)
 }
 
 // logUnary logs every finished call: method, code, duration, peer and principal. Server faults

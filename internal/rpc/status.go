@@ -63,8 +63,3 @@ func FieldViolations(err error) []*errdetails.BadRequest_FieldViolation {
 	}
 	return out
 }
-
-// Errorf is status.Errorf, here so services need one import for their boundary errors.
-func Errorf(c codes.Code, format string, args ...any) error {
-	return status.Errorf(c, format, args...)
-}

@@ -8,19 +8,20 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
+	"github.com/hermes-agent/hermes/internal/rpc"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
 // serviceError is the result of a call the tool service did not answer.
 func serviceError(err error) *mcp.CallToolResult {
 	st := status.Convert(err)
-	switch st.Code() {
-	case codes.Unavailable:
+	switch rpc.ClassOf(err) {
+	case errclass.Unavailable:
 		return errorResult(fmt.Sprintf("The Hermes tool service is unavailable (%s); the tool may not have run. Try again shortly.", st.Message()))
-	case codes.DeadlineExceeded, codes.Canceled:
+	case context.DeadlineExceeded, context.Canceled:
 		return errorResult(fmt.Sprintf("The call to the Hermes tool service ended before it answered (%s); the tool may have run.", st.Message()))
 	default:
 		return errorResult(fmt.Sprintf("The Hermes tool service failed (%s): %s", st.Code(), st.Message()))

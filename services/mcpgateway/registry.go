@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"strings"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
+	"github.com/hermes-agent/hermes/internal/rpc"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -49,12 +50,13 @@ func (r *ToolServiceRegistry) Register(ctx context.Context, spec *toolsv1.ToolSp
 		return err
 	}
 	_, err = c.RegisterTool(ctx, &toolsv1.RegisterToolRequest{Spec: spec, Source: source})
-	switch status.Code(err) {
-	case codes.OK:
+	if err == nil {
 		return nil
-	case codes.AlreadyExists, codes.FailedPrecondition, codes.PermissionDenied:
+	}
+	switch rpc.ClassOf(err) {
+	case errclass.Exists, errclass.Precondition, errclass.Denied:
 		return fmt.Errorf("%w: %s", errConflict, status.Convert(err).Message())
-	case codes.InvalidArgument, codes.ResourceExhausted:
+	case errclass.Invalid, errclass.Exhausted:
 		return fmt.Errorf("%w: %s", errRefused, status.Convert(err).Message())
 	}
 	return fmt.Errorf("register %s: %w", spec.GetName(), err)
@@ -67,7 +69,7 @@ func (r *ToolServiceRegistry) Unregister(ctx context.Context, name, source strin
 		return err
 	}
 	_, err = c.UnregisterTool(ctx, &toolsv1.UnregisterToolRequest{Name: name, Source: source})
-	if err != nil && status.Code(err) != codes.NotFound {
+	if err != nil && rpc.ClassOf(err) != errclass.NotFound {
 		return fmt.Errorf("unregister %s: %w", name, err)
 	}
 	return nil

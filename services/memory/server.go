@@ -9,10 +9,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
@@ -297,7 +296,7 @@ func (s *Service) ExtractTurn(ctx context.Context, req *memoryv1.ExtractTurnRequ
 		total += len(m.GetMessage().GetContent())
 	}
 	if total > maxTurnTextBytes {
-		return nil, status.Errorf(codes.ResourceExhausted, "turn text is %d bytes; at most %d are accepted", total, maxTurnTextBytes)
+		return nil, errclass.Errorf(errclass.Exhausted, "turn text is %d bytes; at most %d are accepted", total, maxTurnTextBytes)
 	}
 	if err := v.Err(); err != nil {
 		return nil, err

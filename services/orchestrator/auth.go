@@ -4,10 +4,8 @@ import (
 	"context"
 	"slices"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/hermes-agent/hermes/internal/auth"
+	"github.com/hermes-agent/hermes/internal/errclass"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 )
 
@@ -33,10 +31,10 @@ func callerName(ctx context.Context, user string) string {
 // operator's list, and the configured system prompt replaced only by an operator or a service.
 func (s *Service) checkOptions(ctx context.Context, o *orchestratorv1.TurnOptions) error {
 	if m := o.GetModel(); m != "" && !s.modelAllowed(m) {
-		return status.Errorf(codes.PermissionDenied, "options.model %q is not offered; the operator allows the configured model and --orchestrator.models", clip(m, 128))
+		return errclass.Errorf(errclass.Denied, "options.model %q is not offered; the operator allows the configured model and --orchestrator.models", clip(m, 128))
 	}
 	if o.GetReplaceSystemPrompt() && !auth.IsPrivileged(ctx) {
-		return status.Error(codes.PermissionDenied, "options.replace_system_prompt is for operators; a user's system_prompt is added after the configured one")
+		return errclass.New(errclass.Denied, "options.replace_system_prompt is for operators; a user's system_prompt is added after the configured one", nil)
 	}
 	return nil
 }

@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
@@ -191,12 +190,12 @@ func (s *Service) ownTurn(ctx context.Context, turnID, user string) (*orchestrat
 	t, err := s.loadTurn(ctx, turnID)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return nil, status.Errorf(codes.NotFound, "turn %q not found (records are kept for %s)", turnID, s.cfg.TurnRetention)
+		return nil, errclass.Errorf(errclass.NotFound, "turn %q not found (records are kept for %s)", turnID, s.cfg.TurnRetention)
 	case err != nil:
 		return nil, fmt.Errorf("loading the turn: %w", err)
 	}
 	if t.GetUserId() != user {
-		return nil, status.Errorf(codes.PermissionDenied, "turn %q belongs to another user", turnID)
+		return nil, errclass.Errorf(errclass.Denied, "turn %q belongs to another user", turnID)
 	}
 	return t, nil
 }
@@ -227,10 +226,10 @@ func (s *Service) AnswerElicitation(ctx context.Context, req *orchestratorv1.Ans
 		return nil, err
 	}
 	if t.GetStatus() != orchestratorv1.TurnStatus_TURN_STATUS_RUNNING {
-		return nil, status.Errorf(codes.FailedPrecondition, "turn %q is not running", req.GetTurnId())
+		return nil, errclass.Errorf(errclass.Precondition, "turn %q is not running", req.GetTurnId())
 	}
 	if s.deps.Gateway == nil {
-		return nil, status.Error(codes.FailedPrecondition, "this orchestrator has no MCP gateway to deliver the answer to")
+		return nil, errclass.New(errclass.Precondition, "this orchestrator has no MCP gateway to deliver the answer to", nil)
 	}
 	_, err = s.deps.Gateway.AnswerElicitation(ctx, &mcpgatewayv1.AnswerElicitationRequest{Id: req.GetElicitationId(), Action: req.GetAction(), Content: req.GetContent()})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/model"
+	"github.com/hermes-agent/hermes/internal/rpc"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
@@ -188,15 +189,21 @@ func testAnswerElicitation(t *testing.T, slowRecord bool) {
 		if done == nil || len(errs) != 3 {
 			t.Fatalf("final %v; answers %v", st.final(), errs)
 		}
-		if status.Code(errs[0]) != codes.PermissionDenied || status.Code(errs[1]) != codes.InvalidArgument || errs[2] != nil {
+		if replyCode(errs[0]) != codes.PermissionDenied || replyCode(errs[1]) != codes.InvalidArgument || errs[2] != nil {
 			t.Errorf("answers: another user %v (want PERMISSION_DENIED), bad action %v (want INVALID_ARGUMENT), owner %v", errs[0], errs[1], errs[2])
 		}
 		rec, err := l.store.GetTurn(ctx, done.GetTurnId())
 		if err != nil || len(rec.GetToolCalls()) != 1 || !strings.Contains(rec.GetToolCalls()[0].GetResult().GetOutput(), `accept {"name":"Ada"}`) {
 			t.Errorf("the tool did not get the owner's answer: %v, %v", rec.GetToolCalls(), err)
 		}
-		if _, err := l.svc.AnswerElicitation(ctx, &orchestratorv1.AnswerElicitationRequest{TurnId: done.GetTurnId(), UserId: "u", ElicitationId: "e1", Action: "decline"}); status.Code(err) != codes.FailedPrecondition {
+		if _, err := l.svc.AnswerElicitation(ctx, &orchestratorv1.AnswerElicitationRequest{TurnId: done.GetTurnId(), UserId: "u", ElicitationId: "e1", Action: "decline"}); replyCode(err) != codes.FailedPrecondition {
 			t.Errorf("an answer after the turn: %v, want FAILED_PRECONDITION", err)
 		}
 	})
+}
+
+// replyCode is the code a caller gets for a handler's error called directly here: the gRPC
+// boundary (rpc.Classify) chooses it.
+func replyCode(err error) codes.Code {
+	return status.Code(rpc.Classify(context.Background(), nil, "test", err))
 }

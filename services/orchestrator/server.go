@@ -23,9 +23,9 @@ import (
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	"github.com/hermes-agent/hermes/internal/lease"
 	"github.com/hermes-agent/hermes/internal/model"
 	"github.com/hermes-agent/hermes/internal/rpc"
@@ -213,10 +213,10 @@ func validateRun(req *orchestratorv1.RunTurnRequest, user string) error {
 		return err
 	}
 	if n := len(req.GetText()); n > maxTextBytes {
-		return status.Errorf(codes.ResourceExhausted, "text is %d bytes; at most %d are allowed in one message", n, maxTextBytes)
+		return errclass.Errorf(errclass.Exhausted, "text is %d bytes; at most %d are allowed in one message", n, maxTextBytes)
 	}
 	if n := len(o.GetSystemPrompt()); n > maxSystemPromptBytes {
-		return status.Errorf(codes.ResourceExhausted, "options.system_prompt is %d bytes; at most %d are allowed", n, maxSystemPromptBytes)
+		return errclass.Errorf(errclass.Exhausted, "options.system_prompt is %d bytes; at most %d are allowed", n, maxSystemPromptBytes)
 	}
 	return nil
 }
@@ -237,7 +237,7 @@ func (s *Service) RunTurn(req *orchestratorv1.RunTurnRequest, stream grpc.Server
 		return err
 	}
 	if s.deps.Model == nil {
-		return status.Error(codes.FailedPrecondition, model.ErrNotConfigured.Error())
+		return errclass.New(errclass.Precondition, model.ErrNotConfigured.Error(), nil)
 	}
 	t := s.newTurn(req, user, func(ev *orchestratorv1.TurnEvent) error {
 		return stream.Send(&orchestratorv1.RunTurnResponse{Event: ev})
@@ -402,8 +402,16 @@ func validateRef(v *rpc.Violations, field, id, user string) {
 	v.MaxLen("user_id", user, maxIDBytes)
 }
 
-// peerStatus re-labels another service's error with the service's name, keeping its code.
+// peerStatus re-labels another service's error with the service's name, keeping its class (read
+// back by rpc.ClassOf; Classify sends it with the code it came with). An error of no class (a
+// bug in the other service, a cancelled call) keeps its status: Classify passes it through.
 func peerStatus(service string, err error) error {
 	st := status.Convert(err)
-	return status.Errorf(st.Code(), "%s service: %s", service, st.Message())
+	msg := service + " service: " + st.Message()
+	switch class := rpc.ClassOf(err); class {
+	case nil, context.Canceled, context.DeadlineExceeded:
+		return status.Error(st.Code(), msg)
+	default:
+		return errclass.New(class, msg, err)
+	}
 }

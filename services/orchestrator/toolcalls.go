@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	"github.com/hermes-agent/hermes/internal/model"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
@@ -196,7 +197,7 @@ func (t *turn) executeStream(ctx context.Context, o *outcome, req *toolsv1.Execu
 		ev, err := stream.Recv()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				return nil, status.Error(codes.Unavailable, "the tool service ended the call without a result")
+				return nil, errclass.New(errclass.Unavailable, "the tool service ended the call without a result", nil)
 			}
 			return nil, err
 		}

@@ -14,10 +14,9 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/tokenizer"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
@@ -144,7 +143,7 @@ func (s *Service) owned(ctx context.Context, sessionID, userID string) (*session
 		return nil, err
 	}
 	if sess.GetUserId() != userID {
-		return nil, status.Errorf(codes.PermissionDenied, "session %q belongs to another user", sessionID)
+		return nil, errclass.Errorf(errclass.Denied, "session %q belongs to another user", sessionID)
 	}
 	return sess, nil
 }
@@ -169,7 +168,7 @@ func (s *Service) ownedIdent(ctx context.Context, sessionID, userID string) (*se
 		s.mu.Unlock()
 	}
 	if id.GetUserId() != userID {
-		return nil, status.Errorf(codes.PermissionDenied, "session %q belongs to another user", sessionID)
+		return nil, errclass.Errorf(errclass.Denied, "session %q belongs to another user", sessionID)
 	}
 	return id, nil
 }
@@ -314,7 +313,7 @@ func (s *Service) AppendMessages(ctx context.Context, req *sessionv1.AppendMessa
 	case len(msgs) == 0:
 		v.Add("messages", "at least one message is required")
 	case len(msgs) > maxBatchMessages:
-		return nil, status.Errorf(codes.ResourceExhausted, "messages: %d in one batch; at most %d are allowed", len(msgs), maxBatchMessages)
+		return nil, errclass.Errorf(errclass.Exhausted, "messages: %d in one batch; at most %d are allowed", len(msgs), maxBatchMessages)
 	}
 	if req.ExpectedLastSeq != nil && req.GetExpectedLastSeq() < 0 {
 		v.Add("expected_last_seq", "must not be negative")
@@ -330,12 +329,12 @@ func (s *Service) AppendMessages(ctx context.Context, req *sessionv1.AppendMessa
 			clientIDs[cid] = i
 		}
 		if n := len(m.GetContent()); n > maxContentBytes {
-			return nil, status.Errorf(codes.ResourceExhausted, "messages[%d].content: %d bytes; at most %d are allowed", i, n, maxContentBytes)
+			return nil, errclass.Errorf(errclass.Exhausted, "messages[%d].content: %d bytes; at most %d are allowed", i, n, maxContentBytes)
 		}
 		total += len(m.GetContent())
 	}
 	if total > maxBatchBytes {
-		return nil, status.Errorf(codes.ResourceExhausted, "messages: %d bytes of content in one batch; at most %d are allowed", total, maxBatchBytes)
+		return nil, errclass.Errorf(errclass.Exhausted, "messages: %d bytes of content in one batch; at most %d are allowed", total, maxBatchBytes)
 	}
 	if bc := req.GetBuildContext(); bc != nil {
 		if id := bc.GetSessionId(); id != "" && id != req.GetSessionId() {
@@ -565,7 +564,7 @@ func (s *Service) UpdateSummary(ctx context.Context, req *sessionv1.UpdateSummar
 		return nil, err
 	}
 	if n := len(req.GetContent()); n > maxSummaryBytes {
-		return nil, status.Errorf(codes.ResourceExhausted, "content: %d bytes; a summary may have at most %d", n, maxSummaryBytes)
+		return nil, errclass.Errorf(errclass.Exhausted, "content: %d bytes; a summary may have at most %d", n, maxSummaryBytes)
 	}
 	if _, err := s.owned(ctx, req.GetSessionId(), req.GetUserId()); err != nil {
 		return nil, err

@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hermes-agent/hermes/internal/errclass"
+	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/toolmedia"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
@@ -122,7 +123,7 @@ func callGateway(ctx context.Context, client MCPCaller, req *mcpgatewayv1.CallTo
 		ev, err := stream.Recv()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				return nil, status.Error(codes.Unavailable, "the MCP gateway ended the call without a result")
+				return nil, errclass.New(errclass.Unavailable, "the MCP gateway ended the call without a result", nil)
 			}
 			return nil, err
 		}
@@ -156,12 +157,12 @@ func suffix(s string) string {
 // mcpStatusError classifies a failed CallTool RPC.
 func mcpStatusError(err error) error {
 	st := status.Convert(err)
-	switch st.Code() {
-	case codes.Unavailable:
+	switch rpc.ClassOf(err) {
+	case errclass.Unavailable:
 		return &execError{code: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, transient: true, msg: "the MCP gateway is unavailable: " + st.Message()}
-	case codes.DeadlineExceeded:
+	case context.DeadlineExceeded:
 		return &execError{code: toolsv1.ErrorCode_ERROR_CODE_TIMEOUT, mayHaveRun: true, msg: "the MCP gateway did not answer in time"}
-	case codes.NotFound, codes.FailedPrecondition, codes.Unimplemented:
+	case errclass.NotFound, errclass.Precondition: // UNIMPLEMENTED reads as Precondition
 		return &execError{code: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, msg: "the MCP gateway cannot run the tool: " + st.Message()}
 	default:
 		return &execError{code: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, msg: fmt.Sprintf("the MCP gateway failed the call (%s): %s", st.Code(), st.Message())}

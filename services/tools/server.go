@@ -18,11 +18,10 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/auth"
 	"github.com/hermes-agent/hermes/internal/egress"
+	"github.com/hermes-agent/hermes/internal/errclass"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/secretenv"
 	"github.com/hermes-agent/hermes/internal/tokenizer"
@@ -131,7 +130,7 @@ func (s *Service) RegisterBuiltins(ctx context.Context) error {
 func (s *Service) RegisterTool(ctx context.Context, req *toolsv1.RegisterToolRequest) (*toolsv1.RegisterToolResponse, error) {
 	source := req.GetSource()
 	if source == SourceBuiltin || source == sourceFile {
-		return nil, status.Errorf(codes.InvalidArgument, "source %q is set by the server itself; register with source api or mcp:<server>", source)
+		return nil, errclass.Errorf(errclass.Invalid, "source %q is set by the server itself; register with source api or mcp:<server>", source)
 	}
 	// A name belongs to the source that registered it; only an operator replaces another's.
 	tool, changed, err := s.reg.Register(ctx, req.GetSpec(), source, auth.IsOperator(ctx))
@@ -153,7 +152,7 @@ func (s *Service) UnregisterTool(ctx context.Context, req *toolsv1.UnregisterToo
 		return nil, err
 	}
 	if req.GetSource() == "" && !auth.IsOperator(ctx) {
-		return nil, status.Error(codes.PermissionDenied, "only an operator removes a tool of any source; set source to remove your own")
+		return nil, errclass.New(errclass.Denied, "only an operator removes a tool of any source; set source to remove your own", nil)
 	}
 	if err := s.reg.Delete(ctx, req.GetName(), req.GetSource()); err != nil {
 		if errors.Is(err, ErrNotFound) {
@@ -193,7 +192,7 @@ func (s *Service) notFound(ctx context.Context, name string) error {
 	if near := s.closest(ctx, name, 3); len(near) > 0 {
 		msg += "; closest registered: " + strings.Join(near, ", ")
 	}
-	return status.Error(codes.NotFound, msg)
+	return errclass.New(errclass.NotFound, msg, nil)
 }
 
 // ListTools implements ToolService.
