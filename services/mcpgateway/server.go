@@ -3,14 +3,10 @@ package mcpgateway
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/errclass"
@@ -48,155 +44,6 @@ type Server struct {
 
 // NewServer returns the gRPC service of g.
 func NewServer(g *Gateway) *Server { return &Server{g: g} }
-
-// ValidateSpec checks a server spec; field paths are prefixed with field.
-func ValidateSpec(v *rpc.Violations, field string, s *pb.ServerSpec) {
-	if s == nil {
-		v.Add(field, "is required")
-		return
-	}
-	switch {
-	case s.Name == "":
-		v.Add(field+".name", "is required")
-	case !serverNameRE.MatchString(s.Name):
-		v.Add(field+".name", "must match %s", serverNameRE)
-	}
-	if s.Prefix != "" && !serverNameRE.MatchString(s.Prefix) {
-		v.Add(field+".prefix", "must match %s", serverNameRE)
-	}
-	switch t := s.Transport.(type) {
-	case *pb.ServerSpec_Stdio:
-		st := t.Stdio
-		switch {
-		case st.GetCommand() == "":
-			v.Add(field+".stdio.command", "is required")
-		case len(st.Command) > maxCommand:
-			v.Add(field+".stdio.command", "is longer than %d bytes", maxCommand)
-		}
-		if len(st.GetArgs()) > maxArgs {
-			v.Add(field+".stdio.args", "has %d arguments; at most %d are allowed", len(st.Args), maxArgs)
-		}
-		for i, a := range st.GetArgs() {
-			if len(a) > maxArg || strings.ContainsRune(a, 0) {
-				v.Add(fmt.Sprintf("%s.stdio.args[%d]", field, i), "must be at most %d bytes without NUL", maxArg)
-			}
-		}
-		if len(st.GetEnv()) > maxEnv {
-			v.Add(field+".stdio.env", "has %d variables; at most %d are allowed", len(st.Env), maxEnv)
-		}
-		for k, val := range st.GetEnv() {
-			if k == "" || strings.ContainsAny(k, "=\x00") || len(val) > maxEnvValue || strings.ContainsRune(val, 0) {
-				v.Add(field+".stdio.env["+abbreviate(k, 64)+"]", "needs a name without '=' or NUL and a value of at most %d bytes", maxEnvValue)
-			}
-		}
-		if len(st.GetWorkingDir()) > maxCommand {
-			v.Add(field+".stdio.working_dir", "is longer than %d bytes", maxCommand)
-		}
-	case *pb.ServerSpec_Http:
-		ht := t.Http
-		u, err := url.Parse(ht.GetUrl())
-		switch {
-		case ht.GetUrl() == "":
-			v.Add(field+".http.url", "is required")
-		case len(ht.Url) > maxURL:
-			v.Add(field+".http.url", "is longer than %d bytes", maxURL)
-		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-			v.Add(field+".http.url", "must be an absolute http or https URL")
-		}
-		if len(ht.GetHeaders()) > maxHeaders {
-			v.Add(field+".http.headers", "has %d headers; at most %d are allowed", len(ht.Headers), maxHeaders)
-		}
-		for k, val := range ht.GetHeaders() {
-			if k == "" || strings.ContainsAny(k, " :\r\n\x00") || len(val) > maxHeaderValue || strings.ContainsAny(val, "\r\n\x00") {
-				v.Add(field+".http.headers["+abbreviate(k, 64)+"]", "needs a header name and a single-line value of at most %d bytes", maxHeaderValue)
-			}
-		}
-		if e := ht.GetBearerTokenEnv(); e != "" && (len(e) > 256 || strings.ContainsAny(e, "=\x00 ")) {
-			v.Add(field+".http.bearer_token_env", "must be an environment variable name")
-		}
-	default:
-		v.Add(field+".transport", "set stdio or http")
-	}
-	for _, p := range []struct {
-		name string
-		list []string
-	}{{"include", s.Include}, {"exclude", s.Exclude}} {
-		if len(p.list) > maxPatterns {
-			v.Add(field+"."+p.name, "has %d patterns; at most %d are allowed", len(p.list), maxPatterns)
-		}
-		for i, pat := range p.list {
-			if len(pat) > maxPattern {
-				v.Add(fmt.Sprintf("%s.%s[%d]", field, p.name, i), "is longer than %d bytes", maxPattern)
-			} else if err := validatePatterns([]string{pat}); err != nil {
-				v.Add(fmt.Sprintf("%s.%s[%d]", field, p.name, i), "is not a valid glob: %v", err)
-			}
-		}
-	}
-	if d := s.GetCallTimeout(); d != nil {
-		if err := d.CheckValid(); err != nil || d.AsDuration() <= 0 || d.AsDuration() > maxCallTimeout {
-			v.Add(field+".call_timeout", "must be between 0 and %s", maxCallTimeout)
-		}
-	}
-	if s.ProtocolVersion != "" && !slices.Contains(mcp.SupportedProtocolVersions(), s.ProtocolVersion) {
-		v.Add(field+".protocol_version", "must be one of %s", strings.Join(mcp.SupportedProtocolVersions(), ", "))
-	}
-	if len(s.Groups) > maxGroups {
-		v.Add(field+".groups", "has %d groups; at most %d are allowed", len(s.Groups), maxGroups)
-	}
-	for i, gr := range s.Groups {
-		if !toolNameRE.MatchString(gr) {
-			v.Add(fmt.Sprintf("%s.groups[%d]", field, i), "must match %s", toolNameRE)
-		}
-	}
-	if sp := s.GetSampling(); sp != nil {
-		if sp.MaxTokens < 0 || sp.MaxTokens > maxSamplingTokens {
-			v.Add(field+".sampling.max_tokens", "must be between 0 and %d", maxSamplingTokens)
-		}
-		if sp.PerMinute < 0 || sp.PerMinute > maxSamplingRate {
-			v.Add(field+".sampling.per_minute", "must be between 0 and %d", maxSamplingRate)
-		}
-	}
-	switch s.GetElicitation() {
-	case "", "decline", "defaults", "ask":
-	default:
-		v.Add(field+".elicitation", `must be "decline", "defaults" or "ask"`)
-	}
-	if len(s.Roots) > maxRoots {
-		v.Add(field+".roots", "has %d roots; at most %d are allowed", len(s.Roots), maxRoots)
-	}
-	for i, r := range s.Roots {
-		u, err := url.Parse(r.GetUri())
-		if err != nil || u.Scheme != "file" || len(r.GetUri()) > maxURI || len(r.GetName()) > maxPattern {
-			v.Add(fmt.Sprintf("%s.roots[%d]", field, i), "needs a file:// URI of at most %d bytes and a name of at most %d", maxURI, maxPattern)
-		}
-	}
-	if o := s.GetHttp().GetOauth(); o != nil {
-		f := field + ".http.oauth"
-		u, err := url.Parse(o.GetTokenUrl())
-		if o.GetTokenUrl() != "" && (len(o.GetTokenUrl()) > maxURL || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-			v.Add(f+".token_url", "must be an absolute http or https URL of at most %d bytes", maxURL)
-		}
-		if o.GetClientId() == "" || len(o.GetClientId()) > maxPattern {
-			v.Add(f+".client_id", "is required, at most %d bytes", maxPattern)
-		}
-		if e := o.GetClientSecretEnv(); e == "" || len(e) > 256 || strings.ContainsAny(e, "=\x00 ") {
-			v.Add(f+".client_secret_env", "must name an environment variable")
-		}
-		if len(o.GetScopes()) > maxPatterns {
-			v.Add(f+".scopes", "has %d scopes; at most %d are allowed", len(o.Scopes), maxPatterns)
-		}
-		for i, sc := range o.GetScopes() {
-			if sc == "" || len(sc) > maxPattern || strings.ContainsAny(sc, " \"\\\x00") {
-				v.Add(fmt.Sprintf("%s.scopes[%d]", f, i), "must be a scope token of at most %d bytes", maxPattern)
-			}
-		}
-		switch o.GetAuthMethod() {
-		case "", "client_secret_basic", "client_secret_post":
-		default:
-			v.Add(f+".auth_method", `must be "client_secret_basic" or "client_secret_post"`)
-		}
-	}
-}
 
 // checkSpec is the one check every server spec passes wherever it enters the gateway:
 // AddServer, the servers file, and specs read back from the shared store.

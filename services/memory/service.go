@@ -215,15 +215,7 @@ func conflicts(a, b map[string]string) bool {
 func (s *Service) write(ctx context.Context, userID string, c candidate) (writeResult, error) {
 	normalizeCandidate(&c)
 	now := s.now().UTC()
-	m := &memoryv1.Memory{
-		UserId: userID, Type: c.typ, Content: c.content, Attributes: c.attributes, Confidence: c.confidence,
-		Source: c.source, SessionId: c.sessionID, TurnId: c.turnID, CreatedAt: ts(now), UpdatedAt: ts(now),
-		SourceMessageIds: c.sourceMsgIDs, Subject: c.subject, Keywords: c.keywords, Speaker: c.speaker,
-		OccurredAt: ts(now),
-	}
-	if !c.occurredAt.IsZero() {
-		m.OccurredAt = ts(c.occurredAt.UTC())
-	}
+	m := newMemory(userID, c, now)
 	vec, err := s.embedOne(ctx, embedText(m))
 	if err != nil {
 		return writeResult{}, err
@@ -231,39 +223,16 @@ func (s *Service) write(ctx context.Context, userID string, c candidate) (writeR
 
 	// The same id (a redelivered turn): update in place.
 	if c.id != "" {
-		for _, t := range []TierStore{s.sem, s.ep} {
-			if e, err := t.Get(ctx, userID, c.id); err == nil {
-				return s.update(ctx, t, e, m, now)
-			} else if !errors.Is(err, ErrNotFound) {
-				return writeResult{}, err
-			}
+		if old, ok, err := s.byID(ctx, userID, c.id); err != nil {
+			return writeResult{}, err
+		} else if ok {
+			return s.update(ctx, old.t, old.e, m, now)
 		}
 	}
 
-	// Contradictions: same type, subject and speaker, a shared attribute with another value.
-	type found struct {
-		t TierStore
-		e Entry
-	}
-	var contradicted []found
-	var sameValue *found
-	if c.subject != "" && len(c.attributes) > 0 {
-		for _, t := range []TierStore{s.sem, s.ep} {
-			olds, err := t.BySubject(ctx, userID, c.subject)
-			if err != nil {
-				return writeResult{}, err
-			}
-			for _, o := range olds {
-				if o.Memory.GetType() != c.typ || !sameSpeaker(m, o.Memory) {
-					continue
-				}
-				if conflicts(c.attributes, o.Memory.GetAttributes()) {
-					contradicted = append(contradicted, found{t, o})
-				} else if sameValue == nil && sharesAttr(c.attributes, o.Memory.GetAttributes()) && sameEvent(m, o.Memory) {
-					sameValue = &found{t, o}
-				}
-			}
-		}
+	contradicted, sameValue, err := s.sameSubject(ctx, userID, c, m)
+	if err != nil {
+		return writeResult{}, err
 	}
 	if len(contradicted) == 0 {
 		// The same subject and value restated: that memory, updated.
@@ -280,24 +249,8 @@ func (s *Service) write(ctx context.Context, userID string, c candidate) (writeR
 		}
 	}
 
-	m.Id = c.id
-	if m.Id == "" {
-		m.Id = newID()
-	}
-	m.Tier = s.chooseTier(c)
-	m.FollowsId = c.followsID
-	if m.FollowsId == "" {
-		m.FollowsId = s.convs.previous(m)
-	}
-	if err := s.state.AddUser(ctx, userID); err != nil {
+	if err := s.insert(ctx, userID, c, m, vec, now); err != nil {
 		return writeResult{}, err
-	}
-	if err := s.tier(m.Tier).Put(ctx, Entry{Memory: m, Vector: vec}); err != nil {
-		return writeResult{}, err
-	}
-	s.convs.record(m)
-	if m.Tier == memoryv1.Tier_TIER_EPISODIC && s.cfg.EpisodicTTL > 0 {
-		m.ExpiresAt = ts(now.Add(s.cfg.EpisodicTTL)) // what the store set, for the caller
 	}
 	res := writeResult{memory: m}
 	for _, o := range contradicted {
@@ -313,6 +266,91 @@ func (s *Service) write(ctx context.Context, userID string, c candidate) (writeR
 		s.log.DebugContext(ctx, "memory written", "user", userID, "id", m.Id, "type", typeName(m.Type), "tier", m.Tier.String(), "superseded", res.superseded)
 	}
 	return res, nil
+}
+
+// tierEntry is a stored memory with the tier that holds it.
+type tierEntry struct {
+	t TierStore
+	e Entry
+}
+
+// newMemory is the memory candidate c would be, written at now; it has no id or tier yet.
+func newMemory(userID string, c candidate, now time.Time) *memoryv1.Memory {
+	m := &memoryv1.Memory{
+		UserId: userID, Type: c.typ, Content: c.content, Attributes: c.attributes, Confidence: c.confidence,
+		Source: c.source, SessionId: c.sessionID, TurnId: c.turnID, CreatedAt: ts(now), UpdatedAt: ts(now),
+		SourceMessageIds: c.sourceMsgIDs, Subject: c.subject, Keywords: c.keywords, Speaker: c.speaker,
+		OccurredAt: ts(now),
+	}
+	if !c.occurredAt.IsZero() {
+		m.OccurredAt = ts(c.occurredAt.UTC())
+	}
+	return m
+}
+
+// byID finds the memory with id in either tier.
+func (s *Service) byID(ctx context.Context, userID, id string) (tierEntry, bool, error) {
+	for _, t := range []TierStore{s.sem, s.ep} {
+		e, err := t.Get(ctx, userID, id)
+		if err == nil {
+			return tierEntry{t, e}, true, nil
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return tierEntry{}, false, err
+		}
+	}
+	return tierEntry{}, false, nil
+}
+
+// sameSubject finds the memories of the same type, subject and speaker as m: those that give
+// one of c's attributes another value (contradicted), and the first that restates one of them
+// for the same event (sameValue). Without a subject or attributes it finds nothing.
+func (s *Service) sameSubject(ctx context.Context, userID string, c candidate, m *memoryv1.Memory) (contradicted []tierEntry, sameValue *tierEntry, err error) {
+	if c.subject == "" || len(c.attributes) == 0 {
+		return nil, nil, nil
+	}
+	for _, t := range []TierStore{s.sem, s.ep} {
+		olds, err := t.BySubject(ctx, userID, c.subject)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, o := range olds {
+			if o.Memory.GetType() != c.typ || !sameSpeaker(m, o.Memory) {
+				continue
+			}
+			if conflicts(c.attributes, o.Memory.GetAttributes()) {
+				contradicted = append(contradicted, tierEntry{t, o})
+			} else if sameValue == nil && sharesAttr(c.attributes, o.Memory.GetAttributes()) && sameEvent(m, o.Memory) {
+				sameValue = &tierEntry{t, o}
+			}
+		}
+	}
+	return contradicted, sameValue, nil
+}
+
+// insert stores m as a new memory: it gets c's id or a new one, its tier, and the memory it
+// follows in its conversation.
+func (s *Service) insert(ctx context.Context, userID string, c candidate, m *memoryv1.Memory, vec []float32, now time.Time) error {
+	m.Id = c.id
+	if m.Id == "" {
+		m.Id = newID()
+	}
+	m.Tier = s.chooseTier(c)
+	m.FollowsId = c.followsID
+	if m.FollowsId == "" {
+		m.FollowsId = s.convs.previous(m)
+	}
+	if err := s.state.AddUser(ctx, userID); err != nil {
+		return err
+	}
+	if err := s.tier(m.Tier).Put(ctx, Entry{Memory: m, Vector: vec}); err != nil {
+		return err
+	}
+	s.convs.record(m)
+	if m.Tier == memoryv1.Tier_TIER_EPISODIC && s.cfg.EpisodicTTL > 0 {
+		m.ExpiresAt = ts(now.Add(s.cfg.EpisodicTTL)) // what the store set, for the caller
+	}
+	return nil
 }
 
 // findDuplicate finds a live memory that m restates: one of the same who and what

@@ -135,105 +135,152 @@ func isResult(m *sessionv1.Message) bool {
 // its call, a missing one is synthesized; results whose call is not in msgs, and second results
 // for one call, are dropped, as are tool_calls whose id was already used.
 func repairPairs(msgs []*sessionv1.Message, count func(string) int32) ([]*sessionv1.Message, []*sessionv1.Repair) {
-	firstResult := map[string]int{}
-	for i, m := range msgs {
-		if isResult(m) {
-			if _, ok := firstResult[m.GetToolCallId()]; !ok {
-				firstResult[m.GetToolCallId()] = i
-			}
-		}
-	}
-	calls := map[string]bool{}
-	for _, m := range msgs {
-		if isCall(m) {
-			calls[m.GetToolCallId()] = true
-		}
-	}
-
-	out := make([]*sessionv1.Message, 0, len(msgs))
-	var repairs []*sessionv1.Repair
-	emitted := map[int]bool{} // indexes of results already placed
-	seenCall := map[string]bool{}
-	repair := func(kind sessionv1.RepairKind, m *sessionv1.Message) {
-		repairs = append(repairs, &sessionv1.Repair{Kind: kind, ToolCallId: m.GetToolCallId(), Seq: m.GetSeq()})
-	}
-
+	p := newPairRepair(msgs, count)
 	for i := 0; i < len(msgs); {
 		m := msgs[i]
 		switch {
 		case isResult(m):
-			if !emitted[i] {
-				// Its call is absent, or this is a second result for a call already answered.
-				if !calls[m.GetToolCallId()] || firstResult[m.GetToolCallId()] != i || seenCall[m.GetToolCallId()] {
-					repair(sessionv1.RepairKind_REPAIR_KIND_DROPPED_ORPHAN_RESULT, m)
-				}
-				// Otherwise the result precedes its call; it is placed when the call is reached.
-			}
+			p.resultOutOfPlace(i)
 			i++
 		case isCall(m):
-			// The run of consecutive tool_calls of one assistant step.
 			var run []*sessionv1.Message
-			for ; i < len(msgs) && isCall(msgs[i]); i++ {
-				c := msgs[i]
-				if seenCall[c.GetToolCallId()] {
-					repair(sessionv1.RepairKind_REPAIR_KIND_DROPPED_DUPLICATE_CALL, c)
-					continue
-				}
-				seenCall[c.GetToolCallId()] = true
-				run = append(run, c)
-				out = append(out, c)
-			}
-			answered := map[string]bool{}
-			// Results right after the run stay where they are.
-		scan:
-			for ; i < len(msgs) && isResult(msgs[i]); i++ {
-				r := msgs[i]
-				if emitted[i] {
-					continue
-				}
-				id := r.GetToolCallId()
-				inRun := slices.ContainsFunc(run, func(c *sessionv1.Message) bool { return c.GetToolCallId() == id })
-				switch {
-				case inRun && !answered[id] && firstResult[id] == i:
-					answered[id] = true
-					emitted[i] = true
-					out = append(out, r)
-				case inRun || !calls[id] || firstResult[id] != i:
-					// A second result for a call of this run, or an orphan.
-					emitted[i] = true
-					repair(sessionv1.RepairKind_REPAIR_KIND_DROPPED_ORPHAN_RESULT, r)
-				default:
-					// The first result of a call elsewhere; leave it for that call.
-					break scan
-				}
-			}
-			for _, c := range run {
-				id := c.GetToolCallId()
-				if answered[id] {
-					continue
-				}
-				if j, ok := firstResult[id]; ok && !emitted[j] {
-					emitted[j] = true
-					out = append(out, msgs[j])
-					repair(sessionv1.RepairKind_REPAIR_KIND_MOVED_RESULT, msgs[j])
-					continue
-				}
-				out = append(out, &sessionv1.Message{
-					Role:        sessionv1.Role_ROLE_TOOL,
-					Kind:        sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT,
-					Content:     missingResultContent,
-					ToolCallId:  id,
-					ToolName:    c.GetToolName(),
-					CreatedAt:   c.GetCreatedAt(),
-					TokenCount:  count(missingResultContent),
-					Synthesized: true,
-				})
-				repair(sessionv1.RepairKind_REPAIR_KIND_SYNTHESIZED_RESULT, c)
-			}
+			run, i = p.callRun(i)
+			var answered map[string]bool
+			answered, i = p.resultsAfter(run, i)
+			p.answerRest(run, answered)
 		default:
-			out = append(out, m)
+			p.out = append(p.out, m)
 			i++
 		}
 	}
-	return out, repairs
+	return p.out, p.repairs
+}
+
+// pairRepair is the state of one repairPairs pass over msgs.
+type pairRepair struct {
+	msgs        []*sessionv1.Message
+	count       func(string) int32
+	firstResult map[string]int  // index in msgs of each call id's first result
+	calls       map[string]bool // call ids that have a tool_call in msgs
+	emitted     map[int]bool    // indexes of results already placed or dropped
+	seenCall    map[string]bool // call ids whose tool_call is already in out
+	out         []*sessionv1.Message
+	repairs     []*sessionv1.Repair
+}
+
+func newPairRepair(msgs []*sessionv1.Message, count func(string) int32) *pairRepair {
+	p := &pairRepair{
+		msgs:        msgs,
+		count:       count,
+		firstResult: map[string]int{},
+		calls:       map[string]bool{},
+		emitted:     map[int]bool{},
+		seenCall:    map[string]bool{},
+		out:         make([]*sessionv1.Message, 0, len(msgs)),
+	}
+	for i, m := range msgs {
+		if isResult(m) {
+			if _, ok := p.firstResult[m.GetToolCallId()]; !ok {
+				p.firstResult[m.GetToolCallId()] = i
+			}
+		}
+	}
+	for _, m := range msgs {
+		if isCall(m) {
+			p.calls[m.GetToolCallId()] = true
+		}
+	}
+	return p
+}
+
+func (p *pairRepair) repair(kind sessionv1.RepairKind, m *sessionv1.Message) {
+	p.repairs = append(p.repairs, &sessionv1.Repair{Kind: kind, ToolCallId: m.GetToolCallId(), Seq: m.GetSeq()})
+}
+
+// resultOutOfPlace handles the result at i met outside the results of a call run.
+func (p *pairRepair) resultOutOfPlace(i int) {
+	m := p.msgs[i]
+	if p.emitted[i] {
+		return
+	}
+	// Its call is absent, or this is a second result for a call already answered.
+	if !p.calls[m.GetToolCallId()] || p.firstResult[m.GetToolCallId()] != i || p.seenCall[m.GetToolCallId()] {
+		p.repair(sessionv1.RepairKind_REPAIR_KIND_DROPPED_ORPHAN_RESULT, m)
+	}
+	// Otherwise the result precedes its call; it is placed when the call is reached.
+}
+
+// callRun emits the run of consecutive tool_calls of one assistant step starting at i,
+// dropping calls whose id was already used; it returns the calls kept and the index after
+// the run.
+func (p *pairRepair) callRun(i int) ([]*sessionv1.Message, int) {
+	var run []*sessionv1.Message
+	for ; i < len(p.msgs) && isCall(p.msgs[i]); i++ {
+		c := p.msgs[i]
+		if p.seenCall[c.GetToolCallId()] {
+			p.repair(sessionv1.RepairKind_REPAIR_KIND_DROPPED_DUPLICATE_CALL, c)
+			continue
+		}
+		p.seenCall[c.GetToolCallId()] = true
+		run = append(run, c)
+		p.out = append(p.out, c)
+	}
+	return run, i
+}
+
+// resultsAfter keeps the results right after run, starting at i, where they are, and drops
+// second results and orphans among them; it stops at the first result of a call elsewhere.
+// It returns the run's call ids answered and the index where it stopped.
+func (p *pairRepair) resultsAfter(run []*sessionv1.Message, i int) (map[string]bool, int) {
+	answered := map[string]bool{}
+	for ; i < len(p.msgs) && isResult(p.msgs[i]); i++ {
+		r := p.msgs[i]
+		if p.emitted[i] {
+			continue
+		}
+		id := r.GetToolCallId()
+		inRun := slices.ContainsFunc(run, func(c *sessionv1.Message) bool { return c.GetToolCallId() == id })
+		switch {
+		case inRun && !answered[id] && p.firstResult[id] == i:
+			answered[id] = true
+			p.emitted[i] = true
+			p.out = append(p.out, r)
+		case inRun || !p.calls[id] || p.firstResult[id] != i:
+			// A second result for a call of this run, or an orphan.
+			p.emitted[i] = true
+			p.repair(sessionv1.RepairKind_REPAIR_KIND_DROPPED_ORPHAN_RESULT, r)
+		default:
+			// The first result of a call elsewhere; leave it for that call.
+			return answered, i
+		}
+	}
+	return answered, i
+}
+
+// answerRest gives each call of run not yet answered its result: moved from elsewhere in
+// msgs when there is one, else synthesized.
+func (p *pairRepair) answerRest(run []*sessionv1.Message, answered map[string]bool) {
+	for _, c := range run {
+		id := c.GetToolCallId()
+		if answered[id] {
+			continue
+		}
+		if j, ok := p.firstResult[id]; ok && !p.emitted[j] {
+			p.emitted[j] = true
+			p.out = append(p.out, p.msgs[j])
+			p.repair(sessionv1.RepairKind_REPAIR_KIND_MOVED_RESULT, p.msgs[j])
+			continue
+		}
+		p.out = append(p.out, &sessionv1.Message{
+			Role:        sessionv1.Role_ROLE_TOOL,
+			Kind:        sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT,
+			Content:     missingResultContent,
+			ToolCallId:  id,
+			ToolName:    c.GetToolName(),
+			CreatedAt:   c.GetCreatedAt(),
+			TokenCount:  p.count(missingResultContent),
+			Synthesized: true,
+		})
+		p.repair(sessionv1.RepairKind_REPAIR_KIND_SYNTHESIZED_RESULT, c)
+	}
 }

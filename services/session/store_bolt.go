@@ -525,29 +525,10 @@ func (b *BoltStore) Append(_ context.Context, userID, sessionID string, batch []
 		if err != nil {
 			return err
 		}
-		sb := tx.Bucket(sessionBucketName(sessionID))
-		msgs, cids := sb.Bucket(bMsgs), sb.Bucket(bClientIDs)
-		// Messages and the turn index are appended in key order: full pages instead of bbolt's
-		// half-full splits halve the pages a long session's writes walk and copy.
-		msgs.FillPercent = appendFillPercent
-		sb.Bucket(bTurns).FillPercent = appendFillPercent
-		fresh := 0
-		for i, it := range batch {
-			cid := it.Message.GetClientId()
-			if cid == "" {
-				fresh++
-				continue
-			}
-			if v := cids.Get([]byte(cid)); v != nil {
-				m := &sessionv1.Message{}
-				if err := proto.Unmarshal(msgs.Get(v), m); err != nil {
-					return fmt.Errorf("decode message: %w", err)
-				}
-				out.Messages[i] = m
-				out.Deduplicated++
-				continue
-			}
-			fresh++
+		ab := openAppendBuckets(tx, sessionID)
+		fresh, err := ab.known(batch, out)
+		if err != nil {
+			return err
 		}
 		st := s.GetState()
 		if fresh > 0 && expectedLastSeq != nil && *expectedLastSeq != st.GetLastSeq() {
@@ -558,52 +539,18 @@ func (b *BoltStore) Append(_ context.Context, userID, sessionID string, batch []
 			return nil
 		}
 		oldKey := userSessionKeyOf(s)
-		un := tx.Bucket(bUnindexed)
 		for i, it := range batch {
 			if out.Messages[i] != nil {
 				continue
 			}
-			m := it.Message
-			st.LastSeq++
-			m.Seq = st.GetLastSeq()
-			raw, err := proto.Marshal(m)
+			e, err := ab.put(st, userID, sessionID, it)
 			if err != nil {
 				return err
 			}
-			k := seqKey(m.GetSeq())
-			if err := msgs.Put(k, raw); err != nil {
-				return err
-			}
-			if cid := m.GetClientId(); cid != "" {
-				if err := cids.Put([]byte(cid), k); err != nil {
-					return err
-				}
-			}
-			if m.GetRole() == sessionv1.Role_ROLE_USER {
-				st.TurnCount++
-				if err := sb.Bucket(bTurns).Put(k, present); err != nil {
-					return err
-				}
-			}
-			if m.GetSticky() {
-				if err := sb.Bucket(bSticky).Put(k, present); err != nil {
-					return err
-				}
-			}
-			if len(it.Terms) > 0 {
-				key, err := un.NextSequence()
-				if err != nil {
-					return err
-				}
-				e := &pendingEntry{key: key, uid: userID, sid: sessionID, seq: m.GetSeq(), terms: slices.Clone(it.Terms)}
-				if err := un.Put(seqKey(int64(key)), encodePending(e)); err != nil {
-					return err
-				}
+			if e != nil {
 				entries = append(entries, e)
 			}
-			st.MessageCount++
-			st.TokenCount += int64(m.GetTokenCount())
-			out.Messages[i] = m
+			out.Messages[i] = it.Message
 		}
 		st.UpdatedAt = timestamppb.Now()
 		if err := tx.Bucket(bUserSessions).Delete(oldKey); err != nil {
@@ -620,6 +567,98 @@ func (b *BoltStore) Append(_ context.Context, userID, sessionID string, batch []
 	}
 	b.addPending(entries)
 	return out, nil
+}
+
+// appendBuckets are the buckets an Append writes in one transaction.
+type appendBuckets struct {
+	msgs, cids, turns, sticky *bolt.Bucket // the session's
+	unindexed                 *bolt.Bucket // the store's entries not yet in the search index
+}
+
+func openAppendBuckets(tx *bolt.Tx, sessionID string) appendBuckets {
+	sb := tx.Bucket(sessionBucketName(sessionID))
+	ab := appendBuckets{
+		msgs:      sb.Bucket(bMsgs),
+		cids:      sb.Bucket(bClientIDs),
+		turns:     sb.Bucket(bTurns),
+		sticky:    sb.Bucket(bSticky),
+		unindexed: tx.Bucket(bUnindexed),
+	}
+	// Messages and the turn index are appended in key order: full pages instead of bbolt's
+	// half-full splits halve the pages a long session's writes walk and copy.
+	ab.msgs.FillPercent = appendFillPercent
+	ab.turns.FillPercent = appendFillPercent
+	return ab
+}
+
+// known fills out.Messages with the stored message of each batch item whose client id was
+// appended before, counting them as deduplicated, and returns how many items are new.
+func (ab appendBuckets) known(batch []AppendItem, out *AppendResult) (fresh int, err error) {
+	for i, it := range batch {
+		cid := it.Message.GetClientId()
+		if cid == "" {
+			fresh++
+			continue
+		}
+		if v := ab.cids.Get([]byte(cid)); v != nil {
+			m := &sessionv1.Message{}
+			if err := proto.Unmarshal(ab.msgs.Get(v), m); err != nil {
+				return 0, fmt.Errorf("decode message: %w", err)
+			}
+			out.Messages[i] = m
+			out.Deduplicated++
+			continue
+		}
+		fresh++
+	}
+	return fresh, nil
+}
+
+// put gives it.Message the session's next seq and writes it with its client id, turn and
+// sticky marks, counting it in st; it returns the entry queued for the search index, or nil
+// when the item has no terms.
+func (ab appendBuckets) put(st *sessionv1.SessionState, userID, sessionID string, it AppendItem) (*pendingEntry, error) {
+	m := it.Message
+	st.LastSeq++
+	m.Seq = st.GetLastSeq()
+	raw, err := proto.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	k := seqKey(m.GetSeq())
+	if err := ab.msgs.Put(k, raw); err != nil {
+		return nil, err
+	}
+	if cid := m.GetClientId(); cid != "" {
+		if err := ab.cids.Put([]byte(cid), k); err != nil {
+			return nil, err
+		}
+	}
+	if m.GetRole() == sessionv1.Role_ROLE_USER {
+		st.TurnCount++
+		if err := ab.turns.Put(k, present); err != nil {
+			return nil, err
+		}
+	}
+	if m.GetSticky() {
+		if err := ab.sticky.Put(k, present); err != nil {
+			return nil, err
+		}
+	}
+	var e *pendingEntry
+	if len(it.Terms) > 0 {
+		key, err := ab.unindexed.NextSequence()
+		if err != nil {
+			return nil, err
+		}
+		e = &pendingEntry{key: key, uid: userID, sid: sessionID, seq: m.GetSeq(), terms: slices.Clone(it.Terms)}
+		if err := ab.unindexed.Put(seqKey(int64(key)), encodePending(e)); err != nil {
+			return nil, err
+		}
+	}
+	st.MessageCount++
+	st.TokenCount += int64(m.GetTokenCount())
+	return e, nil
 }
 
 // messageRange returns the messages with from <= seq <= to.

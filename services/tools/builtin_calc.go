@@ -97,68 +97,103 @@ type calcParser struct {
 	pos  int
 }
 
+// lex splits p.src into tokens: numbers, identifiers and operators; blanks between them
+// are skipped.
 func (p *calcParser) lex() error {
 	s := p.src
 	for i := 0; i < len(s); {
 		c := s[i]
+		var end int
 		switch {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-			i++
+			end = i + 1
 		case c >= '0' && c <= '9' || c == '.':
-			j := i
-			for j < len(s) && (s[j] >= '0' && s[j] <= '9' || s[j] == '.' || s[j] == '_') {
-				j++
+			var err error
+			if end, err = p.lexNumber(i); err != nil {
+				return err
 			}
-			if j < len(s) && (s[j] == 'e' || s[j] == 'E') {
-				k := j + 1
-				if k < len(s) && (s[k] == '+' || s[k] == '-') {
-					k++
-				}
-				if k < len(s) && s[k] >= '0' && s[k] <= '9' {
-					for k < len(s) && s[k] >= '0' && s[k] <= '9' {
-						k++
-					}
-					j = k
-				}
-			}
-			text := strings.ReplaceAll(s[i:j], "_", "")
-			v, err := strconv.ParseFloat(text, 64)
-			if err != nil {
-				return fmt.Errorf("%q at position %d is not a number", s[i:j], i+1)
-			}
-			p.toks = append(p.toks, calcToken{kind: 'n', text: s[i:j], num: v, at: i})
-			i = j
 		case c < 0x80 && (unicode.IsLetter(rune(c))):
-			j := i
-			for j < len(s) && s[j] < 0x80 && (unicode.IsLetter(rune(s[j])) || s[j] >= '0' && s[j] <= '9') {
-				j++
-			}
-			p.toks = append(p.toks, calcToken{kind: 'i', text: strings.ToLower(s[i:j]), at: i})
-			i = j
-		case c == '*' && i+1 < len(s) && s[i+1] == '*':
-			p.toks = append(p.toks, calcToken{kind: '^', text: "**", at: i})
-			i += 2
-		case strings.IndexByte("+-*/%^(),", c) >= 0:
-			p.toks = append(p.toks, calcToken{kind: c, text: string(c), at: i})
-			i++
-		case strings.HasPrefix(s[i:], "×"):
-			p.toks = append(p.toks, calcToken{kind: '*', text: "×", at: i})
-			i += len("×")
-		case strings.HasPrefix(s[i:], "÷"):
-			p.toks = append(p.toks, calcToken{kind: '/', text: "÷", at: i})
-			i += len("÷")
-		case strings.HasPrefix(s[i:], "−"):
-			p.toks = append(p.toks, calcToken{kind: '-', text: "−", at: i})
-			i += len("−")
+			end = p.lexIdent(i)
 		default:
-			return fmt.Errorf("unexpected character %q at position %d", string([]rune(s[i:])[0]), i+1)
+			if end = p.lexOperator(i); end == i {
+				return fmt.Errorf("unexpected character %q at position %d", string([]rune(s[i:])[0]), i+1)
+			}
 		}
+		i = end
 	}
 	if len(p.toks) == 0 {
 		return fmt.Errorf("the expression is empty")
 	}
 	return nil
 }
+
+// lexNumber adds the number starting at i (digits, '.', '_' separators, an optional
+// exponent) and returns where it ends.
+func (p *calcParser) lexNumber(i int) (int, error) {
+	s := p.src
+	j := i
+	for j < len(s) && (isDigit(s[j]) || s[j] == '.' || s[j] == '_') {
+		j++
+	}
+	// An exponent counts only with digits after it: "2e" is 2 followed by the identifier e.
+	if j < len(s) && (s[j] == 'e' || s[j] == 'E') {
+		k := j + 1
+		if k < len(s) && (s[k] == '+' || s[k] == '-') {
+			k++
+		}
+		if k < len(s) && isDigit(s[k]) {
+			for k < len(s) && isDigit(s[k]) {
+				k++
+			}
+			j = k
+		}
+	}
+	text := strings.ReplaceAll(s[i:j], "_", "")
+	v, err := strconv.ParseFloat(text, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q at position %d is not a number", s[i:j], i+1)
+	}
+	p.toks = append(p.toks, calcToken{kind: 'n', text: s[i:j], num: v, at: i})
+	return j, nil
+}
+
+// lexIdent adds the ASCII identifier starting at i, lower-cased, and returns where it ends.
+func (p *calcParser) lexIdent(i int) int {
+	s := p.src
+	j := i
+	for j < len(s) && s[j] < 0x80 && (unicode.IsLetter(rune(s[j])) || isDigit(s[j])) {
+		j++
+	}
+	p.toks = append(p.toks, calcToken{kind: 'i', text: strings.ToLower(s[i:j]), at: i})
+	return j
+}
+
+// lexOperator adds the operator starting at i and returns where it ends, or i when there
+// is none. "**" is '^'; the typeset ×, ÷ and − are *, / and -.
+func (p *calcParser) lexOperator(i int) int {
+	s := p.src
+	c := s[i]
+	switch {
+	case c == '*' && i+1 < len(s) && s[i+1] == '*':
+		p.toks = append(p.toks, calcToken{kind: '^', text: "**", at: i})
+		return i + 2
+	case strings.IndexByte("+-*/%^(),", c) >= 0:
+		p.toks = append(p.toks, calcToken{kind: c, text: string(c), at: i})
+		return i + 1
+	}
+	for _, op := range [...]struct {
+		text string
+		kind byte
+	}{{"×", '*'}, {"÷", '/'}, {"−", '-'}} {
+		if strings.HasPrefix(s[i:], op.text) {
+			p.toks = append(p.toks, calcToken{kind: op.kind, text: op.text, at: i})
+			return i + len(op.text)
+		}
+	}
+	return i
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 func (p *calcParser) peek() byte {
 	if p.pos < len(p.toks) {

@@ -182,8 +182,7 @@ type pick struct {
 // matches is left out. Then the best tools outside the chosen groups join, and the list is
 // capped at maxTools, most relevant first.
 func (idx *toolIndex) choose(text string, maxTools int) selection {
-	query := expand(uniq(terms(text)))
-	sc := idx.score(query)
+	sc := idx.score(expand(uniq(terms(text))))
 	best := 0.0
 	for _, s := range sc {
 		best = math.Max(best, s.score)
@@ -191,109 +190,159 @@ func (idx *toolIndex) choose(text string, maxTools int) selection {
 	if best == 0 {
 		return selection{}
 	}
-	termBest := map[string]float64{}
+	gc := newGroupChoice(idx, sc)
+	sel := gc.chooseGroups(maxTools)
+	sel.picks = append(sel.picks, extraPicks(sc, gc.chosen, best)...)
+	sort.SliceStable(sel.picks, func(a, b int) bool { return sel.picks[a].score > sel.picks[b].score })
+	if len(sel.picks) > maxTools {
+		sel.picks = sel.picks[:maxTools]
+	}
+	return sel
+}
+
+// groupChoice is the state of choosing groups for one query, one group at a time.
+type groupChoice struct {
+	idx      *toolIndex
+	sc       []scored
+	names    []string           // the index's groups, sorted so ties go the same way each time
+	termBest map[string]float64 // each query term's strongest contribution in any tool
+	chosen   map[int]bool       // tools picked so far
+	covered  map[string]bool    // query terms a chosen group is about
+	taken    map[string]bool    // groups chosen so far
+}
+
+func newGroupChoice(idx *toolIndex, sc []scored) *groupChoice {
+	gc := &groupChoice{
+		idx:      idx,
+		sc:       sc,
+		names:    make([]string, 0, len(idx.groups)),
+		termBest: map[string]float64{},
+		chosen:   map[int]bool{},
+		covered:  map[string]bool{},
+		taken:    map[string]bool{},
+	}
 	for _, s := range sc {
 		for t, c := range s.contrib {
-			termBest[t] = math.Max(termBest[t], c)
+			gc.termBest[t] = math.Max(gc.termBest[t], c)
 		}
 	}
-	groupNames := make([]string, 0, len(idx.groups))
 	for g := range idx.groups {
-		groupNames = append(groupNames, g)
+		gc.names = append(gc.names, g)
 	}
-	sort.Strings(groupNames)
+	sort.Strings(gc.names)
+	return gc
+}
 
-	groupScore := func(g string, covered map[string]bool) (float64, []string) {
-		var top []float64
-		seen := map[string]bool{}
-		var matched []string
-		for _, i := range idx.groups[g] {
-			top = append(top, sc[i].residual(covered))
-			for _, m := range sc[i].matched {
-				if !seen[m] && !covered[m] {
-					seen[m] = true
-					matched = append(matched, m)
-				}
-			}
-		}
-		sort.Sort(sort.Reverse(sort.Float64Slice(top)))
-		score := top[0]
-		if len(top) > 1 {
-			score += 0.5 * top[1]
-		}
-		return score, matched
-	}
-
+// chooseGroups takes the best group, then each next best while it scores at least
+// groupRatio of the first, and picks every tool of the groups it takes.
+func (gc *groupChoice) chooseGroups(maxTools int) selection {
 	var sel selection
-	chosen := map[int]bool{}
-	covered := map[string]bool{}
-	taken := map[string]bool{}
 	first := 0.0
 	for len(sel.groups) < maxSelectedGroups {
-		bestG, bestScore := "", 0.0
-		var bestMatched []string
-		for _, g := range groupNames {
-			if taken[g] {
-				continue
-			}
-			if len(sel.groups) > 0 && len(chosen)+len(idx.groups[g]) > maxTools {
-				continue
-			}
-			if score, matched := groupScore(g, covered); score > bestScore {
-				bestG, bestScore, bestMatched = g, score, matched
-			}
-		}
-		if bestG == "" || (first > 0 && bestScore < groupRatio*first) {
+		g, score, matched := gc.next(len(sel.groups) > 0, maxTools)
+		if g == "" || (first > 0 && score < groupRatio*first) {
 			break
 		}
 		if first == 0 {
-			first = bestScore
+			first = score
 		}
-		taken[bestG] = true
-		sel.groups = append(sel.groups, bestG)
-		// A term counts as covered only where the group matches it about as strongly as the
-		// best tool anywhere does; a passing mention (an "email" argument of a calendar tool)
-		// leaves it to the group it is about.
-		for _, m := range bestMatched {
-			var inGroup float64
-			for _, i := range idx.groups[bestG] {
-				inGroup = math.Max(inGroup, sc[i].contrib[m])
-			}
-			if inGroup >= coverRatio*termBest[m] {
-				covered[m] = true
-			}
+		gc.taken[g] = true
+		sel.groups = append(sel.groups, g)
+		gc.cover(g, matched)
+		sel.picks = append(sel.picks, gc.pickGroup(g, matched)...)
+	}
+	return sel
+}
+
+// next returns the untaken group that adds most for the terms not yet covered, with the
+// terms it matches; after the first group, one that would overflow maxTools is passed over.
+func (gc *groupChoice) next(after bool, maxTools int) (group string, score float64, matched []string) {
+	for _, g := range gc.names {
+		if gc.taken[g] {
+			continue
 		}
-		for _, i := range idx.groups[bestG] {
-			if chosen[i] {
-				continue
-			}
-			chosen[i] = true
-			r := fmt.Sprintf("in group %s, which matches %s", bestG, quoteTerms(bestMatched))
-			if len(sc[i].matched) > 0 {
-				r += fmt.Sprintf("; the tool itself matches %s", quoteTerms(sc[i].matched))
-			}
-			sel.picks = append(sel.picks, pick{i, sc[i].score, r})
+		if after && len(gc.chosen)+len(gc.idx.groups[g]) > maxTools {
+			continue
+		}
+		if s, m := gc.groupScore(g); s > score {
+			group, score, matched = g, s, m
 		}
 	}
+	return group, score, matched
+}
+
+// groupScore is group g's best tool's residual score plus half its second best, with
+// the uncovered terms its tools match.
+func (gc *groupChoice) groupScore(g string) (float64, []string) {
+	var top []float64
+	seen := map[string]bool{}
+	var matched []string
+	for _, i := range gc.idx.groups[g] {
+		top = append(top, gc.sc[i].residual(gc.covered))
+		for _, m := range gc.sc[i].matched {
+			if !seen[m] && !gc.covered[m] {
+				seen[m] = true
+				matched = append(matched, m)
+			}
+		}
+	}
+	sort.Sort(sort.Reverse(sort.Float64Slice(top)))
+	score := top[0]
+	if len(top) > 1 {
+		score += 0.5 * top[1]
+	}
+	return score, matched
+}
+
+// cover marks the terms group g is about as covered. A term counts as covered only where
+// the group matches it about as strongly as the best tool anywhere does; a passing mention
+// (an "email" argument of a calendar tool) leaves it to the group it is about.
+func (gc *groupChoice) cover(g string, matched []string) {
+	for _, m := range matched {
+		var inGroup float64
+		for _, i := range gc.idx.groups[g] {
+			inGroup = math.Max(inGroup, gc.sc[i].contrib[m])
+		}
+		if inGroup >= coverRatio*gc.termBest[m] {
+			gc.covered[m] = true
+		}
+	}
+}
+
+// pickGroup picks group g's tools not picked yet, each with the reason it was offered.
+func (gc *groupChoice) pickGroup(g string, matched []string) []pick {
+	var picks []pick
+	for _, i := range gc.idx.groups[g] {
+		if gc.chosen[i] {
+			continue
+		}
+		gc.chosen[i] = true
+		r := fmt.Sprintf("in group %s, which matches %s", g, quoteTerms(matched))
+		if len(gc.sc[i].matched) > 0 {
+			r += fmt.Sprintf("; the tool itself matches %s", quoteTerms(gc.sc[i].matched))
+		}
+		picks = append(picks, pick{i, gc.sc[i].score, r})
+	}
+	return picks
+}
+
+// extraPicks picks up to maxExtraTools of the best tools not chosen yet that score at
+// least extraRatio of the best, most relevant first; it marks them in chosen.
+func extraPicks(sc []scored, chosen map[int]bool, best float64) []pick {
 	ranked := append([]scored(nil), sc...)
 	sort.SliceStable(ranked, func(a, b int) bool { return ranked[a].score > ranked[b].score })
-	extra := 0
+	var picks []pick
 	for _, s := range ranked {
-		if extra == maxExtraTools || s.score < extraRatio*best {
+		if len(picks) == maxExtraTools || s.score < extraRatio*best {
 			break
 		}
 		if chosen[s.i] {
 			continue
 		}
 		chosen[s.i] = true
-		extra++
-		sel.picks = append(sel.picks, pick{s.i, s.score, fmt.Sprintf("matches %s", quoteTerms(s.matched))})
+		picks = append(picks, pick{s.i, s.score, fmt.Sprintf("matches %s", quoteTerms(s.matched))})
 	}
-	sort.SliceStable(sel.picks, func(a, b int) bool { return sel.picks[a].score > sel.picks[b].score })
-	if len(sel.picks) > maxTools {
-		sel.picks = sel.picks[:maxTools]
-	}
-	return sel
+	return picks
 }
 
 // expand adds related terms from the thesaurus at half weight.
