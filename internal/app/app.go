@@ -149,6 +149,8 @@ type App struct {
 	// serve: the HTTP API neither routes nor documents them.
 	edgeOmitted []string
 
+	// mu guards closers, redis, nc, js and conns, and is held while the first caller connects,
+	// so each connection is made once; authn, keys and dialOpts are set by New, then only read.
 	mu      sync.Mutex
 	closers []func()
 	redis   *redis.Client
