@@ -151,6 +151,8 @@ type App struct {
 	// healthAddr is where /readyz and /livez are served, empty when off.
 	healthAddr string
 
+	// mu guards closers, redis, nc, js and conns, and is held while the first caller connects,
+	// so each connection is made once; authn, keys and dialOpts are set by New, then only read.
 	mu      sync.Mutex
 	closers []func()
 	redis   *redis.Client

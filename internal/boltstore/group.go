@@ -17,6 +17,7 @@ import (
 type Group struct {
 	db *bolt.DB
 
+	// mu guards queue and leading; it is never held across a commit.
 	mu sync.Mutex
 	// queue holds the writes waiting for the next commit; leading says a caller is committing.
 	queue   []*groupWrite

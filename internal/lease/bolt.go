@@ -28,6 +28,7 @@ type Bolt struct {
 
 	// pmu guards pending, the records of a NewBoltRecords store completed but not yet in the
 	// file (they are Done leases in held meanwhile), closed, and the timer that flushes them.
+	// It is never held across a transaction or a call of held.
 	pmu     sync.Mutex
 	pending map[string]boltEntry
 	closed  bool

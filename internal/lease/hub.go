@@ -5,7 +5,7 @@ import "sync"
 // hub wakes the watchers of keys in this process; every backend delivers its wake-ups
 // through one.
 type hub struct {
-	mu sync.Mutex
+	mu sync.Mutex // guards keys; a leaf
 	// keys holds the channel of each watched key and how many watchers share it; the channel is
 	// closed and the entry removed when the key changes.
 	keys map[string]*watchers

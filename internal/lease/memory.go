@@ -14,6 +14,7 @@ type Memory struct {
 	hub hub
 	now func() time.Time
 
+	// mu guards entries and writes; it is released before watchers are woken (hub.mu).
 	mu sync.Mutex
 	// entries holds the leases and records; expired ones are removed when met and by sweeps.
 	entries map[string]memEntry

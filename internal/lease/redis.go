@@ -24,6 +24,7 @@ type Redis struct {
 	hub     hub
 	log     *slog.Logger
 
+	// mu guards sub and closed, and is held while subscribing, so one subscription is made.
 	mu sync.Mutex
 	// sub is the subscription, started by the first Watch; nil before and after Close.
 	sub    *redis.PubSub

@@ -30,7 +30,7 @@ type Receiver struct {
 	srv *grpc.Server
 	lis net.Listener
 
-	mu    sync.Mutex
+	mu    sync.Mutex // guards spans
 	spans []Span
 }
 

@@ -60,7 +60,7 @@ type Double struct {
 	srv *grpc.Server
 	lis net.Listener
 
-	mu    sync.Mutex
+	mu    sync.Mutex // guards colls and everything under it
 	colls map[string]*collection
 }
 

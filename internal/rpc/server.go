@@ -85,6 +85,7 @@ type Server struct {
 	inproc *channel
 	public *channel
 
+	// mu guards the fields below and each dependency's healthy.
 	mu       sync.Mutex
 	services []string
 	deps     map[string]*dependency

@@ -19,6 +19,7 @@ const MessageOverhead = 4
 var Encodings = []string{"o200k_base", "cl100k_base", "p50k_base", "r50k_base"}
 
 var (
+	// cacheMu guards cache and is held while an encoding loads, so each loads once.
 	cacheMu sync.Mutex
 	cache   = map[string]*Tokenizer{}
 )

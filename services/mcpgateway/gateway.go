@@ -85,7 +85,8 @@ type Gateway struct {
 	powers *powers
 
 	// addMu orders AddServer, RemoveServer and the store sync, so a server being added here is
-	// not also picked up from the store half-way.
+	// not also picked up from the store half-way. It is held across connecting and the tool
+	// service's calls, and taken before mu.
 	addMu sync.Mutex
 	// progressEvery overrides progressEvery (tests).
 	progressEvery time.Duration
@@ -97,6 +98,9 @@ type Gateway struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// mu guards the fields below. Lock order: addMu, then mu, then a serverConn's mu (see
+	// serverConn). The hubs' locks (progress, elicits, watches), a callClock's, a stdio side's
+	// and a tailBuffer's are leaves: nothing else is taken while one is held.
 	mu      sync.Mutex
 	servers map[string]*serverConn
 	tools   map[string]*toolEntry // namespaced name → tool, across servers

@@ -292,7 +292,7 @@ func (c *serverConn) sideNotification(method string, params json.RawMessage) {
 // progressHub routes progress notifications to the call that sent the token, and knows the
 // calls in flight of each server (with or without a progress receiver).
 type progressHub struct {
-	mu    sync.Mutex // guards next and calls
+	mu    sync.Mutex // guards next, calls and each sink's last
 	next  int64
 	calls map[string]*progressSink
 }

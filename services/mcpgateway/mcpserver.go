@@ -68,8 +68,10 @@ type MCPServer struct {
 	// catalog is nil without a catalog file.
 	catalog *catalogSource
 
-	syncMu sync.Mutex // one sync at a time
-	mu     sync.Mutex
+	// syncMu makes Syncs one at a time; it is held across the tool service's ListTools and the
+	// SDK's tool changes. Lock order: syncMu, then mu. catalog.mu is taken under neither.
+	syncMu sync.Mutex
+	mu     sync.Mutex             // guards known; held briefly, never across a call
 	known  map[string]*servedTool // guarded by mu: tool name → what is served
 }
 

@@ -22,7 +22,7 @@ type eventStore struct {
 	maxAge       time.Duration
 	now          func() time.Time
 
-	mu      sync.Mutex
+	mu      sync.Mutex                 // guards the fields below and the streams' events
 	streams map[streamKey]*eventStream // guarded by mu
 	// fifo holds every kept event in the order appended, for dropping the oldest first; an
 	// entry whose event was already dropped (per-stream cap, closed session) is skipped when

@@ -160,7 +160,7 @@ func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // tailBuffer keeps the last bytes a stdio server wrote to stderr.
 type tailBuffer struct {
-	mu  sync.Mutex
+	mu  sync.Mutex // guards buf (max is fixed); a leaf
 	max int
 	buf []byte
 }

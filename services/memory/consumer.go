@@ -39,7 +39,7 @@ type Consumer struct {
 	cancel context.CancelFunc
 
 	// stopMu orders wg.Add in dispatch before wg.Wait in Stop: the consume callback can still
-	// run after cc.Stop returns.
+	// run after cc.Stop returns. It guards stopping.
 	stopMu   sync.Mutex
 	stopping bool
 }

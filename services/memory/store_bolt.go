@@ -47,7 +47,8 @@ type BoltStore struct {
 
 	// wmu orders the tiers' writes with their index updates: it is held from before a write
 	// transaction until the index reflects it, so the index always follows the file's order
-	// of commits (bbolt serializes writers anyway, so it costs no concurrency).
+	// of commits (bbolt serializes writers anyway, so it costs no concurrency). Lock order: wmu,
+	// then bbolt's writer lock, then a tier's index lock (vectorIndex.mu, a leaf).
 	wmu sync.Mutex
 
 	claims

@@ -97,7 +97,7 @@ func (b *contextBlocks) breakdown(tok *tokenizer.Tokenizer) *orchestratorv1.Toke
 // one token per line break, which may differ from counting the block whole by a token where a
 // line ends in punctuation — it feeds the token breakdown and the prompt estimate only.
 type taskLines struct {
-	mu sync.Mutex
+	mu sync.Mutex // guards n
 	// n holds the counts by line (its step number cut off); cleared when it reaches maxTaskLines.
 	n map[string]int32
 }

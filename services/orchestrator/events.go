@@ -45,6 +45,7 @@ var rememberCue = regexp.MustCompile(`(?i)\bremember\b|记住|记下|别忘|記�
 // emitter numbers events, sends them to the client and keeps them for the turn record. Tool
 // calls run concurrently, so sends are serialized.
 type emitter struct {
+	// mu guards seq, events and gone, and is held across sendFn so that sends are serialized.
 	mu     sync.Mutex
 	seq    int32
 	sendFn func(*orchestratorv1.TurnEvent) error

@@ -52,6 +52,9 @@ type BoltStore struct {
 	now    func() time.Time
 	leases *lease.Memory
 
+	// mu guards the maps below. It is a leaf: FinishTurn's commit takes it inside bbolt's write
+	// transaction (the tasks cache), and it is never held while a transaction starts or a
+	// lease is called.
 	mu sync.Mutex
 	// cancels holds the cancellation requests.
 	cancels map[string]cancelRequest

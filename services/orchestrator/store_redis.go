@@ -35,7 +35,7 @@ type RedisStore struct {
 	prefix string
 	leases *lease.Redis
 
-	mu sync.Mutex
+	mu sync.Mutex // guards steps
 	// steps memoizes decoded done steps by their stored JSON: a session's list is read on every
 	// turn and mostly holds the steps it held the turn before (decoding them all again was 5% of
 	// an orchestrator's CPU). Content-addressed, so it is never stale; cleared at maxCachedSteps.

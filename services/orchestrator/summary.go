@@ -122,7 +122,7 @@ type summarizer struct {
 	log   *slog.Logger
 	now   func() time.Time
 
-	mu       sync.Mutex
+	mu       sync.Mutex // guards failures and until
 	failures int
 	until    time.Time
 }

@@ -85,6 +85,9 @@ type turn struct {
 	answer   string
 	answered *sessionv1.Message
 
+	// mu guards the fields below but lastStep (the turn goroutine's own), and stored and usage
+	// above; the turn's tool calls run concurrently. It is never held while em.mu is taken
+	// (record copies under mu, then asks the emitter).
 	mu        sync.Mutex
 	toolCalls []*orchestratorv1.ToolCallRecord
 	// done are the successful tool calls, for the task state, stored with the turn's end.

@@ -56,7 +56,7 @@ type Service struct {
 	cfg   Config
 	log   *slog.Logger
 
-	mu sync.Mutex
+	mu sync.Mutex // guards idents
 	// idents caches sessions' identities (id, owner, config), which never change: ids are ULIDs
 	// this service makes and never reuses. AppendMessages and BuildContext check ownership
 	// against it instead of reading the session first (a store round trip per call); their store

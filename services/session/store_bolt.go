@@ -63,6 +63,7 @@ type BoltStore struct {
 
 	// mu guards pending and postings: the committed entries of unindexed (by their key) that
 	// are not yet in index, and how many postings they hold. Entries are immutable once added.
+	// Resets of timer happen under it. It is never held across a transaction.
 	mu       sync.Mutex
 	pending  map[uint64]*pendingEntry
 	postings int

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
+
 	"github.com/hermes-agent/hermes/internal/egress"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -16,9 +18,9 @@ import (
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
-// Builtin is a Go tool compiled into Hermes. Its spec (name, description, input schema) is
-// written out explicitly: the registered schema is the contract, and Run receives arguments that
-// already passed it.
+// Builtin is a Go tool compiled into Hermes. Its spec (name, description, input schema) is the
+// registered contract, and Run receives arguments that already passed the schema. The standard
+// builtins derive the schema from their argument struct (newBuiltin), so the two cannot drift.
 type Builtin struct {
 	Spec *toolsv1.ToolSpec
 	Run  func(ctx context.Context, args json.RawMessage) (any, error)
@@ -149,6 +151,57 @@ func decodeArgs(args json.RawMessage, v any) error {
 		return failf("arguments: %v", err)
 	}
 	return nil
+}
+
+// derivedSchema is the schema argument of spec for a builtin made by newBuiltin, which fills it
+// in from the argument type.
+const derivedSchema = ""
+
+// lengths bounds a string property's length in runes, which a struct tag cannot say; 0 is no
+// lower bound.
+type lengths struct{ min, max int }
+
+// newBuiltin makes a builtin whose input schema and argument decoding come from one Go type, as
+// adk-go's functiontool does: T's exported fields by their json names are the properties, fields
+// without omitempty are required, a `jsonschema:"..."` tag is the property's description,
+// additionalProperties is false, and bounds adds string lengths by property name. It sets
+// sp.InputSchema; a bound on a property T lacks is a programming error and panics at start-up
+// (as regexp.MustCompile does), which every test that builds the builtins catches.
+func newBuiltin[T any](sp *toolsv1.ToolSpec, bounds map[string]lengths, run func(ctx context.Context, in T) (any, error)) *Builtin {
+	sp.InputSchema = mustArgsSchema[T](bounds)
+	return &Builtin{
+		Spec: sp,
+		Run: func(ctx context.Context, args json.RawMessage) (any, error) {
+			var in T
+			if err := decodeArgs(args, &in); err != nil {
+				return nil, err
+			}
+			return run(ctx, in)
+		},
+	}
+}
+
+// mustArgsSchema derives the compact JSON input schema of the argument struct T (see newBuiltin).
+func mustArgsSchema[T any](bounds map[string]lengths) string {
+	s, err := jsonschema.For[T](nil)
+	if err != nil {
+		panic(fmt.Sprintf("builtin arguments %T: %v", *new(T), err))
+	}
+	for name, b := range bounds {
+		p := s.Properties[name]
+		if p == nil || p.Type != "string" {
+			panic(fmt.Sprintf("builtin arguments %T: no string property %q to bound", *new(T), name))
+		}
+		if b.min > 0 {
+			p.MinLength = jsonschema.Ptr(b.min)
+		}
+		p.MaxLength = jsonschema.Ptr(b.max)
+	}
+	out, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("builtin arguments %T: %v", *new(T), err))
+	}
+	return string(out)
 }
 
 func spec(name, description, schema string, timeout time.Duration, idempotent bool, groups ...string) *toolsv1.ToolSpec {

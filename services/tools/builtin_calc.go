@@ -11,19 +11,10 @@ import (
 	"unicode"
 )
 
-const calculatorSchema = `{
-  "type": "object",
-  "properties": {
-    "expression": {
-      "type": "string",
-      "description": "Arithmetic expression, for example \"(12.5 * 4 + 3) / 2\" or \"sqrt(2) ^ 2\". Operators: + - * / % ^ and parentheses; functions: abs, sqrt, cbrt, exp, ln, log10, log2, sin, cos, tan, floor, ceil, round, min, max, pow; constants: pi, e.",
-      "minLength": 1,
-      "maxLength": 1000
-    }
-  },
-  "required": ["expression"],
-  "additionalProperties": false
-}`
+// calculatorArgs are calculator's arguments; its input schema is derived from them.
+type calculatorArgs struct {
+	Expression string `json:"expression" jsonschema:"Arithmetic expression, for example \"(12.5 * 4 + 3) / 2\" or \"sqrt(2) ^ 2\". Operators: + - * / % ^ and parentheses; functions: abs, sqrt, cbrt, exp, ln, log10, log2, sin, cos, tan, floor, ceil, round, min, max, pow; constants: pi, e."`
+}
 
 // Limits of the evaluator: it never runs code, only arithmetic on float64, and bounds the
 // expression's size and nesting.
@@ -33,25 +24,19 @@ const (
 )
 
 func calculatorBuiltin() *Builtin {
-	return &Builtin{
-		Spec: spec("calculator",
-			"Evaluate an arithmetic expression exactly as written and return the number. Use it for any calculation (totals, percentages, unit conversions) instead of computing in your head.",
-			calculatorSchema, 2*time.Second, true, "math"),
-		Pure: true,
-		Run: func(ctx context.Context, args json.RawMessage) (any, error) {
-			var in struct {
-				Expression string `json:"expression"`
-			}
-			if err := decodeArgs(args, &in); err != nil {
-				return nil, err
-			}
+	b := newBuiltin(spec("calculator",
+		"Evaluate an arithmetic expression exactly as written and return the number. Use it for any calculation (totals, percentages, unit conversions) instead of computing in your head.",
+		derivedSchema, 2*time.Second, true, "math"),
+		map[string]lengths{"expression": {min: 1, max: maxExpressionBytes}},
+		func(ctx context.Context, in calculatorArgs) (any, error) {
 			v, err := Evaluate(in.Expression)
 			if err != nil {
 				return nil, failf("cannot evaluate %q: %v", truncateRunes(in.Expression, 200), err)
 			}
 			return map[string]any{"expression": in.Expression, "result": json.Number(formatNumber(v))}, nil
-		},
-	}
+		})
+	b.Pure = true
+	return b
 }
 
 func formatNumber(v float64) string {

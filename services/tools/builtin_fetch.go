@@ -2,7 +2,6 @@ package tools
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,19 +14,10 @@ import (
 	"unicode/utf8"
 )
 
-const httpFetchSchema = `{
-  "type": "object",
-  "properties": {
-    "url": {
-      "type": "string",
-      "description": "The http or https URL to GET. Only hosts on the operator's allow-list can be fetched.",
-      "minLength": 1,
-      "maxLength": 2048
-    }
-  },
-  "required": ["url"],
-  "additionalProperties": false
-}`
+// httpFetchArgs are http_fetch's arguments; its input schema is derived from them.
+type httpFetchArgs struct {
+	URL string `json:"url" jsonschema:"The http or https URL to GET. Only hosts on the operator's allow-list can be fetched."`
+}
 
 // fetcher GETs URLs whose host is on an allow-list, following redirects only to allowed hosts
 // and returning at most maxBytes of text.
@@ -104,20 +94,13 @@ type fetchOutput struct {
 }
 
 func httpFetchBuiltin(f *fetcher) *Builtin {
-	return &Builtin{
-		Spec: spec("http_fetch",
-			"Fetch a web page or API response with an HTTP GET and return its text. Only hosts the operator allowed can be fetched.",
-			httpFetchSchema, 15*time.Second, true, "web"),
-		Run: func(ctx context.Context, args json.RawMessage) (any, error) {
-			var in struct {
-				URL string `json:"url"`
-			}
-			if err := decodeArgs(args, &in); err != nil {
-				return nil, err
-			}
+	return newBuiltin(spec("http_fetch",
+		"Fetch a web page or API response with an HTTP GET and return its text. Only hosts the operator allowed can be fetched.",
+		derivedSchema, 15*time.Second, true, "web"),
+		map[string]lengths{"url": {min: 1, max: 2048}},
+		func(ctx context.Context, in httpFetchArgs) (any, error) {
 			return f.fetch(ctx, in.URL)
-		},
-	}
+		})
 }
 
 func (f *fetcher) fetch(ctx context.Context, raw string) (*fetchOutput, error) {

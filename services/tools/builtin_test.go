@@ -277,3 +277,46 @@ func TestBuiltinCallsReadNoStore(t *testing.T) {
 		t.Errorf("a call of an unknown tool read the store %d times, want 1", n)
 	}
 }
+
+// TestBuiltinSchemasDerived pins the schemas the builtins derive from their argument structs to
+// the bytes they registered when the schemas were written by hand: a builtin whose schema bytes
+// change gets a new version in every store at the next start-up, so a change here must be meant.
+func TestBuiltinSchemasDerived(t *testing.T) {
+	want := map[string]string{
+		"current_time": `{"type":"object","properties":{"timezone":{"type":"string","description":"IANA time zone name, for example \"Europe/Paris\", \"America/New_York\" or \"Asia/Shanghai\"; default \"UTC\"","maxLength":64}},"additionalProperties":false}`,
+		"calculator":   `{"type":"object","properties":{"expression":{"type":"string","description":"Arithmetic expression, for example \"(12.5 * 4 + 3) / 2\" or \"sqrt(2) ^ 2\". Operators: + - * / % ^ and parentheses; functions: abs, sqrt, cbrt, exp, ln, log10, log2, sin, cos, tan, floor, ceil, round, min, max, pow; constants: pi, e.","minLength":1,"maxLength":1000}},"required":["expression"],"additionalProperties":false}`,
+		"http_fetch":   `{"type":"object","properties":{"url":{"type":"string","description":"The http or https URL to GET. Only hosts on the operator's allow-list can be fetched.","minLength":1,"maxLength":2048}},"required":["url"],"additionalProperties":false}`,
+	}
+	b := NewBuiltins(testConfig(), testEgress(t))
+	got := map[string]string{}
+	for _, name := range b.names() {
+		bt, _ := b.get(name)
+		got[name] = bt.Spec.GetInputSchema()
+		if _, err := compileSchema(got[name], true); err != nil {
+			t.Errorf("%s: the derived schema does not compile: %v", name, err)
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("builtin input schemas (-want +got):\n%s", diff)
+	}
+}
+
+func TestMustArgsSchemaRefusesABadBound(t *testing.T) {
+	type args struct {
+		N int    `json:"n"`
+		S string `json:"s,omitempty"`
+	}
+	for _, prop := range []string{"missing", "n"} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("a bound on %q was accepted", prop)
+				}
+			}()
+			mustArgsSchema[args](map[string]lengths{prop: {max: 1}})
+		}()
+	}
+	if got, want := mustArgsSchema[args](map[string]lengths{"s": {max: 3}}), `{"type":"object","properties":{"n":{"type":"integer"},"s":{"type":"string","maxLength":3}},"required":["n"],"additionalProperties":false}`; got != want {
+		t.Errorf("schema %s, want %s", got, want)
+	}
+}

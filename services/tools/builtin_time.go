@@ -2,7 +2,6 @@ package tools
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"time"
 
@@ -10,17 +9,10 @@ import (
 	_ "time/tzdata"
 )
 
-const currentTimeSchema = `{
-  "type": "object",
-  "properties": {
-    "timezone": {
-      "type": "string",
-      "description": "IANA time zone name, for example \"Europe/Paris\", \"America/New_York\" or \"Asia/Shanghai\"; default \"UTC\"",
-      "maxLength": 64
-    }
-  },
-  "additionalProperties": false
-}`
+// currentTimeArgs are current_time's arguments; its input schema is derived from them.
+type currentTimeArgs struct {
+	Timezone string `json:"timezone,omitempty" jsonschema:"IANA time zone name, for example \"Europe/Paris\", \"America/New_York\" or \"Asia/Shanghai\"; default \"UTC\""`
+}
 
 // currentTimeOutput is what current_time returns.
 type currentTimeOutput struct {
@@ -38,17 +30,11 @@ func currentTimeBuiltin() *Builtin {
 
 // currentTimeAt takes the clock as a parameter so tests can fix it.
 func currentTimeAt(now func() time.Time) *Builtin {
-	return &Builtin{
-		Spec: spec("current_time",
-			"Get the current date and time in a time zone (IANA name such as Europe/Paris). Use it whenever the answer depends on today's date, the time, or the day of the week.",
-			currentTimeSchema, 2*time.Second, true, "time"),
-		Run: func(ctx context.Context, args json.RawMessage) (any, error) {
-			var in struct {
-				Timezone string `json:"timezone"`
-			}
-			if err := decodeArgs(args, &in); err != nil {
-				return nil, err
-			}
+	return newBuiltin(spec("current_time",
+		"Get the current date and time in a time zone (IANA name such as Europe/Paris). Use it whenever the answer depends on today's date, the time, or the day of the week.",
+		derivedSchema, 2*time.Second, true, "time"),
+		map[string]lengths{"timezone": {max: 64}},
+		func(ctx context.Context, in currentTimeArgs) (any, error) {
 			name := strings.TrimSpace(in.Timezone)
 			if name == "" {
 				name = "UTC"
@@ -66,6 +52,5 @@ func currentTimeAt(now func() time.Time) *Builtin {
 				UTCOffset: t.Format("-07:00"),
 				Unix:      t.Unix(),
 			}, nil
-		},
-	}
+		})
 }

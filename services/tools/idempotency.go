@@ -55,7 +55,7 @@ type idempotency struct {
 	node   string
 	seq    atomic.Uint64
 
-	mu sync.Mutex
+	mu sync.Mutex // guards hashes
 	// hashes holds the arguments' hash of each claim this process owns, for its record.
 	hashes map[string]string
 }

@@ -26,6 +26,7 @@ type Registry struct {
 	maxTimeout time.Duration
 	rules      specRules
 
+	// mu guards the fields below; a lazySchema compiles outside it, under its own once.
 	mu      sync.Mutex
 	schemas map[string]*lazySchema
 	listRev int64

@@ -8,11 +8,12 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 )
 
-// DraftSchema derives a starting JSON Schema from a Go struct, for writing a builtin's schema,
-// with the MCP SDK's schema library (github.com/google/jsonschema-go): exported fields by their
-// json names, fields without omitempty/omitzero required, pointers and slices nullable, a
-// `jsonschema:"..."` tag as the description, and additionalProperties false. It is a draft to
-// copy and refine; the schema written into the spec is the contract, never this.
+// DraftSchema derives a starting JSON Schema from a Go struct, for writing a tool's schema (a
+// tools file, RegisterTool), with the MCP SDK's schema library (github.com/google/jsonschema-go):
+// exported fields by their json names, fields without omitempty/omitzero required, pointers and
+// slices nullable, a `jsonschema:"..."` tag as the description, and additionalProperties false.
+// It is a draft to copy and refine; the schema written into the spec is the contract, never this.
+// The standard builtins derive theirs with the same library (newBuiltin).
 func DraftSchema(v any) (string, error) {
 	t := reflect.TypeOf(v)
 	for t != nil && t.Kind() == reflect.Pointer {

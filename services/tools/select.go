@@ -36,7 +36,7 @@ const (
 // needs one travel tool also gets the travel tools it usually needs next. The index is rebuilt
 // only when the registry revision changes.
 type selector struct {
-	mu  sync.Mutex
+	mu  sync.Mutex // guards rev and idx
 	rev int64
 	idx *toolIndex
 }

@@ -77,7 +77,7 @@ const (
 type Server struct {
 	mcp *mcp.Server
 
-	mu           sync.Mutex
+	mu           sync.Mutex // guards reservations
 	reservations []Reservation
 }
 

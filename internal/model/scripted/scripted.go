@@ -174,7 +174,7 @@ func Call(name string, args any) ToolCall {
 // Sequence answers the requests in order with the given replies; requests beyond the script get
 // a 500 with x-should-retry: false and a message saying the script ran out.
 func Sequence(replies ...Reply) Handler {
-	var mu sync.Mutex
+	var mu sync.Mutex // guards next
 	next := 0
 	return func(Request) Reply {
 		mu.Lock()
@@ -198,7 +198,7 @@ type Server struct {
 	// conns counts the connections accepted, so tests can see whether clients reuse them.
 	conns atomic.Int64
 
-	mu       sync.Mutex
+	mu       sync.Mutex // guards the fields below; not held while the handler runs
 	requests []Request
 	callSeq  int
 	prev     []Message
