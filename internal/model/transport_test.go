@@ -80,8 +80,12 @@ func TestConcurrentCallsReuseConnections(t *testing.T) {
 			}
 		}
 	}
-	if got := srv.Connections(); got > n {
-		t.Errorf("%d rounds of %d concurrent calls opened %d connections, want at most %d", rounds, n, got, n)
+	// A connection goes back to the pool when its response body is read to the end, on the
+	// transport's own goroutine, which may be a moment after the call returned: a call of the
+	// next round can dial before one is back. One such dial per round is the most allowed
+	// (net/http's default pool of 2 idle connections opened 58).
+	if got, most := srv.Connections(), n+rounds; got > most {
+		t.Errorf("%d rounds of %d concurrent calls opened %d connections, want at most %d", rounds, n, got, most)
 	}
 }
 
