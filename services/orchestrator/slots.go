@@ -476,7 +476,9 @@ const (
 
 // values finds the values of the slot's kind that the message gives, outside negations, most
 // telling first. The remembered value, what the call already carries elsewhere, and the user's
-// references to their own remembered value ("my home") are not values.
+// references to their own remembered value ("my home") are not values. It is long on purpose:
+// one list of the detectors, each a few lines, in the order of their ranks, so what counts as a
+// value for which kind reads in one place.
 func (r *reading) values(a argSlot, self []string) []userValue {
 	var out []userValue
 	seen := map[string]bool{}
@@ -732,7 +734,8 @@ func (r *reading) afterWord(end int) string {
 	return rest[:i]
 }
 
-// markedValue reads the value a marker introduces: for Latin text the capitalised words (or a
+// markedValue reads the value a marker introduces (its two branches, CJK and Latin, are the two
+// ways a value ends, kept side by side): for Latin text the capitalised words (or a
 // house number and its street) that follow; for CJK text the run of characters that follows, up
 // to a particle or a time word.
 func (r *reading) markedValue(end int, kind string, present []string) string {
