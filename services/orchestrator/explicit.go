@@ -320,7 +320,7 @@ func ruleDecision(msg string, a argSlot, opts []fillOption) fillDecision {
 	}
 	// 7. The argument spoken of, without a value or a reference.
 	for _, w := range a.words {
-		if utf8.RuneCountInString(w) >= 4 || textseg.IsCJK([]rune(w)[0]) {
+		if first, _ := utf8.DecodeRuneInString(w); w != "" && (utf8.RuneCountInString(w) >= 4 || textseg.IsCJK(first)) {
 			if _, ok := r.positive(w); ok {
 				d.outcome, d.reason = fillUnsure, fmt.Sprintf("the user's message speaks of %s (%q) without a value or a reference to the remembered one", a.name, w)
 				return d

@@ -51,3 +51,25 @@ func TestFillRulesHeldOut(t *testing.T) {
 		}
 	}
 }
+
+// FuzzRuleDecision: the rules never panic on any message, argument name, schema or remembered
+// value, and never fill a value the message negates by name ("not <value>").
+func FuzzRuleDecision(f *testing.F) {
+	f.Add("Book a table for 6 at 7pm, not Luigi's", "party_size", `{"type":"integer"}`, "4", "family of four")
+	f.Add("别送家里，送到公司，地址是海淀区中关村大街1号", "delivery_address", `{"type":"string"}`, "朝阳区建国路88号", "家庭住址")
+	f.Add("Tell Dr. Patel — the usual — 周五下午三点", "s", `{"type":["string","null"],"enum":["a","b"]}`, "a", "")
+	f.Add("", "", "", "", "")
+	f.Fuzz(func(t *testing.T, msg, name, schema, remembered, content string) {
+		var prop propertySchema
+		_ = json.Unmarshal([]byte(schema), &prop)
+		val, ok := prop.convert(remembered)
+		if !ok {
+			return
+		}
+		opts := []fillOption{{value: val, raw: remembered, key: name, content: content}}
+		d := ruleDecision(msg, newArgSlot(name, prop, name, map[string]json.RawMessage{"other": json.RawMessage(`"x"`)}), opts)
+		if d.option == nil || d.by != "rules" {
+			t.Fatalf("decision %+v", d)
+		}
+	})
+}
