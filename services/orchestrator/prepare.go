@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -255,6 +256,10 @@ func (t *turn) recall(ctx context.Context) *orchestratorv1.MemoriesRecalled {
 	defer span.End()
 	// Only memories relevant to the turn's text enter its context; a value for an argument a
 	// call leaves out is looked up when that happens (turn.fill).
+	// The safety facts are fetched alongside, not after: they are on the path of every food,
+	// travel or health turn.
+	safety := t.startSafetyRecall(ctx)
+	defer safety.wait()
 	resp, err := t.s.deps.Memory.Recall(ctx, &memoryv1.RecallRequest{UserId: t.user, Query: t.text, Limit: int32(t.s.cfg.MemoryLimit)})
 	if err != nil {
 		ev.Error = "recall failed, the turn goes on without memories: " + status.Convert(err).Message()
@@ -265,7 +270,7 @@ func (t *turn) recall(ctx context.Context) *orchestratorv1.MemoriesRecalled {
 	if len(mems) > t.s.cfg.MemoryLimit {
 		mems = mems[:t.s.cfg.MemoryLimit]
 	}
-	mems = append(mems, t.safetyMemories(ctx, mems)...)
+	mems = append(mems, safety.merge(mems)...)
 	t.memories = mems
 	t.memText = renderMemories(mems)
 	for _, r := range mems {
@@ -281,30 +286,59 @@ func (t *turn) recall(ctx context.Context) *orchestratorv1.MemoriesRecalled {
 // safetyLimit caps the allergy and medical facts added to a turn's memories.
 const safetyLimit = 3
 
-// safetyMemories are the user's allergy, diet and medical facts (textseg's safety facts) when the
-// turn's request is one they can change (food, travel, health: textseg's safety topics), whatever
-// words the request shares with them: "order me a pad thai" must see "allergic to peanuts". They
-// enter the memory block with the others, under its usual warning that memories may not apply.
-func (t *turn) safetyMemories(ctx context.Context, have []*memoryv1.RecalledMemory) []*memoryv1.RecalledMemory {
-	lex := textseg.Cues()
-	if _, _, ok := textseg.FirstOf(textseg.FoldText(t.text), lex.SafetyTopics); !ok {
+// safetyRecall fetches the user's allergy, diet and medical facts (textseg's safety facts) when
+// the turn's request is one they can change (food, travel, health: textseg's safety topics),
+// whatever words the request shares with them: "order me a pad thai" must see "allergic to
+// peanuts". They enter the memory block with the others, under its usual warning that memories
+// may not apply. A nil safetyRecall fetches nothing.
+type safetyRecall struct {
+	done chan struct{}
+	resp *memoryv1.RecallResponse // set before done closes; nil when the recall failed
+}
+
+// safetyQuery is the query of every safety recall: the lexicon's safety facts.
+var safetyQuery = sync.OnceValue(func() string { return strings.Join(textseg.Cues().SafetyFacts, " ") })
+
+func (t *turn) startSafetyRecall(ctx context.Context) *safetyRecall {
+	if _, _, ok := textseg.FirstOf(textseg.FoldText(t.text), textseg.Cues().SafetyTopics); !ok {
 		return nil
 	}
-	resp, err := t.s.deps.Memory.Recall(ctx, &memoryv1.RecallRequest{UserId: t.user, Query: strings.Join(lex.SafetyFacts, " "), Limit: safetyLimit * 2})
-	if err != nil {
-		t.s.log.WarnContext(ctx, "safety recall failed", "error", status.Convert(err).Message())
+	sr := &safetyRecall{done: make(chan struct{})}
+	go func() {
+		defer close(sr.done)
+		resp, err := t.s.deps.Memory.Recall(ctx, &memoryv1.RecallRequest{UserId: t.user, Query: safetyQuery(), Limit: safetyLimit * 2})
+		if err != nil {
+			t.s.log.WarnContext(ctx, "safety recall failed", "error", status.Convert(err).Message())
+			return
+		}
+		sr.resp = resp
+	}()
+	return sr
+}
+
+func (sr *safetyRecall) wait() {
+	if sr != nil {
+		<-sr.done
+	}
+}
+
+// merge waits for the safety facts and returns those not in have, at most safetyLimit.
+func (sr *safetyRecall) merge(have []*memoryv1.RecalledMemory) []*memoryv1.RecalledMemory {
+	if sr == nil {
 		return nil
 	}
+	sr.wait()
 	seen := map[string]bool{}
 	for _, m := range have {
 		seen[m.GetMemory().GetId()] = true
 	}
+	facts := textseg.Cues().SafetyFacts
 	var out []*memoryv1.RecalledMemory
-	for _, m := range resp.GetMemories() {
+	for _, m := range sr.resp.GetMemories() {
 		if seen[m.GetMemory().GetId()] || len(out) == safetyLimit {
 			continue
 		}
-		if _, _, ok := textseg.FirstOf(textseg.FoldText(m.GetMemory().GetContent()), lex.SafetyFacts); !ok {
+		if _, _, ok := textseg.FirstOf(textseg.FoldText(m.GetMemory().GetContent()), facts); !ok {
 			continue
 		}
 		m.Reason = "an allergy, diet or medical fact, recalled for a request it can change; " + m.GetReason()
