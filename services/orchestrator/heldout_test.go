@@ -31,11 +31,21 @@ func TestFillRulesHeldOut(t *testing.T) {
 		{"seat", "string", "靠窗", "座位", "用户喜欢靠窗", "订去苏州的高铁，这次要过道", false},
 		{"currency", "string", "USD", "currency", "User pays in USD", "Convert the invoice, use EUR this time", false},
 		{"recipient", "string", "Mom", "recipient", "User sends cards to Mom", "Mail the birthday card to Grandpa Joe", false},
+		{"room_type", "string", "大床房", "房型", "用户喜欢大床房", "订周五的酒店，这次要双床房", false},
+		{"room_type", "string", "大床房", "房型", "用户喜欢大床房", "订周五的酒店，不要大床房", false},
+		{"payment_method", "string", "招行卡", "支付方式", "用户用招行卡付款", "买这本书，别用招行卡", false},
+		{"city", "string", "杭州", "城市", "用户住在杭州", "这周我在广州，查下明天的天气", false},
+		{"stylist", "string", "Tony", "理发师", "用户常找Tony理发", "约周六理发，换个理发师，找小王", false},
+		{"guests", "integer", "2", "人数", "两个人", "订周五的酒店，我们仨", false},
+		{"language", "string", "English", "language", "User reads English", "Summarise the report in Portuguese", false},
+		{"pickup_time", "string", "9am", "pickup time", "User is picked up at 9am", "Book my ride, but not at nine this time", false},
 		// Reliance: fill.
 		{"delivery_address", "string", "12 Oak St", "home address", "User's home address is 12 Oak St", "Send the flowers to my place", true},
 		{"party_size", "integer", "4", "party size", "family of four", "Book brunch Sunday for the family", true},
 		{"seat", "string", "window", "seat", "User likes window seats", "Book the train to Lyon on Friday", true},
 		{"shoe_size", "number", "42", "鞋码", "用户穿42码", "帮我买那双跑鞋", true},
+		{"room_type", "string", "大床房", "房型", "用户喜欢大床房", "订周五的酒店，老样子", true},
+		{"language", "string", "English", "language", "User reads English", "Summarise the report for me", true},
 	}
 	for _, c := range cases {
 		prop := propertySchema{Type: json.RawMessage(`"` + c.typ + `"`)}
