@@ -43,8 +43,11 @@ func Classify(ctx context.Context, log *slog.Logger, method string, err error) e
 		return nil
 	}
 	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, io.EOF):
-		// io.EOF: a stream's client went away while the handler was sending.
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "request cancelled")
+	case errors.Is(err, io.EOF) && !classified(err):
+		// A bare io.EOF: a stream's client went away while the handler was sending. A classified
+		// one is a backend's connection closed under a command (Redis killed mid-call): its class.
 		return status.Error(codes.Canceled, "request cancelled")
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
@@ -79,6 +82,16 @@ func Classify(ctx context.Context, log *slog.Logger, method string, err error) e
 		log.ErrorContext(ctx, "unclassified error", "method", method, "error", err)
 	}
 	return internalError(method)
+}
+
+// classified reports whether err is of one of the classes.
+func classified(err error) bool {
+	for _, c := range classes {
+		if errors.Is(err, c.class) {
+			return true
+		}
+	}
+	return false
 }
 
 // internalError is the reply to a bug (an unclassified error, a panic): INTERNAL, its cause

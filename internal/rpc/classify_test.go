@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -28,6 +29,11 @@ func TestClassify(t *testing.T) {
 	}{
 		{"status passes", status.Error(codes.NotFound, "session x not found"), codes.NotFound, "session x not found", ""},
 		{"cancelled", fmt.Errorf("read: %w", context.Canceled), codes.Canceled, "cancelled", ""},
+		{"a stream's client gone", fmt.Errorf("send: %w", io.EOF), codes.Canceled, "cancelled", ""},
+		// A Redis connection closed under a command (Redis killed mid-call) is the backend's
+		// outage, not the caller's cancellation (it failed a turn as CANCELLED once).
+		{"backend connection closed", errclass.Mark(errclass.Unavailable, "redis append", io.EOF), codes.Unavailable, "unavailable", ""},
+		{"backend connection closed, sentinel", fmt.Errorf("store: %w: %w", errclass.Unavailable, io.EOF), codes.Unavailable, "unavailable", ""},
 		{"deadline", fmt.Errorf("read: %w", context.DeadlineExceeded), codes.DeadlineExceeded, "deadline", ""},
 		{"backend, wrapped sentinel", fmt.Errorf("store: %w: %w", errclass.Unavailable, backend), codes.Unavailable, "backend is unavailable", "10.0.0.7"},
 		{"backend, with a message", errclass.New(errclass.Unavailable, "the session store is unavailable", backend), codes.Unavailable, "session store is unavailable", "10.0.0.7"},
