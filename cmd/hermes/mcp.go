@@ -15,7 +15,8 @@ import (
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/telemetry"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
-	"github.com/hermes-agent/hermes/services/mcpgateway"
+
+	"github.com/hermes-agent/hermes/services/mcpgateway/endpoint"
 )
 
 // runMCP implements "hermes mcp serve": Hermes' tools served to an MCP client, over stdio (for
@@ -33,8 +34,8 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 	refresh := fs.Duration("mcpgateway.tools-refresh", 5*time.Second, "how often the tool list is re-read")
 	wait := fs.Duration("tools-wait", 10*time.Second, "how long to wait at start for the tool service to answer before giving up")
 	logLevel := fs.String("log-level", "warn", "log level (logs go to stderr): debug, info, warn, error")
-	var endpoint mcpgateway.EndpointConfig
-	endpoint.RegisterFlags(fs)
+	var epCfg endpoint.Config
+	epCfg.RegisterFlags(fs)
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " [" + config.EnvName(f.Name) + "]" })
 	if err := config.Load(fs, args[1:], env.getenv, ""); err != nil {
 		return parseErr("mcp serve", fs, env, err)
@@ -56,12 +57,12 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	defer conn.Close()
 	client := toolsv1.NewToolServiceClient(conn)
-	srv, err := mcpgateway.NewMCPServer(mcpgateway.MCPServerOptions{
-		Tools:    func() (mcpgateway.ToolClient, error) { return client, nil },
-		Logger:   log,
-		Version:  versionString(),
-		Refresh:  *refresh,
-		Endpoint: endpoint,
+	srv, err := endpoint.New(endpoint.Options{
+		Tools:   func() (endpoint.ToolClient, error) { return client, nil },
+		Logger:  log,
+		Version: versionString(),
+		Refresh: *refresh,
+		Config:  epCfg,
 	})
 	if err != nil {
 		return err
@@ -106,7 +107,7 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 
 // firstSync reads the tool list, retrying for up to wait while the tool service does not
 // answer (it may be starting next to this command).
-func firstSync(ctx context.Context, srv *mcpgateway.MCPServer, wait time.Duration) error {
+func firstSync(ctx context.Context, srv *endpoint.Server, wait time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	delay := 100 * time.Millisecond

@@ -12,6 +12,7 @@ import (
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 	"github.com/hermes-agent/hermes/services/mcpgateway"
+	"github.com/hermes-agent/hermes/services/mcpgateway/endpoint"
 )
 
 // initMCPGateway registers the MCP gateway: connections to MCP servers (from --mcp-servers and
@@ -91,14 +92,14 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("MCP endpoint: listen on %s: %w", cfg.MCPListen, err)
 	}
-	ep, err := mcpgateway.NewMCPServer(mcpgateway.MCPServerOptions{
-		Tools: func() (mcpgateway.ToolClient, error) {
+	ep, err := endpoint.New(endpoint.Options{
+		Tools: func() (endpoint.ToolClient, error) {
 			return tools()
 		},
-		Logger:   a.log.With("service", "mcp-endpoint"),
-		Version:  a.cfg.Version,
-		Refresh:  cfg.ToolsRefresh,
-		Endpoint: cfg.Endpoint,
+		Logger:  a.log.With("service", "mcp-endpoint"),
+		Version: a.cfg.Version,
+		Refresh: cfg.ToolsRefresh,
+		Config:  cfg.Endpoint,
 	})
 	if err != nil {
 		_ = lis.Close()

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hermes-agent/hermes/internal/config"
+	"github.com/hermes-agent/hermes/services/mcpgateway/endpoint"
 )
 
 // Config holds the mcpgateway service's settings; each is a flag with an environment variable
@@ -69,7 +70,7 @@ type Config struct {
 	// SyncInterval is how often a replica re-reads the shared server store.
 	SyncInterval time.Duration
 	// Endpoint configures Hermes' own MCP endpoint (on MCPListen).
-	Endpoint EndpointConfig
+	Endpoint endpoint.Config
 	// ReadyWait is how long a call waits for a server that is (re)connecting, at most half the
 	// call's timeout; a call to a failed server also starts a reconnect attempt at once.
 	ReadyWait time.Duration

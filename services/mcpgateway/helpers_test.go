@@ -3,7 +3,6 @@ package mcpgateway
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -51,12 +50,7 @@ func StdioAllowForTests() []string {
 	return out
 }
 
-func testLogger(t testing.TB) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
+func testLogger(t testing.TB) *slog.Logger { return testenv.Logger(t) }
 
 // startGateway serves a Gateway over gRPC (bufconn) and returns a client.
 func startGateway(t testing.TB, cfg Config, opts Options) (pb.MCPGatewayServiceClient, *Gateway) {

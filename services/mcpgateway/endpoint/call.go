@@ -1,4 +1,4 @@
-package mcpgateway
+package endpoint
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func serviceError(err error) *mcp.CallToolResult {
 // are never replaced. It changes nothing when it is switched off, the client cannot elicit,
 // nothing is missing, or a missing argument is not a simple value a form can ask for; then, and
 // when the user declines, the tool service answers with its usual validation message.
-func (s *MCPServer) elicitMissing(ctx context.Context, req *mcp.CallToolRequest, name string, st *servedTool, args string) string {
+func (s *Server) elicitMissing(ctx context.Context, req *mcp.CallToolRequest, name string, st *servedTool, args string) string {
 	if !s.cfg.ElicitMissing || len(st.required) == 0 || req.Session == nil {
 		return args
 	}
@@ -123,7 +123,7 @@ func elicitable(raw json.RawMessage) bool {
 // the seconds elapsed as the progress value; and log messages (at the level the client set):
 // the start and each interval at debug, the outcome at info or warning, coercions at notice.
 type callReport struct {
-	s       *MCPServer
+	s       *Server
 	ctx     context.Context
 	session *mcp.ServerSession
 	token   any
@@ -136,7 +136,7 @@ type callReport struct {
 	last float64
 }
 
-func (s *MCPServer) startReport(ctx context.Context, req *mcp.CallToolRequest, name string) *callReport {
+func (s *Server) startReport(ctx context.Context, req *mcp.CallToolRequest, name string) *callReport {
 	r := &callReport{s: s, ctx: ctx, session: req.Session, name: name, start: time.Now(),
 		stop: make(chan struct{}), done: make(chan struct{}), last: -1}
 	if req.Params != nil {

@@ -1,4 +1,4 @@
-package mcpgateway
+package endpoint
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/yosida95/uritemplate/v3"
 
+	"github.com/hermes-agent/hermes/internal/testenv"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -172,7 +173,7 @@ func TestElicitable(t *testing.T) {
 // TestOriginAllowed: the endpoint's guard lets loopback and configured origins through, and a
 // setting that is not an origin is refused at start.
 func TestOriginAllowed(t *testing.T) {
-	g, err := newGuard(EndpointConfig{AllowedOrigins: " https://App.Example.com , http://dev.example.com:8080/,"}, nil)
+	g, err := newGuard(Config{AllowedOrigins: " https://App.Example.com , http://dev.example.com:8080/,"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +198,7 @@ func TestOriginAllowed(t *testing.T) {
 			t.Errorf("OriginAllowed(%q) = %v, want %v", origin, got, want)
 		}
 	}
-	if _, err := newGuard(EndpointConfig{AllowedOrigins: "https://app.example.com,not a url"}, nil); err == nil || !strings.Contains(err.Error(), "--mcp-allowed-origins") {
+	if _, err := newGuard(Config{AllowedOrigins: "https://app.example.com,not a url"}, nil); err == nil || !strings.Contains(err.Error(), "--mcp-allowed-origins") {
 		t.Errorf("a setting that is not an origin: %v", err)
 	}
 }
@@ -380,10 +381,10 @@ func TestCatalogReload(t *testing.T) {
 		}
 	}
 	write("resources:\n  - {uri: 'docs://a', name: a, text: one}\n  - {uri: 'docs://b', name: b, text: bee}\n")
-	s, err := NewMCPServer(MCPServerOptions{
-		Tools:    func() (ToolClient, error) { return nil, errors.New("no tool service in this test") },
-		Logger:   testLogger(t),
-		Endpoint: EndpointConfig{Catalog: path},
+	s, err := New(Options{
+		Tools:  func() (ToolClient, error) { return nil, errors.New("no tool service in this test") },
+		Logger: testenv.Logger(t),
+		Config: Config{Catalog: path},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package mcpgateway
+package endpoint
 
 import (
 	"fmt"
@@ -18,7 +18,7 @@ import (
 // other HTTP listeners refuses foreign browser origins (loopback ones and --mcp-allowed-origins
 // pass) and writes that are not JSON; the handler caps the number of sessions and adds the SSE
 // retry field; streams are resumable from the bounded event store.
-func (s *MCPServer) HTTPHandler() http.Handler {
+func (s *Server) HTTPHandler() http.Handler {
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.server }, &mcp.StreamableHTTPOptions{
 		SessionTimeout:      s.cfg.SessionTimeout,
 		Logger:              s.log,
@@ -38,7 +38,7 @@ func (s *MCPServer) HTTPHandler() http.Handler {
 
 // newGuard is the endpoint's browser guard: pages of loopback origins (local MCP clients such
 // as the MCP Inspector) and of the configured origins may call it; the SDK checks the Host.
-func newGuard(cfg EndpointConfig, log *slog.Logger) (*browserguard.Guard, error) {
+func newGuard(cfg Config, log *slog.Logger) (*browserguard.Guard, error) {
 	g, err := browserguard.New(browserguard.Config{
 		AllowedOrigins:       config.SplitList(cfg.AllowedOrigins),
 		AllowLoopbackOrigins: true,
@@ -54,7 +54,7 @@ func newGuard(cfg EndpointConfig, log *slog.Logger) (*browserguard.Guard, error)
 	return g, nil
 }
 
-func (s *MCPServer) sessionCount() int {
+func (s *Server) sessionCount() int {
 	n := 0
 	for range s.server.Sessions() {
 		n++

@@ -1,14 +1,14 @@
-package mcpgateway
+package endpoint
 
 import (
 	"flag"
 	"time"
 )
 
-// EndpointConfig holds the settings of Hermes' own MCP endpoint that both `hermes serve
+// Config holds the settings of Hermes' own MCP endpoint that both `hermes serve
 // --mcp-listen` and `hermes mcp serve` take. Every size a client can make the endpoint hold is
 // bounded here.
-type EndpointConfig struct {
+type Config struct {
 	// AllowedOrigins is a comma list of browser origins ("https://app.example.com") allowed to
 	// call the Streamable HTTP endpoint besides loopback ones; a request with any other Origin
 	// header is refused with 403 (DNS rebinding protection). Requests without Origin (every
@@ -44,7 +44,7 @@ type EndpointConfig struct {
 }
 
 // RegisterFlags registers the endpoint's settings with their defaults.
-func (c *EndpointConfig) RegisterFlags(fs *flag.FlagSet) {
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AllowedOrigins, "mcp-allowed-origins", "", `comma list of browser origins (for example "https://app.example.com") allowed to call the MCP endpoint besides loopback ones; requests with another Origin header get 403`)
 	fs.StringVar(&c.Catalog, "mcp-catalog", "", "YAML or JSON file of resources, resource templates and prompts the MCP endpoint serves besides the tools; re-read when it changes")
 	fs.IntVar(&c.MaxSessions, "mcpgateway.mcp-max-sessions", 1000, "most concurrent MCP sessions on the endpoint")
@@ -59,10 +59,10 @@ func (c *EndpointConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.ElicitMissing, "mcpgateway.mcp-elicit-missing", true, "ask the MCP client's user for required arguments a call left out (when the client supports elicitation)")
 }
 
-// withDefaults fills zero values, so an EndpointConfig built in code works. ElicitMissing keeps
+// withDefaults fills zero values, so an Config built in code works. ElicitMissing keeps
 // its value: false is a choice.
-func (c EndpointConfig) withDefaults() EndpointConfig {
-	var d EndpointConfig
+func (c Config) withDefaults() Config {
+	var d Config
 	d.RegisterFlags(flag.NewFlagSet("defaults", flag.ContinueOnError))
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = d.MaxSessions

@@ -1,6 +1,7 @@
-package mcpgateway
+package endpoint
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,8 +25,8 @@ type ToolClient interface {
 	ExecuteTool(ctx context.Context, in *toolsv1.ExecuteToolRequest, opts ...grpc.CallOption) (*toolsv1.ExecuteToolResponse, error)
 }
 
-// MCPServerOptions configure an MCPServer.
-type MCPServerOptions struct {
+// Options configure a Server.
+type Options struct {
 	// Tools returns the tool service client; it is called on every use, so the connection can
 	// be made lazily.
 	Tools func() (ToolClient, error)
@@ -35,8 +36,8 @@ type MCPServerOptions struct {
 	Version string
 	// Refresh is how often the tool list (and the catalog file) is re-read; 0 means 5 s.
 	Refresh time.Duration
-	// Endpoint holds the limits and the optional catalog of resources and prompts.
-	Endpoint EndpointConfig
+	// Config holds the limits and the optional catalog of resources and prompts.
+	Config Config
 }
 
 // LabelMCPOutput is the ToolSpec label that says how Hermes' MCP endpoint passes a tool's
@@ -54,13 +55,13 @@ const (
 	maxElicitProperties = 20
 )
 
-// MCPServer serves the tool service's tools to any MCP client, over Streamable HTTP or stdio,
+// Server serves the tool service's tools to any MCP client, over Streamable HTTP or stdio,
 // and the resources and prompts of an optional catalog file. Calls go through
 // ToolService.ExecuteTool, so they get its validation, timeouts, retries and idempotency; a
 // tool's failure is an isError result the client's model can act on.
-type MCPServer struct {
-	opts   MCPServerOptions
-	cfg    EndpointConfig
+type Server struct {
+	opts   Options
+	cfg    Config
 	log    *slog.Logger
 	server *mcp.Server
 	events *eventStore
@@ -89,17 +90,17 @@ type servedTool struct {
 	props    map[string]json.RawMessage
 }
 
-// NewMCPServer returns an endpoint; call Sync or Run to load the tools. It fails when the
+// New returns an endpoint; call Sync or Run to load the tools. It fails when the
 // catalog file cannot be read.
-func NewMCPServer(opts MCPServerOptions) (*MCPServer, error) {
+func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	if opts.Refresh <= 0 {
 		opts.Refresh = 5 * time.Second
 	}
-	cfg := opts.Endpoint.withDefaults()
-	s := &MCPServer{opts: opts, cfg: cfg, log: opts.Logger, known: map[string]*servedTool{}}
+	cfg := opts.Config.withDefaults()
+	s := &Server{opts: opts, cfg: cfg, log: opts.Logger, known: map[string]*servedTool{}}
 	s.events = newEventStore(cfg.EventStoreBytes, cfg.EventsPerStream, cfg.EventMaxAge)
 	var err error
 	if s.guard, err = newGuard(cfg, opts.Logger); err != nil {
@@ -134,7 +135,7 @@ func NewMCPServer(opts MCPServerOptions) (*MCPServer, error) {
 // so a tool registered a moment ago is visible without waiting for the periodic refresh (which
 // is what sends notifications/tools/list_changed to connected clients). One ListTools call to
 // the tool service is cheap next to what a client does with a tool list.
-func (s *MCPServer) freshen(next mcp.MethodHandler) mcp.MethodHandler {
+func (s *Server) freshen(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch method {
 		case "tools/list":
@@ -148,20 +149,20 @@ func (s *MCPServer) freshen(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
-func (s *MCPServer) served(name string) *servedTool {
+func (s *Server) served(name string) *servedTool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.known[name]
 }
 
-func (s *MCPServer) syncLogged(ctx context.Context) {
+func (s *Server) syncLogged(ctx context.Context) {
 	if err := s.Sync(ctx); err != nil {
 		s.log.Warn("MCP endpoint: reading the tool service's tools failed; serving the last list", "error", err)
 	}
 }
 
 // Run keeps the tool list and the catalog current until ctx ends.
-func (s *MCPServer) Run(ctx context.Context) {
+func (s *Server) Run(ctx context.Context) {
 	t := time.NewTicker(s.opts.Refresh)
 	defer t.Stop()
 	s.syncLogged(ctx)
@@ -180,7 +181,7 @@ func (s *MCPServer) Run(ctx context.Context) {
 
 // Sync makes the served tools those of the tool service. On error nothing changes: the last
 // list read stays served.
-func (s *MCPServer) Sync(ctx context.Context) error {
+func (s *Server) Sync(ctx context.Context) error {
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	c, err := s.opts.Tools()
@@ -248,7 +249,7 @@ func (s *MCPServer) Sync(ctx context.Context) error {
 
 // addTool registers a tool with the SDK server, which panics on a schema it cannot take; the
 // schema was checked already, so a panic here is a bug to report, not a reason to die.
-func (s *MCPServer) addTool(t *mcp.Tool) (err error) {
+func (s *Server) addTool(t *mcp.Tool) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("the MCP SDK refused the tool: %v", r)
@@ -261,7 +262,7 @@ func (s *MCPServer) addTool(t *mcp.Tool) (err error) {
 // mcpTool is a tool service tool as an MCP tool, and what the endpoint keeps of it. The input
 // schema is passed on as declared ($schema, $defs, additionalProperties and all).
 func mcpTool(spec *toolsv1.ToolSpec) (*mcp.Tool, *servedTool, error) {
-	in, err := objectSchema(json.RawMessage(spec.GetInputSchema()))
+	in, err := objectSchema(spec.GetInputSchema())
 	if err != nil {
 		return nil, nil, fmt.Errorf("input schema: %w", err)
 	}
@@ -275,7 +276,7 @@ func mcpTool(spec *toolsv1.ToolSpec) (*mcp.Tool, *servedTool, error) {
 	}
 	t := &mcp.Tool{Name: spec.GetName(), Description: spec.GetDescription(), InputSchema: json.RawMessage(in)}
 	if spec.GetOutputSchema() != "" {
-		if out, err := objectSchema(json.RawMessage(spec.GetOutputSchema())); err == nil {
+		if out, err := objectSchema(spec.GetOutputSchema()); err == nil {
 			t.OutputSchema = json.RawMessage(out)
 			st.structured = true
 		}
@@ -303,7 +304,7 @@ func mcpTool(spec *toolsv1.ToolSpec) (*mcp.Tool, *servedTool, error) {
 // handler executes a tool through the tool service: missing required arguments are asked of
 // the user first (when the client can be asked), progress and log messages go to the client
 // while the tool runs, and the result is mapped to MCP.
-func (s *MCPServer) handler(name string) mcp.ToolHandler {
+func (s *Server) handler(name string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		st := s.served(name)
 		if st == nil {
@@ -327,6 +328,26 @@ func (s *MCPServer) handler(name string) mcp.ToolHandler {
 		}
 		return toMCPResult(resp.GetResult(), st, s.cfg.MaxResultBytes), nil
 	}
+}
+
+// objectSchema returns a tool service schema compacted, if it describes an object: MCP requires
+// object schemas, and the gateway checked those of MCP tools already, but builtins and
+// registered tools reach the endpoint too.
+func objectSchema(schema string) (string, error) {
+	var head struct {
+		Type any `json:"type"`
+	}
+	if err := json.Unmarshal([]byte(schema), &head); err != nil {
+		return "", fmt.Errorf("the schema is not a JSON object: %w", err)
+	}
+	if head.Type != "object" {
+		return "", fmt.Errorf(`the schema's type is %v, not "object"`, head.Type)
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, []byte(schema)); err != nil {
+		return "", err
+	}
+	return b.String(), nil
 }
 
 func errorResult(msg string) *mcp.CallToolResult {
@@ -490,7 +511,7 @@ func contentResult(out string) (*mcp.CallToolResult, error) {
 
 // ServeStdio serves one MCP session on in/out (newline-delimited JSON) until the client closes
 // it or ctx ends.
-func (s *MCPServer) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
+func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
 	return s.server.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(in), Writer: nopWriteCloser{out}})
 }
 

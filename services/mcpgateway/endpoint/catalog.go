@@ -1,4 +1,4 @@
-package mcpgateway
+package endpoint
 
 import (
 	"bytes"
@@ -265,7 +265,7 @@ func checkMessage(m catalogMessage) error {
 // reloadCatalog reads the catalog file when it changed since the last read and makes the
 // served resources, templates and prompts its own; subscribers of a resource whose content
 // changed are notified. On error nothing changes.
-func (s *MCPServer) reloadCatalog(ctx context.Context) error {
+func (s *Server) reloadCatalog(ctx context.Context) error {
 	src := s.catalog
 	if src == nil {
 		return nil
@@ -309,7 +309,7 @@ func (s *MCPServer) reloadCatalog(ctx context.Context) error {
 }
 
 // applyCatalog registers next with the SDK server in place of prev.
-func (s *MCPServer) applyCatalog(ctx context.Context, prev, next *catalog) {
+func (s *Server) applyCatalog(ctx context.Context, prev, next *catalog) {
 	old := map[string]catalogResource{}
 	for _, r := range prev.Resources {
 		old[r.URI] = r
@@ -454,7 +454,7 @@ func substitute(s string, vars map[string]string) string {
 }
 
 // current is the catalog last read (empty without one).
-func (s *MCPServer) current() *catalog {
+func (s *Server) current() *catalog {
 	if s.catalog == nil {
 		return &catalog{}
 	}
@@ -468,7 +468,7 @@ func (s *MCPServer) current() *catalog {
 
 // complete offers the values a prompt argument declares that start with what the user typed
 // (case-insensitively); other references get no values.
-func (s *MCPServer) complete(_ context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+func (s *Server) complete(_ context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
 	res := &mcp.CompleteResult{Completion: mcp.CompletionResultDetails{Values: []string{}}}
 	p := req.Params
 	if p == nil || p.Ref == nil || p.Ref.Type != "ref/prompt" {
@@ -499,7 +499,7 @@ func (s *MCPServer) complete(_ context.Context, req *mcp.CompleteRequest) (*mcp.
 
 // subscribe accepts subscriptions to the catalog's resources only, which bounds what the SDK
 // keeps per session.
-func (s *MCPServer) subscribe(_ context.Context, req *mcp.SubscribeRequest) error {
+func (s *Server) subscribe(_ context.Context, req *mcp.SubscribeRequest) error {
 	if req.Params != nil && slices.ContainsFunc(s.current().Resources, func(r catalogResource) bool { return r.URI == req.Params.URI }) {
 		return nil
 	}

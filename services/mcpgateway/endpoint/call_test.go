@@ -1,4 +1,4 @@
-package mcpgateway
+package endpoint
 
 import (
 	"strings"
