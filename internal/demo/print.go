@@ -79,45 +79,11 @@ func (p *Printer) Event(ev *orchestratorv1.TurnEvent) {
 				Plural(int(c.GetTaskStateSteps()), "task-state step", "task-state steps"), Plural(int(c.GetRepairs()), "repair", "repairs"))
 		}
 	case *orchestratorv1.TurnEvent_Memories:
-		m := e.Memories
-		switch {
-		case m.GetError() != "":
-			fmt.Fprintf(p.W, "  memories: %s\n", m.GetError())
-		case len(m.GetMemories()) == 0:
-			if p.Verbose {
-				fmt.Fprintln(p.W, "  memories recalled: none")
-			}
-		default:
-			fmt.Fprintf(p.W, "  %s recalled\n", Plural(len(m.GetMemories()), "memory", "memories"))
-			for _, r := range m.GetMemories() {
-				fmt.Fprintf(p.W, "    • (%s) %s%s  score %.2f", r.GetType(), r.GetContent(), attrs(r.GetAttributes()), r.GetScore())
-				if r.GetReason() != "" {
-					fmt.Fprintf(p.W, " — %s", r.GetReason())
-				}
-				fmt.Fprintln(p.W)
-			}
-		}
+		p.memories(e.Memories)
 	case *orchestratorv1.TurnEvent_ToolCall:
-		c := e.ToolCall
-		fmt.Fprintf(p.W, "  → %s %s\n", c.GetName(), c.GetArguments())
-		for _, f := range c.GetFilled() {
-			fmt.Fprintf(p.W, "      filled from memory %s: %s = %s\n", f.GetMemoryId(), f.GetName(), f.GetValue())
-		}
-		if c.GetIdempotencyKey() != "" && p.Verbose {
-			fmt.Fprintf(p.W, "      idempotency key %s\n", c.GetIdempotencyKey())
-		}
+		p.toolCall(e.ToolCall)
 	case *orchestratorv1.TurnEvent_ToolResult:
-		r := e.ToolResult
-		took := r.GetDuration().AsDuration().Round(100_000)
-		if r.GetSuccess() {
-			replay := ""
-			if r.GetReplayed() {
-				replay = " (replayed from its idempotency record, not run again)"
-			}
-			fmt.Fprintf(p.W, "  ← %s ok in %s%s: %s\n", r.GetName(), took, replay, oneLine(r.GetOutput(), 240))
-		} else {
-			fmt.Fprintf(p.W, "  ← %s failed (%s) in %s: %s\n", r.GetName(), r.GetErrorCode(), took, oneLine(r.GetError(), 240))
-		}
+		p.toolResult(e.ToolResult)
 	case *orchestratorv1.TurnEvent_Summary:
 		s := e.Summary
 		how := "by the model"
@@ -144,6 +110,52 @@ func (p *Printer) Event(ev *orchestratorv1.TurnEvent) {
 			fmt.Fprintf(p.W, "    %s\n", usage(f.GetUsage()))
 		}
 	}
+}
+
+// memories prints the memories recalled for a turn (or why none were).
+func (p *Printer) memories(m *orchestratorv1.MemoriesRecalled) {
+	switch {
+	case m.GetError() != "":
+		fmt.Fprintf(p.W, "  memories: %s\n", m.GetError())
+	case len(m.GetMemories()) == 0:
+		if p.Verbose {
+			fmt.Fprintln(p.W, "  memories recalled: none")
+		}
+	default:
+		fmt.Fprintf(p.W, "  %s recalled\n", Plural(len(m.GetMemories()), "memory", "memories"))
+		for _, r := range m.GetMemories() {
+			fmt.Fprintf(p.W, "    • (%s) %s%s  score %.2f", r.GetType(), r.GetContent(), attrs(r.GetAttributes()), r.GetScore())
+			if r.GetReason() != "" {
+				fmt.Fprintf(p.W, " — %s", r.GetReason())
+			}
+			fmt.Fprintln(p.W)
+		}
+	}
+}
+
+// toolCall prints a tool call with the arguments filled from memory.
+func (p *Printer) toolCall(c *orchestratorv1.ToolCallStarted) {
+	fmt.Fprintf(p.W, "  → %s %s\n", c.GetName(), c.GetArguments())
+	for _, f := range c.GetFilled() {
+		fmt.Fprintf(p.W, "      filled from memory %s: %s = %s\n", f.GetMemoryId(), f.GetName(), f.GetValue())
+	}
+	if c.GetIdempotencyKey() != "" && p.Verbose {
+		fmt.Fprintf(p.W, "      idempotency key %s\n", c.GetIdempotencyKey())
+	}
+}
+
+// toolResult prints a tool result on one line.
+func (p *Printer) toolResult(r *orchestratorv1.ToolCallFinished) {
+	took := r.GetDuration().AsDuration().Round(100_000)
+	if !r.GetSuccess() {
+		fmt.Fprintf(p.W, "  ← %s failed (%s) in %s: %s\n", r.GetName(), r.GetErrorCode(), took, oneLine(r.GetError(), 240))
+		return
+	}
+	replay := ""
+	if r.GetReplayed() {
+		replay = " (replayed from its idempotency record, not run again)"
+	}
+	fmt.Fprintf(p.W, "  ← %s ok in %s%s: %s\n", r.GetName(), took, replay, oneLine(r.GetOutput(), 240))
 }
 
 // toolProgress draws a running tool's progress: a bar when the tool knows its total, the

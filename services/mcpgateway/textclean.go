@@ -199,73 +199,93 @@ var hiddenElements = map[atom.Atom]bool{
 // and whitespace outside <pre> is collapsed.
 func htmlToText(s string) string {
 	z := html.NewTokenizer(strings.NewReader(s))
-	var b strings.Builder
-	hidden, pre := 0, 0
-	newline := func() {
-		if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") {
-			b.WriteByte('\n')
-		}
-	}
+	var w htmlWriter
 	for {
-		tt := z.Next()
-		switch tt {
+		switch tt := z.Next(); tt {
 		case html.ErrorToken:
-			return tidyLines(b.String())
+			return tidyLines(w.b.String())
 		case html.TextToken:
-			if hidden > 0 {
-				continue
-			}
-			t := string(z.Text())
-			if pre == 0 {
-				t = strings.Join(strings.Fields(t), " ")
-				if t == "" {
-					continue
-				}
-				if b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") && !strings.HasSuffix(b.String(), " ") {
-					b.WriteByte(' ')
-				}
-			}
-			b.WriteString(t)
+			w.text(string(z.Text()))
 		case html.StartTagToken, html.SelfClosingTagToken:
-			name, hasAttr := z.TagName()
-			a := atom.Lookup(name)
-			switch {
-			case hiddenElements[a]:
-				if tt == html.StartTagToken {
-					hidden++
-				}
-			case a == atom.Img && hidden == 0:
-				for hasAttr {
-					var k, v []byte
-					k, v, hasAttr = z.TagAttr()
-					if string(k) == "alt" && len(v) > 0 {
-						fmt.Fprintf(&b, " [image: %s] ", strings.Join(strings.Fields(string(v)), " "))
-					}
-				}
-			case blockElements[a]:
-				newline()
-				if a == atom.Pre && tt == html.StartTagToken {
-					pre++
-				}
-				if a == atom.Li {
-					b.WriteString("- ")
-				}
-			}
+			w.start(z, tt == html.StartTagToken)
 		case html.EndTagToken:
 			name, _ := z.TagName()
-			a := atom.Lookup(name)
-			switch {
-			case hiddenElements[a]:
-				if hidden > 0 {
-					hidden--
-				}
-			case blockElements[a]:
-				if a == atom.Pre && pre > 0 {
-					pre--
-				}
-				newline()
+			w.end(atom.Lookup(name))
+		}
+	}
+}
+
+// htmlWriter is htmlToText's output and where it stands: inside how many hidden elements and
+// how many <pre>.
+type htmlWriter struct {
+	b           strings.Builder
+	hidden, pre int
+}
+
+// newline ends the current line, if one was started.
+func (w *htmlWriter) newline() {
+	if w.b.Len() > 0 && !strings.HasSuffix(w.b.String(), "\n") {
+		w.b.WriteByte('\n')
+	}
+}
+
+// text writes a text node, its whitespace collapsed outside <pre>.
+func (w *htmlWriter) text(t string) {
+	if w.hidden > 0 {
+		return
+	}
+	if w.pre == 0 {
+		t = strings.Join(strings.Fields(t), " ")
+		if t == "" {
+			return
+		}
+		if w.b.Len() > 0 && !strings.HasSuffix(w.b.String(), "\n") && !strings.HasSuffix(w.b.String(), " ") {
+			w.b.WriteByte(' ')
+		}
+	}
+	w.b.WriteString(t)
+}
+
+// start handles a start tag (open is false for a self-closing one).
+func (w *htmlWriter) start(z *html.Tokenizer, open bool) {
+	name, hasAttr := z.TagName()
+	a := atom.Lookup(name)
+	switch {
+	case hiddenElements[a]:
+		if open {
+			w.hidden++
+		}
+	case a == atom.Img && w.hidden == 0:
+		for hasAttr {
+			var k, v []byte
+			k, v, hasAttr = z.TagAttr()
+			if string(k) == "alt" && len(v) > 0 {
+				fmt.Fprintf(&w.b, " [image: %s] ", strings.Join(strings.Fields(string(v)), " "))
 			}
 		}
+	case blockElements[a]:
+		w.newline()
+		if a == atom.Pre && open {
+			w.pre++
+		}
+		if a == atom.Li {
+			w.b.WriteString("- ")
+		}
+	}
+}
+
+// end handles an end tag.
+func (w *htmlWriter) end(a atom.Atom) {
+	switch {
+	case hiddenElements[a]:
+		if w.hidden > 0 {
+			w.hidden--
+		}
+	case blockElements[a]:
+		if a == atom.Pre && w.pre > 0 {
+			w.pre--
+		}
+		w.newline()
 	}
 }
 

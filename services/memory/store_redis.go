@@ -193,20 +193,7 @@ func searchEntries(all []Entry, q SearchQuery, now time.Time) []Hit {
 	var idf []float32
 	var docs []sparseVec
 	if !q.Lexical.empty() {
-		docs = make([]sparseVec, len(all))
-		df := make([]int, len(q.Lexical.idx))
-		for i, e := range all {
-			docs[i] = lexDoc(embedText(e.Memory))
-			for j, k := range q.Lexical.idx {
-				if _, ok := slices.BinarySearch(docs[i].idx, k); ok {
-					df[j]++
-				}
-			}
-		}
-		idf = make([]float32, len(df))
-		for j := range df {
-			idf[j] = bm25IDF(len(all), df[j])
-		}
+		docs, idf = lexicalStats(all, q.Lexical)
 		q.MinLexical = lexicalFloor(q.MinLexical, len(all))
 	}
 	var floor float64
@@ -217,16 +204,7 @@ func searchEntries(all []Entry, q SearchQuery, now time.Time) []Hit {
 	lookup := len(q.AttributeKeys) > 0 && q.MinLexical <= 0
 	for i, e := range all {
 		m := e.Memory
-		if !live(m) || !typeAllowed(q.Types, m.GetType()) || (m.GetExpiresAt() != nil && !m.GetExpiresAt().AsTime().After(now)) {
-			continue
-		}
-		if !q.UpdatedAfter.IsZero() && m.GetType() != memoryv1.MemoryType_MEMORY_TYPE_FACT && m.GetUpdatedAt().AsTime().Before(q.UpdatedAfter) {
-			continue
-		}
-		if o := occurredAt(m); (!q.OccurredAfter.IsZero() && o.Before(q.OccurredAfter)) || (!q.OccurredBefore.IsZero() && !o.Before(q.OccurredBefore)) {
-			continue
-		}
-		if len(q.AttributeKeys) > 0 && !hasAnyKey(attrKeys(m), q.AttributeKeys) {
+		if !q.admits(m, now) {
 			continue
 		}
 		byID[m.GetId()] = e
@@ -261,6 +239,41 @@ func searchEntries(all []Entry, q SearchQuery, now time.Time) []Hit {
 		hits[i] = Hit{Entry: byID[r.id], Similarity: r.sim, Floor: floor}
 	}
 	return hits
+}
+
+// lexicalStats is the lexical vector of each entry and the BM25 idf of each query term over
+// the entries.
+func lexicalStats(all []Entry, query sparseVec) (docs []sparseVec, idf []float32) {
+	docs = make([]sparseVec, len(all))
+	df := make([]int, len(query.idx))
+	for i, e := range all {
+		docs[i] = lexDoc(embedText(e.Memory))
+		for j, k := range query.idx {
+			if _, ok := slices.BinarySearch(docs[i].idx, k); ok {
+				df[j]++
+			}
+		}
+	}
+	idf = make([]float32, len(df))
+	for j := range df {
+		idf[j] = bm25IDF(len(all), df[j])
+	}
+	return docs, idf
+}
+
+// admits reports whether m passes the query's filters at now: live, of an allowed type, not
+// expired, in the time windows, with one of the attribute keys.
+func (q SearchQuery) admits(m *memoryv1.Memory, now time.Time) bool {
+	if !live(m) || !typeAllowed(q.Types, m.GetType()) || (m.GetExpiresAt() != nil && !m.GetExpiresAt().AsTime().After(now)) {
+		return false
+	}
+	if !q.UpdatedAfter.IsZero() && m.GetType() != memoryv1.MemoryType_MEMORY_TYPE_FACT && m.GetUpdatedAt().AsTime().Before(q.UpdatedAfter) {
+		return false
+	}
+	if o := occurredAt(m); (!q.OccurredAfter.IsZero() && o.Before(q.OccurredAfter)) || (!q.OccurredBefore.IsZero() && !o.Before(q.OccurredBefore)) {
+		return false
+	}
+	return len(q.AttributeKeys) == 0 || hasAnyKey(attrKeys(m), q.AttributeKeys)
 }
 
 // Scan implements TierStore.

@@ -69,7 +69,15 @@ func checkSpec(spec *toolsv1.ToolSpec, builtins *Builtins, maxTimeout time.Durat
 		v.Add("spec.description", "is required: say what the tool does, for a model")
 	}
 	v.MaxLen("spec.description", spec.GetDescription(), maxDescriptionBytes)
+	cs := checkSchemas(spec, v)
+	checkLimits(spec, maxTimeout, v)
+	checkGroupsAndLabels(spec, v)
+	checkExecutor(spec, builtins, rules, v)
+	return cs
+}
 
+// checkSchemas compiles the spec's input (required) and output schemas and compacts them.
+func checkSchemas(spec *toolsv1.ToolSpec, v *rpc.Violations) *compiledSpec {
 	cs := &compiledSpec{}
 	if spec.GetInputSchema() == "" {
 		v.Add("spec.input_schema", "is required: a JSON Schema with \"type\": \"object\"")
@@ -87,7 +95,11 @@ func checkSpec(spec *toolsv1.ToolSpec, builtins *Builtins, maxTimeout time.Durat
 			spec.OutputSchema, _ = compactJSON(spec.GetOutputSchema())
 		}
 	}
+	return cs
+}
 
+// checkLimits checks the spec's timeouts and retries against the service's bounds.
+func checkLimits(spec *toolsv1.ToolSpec, maxTimeout time.Duration, v *rpc.Violations) {
 	if t := spec.GetTimeout(); t != nil {
 		if err := t.CheckValid(); err != nil || t.AsDuration() < time.Millisecond || t.AsDuration() > maxTimeout {
 			v.Add("spec.timeout", "must be between 1ms and %s", maxTimeout)
@@ -103,7 +115,10 @@ func checkSpec(spec *toolsv1.ToolSpec, builtins *Builtins, maxTimeout time.Durat
 	if spec.MaxRetries != nil && (spec.GetMaxRetries() < 0 || spec.GetMaxRetries() > maxRetriesLimit) {
 		v.Add("spec.max_retries", "must be between 0 and %d", maxRetriesLimit)
 	}
+}
 
+// checkGroupsAndLabels checks the groups (then sorted and deduplicated) and the labels.
+func checkGroupsAndLabels(spec *toolsv1.ToolSpec, v *rpc.Violations) {
 	if len(spec.GetGroups()) > maxGroups {
 		v.Add("spec.groups", "has %d groups; at most %d are allowed", len(spec.GetGroups()), maxGroups)
 	}
@@ -124,7 +139,10 @@ func checkSpec(spec *toolsv1.ToolSpec, builtins *Builtins, maxTimeout time.Durat
 			v.Add("spec.labels", "label %q: keys must be 1-128 bytes and values at most 1024", truncateRunes(k, 80))
 		}
 	}
+}
 
+// checkExecutor checks the one executor a spec must have.
+func checkExecutor(spec *toolsv1.ToolSpec, builtins *Builtins, rules specRules, v *rpc.Violations) {
 	switch ex := spec.GetExecutor().(type) {
 	case *toolsv1.ToolSpec_Http:
 		checkHTTPExecutor(ex.Http, rules, v)
@@ -142,7 +160,6 @@ func checkSpec(spec *toolsv1.ToolSpec, builtins *Builtins, maxTimeout time.Durat
 	default:
 		v.Add("spec.executor", "is required: set http, mcp or builtin")
 	}
-	return cs
 }
 
 func checkHTTPExecutor(h *toolsv1.HTTPExecutor, rules specRules, v *rpc.Violations) {
