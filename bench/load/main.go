@@ -9,6 +9,9 @@
 //	go run ./bench/load -mode=monolithic                      # one `hermes serve`, embedded everything
 //	go run ./bench/load -mode=microservices                   # five processes, real Redis and NATS
 //	go run ./bench/load -mode=microservices -orchestrators=2  # two orchestrator replicas
+//	go run ./bench/load -mode=microservices -orchestrators=4 -memories=2 -own-backends
+//	                                                          # four orchestrators, two memory
+//	                                                          # replicas, Redis and NATS of the run's own
 //
 // or measures a running deployment: -mode=external -addr=host:7070[,host2:7070] (sessions are
 // spread over the addresses; -session-addr is the session service, default the first address).
@@ -17,16 +20,20 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"math"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -34,6 +41,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -48,6 +56,11 @@ import (
 type config struct {
 	mode          string
 	orchestrators int
+	memories      int
+	memWorkers    int
+	ownBackends   bool
+	profile       string
+	profileOut    string
 	sessions      int
 	turnsPer      int
 	duration      time.Duration
@@ -66,7 +79,12 @@ type config struct {
 func main() {
 	var c config
 	flag.StringVar(&c.mode, "mode", "monolithic", "what to drive: monolithic (starts one hermes serve), microservices (starts five hermes serve --target=… processes on loopback with real Redis and NATS), external (-addr)")
-	flag.IntVar(&c.orchestrators, "orchestrators", 1, "orchestrator processes in microservices mode; sessions are spread over them")
+	flag.IntVar(&c.orchestrators, "orchestrators", 1, "orchestrator processes in microservices mode; sessions are spread round-robin over their addresses (worker i always calls orchestrator i mod N)")
+	flag.IntVar(&c.memories, "memories", 1, "memory processes in microservices mode: they share extraction through JetStream, and orchestrator k calls memory replica (k-1) mod M")
+	flag.IntVar(&c.memWorkers, "memory-workers", 0, "microservices mode: extraction workers per memory process (HERMES_MEMORY_CONSUMER_WORKERS); 0 keeps Hermes' default")
+	flag.BoolVar(&c.ownBackends, "own-backends", false, "microservices mode: start a redis-server (append-only file, fsync every second, as deploy/k8s) and a nats-server -js of the run's own instead of -redis-url and -nats-url, so their CPU is the run's alone")
+	flag.StringVar(&c.profile, "profile", "", "microservices mode: a process name (orchestrator, orchestrator-2, memory, session, ...) whose Go CPU profile is taken over the measured window")
+	flag.StringVar(&c.profileOut, "profile-out", "cpu.pprof", "where -profile writes the profile (go tool pprof -top <file>)")
 	flag.IntVar(&c.sessions, "sessions", 8, "concurrent sessions; each runs one turn after another")
 	flag.IntVar(&c.turnsPer, "turns-per-session", 10, "turns in one session before the worker starts a new one (with a new user), so every run sees sessions of the same length; 0 never starts a new one")
 	flag.DurationVar(&c.duration, "duration", 20*time.Second, "how long turns are measured")
@@ -98,14 +116,38 @@ func main() {
 type target struct {
 	orchestrators []string
 	session       string
-	// procs are the processes started, for their CPU time.
+	// procs are the Hermes processes started.
 	procs []*cluster.Process
+	// meters are every process whose CPU is read: the Hermes processes, then Redis and NATS.
+	meters []meter
+}
+
+// meter is a process whose CPU time is read from /proc before and after the window.
+type meter struct {
+	name string
+	pid  func() int
+	// backend marks Redis and NATS; shared marks a server other work on the machine uses too
+	// (its CPU includes that work).
+	backend, shared bool
+	// redisAddr is set on a Redis of the run's own: its commands are counted too.
+	redisAddr string
+}
+
+func hermesMeters(procs []*cluster.Process) []meter {
+	var out []meter
+	for _, p := range procs {
+		out = append(out, meter{name: p.Name, pid: p.Pid})
+	}
+	return out
 }
 
 // run starts what the mode needs, drives the load, prints the report and returns the figures.
 func run(ctx context.Context, c config, out io.Writer) (*result, error) {
-	if c.sessions < 1 || c.orchestrators < 1 || c.duration <= 0 {
-		return nil, errors.New("-sessions, -orchestrators and -duration must be positive")
+	if c.sessions < 1 || c.orchestrators < 1 || c.memories < 1 || c.duration <= 0 {
+		return nil, errors.New("-sessions, -orchestrators, -memories and -duration must be positive")
+	}
+	if c.mode != "microservices" && (c.orchestrators != 1 || c.memories != 1 || c.memWorkers != 0 || c.ownBackends || c.profile != "") {
+		return nil, errors.New("-orchestrators, -memories, -memory-workers, -own-backends and -profile apply to microservices mode")
 	}
 	dir, err := os.MkdirTemp("", "hermes-load-")
 	if err != nil {
@@ -142,9 +184,6 @@ func run(ctx context.Context, c config, out io.Writer) (*result, error) {
 		}
 		switch c.mode {
 		case "monolithic":
-			if c.orchestrators != 1 {
-				return nil, errors.New("-orchestrators applies to microservices mode; monolithic mode is one process")
-			}
 			p, err := cluster.StartMonolith(ctx, bin, dir, model.URL(), "scripted-load", nil)
 			if err != nil {
 				return nil, err
@@ -156,8 +195,9 @@ func run(ctx context.Context, c config, out io.Writer) (*result, error) {
 				p.Close()
 			}()
 			tg.orchestrators, tg.session, tg.procs = []string{p.Addr}, p.Addr, []*cluster.Process{p}
+			tg.meters = hermesMeters(tg.procs)
 		case "microservices":
-			cl, cleanup, err := startCluster(ctx, c, bin, dir, model.URL())
+			cl, backends, cleanup, err := startCluster(ctx, c, bin, dir, model.URL())
 			if err != nil {
 				return nil, err
 			}
@@ -168,6 +208,7 @@ func run(ctx context.Context, c config, out io.Writer) (*result, error) {
 				cleanup()
 			}()
 			tg.orchestrators, tg.session, tg.procs = cl.Addrs("orchestrator"), cl.Addr("session"), cl.Procs
+			tg.meters = append(hermesMeters(cl.Procs), backends...)
 		default:
 			return nil, fmt.Errorf("-mode %q: want monolithic, microservices or external", c.mode)
 		}
@@ -181,8 +222,10 @@ func run(ctx context.Context, c config, out io.Writer) (*result, error) {
 	return res, nil
 }
 
-// startCluster starts the five processes (and the Qdrant double unless -qdrant-addr is set).
-func startCluster(ctx context.Context, c config, bin, dir, modelURL string) (*cluster.Cluster, func(), error) {
+// startCluster starts the five processes and their replicas (and the Qdrant double unless
+// -qdrant-addr is set, and with -own-backends a Redis and a NATS server); it returns the Redis
+// and NATS servers to read the CPU of.
+func startCluster(ctx context.Context, c config, bin, dir, modelURL string) (*cluster.Cluster, []meter, func(), error) {
 	id := strconv.FormatInt(time.Now().UnixNano(), 36)
 	qaddr := c.qdrantAddr
 	var closers []func()
@@ -194,12 +237,39 @@ func startCluster(ctx context.Context, c config, bin, dir, modelURL string) (*cl
 	if qaddr == "" {
 		d, err := qdranttest.Start()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		closers = append(closers, d.Close)
 		qaddr = d.Addr()
 	}
+	var backends []meter
+	if c.ownBackends {
+		r, err := cluster.StartRedisFsync(filepath.Join(dir, "redis"), "everysec")
+		if err != nil {
+			cleanup()
+			return nil, nil, nil, err
+		}
+		closers = append(closers, r.Close)
+		n, err := cluster.StartNATS(filepath.Join(dir, "nats"))
+		if err != nil {
+			cleanup()
+			return nil, nil, nil, err
+		}
+		closers = append(closers, n.Close)
+		c.redisURL, c.natsURL = r.URL(), n.URL()
+		backends = []meter{{name: "redis-server", pid: r.Pid, backend: true, redisAddr: r.Addr()}, {name: "nats-server", pid: n.Pid, backend: true}}
+	} else {
+		for _, s := range []struct{ comm, url, port string }{{"redis-server", c.redisURL, "6379"}, {"nats-server", c.natsURL, "4222"}} {
+			if pid := cluster.FindServer(s.comm, urlPort(s.url, s.port)); pid != 0 {
+				backends = append(backends, meter{name: s.comm, pid: func() int { return pid }, backend: true, shared: true})
+			}
+		}
+	}
 	prefix := "hermes-load-" + id + ":"
+	env := []string{"HERMES_MEMORY_QDRANT_COLLECTION=hermes_load_" + id}
+	if c.memWorkers > 0 {
+		env = append(env, fmt.Sprintf("HERMES_MEMORY_CONSUMER_WORKERS=%d", c.memWorkers))
+	}
 	cl, err := cluster.Start(ctx, cluster.Options{
 		Binary: bin, Dir: dir,
 		RedisURL: c.redisURL, RedisPrefix: prefix,
@@ -207,14 +277,28 @@ func startCluster(ctx context.Context, c config, bin, dir, modelURL string) (*cl
 		QdrantAddr:   qaddr,
 		ModelBaseURL: modelURL, Model: "scripted-load",
 		Orchestrators: c.orchestrators,
-		Env:           []string{"HERMES_MEMORY_QDRANT_COLLECTION=hermes_load_" + id},
+		Memories:      c.memories,
+		Profile:       c.profile != "",
+		Env:           env,
 	})
 	if err != nil {
 		cleanup()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	closers = append(closers, cl.Close, func() { cleanupBackends(c, prefix, "load"+id) })
-	return cl, cleanup, nil
+	closers = append(closers, cl.Close)
+	if !c.ownBackends { // a server of the run's own goes with its data
+		closers = append(closers, func() { cleanupBackends(c, prefix, "load"+id) })
+	}
+	return cl, backends, cleanup, nil
+}
+
+// urlPort is the port of a redis:// or nats:// URL, or def when it names none.
+func urlPort(raw, def string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Port() == "" {
+		return def
+	}
+	return u.Port()
 }
 
 // result is what the measured window produced.
@@ -223,12 +307,16 @@ type result struct {
 	latencies []time.Duration
 	failures  map[string]int
 	example   map[string]string
-	cpu       map[string]float64 // CPU seconds per process during the measured window
-	selfCPU   time.Duration      // CPU of the load generator and scripted model in the window
-	machine   float64            // busy fraction of the machine's cores in the window
-	perAddr   map[string]int
-	// modelCalls counts the scripted model's requests by kind over the whole run.
-	modelCalls map[string]int
+	cpu       map[string]float64 // CPU seconds per process (Redis and NATS included) in the measured window
+	// redisCommands is what a Redis of the run's own did in the window, by command (nil: none).
+	redisCommands map[string]cmdStat
+	selfCPU       time.Duration // CPU of the load generator and scripted model in the window
+	machine       float64       // busy fraction of the machine's cores in the window
+	perAddr       map[string]int
+	// modelCalls counts the scripted model's requests by kind over the whole run; windowCalls
+	// in the measured window (read with the CPU): extraction requests there against the
+	// window's turns say whether the memory extractor keeps up.
+	modelCalls, windowCalls map[string]int
 }
 
 func drive(ctx context.Context, c config, tg target) (*result, error) {
@@ -267,6 +355,8 @@ func drive(ctx context.Context, c config, tg target) (*result, error) {
 	measureTo := measureFrom.Add(c.duration)
 	var (
 		cpuBefore             map[string]float64
+		cmdsBefore            map[string]cmdStat
+		callsBefore           map[string]int
 		selfBefore            time.Duration
 		busyBefore, totBefore uint64
 	)
@@ -274,13 +364,21 @@ func drive(ctx context.Context, c config, tg target) (*result, error) {
 	go func() {
 		defer close(beforeRead)
 		time.Sleep(time.Until(measureFrom))
-		m := cpuSeconds(tg.procs)
+		m := cpuSeconds(tg.meters)
 		sc := selfCPU()
+		calls := counted.snapshot()
+		cmds := redisCommands(ctx, tg.meters)
 		b, tot := machineCPU()
 		mu.Lock()
-		cpuBefore, selfBefore, busyBefore, totBefore = m, sc, b, tot
+		cpuBefore, selfBefore, busyBefore, totBefore, callsBefore, cmdsBefore = m, sc, b, tot, calls, cmds
 		mu.Unlock()
 	}()
+	profiled := make(chan error, 1)
+	if c.profile == "" {
+		profiled <- nil
+	} else {
+		go func() { profiled <- profile(ctx, c, tg, measureFrom) }()
+	}
 	var wg sync.WaitGroup
 	errc := make(chan error, c.sessions)
 	for i := range c.sessions {
@@ -327,18 +425,35 @@ func drive(ctx context.Context, c config, tg target) (*result, error) {
 	}
 	res.elapsed = time.Since(measureFrom)
 	<-beforeRead
-	after := cpuSeconds(tg.procs)
+	if err := <-profiled; err != nil {
+		return nil, err
+	}
+	after := cpuSeconds(tg.meters)
 	selfAfter := selfCPU()
+	callsAfter := counted.snapshot()
+	cmdsAfter := redisCommands(ctx, tg.meters)
 	busyAfter, totAfter := machineCPU()
 	mu.Lock()
 	defer mu.Unlock()
 	res.selfCPU = selfAfter - selfBefore
+	if cmdsBefore != nil && cmdsAfter != nil {
+		res.redisCommands = map[string]cmdStat{}
+		for k, v := range cmdsAfter {
+			if d := (cmdStat{v.calls - cmdsBefore[k].calls, v.usec - cmdsBefore[k].usec}); d.calls > 0 {
+				res.redisCommands[k] = d
+			}
+		}
+	}
+	res.windowCalls = map[string]int{}
+	for k, v := range callsAfter {
+		res.windowCalls[k] = v - callsBefore[k]
+	}
 	if totAfter > totBefore {
 		res.machine = float64(busyAfter-busyBefore) / float64(totAfter-totBefore)
 	}
 	res.cpu = map[string]float64{}
 	for k, v := range after {
-		if b, ok := cpuBefore[k]; ok { // a process whose /metrics was not read both times has no figure
+		if b, ok := cpuBefore[k]; ok { // a process not read both times has no figure
 			res.cpu[k] = v - b
 		}
 	}
@@ -374,26 +489,96 @@ func turn(ctx context.Context, c orchestratorv1.OrchestratorServiceClient, sessi
 	}
 }
 
-// cpuSeconds reads process_cpu_seconds_total from each process's /metrics.
-func cpuSeconds(procs []*cluster.Process) map[string]float64 {
+// cpuSeconds reads each process's CPU time from /proc; a process not running or not readable
+// is left out.
+func cpuSeconds(ms []meter) map[string]float64 {
 	out := map[string]float64{}
-	client := &http.Client{Timeout: 5 * time.Second}
-	for _, p := range procs {
-		resp, err := client.Get("http://" + p.MetricsAddr + "/metrics")
-		if err != nil {
+	for _, m := range ms {
+		pid := m.pid()
+		if pid == 0 {
 			continue
 		}
-		body, _ := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		for _, line := range strings.Split(string(body), "\n") {
-			if v, ok := strings.CutPrefix(line, "process_cpu_seconds_total "); ok {
-				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
-					out[p.Name] = f
-				}
-			}
+		if d, err := cluster.ProcCPU(pid); err == nil {
+			out[m.name] = d.Seconds()
 		}
 	}
 	return out
+}
+
+// cmdStat is one Redis command's calls and the microseconds Redis spent in it.
+type cmdStat struct{ calls, usec int64 }
+
+// redisCommands returns INFO commandstats of the Redis of the run's own (commands run by
+// scripts count under their own names as well as the EVALSHA that ran them), or nil when there
+// is none (a shared Redis counts other work too) or it cannot be read.
+func redisCommands(ctx context.Context, ms []meter) map[string]cmdStat {
+	for _, m := range ms {
+		if m.redisAddr == "" {
+			continue
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: m.redisAddr})
+		defer func() { _ = rdb.Close() }()
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		info, err := rdb.Info(cctx, "commandstats").Result()
+		if err != nil {
+			return nil
+		}
+		out := map[string]cmdStat{}
+		for _, line := range strings.Split(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+			name, found := strings.CutPrefix(name, "cmdstat_")
+			if !ok || !found {
+				continue
+			}
+			var st cmdStat
+			for _, kv := range strings.Split(rest, ",") {
+				k, v, _ := strings.Cut(kv, "=")
+				n, _ := strconv.ParseInt(v, 10, 64)
+				switch k {
+				case "calls":
+					st.calls = n
+				case "usec":
+					st.usec = n
+				}
+			}
+			out[name] = st
+		}
+		return out
+	}
+	return nil
+}
+
+// profile takes the Go CPU profile of the process named by -profile over the measured window
+// (from `from`, for -duration less a second so it ends inside the window) and writes it to
+// -profile-out.
+func profile(ctx context.Context, c config, tg target, from time.Time) error {
+	var addr string
+	for _, p := range tg.procs {
+		if p.Name == c.profile {
+			addr = p.PprofAddr
+		}
+	}
+	if addr == "" {
+		return fmt.Errorf("-profile %q: no such process with a profiler", c.profile)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Until(from)):
+	}
+	secs := max(1, int(c.duration.Seconds())-1)
+	client := &http.Client{Timeout: time.Duration(secs+30) * time.Second}
+	resp, err := client.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", c.profile, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile %s: %s %w", c.profile, resp.Status, err)
+	}
+	return os.WriteFile(c.profileOut, body, 0o644)
 }
 
 func percentile(sorted []time.Duration, p float64) time.Duration {
@@ -413,7 +598,15 @@ func report(out io.Writer, c config, tg target, r *result) {
 	}
 	mode := c.mode
 	if c.mode == "microservices" {
-		mode = fmt.Sprintf("microservices, %d orchestrator(s)", c.orchestrators)
+		backends := "shared Redis and NATS"
+		if c.ownBackends {
+			backends = "Redis and NATS of the run's own"
+		}
+		workers := "default extraction workers"
+		if c.memWorkers > 0 {
+			workers = fmt.Sprintf("%d extraction workers each", c.memWorkers)
+		}
+		mode = fmt.Sprintf("microservices, %d orchestrator(s), %d memory replica(s) (%s), %s", c.orchestrators, c.memories, workers, backends)
 	}
 	fmt.Fprintf(out, "mode: %s; %d concurrent sessions of %d turns; model delay %s; %d CPUs (GOMAXPROCS of the load generator %d)\n",
 		mode, c.sessions, c.turnsPer, c.modelDelay, runtime.NumCPU(), runtime.GOMAXPROCS(0))
@@ -431,20 +624,52 @@ func report(out io.Writer, c config, tg target, r *result) {
 		fmt.Fprintf(out, "turns per orchestrator: %s\n", strings.Join(parts, ", "))
 	}
 	if len(r.cpu) > 0 {
-		var parts []string
-		var all float64
-		for _, p := range tg.procs {
-			parts = append(parts, fmt.Sprintf("%s %.1fs", p.Name, r.cpu[p.Name]))
-			all += r.cpu[p.Name]
+		// Cores is a process's busy share of one core: near 1.0 a single-threaded server
+		// (Redis) is saturated; a Go process can use every core.
+		turns := float64(max(len(lat), 1))
+		fmt.Fprintf(out, "CPU in the window by process (s, cores, ms per turn):\n")
+		var hermes, backends float64
+		for _, m := range tg.meters {
+			v, ok := r.cpu[m.name]
+			if !ok {
+				fmt.Fprintf(out, "  %-16s not read\n", m.name)
+				continue
+			}
+			note := ""
+			if m.shared {
+				note = "  (shared server: other work on the machine included)"
+			}
+			fmt.Fprintf(out, "  %-16s %6.1fs %5.2f cores %6.2f ms%s\n", m.name, v, v/r.elapsed.Seconds(), 1000*v/turns, note)
+			if m.backend {
+				backends += v
+			} else {
+				hermes += v
+			}
 		}
-		fmt.Fprintf(out, "CPU in the window: %s; Hermes %.1fs = %.2f cores, %.2f ms per turn\n",
-			strings.Join(parts, ", "), all, all/r.elapsed.Seconds(), 1000*all/float64(max(len(lat), 1)))
+		fmt.Fprintf(out, "Hermes %.1fs = %.2f cores, %.2f ms per turn; Redis+NATS %.2f ms per turn; together %.2f ms per turn\n",
+			hermes, hermes/r.elapsed.Seconds(), 1000*hermes/turns, 1000*backends/turns, 1000*(hermes+backends)/turns)
+		if r.redisCommands != nil {
+			names := slices.Collect(maps.Keys(r.redisCommands))
+			slices.SortFunc(names, func(a, b string) int { return cmp.Compare(r.redisCommands[b].usec, r.redisCommands[a].usec) })
+			var parts []string
+			var calls int64
+			for _, st := range r.redisCommands {
+				calls += st.calls
+			}
+			for _, n := range names[:min(len(names), 10)] {
+				st := r.redisCommands[n]
+				parts = append(parts, fmt.Sprintf("%s %.1f (%.0f µs)", n, float64(st.calls)/turns, float64(st.usec)/turns))
+			}
+			fmt.Fprintf(out, "Redis commands per completed turn: %.1f, those run by scripts included; by command (calls, µs inside the command: wall time, which a preempted Redis inflates), most time first: %s\n", float64(calls)/turns, strings.Join(parts, ", "))
+		}
 	}
 	fmt.Fprintf(out, "CPU of the load generator and scripted model: %.1fs = %.2f cores; machine busy %.0f%% of %d cores (other work on the machine included)\n",
 		r.selfCPU.Seconds(), r.selfCPU.Seconds()/r.elapsed.Seconds(), 100*r.machine, runtime.NumCPU())
 	if len(r.modelCalls) > 0 {
 		fmt.Fprintf(out, "scripted model requests over the whole run (warm-up included): assistant %d, memory extraction %d, rolling summary %d\n",
 			r.modelCalls["assistant"], r.modelCalls["extraction"], r.modelCalls["summary"])
+		fmt.Fprintf(out, "in the measured window: assistant %d, memory extraction %d (%.2f per completed turn), rolling summary %d\n",
+			r.windowCalls["assistant"], r.windowCalls["extraction"], float64(r.windowCalls["extraction"])/float64(max(len(lat), 1)), r.windowCalls["summary"])
 	}
 	for code, n := range r.failures {
 		fmt.Fprintf(out, "failures %s: %d (for example: %s)\n", code, n, r.example[code])

@@ -135,6 +135,9 @@ type Process struct {
 	Addr string
 	// MetricsAddr serves Prometheus /metrics.
 	MetricsAddr string
+	// PprofAddr serves Go's profiler under /debug/pprof/ when the process was started with one
+	// (Options.Profile); empty otherwise.
+	PprofAddr string
 	// LogPath is the file receiving the process's stdout and stderr (appended across restarts).
 	LogPath string
 	// HealthCreds, when set before the first health check, replace the health client's plaintext

@@ -20,19 +20,25 @@ import (
 type Redis struct {
 	Port int
 	Dir  string
+	// AppendFsync is the append-only file's sync policy (always, everysec, no).
+	AppendFsync string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
 }
 
-// StartRedis starts a dedicated redis-server with its data in dir.
-func StartRedis(dir string) (*Redis, error) {
+// StartRedis starts a dedicated redis-server with its data in dir, every write synced.
+func StartRedis(dir string) (*Redis, error) { return StartRedisFsync(dir, "always") }
+
+// StartRedisFsync starts a dedicated redis-server whose append-only file is synced by policy:
+// "always" for the fault tests, "everysec" as deploy/k8s runs it.
+func StartRedisFsync(dir, policy string) (*Redis, error) {
 	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
-	r := &Redis{Port: port, Dir: dir}
+	r := &Redis{Port: port, Dir: dir, AppendFsync: policy}
 	if err := r.Start(); err != nil {
 		return nil, err
 	}
@@ -61,7 +67,7 @@ func (r *Redis) Start() error {
 	}
 	cmd := exec.Command(bin,
 		"--port", fmt.Sprint(r.Port), "--bind", "127.0.0.1", "--dir", r.Dir,
-		"--appendonly", "yes", "--appendfsync", "always", "--save", "",
+		"--appendonly", "yes", "--appendfsync", r.AppendFsync, "--save", "",
 		"--daemonize", "no", "--logfile", filepath.Join(r.Dir, "redis.log"),
 	)
 	cmd.SysProcAttr = sysProcAttr()
@@ -91,6 +97,16 @@ func (r *Redis) Start() error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Pid is the server's process id, 0 when it is not running.
+func (r *Redis) Pid() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil || closed(r.done) {
+		return 0
+	}
+	return r.cmd.Process.Pid
 }
 
 // Kill stops the server with SIGKILL (no shutdown save; the AOF has every acknowledged write).

@@ -32,6 +32,14 @@ type Options struct {
 	OTLPEndpoint string
 	// Orchestrators is the number of orchestrator processes (replicas); 0 means 1.
 	Orchestrators int
+	// Memories is the number of memory processes (replicas); 0 means 1. The replicas share the
+	// extraction work through JetStream (one durable consumer). Each orchestrator calls one
+	// of them: orchestrator k (from 1) is given memory replica (k-1) mod Memories as
+	// HERMES_MEMORY_ADDR, because a gRPC target names one host:port here (the replicas listen on
+	// different loopback ports, which a dns:/// name cannot carry).
+	Memories int
+	// Profile gives every process a Go profiler (HERMES_PPROF_LISTEN, Process.PprofAddr).
+	Profile bool
 	// Env holds more KEY=VALUE settings for every process.
 	Env []string
 	// StartTimeout bounds the wait for SERVING; 0 means 60 s.
@@ -52,27 +60,32 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.Orchestrators <= 0 {
 		opts.Orchestrators = 1
 	}
+	if opts.Memories <= 0 {
+		opts.Memories = 1
+	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 60 * time.Second
 	}
 	c := &Cluster{Opts: opts, addrs: map[string]string{}}
-	type slot struct{ name, target string }
+	type slot struct {
+		name, target string
+		replica      int // from 1
+	}
+	replicas := map[string]int{"orchestrator": opts.Orchestrators, "memory": opts.Memories}
 	var slots []slot
 	for _, t := range Targets {
-		if t != "orchestrator" {
-			slots = append(slots, slot{t, t})
-			continue
-		}
-		for i := 1; i <= opts.Orchestrators; i++ {
+		for i := 1; i <= max(replicas[t], 1); i++ {
 			name := t
 			if i > 1 {
 				name = fmt.Sprintf("%s-%d", t, i)
 			}
-			slots = append(slots, slot{name, t})
+			slots = append(slots, slot{name, t, i})
 		}
 	}
 	addrs := map[string]string{}
 	metrics := map[string]string{}
+	pprofs := map[string]string{}
+	var memories []string
 	for _, s := range slots {
 		a, err := FreeAddr()
 		if err != nil {
@@ -83,15 +96,31 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, err
 		}
 		addrs[s.name], metrics[s.name] = a, m
+		if opts.Profile {
+			if pprofs[s.name], err = FreeAddr(); err != nil {
+				return nil, err
+			}
+		}
 		if _, ok := c.addrs[s.target]; !ok {
 			c.addrs[s.target] = a
+		}
+		if s.target == "memory" {
+			memories = append(memories, a)
 		}
 	}
 	shared := c.sharedEnv()
 	for _, s := range slots {
 		data := filepath.Join(opts.Dir, "data", s.name)
 		env := append(append([]string{}, shared...), "HERMES_DATA_DIR="+data)
+		if s.target == "orchestrator" && len(memories) > 1 {
+			// The later value of a repeated variable wins (os/exec).
+			env = append(env, "HERMES_MEMORY_ADDR="+memories[(s.replica-1)%len(memories)])
+		}
+		if a := pprofs[s.name]; a != "" {
+			env = append(env, "HERMES_PPROF_LISTEN="+a)
+		}
 		p := NewProcess(opts.Binary, s.name, s.target, addrs[s.name], metrics[s.name], filepath.Join(opts.Dir, s.name+".log"), env)
+		p.PprofAddr = pprofs[s.name]
 		c.Procs = append(c.Procs, p)
 	}
 	for _, p := range c.Procs {
@@ -162,7 +191,7 @@ func (c *Cluster) Proc(name string) *Process {
 // Addr is the gRPC address of a target's (first) process.
 func (c *Cluster) Addr(target string) string { return c.addrs[target] }
 
-// Addrs returns the addresses of every process of a target (the orchestrator replicas).
+// Addrs returns the addresses of every process of a target (the orchestrator or memory replicas).
 func (c *Cluster) Addrs(target string) []string {
 	var out []string
 	for _, p := range c.Procs {
