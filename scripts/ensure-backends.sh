@@ -26,8 +26,12 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
+# The binaries are needed even when the servers already run: the multi-process tests and
+# bench/load start Redis and NATS servers of their own.
+command -v redis-server >/dev/null || { log "installing redis-server"; apt_install redis-server; }
+command -v nats-server >/dev/null || { log "installing nats-server"; apt_install nats-server; }
+
 if ! port_open 6379; then
-  command -v redis-server >/dev/null || { log "installing redis-server"; apt_install redis-server; }
   log "starting redis-server"
   mkdir -p /tmp/hermes-redis
   redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
@@ -36,7 +40,6 @@ if ! port_open 6379; then
 fi
 
 if ! port_open 4222; then
-  command -v nats-server >/dev/null || { log "installing nats-server"; apt_install nats-server; }
   log "starting nats-server with JetStream"
   mkdir -p /tmp/hermes-nats
   nohup nats-server -a 127.0.0.1 -p 4222 -js -sd /tmp/hermes-nats >/tmp/hermes-nats/nats.log 2>&1 &
