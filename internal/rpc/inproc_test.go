@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,11 +21,13 @@ type ctxKey string
 // seeingService answers with what its handler's context shows.
 type seeingService struct {
 	testpb.UnimplementedTestServiceServer
-	lastReq *testpb.SimpleRequest
+	// lastReq is the last request a handler got; grpchan's handler of a call the caller gave up
+	// on may still run when the next call starts.
+	lastReq atomic.Pointer[testpb.SimpleRequest]
 }
 
 func (s *seeingService) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
-	s.lastReq = req
+	s.lastReq.Store(req)
 	if req.GetResponseSize() == 1 {
 		var m map[string]int
 		m["boom"]++
@@ -101,7 +104,7 @@ func TestInProcessUnaryMatchesGrpchan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if svc.lastReq == req {
+		if svc.lastReq.Load() == req {
 			t.Error("the handler got the caller's request message itself")
 		}
 		if resp.GetUsername() == "" {
