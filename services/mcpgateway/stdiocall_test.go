@@ -58,7 +58,12 @@ func sideCallResults(r *rand.Rand) []*mcp.CallToolResult {
 		}
 		out = append(out, res)
 	}
-	return append(out, &mcp.CallToolResult{Content: []mcp.Content{}}, &mcp.CallToolResult{StructuredContent: map[string]any{"only": "structured"}})
+	// Results over the caps: the message that names the cap and the true size must not depend
+	// on the path.
+	big := strings.Repeat("北京的天气 weather ", 12_000) // ~280 KB
+	return append(out, &mcp.CallToolResult{Content: []mcp.Content{}}, &mcp.CallToolResult{StructuredContent: map[string]any{"only": "structured"}},
+		&mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: big}}},
+		&mcp.CallToolResult{StructuredContent: map[string]any{"data": big}, Content: []mcp.Content{&mcp.TextContent{Text: "{}"}}})
 }
 
 // TestDecodeCallResult checks the side channel's decoder against the SDK's on generated
