@@ -23,7 +23,9 @@ import (
 // values, the caller's outgoing metadata as incoming metadata, an in-process peer, the same
 // interceptors, the same tracing (client and server stats handlers), and copies of the request
 // and the response. Calls with options the direct path does not carry out (headers, trailers,
-// peer or per-call credentials wanted back) and streams go through grpchan.
+// peer or per-call credentials wanted back) and streams go through grpchan. One difference: a
+// caller whose context ends waits for the handler to return (grpchan's caller returned at once
+// and left the handler running), so handlers must heed their context, as Hermes' do.
 
 // unaryMethod is a registered unary method.
 type unaryMethod struct {
