@@ -22,6 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats"
 
 	"github.com/hermes-agent/hermes/internal/auth"
 )
@@ -243,6 +244,11 @@ type channel struct {
 	unary  grpc.UnaryServerInterceptor
 	stream grpc.StreamServerInterceptor
 	cur    atomic.Pointer[inprocgrpc.Channel]
+	// methods are the unary methods of cur's services, which run on the caller's goroutine
+	// (inproc.go); swapped with cur.
+	methods     atomic.Pointer[map[string]unaryMethod]
+	clientStats stats.Handler
+	serverStats stats.Handler
 
 	// mu serializes registrations; it guards services.
 	mu       sync.Mutex
@@ -255,7 +261,8 @@ type registeredService struct {
 }
 
 func newChannel(unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServerInterceptor) *channel {
-	c := &channel{unary: chainUnary(unary), stream: chainStream(stream)}
+	c := &channel{unary: chainUnary(unary), stream: chainStream(stream),
+		clientStats: otelgrpc.NewClientHandler(), serverStats: otelgrpc.NewServerHandler()}
 	c.cur.Store(c.build())
 	return c
 }
@@ -265,11 +272,13 @@ func (c *channel) build() *inprocgrpc.Channel {
 	ch := new(inprocgrpc.Channel).
 		WithServerUnaryInterceptor(c.unary).
 		WithServerStreamInterceptor(c.stream).
-		WithClientStatsHandler(otelgrpc.NewClientHandler()).
-		WithServerStatsHandler(otelgrpc.NewServerHandler())
+		WithClientStatsHandler(c.clientStats).
+		WithServerStatsHandler(c.serverStats)
 	for _, r := range c.services {
 		ch.RegisterService(r.desc, r.impl)
 	}
+	m := unaryMethods(c.services)
+	c.methods.Store(&m)
 	return ch
 }
 
@@ -283,6 +292,10 @@ func (c *channel) RegisterService(desc *grpc.ServiceDesc, impl any) {
 
 // Invoke implements grpc.ClientConnInterface.
 func (c *channel) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	method = fullMethod(method)
+	if m, ok := (*c.methods.Load())[method]; ok && directOptions(opts) {
+		return c.invokeUnary(ctx, method, m, args, reply)
+	}
 	return c.cur.Load().Invoke(ctx, method, args, reply, opts...)
 }
 

@@ -112,11 +112,15 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 		if e.taskSupport == "required" {
 			res, err = g.callTask(cctx, l, e, args, token, onProgress)
 		} else {
-			params := &mcp.CallToolParams{Name: e.original, Arguments: args}
-			if token != "" {
-				params.SetProgressToken(token)
+			if side := sideToolCall(l); side != nil {
+				res, err = side.callTool(cctx, l.sess, e.original, args, token)
+			} else {
+				params := &mcp.CallToolParams{Name: e.original, Arguments: args}
+				if token != "" {
+					params.SetProgressToken(token)
+				}
+				res, err = l.sess.CallTool(cctx, params)
 			}
-			res, err = l.sess.CallTool(cctx, params)
 		}
 		if err == nil || try > 0 || !notSent(err) || cctx.Err() != nil {
 			break

@@ -9,7 +9,8 @@
 //
 // Files: conn.go (a connection's state), supervisor.go (connect, watch, reconnect),
 // transport.go, stdio.go and side.go (transports and the side channel for what the SDK lacks),
-// listing.go and regsync.go (tools and their registration), calls.go and tasks.go (tool calls),
+// listing.go and regsync.go (tools and their registration), calls.go, stdiocall.go (a stdio
+// server's tools/call on the side channel) and tasks.go (tool calls),
 // resources.go, handlers.go (server-initiated requests and notifications), oauth.go,
 // servers.go and serversfile.go (the set of servers), server.go (the gRPC service).
 package mcpgateway

@@ -115,6 +115,13 @@ type stdioSide struct {
 func newStdioSide() *stdioSide { return &stdioSide{waiting: map[string]chan sideResult{}} }
 
 func (s *stdioSide) call(ctx context.Context, sess *mcp.ClientSession, method string, params any) (json.RawMessage, error) {
+	return s.request(ctx, sess, method, params, false)
+}
+
+// request sends a request and waits for its response. With cancelOnEnd, a request the caller
+// gives up on (ctx ends) is cancelled on the server with notifications/cancelled, as the SDK
+// does for its own requests (not for task-augmented ones, which tasks/cancel ends).
+func (s *stdioSide) request(ctx context.Context, sess *mcp.ClientSession, method string, params any, cancelOnEnd bool) (json.RawMessage, error) {
 	id, data, err := encodeSide(sess, &s.next, method, params)
 	if err != nil {
 		return nil, err
@@ -142,8 +149,22 @@ func (s *stdioSide) call(ctx context.Context, sess *mcp.ClientSession, method st
 	case r := <-ch:
 		return r.result, r.err
 	case <-ctx.Done():
+		if cancelOnEnd {
+			s.cancel(id, ctx.Err())
+		}
 		return nil, ctx.Err()
 	}
+}
+
+// cancel tells the server that the caller gave up on request id. It is sent off the caller's
+// path (a full pipe must not hold the caller past its deadline) and is best-effort.
+func (s *stdioSide) cancel(id string, why error) {
+	data, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "notifications/cancelled",
+		"params": mcp.CancelledParams{RequestID: id, Reason: why.Error()}})
+	if err != nil || s.w == nil {
+		return
+	}
+	go func() { _, _ = s.w.Write(append(data, '\n')) }()
 }
 
 // take consumes a line that answers a side-channel request (even one nobody waits for any

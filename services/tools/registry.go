@@ -126,14 +126,26 @@ func (r *Registry) compiled(st *StoredTool) (*compiledSpec, error) {
 	return l.cs, l.err
 }
 
-// Get returns a tool and its compiled schemas, or ErrNotFound.
+// sharedToolGetter is a store that can return a tool shared with other callers, which must not
+// modify it.
+type sharedToolGetter interface {
+	getToolShared(ctx context.Context, name string) (*StoredTool, error)
+}
+
+// Get returns a tool and its compiled schemas, or ErrNotFound. The tool may be shared: callers
+// only read it.
 func (r *Registry) Get(ctx context.Context, name string) (*StoredTool, *compiledSpec, error) {
 	r.mu.Lock()
 	st, ok := r.builtinTools[name]
 	r.mu.Unlock()
 	if !ok {
 		var err error
-		if st, err = r.store.GetTool(ctx, name); err != nil {
+		if sg, shared := r.store.(sharedToolGetter); shared {
+			st, err = sg.getToolShared(ctx, name)
+		} else {
+			st, err = r.store.GetTool(ctx, name)
+		}
+		if err != nil {
 			return nil, nil, err
 		}
 	}

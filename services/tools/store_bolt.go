@@ -1,11 +1,13 @@
 package tools
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -35,7 +37,20 @@ type BoltStore struct {
 	leases *lease.Bolt
 	stop   chan struct{}
 	done   chan struct{}
+
+	mu      sync.Mutex // guards decoded
+	decoded map[string]decodedTool
 }
+
+// decodedTool is a tool record and its decoding, which ExecuteTool reuses while the record is
+// unchanged.
+type decodedTool struct {
+	raw []byte
+	st  *StoredTool
+}
+
+// maxDecodedTools bounds the decoded records kept; past it the cache starts over.
+const maxDecodedTools = 4096
 
 // OpenBoltStore opens or creates the file. A second process opening it fails after a second
 // instead of waiting forever.
@@ -180,6 +195,40 @@ func (s *BoltStore) GetTool(ctx context.Context, name string) (*StoredTool, erro
 		var err error
 		out, err = decodeTool(v)
 		return err
+	})
+	return out, err
+}
+
+// getToolShared is GetTool for a caller that only reads the tool (ExecuteTool): a record that
+// is byte for byte the one decoded last time is not decoded again (its proto holds the schemas,
+// and decoding it was a tenth of an MCP call's CPU in the service). Any write changes the record
+// (version, updated_at), so a changed tool is always decoded afresh.
+func (s *BoltStore) getToolShared(ctx context.Context, name string) (*StoredTool, error) {
+	var out *StoredTool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketTools).Get([]byte(name))
+		if v == nil {
+			return ErrNotFound
+		}
+		s.mu.Lock()
+		d, ok := s.decoded[name]
+		s.mu.Unlock()
+		if ok && bytes.Equal(d.raw, v) {
+			out = d.st
+			return nil
+		}
+		st, err := decodeTool(v)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		if s.decoded == nil || len(s.decoded) >= maxDecodedTools {
+			s.decoded = map[string]decodedTool{}
+		}
+		s.decoded[name] = decodedTool{raw: bytes.Clone(v), st: st} // v is valid only in the transaction
+		s.mu.Unlock()
+		out = st
+		return nil
 	})
 	return out, err
 }

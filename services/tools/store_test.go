@@ -193,3 +193,48 @@ func testStoreIdempotencyRecords(t *testing.T, s Store) {
 		t.Errorf("%d claims pending, want 1 (k2)", n)
 	}
 }
+
+// TestBoltSharedGetFollowsWrites checks that the decoded records ExecuteTool reuses are never
+// stale: after each write (new spec, same spec from another source, deletion, a new tool under
+// the old name) the shared read equals a fresh GetTool, and an unchanged record is not decoded
+// again.
+func TestBoltSharedGetFollowsWrites(t *testing.T) {
+	ctx := context.Background()
+	s := testBoltStore(t)
+	t0 := time.Unix(1_700_000_000, 0)
+	descs := []string{"weather in Berlin", "北京的天气", "weather in Berlin", "查询航班"}
+	for i, desc := range descs {
+		at := t0.Add(time.Duration(i) * time.Second)
+		if _, _, err := s.PutTool(ctx, storeTool("w", desc, "api"), "h-"+desc, at, true); err != nil {
+			t.Fatal(err)
+		}
+		for _, src := range []string{"api", "file"} {
+			if i == 2 && src == "file" {
+				if _, _, err := s.PutTool(ctx, storeTool("w", desc, src), "h-"+desc, at.Add(time.Millisecond), true); err != nil {
+					t.Fatal(err)
+				}
+			}
+			shared, err := s.getToolShared(ctx, "w")
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh, err := s.GetTool(ctx, "w")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(fresh, shared, protocmp.Transform(), cmp.AllowUnexported(StoredTool{})); diff != "" {
+				t.Fatalf("write %d (%s): the shared read is stale (-fresh +shared):\n%s", i, src, diff)
+			}
+			again, _ := s.getToolShared(ctx, "w")
+			if again != shared {
+				t.Errorf("write %d: an unchanged record was decoded again", i)
+			}
+		}
+	}
+	if err := s.DeleteTool(ctx, "w", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.getToolShared(ctx, "w"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("shared read of a deleted tool: %v, want ErrNotFound", err)
+	}
+}

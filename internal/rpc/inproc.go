@@ -1,0 +1,152 @@
+package rpc
+
+import (
+	"context"
+	"net"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// A unary call on an in-process channel runs its handler on the caller's goroutine. grpchan
+// starts a goroutine per call, whose stack then grows by copying while the handler runs (the
+// MCP gateway's CallTool under the tool service's ExecuteTool copied its stack two or three
+// times a call), and hands the answer back over a channel. What the handler sees is what
+// grpchan gives it: a context with the caller's deadline and cancellation but none of its
+// values, the caller's outgoing metadata as incoming metadata, an in-process peer, the same
+// interceptors, the same tracing (client and server stats handlers), and copies of the request
+// and the response. Calls with options the direct path does not carry out (headers, trailers,
+// peer or per-call credentials wanted back) and streams go through grpchan. One difference: a
+// caller whose context ends waits for the handler to return (grpchan's caller returned at once
+// and left the handler running), so handlers must heed their context, as Hermes' do.
+
+// unaryMethod is a registered unary method.
+type unaryMethod struct {
+	impl any
+	desc *grpc.MethodDesc
+}
+
+// unaryMethods indexes the unary methods of services by full method name ("/svc/Method").
+func unaryMethods(services []registeredService) map[string]unaryMethod {
+	m := map[string]unaryMethod{}
+	for _, r := range services {
+		for i := range r.desc.Methods {
+			d := &r.desc.Methods[i]
+			m["/"+r.desc.ServiceName+"/"+d.MethodName] = unaryMethod{impl: r.impl, desc: d}
+		}
+	}
+	return m
+}
+
+// directOptions reports whether a call's options are all ones the direct path may ignore
+// (message size limits, wait-for-ready, compression: none of them means anything in process).
+func directOptions(opts []grpc.CallOption) bool {
+	for _, o := range opts {
+		switch o.(type) {
+		case grpc.HeaderCallOption, *grpc.HeaderCallOption, grpc.TrailerCallOption, *grpc.TrailerCallOption,
+			grpc.PeerCallOption, *grpc.PeerCallOption, grpc.PerRPCCredsCallOption, *grpc.PerRPCCredsCallOption:
+			return false
+		}
+	}
+	return true
+}
+
+// invokeUnary runs a unary call on the caller's goroutine.
+func (c *channel) invokeUnary(ctx context.Context, method string, m unaryMethod, req, reply any) (err error) {
+	in, ok := req.(proto.Message)
+	out, ok2 := reply.(proto.Message)
+	if !ok || !ok2 {
+		return status.Errorf(codes.Internal, "in-process call %s: messages must be protos", method)
+	}
+	if c.clientStats != nil {
+		ctx = c.clientStats.TagRPC(ctx, &stats.RPCTagInfo{FullMethodName: method})
+		c.clientStats.HandleRPC(ctx, &stats.Begin{Client: true, BeginTime: time.Now()})
+		c.clientStats.HandleRPC(ctx, &stats.OutPayload{Client: true, Payload: req, SentTime: time.Now()})
+		defer func() { c.clientStats.HandleRPC(ctx, &stats.End{Client: true, EndTime: time.Now(), Error: err}) }()
+	}
+	// The handler's context ends with the call, as a network call's does.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sctx := serverContext(cctx)
+	sctx = grpc.NewContextWithServerTransportStream(sctx, &unaryStream{method: method})
+	if c.serverStats != nil {
+		sctx = c.serverStats.TagRPC(sctx, &stats.RPCTagInfo{FullMethodName: method})
+		c.serverStats.HandleRPC(sctx, &stats.Begin{BeginTime: time.Now()})
+	}
+	dec := func(v any) error {
+		dst, ok := v.(proto.Message)
+		if !ok {
+			return status.Errorf(codes.Internal, "in-process call %s: request must be a proto", method)
+		}
+		proto.Reset(dst)
+		proto.Merge(dst, in)
+		return nil
+	}
+	resp, herr := m.desc.Handler(m.impl, sctx, dec, c.unary)
+	if c.serverStats != nil {
+		c.serverStats.HandleRPC(sctx, &stats.End{EndTime: time.Now(), Error: herr})
+	}
+	if herr != nil {
+		return herr
+	}
+	msg, ok := resp.(proto.Message)
+	if !ok || msg == nil || !msg.ProtoReflect().IsValid() {
+		return status.Error(codes.Internal, "handler returned neither error nor response message")
+	}
+	proto.Reset(out)
+	proto.Merge(out, msg)
+	if c.clientStats != nil {
+		c.clientStats.HandleRPC(ctx, &stats.InPayload{Client: true, Payload: reply, RecvTime: time.Now()})
+	}
+	return nil
+}
+
+// serverContext is the handler's context of an in-process call: the caller's deadline and
+// cancellation without its values, its outgoing metadata as incoming, and the in-process peer.
+func serverContext(ctx context.Context) context.Context {
+	sctx := context.Context(noValues{ctx})
+	if md, ok := metadata.FromOutgoingContext(ctx); ok {
+		sctx = metadata.NewIncomingContext(sctx, md)
+	}
+	return peer.NewContext(sctx, &inprocPeer)
+}
+
+// noValues passes on a context's deadline and cancellation, not its values.
+type noValues struct{ context.Context }
+
+func (noValues) Value(any) any { return nil }
+
+var inprocPeer = peer.Peer{Addr: inprocAddr{}, AuthInfo: inprocAddr{}}
+
+// inprocAddr is the address and auth info of an in-process caller (as grpchan names it).
+type inprocAddr struct{}
+
+func (inprocAddr) Network() string  { return "inproc" }
+func (inprocAddr) String() string   { return "0" }
+func (inprocAddr) AuthType() string { return "inproc" }
+
+var _ net.Addr = inprocAddr{}
+
+// unaryStream is the grpc.ServerTransportStream of a direct call: headers and trailers a
+// handler sets have no one to go to (calls that want them back take grpchan's path).
+type unaryStream struct{ method string }
+
+func (s *unaryStream) Method() string               { return s.method }
+func (s *unaryStream) SetHeader(metadata.MD) error  { return nil }
+func (s *unaryStream) SendHeader(metadata.MD) error { return nil }
+func (s *unaryStream) SetTrailer(metadata.MD) error { return nil }
+
+// fullMethod normalizes a method name to "/svc/Method".
+func fullMethod(method string) string {
+	if strings.HasPrefix(method, "/") {
+		return method
+	}
+	return "/" + method
+}

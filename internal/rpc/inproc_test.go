@@ -1,0 +1,114 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+type ctxKey string
+
+// seeingService answers with what its handler's context shows.
+type seeingService struct {
+	testpb.UnimplementedTestServiceServer
+	// lastReq is the last request a handler got; grpchan's handler of a call the caller gave up
+	// on may still run when the next call starts.
+	lastReq atomic.Pointer[testpb.SimpleRequest]
+}
+
+func (s *seeingService) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+	s.lastReq.Store(req)
+	if req.GetResponseSize() == 1 {
+		var m map[string]int
+		m["boom"]++
+	}
+	if req.GetResponseSize() == 2 {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	p, _ := peer.FromContext(ctx)
+	_, hasDeadline := ctx.Deadline()
+	_ = grpc.SetHeader(ctx, metadata.Pairs("h", "1"))
+	return &testpb.SimpleResponse{Username: fmt.Sprintf("md=%v peer=%s/%s deadline=%v callerValue=%v intercepted=%v method=%v",
+		md.Get("x-who"), p.Addr.Network(), p.Addr, hasDeadline, ctx.Value(ctxKey("caller")), ctx.Value(ctxKey("interceptor")), grpc.ServerTransportStreamFromContext(ctx).Method()),
+		OauthScope: fmt.Sprint(req.GetFillOauthScope())}, nil
+}
+
+// TestInProcessUnaryMatchesGrpchan calls a unary method in process on the caller's goroutine
+// and, with an option that takes grpchan's path, on a goroutine of its own: the handler sees the
+// same context (metadata, peer, deadline, no caller values, the interceptors) and the caller the
+// same answers, errors and panics included.
+func TestInProcessUnaryMatchesGrpchan(t *testing.T) {
+	mark := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		return h(context.WithValue(ctx, ctxKey("interceptor"), "yes"), req)
+	}
+	srv := NewServer(ServerOptions{Logger: quiet, Unary: []grpc.UnaryServerInterceptor{mark}})
+	svc := &seeingService{}
+	srv.Register(&testpb.TestService_ServiceDesc, svc)
+	client := testpb.NewTestServiceClient(srv.InProcess())
+
+	type answer struct {
+		Username string
+		Code     codes.Code
+	}
+	call := func(ctx context.Context, req *testpb.SimpleRequest, opts ...grpc.CallOption) answer {
+		resp, err := client.UnaryCall(ctx, req, opts...)
+		return answer{resp.GetUsername(), status.Code(err)}
+	}
+	base := context.WithValue(context.Background(), ctxKey("caller"), "leaked")
+	cases := []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		req  *testpb.SimpleRequest
+	}{
+		{"metadata and deadline", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(base, "x-who", "张三"), time.Minute)
+			return ctx, cancel
+		}, &testpb.SimpleRequest{FillOauthScope: true}},
+		{"no metadata", func() (context.Context, context.CancelFunc) { return context.WithCancel(base) }, &testpb.SimpleRequest{}},
+		{"panic", func() (context.Context, context.CancelFunc) { return context.WithCancel(base) }, &testpb.SimpleRequest{ResponseSize: 1}},
+		{"caller's deadline ends the handler", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(base, 50*time.Millisecond)
+		}, &testpb.SimpleRequest{ResponseSize: 2}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			direct := call(ctx, tc.req)
+			var hdr metadata.MD
+			viaGrpchan := call(ctx, tc.req, grpc.Header(&hdr))
+			if diff := cmp.Diff(viaGrpchan, direct); diff != "" {
+				t.Errorf("direct call differs from grpchan's (-grpchan +direct):\n%s", diff)
+			}
+			if tc.req.GetResponseSize() == 0 && direct.Username == "" {
+				t.Errorf("no answer: %+v", direct)
+			}
+		})
+	}
+
+	t.Run("the handler gets a copy of the request and the caller a copy of the response", func(t *testing.T) {
+		req := &testpb.SimpleRequest{FillOauthScope: true}
+		resp, err := client.UnaryCall(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if svc.lastReq.Load() == req {
+			t.Error("the handler got the caller's request message itself")
+		}
+		if resp.GetUsername() == "" {
+			t.Error("empty response")
+		}
+	})
+}
