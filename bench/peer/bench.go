@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hermes-agent/hermes/internal/model/scripted"
+	"github.com/hermes-agent/hermes/test/multiprocess/cluster"
 )
 
 // config is the harness's settings (flags).
@@ -31,6 +32,13 @@ type config struct {
 	natsURL    string
 	dir        string
 	settle     time.Duration
+	// The long phase (long.go): longSessions sessions of longTurns turns, CPU read per window of
+	// longWindow turns; longOnly skips the other phases; pprofDir, when set, profiles Hermes
+	// monolithic's first and last window.
+	longTurns, longSessions, longWindow int
+	longOnly                            bool
+	pprofDir                            string
+	pprofSeconds                        int
 }
 
 // The phases of one system run.
@@ -66,6 +74,8 @@ type run struct {
 	calls  map[string]int64
 	// syncs is set on the fsync probe's runs.
 	syncs *syncStats
+	// long is the long phase's windows, when it ran.
+	long []window
 }
 
 // lane is a list of (session, turn) to run one after another; a phase's lanes run at once.
@@ -121,6 +131,15 @@ func runSystem(ctx context.Context, c config, kind string, repeat int, strace bo
 	if strace {
 		e.strace = filepath.Join(dir, "strace.txt")
 	}
+	var prof *profiler
+	if c.pprofDir != "" && !strace && (kind == hermesMono || kind == baseMono) {
+		addr, err := cluster.FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		e.env = append(e.env, "HERMES_PPROF_LISTEN="+addr)
+		prof = &profiler{addr: addr, dir: c.pprofDir, seconds: c.pprofSeconds}
+	}
 	sys, err := startSystem(ctx, kind, e)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", kind, err)
@@ -146,6 +165,9 @@ func runSystem(ctx context.Context, c config, kind string, repeat int, strace bo
 	if !c.roundRobin {
 		names = []string{phaseSeq, phaseConc}
 	}
+	if c.longOnly {
+		names = nil
+	}
 	if strace {
 		names = []string{phaseSeq}
 	}
@@ -164,6 +186,14 @@ func runSystem(ctx context.Context, c config, kind string, repeat int, strace bo
 		if p.failed > 0 {
 			fmt.Fprintf(log, "  %-12s %-11s %d turns FAILED, the first: %v\n", kind, name, p.failed, p.err)
 		}
+	}
+	if c.longTurns > 0 && !strace {
+		if r.long, err = runLong(ctx, c, sys, tag, &calls, prof, log); err != nil {
+			return nil, fmt.Errorf("%s long: %w", kind, err)
+		}
+		first, last := r.long[0], r.long[len(r.long)-1]
+		fmt.Fprintf(log, "  %-12s %-11s turns %d–%d CPU/turn %5.2f ms p50 %5.2f ms; turns %d–%d CPU/turn %5.2f ms p50 %5.2f ms\n",
+			kind, "long", first.from, first.to, first.cpuPerTurn(), msf(pct(first.lat, 50)), last.from, last.to, last.cpuPerTurn(), msf(pct(last.lat, 50)))
 	}
 	if strace {
 		p := r.phases[phaseSeq]

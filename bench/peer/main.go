@@ -50,6 +50,12 @@ func main() {
 	flag.StringVar(&c.adkBin, "adk", "", "adkpeer binary; empty builds ./adkpeer")
 	flag.StringVar(&c.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "microservices: Redis (keys under a random prefix, removed afterwards)")
 	flag.StringVar(&c.natsURL, "nats-url", "nats://127.0.0.1:4222", "microservices: NATS with JetStream (a random namespace, removed afterwards)")
+	flag.IntVar(&c.longTurns, "long-turns", 0, "long phase: turns per session (0: no long phase); reports CPU per turn and p50 per window, to show whether a turn's cost grows with its session")
+	flag.IntVar(&c.longSessions, "long-sessions", 1, "long phase: sessions, run round-robin")
+	flag.IntVar(&c.longWindow, "long-window", 25, "long phase: turns per session in one measured window")
+	flag.BoolVar(&c.longOnly, "long-only", false, "run only the warm-up and the long phase")
+	flag.StringVar(&c.pprofDir, "pprof", "", "directory for CPU and allocation profiles of Hermes monolithic's first and last long-phase windows (hermes serve --pprof-listen)")
+	flag.IntVar(&c.pprofSeconds, "pprof-seconds", 10, "length of a profiled window's CPU profile; the window should end within it")
 	flag.BoolVar(&keep, "keep", false, "keep the temporary directory (logs, data, strace output)")
 	flag.Parse()
 	log.SetFlags(0)
@@ -94,6 +100,17 @@ func runAll(ctx context.Context, c config, out, progress io.Writer) (*results, e
 			return nil, fmt.Errorf("-systems: unknown %q, want some of %s", s, strings.Join(allSystems, ", "))
 		}
 	}
+	if c.longTurns > 0 && (c.longSessions < 1 || c.longWindow < 1) {
+		return nil, errors.New("-long-sessions and -long-window must be positive")
+	}
+	if c.longOnly && c.longTurns < 1 {
+		return nil, errors.New("-long-only needs -long-turns")
+	}
+	if c.pprofDir != "" {
+		if err := os.MkdirAll(c.pprofDir, 0o750); err != nil {
+			return nil, err
+		}
+	}
 	if c.repeats < 1 || c.seqSess < 1 || c.seqTurns < 1 || c.concSess < 1 || c.concTurns < 1 {
 		return nil, errors.New("-repeats, -seq-sessions, -seq-turns, -conc-sessions and -conc-turns must be positive")
 	}
@@ -131,7 +148,7 @@ func runAll(ctx context.Context, c config, out, progress io.Writer) (*results, e
 		}
 	}
 	var probes []*run
-	if c.fsyncTurns > 0 {
+	if c.fsyncTurns > 0 && !c.longOnly {
 		if err := straceAvailable(); err != nil {
 			fmt.Fprintf(progress, "no sync-call count: %v\n", err)
 		} else {
@@ -154,7 +171,12 @@ func runAll(ctx context.Context, c config, out, progress io.Writer) (*results, e
 		}
 	}
 	fmt.Fprintf(out, "\nhermes binary %s; %d CPUs; %s; took %s\n", c.hermesBin, runtime.NumCPU(), runtime.Version(), time.Since(start).Round(time.Second))
-	report(out, c, runs, probes)
+	if !c.longOnly {
+		report(out, c, runs, probes)
+	}
+	if c.longTurns > 0 {
+		reportLong(out, c, runs)
+	}
 	return &results{runs: runs, probes: probes}, nil
 }
 

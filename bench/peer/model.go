@@ -20,6 +20,8 @@ var turnExpr = regexp.MustCompile(`请帮我算一下 (.+?)。`)
 // modelCalls counts the instant model's requests by what they are for.
 type modelCalls struct {
 	assistant, extraction, summary, other atomic.Int64
+	// assistantBytes adds up the bodies of the assistant requests (the turns' context).
+	assistantBytes atomic.Int64
 }
 
 // instantModel is the script every system runs against: asked the turn's question with a
@@ -55,6 +57,7 @@ func answer(req scripted.Request, calls *modelCalls) scripted.Reply {
 		return scripted.Text("我只会算术。")
 	}
 	calls.assistant.Add(1)
+	calls.assistantBytes.Add(int64(len(req.Raw)))
 	if res := req.ToolResults(); len(res) > 0 {
 		return scripted.Text("结果是 " + calcResult(res[len(res)-1].Content) + "。")
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -89,5 +90,51 @@ func TestShortRun(t *testing.T) {
 		if r.syncs == nil || r.syncs.calls < r.phases[phaseSeq].turns {
 			t.Errorf("%s under strace: %+v sync calls for %d turns", r.system, r.syncs, r.phases[phaseSeq].turns)
 		}
+	}
+}
+
+// TestLongPhase runs Hermes monolithic through the long phase only, profiled, and checks its
+// windows, their figures and the profiles.
+func TestLongPhase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds hermes and starts it")
+	}
+	prof := t.TempDir()
+	c := config{
+		systems: []string{hermesMono}, repeats: 1,
+		seqSess: 1, seqTurns: 1, concSess: 1, concTurns: 1,
+		warmup: 1, settle: 300 * time.Millisecond,
+		longTurns: 4, longSessions: 2, longWindow: 2, longOnly: true,
+		pprofDir: prof, pprofSeconds: 1,
+		dir: t.TempDir(),
+	}
+	var out, progress bytes.Buffer
+	res, err := runAll(context.Background(), c, &out, &progress)
+	t.Log(progress.String())
+	t.Log(out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.runs[hermesMono][0]
+	if len(r.phases) != 0 {
+		t.Errorf("-long-only ran %d other phases", len(r.phases))
+	}
+	if len(r.long) != 2 {
+		t.Fatalf("%d windows, want 2", len(r.long))
+	}
+	for i, w := range r.long {
+		if w.turns != 4 || w.failed != 0 || len(w.lat) != 4 {
+			t.Errorf("window %d: %d turns, %d failed, %d latencies; want 4, 0, 4", i, w.turns, w.failed, len(w.lat))
+		}
+		if w.reqBytes <= 0 || w.allocBytes <= 0 || w.gcs < 0 {
+			t.Errorf("window %d: %d request bytes, %.0f bytes allocated, %.0f GCs", i, w.reqBytes, w.allocBytes, w.gcs)
+		}
+	}
+	files, err := filepath.Glob(filepath.Join(prof, "*.pb.gz"))
+	if err != nil || len(files) != 6 {
+		t.Errorf("%d profiles (%v), want 6: CPU and two allocation snapshots of each of 2 windows", len(files), err)
+	}
+	if !strings.Contains(out.String(), "| hermes-mono | KB allocated per turn |") {
+		t.Errorf("the report lacks the allocation row:\n%s", out.String())
 	}
 }

@@ -73,6 +73,8 @@ type env struct {
 	natsURL     string
 	// strace, when set, runs the system's server process under strace writing to this file.
 	strace string
+	// env is added to Hermes monolithic's environment.
+	env []string
 }
 
 func startSystem(ctx context.Context, kind string, e env) (system, error) {
@@ -102,6 +104,8 @@ type hermes struct {
 	orch    orchestratorv1.OrchestratorServiceClient
 	ps      []proc
 	closers []func()
+	// metrics is the monolith's Prometheus address (the Go runtime's allocation counters).
+	metrics string
 }
 
 func newHermesClient(sessionAddr, orchAddr string) (*hermes, error) {
@@ -127,7 +131,7 @@ func startHermesMono(ctx context.Context, e env) (system, error) {
 			return nil, err
 		}
 	}
-	p, err := cluster.StartMonolith(ctx, bin, e.dir, e.modelURL, "scripted-peer", nil)
+	p, err := cluster.StartMonolith(ctx, bin, e.dir, e.modelURL, "scripted-peer", e.env)
 	if err != nil {
 		return nil, err
 	}
@@ -137,6 +141,7 @@ func startHermesMono(ctx context.Context, e env) (system, error) {
 		return nil, err
 	}
 	h.ps = []proc{{name: "hermes", pid: p.Pid()}}
+	h.metrics = p.MetricsAddr
 	// SIGTERM first: under strace, a SIGKILL would lose the trace's last lines.
 	h.closers = append(h.closers, func() { _ = p.Stop(10 * time.Second); p.Close() })
 	return h, nil

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -145,6 +146,31 @@ type Client struct {
 	model string
 	base  string
 	inst  instruments
+	// bodies recycles request bodies (*bytes.Buffer): a turn's requests are 10–30 KB each, and
+	// a new one for every call was the client's largest allocation.
+	bodies sync.Pool
+}
+
+// maxPooledBody is the largest request body kept for reuse; larger ones (images) go to the GC.
+const maxPooledBody = 1 << 20
+
+// body returns an empty buffer for a request body.
+func (c *Client) body() *bytes.Buffer {
+	if b, ok := c.bodies.Get().(*bytes.Buffer); ok {
+		b.Reset()
+		return b
+	}
+	return new(bytes.Buffer)
+}
+
+// release returns a request body for reuse once its call is over, only when the endpoint
+// answered it successfully: an http.RoundTripper may still read a request body after RoundTrip
+// returned when the server answered before reading it all (an error status), so such a body is
+// left to the GC.
+func (c *Client) release(b *bytes.Buffer, answered bool) {
+	if answered && b.Cap() <= maxPooledBody {
+		c.bodies.Put(b)
+	}
 }
 
 // New returns a client, or ErrNotConfigured when the base URL or the model name is empty.
@@ -186,12 +212,15 @@ func (c *Client) BaseURL() string { return c.base }
 func (c *Client) Complete(ctx context.Context, req Request) (out *Response, err error) {
 	ctx, end := c.observe(ctx, req, false)
 	defer func() { end(out, err) }()
-	body, err := c.encode(req, false)
-	if err != nil {
+	body := c.body()
+	if err := c.encodeTo(body, req, false); err != nil {
+		c.release(body, true)
 		return nil, err
 	}
 	var cc wireCompletion
-	if err := lenient(c.post(ctx, body, &cc)); err != nil {
+	err = c.post(ctx, body.Bytes(), &cc)
+	c.release(body, err == nil)
+	if err := lenient(err); err != nil {
 		return nil, c.wrap(err)
 	}
 	out = &Response{ID: cc.ID, Model: cc.Model, Usage: cc.Usage.usage()}
@@ -216,19 +245,22 @@ func (c *Client) Complete(ctx context.Context, req Request) (out *Response, err 
 func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) (out *Response, err error) {
 	ctx, end := c.observe(ctx, req, true)
 	defer func() { end(out, err) }()
-	body, err := c.encode(req, true)
-	if err != nil {
+	body := c.body()
+	if err := c.encodeTo(body, req, true); err != nil {
+		c.release(body, true)
 		return nil, err
 	}
 	// Retries and error statuses are handled before the response is handed over; the body then
 	// carries the per-attempt timeout and is read here event by event.
 	var res *http.Response
-	if err := c.post(ctx, body, &res); err != nil {
+	if err := c.post(ctx, body.Bytes(), &res); err != nil {
 		if res != nil && res.Body != nil {
 			_ = res.Body.Close()
 		}
 		return nil, c.wrap(err)
 	}
+	// A 2xx answer: the endpoint has read the request.
+	c.release(body, true)
 	events := ssestream.NewDecoder(res)
 	if events == nil {
 		return nil, fmt.Errorf("model %s answered without a body", c.base)
@@ -395,6 +427,15 @@ type (
 
 // encode builds the request body, in one pass of encoding/json (see the package comment).
 func (c *Client) encode(req Request, stream bool) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := c.encodeTo(&buf, req, stream); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// encodeTo is encode into buf.
+func (c *Client) encodeTo(buf *bytes.Buffer, req Request, stream bool) error {
 	w := wireRequest{Model: req.Model, Messages: make([]wireMessage, len(req.Messages))}
 	if w.Model == "" {
 		w.Model = c.model
@@ -422,7 +463,7 @@ func (c *Client) encode(req Request, stream bool) ([]byte, error) {
 			wm.Content = &m.Content
 		case RoleTool:
 			if m.ToolCallID == "" {
-				return nil, fmt.Errorf("messages[%d]: a tool message needs the id of the call it answers", i)
+				return fmt.Errorf("messages[%d]: a tool message needs the id of the call it answers", i)
 			}
 			wm.Content, wm.ToolCallID = &m.Content, m.ToolCallID
 		case RoleAssistant:
@@ -437,7 +478,7 @@ func (c *Client) encode(req Request, stream bool) ([]byte, error) {
 				}
 			}
 		default:
-			return nil, fmt.Errorf("messages[%d]: unknown role %q", i, m.Role)
+			return fmt.Errorf("messages[%d]: unknown role %q", i, m.Role)
 		}
 		w.Messages[i] = wm
 		size += len(m.Content) + len(m.ToolCallID) + 48
@@ -448,7 +489,7 @@ func (c *Client) encode(req Request, stream bool) ([]byte, error) {
 	for i, t := range req.Tools {
 		params, err := objectParams(t.Parameters)
 		if err != nil {
-			return nil, fmt.Errorf("tools[%d] %s: parameters are not a JSON object: %w", i, t.Name, err)
+			return fmt.Errorf("tools[%d] %s: parameters are not a JSON object: %w", i, t.Name, err)
 		}
 		w.Tools[i] = wireTool{Type: "function", Function: wireToolDef{Name: t.Name, Description: t.Description, Parameters: params}}
 		size += len(t.Name) + len(t.Description) + len(params) + 64
@@ -468,13 +509,13 @@ func (c *Client) encode(req Request, stream bool) ([]byte, error) {
 		w.StreamOptions = &wireStreamOptions{IncludeUsage: true}
 	}
 	// Escaped text would only grow; the endpoint decodes either form.
-	buf := bytes.NewBuffer(make([]byte, 0, size+size/8))
+	buf.Grow(size + size/8)
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(&w); err != nil {
-		return nil, fmt.Errorf("encoding the request: %w", err)
+		return fmt.Errorf("encoding the request: %w", err)
 	}
-	return buf.Bytes(), nil
+	return nil
 }
 
 // objectParams checks that a tool's parameters are a JSON object (or null or absent, which send

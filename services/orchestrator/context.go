@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -51,7 +52,7 @@ type contextBlocks struct {
 
 // messages is the request's message list.
 func (b *contextBlocks) messages() []model.Message {
-	var out []model.Message
+	out := make([]model.Message, 0, 5+len(b.history)+len(b.current))
 	for _, s := range []string{b.systemPrompt, b.memory, b.pinned, b.summary, b.taskState} {
 		if s != "" {
 			out = append(out, model.Message{Role: model.RoleSystem, Content: s})
@@ -97,9 +98,13 @@ func (b *contextBlocks) breakdown(tok *tokenizer.Tokenizer) *orchestratorv1.Toke
 // one token per line break, which may differ from counting the block whole by a token where a
 // line ends in punctuation — it feeds the token breakdown and the prompt estimate only.
 type taskLines struct {
-	mu sync.Mutex // guards n
-	// n holds the counts by line (its step number cut off); cleared when it reaches maxTaskLines.
+	mu sync.Mutex // guards n and key
+	// n holds the counts by line (its step number cut off and, with the encodings where a
+	// number's count depends only on its length, every digit written as 0); cleared when it
+	// reaches maxTaskLines.
 	n map[string]int32
+	// key is the buffer a line's key is built in.
+	key []byte
 }
 
 const maxTaskLines = 8192
@@ -115,6 +120,7 @@ func (l *taskLines) count(tok *tokenizer.Tokenizer, block string) int32 {
 	if l.n == nil || len(l.n) >= maxTaskLines {
 		l.n = map[string]int32{}
 	}
+	shape := numbersAreTokens(tok)
 	for i, line := range strings.Split(block, "\n") {
 		if i > 0 {
 			total++ // the line break
@@ -124,15 +130,53 @@ func (l *taskLines) count(tok *tokenizer.Tokenizer, block string) int32 {
 			total += 2
 			line = line[dot+1:]
 		}
-		n, ok := l.n[line]
+		// The heading's "(12 of 57 shown" and a calculation's numbers change every turn: keyed
+		// by their shape, a line like an earlier one is not counted again.
+		var n int32
+		var ok bool
+		if shape {
+			l.key = numberShape(l.key[:0], line)
+			n, ok = l.n[string(l.key)] // no copy for a lookup
+		} else {
+			n, ok = l.n[line]
+		}
 		if !ok {
-			n = int32(tok.Count(line))
-			l.n[line] = n
+			key := line
+			if shape {
+				key = string(l.key)
+			}
+			n = int32(tok.Count(key))
+			l.n[key] = n
 		}
 		total += n
 	}
 	return total
 }
+
+// numbersAreTokens reports whether the tokenizer's encoding splits runs of digits into pieces
+// of three from the left, and has every string of one to three digits as one token (o200k_base,
+// cl100k_base; not the GPT-2 ones): there a number's count depends only on its length.
+func numbersAreTokens(tok *tokenizer.Tokenizer) bool {
+	switch tok.Name() {
+	case "o200k_base", "cl100k_base":
+		return true
+	}
+	return false
+}
+
+// numberShape appends line to dst with every ASCII digit written as 0.
+func numberShape(dst []byte, line string) []byte {
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		if isDigit(c) {
+			c = '0'
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // toolSchemaTokens is what a tool's schema costs in a request, as the tool service counted it
 // or, failing that, counted here.
@@ -280,37 +324,35 @@ func renderTaskState(st TaskState, maxSteps int) (string, int) {
 }
 
 // pickSteps chooses at most n steps: a step repeated with the same tool and arguments counts
-// once (its newest record), idempotent-tool steps first, then the newest others.
+// once (its newest record), idempotent-tool steps first, then the newest others, in their order.
+// It allocates only what it returns and compares a step with the newer ones only when it could
+// be chosen: a session keeps up to TaskStateSteps (200) steps while n is about a dozen, and a map
+// of all of them, built every turn, made the turn's cost grow with the session.
 func pickSteps(all []Step, n int) []Step {
-	type call struct{ tool, args string }
-	seen := make(map[call]bool, len(all))
-	uniq := make([]int, 0, len(all)) // indexes into all, newest first
-	for i := len(all) - 1; i >= 0; i-- {
-		k := call{all[i].Tool, all[i].Arguments}
-		if !seen[k] {
-			seen[k] = true
-			uniq = append(uniq, i)
+	if n <= 0 || len(all) == 0 {
+		return nil
+	}
+	// newest reports whether all[i] is the newest record of its call.
+	newest := func(i int) bool {
+		for j := i + 1; j < len(all); j++ {
+			if all[j].Tool == all[i].Tool && all[j].Arguments == all[i].Arguments {
+				return false
+			}
+		}
+		return true
+	}
+	picked := make([]int, 0, min(n, len(all)))
+	for _, idempotent := range []bool{true, false} {
+		for i := len(all) - 1; i >= 0 && len(picked) < n; i-- {
+			if (all[i].IdempotencyKey != "") == idempotent && newest(i) {
+				picked = append(picked, i)
+			}
 		}
 	}
-	keep := make([]bool, len(all))
-	kept := 0
-	for _, i := range uniq {
-		if kept < n && all[i].IdempotencyKey != "" {
-			keep[i] = true
-			kept++
-		}
-	}
-	for _, i := range uniq {
-		if kept < n && !keep[i] {
-			keep[i] = true
-			kept++
-		}
-	}
-	out := make([]Step, 0, kept)
-	for i, s := range all {
-		if keep[i] {
-			out = append(out, s)
-		}
+	slices.Sort(picked)
+	out := make([]Step, len(picked))
+	for k, i := range picked {
+		out[k] = all[i]
 	}
 	return out
 }
