@@ -98,7 +98,7 @@ var bServers = []byte("servers")
 
 // OpenBoltServerStore opens or creates the file.
 func OpenBoltServerStore(path string) (*BoltServerStore, error) {
-	db, err := boltstore.Open(path, nil, bServers)
+	db, err := boltstore.Open(path, nil, bServers, bConnections, bAuthStates)
 	if err != nil {
 		return nil, err
 	}
