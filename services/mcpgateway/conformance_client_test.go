@@ -38,13 +38,17 @@ func TestConformanceClientHelper(t *testing.T) {
 	// The suite hands over credentials in MCP_CONFORMANCE_CONTEXT; the gateway reads secrets
 	// from its environment, like an operator's.
 	var conf struct {
-		ClientID     string `json:"client_id"`
-		ClientSecret string `json:"client_secret"`
+		ClientID      string `json:"client_id"`
+		ClientSecret  string `json:"client_secret"`
+		PrivateKeyPEM string `json:"private_key_pem"`
 	}
 	_ = json.Unmarshal([]byte(os.Getenv("MCP_CONFORMANCE_CONTEXT")), &conf)
 	getenv := func(k string) string {
-		if k == "CONFORMANCE_CLIENT_SECRET" {
+		switch k {
+		case "CONFORMANCE_CLIENT_SECRET":
 			return conf.ClientSecret
+		case "CONFORMANCE_PRIVATE_KEY":
+			return conf.PrivateKeyPEM
 		}
 		return os.Getenv(k)
 	}
@@ -57,7 +61,7 @@ func TestConformanceClientHelper(t *testing.T) {
 		cfg.OAuthRedirectURL = "http://127.0.0.1:1/callback"
 		key, _ = ParseOAuthKey(rand.Text() + rand.Text())
 	}
-	g := New(cfg, Options{Logger: testLogger(t), Getenv: getenv, Secrets: secretenv.New([]string{"CONFORMANCE_CLIENT_SECRET"}, nil), OAuthKey: key})
+	g := New(cfg, Options{Logger: testLogger(t), Getenv: getenv, Secrets: secretenv.New([]string{"CONFORMANCE_CLIENT_SECRET", "CONFORMANCE_PRIVATE_KEY"}, nil), OAuthKey: key})
 	defer g.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -74,6 +78,8 @@ func TestConformanceClientHelper(t *testing.T) {
 	switch {
 	case scenario == "elicitation-sep1034-client-defaults":
 		spec.Elicitation = "defaults"
+	case scenario == "auth/client-credentials-jwt":
+		spec.GetHttp().Oauth = &pb.OAuthClientCredentials{ClientId: conf.ClientID, PrivateKeyEnv: "CONFORMANCE_PRIVATE_KEY"}
 	case strings.HasPrefix(scenario, "auth/client-credentials"):
 		spec.GetHttp().Oauth = &pb.OAuthClientCredentials{ClientId: conf.ClientID, ClientSecretEnv: "CONFORMANCE_CLIENT_SECRET"}
 	}
@@ -146,7 +152,7 @@ func TestConformanceClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scenarios := []string{"initialize", "tools_call", "sse-retry", "elicitation-sep1034-client-defaults", "auth/client-credentials-basic",
+	scenarios := []string{"initialize", "tools_call", "sse-retry", "elicitation-sep1034-client-defaults", "auth/client-credentials-basic", "auth/client-credentials-jwt",
 		// Per-user OAuth (user_oauth): the helper connects a user through the authorization URL.
 		"auth/metadata-default", "auth/metadata-var1", "auth/scope-from-www-authenticate", "auth/scope-from-scopes-supported",
 		"auth/scope-omitted-when-undefined", "auth/scope-retry-limit", "auth/token-endpoint-auth-basic", "auth/token-endpoint-auth-post",

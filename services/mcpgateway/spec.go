@@ -145,13 +145,19 @@ func validateOAuth(v *rpc.Violations, field string, o *pb.OAuthClientCredentials
 	if o.GetClientId() == "" || len(o.GetClientId()) > maxPattern {
 		v.Add(field+".client_id", "is required, at most %d bytes", maxPattern)
 	}
-	if !isEnvName(o.GetClientSecretEnv()) {
-		v.Add(field+".client_secret_env", "must name an environment variable")
+	switch pk := o.GetPrivateKeyEnv(); {
+	case pk != "" && o.GetClientSecretEnv() != "":
+		v.Add(field+".private_key_env", "cannot be combined with client_secret_env: the client authenticates with one of them")
+	case pk != "" && !isEnvName(pk):
+		v.Add(field+".private_key_env", "must name an environment variable")
+	case pk == "" && !isEnvName(o.GetClientSecretEnv()):
+		v.Add(field+".client_secret_env", "must name an environment variable (or set private_key_env)")
 	}
 	validateScopes(v, field+".scopes", o.GetScopes())
-	switch o.GetAuthMethod() {
-	case "", "client_secret_basic", "client_secret_post":
-	default:
+	switch m := o.GetAuthMethod(); {
+	case o.GetPrivateKeyEnv() != "" && m != "" && m != "private_key_jwt":
+		v.Add(field+".auth_method", `must be "private_key_jwt" (or empty) with private_key_env`)
+	case o.GetPrivateKeyEnv() == "" && m != "" && m != "client_secret_basic" && m != "client_secret_post":
 		v.Add(field+".auth_method", `must be "client_secret_basic" or "client_secret_post"`)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -202,39 +203,9 @@ func (c *serverConn) discover(ctx context.Context) (*oauthEndpoint, error) {
 	g, ht := c.g, c.spec.GetHttp()
 	uo := ht.GetUserOauth()
 	client := g.tokenClient()
-	challenges, err := c.challenge(ctx, client)
+	challenges, prm, asm, err := discoverAuthServer(ctx, client, ht.GetUrl(), g.version)
 	if err != nil {
 		return nil, err
-	}
-	var prm *oauthex.ProtectedResourceMetadata
-	for _, u := range resourceMetadataURLs(challenges, ht.GetUrl()) {
-		m, err := oauthex.GetProtectedResourceMetadata(ctx, u.url, u.resource, client)
-		if err != nil || m == nil {
-			continue
-		}
-		if len(m.AuthorizationServers) == 0 {
-			return nil, errors.New("the server's protected resource metadata names no authorization server")
-		}
-		prm = m
-		break
-	}
-	if prm == nil {
-		// 2025-03-26 servers: the server's origin is the authorization server.
-		u, err := url.Parse(ht.GetUrl())
-		if err != nil {
-			return nil, err
-		}
-		u.Path, u.RawQuery = "", ""
-		prm = &oauthex.ProtectedResourceMetadata{AuthorizationServers: []string{u.String()}, Resource: ht.GetUrl()}
-	}
-	issuer := prm.AuthorizationServers[0]
-	asm, err := auth.GetAuthServerMetadata(ctx, issuer, client)
-	if err != nil {
-		return nil, fmt.Errorf("authorization server metadata: %w", err)
-	}
-	if asm == nil {
-		base := strings.TrimRight(issuer, "/")
-		asm = &oauthex.AuthServerMeta{Issuer: issuer, AuthorizationEndpoint: base + "/authorize", TokenEndpoint: base + "/token", RegistrationEndpoint: base + "/register"}
 	}
 	if len(asm.CodeChallengeMethodsSupported) > 0 && !slices.Contains(asm.CodeChallengeMethodsSupported, "S256") {
 		return nil, errors.New("the authorization server does not support PKCE with S256, which MCP requires")
@@ -307,11 +278,53 @@ func authStyle(supported []string, secret bool) oauth2.AuthStyle {
 	return oauth2.AuthStyleInHeader
 }
 
+// discoverAuthServer finds a server's authorization server as the MCP authorization spec
+// says: the 401 challenge of an unauthenticated initialize, protected resource metadata
+// (RFC 9728) at the challenge's URL or the well-known paths, else the server's origin
+// (2025-03-26 servers); then the authorization server's metadata through the SDK (RFC 8414,
+// OpenID discovery), else the 2025-03-26 default endpoints.
+func discoverAuthServer(ctx context.Context, client *http.Client, serverURL, version string) ([]oauthex.Challenge, *oauthex.ProtectedResourceMetadata, *oauthex.AuthServerMeta, error) {
+	challenges, err := challenge(ctx, client, serverURL, version)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var prm *oauthex.ProtectedResourceMetadata
+	for _, u := range resourceMetadataURLs(challenges, serverURL) {
+		m, err := oauthex.GetProtectedResourceMetadata(ctx, u.url, u.resource, client)
+		if err != nil || m == nil {
+			continue
+		}
+		if len(m.AuthorizationServers) == 0 {
+			return nil, nil, nil, errors.New("the server's protected resource metadata names no authorization server")
+		}
+		prm = m
+		break
+	}
+	if prm == nil {
+		u, err := url.Parse(serverURL)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		u.Path, u.RawQuery = "", ""
+		prm = &oauthex.ProtectedResourceMetadata{AuthorizationServers: []string{u.String()}, Resource: serverURL}
+	}
+	issuer := prm.AuthorizationServers[0]
+	asm, err := auth.GetAuthServerMetadata(ctx, issuer, client)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("authorization server metadata: %w", err)
+	}
+	if asm == nil {
+		base := strings.TrimRight(issuer, "/")
+		asm = &oauthex.AuthServerMeta{Issuer: issuer, AuthorizationEndpoint: base + "/authorize", TokenEndpoint: base + "/token", RegistrationEndpoint: base + "/register"}
+	}
+	return challenges, prm, asm, nil
+}
+
 // challenge asks the server without a token and returns the challenges of its 401 answer
 // (none when it answers otherwise).
-func (c *serverConn) challenge(ctx context.Context, client *http.Client) ([]oauthex.Challenge, error) {
-	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"hermes","version":"` + c.g.version + `"}}}`
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.spec.GetHttp().GetUrl(), strings.NewReader(body))
+func challenge(ctx context.Context, client *http.Client, serverURL, version string) ([]oauthex.Challenge, error) {
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"hermes","version":` + strconv.Quote(version) + `}}}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, serverURL, strings.NewReader(body))
 	if err != nil {
 		return nil, err
 	}

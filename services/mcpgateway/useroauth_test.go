@@ -608,6 +608,10 @@ func TestValidateUserOAuth(t *testing.T) {
 		{"with a bearer token", &pb.HTTPTransport{Url: "https://x.example/mcp", BearerTokenEnv: "T", UserOauth: &pb.OAuthAuthorizationCode{}}, "cannot be combined"},
 		{"secret without client", &pb.HTTPTransport{Url: "https://x.example/mcp", UserOauth: &pb.OAuthAuthorizationCode{ClientSecretEnv: "S"}}, "needs client_id"},
 		{"bad scope", &pb.HTTPTransport{Url: "https://x.example/mcp", UserOauth: &pb.OAuthAuthorizationCode{Scopes: []string{"a b"}}}, "scope token"},
+		{"private key JWT", &pb.HTTPTransport{Url: "https://x.example/mcp", Oauth: &pb.OAuthClientCredentials{ClientId: "c", PrivateKeyEnv: "K"}}, ""},
+		{"private key and secret", &pb.HTTPTransport{Url: "https://x.example/mcp", Oauth: &pb.OAuthClientCredentials{ClientId: "c", PrivateKeyEnv: "K", ClientSecretEnv: "S"}}, "cannot be combined with client_secret_env"},
+		{"private key with a secret method", &pb.HTTPTransport{Url: "https://x.example/mcp", Oauth: &pb.OAuthClientCredentials{ClientId: "c", PrivateKeyEnv: "K", AuthMethod: "client_secret_post"}}, "private_key_jwt"},
+		{"neither secret nor key", &pb.HTTPTransport{Url: "https://x.example/mcp", Oauth: &pb.OAuthClientCredentials{ClientId: "c"}}, "or set private_key_env"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkSpec("spec", &pb.ServerSpec{Name: "s", Transport: &pb.ServerSpec_Http{Http: tc.ht}})

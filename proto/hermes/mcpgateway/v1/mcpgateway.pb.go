@@ -627,14 +627,20 @@ type OAuthClientCredentials struct {
 	// The client id. Required.
 	ClientId string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	// Name of an environment variable of the gateway process that holds the client secret.
-	// Required.
+	// Required unless private_key_env is set.
 	ClientSecretEnv string `protobuf:"bytes,3,opt,name=client_secret_env,json=clientSecretEnv,proto3" json:"client_secret_env,omitempty"`
 	// Scopes to ask for with a configured token_url (a discovered endpoint asks for the scopes
 	// the server's metadata names).
 	Scopes []string `protobuf:"bytes,4,rep,name=scopes,proto3" json:"scopes,omitempty"`
 	// How the client authenticates with a configured token_url: "client_secret_basic" (the
-	// default) or "client_secret_post"; a discovered endpoint's metadata decides.
-	AuthMethod    string `protobuf:"bytes,5,opt,name=auth_method,json=authMethod,proto3" json:"auth_method,omitempty"`
+	// default) or "client_secret_post"; a discovered endpoint's metadata decides. With
+	// private_key_env it is "private_key_jwt" (the default then).
+	AuthMethod string `protobuf:"bytes,5,opt,name=auth_method,json=authMethod,proto3" json:"auth_method,omitempty"`
+	// Name of an environment variable of the gateway process holding a PEM private key (PKCS#8,
+	// SEC 1 or PKCS#1; EC P-256 signs with ES256, RSA with RS256): the client authenticates with
+	// a signed JWT assertion (private_key_jwt, RFC 7523) instead of a secret. Not with
+	// client_secret_env.
+	PrivateKeyEnv string `protobuf:"bytes,6,opt,name=private_key_env,json=privateKeyEnv,proto3" json:"private_key_env,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -700,6 +706,13 @@ func (x *OAuthClientCredentials) GetScopes() []string {
 func (x *OAuthClientCredentials) GetAuthMethod() string {
 	if x != nil {
 		return x.AuthMethod
+	}
+	return ""
+}
+
+func (x *OAuthClientCredentials) GetPrivateKeyEnv() string {
+	if x != nil {
+		return x.PrivateKeyEnv
 	}
 	return ""
 }
@@ -3857,14 +3870,15 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x16OAuthAuthorizationCode\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12*\n" +
 	"\x11client_secret_env\x18\x02 \x01(\tR\x0fclientSecretEnv\x12\x16\n" +
-	"\x06scopes\x18\x03 \x03(\tR\x06scopes\"\xb7\x01\n" +
+	"\x06scopes\x18\x03 \x03(\tR\x06scopes\"\xdf\x01\n" +
 	"\x16OAuthClientCredentials\x12\x1b\n" +
 	"\ttoken_url\x18\x01 \x01(\tR\btokenUrl\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12*\n" +
 	"\x11client_secret_env\x18\x03 \x01(\tR\x0fclientSecretEnv\x12\x16\n" +
 	"\x06scopes\x18\x04 \x03(\tR\x06scopes\x12\x1f\n" +
 	"\vauth_method\x18\x05 \x01(\tR\n" +
-	"authMethod\"\x80\x05\n" +
+	"authMethod\x12&\n" +
+	"\x0fprivate_key_env\x18\x06 \x01(\tR\rprivateKeyEnv\"\x80\x05\n" +
 	"\x06Server\x124\n" +
 	"\x04spec\x18\x01 \x01(\v2 .hermes.mcpgateway.v1.ServerSpecR\x04spec\x127\n" +
 	"\x05state\x18\x02 \x01(\x0e2!.hermes.mcpgateway.v1.ServerStateR\x05state\x12\x1d\n" +
