@@ -672,6 +672,11 @@ func (s *sharedTokens) Token() (*oauth2.Token, error) {
 		return nil, errors.New(why)
 	}
 	if s.cur != nil {
+		// Read the lender's connection again each time: once they disconnect (on any
+		// replica), their token is not used any more.
+		s.cur.mu.Lock()
+		s.cur.conn = nil
+		s.cur.mu.Unlock()
 		if tok, err := s.cur.Token(); err == nil {
 			return tok, nil
 		}
@@ -770,12 +775,18 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 	}
 	c.mu.Lock()
 	us := c.users[user]
-	if us != nil && !us.unauthorized.Get() {
-		us.lastUsed = time.Now()
-		c.mu.Unlock()
-		return us, nil
-	}
 	c.mu.Unlock()
+	if us != nil && !us.unauthorized.Get() {
+		// The user may have disconnected on another replica: the stored connection decides.
+		if sealed, err := g.conns.GetConnection(ctx, c.spec.Name, user); err != nil {
+			return nil, failed(codeUnavailable, "the store of MCP connections is unavailable: "+abbreviate(err.Error(), 300))
+		} else if sealed != nil {
+			c.mu.Lock()
+			us.lastUsed = time.Now()
+			c.mu.Unlock()
+			return us, nil
+		}
+	}
 	if us != nil {
 		c.dropUserSession(user)
 	}

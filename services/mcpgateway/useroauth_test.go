@@ -384,6 +384,30 @@ func testUserOAuth(t *testing.T, store ServerStore, dump func() []byte) {
 			t.Fatalf("alice's call after bob connected: %v", r)
 		}
 	}
+	// Another replica with the same store and key serves alice's connection (a callback may
+	// land on any replica, a call on any other).
+	g2 := New(cfg, Options{Store: store, OAuthKey: key, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	t.Cleanup(g2.Close)
+	if err := g2.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the second replica's docs tools", func() bool {
+		tools, _ := g2.Tools("docs")
+		return len(tools) == 1
+	})
+	call2 := func(user string) *pb.CallToolResponse {
+		t.Helper()
+		r, err := g2.CallTool(ctx, &pb.CallToolRequest{Server: "docs", Tool: "whoami", UserId: user})
+		if err != nil {
+			t.Fatal(err)
+		}
+		responses = append(responses, r)
+		return r
+	}
+	if r := call2("alice"); r.GetOutput() != "account alice@provider" {
+		t.Fatalf("alice's call on the second replica: %v", r)
+	}
+
 	// A sealed record moved to another user's key does not open: bob's record under carol.
 	conns := store.(ConnectionStore)
 	sealed, err := conns.GetConnection(ctx, "docs", "bob")
@@ -415,6 +439,9 @@ func testUserOAuth(t *testing.T, store ServerStore, dump func() []byte) {
 	responses = append(responses, dis)
 	if r := call("alice"); r.GetErrorCode() != codeAuthRequired {
 		t.Fatalf("alice's call after disconnecting: %v", r)
+	}
+	if r := call2("alice"); r.GetErrorCode() != codeAuthRequired {
+		t.Fatalf("alice's call on the second replica after disconnecting on the first: %v", r)
 	}
 	if r := call("bob"); r.GetOutput() != "account bob@provider" {
 		t.Fatalf("bob's call after alice disconnected: %v", r)
