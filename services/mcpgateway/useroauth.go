@@ -599,8 +599,11 @@ type userTokens struct {
 	g      *Gateway
 	server string
 	user   string
-	mu     sync.Mutex // guards conn
-	conn   *userConnection
+	// ended, when set, is raised once the connection is gone (whatever error the SDK wraps
+	// errNotConnected in), so the caller asks the user to connect again.
+	ended *sticky
+	mu    sync.Mutex // guards conn
+	conn  *userConnection
 }
 
 func (t *userTokens) Token() (*oauth2.Token, error) {
@@ -615,6 +618,9 @@ func (t *userTokens) Token() (*oauth2.Token, error) {
 			return nil, err
 		}
 		if conn == nil {
+			if t.ended != nil {
+				t.ended.Set()
+			}
 			return nil, errNotConnected
 		}
 		t.conn = conn
@@ -631,9 +637,12 @@ func (t *userTokens) Token() (*oauth2.Token, error) {
 	old.AccessToken = "" // force the refresh
 	tok, err := t.conn.Endpoint.config(t.g.cfg.OAuthRedirectURL).TokenSource(hctx, &old).Token()
 	if err != nil {
+		// RFC 6749 section 5.2: a refused grant or client is a 400 or 401 answer; a server
+		// error or a network failure leaves the connection for the next try.
 		var re *oauth2.RetrieveError
-		if errors.As(err, &re) && (re.ErrorCode == "invalid_grant" || re.ErrorCode == "invalid_client" || re.ErrorCode == "unauthorized_client") {
-			return nil, t.forget(ctx, "the authorization server refused the refresh: "+re.ErrorCode)
+		if errors.As(err, &re) && (re.ErrorCode == "invalid_grant" || re.ErrorCode == "invalid_client" || re.ErrorCode == "unauthorized_client" ||
+			re.Response != nil && (re.Response.StatusCode == http.StatusBadRequest || re.Response.StatusCode == http.StatusUnauthorized)) {
+			return nil, t.forget(ctx, "the authorization server refused the refresh: "+tokenError(err).Error())
 		}
 		return nil, fmt.Errorf("refreshing the user's token: %w", tokenError(err))
 	}
@@ -652,6 +661,9 @@ func (t *userTokens) forget(ctx context.Context, why string) error {
 		return err
 	}
 	t.conn = nil
+	if t.ended != nil {
+		t.ended.Set()
+	}
 	return errNotConnected
 }
 
@@ -702,7 +714,8 @@ func (s *sharedTokens) Token() (*oauth2.Token, error) {
 type userSession struct {
 	l        *live
 	lastUsed time.Time
-	// unauthorized is set when the server answered 401 to this user's token.
+	// unauthorized is set when the server answered 401 to this user's token, or the
+	// connection ended (a refused refresh, a disconnect elsewhere).
 	unauthorized *sticky
 }
 
@@ -803,7 +816,7 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 		header.Set(k, v)
 	}
 	f := &sticky{}
-	tokens := &userTokens{g: g, server: c.spec.Name, user: user, conn: conn}
+	tokens := &userTokens{g: g, server: c.spec.Name, user: user, conn: conn, ended: f}
 	rt := &unauthorizedWatch{f: f, base: &oauth2.Transport{Source: tokens, Base: &headerTransport{base: g.httpBase, header: header}}}
 	hc := &http.Client{Transport: rt}
 	cctx, cancel := context.WithTimeout(ctx, min(timeout, g.cfg.ConnectTimeout))

@@ -81,8 +81,7 @@ func newFakeAS(t *testing.T) *fakeAS {
 		a.mu.Lock()
 		a.clients[id] = m.RedirectURIs[0]
 		a.mu.Unlock()
-		w.WriteHeader(http.StatusCreated)
-		writeJSON(w, map[string]any{"client_id": id, "redirect_uris": m.RedirectURIs, "token_endpoint_auth_method": "none"})
+		writeJSONStatus(w, http.StatusCreated, map[string]any{"client_id": id, "redirect_uris": m.RedirectURIs, "token_endpoint_auth_method": "none"})
 	})
 	mux.HandleFunc("/authorize", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
@@ -112,8 +111,7 @@ func newFakeAS(t *testing.T) *fakeAS {
 			delete(a.codes, r.PostForm.Get("code"))
 			sum := sha256.Sum256([]byte(r.PostForm.Get("code_verifier")))
 			if !ok || base64.RawURLEncoding.EncodeToString(sum[:]) != c.challenge || r.PostForm.Get("redirect_uri") != c.redirect || r.PostForm.Get("client_id") != c.client {
-				w.WriteHeader(http.StatusBadRequest)
-				writeJSON(w, map[string]string{"error": "invalid_grant"})
+				writeJSONStatus(w, http.StatusBadRequest, map[string]string{"error": "invalid_grant"})
 				return
 			}
 			a.resources = append(a.resources, r.PostForm.Get("resource"))
@@ -125,14 +123,12 @@ func newFakeAS(t *testing.T) *fakeAS {
 			rt := r.PostForm.Get("refresh_token")
 			var ok bool
 			if account, ok = a.refresh[rt]; !ok {
-				w.WriteHeader(http.StatusBadRequest)
-				writeJSON(w, map[string]string{"error": "invalid_grant"})
+				writeJSONStatus(w, http.StatusBadRequest, map[string]string{"error": "invalid_grant"})
 				return
 			}
 			delete(a.refresh, rt) // rotation: a refresh token works once
 		default:
-			w.WriteHeader(http.StatusBadRequest)
-			writeJSON(w, map[string]string{"error": "unsupported_grant_type"})
+			writeJSONStatus(w, http.StatusBadRequest, map[string]string{"error": "unsupported_grant_type"})
 			return
 		}
 		at, rt := "at-"+randomText(), "rt-"+randomText()
@@ -165,8 +161,11 @@ func (a *fakeAS) verify(_ context.Context, token string, _ *http.Request) (*auth
 	return &auth.TokenInfo{UserID: g.account, Expiration: g.expires, Scopes: []string{"docs:read"}}, nil
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
+func writeJSON(w http.ResponseWriter, v any) { writeJSONStatus(w, http.StatusOK, v) }
+
+func writeJSONStatus(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
 }
 
@@ -456,6 +455,32 @@ func testUserOAuth(t *testing.T, store ServerStore, dump func() []byte) {
 	as.mu.Unlock()
 	if r := call("bob"); r.GetErrorCode() != codeAuthRequired {
 		t.Fatalf("bob's call with a token revoked at the provider: %v", r)
+	}
+
+	// A refresh the provider refuses ends the connection: dave's token expires at once and his
+	// refresh token is no longer valid.
+	as.mu.Lock()
+	as.firstExpiry = 1
+	as.mu.Unlock()
+	dc, err := client.ConnectServer(ctx, &pb.ConnectServerRequest{Server: "docs", UserId: "dave"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CompleteAuthorization(ctx, browser(t, dc.GetAuthorizationUrl(), "dave@provider")); err != nil {
+		t.Fatal(err)
+	}
+	as.mu.Lock()
+	for rt, acct := range as.refresh {
+		if acct == "dave@provider" {
+			delete(as.refresh, rt)
+		}
+	}
+	as.mu.Unlock()
+	if r := call("dave"); r.GetErrorCode() != codeAuthRequired {
+		t.Fatalf("dave's call after the provider refused his refresh: %v", r)
+	}
+	if sealed, _ := conns.GetConnection(ctx, "docs", "dave"); sealed != nil {
+		t.Fatal("dave's dead connection is still stored")
 	}
 
 	// No token the authorization server issued is in clear anywhere.
