@@ -34,8 +34,10 @@ type ConnectionStore interface {
 	TakeAuthState(ctx context.Context, id string) ([]byte, error)
 }
 
-func (s *RedisServerStore) connKey(server string) string { return s.key + ":oauth:conn:" + server }
-func (s *RedisServerStore) stateKey(id string) string    { return s.key + ":oauth:state:" + id }
+// The per-user OAuth keys: a hash per server (user → sealed connection), a string per pending
+// authorization (expiring with it).
+func (s *RedisServerStore) connKey(server string) string { return s.prefix + "oauth:conn:" + server }
+func (s *RedisServerStore) stateKey(id string) string    { return s.prefix + "oauth:state:" + id }
 
 // PutConnection implements ConnectionStore.
 func (s *RedisServerStore) PutConnection(ctx context.Context, server, user string, sealed []byte) error {
