@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/hermes-agent/hermes/internal/model"
@@ -60,7 +61,19 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 			relay = mcpgateway.NewNATSElicitRelay(nc, a.EventNames().ElicitationPrefix)
 		}
 	}
+	// Per-user OAuth tokens of MCP servers are sealed with the operator's key before they are
+	// stored; without one, servers with user_oauth answer that it is missing.
+	var oauthKey []byte
+	if cfg.OAuthKeyFile != "" {
+		if oauthKey, err = mcpgateway.LoadOAuthKey(cfg.OAuthKeyFile); err != nil {
+			return fmt.Errorf("--mcpgateway.oauth-key-file: %w", err)
+		}
+	}
+	if u := cfg.OAuthRedirectURL; u != "" && !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
+		return fmt.Errorf("--mcpgateway.oauth-redirect-url must be an http(s) URL, got %q", u)
+	}
 	gw := mcpgateway.New(cfg, mcpgateway.Options{
+		OAuthKey: oauthKey,
 		Logger:   a.log.With("service", "mcpgateway"),
 		Registry: mcpgateway.NewToolServiceRegistry(tools),
 		Getenv:   a.getenv,

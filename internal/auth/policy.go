@@ -110,6 +110,11 @@ func Policy() map[string]Access {
 		mcpgatewayv1.MCPGatewayService_ReadResource_FullMethodName:          priv,
 		mcpgatewayv1.MCPGatewayService_ListPrompts_FullMethodName:           priv,
 		mcpgatewayv1.MCPGatewayService_GetPrompt_FullMethodName:             priv,
+		// Each user connects and disconnects their own accounts on servers with per-user OAuth.
+		// The OAuth redirect carries no key: the single-use state bound to the user is the proof.
+		mcpgatewayv1.MCPGatewayService_ConnectServer_FullMethodName:         user,
+		mcpgatewayv1.MCPGatewayService_DisconnectServer_FullMethodName:      user,
+		mcpgatewayv1.MCPGatewayService_CompleteAuthorization_FullMethodName: public,
 
 		// Memory: users read, add and forget their own (ForgetUser erases all of it); extraction,
 		// behaviour counters and maintenance run inside Hermes or by an operator.

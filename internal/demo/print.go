@@ -149,6 +149,11 @@ func (p *Printer) toolResult(r *orchestratorv1.ToolCallFinished) {
 	took := r.GetDuration().AsDuration().Round(100_000)
 	if !r.GetSuccess() {
 		fmt.Fprintf(p.W, "  ← %s failed (%s) in %s: %s\n", r.GetName(), r.GetErrorCode(), took, oneLine(r.GetError(), 240))
+		// A link the user must open (an MCP server's "connect your account") is longer than
+		// the line keeps: print links whole.
+		for _, u := range links(r.GetError()) {
+			fmt.Fprintf(p.W, "      open: %s\n", u)
+		}
 		return
 	}
 	replay := ""
@@ -270,6 +275,20 @@ func attrs(m map[string]string) string {
 		parts[i] = k + "=" + m[k]
 	}
 	return " [" + strings.Join(parts, ", ") + "]"
+}
+
+// links returns the http(s) URLs in s, at most 3, without a trailing full stop or bracket.
+func links(s string) []string {
+	var out []string
+	for _, f := range strings.Fields(s) {
+		if len(out) == 3 {
+			break
+		}
+		if strings.HasPrefix(f, "https://") || strings.HasPrefix(f, "http://") {
+			out = append(out, strings.TrimRight(f, ".,;)]>\"'"))
+		}
+	}
+	return out
 }
 
 func oneLine(s string, n int) string {

@@ -99,3 +99,31 @@ assistant › All done.
 		t.Errorf("cancelled turn: %q", out.String())
 	}
 }
+
+// TestPrinterLinks: a failed tool's links (an MCP server's "connect your account") are printed
+// whole, however long the message.
+func TestPrinterLinks(t *testing.T) {
+	long := "https://auth.example/authorize?client_id=c&code_challenge=" + strings.Repeat("x", 300) + "&state=s"
+	for _, tc := range []struct {
+		msg  string
+		want []string
+	}{
+		{"The MCP server \"docs\" needs the user's own account. Ask the user to connect by opening this link, then try again: " + long, []string{long}},
+		{"请打开链接 " + long + ". 然后重试", []string{long}},
+		{"no link here", nil},
+	} {
+		var buf bytes.Buffer
+		p := &Printer{W: &buf}
+		p.Event(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_ToolResult{ToolResult: &orchestratorv1.ToolCallFinished{Name: "docs_search", ErrorCode: "execution", Error: tc.msg}}})
+		p.Flush()
+		var got []string
+		for _, l := range strings.Split(buf.String(), "\n") {
+			if u, ok := strings.CutPrefix(l, "      open: "); ok {
+				got = append(got, u)
+			}
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%q: links (-want +got):\n%s", tc.msg[:20], diff)
+		}
+	}
+}

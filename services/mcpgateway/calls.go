@@ -94,12 +94,25 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 		timeout = d.AsDuration()
 	}
 	start := time.Now()
-	l, why := c.waitReady(ctx, min(g.cfg.ReadyWait, timeout/2))
-	if l == nil {
-		if ctx.Err() != nil {
-			return nil, status.FromContextError(ctx.Err()).Err()
+	var l *live
+	var us *userSession // the calling user's own session, for a per-user OAuth server
+	if c.spec.GetHttp().GetUserOauth() != nil {
+		var resp *pb.CallToolResponse
+		if us, resp = g.userLive(ctx, c, req.GetUserId(), timeout); resp != nil {
+			if ctx.Err() != nil {
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			return resp, nil
 		}
-		return failed(codeUnavailable, fmt.Sprintf("MCP server %q is not connected (%s); it is reconnected automatically, try again shortly", c.spec.Name, why)), nil
+		l = us.l
+	} else {
+		var why string
+		if l, why = c.waitReady(ctx, min(g.cfg.ReadyWait, timeout/2)); l == nil {
+			if ctx.Err() != nil {
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			return failed(codeUnavailable, fmt.Sprintf("MCP server %q is not connected (%s); it is reconnected automatically, try again shortly", c.spec.Name, why)), nil
+		}
 	}
 	timeout -= time.Since(start)
 	cctx, clock := newCallClock(ctx, timeout)
@@ -122,7 +135,7 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 				res, err = l.sess.CallTool(cctx, params)
 			}
 		}
-		if err == nil || try > 0 || !notSent(err) || cctx.Err() != nil {
+		if err == nil || try > 0 || !notSent(err) || cctx.Err() != nil || us != nil {
 			break
 		}
 		// The request never reached the tool (an HTTP server restarted and forgot the session,
@@ -140,6 +153,12 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 			opts.MaxBytes = min(n, maxRequestedOutput)
 		}
 		return normalizeResult(res, e.outSchema, opts, mediaCaps{item: g.cfg.MaxMediaItemBytes, total: g.cfg.MaxMediaBytes}), nil
+	}
+	if us != nil && us.unauthorized.Get() {
+		// The server refused the user's token (revoked at the provider, or the grant ended).
+		c.dropUserSession(req.GetUserId())
+		_, _ = g.conns.DeleteConnection(ctx, c.spec.Name, req.GetUserId())
+		return g.connectPrompt(ctx, c, req.GetUserId()), nil
 	}
 	switch {
 	case ctx.Err() != nil:

@@ -74,6 +74,11 @@ type Config struct {
 	// ReadyWait is how long a call waits for a server that is (re)connecting, at most half the
 	// call's timeout; a call to a failed server also starts a reconnect attempt at once.
 	ReadyWait time.Duration
+	// OAuthRedirectURL is the redirect URI of per-user OAuth: Hermes' HTTP listener's
+	// /v1/mcp/oauth/callback as the user's browser reaches it.
+	OAuthRedirectURL string
+	// OAuthKeyFile holds the key that seals the users' tokens (ParseOAuthKey).
+	OAuthKeyFile string
 }
 
 // RegisterFlags registers the settings with their defaults.
@@ -105,6 +110,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StopGrace, "mcpgateway.stop-grace", 2*time.Second, "how long a stdio MCP server may take to exit before it is signalled")
 	fs.DurationVar(&c.ReadyWait, "mcpgateway.ready-wait", 3*time.Second, "how long a call waits for an MCP server that is reconnecting (a call to a failed server triggers a reconnect at once); 0 fails such calls at once")
 	fs.DurationVar(&c.SyncInterval, "mcpgateway.sync-interval", 2*time.Second, "how often a gateway re-reads the stored servers that AddServer added (all replicas connect to them)")
+	fs.StringVar(&c.OAuthRedirectURL, "mcpgateway.oauth-redirect-url", "", "redirect URI of per-user OAuth for MCP servers (servers with user_oauth): the /v1/mcp/oauth/callback route of --http-listen as users' browsers reach it, for example https://hermes.example.com/v1/mcp/oauth/callback")
+	fs.StringVar(&c.OAuthKeyFile, "mcpgateway.oauth-key-file", "", "file of the key (at least 32 characters; openssl rand -hex 32) that encrypts the users' OAuth tokens of MCP servers with user_oauth, the same on every gateway replica; without it those servers cannot be called")
 	c.Endpoint.RegisterFlags(fs)
 }
 

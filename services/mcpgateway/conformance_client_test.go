@@ -2,8 +2,11 @@ package mcpgateway
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"flag"
+	"net/http"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hermes-agent/hermes/internal/secretenv"
+	"github.com/hermes-agent/hermes/internal/testenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
@@ -34,24 +38,48 @@ func TestConformanceClientHelper(t *testing.T) {
 	// The suite hands over credentials in MCP_CONFORMANCE_CONTEXT; the gateway reads secrets
 	// from its environment, like an operator's.
 	var conf struct {
-		ClientID     string `json:"client_id"`
-		ClientSecret string `json:"client_secret"`
+		ClientID      string `json:"client_id"`
+		ClientSecret  string `json:"client_secret"`
+		PrivateKeyPEM string `json:"private_key_pem"`
 	}
 	_ = json.Unmarshal([]byte(os.Getenv("MCP_CONFORMANCE_CONTEXT")), &conf)
 	getenv := func(k string) string {
-		if k == "CONFORMANCE_CLIENT_SECRET" {
+		switch k {
+		case "CONFORMANCE_CLIENT_SECRET":
 			return conf.ClientSecret
+		case "CONFORMANCE_PRIVATE_KEY":
+			return conf.PrivateKeyPEM
 		}
 		return os.Getenv(k)
 	}
-	g := New(testConfig(), Options{Logger: testLogger(t), Getenv: getenv, Secrets: secretenv.New([]string{"CONFORMANCE_CLIENT_SECRET"}, nil)})
+	cfg := testConfig()
+	authCode := strings.HasPrefix(scenario, "auth/") && !strings.HasPrefix(scenario, "auth/client-credentials")
+	var key []byte
+	if authCode {
+		// The suite's authorization server redirects at once; the helper plays the browser and
+		// reads the redirect, so the redirect URI is never dialled.
+		cfg.OAuthRedirectURL = "http://127.0.0.1:1/callback"
+		key, _ = ParseOAuthKey(rand.Text() + rand.Text())
+	}
+	g := New(cfg, Options{Logger: testLogger(t), Getenv: getenv, Secrets: secretenv.New([]string{"CONFORMANCE_CLIENT_SECRET", "CONFORMANCE_PRIVATE_KEY"}, nil), OAuthKey: key})
 	defer g.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	spec := &pb.ServerSpec{Name: "conformance", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: url}}}
+	if authCode {
+		uo := &pb.OAuthAuthorizationCode{ClientId: conf.ClientID}
+		if conf.ClientID != "" && conf.ClientSecret != "" {
+			uo.ClientSecretEnv = "CONFORMANCE_CLIENT_SECRET"
+		}
+		spec.GetHttp().UserOauth = uo
+		conformanceUserOAuth(ctx, t, g, spec)
+		return
+	}
 	switch {
 	case scenario == "elicitation-sep1034-client-defaults":
 		spec.Elicitation = "defaults"
+	case scenario == "auth/client-credentials-jwt":
+		spec.GetHttp().Oauth = &pb.OAuthClientCredentials{ClientId: conf.ClientID, PrivateKeyEnv: "CONFORMANCE_PRIVATE_KEY"}
 	case strings.HasPrefix(scenario, "auth/client-credentials"):
 		spec.GetHttp().Oauth = &pb.OAuthClientCredentials{ClientId: conf.ClientID, ClientSecretEnv: "CONFORMANCE_CLIENT_SECRET"}
 	}
@@ -78,6 +106,41 @@ func TestConformanceClientHelper(t *testing.T) {
 	}
 }
 
+// conformanceUserOAuth connects a user's account through the authorization URL, as the user's
+// browser would, and calls the server's first tool as that user.
+func conformanceUserOAuth(ctx context.Context, t *testing.T, g *Gateway, spec *pb.ServerSpec) {
+	if _, err := g.AddServer(ctx, spec, false); err != nil {
+		t.Fatalf("add: %v", err)
+	}
+	authURL, _, err := g.ConnectServer(ctx, "conformance", "user-1")
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Get(authURL)
+	if err != nil {
+		t.Fatalf("authorize: %v", err)
+	}
+	_ = resp.Body.Close()
+	loc, err := neturl.Parse(resp.Header.Get("Location"))
+	if err != nil || loc.Query().Get("code") == "" {
+		t.Fatalf("authorize answered %s, Location %q", resp.Status, resp.Header.Get("Location"))
+	}
+	q := loc.Query()
+	if _, err := g.CompleteAuthorization(ctx, &pb.CompleteAuthorizationRequest{State: q.Get("state"), Code: q.Get("code"), Iss: q.Get("iss")}); err != nil {
+		t.Fatalf("callback: %v", err)
+	}
+	testenv.WaitFor(t, 15*time.Second, "the server's tools", func() bool {
+		tools, _ := g.Tools("conformance")
+		return len(tools) > 0
+	})
+	tools, _ := g.Tools("conformance")
+	r, err := g.CallTool(ctx, &pb.CallToolRequest{Name: tools[0].GetName(), Arguments: `{}`, UserId: "user-1"})
+	if err != nil || !r.GetSuccess() {
+		t.Fatalf("%s: %v %v", tools[0].GetName(), r, err)
+	}
+}
+
 // TestConformanceClient runs the client scenarios of the official conformance suite that apply
 // to the gateway against it (CONFORMANCE.md lists the others and why they do not apply).
 func TestConformanceClient(t *testing.T) {
@@ -89,7 +152,13 @@ func TestConformanceClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, scenario := range []string{"initialize", "tools_call", "sse-retry", "elicitation-sep1034-client-defaults", "auth/client-credentials-basic"} {
+	scenarios := []string{"initialize", "tools_call", "sse-retry", "elicitation-sep1034-client-defaults", "auth/client-credentials-basic", "auth/client-credentials-jwt",
+		// Per-user OAuth (user_oauth): the helper connects a user through the authorization URL.
+		"auth/metadata-default", "auth/metadata-var1", "auth/scope-from-www-authenticate", "auth/scope-from-scopes-supported",
+		"auth/scope-omitted-when-undefined", "auth/scope-retry-limit", "auth/token-endpoint-auth-basic", "auth/token-endpoint-auth-post",
+		"auth/token-endpoint-auth-none", "auth/resource-mismatch", "auth/pre-registration",
+		"auth/2025-03-26-oauth-metadata-backcompat", "auth/2025-03-26-oauth-endpoint-fallback"}
+	for _, scenario := range scenarios {
 		t.Run(scenario, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()

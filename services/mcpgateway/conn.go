@@ -88,6 +88,15 @@ type serverConn struct {
 	seeded     bool
 	// fromFile: declared in the --mcp-servers file, which every replica loads, so not stored.
 	fromFile bool
+	// users are the users' own sessions of a per-user OAuth server, by user id.
+	users map[string]*userSession
+
+	// shared is the token source of a per-user OAuth server's shared session.
+	shared *sharedTokens
+	// oauthMu guards oauthEP; held across discovery, so concurrent first calls discover once.
+	oauthMu sync.Mutex
+	// oauthEP is the discovered authorization server and client of a per-user OAuth server.
+	oauthEP *oauthEndpoint
 }
 
 // live is one connected session.
@@ -103,7 +112,7 @@ func newServerConn(g *Gateway, spec *pb.ServerSpec) *serverConn {
 	if d := spec.GetCallTimeout(); d != nil && d.AsDuration() > 0 {
 		timeout = d.AsDuration()
 	}
-	return &serverConn{
+	c := &serverConn{
 		g:           g,
 		spec:        spec,
 		filter:      filter{include: spec.Include, exclude: spec.Exclude},
@@ -122,7 +131,10 @@ func newServerConn(g *Gateway, spec *pb.ServerSpec) *serverConn {
 		state:       pb.ServerState_SERVER_STATE_CONNECTING,
 		tools:       map[string]*toolEntry{},
 		registered:  map[string]*toolsv1.ToolSpec{},
+		users:       map[string]*userSession{},
 	}
+	c.shared = &sharedTokens{c: c}
+	return c
 }
 
 func notify(ch chan struct{}) {

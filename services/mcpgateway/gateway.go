@@ -61,6 +61,12 @@ type Options struct {
 	// Secrets reads the secrets specs name (bearer_token_env, OAuth client_secret_env) from the
 	// variables the operator allowed; nil allows none (the servers file may still name its own).
 	Secrets *secretenv.Reader
+	// OAuthKey seals the users' OAuth tokens of per-user OAuth servers (ParseOAuthKey); nil
+	// leaves those servers unusable.
+	OAuthKey []byte
+	// Connections stores the users' connections; nil uses Store when it implements
+	// ConnectionStore, else memory.
+	Connections ConnectionStore
 }
 
 // Gateway holds the MCP server connections.
@@ -84,6 +90,9 @@ type Gateway struct {
 
 	// powers are the operator's allowlists; set before any server connects.
 	powers *powers
+	// sealer seals per-user OAuth records (nil: no key configured); conns stores them.
+	sealer *sealer
+	conns  ConnectionStore
 
 	// addMu orders AddServer, RemoveServer and the store sync, so a server being added here is
 	// not also picked up from the store half-way. It is held across connecting and the tool
@@ -129,7 +138,23 @@ func New(cfg Config, opts Options) *Gateway {
 	if base == nil {
 		base = http.DefaultTransport
 	}
+	conns := opts.Connections
+	if cs, ok := opts.Store.(ConnectionStore); ok && conns == nil {
+		conns = cs
+	}
+	if conns == nil {
+		conns = newMemConnStore()
+	}
+	var seal *sealer
+	if len(opts.OAuthKey) > 0 {
+		var err error
+		if seal, err = newSealer(opts.OAuthKey); err != nil {
+			log.Error("MCP OAuth key unusable; per-user OAuth servers cannot be called", "error", err)
+		}
+	}
 	return &Gateway{
+		sealer:     seal,
+		conns:      conns,
 		cfg:        cfg,
 		sampler:    opts.Sampler,
 		httpClient: hc,

@@ -53,8 +53,10 @@ func secretVars(s *pb.ServerSpec) []string {
 		if e := ht.GetBearerTokenEnv(); e != "" {
 			out = append(out, e)
 		}
-		if e := ht.GetOauth().GetClientSecretEnv(); e != "" {
-			out = append(out, e)
+		for _, e := range []string{ht.GetOauth().GetClientSecretEnv(), ht.GetOauth().GetPrivateKeyEnv(), ht.GetUserOauth().GetClientSecretEnv()} {
+			if e != "" {
+				out = append(out, e)
+			}
 		}
 	}
 	return out

@@ -315,3 +315,63 @@ func (s *Server) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.Com
 	resp, err := s.g.Complete(ctx, req)
 	return resp, err
 }
+
+// Limits of the per-user OAuth RPCs.
+const (
+	maxUserID     = 256
+	maxOAuthState = 128  // the gateway's states are 43 characters
+	maxOAuthCode  = 4096 // authorization codes are opaque; providers stay far below
+)
+
+// ConnectServer implements MCPGatewayService.
+func (s *Server) ConnectServer(ctx context.Context, req *pb.ConnectServerRequest) (*pb.ConnectServerResponse, error) {
+	var v rpc.Violations
+	v.Required("server", req.GetServer())
+	v.MaxLen("server", req.GetServer(), maxServerName)
+	v.Required("user_id", req.GetUserId())
+	v.MaxLen("user_id", req.GetUserId(), maxUserID)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	u, connected, err := s.g.ConnectServer(ctx, req.GetServer(), req.GetUserId())
+	if err != nil {
+		return nil, err
+	}
+	return &pb.ConnectServerResponse{AuthorizationUrl: u, Connected: connected}, nil
+}
+
+// DisconnectServer implements MCPGatewayService.
+func (s *Server) DisconnectServer(ctx context.Context, req *pb.DisconnectServerRequest) (*pb.DisconnectServerResponse, error) {
+	var v rpc.Violations
+	v.Required("server", req.GetServer())
+	v.MaxLen("server", req.GetServer(), maxServerName)
+	v.Required("user_id", req.GetUserId())
+	v.MaxLen("user_id", req.GetUserId(), maxUserID)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	gone, revoked, err := s.g.DisconnectServer(ctx, req.GetServer(), req.GetUserId())
+	if err != nil {
+		return nil, err
+	}
+	return &pb.DisconnectServerResponse{Disconnected: gone, Revoked: revoked}, nil
+}
+
+// CompleteAuthorization implements MCPGatewayService.
+func (s *Server) CompleteAuthorization(ctx context.Context, req *pb.CompleteAuthorizationRequest) (*pb.CompleteAuthorizationResponse, error) {
+	var v rpc.Violations
+	v.Required("state", req.GetState())
+	v.MaxLen("state", req.GetState(), maxOAuthState)
+	v.MaxLen("code", req.GetCode(), maxOAuthCode)
+	v.MaxLen("error", req.GetError(), 256)
+	v.MaxLen("error_description", req.GetErrorDescription(), 1024)
+	v.MaxLen("iss", req.GetIss(), maxURL)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	server, err := s.g.CompleteAuthorization(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.CompleteAuthorizationResponse{Server: server, Message: "Your account is connected to " + server + ". You can close this page and go back to the conversation."}, nil
+}

@@ -60,7 +60,14 @@ type fileServer struct {
 		ClientSecretEnv string   `json:"clientSecretEnv"`
 		Scopes          []string `json:"scopes"`
 		AuthMethod      string   `json:"authMethod"`
+		PrivateKeyEnv   string   `json:"privateKeyEnv"`
 	} `json:"oauth"`
+	// UserOAuth: each user connects their own account (authorization code flow).
+	UserOAuth *struct {
+		ClientID        string   `json:"clientId"`
+		ClientSecretEnv string   `json:"clientSecretEnv"`
+		Scopes          []string `json:"scopes"`
+	} `json:"userOauth"`
 }
 
 // badEntry is an entry of the servers file that cannot be used, and why.
@@ -284,7 +291,10 @@ func (fs fileServer) spec(name string, getenv func(string) string) (*pb.ServerSp
 			h.Headers[k] = x(v)
 		}
 		if o := fs.OAuth; o != nil {
-			h.Oauth = &pb.OAuthClientCredentials{TokenUrl: x(o.TokenURL), ClientId: x(o.ClientID), ClientSecretEnv: o.ClientSecretEnv, Scopes: o.Scopes, AuthMethod: o.AuthMethod}
+			h.Oauth = &pb.OAuthClientCredentials{TokenUrl: x(o.TokenURL), ClientId: x(o.ClientID), ClientSecretEnv: o.ClientSecretEnv, Scopes: o.Scopes, AuthMethod: o.AuthMethod, PrivateKeyEnv: o.PrivateKeyEnv}
+		}
+		if o := fs.UserOAuth; o != nil {
+			h.UserOauth = &pb.OAuthAuthorizationCode{ClientId: x(o.ClientID), ClientSecretEnv: o.ClientSecretEnv, Scopes: o.Scopes}
 		}
 		spec.Transport = &pb.ServerSpec_Http{Http: h}
 	case "stdio":

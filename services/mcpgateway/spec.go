@@ -35,6 +35,39 @@ func ValidateSpec(v *rpc.Violations, field string, s *pb.ServerSpec) {
 	if o := s.GetHttp().GetOauth(); o != nil {
 		validateOAuth(v, field+".http.oauth", o)
 	}
+	if o := s.GetHttp().GetUserOauth(); o != nil {
+		validateUserOAuth(v, field+".http.user_oauth", s.GetHttp(), o)
+	}
+}
+
+// validateUserOAuth checks an HTTP transport's per-user OAuth block; field is the path of the
+// block.
+func validateUserOAuth(v *rpc.Violations, field string, ht *pb.HTTPTransport, o *pb.OAuthAuthorizationCode) {
+	if ht.GetOauth() != nil || ht.GetBearerTokenEnv() != "" {
+		v.Add(field, "cannot be combined with oauth or bearer_token_env: calls use the calling user's token")
+	}
+	if len(o.GetClientId()) > maxPattern {
+		v.Add(field+".client_id", "is longer than %d bytes", maxPattern)
+	}
+	if e := o.GetClientSecretEnv(); e != "" {
+		if !isEnvName(e) {
+			v.Add(field+".client_secret_env", "must name an environment variable")
+		}
+		if o.GetClientId() == "" {
+			v.Add(field+".client_secret_env", "needs client_id (a dynamically registered client gets its own secret)")
+		}
+	}
+	validateScopes(v, field+".scopes", o.GetScopes())
+}
+
+// validateScopes checks a list of OAuth scope tokens.
+func validateScopes(v *rpc.Violations, field string, scopes []string) {
+	tooMany(v, field, len(scopes), maxPatterns, "scopes")
+	for i, sc := range scopes {
+		if sc == "" || len(sc) > maxPattern || strings.ContainsAny(sc, " \"\\\x00") {
+			v.Add(fmt.Sprintf("%s[%d]", field, i), "must be a scope token of at most %d bytes", maxPattern)
+		}
+	}
 }
 
 // validateNames checks the server's name and its optional tool-name prefix.
@@ -112,18 +145,19 @@ func validateOAuth(v *rpc.Violations, field string, o *pb.OAuthClientCredentials
 	if o.GetClientId() == "" || len(o.GetClientId()) > maxPattern {
 		v.Add(field+".client_id", "is required, at most %d bytes", maxPattern)
 	}
-	if !isEnvName(o.GetClientSecretEnv()) {
-		v.Add(field+".client_secret_env", "must name an environment variable")
+	switch pk := o.GetPrivateKeyEnv(); {
+	case pk != "" && o.GetClientSecretEnv() != "":
+		v.Add(field+".private_key_env", "cannot be combined with client_secret_env: the client authenticates with one of them")
+	case pk != "" && !isEnvName(pk):
+		v.Add(field+".private_key_env", "must name an environment variable")
+	case pk == "" && !isEnvName(o.GetClientSecretEnv()):
+		v.Add(field+".client_secret_env", "must name an environment variable (or set private_key_env)")
 	}
-	tooMany(v, field+".scopes", len(o.GetScopes()), maxPatterns, "scopes")
-	for i, sc := range o.GetScopes() {
-		if sc == "" || len(sc) > maxPattern || strings.ContainsAny(sc, " \"\\\x00") {
-			v.Add(fmt.Sprintf("%s.scopes[%d]", field, i), "must be a scope token of at most %d bytes", maxPattern)
-		}
-	}
-	switch o.GetAuthMethod() {
-	case "", "client_secret_basic", "client_secret_post":
-	default:
+	validateScopes(v, field+".scopes", o.GetScopes())
+	switch m := o.GetAuthMethod(); {
+	case o.GetPrivateKeyEnv() != "" && m != "" && m != "private_key_jwt":
+		v.Add(field+".auth_method", `must be "private_key_jwt" (or empty) with private_key_env`)
+	case o.GetPrivateKeyEnv() == "" && m != "" && m != "client_secret_basic" && m != "client_secret_post":
 		v.Add(field+".auth_method", `must be "client_secret_basic" or "client_secret_post"`)
 	}
 }

@@ -159,8 +159,8 @@ func TestValidateOAuth(t *testing.T) {
 		{"long token url", ok(func(o *pb.OAuthClientCredentials) { o.TokenUrl = "https://h/" + strings.Repeat("t", maxURL) }), []string{"o.token_url: must be an absolute http or https URL of at most 2048 bytes"}},
 		{"missing client id", ok(func(o *pb.OAuthClientCredentials) { o.ClientId = "" }), []string{"o.client_id: is required, at most 256 bytes"}},
 		{"long client id", ok(func(o *pb.OAuthClientCredentials) { o.ClientId = strings.Repeat("c", maxPattern+1) }), []string{"o.client_id: is required, at most 256 bytes"}},
-		{"missing secret env", ok(func(o *pb.OAuthClientCredentials) { o.ClientSecretEnv = "" }), []string{"o.client_secret_env: must name an environment variable"}},
-		{"bad secret env", ok(func(o *pb.OAuthClientCredentials) { o.ClientSecretEnv = "A=B" }), []string{"o.client_secret_env: must name an environment variable"}},
+		{"missing secret env", ok(func(o *pb.OAuthClientCredentials) { o.ClientSecretEnv = "" }), []string{"o.client_secret_env: must name an environment variable (or set private_key_env)"}},
+		{"bad secret env", ok(func(o *pb.OAuthClientCredentials) { o.ClientSecretEnv = "A=B" }), []string{"o.client_secret_env: must name an environment variable (or set private_key_env)"}},
 		{"too many scopes", ok(func(o *pb.OAuthClientCredentials) { o.Scopes = slicesOf("s", maxPatterns+1) }), []string{"o.scopes: has 65 scopes; at most 64 are allowed"}},
 		{"bad scopes", ok(func(o *pb.OAuthClientCredentials) { o.Scopes = []string{"ok", "", "a b", `q"`} }), []string{
 			"o.scopes[1]: must be a scope token of at most 256 bytes",
@@ -171,7 +171,7 @@ func TestValidateOAuth(t *testing.T) {
 		{"all at once, in order", &pb.OAuthClientCredentials{TokenUrl: "ftp://h", AuthMethod: "x", Scopes: []string{""}}, []string{
 			"o.token_url: must be an absolute http or https URL of at most 2048 bytes",
 			"o.client_id: is required, at most 256 bytes",
-			"o.client_secret_env: must name an environment variable",
+			"o.client_secret_env: must name an environment variable (or set private_key_env)",
 			"o.scopes[0]: must be a scope token of at most 256 bytes",
 			`o.auth_method: must be "client_secret_basic" or "client_secret_post"`,
 		}},

@@ -27,13 +27,14 @@ type ServerStore interface {
 
 // RedisServerStore keeps specs in one Redis hash, name → protobuf spec.
 type RedisServerStore struct {
-	rdb *redis.Client
-	key string
+	rdb    *redis.Client
+	key    string
+	prefix string // of the per-user OAuth keys (connstore.go)
 }
 
 // NewRedisServerStore returns a store under the key prefix+"servers".
 func NewRedisServerStore(rdb *redis.Client, prefix string) *RedisServerStore {
-	return &RedisServerStore{rdb: rdb, key: prefix + "servers"}
+	return &RedisServerStore{rdb: rdb, key: prefix + "servers", prefix: prefix}
 }
 
 // CreateServer implements ServerStore.
@@ -98,7 +99,7 @@ var bServers = []byte("servers")
 
 // OpenBoltServerStore opens or creates the file.
 func OpenBoltServerStore(path string) (*BoltServerStore, error) {
-	db, err := boltstore.Open(path, nil, bServers)
+	db, err := boltstore.Open(path, nil, bServers, bConnections, bAuthStates)
 	if err != nil {
 		return nil, err
 	}

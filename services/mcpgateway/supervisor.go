@@ -18,6 +18,7 @@ import (
 func (c *serverConn) run() {
 	defer close(c.done)
 	defer c.markFirst()
+	defer c.closeUserSessions()
 	attempt := 0
 	for c.ctx.Err() == nil {
 		c.setState(pb.ServerState_SERVER_STATE_CONNECTING, "")

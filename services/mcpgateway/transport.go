@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/oauth2"
 )
 
 // connect starts the transport and runs the handshake.
@@ -24,11 +25,7 @@ func (c *serverConn) connect(pin string) (*live, error) {
 	if err != nil {
 		return nil, err
 	}
-	client := mcp.NewClient(&mcp.Implementation{Name: "hermes", Version: c.g.version}, c.clientOptions())
-	client.AddReceivingMiddleware(c.subscriptionAcks)
-	if roots := c.roots(); len(roots) > 0 {
-		client.AddRoots(roots...)
-	}
+	client := c.newClient()
 	var opts *mcp.ClientSessionOptions
 	if pin != "" {
 		opts = &mcp.ClientSessionOptions{ProtocolVersion: pin}
@@ -48,6 +45,16 @@ func (c *serverConn) connect(pin string) (*live, error) {
 		l.pid = cmd.Process.Pid
 	}
 	return l, nil
+}
+
+// newClient is the SDK client of a session with the server.
+func (c *serverConn) newClient() *mcp.Client {
+	client := mcp.NewClient(&mcp.Implementation{Name: "hermes", Version: c.g.version}, c.clientOptions())
+	client.AddReceivingMiddleware(c.subscriptionAcks)
+	if roots := c.roots(); len(roots) > 0 {
+		client.AddRoots(roots...)
+	}
+	return client
 }
 
 // withStderr adds the last line a stdio server wrote to stderr, which usually says why it
@@ -114,6 +121,11 @@ func (c *serverConn) transport() (mcp.Transport, *exec.Cmd, sideChannel, error) 
 		if rt, handler, err = c.oauthClient(o, rt); err != nil {
 			return nil, nil, nil, err
 		}
+	}
+	if ht.GetUserOauth() != nil {
+		// The shared session only lists the tools, with a connected user's token; every call
+		// goes through the calling user's own session (userLive).
+		rt = &oauth2.Transport{Source: c.shared, Base: rt}
 	}
 	client := &http.Client{Transport: rt}
 	side := &httpSide{client: client, url: ht.Url, notify: c.sideNotification}

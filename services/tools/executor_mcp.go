@@ -43,7 +43,9 @@ func (x *mcpExecutor) attempt(ctx context.Context, c *call) ([]byte, error) {
 	if err != nil {
 		return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, msg: "the MCP gateway is not reachable: " + err.Error()}
 	}
-	req := &mcpgatewayv1.CallToolRequest{Server: m.GetServer(), Tool: m.GetTool(), Arguments: string(c.args)}
+	// The user travels with the call: a server with per-user OAuth is called with that user's
+	// own connection only.
+	req := &mcpgatewayv1.CallToolRequest{Server: m.GetServer(), Tool: m.GetTool(), Arguments: string(c.args), UserId: c.req.GetUserId()}
 	if c.req.GetMaxOutputBytes() > 0 {
 		// A caller that passes output on (Hermes' MCP endpoint) gets it whole up to its limit,
 		// not cut to the gateway's cap for text a model reads.

@@ -180,6 +180,14 @@ func TestMCPExecutor(t *testing.T) {
 			wantCode: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, wantAttempts: 1, wantMsg: "no server github",
 		},
 		{
+			name: "the user has not connected an account: the URL reaches the model, no retry",
+			script: func(int64, context.Context, *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error) {
+				return &mcpgatewayv1.CallToolResponse{ErrorCode: "authorization_required", AuthorizationUrl: "https://as.example/authorize?state=s",
+					Output: "Ask the user to connect their account by opening this link, then try again: https://as.example/authorize?state=s"}, nil
+			},
+			wantCode: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, wantAttempts: 1, wantMsg: "connect their account by opening this link, then try again: https://as.example/authorize?state=s",
+		},
+		{
 			name: "hangs until the deadline",
 			script: func(_ int64, ctx context.Context, _ *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error) {
 				<-ctx.Done()
@@ -200,7 +208,7 @@ func TestMCPExecutor(t *testing.T) {
 			}
 			spec.Annotations, spec.OutputSchema = tt.annotations, tt.outputSchema
 			mustRegister(t, c, spec)
-			res := execute(t, c, &toolsv1.ExecuteToolRequest{Name: "github_list_issues", Arguments: `{"repo":"hermes"}`})
+			res := execute(t, c, &toolsv1.ExecuteToolRequest{Name: "github_list_issues", Arguments: `{"repo":"hermes"}`, UserId: "用户-7"})
 			if res.GetSuccess() != tt.wantSuccess || res.GetError().GetCode() != tt.wantCode || res.GetAttempts() != tt.wantAttempts {
 				t.Fatalf("success=%v code=%v attempts=%d (%s); want %v %v %d", res.GetSuccess(), res.GetError().GetCode(), res.GetAttempts(),
 					res.GetError().GetMessage(), tt.wantSuccess, tt.wantCode, tt.wantAttempts)
@@ -220,7 +228,7 @@ func TestMCPExecutor(t *testing.T) {
 				t.Fatalf("gateway saw %d calls, want %d", len(g.requests), tt.wantAttempts)
 			}
 			r := g.requests[0]
-			if r.GetServer() != "github" || r.GetTool() != "list_issues" || r.GetArguments() != `{"repo":"hermes"}` {
+			if r.GetServer() != "github" || r.GetTool() != "list_issues" || r.GetArguments() != `{"repo":"hermes"}` || r.GetUserId() != "用户-7" {
 				t.Errorf("request %v", r)
 			}
 			if d := r.GetTimeout().AsDuration(); d <= 0 || d > 10*time.Second {

@@ -472,7 +472,11 @@ type HTTPTransport struct {
 	// Name of an environment variable of the gateway process that holds a bearer token.
 	BearerTokenEnv string `protobuf:"bytes,3,opt,name=bearer_token_env,json=bearerTokenEnv,proto3" json:"bearer_token_env,omitempty"`
 	// Get access tokens with the OAuth 2.0 client credentials grant.
-	Oauth         *OAuthClientCredentials `protobuf:"bytes,4,opt,name=oauth,proto3" json:"oauth,omitempty"`
+	Oauth *OAuthClientCredentials `protobuf:"bytes,4,opt,name=oauth,proto3" json:"oauth,omitempty"`
+	// Each user connects their own account with the OAuth 2.0 authorization code flow (PKCE):
+	// calls use the calling user's token, and a user without a connection gets the URL to
+	// connect. Not with oauth.
+	UserOauth     *OAuthAuthorizationCode `protobuf:"bytes,5,opt,name=user_oauth,json=userOauth,proto3" json:"user_oauth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -535,6 +539,83 @@ func (x *HTTPTransport) GetOauth() *OAuthClientCredentials {
 	return nil
 }
 
+func (x *HTTPTransport) GetUserOauth() *OAuthAuthorizationCode {
+	if x != nil {
+		return x.UserOauth
+	}
+	return nil
+}
+
+// OAuthAuthorizationCode configures per-user OAuth (authorization code with PKCE, RFC 6749
+// section 4.1, RFC 7636). The authorization server is discovered from the server's protected
+// resource metadata (RFC 9728) and its own metadata (RFC 8414, OpenID discovery); the redirect
+// URI is the gateway's --mcpgateway.oauth-redirect-url.
+type OAuthAuthorizationCode struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A client registered with the authorization server beforehand; empty registers a client
+	// dynamically (RFC 7591) when the server allows it.
+	ClientId string `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// Name of an environment variable of the gateway process holding the preregistered client's
+	// secret; empty for a public client.
+	ClientSecretEnv string `protobuf:"bytes,2,opt,name=client_secret_env,json=clientSecretEnv,proto3" json:"client_secret_env,omitempty"`
+	// Scopes to ask for; empty asks for those of the server's challenge (WWW-Authenticate), else
+	// those its metadata lists.
+	Scopes        []string `protobuf:"bytes,3,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OAuthAuthorizationCode) Reset() {
+	*x = OAuthAuthorizationCode{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OAuthAuthorizationCode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OAuthAuthorizationCode) ProtoMessage() {}
+
+func (x *OAuthAuthorizationCode) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OAuthAuthorizationCode.ProtoReflect.Descriptor instead.
+func (*OAuthAuthorizationCode) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *OAuthAuthorizationCode) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *OAuthAuthorizationCode) GetClientSecretEnv() string {
+	if x != nil {
+		return x.ClientSecretEnv
+	}
+	return ""
+}
+
+func (x *OAuthAuthorizationCode) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
 // OAuthClientCredentials gets an access token from a token endpoint with a client id and secret
 // (RFC 6749 section 4.4), renewed when it expires.
 type OAuthClientCredentials struct {
@@ -546,21 +627,27 @@ type OAuthClientCredentials struct {
 	// The client id. Required.
 	ClientId string `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	// Name of an environment variable of the gateway process that holds the client secret.
-	// Required.
+	// Required unless private_key_env is set.
 	ClientSecretEnv string `protobuf:"bytes,3,opt,name=client_secret_env,json=clientSecretEnv,proto3" json:"client_secret_env,omitempty"`
 	// Scopes to ask for with a configured token_url (a discovered endpoint asks for the scopes
 	// the server's metadata names).
 	Scopes []string `protobuf:"bytes,4,rep,name=scopes,proto3" json:"scopes,omitempty"`
 	// How the client authenticates with a configured token_url: "client_secret_basic" (the
-	// default) or "client_secret_post"; a discovered endpoint's metadata decides.
-	AuthMethod    string `protobuf:"bytes,5,opt,name=auth_method,json=authMethod,proto3" json:"auth_method,omitempty"`
+	// default) or "client_secret_post"; a discovered endpoint's metadata decides. With
+	// private_key_env it is "private_key_jwt" (the default then).
+	AuthMethod string `protobuf:"bytes,5,opt,name=auth_method,json=authMethod,proto3" json:"auth_method,omitempty"`
+	// Name of an environment variable of the gateway process holding a PEM private key (PKCS#8,
+	// SEC 1 or PKCS#1; EC P-256 signs with ES256, RSA with RS256): the client authenticates with
+	// a signed JWT assertion (private_key_jwt, RFC 7523) instead of a secret. Not with
+	// client_secret_env.
+	PrivateKeyEnv string `protobuf:"bytes,6,opt,name=private_key_env,json=privateKeyEnv,proto3" json:"private_key_env,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OAuthClientCredentials) Reset() {
 	*x = OAuthClientCredentials{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[5]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +659,7 @@ func (x *OAuthClientCredentials) String() string {
 func (*OAuthClientCredentials) ProtoMessage() {}
 
 func (x *OAuthClientCredentials) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[5]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +672,7 @@ func (x *OAuthClientCredentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OAuthClientCredentials.ProtoReflect.Descriptor instead.
 func (*OAuthClientCredentials) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{5}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *OAuthClientCredentials) GetTokenUrl() string {
@@ -619,6 +706,13 @@ func (x *OAuthClientCredentials) GetScopes() []string {
 func (x *OAuthClientCredentials) GetAuthMethod() string {
 	if x != nil {
 		return x.AuthMethod
+	}
+	return ""
+}
+
+func (x *OAuthClientCredentials) GetPrivateKeyEnv() string {
+	if x != nil {
+		return x.PrivateKeyEnv
 	}
 	return ""
 }
@@ -663,7 +757,7 @@ type Server struct {
 
 func (x *Server) Reset() {
 	*x = Server{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[6]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +769,7 @@ func (x *Server) String() string {
 func (*Server) ProtoMessage() {}
 
 func (x *Server) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[6]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +782,7 @@ func (x *Server) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Server.ProtoReflect.Descriptor instead.
 func (*Server) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{6}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Server) GetSpec() *ServerSpec {
@@ -811,7 +905,7 @@ type SkippedTool struct {
 
 func (x *SkippedTool) Reset() {
 	*x = SkippedTool{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[7]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +917,7 @@ func (x *SkippedTool) String() string {
 func (*SkippedTool) ProtoMessage() {}
 
 func (x *SkippedTool) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[7]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +930,7 @@ func (x *SkippedTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkippedTool.ProtoReflect.Descriptor instead.
 func (*SkippedTool) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{7}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SkippedTool) GetOriginalName() string {
@@ -884,7 +978,7 @@ type MCPTool struct {
 
 func (x *MCPTool) Reset() {
 	*x = MCPTool{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[8]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +990,7 @@ func (x *MCPTool) String() string {
 func (*MCPTool) ProtoMessage() {}
 
 func (x *MCPTool) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[8]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1003,7 @@ func (x *MCPTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MCPTool.ProtoReflect.Descriptor instead.
 func (*MCPTool) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{8}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MCPTool) GetName() string {
@@ -974,7 +1068,7 @@ type AddServerRequest struct {
 
 func (x *AddServerRequest) Reset() {
 	*x = AddServerRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[9]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1080,7 @@ func (x *AddServerRequest) String() string {
 func (*AddServerRequest) ProtoMessage() {}
 
 func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[9]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1093,7 @@ func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerRequest.ProtoReflect.Descriptor instead.
 func (*AddServerRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{9}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AddServerRequest) GetSpec() *ServerSpec {
@@ -1027,7 +1121,7 @@ type AddServerResponse struct {
 
 func (x *AddServerResponse) Reset() {
 	*x = AddServerResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[10]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1133,7 @@ func (x *AddServerResponse) String() string {
 func (*AddServerResponse) ProtoMessage() {}
 
 func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[10]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1146,7 @@ func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerResponse.ProtoReflect.Descriptor instead.
 func (*AddServerResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{10}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AddServerResponse) GetServer() *Server {
@@ -1073,7 +1167,7 @@ type RemoveServerRequest struct {
 
 func (x *RemoveServerRequest) Reset() {
 	*x = RemoveServerRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[11]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1179,7 @@ func (x *RemoveServerRequest) String() string {
 func (*RemoveServerRequest) ProtoMessage() {}
 
 func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[11]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1192,7 @@ func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{11}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RemoveServerRequest) GetName() string {
@@ -1119,7 +1213,7 @@ type RemoveServerResponse struct {
 
 func (x *RemoveServerResponse) Reset() {
 	*x = RemoveServerResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[12]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1225,7 @@ func (x *RemoveServerResponse) String() string {
 func (*RemoveServerResponse) ProtoMessage() {}
 
 func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[12]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1238,7 @@ func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveServerResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{12}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RemoveServerResponse) GetRemovedTools() int32 {
@@ -1163,7 +1257,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[13]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1269,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[13]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1282,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{13}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{14}
 }
 
 // ListServersResponse is the output of ListServers.
@@ -1202,7 +1296,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[14]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1308,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[14]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1321,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{14}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListServersResponse) GetServers() []*Server {
@@ -1248,7 +1342,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[15]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1354,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[15]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1367,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{15}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListToolsRequest) GetServer() string {
@@ -1294,7 +1388,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[16]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1400,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[16]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1413,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{16}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListToolsResponse) GetTools() []*MCPTool {
@@ -1346,13 +1440,16 @@ type CallToolRequest struct {
 	// model's context (Hermes' MCP endpoint, through the tool service); 0 means the gateway's cap
 	// mcpgateway.max-text-bytes. At most 16 MiB.
 	MaxOutputBytes int32 `protobuf:"varint,6,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The user the call is made for. A server with user_oauth is called with this user's
+	// connection only; without one the call fails with the URL to connect.
+	UserId        string `protobuf:"bytes,7,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CallToolRequest) Reset() {
 	*x = CallToolRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[17]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1461,7 @@ func (x *CallToolRequest) String() string {
 func (*CallToolRequest) ProtoMessage() {}
 
 func (x *CallToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[17]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1474,7 @@ func (x *CallToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolRequest.ProtoReflect.Descriptor instead.
 func (*CallToolRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{17}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CallToolRequest) GetName() string {
@@ -1422,6 +1519,13 @@ func (x *CallToolRequest) GetMaxOutputBytes() int32 {
 	return 0
 }
 
+func (x *CallToolRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
 // Content describes one content block of a tool result that is not text.
 type Content struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1447,7 +1551,7 @@ type Content struct {
 
 func (x *Content) Reset() {
 	*x = Content{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[18]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1563,7 @@ func (x *Content) String() string {
 func (*Content) ProtoMessage() {}
 
 func (x *Content) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[18]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1576,7 @@ func (x *Content) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Content.ProtoReflect.Descriptor instead.
 func (*Content) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{18}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Content) GetType() string {
@@ -1540,7 +1644,8 @@ type CallToolResponse struct {
 	// Why the call failed, when it did not fail as the tool's own result (isError): "unavailable"
 	// (the server is not connected or the connection broke; retry later), "timeout" (cancelled on
 	// the server), "unknown_tool", "invalid_output" (structuredContent breaks the output schema),
-	// "rejected" (the server answered the call with a JSON-RPC error).
+	// "rejected" (the server answered the call with a JSON-RPC error), "authorization_required"
+	// (a per-user OAuth server: the user has not connected an account; see authorization_url).
 	ErrorCode string `protobuf:"bytes,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
 	// Wall time of the call.
 	Duration *durationpb.Duration `protobuf:"bytes,6,opt,name=duration,proto3" json:"duration,omitempty"`
@@ -1557,14 +1662,17 @@ type CallToolResponse struct {
 	OriginalBytes int64 `protobuf:"varint,10,opt,name=original_bytes,json=originalBytes,proto3" json:"original_bytes,omitempty"`
 	// With truncated: the cap that cut it, in bytes (mcpgateway.max-text-bytes or the request's
 	// max_output_bytes).
-	LimitBytes    int64 `protobuf:"varint,11,opt,name=limit_bytes,json=limitBytes,proto3" json:"limit_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LimitBytes int64 `protobuf:"varint,11,opt,name=limit_bytes,json=limitBytes,proto3" json:"limit_bytes,omitempty"`
+	// With error_code "authorization_required": the URL where the calling user connects their
+	// account (it is in output as well, for a model to pass on). Never a token.
+	AuthorizationUrl string `protobuf:"bytes,12,opt,name=authorization_url,json=authorizationUrl,proto3" json:"authorization_url,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CallToolResponse) Reset() {
 	*x = CallToolResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[19]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1684,7 @@ func (x *CallToolResponse) String() string {
 func (*CallToolResponse) ProtoMessage() {}
 
 func (x *CallToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[19]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1697,7 @@ func (x *CallToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolResponse.ProtoReflect.Descriptor instead.
 func (*CallToolResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{19}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CallToolResponse) GetSuccess() bool {
@@ -1669,6 +1777,13 @@ func (x *CallToolResponse) GetLimitBytes() int64 {
 	return 0
 }
 
+func (x *CallToolResponse) GetAuthorizationUrl() string {
+	if x != nil {
+		return x.AuthorizationUrl
+	}
+	return ""
+}
+
 // CallToolStreamRequest is the input of CallToolStream.
 type CallToolStreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1680,7 +1795,7 @@ type CallToolStreamRequest struct {
 
 func (x *CallToolStreamRequest) Reset() {
 	*x = CallToolStreamRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[20]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +1807,7 @@ func (x *CallToolStreamRequest) String() string {
 func (*CallToolStreamRequest) ProtoMessage() {}
 
 func (x *CallToolStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[20]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +1820,7 @@ func (x *CallToolStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolStreamRequest.ProtoReflect.Descriptor instead.
 func (*CallToolStreamRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{20}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CallToolStreamRequest) GetRequest() *CallToolRequest {
@@ -1731,7 +1846,7 @@ type CallToolStreamResponse struct {
 
 func (x *CallToolStreamResponse) Reset() {
 	*x = CallToolStreamResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[21]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +1858,7 @@ func (x *CallToolStreamResponse) String() string {
 func (*CallToolStreamResponse) ProtoMessage() {}
 
 func (x *CallToolStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[21]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1756,7 +1871,7 @@ func (x *CallToolStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolStreamResponse.ProtoReflect.Descriptor instead.
 func (*CallToolStreamResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{21}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CallToolStreamResponse) GetEvent() isCallToolStreamResponse_Event {
@@ -1819,7 +1934,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[22]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +1946,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[22]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +1959,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{22}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Progress) GetProgress() float64 {
@@ -1898,7 +2013,7 @@ type Elicitation struct {
 
 func (x *Elicitation) Reset() {
 	*x = Elicitation{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[23]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +2025,7 @@ func (x *Elicitation) String() string {
 func (*Elicitation) ProtoMessage() {}
 
 func (x *Elicitation) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[23]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +2038,7 @@ func (x *Elicitation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Elicitation.ProtoReflect.Descriptor instead.
 func (*Elicitation) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{23}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Elicitation) GetId() string {
@@ -1983,7 +2098,7 @@ type AnswerElicitationRequest struct {
 
 func (x *AnswerElicitationRequest) Reset() {
 	*x = AnswerElicitationRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[24]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2110,7 @@ func (x *AnswerElicitationRequest) String() string {
 func (*AnswerElicitationRequest) ProtoMessage() {}
 
 func (x *AnswerElicitationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[24]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2123,7 @@ func (x *AnswerElicitationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerElicitationRequest.ProtoReflect.Descriptor instead.
 func (*AnswerElicitationRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{24}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AnswerElicitationRequest) GetId() string {
@@ -2041,7 +2156,7 @@ type AnswerElicitationResponse struct {
 
 func (x *AnswerElicitationResponse) Reset() {
 	*x = AnswerElicitationResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[25]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2168,7 @@ func (x *AnswerElicitationResponse) String() string {
 func (*AnswerElicitationResponse) ProtoMessage() {}
 
 func (x *AnswerElicitationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[25]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2181,7 @@ func (x *AnswerElicitationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerElicitationResponse.ProtoReflect.Descriptor instead.
 func (*AnswerElicitationResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{25}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{26}
 }
 
 // Resource is a resource a server offers.
@@ -2088,7 +2203,7 @@ type Resource struct {
 
 func (x *Resource) Reset() {
 	*x = Resource{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[26]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2100,7 +2215,7 @@ func (x *Resource) String() string {
 func (*Resource) ProtoMessage() {}
 
 func (x *Resource) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[26]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2113,7 +2228,7 @@ func (x *Resource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resource.ProtoReflect.Descriptor instead.
 func (*Resource) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{26}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Resource) GetUri() string {
@@ -2164,7 +2279,7 @@ type ListResourcesRequest struct {
 
 func (x *ListResourcesRequest) Reset() {
 	*x = ListResourcesRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2291,7 @@ func (x *ListResourcesRequest) String() string {
 func (*ListResourcesRequest) ProtoMessage() {}
 
 func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2304,7 @@ func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesRequest.ProtoReflect.Descriptor instead.
 func (*ListResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{27}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListResourcesRequest) GetServer() string {
@@ -2219,7 +2334,7 @@ type ListResourcesResponse struct {
 
 func (x *ListResourcesResponse) Reset() {
 	*x = ListResourcesResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2346,7 @@ func (x *ListResourcesResponse) String() string {
 func (*ListResourcesResponse) ProtoMessage() {}
 
 func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2359,7 @@ func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesResponse.ProtoReflect.Descriptor instead.
 func (*ListResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{28}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListResourcesResponse) GetResources() []*Resource {
@@ -2274,7 +2389,7 @@ type ReadResourceRequest struct {
 
 func (x *ReadResourceRequest) Reset() {
 	*x = ReadResourceRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2401,7 @@ func (x *ReadResourceRequest) String() string {
 func (*ReadResourceRequest) ProtoMessage() {}
 
 func (x *ReadResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2414,7 @@ func (x *ReadResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResourceRequest.ProtoReflect.Descriptor instead.
 func (*ReadResourceRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{29}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReadResourceRequest) GetServer() string {
@@ -2337,7 +2452,7 @@ type ResourceContent struct {
 
 func (x *ResourceContent) Reset() {
 	*x = ResourceContent{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2349,7 +2464,7 @@ func (x *ResourceContent) String() string {
 func (*ResourceContent) ProtoMessage() {}
 
 func (x *ResourceContent) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2362,7 +2477,7 @@ func (x *ResourceContent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceContent.ProtoReflect.Descriptor instead.
 func (*ResourceContent) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{30}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResourceContent) GetUri() string {
@@ -2418,7 +2533,7 @@ type ReadResourceResponse struct {
 
 func (x *ReadResourceResponse) Reset() {
 	*x = ReadResourceResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2545,7 @@ func (x *ReadResourceResponse) String() string {
 func (*ReadResourceResponse) ProtoMessage() {}
 
 func (x *ReadResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2558,7 @@ func (x *ReadResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResourceResponse.ProtoReflect.Descriptor instead.
 func (*ReadResourceResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{31}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReadResourceResponse) GetContents() []*ResourceContent {
@@ -2468,7 +2583,7 @@ type Prompt struct {
 
 func (x *Prompt) Reset() {
 	*x = Prompt{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2480,7 +2595,7 @@ func (x *Prompt) String() string {
 func (*Prompt) ProtoMessage() {}
 
 func (x *Prompt) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2493,7 +2608,7 @@ func (x *Prompt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Prompt.ProtoReflect.Descriptor instead.
 func (*Prompt) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{32}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Prompt) GetName() string {
@@ -2532,7 +2647,7 @@ type PromptArgument struct {
 
 func (x *PromptArgument) Reset() {
 	*x = PromptArgument{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2659,7 @@ func (x *PromptArgument) String() string {
 func (*PromptArgument) ProtoMessage() {}
 
 func (x *PromptArgument) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2672,7 @@ func (x *PromptArgument) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptArgument.ProtoReflect.Descriptor instead.
 func (*PromptArgument) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{33}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PromptArgument) GetName() string {
@@ -2594,7 +2709,7 @@ type ListPromptsRequest struct {
 
 func (x *ListPromptsRequest) Reset() {
 	*x = ListPromptsRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2721,7 @@ func (x *ListPromptsRequest) String() string {
 func (*ListPromptsRequest) ProtoMessage() {}
 
 func (x *ListPromptsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2734,7 @@ func (x *ListPromptsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPromptsRequest.ProtoReflect.Descriptor instead.
 func (*ListPromptsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{34}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListPromptsRequest) GetServer() string {
@@ -2649,7 +2764,7 @@ type ListPromptsResponse struct {
 
 func (x *ListPromptsResponse) Reset() {
 	*x = ListPromptsResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +2776,7 @@ func (x *ListPromptsResponse) String() string {
 func (*ListPromptsResponse) ProtoMessage() {}
 
 func (x *ListPromptsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,7 +2789,7 @@ func (x *ListPromptsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPromptsResponse.ProtoReflect.Descriptor instead.
 func (*ListPromptsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{35}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListPromptsResponse) GetPrompts() []*Prompt {
@@ -2706,7 +2821,7 @@ type GetPromptRequest struct {
 
 func (x *GetPromptRequest) Reset() {
 	*x = GetPromptRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +2833,7 @@ func (x *GetPromptRequest) String() string {
 func (*GetPromptRequest) ProtoMessage() {}
 
 func (x *GetPromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +2846,7 @@ func (x *GetPromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromptRequest.ProtoReflect.Descriptor instead.
 func (*GetPromptRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{36}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetPromptRequest) GetServer() string {
@@ -2768,7 +2883,7 @@ type PromptMessage struct {
 
 func (x *PromptMessage) Reset() {
 	*x = PromptMessage{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2780,7 +2895,7 @@ func (x *PromptMessage) String() string {
 func (*PromptMessage) ProtoMessage() {}
 
 func (x *PromptMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2793,7 +2908,7 @@ func (x *PromptMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptMessage.ProtoReflect.Descriptor instead.
 func (*PromptMessage) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{37}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PromptMessage) GetRole() string {
@@ -2823,7 +2938,7 @@ type GetPromptResponse struct {
 
 func (x *GetPromptResponse) Reset() {
 	*x = GetPromptResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2835,7 +2950,7 @@ func (x *GetPromptResponse) String() string {
 func (*GetPromptResponse) ProtoMessage() {}
 
 func (x *GetPromptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2848,7 +2963,7 @@ func (x *GetPromptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromptResponse.ProtoReflect.Descriptor instead.
 func (*GetPromptResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{38}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetPromptResponse) GetDescription() string {
@@ -2882,7 +2997,7 @@ type ResourceTemplate struct {
 
 func (x *ResourceTemplate) Reset() {
 	*x = ResourceTemplate{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2894,7 +3009,7 @@ func (x *ResourceTemplate) String() string {
 func (*ResourceTemplate) ProtoMessage() {}
 
 func (x *ResourceTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2907,7 +3022,7 @@ func (x *ResourceTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceTemplate.ProtoReflect.Descriptor instead.
 func (*ResourceTemplate) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{39}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ResourceTemplate) GetUriTemplate() string {
@@ -2951,7 +3066,7 @@ type ListResourceTemplatesRequest struct {
 
 func (x *ListResourceTemplatesRequest) Reset() {
 	*x = ListResourceTemplatesRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2963,7 +3078,7 @@ func (x *ListResourceTemplatesRequest) String() string {
 func (*ListResourceTemplatesRequest) ProtoMessage() {}
 
 func (x *ListResourceTemplatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2976,7 +3091,7 @@ func (x *ListResourceTemplatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourceTemplatesRequest.ProtoReflect.Descriptor instead.
 func (*ListResourceTemplatesRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{40}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListResourceTemplatesRequest) GetServer() string {
@@ -3006,7 +3121,7 @@ type ListResourceTemplatesResponse struct {
 
 func (x *ListResourceTemplatesResponse) Reset() {
 	*x = ListResourceTemplatesResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3018,7 +3133,7 @@ func (x *ListResourceTemplatesResponse) String() string {
 func (*ListResourceTemplatesResponse) ProtoMessage() {}
 
 func (x *ListResourceTemplatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3031,7 +3146,7 @@ func (x *ListResourceTemplatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourceTemplatesResponse.ProtoReflect.Descriptor instead.
 func (*ListResourceTemplatesResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{41}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListResourceTemplatesResponse) GetTemplates() []*ResourceTemplate {
@@ -3061,7 +3176,7 @@ type WatchResourceRequest struct {
 
 func (x *WatchResourceRequest) Reset() {
 	*x = WatchResourceRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3073,7 +3188,7 @@ func (x *WatchResourceRequest) String() string {
 func (*WatchResourceRequest) ProtoMessage() {}
 
 func (x *WatchResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3086,7 +3201,7 @@ func (x *WatchResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourceRequest.ProtoReflect.Descriptor instead.
 func (*WatchResourceRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{42}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WatchResourceRequest) GetServer() string {
@@ -3117,7 +3232,7 @@ type WatchResourceResponse struct {
 
 func (x *WatchResourceResponse) Reset() {
 	*x = WatchResourceResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[43]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3244,7 @@ func (x *WatchResourceResponse) String() string {
 func (*WatchResourceResponse) ProtoMessage() {}
 
 func (x *WatchResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[43]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3257,7 @@ func (x *WatchResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourceResponse.ProtoReflect.Descriptor instead.
 func (*WatchResourceResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{43}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WatchResourceResponse) GetUri() string {
@@ -3183,7 +3298,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[44]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3195,7 +3310,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[44]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3208,7 +3323,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{44}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CompleteRequest) GetServer() string {
@@ -3297,7 +3412,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[45]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3309,7 +3424,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[45]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3322,7 +3437,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{45}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CompleteResponse) GetValues() []string {
@@ -3344,6 +3459,363 @@ func (x *CompleteResponse) GetHasMore() bool {
 		return x.HasMore
 	}
 	return false
+}
+
+// ConnectServerRequest is the input of ConnectServer.
+type ConnectServerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The server's name. Required.
+	Server string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	// The user who connects; a user key's own user when empty.
+	UserId        string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConnectServerRequest) Reset() {
+	*x = ConnectServerRequest{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnectServerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnectServerRequest) ProtoMessage() {}
+
+func (x *ConnectServerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnectServerRequest.ProtoReflect.Descriptor instead.
+func (*ConnectServerRequest) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ConnectServerRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *ConnectServerRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+// ConnectServerResponse is the output of ConnectServer.
+type ConnectServerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The URL the user opens to authorize the gateway; empty when connected.
+	AuthorizationUrl string `protobuf:"bytes,1,opt,name=authorization_url,json=authorizationUrl,proto3" json:"authorization_url,omitempty"`
+	// The user already has a connection to the server.
+	Connected     bool `protobuf:"varint,2,opt,name=connected,proto3" json:"connected,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConnectServerResponse) Reset() {
+	*x = ConnectServerResponse{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConnectServerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConnectServerResponse) ProtoMessage() {}
+
+func (x *ConnectServerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConnectServerResponse.ProtoReflect.Descriptor instead.
+func (*ConnectServerResponse) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ConnectServerResponse) GetAuthorizationUrl() string {
+	if x != nil {
+		return x.AuthorizationUrl
+	}
+	return ""
+}
+
+func (x *ConnectServerResponse) GetConnected() bool {
+	if x != nil {
+		return x.Connected
+	}
+	return false
+}
+
+// DisconnectServerRequest is the input of DisconnectServer.
+type DisconnectServerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The server's name. Required.
+	Server string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	// The user whose connection ends; a user key's own user when empty.
+	UserId        string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisconnectServerRequest) Reset() {
+	*x = DisconnectServerRequest{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisconnectServerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisconnectServerRequest) ProtoMessage() {}
+
+func (x *DisconnectServerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisconnectServerRequest.ProtoReflect.Descriptor instead.
+func (*DisconnectServerRequest) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *DisconnectServerRequest) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *DisconnectServerRequest) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+// DisconnectServerResponse is the output of DisconnectServer.
+type DisconnectServerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The user had a connection, now forgotten.
+	Disconnected bool `protobuf:"varint,1,opt,name=disconnected,proto3" json:"disconnected,omitempty"`
+	// The authorization server confirmed revoking the tokens.
+	Revoked       bool `protobuf:"varint,2,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisconnectServerResponse) Reset() {
+	*x = DisconnectServerResponse{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisconnectServerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisconnectServerResponse) ProtoMessage() {}
+
+func (x *DisconnectServerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisconnectServerResponse.ProtoReflect.Descriptor instead.
+func (*DisconnectServerResponse) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *DisconnectServerResponse) GetDisconnected() bool {
+	if x != nil {
+		return x.Disconnected
+	}
+	return false
+}
+
+func (x *DisconnectServerResponse) GetRevoked() bool {
+	if x != nil {
+		return x.Revoked
+	}
+	return false
+}
+
+// CompleteAuthorizationRequest is the OAuth authorization response (RFC 6749 section 4.1.2).
+type CompleteAuthorizationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The state the gateway put in the authorization URL. Required.
+	State string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// The authorization code; empty with error.
+	Code string `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
+	// The authorization server's error code (access_denied, ...).
+	Error string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// The authorization server's description of the error.
+	ErrorDescription string `protobuf:"bytes,4,opt,name=error_description,json=errorDescription,proto3" json:"error_description,omitempty"`
+	// The issuer of the response (RFC 9207), when the authorization server sends it.
+	Iss           string `protobuf:"bytes,5,opt,name=iss,proto3" json:"iss,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteAuthorizationRequest) Reset() {
+	*x = CompleteAuthorizationRequest{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteAuthorizationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteAuthorizationRequest) ProtoMessage() {}
+
+func (x *CompleteAuthorizationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteAuthorizationRequest.ProtoReflect.Descriptor instead.
+func (*CompleteAuthorizationRequest) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *CompleteAuthorizationRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *CompleteAuthorizationRequest) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *CompleteAuthorizationRequest) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *CompleteAuthorizationRequest) GetErrorDescription() string {
+	if x != nil {
+		return x.ErrorDescription
+	}
+	return ""
+}
+
+func (x *CompleteAuthorizationRequest) GetIss() string {
+	if x != nil {
+		return x.Iss
+	}
+	return ""
+}
+
+// CompleteAuthorizationResponse is the output of CompleteAuthorization.
+type CompleteAuthorizationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The server now connected.
+	Server string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
+	// A sentence for the user.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteAuthorizationResponse) Reset() {
+	*x = CompleteAuthorizationResponse{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteAuthorizationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteAuthorizationResponse) ProtoMessage() {}
+
+func (x *CompleteAuthorizationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteAuthorizationResponse.ProtoReflect.Descriptor instead.
+func (*CompleteAuthorizationResponse) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *CompleteAuthorizationResponse) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *CompleteAuthorizationResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
 }
 
 var File_hermes_mcpgateway_v1_mcpgateway_proto protoreflect.FileDescriptor
@@ -3384,22 +3856,29 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"workingDir\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x97\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x02\n" +
 	"\rHTTPTransport\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12J\n" +
 	"\aheaders\x18\x02 \x03(\v20.hermes.mcpgateway.v1.HTTPTransport.HeadersEntryR\aheaders\x12(\n" +
 	"\x10bearer_token_env\x18\x03 \x01(\tR\x0ebearerTokenEnv\x12B\n" +
-	"\x05oauth\x18\x04 \x01(\v2,.hermes.mcpgateway.v1.OAuthClientCredentialsR\x05oauth\x1a:\n" +
+	"\x05oauth\x18\x04 \x01(\v2,.hermes.mcpgateway.v1.OAuthClientCredentialsR\x05oauth\x12K\n" +
+	"\n" +
+	"user_oauth\x18\x05 \x01(\v2,.hermes.mcpgateway.v1.OAuthAuthorizationCodeR\tuserOauth\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb7\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"y\n" +
+	"\x16OAuthAuthorizationCode\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12*\n" +
+	"\x11client_secret_env\x18\x02 \x01(\tR\x0fclientSecretEnv\x12\x16\n" +
+	"\x06scopes\x18\x03 \x03(\tR\x06scopes\"\xdf\x01\n" +
 	"\x16OAuthClientCredentials\x12\x1b\n" +
 	"\ttoken_url\x18\x01 \x01(\tR\btokenUrl\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12*\n" +
 	"\x11client_secret_env\x18\x03 \x01(\tR\x0fclientSecretEnv\x12\x16\n" +
 	"\x06scopes\x18\x04 \x03(\tR\x06scopes\x12\x1f\n" +
 	"\vauth_method\x18\x05 \x01(\tR\n" +
-	"authMethod\"\x80\x05\n" +
+	"authMethod\x12&\n" +
+	"\x0fprivate_key_env\x18\x06 \x01(\tR\rprivateKeyEnv\"\x80\x05\n" +
 	"\x06Server\x124\n" +
 	"\x04spec\x18\x01 \x01(\v2 .hermes.mcpgateway.v1.ServerSpecR\x04spec\x127\n" +
 	"\x05state\x18\x02 \x01(\x0e2!.hermes.mcpgateway.v1.ServerStateR\x05state\x12\x1d\n" +
@@ -3450,14 +3929,15 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x10ListToolsRequest\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\"H\n" +
 	"\x11ListToolsResponse\x123\n" +
-	"\x05tools\x18\x01 \x03(\v2\x1d.hermes.mcpgateway.v1.MCPToolR\x05tools\"\xce\x01\n" +
+	"\x05tools\x18\x01 \x03(\v2\x1d.hermes.mcpgateway.v1.MCPToolR\x05tools\"\xe7\x01\n" +
 	"\x0fCallToolRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12\x12\n" +
 	"\x04tool\x18\x03 \x01(\tR\x04tool\x12\x1c\n" +
 	"\targuments\x18\x04 \x01(\tR\targuments\x123\n" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12(\n" +
-	"\x10max_output_bytes\x18\x06 \x01(\x05R\x0emaxOutputBytes\"\xa2\x01\n" +
+	"\x10max_output_bytes\x18\x06 \x01(\x05R\x0emaxOutputBytes\x12\x17\n" +
+	"\auser_id\x18\a \x01(\tR\x06userId\"\xa2\x01\n" +
 	"\aContent\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1b\n" +
 	"\tmime_type\x18\x02 \x01(\tR\bmimeType\x12\x10\n" +
@@ -3465,7 +3945,7 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x12\n" +
 	"\x04text\x18\x05 \x01(\tR\x04text\x12\x12\n" +
 	"\x04data\x18\x06 \x01(\fR\x04data\x12\x18\n" +
-	"\aomitted\x18\a \x01(\tR\aomitted\"\x9a\x03\n" +
+	"\aomitted\x18\a \x01(\tR\aomitted\"\xc7\x03\n" +
 	"\x10CallToolResponse\x12\x18\n" +
 	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x16\n" +
 	"\x06output\x18\x02 \x01(\tR\x06output\x12\x1e\n" +
@@ -3483,7 +3963,8 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x0eoriginal_bytes\x18\n" +
 	" \x01(\x03R\roriginalBytes\x12\x1f\n" +
 	"\vlimit_bytes\x18\v \x01(\x03R\n" +
-	"limitBytes\"X\n" +
+	"limitBytes\x12+\n" +
+	"\x11authorization_url\x18\f \x01(\tR\x10authorizationUrl\"X\n" +
 	"\x15CallToolStreamRequest\x12?\n" +
 	"\arequest\x18\x01 \x01(\v2%.hermes.mcpgateway.v1.CallToolRequestR\arequest\"\xa5\x01\n" +
 	"\x16CallToolStreamResponse\x12<\n" +
@@ -3593,12 +4074,33 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x10CompleteResponse\x12\x16\n" +
 	"\x06values\x18\x01 \x03(\tR\x06values\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x05R\x05total\x12\x19\n" +
-	"\bhas_more\x18\x03 \x01(\bR\ahasMore*y\n" +
+	"\bhas_more\x18\x03 \x01(\bR\ahasMore\"G\n" +
+	"\x14ConnectServerRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12\x17\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\"b\n" +
+	"\x15ConnectServerResponse\x12+\n" +
+	"\x11authorization_url\x18\x01 \x01(\tR\x10authorizationUrl\x12\x1c\n" +
+	"\tconnected\x18\x02 \x01(\bR\tconnected\"J\n" +
+	"\x17DisconnectServerRequest\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12\x17\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\"X\n" +
+	"\x18DisconnectServerResponse\x12\"\n" +
+	"\fdisconnected\x18\x01 \x01(\bR\fdisconnected\x12\x18\n" +
+	"\arevoked\x18\x02 \x01(\bR\arevoked\"\x9d\x01\n" +
+	"\x1cCompleteAuthorizationRequest\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\tR\x04code\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12+\n" +
+	"\x11error_description\x18\x04 \x01(\tR\x10errorDescription\x12\x10\n" +
+	"\x03iss\x18\x05 \x01(\tR\x03iss\"Q\n" +
+	"\x1dCompleteAuthorizationResponse\x12\x16\n" +
+	"\x06server\x18\x01 \x01(\tR\x06server\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage*y\n" +
 	"\vServerState\x12\x1c\n" +
 	"\x18SERVER_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17SERVER_STATE_CONNECTING\x10\x01\x12\x16\n" +
 	"\x12SERVER_STATE_READY\x10\x02\x12\x17\n" +
-	"\x13SERVER_STATE_FAILED\x10\x032\xb7\v\n" +
+	"\x13SERVER_STATE_FAILED\x10\x032\x97\x0e\n" +
 	"\x11MCPGatewayService\x12\\\n" +
 	"\tAddServer\x12&.hermes.mcpgateway.v1.AddServerRequest\x1a'.hermes.mcpgateway.v1.AddServerResponse\x12e\n" +
 	"\fRemoveServer\x12).hermes.mcpgateway.v1.RemoveServerRequest\x1a*.hermes.mcpgateway.v1.RemoveServerResponse\x12b\n" +
@@ -3613,7 +4115,10 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x15ListResourceTemplates\x122.hermes.mcpgateway.v1.ListResourceTemplatesRequest\x1a3.hermes.mcpgateway.v1.ListResourceTemplatesResponse\x12j\n" +
 	"\rWatchResource\x12*.hermes.mcpgateway.v1.WatchResourceRequest\x1a+.hermes.mcpgateway.v1.WatchResourceResponse0\x01\x12Y\n" +
 	"\bComplete\x12%.hermes.mcpgateway.v1.CompleteRequest\x1a&.hermes.mcpgateway.v1.CompleteResponse\x12t\n" +
-	"\x11AnswerElicitation\x12..hermes.mcpgateway.v1.AnswerElicitationRequest\x1a/.hermes.mcpgateway.v1.AnswerElicitationResponseBHZFgithub.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1;mcpgatewayv1b\x06proto3"
+	"\x11AnswerElicitation\x12..hermes.mcpgateway.v1.AnswerElicitationRequest\x1a/.hermes.mcpgateway.v1.AnswerElicitationResponse\x12h\n" +
+	"\rConnectServer\x12*.hermes.mcpgateway.v1.ConnectServerRequest\x1a+.hermes.mcpgateway.v1.ConnectServerResponse\x12q\n" +
+	"\x10DisconnectServer\x12-.hermes.mcpgateway.v1.DisconnectServerRequest\x1a..hermes.mcpgateway.v1.DisconnectServerResponse\x12\x80\x01\n" +
+	"\x15CompleteAuthorization\x122.hermes.mcpgateway.v1.CompleteAuthorizationRequest\x1a3.hermes.mcpgateway.v1.CompleteAuthorizationResponseBHZFgithub.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1;mcpgatewayv1b\x06proto3"
 
 var (
 	file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescOnce sync.Once
@@ -3628,7 +4133,7 @@ func file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP() []byte {
 }
 
 var file_hermes_mcpgateway_v1_mcpgateway_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_hermes_mcpgateway_v1_mcpgateway_proto_goTypes = []any{
 	(ServerState)(0),                      // 0: hermes.mcpgateway.v1.ServerState
 	(*ServerSpec)(nil),                    // 1: hermes.mcpgateway.v1.ServerSpec
@@ -3636,121 +4141,135 @@ var file_hermes_mcpgateway_v1_mcpgateway_proto_goTypes = []any{
 	(*Root)(nil),                          // 3: hermes.mcpgateway.v1.Root
 	(*StdioTransport)(nil),                // 4: hermes.mcpgateway.v1.StdioTransport
 	(*HTTPTransport)(nil),                 // 5: hermes.mcpgateway.v1.HTTPTransport
-	(*OAuthClientCredentials)(nil),        // 6: hermes.mcpgateway.v1.OAuthClientCredentials
-	(*Server)(nil),                        // 7: hermes.mcpgateway.v1.Server
-	(*SkippedTool)(nil),                   // 8: hermes.mcpgateway.v1.SkippedTool
-	(*MCPTool)(nil),                       // 9: hermes.mcpgateway.v1.MCPTool
-	(*AddServerRequest)(nil),              // 10: hermes.mcpgateway.v1.AddServerRequest
-	(*AddServerResponse)(nil),             // 11: hermes.mcpgateway.v1.AddServerResponse
-	(*RemoveServerRequest)(nil),           // 12: hermes.mcpgateway.v1.RemoveServerRequest
-	(*RemoveServerResponse)(nil),          // 13: hermes.mcpgateway.v1.RemoveServerResponse
-	(*ListServersRequest)(nil),            // 14: hermes.mcpgateway.v1.ListServersRequest
-	(*ListServersResponse)(nil),           // 15: hermes.mcpgateway.v1.ListServersResponse
-	(*ListToolsRequest)(nil),              // 16: hermes.mcpgateway.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),             // 17: hermes.mcpgateway.v1.ListToolsResponse
-	(*CallToolRequest)(nil),               // 18: hermes.mcpgateway.v1.CallToolRequest
-	(*Content)(nil),                       // 19: hermes.mcpgateway.v1.Content
-	(*CallToolResponse)(nil),              // 20: hermes.mcpgateway.v1.CallToolResponse
-	(*CallToolStreamRequest)(nil),         // 21: hermes.mcpgateway.v1.CallToolStreamRequest
-	(*CallToolStreamResponse)(nil),        // 22: hermes.mcpgateway.v1.CallToolStreamResponse
-	(*Progress)(nil),                      // 23: hermes.mcpgateway.v1.Progress
-	(*Elicitation)(nil),                   // 24: hermes.mcpgateway.v1.Elicitation
-	(*AnswerElicitationRequest)(nil),      // 25: hermes.mcpgateway.v1.AnswerElicitationRequest
-	(*AnswerElicitationResponse)(nil),     // 26: hermes.mcpgateway.v1.AnswerElicitationResponse
-	(*Resource)(nil),                      // 27: hermes.mcpgateway.v1.Resource
-	(*ListResourcesRequest)(nil),          // 28: hermes.mcpgateway.v1.ListResourcesRequest
-	(*ListResourcesResponse)(nil),         // 29: hermes.mcpgateway.v1.ListResourcesResponse
-	(*ReadResourceRequest)(nil),           // 30: hermes.mcpgateway.v1.ReadResourceRequest
-	(*ResourceContent)(nil),               // 31: hermes.mcpgateway.v1.ResourceContent
-	(*ReadResourceResponse)(nil),          // 32: hermes.mcpgateway.v1.ReadResourceResponse
-	(*Prompt)(nil),                        // 33: hermes.mcpgateway.v1.Prompt
-	(*PromptArgument)(nil),                // 34: hermes.mcpgateway.v1.PromptArgument
-	(*ListPromptsRequest)(nil),            // 35: hermes.mcpgateway.v1.ListPromptsRequest
-	(*ListPromptsResponse)(nil),           // 36: hermes.mcpgateway.v1.ListPromptsResponse
-	(*GetPromptRequest)(nil),              // 37: hermes.mcpgateway.v1.GetPromptRequest
-	(*PromptMessage)(nil),                 // 38: hermes.mcpgateway.v1.PromptMessage
-	(*GetPromptResponse)(nil),             // 39: hermes.mcpgateway.v1.GetPromptResponse
-	(*ResourceTemplate)(nil),              // 40: hermes.mcpgateway.v1.ResourceTemplate
-	(*ListResourceTemplatesRequest)(nil),  // 41: hermes.mcpgateway.v1.ListResourceTemplatesRequest
-	(*ListResourceTemplatesResponse)(nil), // 42: hermes.mcpgateway.v1.ListResourceTemplatesResponse
-	(*WatchResourceRequest)(nil),          // 43: hermes.mcpgateway.v1.WatchResourceRequest
-	(*WatchResourceResponse)(nil),         // 44: hermes.mcpgateway.v1.WatchResourceResponse
-	(*CompleteRequest)(nil),               // 45: hermes.mcpgateway.v1.CompleteRequest
-	(*CompleteResponse)(nil),              // 46: hermes.mcpgateway.v1.CompleteResponse
-	nil,                                   // 47: hermes.mcpgateway.v1.StdioTransport.EnvEntry
-	nil,                                   // 48: hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
-	nil,                                   // 49: hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
-	nil,                                   // 50: hermes.mcpgateway.v1.CompleteRequest.ContextEntry
-	(*durationpb.Duration)(nil),           // 51: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),         // 52: google.protobuf.Timestamp
+	(*OAuthAuthorizationCode)(nil),        // 6: hermes.mcpgateway.v1.OAuthAuthorizationCode
+	(*OAuthClientCredentials)(nil),        // 7: hermes.mcpgateway.v1.OAuthClientCredentials
+	(*Server)(nil),                        // 8: hermes.mcpgateway.v1.Server
+	(*SkippedTool)(nil),                   // 9: hermes.mcpgateway.v1.SkippedTool
+	(*MCPTool)(nil),                       // 10: hermes.mcpgateway.v1.MCPTool
+	(*AddServerRequest)(nil),              // 11: hermes.mcpgateway.v1.AddServerRequest
+	(*AddServerResponse)(nil),             // 12: hermes.mcpgateway.v1.AddServerResponse
+	(*RemoveServerRequest)(nil),           // 13: hermes.mcpgateway.v1.RemoveServerRequest
+	(*RemoveServerResponse)(nil),          // 14: hermes.mcpgateway.v1.RemoveServerResponse
+	(*ListServersRequest)(nil),            // 15: hermes.mcpgateway.v1.ListServersRequest
+	(*ListServersResponse)(nil),           // 16: hermes.mcpgateway.v1.ListServersResponse
+	(*ListToolsRequest)(nil),              // 17: hermes.mcpgateway.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),             // 18: hermes.mcpgateway.v1.ListToolsResponse
+	(*CallToolRequest)(nil),               // 19: hermes.mcpgateway.v1.CallToolRequest
+	(*Content)(nil),                       // 20: hermes.mcpgateway.v1.Content
+	(*CallToolResponse)(nil),              // 21: hermes.mcpgateway.v1.CallToolResponse
+	(*CallToolStreamRequest)(nil),         // 22: hermes.mcpgateway.v1.CallToolStreamRequest
+	(*CallToolStreamResponse)(nil),        // 23: hermes.mcpgateway.v1.CallToolStreamResponse
+	(*Progress)(nil),                      // 24: hermes.mcpgateway.v1.Progress
+	(*Elicitation)(nil),                   // 25: hermes.mcpgateway.v1.Elicitation
+	(*AnswerElicitationRequest)(nil),      // 26: hermes.mcpgateway.v1.AnswerElicitationRequest
+	(*AnswerElicitationResponse)(nil),     // 27: hermes.mcpgateway.v1.AnswerElicitationResponse
+	(*Resource)(nil),                      // 28: hermes.mcpgateway.v1.Resource
+	(*ListResourcesRequest)(nil),          // 29: hermes.mcpgateway.v1.ListResourcesRequest
+	(*ListResourcesResponse)(nil),         // 30: hermes.mcpgateway.v1.ListResourcesResponse
+	(*ReadResourceRequest)(nil),           // 31: hermes.mcpgateway.v1.ReadResourceRequest
+	(*ResourceContent)(nil),               // 32: hermes.mcpgateway.v1.ResourceContent
+	(*ReadResourceResponse)(nil),          // 33: hermes.mcpgateway.v1.ReadResourceResponse
+	(*Prompt)(nil),                        // 34: hermes.mcpgateway.v1.Prompt
+	(*PromptArgument)(nil),                // 35: hermes.mcpgateway.v1.PromptArgument
+	(*ListPromptsRequest)(nil),            // 36: hermes.mcpgateway.v1.ListPromptsRequest
+	(*ListPromptsResponse)(nil),           // 37: hermes.mcpgateway.v1.ListPromptsResponse
+	(*GetPromptRequest)(nil),              // 38: hermes.mcpgateway.v1.GetPromptRequest
+	(*PromptMessage)(nil),                 // 39: hermes.mcpgateway.v1.PromptMessage
+	(*GetPromptResponse)(nil),             // 40: hermes.mcpgateway.v1.GetPromptResponse
+	(*ResourceTemplate)(nil),              // 41: hermes.mcpgateway.v1.ResourceTemplate
+	(*ListResourceTemplatesRequest)(nil),  // 42: hermes.mcpgateway.v1.ListResourceTemplatesRequest
+	(*ListResourceTemplatesResponse)(nil), // 43: hermes.mcpgateway.v1.ListResourceTemplatesResponse
+	(*WatchResourceRequest)(nil),          // 44: hermes.mcpgateway.v1.WatchResourceRequest
+	(*WatchResourceResponse)(nil),         // 45: hermes.mcpgateway.v1.WatchResourceResponse
+	(*CompleteRequest)(nil),               // 46: hermes.mcpgateway.v1.CompleteRequest
+	(*CompleteResponse)(nil),              // 47: hermes.mcpgateway.v1.CompleteResponse
+	(*ConnectServerRequest)(nil),          // 48: hermes.mcpgateway.v1.ConnectServerRequest
+	(*ConnectServerResponse)(nil),         // 49: hermes.mcpgateway.v1.ConnectServerResponse
+	(*DisconnectServerRequest)(nil),       // 50: hermes.mcpgateway.v1.DisconnectServerRequest
+	(*DisconnectServerResponse)(nil),      // 51: hermes.mcpgateway.v1.DisconnectServerResponse
+	(*CompleteAuthorizationRequest)(nil),  // 52: hermes.mcpgateway.v1.CompleteAuthorizationRequest
+	(*CompleteAuthorizationResponse)(nil), // 53: hermes.mcpgateway.v1.CompleteAuthorizationResponse
+	nil,                                   // 54: hermes.mcpgateway.v1.StdioTransport.EnvEntry
+	nil,                                   // 55: hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
+	nil,                                   // 56: hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
+	nil,                                   // 57: hermes.mcpgateway.v1.CompleteRequest.ContextEntry
+	(*durationpb.Duration)(nil),           // 58: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),         // 59: google.protobuf.Timestamp
 }
 var file_hermes_mcpgateway_v1_mcpgateway_proto_depIdxs = []int32{
 	4,  // 0: hermes.mcpgateway.v1.ServerSpec.stdio:type_name -> hermes.mcpgateway.v1.StdioTransport
 	5,  // 1: hermes.mcpgateway.v1.ServerSpec.http:type_name -> hermes.mcpgateway.v1.HTTPTransport
-	51, // 2: hermes.mcpgateway.v1.ServerSpec.call_timeout:type_name -> google.protobuf.Duration
+	58, // 2: hermes.mcpgateway.v1.ServerSpec.call_timeout:type_name -> google.protobuf.Duration
 	2,  // 3: hermes.mcpgateway.v1.ServerSpec.sampling:type_name -> hermes.mcpgateway.v1.SamplingPolicy
 	3,  // 4: hermes.mcpgateway.v1.ServerSpec.roots:type_name -> hermes.mcpgateway.v1.Root
-	47, // 5: hermes.mcpgateway.v1.StdioTransport.env:type_name -> hermes.mcpgateway.v1.StdioTransport.EnvEntry
-	48, // 6: hermes.mcpgateway.v1.HTTPTransport.headers:type_name -> hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
-	6,  // 7: hermes.mcpgateway.v1.HTTPTransport.oauth:type_name -> hermes.mcpgateway.v1.OAuthClientCredentials
-	1,  // 8: hermes.mcpgateway.v1.Server.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
-	0,  // 9: hermes.mcpgateway.v1.Server.state:type_name -> hermes.mcpgateway.v1.ServerState
-	8,  // 10: hermes.mcpgateway.v1.Server.skipped_tools:type_name -> hermes.mcpgateway.v1.SkippedTool
-	52, // 11: hermes.mcpgateway.v1.Server.connected_at:type_name -> google.protobuf.Timestamp
-	52, // 12: hermes.mcpgateway.v1.Server.next_retry_at:type_name -> google.protobuf.Timestamp
-	1,  // 13: hermes.mcpgateway.v1.AddServerRequest.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
-	7,  // 14: hermes.mcpgateway.v1.AddServerResponse.server:type_name -> hermes.mcpgateway.v1.Server
-	7,  // 15: hermes.mcpgateway.v1.ListServersResponse.servers:type_name -> hermes.mcpgateway.v1.Server
-	9,  // 16: hermes.mcpgateway.v1.ListToolsResponse.tools:type_name -> hermes.mcpgateway.v1.MCPTool
-	51, // 17: hermes.mcpgateway.v1.CallToolRequest.timeout:type_name -> google.protobuf.Duration
-	19, // 18: hermes.mcpgateway.v1.CallToolResponse.contents:type_name -> hermes.mcpgateway.v1.Content
-	51, // 19: hermes.mcpgateway.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
-	18, // 20: hermes.mcpgateway.v1.CallToolStreamRequest.request:type_name -> hermes.mcpgateway.v1.CallToolRequest
-	23, // 21: hermes.mcpgateway.v1.CallToolStreamResponse.progress:type_name -> hermes.mcpgateway.v1.Progress
-	20, // 22: hermes.mcpgateway.v1.CallToolStreamResponse.response:type_name -> hermes.mcpgateway.v1.CallToolResponse
-	24, // 23: hermes.mcpgateway.v1.Progress.elicitation:type_name -> hermes.mcpgateway.v1.Elicitation
-	52, // 24: hermes.mcpgateway.v1.Elicitation.expires_at:type_name -> google.protobuf.Timestamp
-	27, // 25: hermes.mcpgateway.v1.ListResourcesResponse.resources:type_name -> hermes.mcpgateway.v1.Resource
-	31, // 26: hermes.mcpgateway.v1.ReadResourceResponse.contents:type_name -> hermes.mcpgateway.v1.ResourceContent
-	34, // 27: hermes.mcpgateway.v1.Prompt.arguments:type_name -> hermes.mcpgateway.v1.PromptArgument
-	33, // 28: hermes.mcpgateway.v1.ListPromptsResponse.prompts:type_name -> hermes.mcpgateway.v1.Prompt
-	49, // 29: hermes.mcpgateway.v1.GetPromptRequest.arguments:type_name -> hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
-	38, // 30: hermes.mcpgateway.v1.GetPromptResponse.messages:type_name -> hermes.mcpgateway.v1.PromptMessage
-	40, // 31: hermes.mcpgateway.v1.ListResourceTemplatesResponse.templates:type_name -> hermes.mcpgateway.v1.ResourceTemplate
-	50, // 32: hermes.mcpgateway.v1.CompleteRequest.context:type_name -> hermes.mcpgateway.v1.CompleteRequest.ContextEntry
-	10, // 33: hermes.mcpgateway.v1.MCPGatewayService.AddServer:input_type -> hermes.mcpgateway.v1.AddServerRequest
-	12, // 34: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:input_type -> hermes.mcpgateway.v1.RemoveServerRequest
-	14, // 35: hermes.mcpgateway.v1.MCPGatewayService.ListServers:input_type -> hermes.mcpgateway.v1.ListServersRequest
-	16, // 36: hermes.mcpgateway.v1.MCPGatewayService.ListTools:input_type -> hermes.mcpgateway.v1.ListToolsRequest
-	18, // 37: hermes.mcpgateway.v1.MCPGatewayService.CallTool:input_type -> hermes.mcpgateway.v1.CallToolRequest
-	28, // 38: hermes.mcpgateway.v1.MCPGatewayService.ListResources:input_type -> hermes.mcpgateway.v1.ListResourcesRequest
-	30, // 39: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:input_type -> hermes.mcpgateway.v1.ReadResourceRequest
-	35, // 40: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:input_type -> hermes.mcpgateway.v1.ListPromptsRequest
-	37, // 41: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:input_type -> hermes.mcpgateway.v1.GetPromptRequest
-	21, // 42: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:input_type -> hermes.mcpgateway.v1.CallToolStreamRequest
-	41, // 43: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:input_type -> hermes.mcpgateway.v1.ListResourceTemplatesRequest
-	43, // 44: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:input_type -> hermes.mcpgateway.v1.WatchResourceRequest
-	45, // 45: hermes.mcpgateway.v1.MCPGatewayService.Complete:input_type -> hermes.mcpgateway.v1.CompleteRequest
-	25, // 46: hermes.mcpgateway.v1.MCPGatewayService.AnswerElicitation:input_type -> hermes.mcpgateway.v1.AnswerElicitationRequest
-	11, // 47: hermes.mcpgateway.v1.MCPGatewayService.AddServer:output_type -> hermes.mcpgateway.v1.AddServerResponse
-	13, // 48: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:output_type -> hermes.mcpgateway.v1.RemoveServerResponse
-	15, // 49: hermes.mcpgateway.v1.MCPGatewayService.ListServers:output_type -> hermes.mcpgateway.v1.ListServersResponse
-	17, // 50: hermes.mcpgateway.v1.MCPGatewayService.ListTools:output_type -> hermes.mcpgateway.v1.ListToolsResponse
-	20, // 51: hermes.mcpgateway.v1.MCPGatewayService.CallTool:output_type -> hermes.mcpgateway.v1.CallToolResponse
-	29, // 52: hermes.mcpgateway.v1.MCPGatewayService.ListResources:output_type -> hermes.mcpgateway.v1.ListResourcesResponse
-	32, // 53: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:output_type -> hermes.mcpgateway.v1.ReadResourceResponse
-	36, // 54: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:output_type -> hermes.mcpgateway.v1.ListPromptsResponse
-	39, // 55: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:output_type -> hermes.mcpgateway.v1.GetPromptResponse
-	22, // 56: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:output_type -> hermes.mcpgateway.v1.CallToolStreamResponse
-	42, // 57: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:output_type -> hermes.mcpgateway.v1.ListResourceTemplatesResponse
-	44, // 58: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:output_type -> hermes.mcpgateway.v1.WatchResourceResponse
-	46, // 59: hermes.mcpgateway.v1.MCPGatewayService.Complete:output_type -> hermes.mcpgateway.v1.CompleteResponse
-	26, // 60: hermes.mcpgateway.v1.MCPGatewayService.AnswerElicitation:output_type -> hermes.mcpgateway.v1.AnswerElicitationResponse
-	47, // [47:61] is the sub-list for method output_type
-	33, // [33:47] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	54, // 5: hermes.mcpgateway.v1.StdioTransport.env:type_name -> hermes.mcpgateway.v1.StdioTransport.EnvEntry
+	55, // 6: hermes.mcpgateway.v1.HTTPTransport.headers:type_name -> hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
+	7,  // 7: hermes.mcpgateway.v1.HTTPTransport.oauth:type_name -> hermes.mcpgateway.v1.OAuthClientCredentials
+	6,  // 8: hermes.mcpgateway.v1.HTTPTransport.user_oauth:type_name -> hermes.mcpgateway.v1.OAuthAuthorizationCode
+	1,  // 9: hermes.mcpgateway.v1.Server.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
+	0,  // 10: hermes.mcpgateway.v1.Server.state:type_name -> hermes.mcpgateway.v1.ServerState
+	9,  // 11: hermes.mcpgateway.v1.Server.skipped_tools:type_name -> hermes.mcpgateway.v1.SkippedTool
+	59, // 12: hermes.mcpgateway.v1.Server.connected_at:type_name -> google.protobuf.Timestamp
+	59, // 13: hermes.mcpgateway.v1.Server.next_retry_at:type_name -> google.protobuf.Timestamp
+	1,  // 14: hermes.mcpgateway.v1.AddServerRequest.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
+	8,  // 15: hermes.mcpgateway.v1.AddServerResponse.server:type_name -> hermes.mcpgateway.v1.Server
+	8,  // 16: hermes.mcpgateway.v1.ListServersResponse.servers:type_name -> hermes.mcpgateway.v1.Server
+	10, // 17: hermes.mcpgateway.v1.ListToolsResponse.tools:type_name -> hermes.mcpgateway.v1.MCPTool
+	58, // 18: hermes.mcpgateway.v1.CallToolRequest.timeout:type_name -> google.protobuf.Duration
+	20, // 19: hermes.mcpgateway.v1.CallToolResponse.contents:type_name -> hermes.mcpgateway.v1.Content
+	58, // 20: hermes.mcpgateway.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
+	19, // 21: hermes.mcpgateway.v1.CallToolStreamRequest.request:type_name -> hermes.mcpgateway.v1.CallToolRequest
+	24, // 22: hermes.mcpgateway.v1.CallToolStreamResponse.progress:type_name -> hermes.mcpgateway.v1.Progress
+	21, // 23: hermes.mcpgateway.v1.CallToolStreamResponse.response:type_name -> hermes.mcpgateway.v1.CallToolResponse
+	25, // 24: hermes.mcpgateway.v1.Progress.elicitation:type_name -> hermes.mcpgateway.v1.Elicitation
+	59, // 25: hermes.mcpgateway.v1.Elicitation.expires_at:type_name -> google.protobuf.Timestamp
+	28, // 26: hermes.mcpgateway.v1.ListResourcesResponse.resources:type_name -> hermes.mcpgateway.v1.Resource
+	32, // 27: hermes.mcpgateway.v1.ReadResourceResponse.contents:type_name -> hermes.mcpgateway.v1.ResourceContent
+	35, // 28: hermes.mcpgateway.v1.Prompt.arguments:type_name -> hermes.mcpgateway.v1.PromptArgument
+	34, // 29: hermes.mcpgateway.v1.ListPromptsResponse.prompts:type_name -> hermes.mcpgateway.v1.Prompt
+	56, // 30: hermes.mcpgateway.v1.GetPromptRequest.arguments:type_name -> hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
+	39, // 31: hermes.mcpgateway.v1.GetPromptResponse.messages:type_name -> hermes.mcpgateway.v1.PromptMessage
+	41, // 32: hermes.mcpgateway.v1.ListResourceTemplatesResponse.templates:type_name -> hermes.mcpgateway.v1.ResourceTemplate
+	57, // 33: hermes.mcpgateway.v1.CompleteRequest.context:type_name -> hermes.mcpgateway.v1.CompleteRequest.ContextEntry
+	11, // 34: hermes.mcpgateway.v1.MCPGatewayService.AddServer:input_type -> hermes.mcpgateway.v1.AddServerRequest
+	13, // 35: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:input_type -> hermes.mcpgateway.v1.RemoveServerRequest
+	15, // 36: hermes.mcpgateway.v1.MCPGatewayService.ListServers:input_type -> hermes.mcpgateway.v1.ListServersRequest
+	17, // 37: hermes.mcpgateway.v1.MCPGatewayService.ListTools:input_type -> hermes.mcpgateway.v1.ListToolsRequest
+	19, // 38: hermes.mcpgateway.v1.MCPGatewayService.CallTool:input_type -> hermes.mcpgateway.v1.CallToolRequest
+	29, // 39: hermes.mcpgateway.v1.MCPGatewayService.ListResources:input_type -> hermes.mcpgateway.v1.ListResourcesRequest
+	31, // 40: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:input_type -> hermes.mcpgateway.v1.ReadResourceRequest
+	36, // 41: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:input_type -> hermes.mcpgateway.v1.ListPromptsRequest
+	38, // 42: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:input_type -> hermes.mcpgateway.v1.GetPromptRequest
+	22, // 43: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:input_type -> hermes.mcpgateway.v1.CallToolStreamRequest
+	42, // 44: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:input_type -> hermes.mcpgateway.v1.ListResourceTemplatesRequest
+	44, // 45: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:input_type -> hermes.mcpgateway.v1.WatchResourceRequest
+	46, // 46: hermes.mcpgateway.v1.MCPGatewayService.Complete:input_type -> hermes.mcpgateway.v1.CompleteRequest
+	26, // 47: hermes.mcpgateway.v1.MCPGatewayService.AnswerElicitation:input_type -> hermes.mcpgateway.v1.AnswerElicitationRequest
+	48, // 48: hermes.mcpgateway.v1.MCPGatewayService.ConnectServer:input_type -> hermes.mcpgateway.v1.ConnectServerRequest
+	50, // 49: hermes.mcpgateway.v1.MCPGatewayService.DisconnectServer:input_type -> hermes.mcpgateway.v1.DisconnectServerRequest
+	52, // 50: hermes.mcpgateway.v1.MCPGatewayService.CompleteAuthorization:input_type -> hermes.mcpgateway.v1.CompleteAuthorizationRequest
+	12, // 51: hermes.mcpgateway.v1.MCPGatewayService.AddServer:output_type -> hermes.mcpgateway.v1.AddServerResponse
+	14, // 52: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:output_type -> hermes.mcpgateway.v1.RemoveServerResponse
+	16, // 53: hermes.mcpgateway.v1.MCPGatewayService.ListServers:output_type -> hermes.mcpgateway.v1.ListServersResponse
+	18, // 54: hermes.mcpgateway.v1.MCPGatewayService.ListTools:output_type -> hermes.mcpgateway.v1.ListToolsResponse
+	21, // 55: hermes.mcpgateway.v1.MCPGatewayService.CallTool:output_type -> hermes.mcpgateway.v1.CallToolResponse
+	30, // 56: hermes.mcpgateway.v1.MCPGatewayService.ListResources:output_type -> hermes.mcpgateway.v1.ListResourcesResponse
+	33, // 57: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:output_type -> hermes.mcpgateway.v1.ReadResourceResponse
+	37, // 58: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:output_type -> hermes.mcpgateway.v1.ListPromptsResponse
+	40, // 59: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:output_type -> hermes.mcpgateway.v1.GetPromptResponse
+	23, // 60: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:output_type -> hermes.mcpgateway.v1.CallToolStreamResponse
+	43, // 61: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:output_type -> hermes.mcpgateway.v1.ListResourceTemplatesResponse
+	45, // 62: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:output_type -> hermes.mcpgateway.v1.WatchResourceResponse
+	47, // 63: hermes.mcpgateway.v1.MCPGatewayService.Complete:output_type -> hermes.mcpgateway.v1.CompleteResponse
+	27, // 64: hermes.mcpgateway.v1.MCPGatewayService.AnswerElicitation:output_type -> hermes.mcpgateway.v1.AnswerElicitationResponse
+	49, // 65: hermes.mcpgateway.v1.MCPGatewayService.ConnectServer:output_type -> hermes.mcpgateway.v1.ConnectServerResponse
+	51, // 66: hermes.mcpgateway.v1.MCPGatewayService.DisconnectServer:output_type -> hermes.mcpgateway.v1.DisconnectServerResponse
+	53, // 67: hermes.mcpgateway.v1.MCPGatewayService.CompleteAuthorization:output_type -> hermes.mcpgateway.v1.CompleteAuthorizationResponse
+	51, // [51:68] is the sub-list for method output_type
+	34, // [34:51] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_hermes_mcpgateway_v1_mcpgateway_proto_init() }
@@ -3762,11 +4281,11 @@ func file_hermes_mcpgateway_v1_mcpgateway_proto_init() {
 		(*ServerSpec_Stdio)(nil),
 		(*ServerSpec_Http)(nil),
 	}
-	file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[21].OneofWrappers = []any{
+	file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[22].OneofWrappers = []any{
 		(*CallToolStreamResponse_Progress)(nil),
 		(*CallToolStreamResponse_Response)(nil),
 	}
-	file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[44].OneofWrappers = []any{
+	file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[45].OneofWrappers = []any{
 		(*CompleteRequest_Prompt)(nil),
 		(*CompleteRequest_ResourceTemplate)(nil),
 	}
@@ -3776,7 +4295,7 @@ func file_hermes_mcpgateway_v1_mcpgateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc), len(file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   50,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

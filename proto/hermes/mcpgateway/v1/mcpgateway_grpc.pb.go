@@ -33,6 +33,9 @@ const (
 	MCPGatewayService_WatchResource_FullMethodName         = "/hermes.mcpgateway.v1.MCPGatewayService/WatchResource"
 	MCPGatewayService_Complete_FullMethodName              = "/hermes.mcpgateway.v1.MCPGatewayService/Complete"
 	MCPGatewayService_AnswerElicitation_FullMethodName     = "/hermes.mcpgateway.v1.MCPGatewayService/AnswerElicitation"
+	MCPGatewayService_ConnectServer_FullMethodName         = "/hermes.mcpgateway.v1.MCPGatewayService/ConnectServer"
+	MCPGatewayService_DisconnectServer_FullMethodName      = "/hermes.mcpgateway.v1.MCPGatewayService/DisconnectServer"
+	MCPGatewayService_CompleteAuthorization_FullMethodName = "/hermes.mcpgateway.v1.MCPGatewayService/CompleteAuthorization"
 )
 
 // MCPGatewayServiceClient is the client API for MCPGatewayService service.
@@ -76,6 +79,17 @@ type MCPGatewayServiceClient interface {
 	// AnswerElicitation answers a server's request for user input that reached a call in flight
 	// as Progress.elicitation; any replica forwards it to the one that holds the call.
 	AnswerElicitation(ctx context.Context, in *AnswerElicitationRequest, opts ...grpc.CallOption) (*AnswerElicitationResponse, error)
+	// ConnectServer starts connecting the user's own account to a server with user_oauth: it
+	// returns the authorization URL the user opens, or connected when the user already has a
+	// connection.
+	ConnectServer(ctx context.Context, in *ConnectServerRequest, opts ...grpc.CallOption) (*ConnectServerResponse, error)
+	// DisconnectServer forgets the user's connection to a server and revokes its tokens at the
+	// authorization server (RFC 7009) when it offers revocation.
+	DisconnectServer(ctx context.Context, in *DisconnectServerRequest, opts ...grpc.CallOption) (*DisconnectServerResponse, error)
+	// CompleteAuthorization is the OAuth redirect target: it checks the state (single use, bound
+	// to a user, a server and a PKCE verifier, expiring), exchanges the code and stores the
+	// user's tokens. It needs no credentials: the state is the proof. Tokens are never returned.
+	CompleteAuthorization(ctx context.Context, in *CompleteAuthorizationRequest, opts ...grpc.CallOption) (*CompleteAuthorizationResponse, error)
 }
 
 type mCPGatewayServiceClient struct {
@@ -244,6 +258,36 @@ func (c *mCPGatewayServiceClient) AnswerElicitation(ctx context.Context, in *Ans
 	return out, nil
 }
 
+func (c *mCPGatewayServiceClient) ConnectServer(ctx context.Context, in *ConnectServerRequest, opts ...grpc.CallOption) (*ConnectServerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConnectServerResponse)
+	err := c.cc.Invoke(ctx, MCPGatewayService_ConnectServer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mCPGatewayServiceClient) DisconnectServer(ctx context.Context, in *DisconnectServerRequest, opts ...grpc.CallOption) (*DisconnectServerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DisconnectServerResponse)
+	err := c.cc.Invoke(ctx, MCPGatewayService_DisconnectServer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mCPGatewayServiceClient) CompleteAuthorization(ctx context.Context, in *CompleteAuthorizationRequest, opts ...grpc.CallOption) (*CompleteAuthorizationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompleteAuthorizationResponse)
+	err := c.cc.Invoke(ctx, MCPGatewayService_CompleteAuthorization_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MCPGatewayServiceServer is the server API for MCPGatewayService service.
 // All implementations must embed UnimplementedMCPGatewayServiceServer
 // for forward compatibility.
@@ -285,6 +329,17 @@ type MCPGatewayServiceServer interface {
 	// AnswerElicitation answers a server's request for user input that reached a call in flight
 	// as Progress.elicitation; any replica forwards it to the one that holds the call.
 	AnswerElicitation(context.Context, *AnswerElicitationRequest) (*AnswerElicitationResponse, error)
+	// ConnectServer starts connecting the user's own account to a server with user_oauth: it
+	// returns the authorization URL the user opens, or connected when the user already has a
+	// connection.
+	ConnectServer(context.Context, *ConnectServerRequest) (*ConnectServerResponse, error)
+	// DisconnectServer forgets the user's connection to a server and revokes its tokens at the
+	// authorization server (RFC 7009) when it offers revocation.
+	DisconnectServer(context.Context, *DisconnectServerRequest) (*DisconnectServerResponse, error)
+	// CompleteAuthorization is the OAuth redirect target: it checks the state (single use, bound
+	// to a user, a server and a PKCE verifier, expiring), exchanges the code and stores the
+	// user's tokens. It needs no credentials: the state is the proof. Tokens are never returned.
+	CompleteAuthorization(context.Context, *CompleteAuthorizationRequest) (*CompleteAuthorizationResponse, error)
 	mustEmbedUnimplementedMCPGatewayServiceServer()
 }
 
@@ -336,6 +391,15 @@ func (UnimplementedMCPGatewayServiceServer) Complete(context.Context, *CompleteR
 }
 func (UnimplementedMCPGatewayServiceServer) AnswerElicitation(context.Context, *AnswerElicitationRequest) (*AnswerElicitationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AnswerElicitation not implemented")
+}
+func (UnimplementedMCPGatewayServiceServer) ConnectServer(context.Context, *ConnectServerRequest) (*ConnectServerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ConnectServer not implemented")
+}
+func (UnimplementedMCPGatewayServiceServer) DisconnectServer(context.Context, *DisconnectServerRequest) (*DisconnectServerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DisconnectServer not implemented")
+}
+func (UnimplementedMCPGatewayServiceServer) CompleteAuthorization(context.Context, *CompleteAuthorizationRequest) (*CompleteAuthorizationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteAuthorization not implemented")
 }
 func (UnimplementedMCPGatewayServiceServer) mustEmbedUnimplementedMCPGatewayServiceServer() {}
 func (UnimplementedMCPGatewayServiceServer) testEmbeddedByValue()                           {}
@@ -596,6 +660,60 @@ func _MCPGatewayService_AnswerElicitation_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MCPGatewayService_ConnectServer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConnectServerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MCPGatewayServiceServer).ConnectServer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MCPGatewayService_ConnectServer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MCPGatewayServiceServer).ConnectServer(ctx, req.(*ConnectServerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MCPGatewayService_DisconnectServer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DisconnectServerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MCPGatewayServiceServer).DisconnectServer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MCPGatewayService_DisconnectServer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MCPGatewayServiceServer).DisconnectServer(ctx, req.(*DisconnectServerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MCPGatewayService_CompleteAuthorization_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteAuthorizationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MCPGatewayServiceServer).CompleteAuthorization(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MCPGatewayService_CompleteAuthorization_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MCPGatewayServiceServer).CompleteAuthorization(ctx, req.(*CompleteAuthorizationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // MCPGatewayService_ServiceDesc is the grpc.ServiceDesc for MCPGatewayService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -650,6 +768,18 @@ var MCPGatewayService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AnswerElicitation",
 			Handler:    _MCPGatewayService_AnswerElicitation_Handler,
+		},
+		{
+			MethodName: "ConnectServer",
+			Handler:    _MCPGatewayService_ConnectServer_Handler,
+		},
+		{
+			MethodName: "DisconnectServer",
+			Handler:    _MCPGatewayService_DisconnectServer_Handler,
+		},
+		{
+			MethodName: "CompleteAuthorization",
+			Handler:    _MCPGatewayService_CompleteAuthorization_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

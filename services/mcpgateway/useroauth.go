@@ -1,0 +1,860 @@
+package mcpgateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"golang.org/x/oauth2"
+
+	"github.com/hermes-agent/hermes/internal/errclass"
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+)
+
+// Per-user OAuth (a server spec's http.user_oauth): each user connects their own account with
+// the authorization code flow and PKCE, and the gateway calls the server with that user's token
+// only. The discovery follows the MCP authorization spec (2025-11-25): the server's 401
+// challenge and protected resource metadata (RFC 9728), the authorization server's metadata
+// (RFC 8414 or OpenID discovery, through the SDK), a preregistered client or dynamic client
+// registration (RFC 7591), the resource indicator (RFC 8707) on the authorization and token
+// requests. Tokens are refreshed when they expire and revoked (RFC 7009) when the user
+// disconnects. Every record is sealed with the operator's key before it reaches the store.
+
+const (
+	// authStateTTL is how long a user has to finish an authorization.
+	authStateTTL = 10 * time.Minute
+	// maxUserSessions bounds the per-user sessions one server keeps open; the least recently
+	// used is closed beyond it (it reconnects on the user's next call).
+	maxUserSessions = 256
+	// codeAuthRequired is a call's error code when the user must connect an account first.
+	codeAuthRequired = "authorization_required"
+	// minOAuthKey is the shortest operator key accepted, in characters.
+	minOAuthKey = 32
+)
+
+// errNotConnected: the user has no usable connection (none stored, or its refresh failed).
+var errNotConnected = errors.New("the user has not connected an account to this MCP server")
+
+// ParseOAuthKey reads the operator's key that seals per-user OAuth tokens: the first non-empty
+// line, at least 32 characters (generate one with `openssl rand -hex 32`). The AES-256 key is
+// its SHA-256, so any string of enough entropy works.
+func ParseOAuthKey(text string) ([]byte, error) {
+	for line := range strings.SplitSeq(text, "\n") {
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		if len(line) < minOAuthKey {
+			return nil, fmt.Errorf("the MCP OAuth key is shorter than %d characters", minOAuthKey)
+		}
+		k := sha256.Sum256([]byte(line))
+		return k[:], nil
+	}
+	return nil, errors.New("the MCP OAuth key is empty")
+}
+
+// LoadOAuthKey reads ParseOAuthKey's key from a file.
+func LoadOAuthKey(path string) ([]byte, error) {
+	raw, err := os.ReadFile(path) // #nosec G304 -- the operator's key file
+	if err != nil {
+		return nil, fmt.Errorf("MCP OAuth key: %w", err)
+	}
+	return ParseOAuthKey(string(raw))
+}
+
+// sealer encrypts records with AES-256-GCM. The additional data names what a record is for
+// (a state id, or a server and a user), so a sealed record moved to another key of the store
+// does not open.
+type sealer struct{ aead cipher.AEAD }
+
+func newSealer(key []byte) (*sealer, error) {
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, fmt.Errorf("MCP OAuth key: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, err
+	}
+	return &sealer{aead: aead}, nil
+}
+
+func (s *sealer) seal(v any, aad string) ([]byte, error) {
+	plain, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	nonce := make([]byte, s.aead.NonceSize(), s.aead.NonceSize()+len(plain)+s.aead.Overhead())
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, err
+	}
+	return s.aead.Seal(nonce, nonce, plain, []byte(aad)), nil
+}
+
+func (s *sealer) open(sealed []byte, aad string, v any) error {
+	n := s.aead.NonceSize()
+	if len(sealed) < n {
+		return errors.New("sealed record too short")
+	}
+	plain, err := s.aead.Open(nil, sealed[:n], sealed[n:], []byte(aad))
+	if err != nil {
+		return errors.New("sealed record does not open with the MCP OAuth key (another key, or tampered)")
+	}
+	return json.Unmarshal(plain, v)
+}
+
+func connAAD(server, user string) string {
+	return "hermes mcp oauth connection\x00" + server + "\x00" + user
+}
+func stateAAD(id string) string { return "hermes mcp oauth state\x00" + id }
+
+// oauthEndpoint is what the gateway learned about a server's authorization: the client it uses
+// and the authorization server's endpoints. It travels inside the sealed records, so a callback
+// or a refresh on another replica needs no discovery.
+type oauthEndpoint struct {
+	ClientID      string           `json:"client_id"`
+	ClientSecret  string           `json:"client_secret,omitempty"`
+	AuthStyle     oauth2.AuthStyle `json:"auth_style"`
+	AuthURL       string           `json:"auth_url"`
+	TokenURL      string           `json:"token_url"`
+	RevocationURL string           `json:"revocation_url,omitempty"`
+	Issuer        string           `json:"issuer,omitempty"`
+	Resource      string           `json:"resource"`
+	Scopes        []string         `json:"scopes,omitempty"`
+}
+
+func (e *oauthEndpoint) config(redirect string) *oauth2.Config {
+	return &oauth2.Config{
+		ClientID:     e.ClientID,
+		ClientSecret: e.ClientSecret,
+		Endpoint:     oauth2.Endpoint{AuthURL: e.AuthURL, TokenURL: e.TokenURL, AuthStyle: e.AuthStyle},
+		RedirectURL:  redirect,
+		Scopes:       e.Scopes,
+	}
+}
+
+// authState is a pending authorization, stored under the SHA-256 of its state parameter.
+type authState struct {
+	User     string        `json:"user"`
+	Server   string        `json:"server"`
+	URL      string        `json:"url"` // the server's URL when the flow began
+	Verifier string        `json:"verifier"`
+	Expires  time.Time     `json:"expires"`
+	Endpoint oauthEndpoint `json:"endpoint"`
+}
+
+// userConnection is a user's stored connection to a server.
+type userConnection struct {
+	Endpoint oauthEndpoint `json:"endpoint"`
+	Token    oauth2.Token  `json:"token"`
+}
+
+func stateID(state string) string {
+	h := sha256.Sum256([]byte(state))
+	return hex.EncodeToString(h[:])
+}
+
+// oauthReady says why per-user OAuth cannot work, or "" when it can.
+func (g *Gateway) oauthReady() string {
+	switch {
+	case g.sealer == nil:
+		return "per-user OAuth needs the operator's key (--mcpgateway.oauth-key-file)"
+	case g.cfg.OAuthRedirectURL == "":
+		return "per-user OAuth needs the redirect URL of Hermes' HTTP listener (--mcpgateway.oauth-redirect-url)"
+	case g.conns == nil:
+		return "per-user OAuth needs a store for connections"
+	}
+	return ""
+}
+
+// tokenClient is the HTTP client of discovery, registration and token requests: the gateway's
+// egress-checked transport.
+func (g *Gateway) tokenClient() *http.Client {
+	return &http.Client{Transport: g.httpBase, Timeout: 30 * time.Second}
+}
+
+// discover finds the server's authorization server and the client to use with it, once per
+// connection of the server (a dynamically registered client is reused for every user).
+func (c *serverConn) discover(ctx context.Context) (*oauthEndpoint, error) {
+	c.oauthMu.Lock()
+	defer c.oauthMu.Unlock()
+	if c.oauthEP != nil {
+		return c.oauthEP, nil
+	}
+	g, ht := c.g, c.spec.GetHttp()
+	uo := ht.GetUserOauth()
+	client := g.tokenClient()
+	challenges, prm, asm, err := discoverAuthServer(ctx, client, ht.GetUrl(), g.version)
+	if err != nil {
+		return nil, err
+	}
+	if len(asm.CodeChallengeMethodsSupported) > 0 && !slices.Contains(asm.CodeChallengeMethodsSupported, "S256") {
+		return nil, errors.New("the authorization server does not support PKCE with S256, which MCP requires")
+	}
+	ep := &oauthEndpoint{
+		AuthURL:       asm.AuthorizationEndpoint,
+		TokenURL:      asm.TokenEndpoint,
+		RevocationURL: asm.RevocationEndpoint,
+		Issuer:        asm.Issuer,
+		Resource:      cmpOr(prm.Resource, ht.GetUrl()),
+	}
+	for _, u := range []string{ep.AuthURL, ep.TokenURL} {
+		if !isHTTPURL(u) {
+			return nil, fmt.Errorf("the authorization server's metadata has an endpoint that is not an http(s) URL: %q", abbreviate(u, 200))
+		}
+	}
+	switch {
+	case len(uo.GetScopes()) > 0:
+		ep.Scopes = uo.GetScopes()
+	case len(scopesOf(challenges)) > 0:
+		ep.Scopes = scopesOf(challenges)
+	default:
+		ep.Scopes = prm.ScopesSupported
+	}
+	if id := uo.GetClientId(); id != "" {
+		ep.ClientID = id
+		if env := uo.GetClientSecretEnv(); env != "" {
+			if ep.ClientSecret, err = g.powers.secret(env, g.getenv); err != nil {
+				return nil, fmt.Errorf("OAuth client secret: %w", err)
+			}
+		}
+		ep.AuthStyle = authStyle(asm.TokenEndpointAuthMethodsSupported, ep.ClientSecret != "")
+	} else {
+		if asm.RegistrationEndpoint == "" {
+			return nil, errors.New("the authorization server offers no dynamic client registration: configure a client_id registered with it in user_oauth")
+		}
+		reg, err := oauthex.RegisterClient(ctx, asm.RegistrationEndpoint, &oauthex.ClientRegistrationMetadata{
+			RedirectURIs:            []string{g.cfg.OAuthRedirectURL},
+			ClientName:              "Hermes",
+			GrantTypes:              []string{"authorization_code", "refresh_token"},
+			ResponseTypes:           []string{"code"},
+			TokenEndpointAuthMethod: "none",
+			Scope:                   strings.Join(ep.Scopes, " "),
+		}, client)
+		if err != nil {
+			return nil, fmt.Errorf("dynamic client registration: %w", err)
+		}
+		ep.ClientID, ep.ClientSecret = reg.ClientID, reg.ClientSecret
+		ep.AuthStyle = oauth2.AuthStyleInParams
+		if reg.ClientSecret != "" && reg.TokenEndpointAuthMethod != "client_secret_post" {
+			ep.AuthStyle = oauth2.AuthStyleInHeader
+		}
+	}
+	c.oauthEP = ep
+	return ep, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// authStyle picks how a preregistered client authenticates at the token endpoint.
+func authStyle(supported []string, secret bool) oauth2.AuthStyle {
+	if !secret || (slices.Contains(supported, "client_secret_post") && !slices.Contains(supported, "client_secret_basic")) {
+		return oauth2.AuthStyleInParams
+	}
+	return oauth2.AuthStyleInHeader
+}
+
+// discoverAuthServer finds a server's authorization server as the MCP authorization spec
+// says: the 401 challenge of an unauthenticated initialize, protected resource metadata
+// (RFC 9728) at the challenge's URL or the well-known paths, else the server's origin
+// (2025-03-26 servers); then the authorization server's metadata through the SDK (RFC 8414,
+// OpenID discovery), else the 2025-03-26 default endpoints.
+func discoverAuthServer(ctx context.Context, client *http.Client, serverURL, version string) ([]oauthex.Challenge, *oauthex.ProtectedResourceMetadata, *oauthex.AuthServerMeta, error) {
+	challenges, err := challenge(ctx, client, serverURL, version)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var prm *oauthex.ProtectedResourceMetadata
+	for _, u := range resourceMetadataURLs(challenges, serverURL) {
+		m, err := oauthex.GetProtectedResourceMetadata(ctx, u.url, u.resource, client)
+		if err != nil || m == nil {
+			continue
+		}
+		if len(m.AuthorizationServers) == 0 {
+			return nil, nil, nil, errors.New("the server's protected resource metadata names no authorization server")
+		}
+		prm = m
+		break
+	}
+	if prm == nil {
+		u, err := url.Parse(serverURL)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		u.Path, u.RawQuery = "", ""
+		prm = &oauthex.ProtectedResourceMetadata{AuthorizationServers: []string{u.String()}, Resource: serverURL}
+	}
+	issuer := prm.AuthorizationServers[0]
+	asm, err := auth.GetAuthServerMetadata(ctx, issuer, client)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("authorization server metadata: %w", err)
+	}
+	if asm == nil {
+		base := strings.TrimRight(issuer, "/")
+		asm = &oauthex.AuthServerMeta{Issuer: issuer, AuthorizationEndpoint: base + "/authorize", TokenEndpoint: base + "/token", RegistrationEndpoint: base + "/register"}
+	}
+	return challenges, prm, asm, nil
+}
+
+// challenge asks the server without a token and returns the challenges of its 401 answer
+// (none when it answers otherwise).
+func challenge(ctx context.Context, client *http.Client, serverURL, version string) ([]oauthex.Challenge, error) {
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"hermes","version":` + strconv.Quote(version) + `}}}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, serverURL, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("MCP server: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		return nil, nil
+	}
+	cs, err := oauthex.ParseWWWAuthenticate(resp.Header.Values("WWW-Authenticate"))
+	if err != nil {
+		return nil, fmt.Errorf("the server's WWW-Authenticate header: %w", err)
+	}
+	return cs, nil
+}
+
+type prmURL struct{ url, resource string }
+
+// resourceMetadataURLs are where protected resource metadata may be, in the MCP spec's order:
+// the challenge's resource_metadata, then the well-known path for the endpoint, then the root.
+func resourceMetadataURLs(cs []oauthex.Challenge, serverURL string) []prmURL {
+	var out []prmURL
+	for _, ch := range cs {
+		if u := ch.Params["resource_metadata"]; u != "" && isHTTPURL(u) {
+			out = append(out, prmURL{u, serverURL})
+			break
+		}
+	}
+	ru, err := url.Parse(serverURL)
+	if err != nil {
+		return out
+	}
+	mu := *ru
+	mu.RawQuery = ""
+	if p := strings.TrimLeft(ru.Path, "/"); p != "" {
+		mu.Path = "/.well-known/oauth-protected-resource/" + p
+		out = append(out, prmURL{mu.String(), serverURL})
+	}
+	mu.Path = "/.well-known/oauth-protected-resource"
+	root := *ru
+	root.Path, root.RawQuery = "", ""
+	return append(out, prmURL{mu.String(), root.String()})
+}
+
+// scopesOf returns the scope of a Bearer challenge.
+func scopesOf(cs []oauthex.Challenge) []string {
+	for _, ch := range cs {
+		if strings.EqualFold(ch.Scheme, "bearer") && ch.Params["scope"] != "" {
+			return strings.Fields(ch.Params["scope"])
+		}
+	}
+	return nil
+}
+
+// randomState returns 256 bits of randomness, URL-safe.
+func randomState() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// startAuthorization begins a user's connection to a server: it stores a pending authorization
+// (state, PKCE verifier, client) and returns the URL the user opens.
+func (g *Gateway) startAuthorization(ctx context.Context, c *serverConn, user string) (string, error) {
+	if why := g.oauthReady(); why != "" {
+		return "", errclass.Errorf(errclass.Precondition, "%s", why)
+	}
+	ep, err := c.discover(ctx)
+	if err != nil {
+		return "", errclass.Mark(errclass.Unavailable, "MCP OAuth discovery", err)
+	}
+	state, err := randomState()
+	if err != nil {
+		return "", err
+	}
+	verifier := oauth2.GenerateVerifier()
+	st := authState{User: user, Server: c.spec.Name, URL: c.spec.GetHttp().GetUrl(), Verifier: verifier, Expires: time.Now().Add(authStateTTL), Endpoint: *ep}
+	id := stateID(state)
+	sealed, err := g.sealer.seal(st, stateAAD(id))
+	if err != nil {
+		return "", err
+	}
+	if err := g.conns.PutAuthState(ctx, id, sealed, authStateTTL); err != nil {
+		return "", err
+	}
+	return ep.config(g.cfg.OAuthRedirectURL).AuthCodeURL(state,
+		oauth2.S256ChallengeOption(verifier),
+		oauth2.SetAuthURLParam("resource", ep.Resource)), nil
+}
+
+// ConnectServer returns the URL where user connects their account to a per-user OAuth server,
+// or connected when they have a connection.
+func (g *Gateway) ConnectServer(ctx context.Context, server, user string) (authURL string, connected bool, err error) {
+	c, err := g.server(server)
+	if err != nil {
+		return "", false, err
+	}
+	if c.spec.GetHttp().GetUserOauth() == nil {
+		return "", false, errclass.Errorf(errclass.Precondition, "MCP server %q does not use per-user OAuth (user_oauth); there is nothing to connect", server)
+	}
+	if why := g.oauthReady(); why != "" {
+		return "", false, errclass.Errorf(errclass.Precondition, "%s", why)
+	}
+	if conn, err := g.loadConnection(ctx, server, user); err != nil {
+		return "", false, err
+	} else if conn != nil {
+		return "", true, nil
+	}
+	u, err := g.startAuthorization(ctx, c, user)
+	return u, false, err
+}
+
+// CompleteAuthorization takes the authorization response the browser brought back: the state
+// must be known, unused and unexpired (it is deleted on first use, whatever follows), the code
+// is exchanged with the state's PKCE verifier, and the tokens are stored for the state's user
+// and server. It returns the server's name.
+func (g *Gateway) CompleteAuthorization(ctx context.Context, req *pb.CompleteAuthorizationRequest) (string, error) {
+	if why := g.oauthReady(); why != "" {
+		return "", errclass.Errorf(errclass.Precondition, "%s", why)
+	}
+	id := stateID(req.GetState())
+	sealed, err := g.conns.TakeAuthState(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	var st authState
+	if sealed == nil || g.sealer.open(sealed, stateAAD(id), &st) != nil || time.Now().After(st.Expires) {
+		return "", errclass.Errorf(errclass.Invalid, "this authorization is unknown, already used or expired; ask the assistant again for a new link")
+	}
+	if e := req.GetError(); e != "" {
+		return "", errclass.Errorf(errclass.Precondition, "the authorization server refused: %s %s", abbreviate(e, 100), abbreviate(req.GetErrorDescription(), 300))
+	}
+	if req.GetCode() == "" {
+		return "", errclass.Errorf(errclass.Invalid, "the authorization response has no code")
+	}
+	if iss := req.GetIss(); iss != "" && st.Endpoint.Issuer != "" && iss != st.Endpoint.Issuer {
+		return "", errclass.Errorf(errclass.Invalid, "the authorization response comes from another issuer than the server's")
+	}
+	c, err := g.server(st.Server)
+	if err != nil {
+		return "", err
+	}
+	if c.spec.GetHttp().GetUrl() != st.URL || c.spec.GetHttp().GetUserOauth() == nil {
+		return "", errclass.Errorf(errclass.Precondition, "the MCP server %q changed while the user authorized; connect again", st.Server)
+	}
+	hctx := context.WithValue(ctx, oauth2.HTTPClient, g.tokenClient())
+	tok, err := st.Endpoint.config(g.cfg.OAuthRedirectURL).Exchange(hctx, req.GetCode(),
+		oauth2.VerifierOption(st.Verifier),
+		oauth2.SetAuthURLParam("resource", st.Endpoint.Resource))
+	if err != nil {
+		return "", errclass.Mark(errclass.Precondition, "OAuth token exchange", tokenError(err))
+	}
+	if err := g.saveConnection(ctx, st.Server, st.User, &userConnection{Endpoint: st.Endpoint, Token: *tok}); err != nil {
+		return "", err
+	}
+	c.dropUserSession(st.User)
+	c.requestKick() // the shared session may have waited for a first connected user
+	g.log.Info("MCP server: a user connected an account", "server", st.Server, "user", st.User)
+	return st.Server, nil
+}
+
+// tokenError describes a failed token request without the response body, which may echo
+// what was sent.
+func tokenError(err error) error {
+	var re *oauth2.RetrieveError
+	if errors.As(err, &re) {
+		if re.ErrorCode != "" {
+			return fmt.Errorf("the authorization server answered %s", abbreviate(re.ErrorCode, 100))
+		}
+		if re.Response != nil {
+			return fmt.Errorf("the authorization server answered HTTP %d", re.Response.StatusCode)
+		}
+	}
+	return errors.New("the token request failed")
+}
+
+func (g *Gateway) loadConnection(ctx context.Context, server, user string) (*userConnection, error) {
+	sealed, err := g.conns.GetConnection(ctx, server, user)
+	if err != nil || sealed == nil {
+		return nil, err
+	}
+	var conn userConnection
+	if err := g.sealer.open(sealed, connAAD(server, user), &conn); err != nil {
+		g.log.Warn("MCP server: a stored connection does not open; the user connects again", "server", server, "user", user, "error", err)
+		return nil, nil
+	}
+	return &conn, nil
+}
+
+func (g *Gateway) saveConnection(ctx context.Context, server, user string, conn *userConnection) error {
+	sealed, err := g.sealer.seal(conn, connAAD(server, user))
+	if err != nil {
+		return err
+	}
+	return g.conns.PutConnection(ctx, server, user, sealed)
+}
+
+// DisconnectServer forgets user's connection to server and revokes its tokens where the
+// authorization server offers revocation.
+func (g *Gateway) DisconnectServer(ctx context.Context, server, user string) (disconnected, revoked bool, err error) {
+	if why := g.oauthReady(); why != "" {
+		return false, false, errclass.Errorf(errclass.Precondition, "%s", why)
+	}
+	conn, err := g.loadConnection(ctx, server, user)
+	if err != nil {
+		return false, false, err
+	}
+	if conn != nil {
+		revoked = g.revoke(ctx, conn)
+	}
+	disconnected, err = g.conns.DeleteConnection(ctx, server, user)
+	if err != nil {
+		return false, revoked, err
+	}
+	if c, err := g.server(server); err == nil {
+		c.dropUserSession(user)
+	}
+	return disconnected, revoked, nil
+}
+
+// revoke asks the authorization server to revoke the connection's tokens (RFC 7009): the
+// refresh token, which ends the grant, and the access token. It reports whether every
+// revocation was accepted.
+func (g *Gateway) revoke(ctx context.Context, conn *userConnection) bool {
+	ep := conn.Endpoint
+	if ep.RevocationURL == "" || !isHTTPURL(ep.RevocationURL) {
+		return false
+	}
+	ok := true
+	for _, t := range []struct{ tok, hint string }{{conn.Token.RefreshToken, "refresh_token"}, {conn.Token.AccessToken, "access_token"}} {
+		if t.tok == "" {
+			continue
+		}
+		form := url.Values{"token": {t.tok}, "token_type_hint": {t.hint}}
+		if ep.ClientSecret == "" || ep.AuthStyle == oauth2.AuthStyleInParams {
+			form.Set("client_id", ep.ClientID)
+			if ep.ClientSecret != "" {
+				form.Set("client_secret", ep.ClientSecret)
+			}
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.RevocationURL, bytes.NewBufferString(form.Encode()))
+		if err != nil {
+			return false
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if ep.ClientSecret != "" && ep.AuthStyle != oauth2.AuthStyleInParams {
+			req.SetBasicAuth(url.QueryEscape(ep.ClientID), url.QueryEscape(ep.ClientSecret))
+		}
+		resp, err := g.tokenClient().Do(req)
+		if err != nil {
+			ok = false
+			continue
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		_ = resp.Body.Close()
+		ok = ok && resp.StatusCode == http.StatusOK
+	}
+	return ok
+}
+
+// userTokens is the token source of one user's session: the stored token while it is valid,
+// else a refreshed one, stored again. A refresh the authorization server refuses ends the
+// connection (errNotConnected: the user connects again).
+type userTokens struct {
+	g      *Gateway
+	server string
+	user   string
+	// ended, when set, is raised once the connection is gone (whatever error the SDK wraps
+	// errNotConnected in), so the caller asks the user to connect again.
+	ended *sticky
+	mu    sync.Mutex // guards conn
+	conn  *userConnection
+}
+
+func (t *userTokens) Token() (*oauth2.Token, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ctx, cancel := context.WithTimeout(t.g.ctx, 30*time.Second)
+	defer cancel()
+	if t.conn == nil || !t.conn.Token.Valid() {
+		// Another replica may have refreshed it (and a rotated refresh token is single use).
+		conn, err := t.g.loadConnection(ctx, t.server, t.user)
+		if err != nil {
+			return nil, err
+		}
+		if conn == nil {
+			if t.ended != nil {
+				t.ended.Set()
+			}
+			return nil, errNotConnected
+		}
+		t.conn = conn
+	}
+	if t.conn.Token.Valid() {
+		tok := t.conn.Token
+		return &tok, nil
+	}
+	if t.conn.Token.RefreshToken == "" {
+		return nil, t.forget(ctx, "the token expired and there is no refresh token")
+	}
+	hctx := context.WithValue(ctx, oauth2.HTTPClient, t.g.tokenClient())
+	old := t.conn.Token
+	old.AccessToken = "" // force the refresh
+	tok, err := t.conn.Endpoint.config(t.g.cfg.OAuthRedirectURL).TokenSource(hctx, &old).Token()
+	if err != nil {
+		// RFC 6749 section 5.2: a refused grant or client is a 400 or 401 answer; a server
+		// error or a network failure leaves the connection for the next try.
+		var re *oauth2.RetrieveError
+		if errors.As(err, &re) && (re.ErrorCode == "invalid_grant" || re.ErrorCode == "invalid_client" || re.ErrorCode == "unauthorized_client" ||
+			re.Response != nil && (re.Response.StatusCode == http.StatusBadRequest || re.Response.StatusCode == http.StatusUnauthorized)) {
+			return nil, t.forget(ctx, "the authorization server refused the refresh: "+tokenError(err).Error())
+		}
+		return nil, fmt.Errorf("refreshing the user's token: %w", tokenError(err))
+	}
+	t.conn.Token = *tok
+	if err := t.g.saveConnection(ctx, t.server, t.user, t.conn); err != nil {
+		return nil, err
+	}
+	out := *tok
+	return &out, nil
+}
+
+// forget deletes a connection that can no longer give tokens.
+func (t *userTokens) forget(ctx context.Context, why string) error {
+	t.g.log.Info("MCP server: a user's connection ended; they connect again", "server", t.server, "user", t.user, "reason", why)
+	if _, err := t.g.conns.DeleteConnection(ctx, t.server, t.user); err != nil {
+		return err
+	}
+	t.conn = nil
+	if t.ended != nil {
+		t.ended.Set()
+	}
+	return errNotConnected
+}
+
+// sharedTokens is the token source of a per-user OAuth server's shared session, which only
+// lists the server's tools: it borrows the token of a connected user. Calls never use it.
+type sharedTokens struct {
+	c  *serverConn
+	mu sync.Mutex // guards cur
+	// cur is the connected user whose token lists the tools.
+	cur *userTokens
+}
+
+func (s *sharedTokens) Token() (*oauth2.Token, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := s.c.g
+	if why := g.oauthReady(); why != "" {
+		return nil, errors.New(why)
+	}
+	if s.cur != nil {
+		// Read the lender's connection again each time: once they disconnect (on any
+		// replica), their token is not used any more.
+		s.cur.mu.Lock()
+		s.cur.conn = nil
+		s.cur.mu.Unlock()
+		if tok, err := s.cur.Token(); err == nil {
+			return tok, nil
+		}
+		s.cur = nil
+	}
+	ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
+	defer cancel()
+	users, err := g.conns.ConnectionUsers(ctx, s.c.spec.Name, 8)
+	if err != nil {
+		return nil, err
+	}
+	for _, u := range users {
+		t := &userTokens{g: g, server: s.c.spec.Name, user: u}
+		if tok, err := t.Token(); err == nil {
+			s.cur = t
+			return tok, nil
+		}
+	}
+	return nil, errors.New("no user has connected an account to this per-user OAuth server yet; its tools are listed once one does (ConnectServer)")
+}
+
+// userSession is one user's own session with a per-user OAuth server.
+type userSession struct {
+	l        *live
+	lastUsed time.Time
+	// unauthorized is set when the server answered 401 to this user's token, or the
+	// connection ended (a refused refresh, a disconnect elsewhere).
+	unauthorized *sticky
+}
+
+// sticky is a bool set from the transport's goroutines.
+type sticky struct {
+	mu  sync.Mutex // guards set
+	set bool
+}
+
+func (f *sticky) Set()      { f.mu.Lock(); f.set = true; f.mu.Unlock() }
+func (f *sticky) Get() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.set }
+
+// unauthorizedWatch records a 401 answer.
+type unauthorizedWatch struct {
+	base http.RoundTripper
+	f    *sticky
+}
+
+func (w *unauthorizedWatch) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := w.base.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusUnauthorized {
+		w.f.Set()
+	}
+	return resp, err
+}
+
+// dropUserSession closes user's session, if any.
+func (c *serverConn) dropUserSession(user string) {
+	c.mu.Lock()
+	us := c.users[user]
+	delete(c.users, user)
+	c.mu.Unlock()
+	if us != nil {
+		_ = us.l.sess.Close()
+	}
+}
+
+// closeUserSessions closes every user's session (the server is going away).
+func (c *serverConn) closeUserSessions() {
+	c.mu.Lock()
+	all := c.users
+	c.users = map[string]*userSession{}
+	c.mu.Unlock()
+	for _, us := range all {
+		_ = us.l.sess.Close()
+	}
+}
+
+// connectPrompt is the result of a call by a user without a connection: the URL to connect,
+// in words the model can pass on.
+func (g *Gateway) connectPrompt(ctx context.Context, c *serverConn, user string) *pb.CallToolResponse {
+	u, err := g.startAuthorization(ctx, c, user)
+	if err != nil {
+		return failed(codeUnavailable, fmt.Sprintf("the MCP server %q needs the user's own account, and starting the connection failed: %s", c.spec.Name, abbreviate(err.Error(), 500)))
+	}
+	r := failed(codeAuthRequired, fmt.Sprintf("The MCP server %q needs the user's own account, and this user has not connected one. "+
+		"Ask the user to connect their account by opening this link, then try again: %s", c.spec.Name, u))
+	r.AuthorizationUrl = u
+	return r
+}
+
+// userLive returns user's own session with a per-user OAuth server, connecting it when
+// needed; or the result to answer instead (no user, no connection, server unreachable).
+func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, timeout time.Duration) (*userSession, *pb.CallToolResponse) {
+	if user == "" {
+		return nil, failed(codeAuthRequired, fmt.Sprintf("the MCP server %q is called with each user's own account, and this call names no user", c.spec.Name))
+	}
+	if why := g.oauthReady(); why != "" {
+		return nil, failed(codeUnavailable, fmt.Sprintf("the MCP server %q cannot be called: %s", c.spec.Name, why))
+	}
+	c.mu.Lock()
+	us := c.users[user]
+	c.mu.Unlock()
+	if us != nil && !us.unauthorized.Get() {
+		// The user may have disconnected on another replica: the stored connection decides.
+		if sealed, err := g.conns.GetConnection(ctx, c.spec.Name, user); err != nil {
+			return nil, failed(codeUnavailable, "the store of MCP connections is unavailable: "+abbreviate(err.Error(), 300))
+		} else if sealed != nil {
+			c.mu.Lock()
+			us.lastUsed = time.Now()
+			c.mu.Unlock()
+			return us, nil
+		}
+	}
+	if us != nil {
+		c.dropUserSession(user)
+	}
+	conn, err := g.loadConnection(ctx, c.spec.Name, user)
+	if err != nil {
+		return nil, failed(codeUnavailable, "the store of MCP connections is unavailable: "+abbreviate(err.Error(), 300))
+	}
+	if conn == nil {
+		return nil, g.connectPrompt(ctx, c, user)
+	}
+	ht := c.spec.GetHttp()
+	header := http.Header{}
+	for k, v := range ht.Headers {
+		header.Set(k, v)
+	}
+	f := &sticky{}
+	tokens := &userTokens{g: g, server: c.spec.Name, user: user, conn: conn, ended: f}
+	rt := &unauthorizedWatch{f: f, base: &oauth2.Transport{Source: tokens, Base: &headerTransport{base: g.httpBase, header: header}}}
+	hc := &http.Client{Transport: rt}
+	cctx, cancel := context.WithTimeout(ctx, min(timeout, g.cfg.ConnectTimeout))
+	defer cancel()
+	sess, err := c.newClient().Connect(cctx, &mcp.StreamableClientTransport{Endpoint: ht.Url, HTTPClient: hc, MaxRetries: 2}, nil)
+	if err != nil {
+		if errors.Is(err, errNotConnected) || f.Get() {
+			if f.Get() {
+				// A token the server refuses was revoked or lost its grant: connect again.
+				_, _ = g.conns.DeleteConnection(ctx, c.spec.Name, user)
+			}
+			return nil, g.connectPrompt(ctx, c, user)
+		}
+		return nil, failed(codeUnavailable, fmt.Sprintf("the MCP server %q did not accept the user's session: %s", c.spec.Name, abbreviate(err.Error(), 500)))
+	}
+	us = &userSession{l: &live{sess: sess, side: &httpSide{client: hc, url: ht.Url, notify: c.sideNotification}}, lastUsed: time.Now(), unauthorized: f}
+	c.mu.Lock()
+	if c.users == nil {
+		c.users = map[string]*userSession{}
+	}
+	old := c.users[user]
+	c.users[user] = us
+	var evict *userSession
+	if len(c.users) > maxUserSessions {
+		var oldest string
+		for u, s := range c.users {
+			if u != user && (oldest == "" || s.lastUsed.Before(c.users[oldest].lastUsed)) {
+				oldest = u
+			}
+		}
+		evict = c.users[oldest]
+		delete(c.users, oldest)
+	}
+	c.mu.Unlock()
+	for _, s := range []*userSession{old, evict} {
+		if s != nil {
+			_ = s.l.sess.Close()
+		}
+	}
+	return us, nil
+}
