@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/hermes-agent/hermes/internal/testenv"
 )
 
@@ -130,4 +133,76 @@ func TestBoltCountersSurviveRestart(t *testing.T) {
 	if v, _, _ := b.Add(context.Background(), "sessions:alice", 0, 0, 0); v != 3 {
 		t.Errorf("after reopening: %d sessions, want 3", v)
 	}
+}
+
+// TestBoltWriteBehind: the bolt store writes no commit per change; the changes reach the file
+// together after the flush delay (without Close), and a drained or zeroed counter leaves it.
+func TestBoltWriteBehind(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "quota.db")
+	stored := func(b *BoltStore) map[string]int64 {
+		out := map[string]int64{}
+		_ = b.db.View(func(tx *bolt.Tx) error {
+			return tx.Bucket(countersBucket).ForEach(func(k, v []byte) error {
+				out[string(k)] = decodeCounter(v, time.Now())
+				return nil
+			})
+		})
+		return out
+	}
+	keys := []string{"bytes:alice", "bytes:会话-二", "sessions:bob", "tokens:carol:2026-12-04"}
+
+	// A delay longer than the test: nothing is written until Close.
+	b, err := openBoltStore(path, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{}
+	for i := range 200 {
+		k := keys[i%len(keys)]
+		if _, _, err := b.Add(ctx, k, int64(i%7+1), 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		want[k] += int64(i%7 + 1)
+	}
+	if got := stored(b); len(got) != 0 {
+		t.Errorf("written before the flush delay: %v", got)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A short delay: the changes reach the file on their own; a drained counter and one
+	// brought back to 0 are deleted from it.
+	flushes := make(chan error, 100)
+	b, err = openBoltStore(path, 20*time.Millisecond, func(err error) { flushes <- err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if got := stored(b); !cmp.Equal(got, want) {
+		t.Errorf("after reopening: %v, want %v", got, want)
+	}
+	if _, err := b.Drain(ctx, keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Add(ctx, keys[2], -want[keys[2]], 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Add(ctx, keys[1], 5, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, keys[0])
+	delete(want, keys[2])
+	want[keys[1]] += 5
+	testenv.WaitFor(t, 30*time.Second, "the changes to be written", func() bool {
+		select {
+		case err := <-flushes:
+			if err != nil {
+				t.Fatalf("flush: %v", err)
+			}
+		default:
+		}
+		return cmp.Equal(stored(b), want)
+	})
 }
