@@ -20,8 +20,12 @@ func (a *App) initSession(ctx context.Context) error {
 	if rdb != nil {
 		store = session.NewRedisStore(rdb, a.cfg.RedisPrefix+"session:")
 		a.watchRedis(sessionv1.SessionService_ServiceDesc.ServiceName, rdb)
-	} else if store, err = openInDataDir(a, "session.db", session.OpenBoltStore); err != nil {
-		return err
+	} else {
+		bs, err := openInDataDir(a, "session.db", session.OpenBoltStore)
+		if err != nil {
+			return err
+		}
+		a.sessionFile, store = bs, bs
 	}
 	svc, err := session.NewService(a.cfg.Session, session.Options{Store: store, Tokenizer: tok, Logger: a.log})
 	if err != nil {

@@ -175,7 +175,7 @@ func (t *turn) extendSummary(ctx context.Context, built *sessionv1.BuildContextR
 		t.usage.add(res.usage, 0, 0)
 		t.mu.Unlock()
 	}
-	up, err := t.s.deps.Session.UpdateSummary(ctx, &sessionv1.UpdateSummaryRequest{
+	up, err := t.s.deps.Session.UpdateSummary(t.sessionWrite(ctx), &sessionv1.UpdateSummaryRequest{
 		SessionId: t.session, UserId: t.user, Content: res.text, ThroughSeq: through,
 	})
 	if err != nil {

@@ -151,6 +151,10 @@ func openBoltStore(path string, o flushOptions) (*BoltStore, error) {
 	return b, nil
 }
 
+// File returns the store's bbolt file and its group commit, for a store that keeps its records
+// in the same file (the monolith's orchestrator) and closes before this one.
+func (b *BoltStore) File() (*bolt.DB, *boltstore.Group) { return b.db, b.group }
+
 // Close moves the pending postings into the index and closes the file. Postings it cannot move
 // stay in unindexed for the next open.
 func (b *BoltStore) Close() error {
