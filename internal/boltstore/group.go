@@ -99,10 +99,9 @@ func (g *Group) Update(fn func(*bolt.Tx) error) error {
 
 // Defer applies fn at once in the group's open write transaction and returns its error; the
 // write becomes durable with the next commit: an Update's, or the group's own at most its
-// delay later. fn must only change the database through tx, and must return an error only
-// before it changed anything (bbolt cannot undo part of a transaction). It may run again after
-// Defer returned, with again true, when the open transaction is rolled back for another write's
-// failure: then it must leave the variables its caller reads alone.
+// delay later. fn must only change the database through tx. It may run again after Defer
+// returned, with again true, when the open transaction is rolled back for another write's
+// failure: then it must leave alone the variables and arguments its caller reads or changes.
 func (g *Group) Defer(fn func(tx *bolt.Tx, again bool) error) error {
 	g.txMu.Lock()
 	defer g.txMu.Unlock()
@@ -111,6 +110,9 @@ func (g *Group) Defer(fn func(tx *bolt.Tx, again bool) error) error {
 		return err
 	}
 	if err := fn(tx, false); err != nil {
+		// bbolt cannot undo part of a transaction: it is rolled back whole, and the deferred
+		// writes before this one are applied again by the next openTx.
+		g.rollback()
 		return err
 	}
 	g.deferred = append(g.deferred, fn)

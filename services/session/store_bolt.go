@@ -547,12 +547,16 @@ func (b *BoltStore) appendLoad(ctx context.Context, userID, sessionID string, ba
 	}
 	var err error
 	if boltstore.DeferRequested(ctx) {
+		// The write may be applied again after this returns (Group.Defer), from a copy of the
+		// batch: the caller owns its messages then.
+		saved := make([]AppendItem, len(batch))
+		for i, it := range batch {
+			saved[i] = AppendItem{Message: proto.CloneOf(it.Message), Terms: it.Terms}
+		}
 		err = b.group.Defer(func(tx *bolt.Tx, again bool) error {
 			if again {
-				// Applied again after Defer returned: the caller reads the first run's
-				// messages, so this run writes copies.
-				copied := make([]AppendItem, len(batch))
-				for i, it := range batch {
+				copied := make([]AppendItem, len(saved))
+				for i, it := range saved {
 					copied[i] = AppendItem{Message: proto.CloneOf(it.Message), Terms: it.Terms}
 				}
 				_, _, _, err := run(tx, copied)
