@@ -3,70 +3,78 @@ package quota
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"log/slog"
-	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/hermes-agent/hermes/internal/boltstore"
+	"github.com/hermes-agent/hermes/internal/errclass"
 )
 
 var countersBucket = []byte("counters")
 
-// defaultFlushDelay is how long a counter's change may wait in memory before it is written.
-const defaultFlushDelay = time.Second
+// fileDelay is how long a counter's change waits for a commit in a file of its own.
+const fileDelay = time.Second
 
 // BoltStore is the monolith's store: buckets and slots in memory (they refill and free
 // themselves within minutes), counters (sessions, stored bytes, tokens of the day) in memory too
-// and written behind to a bbolt file, so a restart does not reset them.
+// and written to a bbolt file, so a restart does not reset them.
 //
-// The counters are written behind rather than in a commit of their own: every appended batch
-// counts its bytes twice (the user's and the session's), which cost two commits, four fsyncs, per
-// append. Changes are written together at most about flushDelay after the first of them, and at
-// Close. A crash loses at most that last second of counting, which is within what the counters
-// already allow: a session's bytes are counted after its append, in another write, so a crash
-// between the two drifts them too.
+// A counter's change is a deferred write (boltstore.Group.Defer), not a commit of its own: every
+// appended batch counts its bytes twice (the user's and the session's), which cost two commits,
+// four fsyncs, per append. In the session store's file (OpenBoltStoreOn) the changes are
+// committed with the session's own writes; in a file of their own, together at most a second
+// after the first of them, and at Close. A crash loses the changes not yet committed, which is
+// within what the counters already allow: a session's bytes are counted after its append, in
+// another write, so a crash between the two drifts them too.
 type BoltStore struct {
 	*MemoryStore
-	db         *bolt.DB
-	flushDelay time.Duration
-	// flushed, when set, is called after each write of the flushing goroutine (tests).
-	flushed func(error)
-
-	// dirtyMu guards dirty: the keys whose counter changed since it was last written. It is
-	// never held with MemoryStore.mu.
-	dirtyMu sync.Mutex
-	dirty   map[string]struct{}
-	// kick asks the flusher for a write (buffered, one pending); stop and done end it.
-	kick     chan struct{}
-	stop     chan struct{}
-	stopOnce sync.Once
-	done     chan struct{}
+	db     *bolt.DB
+	group  *boltstore.Group
+	ownsDB bool
 }
 
 // OpenBoltStore opens (or creates) the counters' file at path.
 func OpenBoltStore(path string) (*BoltStore, error) {
-	return openBoltStore(path, defaultFlushDelay, nil)
+	return openBoltStore(path, fileDelay)
 }
 
-func openBoltStore(path string, delay time.Duration, flushed func(error)) (*BoltStore, error) {
+func openBoltStore(path string, delay time.Duration) (*BoltStore, error) {
 	db, err := boltstore.Open(path, nil, countersBucket)
 	if err != nil {
 		return nil, err
 	}
-	b := &BoltStore{
-		MemoryStore: NewMemoryStore(), db: db, flushDelay: delay, flushed: flushed,
-		dirty: map[string]struct{}{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	b, err := newBoltStore(db, boltstore.NewGroupDelay(db, delay), true)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("quota: load %s: %w", path, err)
 	}
-	// Counters that expired (the tokens of past days) are dropped at each start; the others are
-	// loaded into memory, where they are counted from now on.
+	return b, nil
+}
+
+// OpenBoltStoreOn keeps the counters in db, another store's open file, committing through g,
+// that store's group; Close leaves db open for its owner.
+func OpenBoltStoreOn(db *bolt.DB, g *boltstore.Group) (*BoltStore, error) {
+	b, err := newBoltStore(db, g, false)
+	if err != nil {
+		return nil, fmt.Errorf("quota: load counters: %w", err)
+	}
+	return b, nil
+}
+
+// newBoltStore drops the counters that expired (the tokens of past days) and loads the others
+// into memory, where they are counted from now on.
+func newBoltStore(db *bolt.DB, g *boltstore.Group, owns bool) (*BoltStore, error) {
+	b := &BoltStore{MemoryStore: NewMemoryStore(), db: db, group: g, ownsDB: owns}
 	now := time.Now()
-	err = db.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(countersBucket)
-		_, err := boltstore.DeleteWhere(bk, func(_, v []byte) (bool, error) {
+	err := g.Update(func(tx *bolt.Tx) error {
+		clear(b.counters)
+		bk, err := tx.CreateBucketIfNotExists(countersBucket)
+		if err != nil {
+			return err
+		}
+		_, err = boltstore.DeleteWhere(bk, func(_, v []byte) (bool, error) {
 			return len(v) == 16 && binary.BigEndian.Uint64(v[8:]) != 0 && decodeCounter(v, now) == 0, nil
 		})
 		if err != nil {
@@ -80,18 +88,18 @@ func openBoltStore(path string, delay time.Duration, flushed func(error)) (*Bolt
 		})
 	})
 	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("quota: load %s: %w", path, err)
+		return nil, err
 	}
-	go b.flusher()
 	return b, nil
 }
 
-// Close writes the changed counters and closes the file.
+// Close commits the changed counters and closes the file when it is the store's own.
 func (b *BoltStore) Close() error {
-	b.stopOnce.Do(func() { close(b.stop) })
-	<-b.done
-	return errors.Join(b.flush(), b.db.Close())
+	b.group.Sync()
+	if !b.ownsDB {
+		return nil
+	}
+	return b.db.Close()
 }
 
 // A counter is stored as its value and its expiry (Unix nanoseconds, 0: never), big-endian.
@@ -117,21 +125,12 @@ func counterOf(v []byte) (memCounter, bool) {
 	return c, true
 }
 
-func encodeCounter(c memCounter) []byte {
-	buf := make([]byte, 16)
-	binary.BigEndian.PutUint64(buf[:8], uint64(c.v))
-	if !c.expires.IsZero() {
-		binary.BigEndian.PutUint64(buf[8:], uint64(c.expires.UnixNano()))
-	}
-	return buf
-}
-
-// Add implements Store: counted in memory, written behind. An addition of 0 (a read) or one
-// refused changes nothing and writes nothing.
+// Add implements Store: counted in memory, written deferred. An addition of 0 (a read) or a
+// refused one changes nothing and writes nothing.
 func (b *BoltStore) Add(ctx context.Context, key string, n, limit int64, ttl time.Duration) (int64, bool, error) {
 	v, ok, err := b.MemoryStore.Add(ctx, key, n, limit, ttl)
 	if err == nil && ok && (n != 0 || ttl > 0) {
-		b.changed(key)
+		err = b.write(key)
 	}
 	return v, ok, err
 }
@@ -140,99 +139,32 @@ func (b *BoltStore) Add(ctx context.Context, key string, n, limit int64, ttl tim
 func (b *BoltStore) Drain(ctx context.Context, key string) (int64, error) {
 	v, err := b.MemoryStore.Drain(ctx, key)
 	if err == nil {
-		b.changed(key)
+		err = b.write(key)
 	}
 	return v, err
 }
 
-// changed marks key for the next write and wakes the flusher.
-func (b *BoltStore) changed(key string) {
-	b.dirtyMu.Lock()
-	b.dirty[key] = struct{}{}
-	b.dirtyMu.Unlock()
-	select {
-	case b.kick <- struct{}{}:
-	default:
-	}
-}
-
-// flusher writes the changed counters about flushDelay after the first change, until Close.
-func (b *BoltStore) flusher() {
-	defer close(b.done)
-	t := time.NewTimer(b.flushDelay)
-	t.Stop()
-	for {
-		select {
-		case <-b.stop:
-			t.Stop()
-			return
-		case <-b.kick:
-		}
-		// The changes of the next flushDelay share this write.
-		t.Reset(b.flushDelay)
-		select {
-		case <-b.stop:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		err := b.flush()
-		if err != nil {
-			// The keys stay dirty; the next change (or Close) writes them again.
-			slog.Error("quota: counters not written", "error", err)
-		}
-		if b.flushed != nil {
-			b.flushed(err)
-		}
-	}
-}
-
-// flush writes the changed counters in one commit: their value now, or their deletion when they
-// are gone (drained, swept) or 0 without expiry. On failure the keys stay dirty.
-func (b *BoltStore) flush() error {
-	b.dirtyMu.Lock()
-	keys := b.dirty
-	b.dirty = map[string]struct{}{}
-	b.dirtyMu.Unlock()
-	if len(keys) == 0 {
-		return nil
-	}
-	type write struct {
-		key string
-		val []byte // nil: delete
-	}
-	writes := make([]write, 0, len(keys))
-	b.mu.Lock()
-	for k := range keys {
-		c, ok := b.counters[k]
-		if !ok || (c.v == 0 && c.expires.IsZero()) {
-			writes = append(writes, write{key: k})
-			continue
-		}
-		writes = append(writes, write{key: k, val: encodeCounter(c)})
-	}
-	b.mu.Unlock()
-	err := b.db.Update(func(tx *bolt.Tx) error {
+// write stores key's counter as memory has it when the write is applied (so of two changes
+// applied in either order the later value stays): its value, or its deletion when it is gone or
+// 0 without expiry.
+func (b *BoltStore) write(key string) error {
+	err := b.group.Defer(func(tx *bolt.Tx, _ bool) error {
+		b.mu.Lock()
+		c, ok := b.counters[key]
+		b.mu.Unlock()
 		bk := tx.Bucket(countersBucket)
-		for _, w := range writes {
-			var err error
-			if w.val == nil {
-				err = bk.Delete([]byte(w.key))
-			} else {
-				err = bk.Put([]byte(w.key), w.val)
-			}
-			if err != nil {
-				return err
-			}
+		if !ok || (c.v == 0 && c.expires.IsZero()) {
+			return bk.Delete([]byte(key))
 		}
-		return nil
+		buf := make([]byte, 16)
+		binary.BigEndian.PutUint64(buf[:8], uint64(c.v))
+		if !c.expires.IsZero() {
+			binary.BigEndian.PutUint64(buf[8:], uint64(c.expires.UnixNano()))
+		}
+		return bk.Put([]byte(key), buf)
 	})
 	if err != nil {
-		b.dirtyMu.Lock()
-		for k := range keys {
-			b.dirty[k] = struct{}{}
-		}
-		b.dirtyMu.Unlock()
+		return errclass.Mark(errclass.Unavailable, "quota: bolt", err)
 	}
-	return err
+	return nil
 }

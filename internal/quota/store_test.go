@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/hermes-agent/hermes/internal/boltstore"
 	"github.com/hermes-agent/hermes/internal/testenv"
 )
 
@@ -136,7 +137,8 @@ func TestBoltCountersSurviveRestart(t *testing.T) {
 }
 
 // TestBoltWriteBehind: the bolt store writes no commit per change; the changes reach the file
-// together after the flush delay (without Close), and a drained or zeroed counter leaves it.
+// together after the delay (without Close), a drained or zeroed counter leaves it, and in a
+// shared file they are committed by the owner's next write.
 func TestBoltWriteBehind(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "quota.db")
@@ -153,7 +155,7 @@ func TestBoltWriteBehind(t *testing.T) {
 	keys := []string{"bytes:alice", "bytes:会话-二", "sessions:bob", "tokens:carol:2026-12-04"}
 
 	// A delay longer than the test: nothing is written until Close.
-	b, err := openBoltStore(path, time.Hour, nil)
+	b, err := openBoltStore(path, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +168,7 @@ func TestBoltWriteBehind(t *testing.T) {
 		want[k] += int64(i%7 + 1)
 	}
 	if got := stored(b); len(got) != 0 {
-		t.Errorf("written before the flush delay: %v", got)
+		t.Errorf("written before the delay: %v", got)
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -174,12 +176,10 @@ func TestBoltWriteBehind(t *testing.T) {
 
 	// A short delay: the changes reach the file on their own; a drained counter and one
 	// brought back to 0 are deleted from it.
-	flushes := make(chan error, 100)
-	b, err = openBoltStore(path, 20*time.Millisecond, func(err error) { flushes <- err })
+	b, err = openBoltStore(path, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
 	if got := stored(b); !cmp.Equal(got, want) {
 		t.Errorf("after reopening: %v, want %v", got, want)
 	}
@@ -196,13 +196,31 @@ func TestBoltWriteBehind(t *testing.T) {
 	delete(want, keys[2])
 	want[keys[1]] += 5
 	testenv.WaitFor(t, 30*time.Second, "the changes to be written", func() bool {
-		select {
-		case err := <-flushes:
-			if err != nil {
-				t.Fatalf("flush: %v", err)
-			}
-		default:
-		}
 		return cmp.Equal(stored(b), want)
 	})
+
+	// In another store's file, through its group: the owner's next commit writes them.
+	g := boltstore.NewGroupDelay(b.db, time.Hour)
+	shared, err := OpenBoltStoreOn(b.db, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := shared.Add(ctx, keys[3], 2, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(b)[keys[3]]; got != want[keys[3]] {
+		t.Errorf("committed before the owner's write: %d", got)
+	}
+	if err := g.Update(func(*bolt.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(b)[keys[3]]; got != want[keys[3]]+2 {
+		t.Errorf("after the owner's write: %d, want %d", got, want[keys[3]]+2)
+	}
+	if err := shared.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
