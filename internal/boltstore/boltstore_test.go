@@ -3,6 +3,7 @@ package boltstore
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -223,5 +224,56 @@ func TestGroupDefer(t *testing.T) {
 	g.Sync()
 	if n := len(stored()); n != 5 {
 		t.Errorf("after Sync: %d keys, want 5", n)
+	}
+}
+
+// TestMoveInto: the buckets of an old file (nested ones and sequences too) are copied into the
+// group's file, the old file is renamed, and a second call finds nothing to move.
+func TestMoveInto(t *testing.T) {
+	dir := t.TempDir()
+	old, err := Open(filepath.Join(dir, "old.db"), nil, []byte("turns"), []byte("outbox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = old.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("turns"))
+		if err := b.SetSequence(41); err != nil {
+			return err
+		}
+		if err := b.Put([]byte("t1"), []byte("记录 one")); err != nil {
+			return err
+		}
+		n, err := b.CreateBucket([]byte("nested"))
+		if err != nil {
+			return err
+		}
+		return n.Put([]byte("k"), []byte("v"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = old.Close()
+	db, err := Open(filepath.Join(dir, "new.db"), nil, []byte("sessions"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	g := NewGroup(db)
+	if moved, err := MoveInto(g, filepath.Join(dir, "old.db")); err != nil || !moved {
+		t.Fatalf("MoveInto: %v, %v", moved, err)
+	}
+	_ = db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("turns"))
+		if b == nil || string(b.Get([]byte("t1"))) != "记录 one" || b.Sequence() != 41 ||
+			string(b.Bucket([]byte("nested")).Get([]byte("k"))) != "v" || tx.Bucket([]byte("outbox")) == nil {
+			t.Error("the old file's buckets were not copied whole")
+		}
+		return nil
+	})
+	if moved, err := MoveInto(g, filepath.Join(dir, "old.db")); err != nil || moved {
+		t.Errorf("second MoveInto: %v, %v; want nothing moved", moved, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "old.db.moved")); err != nil {
+		t.Errorf("the old file was not renamed: %v", err)
 	}
 }
