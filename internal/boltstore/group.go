@@ -215,6 +215,10 @@ func (g *Group) commit(batch []*groupWrite) {
 	// their timer commits.
 }
 
+// Commits is how many write transactions the group has begun (each committed or rolled back),
+// for tests and measurements.
+func (g *Group) Commits() int64 { return g.commits.Load() }
+
 // queued is how many writes wait for a commit, for tests.
 func (g *Group) queued() int {
 	g.mu.Lock()

@@ -7,10 +7,13 @@ import (
 	"path/filepath"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
+	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 	"github.com/hermes-agent/hermes/services/session"
 )
@@ -27,7 +30,13 @@ func (l localSession) GetSession(ctx context.Context, req *sessionv1.GetSessionR
 }
 
 func (l localSession) AppendMessages(ctx context.Context, req *sessionv1.AppendMessagesRequest, _ ...grpc.CallOption) (*sessionv1.AppendMessagesResponse, error) {
-	return l.svc.AppendMessages(ctx, req)
+	return l.svc.AppendMessages(incoming(ctx), req)
+}
+
+// incoming passes the caller's outgoing metadata to the service, as a gRPC call does.
+func incoming(ctx context.Context) context.Context {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	return metadata.NewIncomingContext(ctx, md)
 }
 
 func (l localSession) BuildContext(ctx context.Context, req *sessionv1.BuildContextRequest, _ ...grpc.CallOption) (*sessionv1.BuildContextResponse, error) {
@@ -35,7 +44,7 @@ func (l localSession) BuildContext(ctx context.Context, req *sessionv1.BuildCont
 }
 
 func (l localSession) UpdateSummary(ctx context.Context, req *sessionv1.UpdateSummaryRequest, _ ...grpc.CallOption) (*sessionv1.UpdateSummaryResponse, error) {
-	return l.svc.UpdateSummary(ctx, req)
+	return l.svc.UpdateSummary(incoming(ctx), req)
 }
 
 // TestLoopFoldsTurnsIntoSummary: over the real session service with its flag defaults (a window
@@ -95,4 +104,88 @@ func TestLoopFoldsTurnsIntoSummary(t *testing.T) {
 			t.Errorf("messages folded per summary (-want +got):\n%s", diff)
 		}
 	})
+}
+
+// TestDeferredSessionWrites: the monolith's layout, the records in the session store's file and
+// the turn's session writes deferred (DeferSessionWrites): every turn completes, and when its
+// final event is sent its messages, summary and record are committed (read outside the
+// writer's transaction), as they are in a reopened file.
+func TestDeferredSessionWrites(t *testing.T) {
+	var cfg session.Config
+	fs := flag.NewFlagSet("session", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "session.db")
+	sstore, err := session.OpenBoltStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, g := sstore.File()
+	ostore, err := OpenBoltStoreOn(db, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := testTokenizer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := session.NewService(cfg, session.Options{Store: sstore, Tokenizer: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := svc.CreateSession(context.Background(), &sessionv1.CreateSessionRequest{UserId: "u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := created.GetSession().GetId()
+	l := newLoopWith(t, Config{}, localSession{svc: svc}, toolThenAnswer, func(Store) Store { return ostore })
+	l.svc.deps.DeferSessionWrites = true
+	const turns = 18 // past the window of 12, so summaries are folded too
+	before := g.Commits()
+	for turn := 1; turn <= turns; turn++ {
+		st := l.run(t, sid, fmt.Sprintf("第 %d 轮 turn %d", turn, turn), nil)
+		done := st.final().GetCompleted()
+		if done == nil {
+			t.Fatalf("turn %d: final event %v", turn, st.final())
+		}
+		<-l.published
+		msgs, err := sstore.ListMessages(context.Background(), sid, done.GetAssistantMessageSeq()-1, 10)
+		if err != nil || len(msgs) != 1 || msgs[0].GetContent() != done.GetText() {
+			t.Fatalf("turn %d: the answer (seq %d) not committed when the turn ended: %v, %v", turn, done.GetAssistantMessageSeq(), msgs, err)
+		}
+		rec, err := ostore.GetTurn(context.Background(), done.GetTurnId())
+		if err != nil || rec.GetStatus() != orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED {
+			t.Fatalf("turn %d: record %v, %v", turn, rec, err)
+		}
+	}
+	// Two commits a turn (the RUNNING record's, the end's), and a few of the group's own when a
+	// turn paused past its delay on a loaded machine; without deferral it would be five a turn.
+	if n := g.Commits() - before; n > 3*turns {
+		t.Errorf("%d commits for %d turns, want about 2 a turn", n, turns)
+	}
+	l.svc.Close(time.Second)
+	if err := ostore.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sstore.Close(); err != nil {
+		t.Fatal(err)
+	}
+	reopened, err := session.OpenBoltStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reopened.Close()
+	s, err := reopened.GetSession(context.Background(), sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each turn: the user message, the tool call and its result, the answer.
+	if got := s.GetState().GetMessageCount(); got != 4*turns {
+		t.Errorf("after reopening: %d messages, want %d", got, 4*turns)
+	}
+	if s.GetState().GetSummaryThroughSeq() == 0 {
+		t.Error("after reopening: no summary stored")
+	}
 }
