@@ -521,9 +521,9 @@ func (b *BoltStore) DeleteSession(_ context.Context, userID, id string) (int64, 
 }
 
 // Append implements Store. The whole batch is one bbolt transaction, which concurrent appends
-// to other sessions may share (group commit); it may run again, so it starts from scratch. With
-// a context of DeferDurability, the batch is applied at once and made durable by the file's next
-// commit (Group.Defer).
+// to other sessions may share (group commit); it may run again, so it starts from scratch. A call
+// with boltstore.DeferHeader is applied at once and made durable by the file's next commit
+// (Group.Defer).
 func (b *BoltStore) Append(ctx context.Context, userID, sessionID string, batch []AppendItem, expectedLastSeq *int64) (*AppendResult, error) {
 	out, _, err := b.appendLoad(ctx, userID, sessionID, batch, expectedLastSeq, nil)
 	return out, err
@@ -569,7 +569,7 @@ func (b *BoltStore) appendLoad(ctx context.Context, userID, sessionID string, ba
 	} else {
 		err = b.group.Update(func(tx *bolt.Tx) error {
 			var err error
-			out, _, entries, err = run(tx, batch)
+			out, entries, err = appendTx(tx, userID, sessionID, batch, expectedLastSeq)
 			return err
 		})
 		if err == nil && w != nil {
@@ -588,8 +588,7 @@ func (b *BoltStore) appendLoad(ctx context.Context, userID, sessionID string, ba
 	return out, d, nil
 }
 
-// appendTx is Append's transaction. It returns an error only before it changed anything (a
-// deferred write relies on that).
+// appendTx is Append's transaction.
 func appendTx(tx *bolt.Tx, userID, sessionID string, batch []AppendItem, expectedLastSeq *int64) (*AppendResult, []*pendingEntry, error) {
 	out := &AppendResult{Messages: make([]*sessionv1.Message, len(batch))}
 	var entries []*pendingEntry
@@ -860,7 +859,7 @@ func (b *BoltStore) UpdateSummary(ctx context.Context, sessionID string, sum *Su
 	return prev, err
 }
 
-// updateSummaryTx is UpdateSummary's transaction; it fails only before it changed anything.
+// updateSummaryTx is UpdateSummary's transaction.
 func updateSummaryTx(tx *bolt.Tx, sessionID string, sum *Summary) (int64, error) {
 	s, err := getSession(tx, sessionID)
 	if err != nil {
