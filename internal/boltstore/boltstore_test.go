@@ -225,6 +225,17 @@ func TestGroupDefer(t *testing.T) {
 	if n := len(stored()); n != 5 {
 		t.Errorf("after Sync: %d keys, want 5", n)
 	}
+	// A deferred write whose only following Update fails is still committed by the timer.
+	g.delay = 10 * time.Millisecond
+	if err := g.Defer(put("d5")); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Update(func(*bolt.Tx) error { return errors.New("refused") }); err == nil {
+		t.Error("a failing Update reported no error")
+	}
+	testenv.WaitFor(t, 30*time.Second, "the deferred write to be committed after a failed Update", func() bool {
+		return len(stored()) == 6
+	})
 }
 
 // TestMoveInto: the buckets of an old file (nested ones and sequences too) are copied into the

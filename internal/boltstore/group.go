@@ -126,6 +126,11 @@ func (g *Group) Defer(fn func(tx *bolt.Tx, again bool) error) error {
 func (g *Group) Sync() {
 	g.txMu.Lock()
 	pending := len(g.deferred) > 0
+	if g.timer != nil {
+		// Fired or not, this commit serves it; deferred writes after it start another.
+		g.timer.Stop()
+		g.timer = nil
+	}
 	g.txMu.Unlock()
 	if !pending {
 		return
@@ -153,7 +158,11 @@ func (g *Group) openTx() (*bolt.Tx, error) {
 			slog.Error("deferred writes lost: applying them again failed", "error", err)
 			_ = tx.Rollback()
 			g.deferred = nil
-			return g.db.Begin(true)
+			if tx, err = g.db.Begin(true); err != nil {
+				return nil, err
+			}
+			g.commits.Add(1)
+			break
 		}
 	}
 	g.open = tx
