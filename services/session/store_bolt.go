@@ -39,6 +39,10 @@ import (
 //	s/<sid>         m: seq → Message   c: client_id → seq   t: seq of user messages → nil
 //	                k: seq of sticky messages → nil
 //
+// In the monolith the file also holds the orchestrator's buckets and the quota's counters
+// (File, orchestrator.OpenBoltStoreOn, quota.OpenBoltStoreOn), which commit through the same
+// group, so a turn's writes and its records share commits.
+//
 // Search postings are written behind the append. A message's postings land all over the index
 // B-tree, so writing them in the append's transaction dirtied a leaf page per term; instead the
 // append puts one entry into unindexed, whose keys only grow (the rightmost page), and a flush
