@@ -109,14 +109,42 @@ func TestLoopFoldsTurnsIntoSummary(t *testing.T) {
 // TestDeferredSessionWrites: the monolith's layout, the records in the session store's file and
 // the turn's session writes deferred (DeferSessionWrites): every turn completes, and when its
 // final event is sent its messages, summary and record are committed (read outside the
-// writer's transaction), as they are in a reopened file.
+// writer's transaction), as they are in a reopened file; the session ends as it does without
+// deferral, also when the evicted messages take several summary rounds (each reading the
+// summary the one before stored).
 func TestDeferredSessionWrites(t *testing.T) {
-	var cfg session.Config
-	fs := flag.NewFlagSet("session", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	if err := fs.Parse(nil); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name                            string
+		window, maxEvicted, fold, turns int
+	}{
+		{"defaults", 12, 200, 4, 18},
+		{"several summary rounds a turn", 2, 3, 4, 14},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := session.Config{WindowTurns: tc.window, TokenBudget: 8000, MaxEvicted: tc.maxEvicted, FoldTurns: tc.fold}
+			plain := runSessionTurns(t, cfg, false, tc.turns)
+			deferred := runSessionTurns(t, cfg, true, tc.turns)
+			if diff := cmp.Diff(plain, deferred); diff != "" {
+				t.Errorf("the session with deferred writes differs (-plain +deferred):\n%s", diff)
+			}
+			if deferred.SummaryThrough == 0 {
+				t.Error("no summary stored")
+			}
+		})
 	}
+}
+
+// sessionEnd is what a session holds after runSessionTurns.
+type sessionEnd struct {
+	Messages, SummaryThrough int64
+	Summary                  string
+}
+
+// runSessionTurns runs turns (each a tool call and an answer) on one session of the monolith's
+// layout, with the session writes deferred or not, and returns the session as a reopened file
+// has it.
+func runSessionTurns(t *testing.T, cfg session.Config, deferWrites bool, turns int) sessionEnd {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "session.db")
 	sstore, err := session.OpenBoltStore(path)
 	if err != nil {
@@ -141,8 +169,7 @@ func TestDeferredSessionWrites(t *testing.T) {
 	}
 	sid := created.GetSession().GetId()
 	l := newLoopWith(t, Config{}, localSession{svc: svc}, toolThenAnswer, func(Store) Store { return ostore })
-	l.svc.deps.DeferSessionWrites = true
-	const turns = 18 // past the window of 12, so summaries are folded too
+	l.svc.deps.DeferSessionWrites = deferWrites
 	before := g.Commits()
 	for turn := 1; turn <= turns; turn++ {
 		st := l.run(t, sid, fmt.Sprintf("第 %d 轮 turn %d", turn, turn), nil)
@@ -161,8 +188,8 @@ func TestDeferredSessionWrites(t *testing.T) {
 		}
 	}
 	// Two commits a turn (the RUNNING record's, the end's), and a few of the group's own when a
-	// turn paused past its delay on a loaded machine; without deferral it would be five a turn.
-	if n := g.Commits() - before; n > 3*turns {
+	// turn paused past its delay on a loaded machine; without deferral it is five a turn.
+	if n := g.Commits() - before; deferWrites && n > int64(3*turns) {
 		t.Errorf("%d commits for %d turns, want about 2 a turn", n, turns)
 	}
 	l.svc.Close(time.Second)
@@ -182,10 +209,12 @@ func TestDeferredSessionWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Each turn: the user message, the tool call and its result, the answer.
-	if got := s.GetState().GetMessageCount(); got != 4*turns {
+	if got := s.GetState().GetMessageCount(); got != int64(4*turns) {
 		t.Errorf("after reopening: %d messages, want %d", got, 4*turns)
 	}
-	if s.GetState().GetSummaryThroughSeq() == 0 {
-		t.Error("after reopening: no summary stored")
+	end := sessionEnd{Messages: s.GetState().GetMessageCount(), SummaryThrough: s.GetState().GetSummaryThroughSeq()}
+	if d, err := reopened.LoadContext(context.Background(), sid, 1, 0); err == nil && d.Summary != nil {
+		end.Summary = d.Summary.Content
 	}
+	return end
 }
