@@ -95,7 +95,7 @@ func TestGroupCommit(t *testing.T) {
 		t.Errorf("%d keys stored, want %d", n, want)
 	}
 	// The first commit, then one for the 63 queued writes, plus for each of the 7 failing
-	// writes its rolled-back attempt and its own run.
+	// writes a rolled-back attempt (at most the bound of the former one-by-one retry).
 	if c := g.commits.Load(); c > 2+2*7 {
 		t.Errorf("%d transactions for %d writes, want at most %d", c, writes, 2+2*7)
 	}
