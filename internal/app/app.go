@@ -150,6 +150,10 @@ type App struct {
 	edgeOmitted []string
 	// healthAddr is where /readyz and /livez are served, empty when off.
 	healthAddr string
+	// sessionFile is the session store's bbolt file when this process keeps one; the quota's
+	// counters and the orchestrator's records go into it (set and read by New's initialisers,
+	// one after another).
+	sessionFile *session.BoltStore
 
 	// mu guards closers, redis, nc, js and conns, and is held while the first caller connects,
 	// so each connection is made once; authn, keys and dialOpts are set by New, then only read.

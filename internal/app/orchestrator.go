@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/hermes-agent/hermes/internal/boltstore"
 	"github.com/hermes-agent/hermes/internal/events"
 	"github.com/hermes-agent/hermes/internal/model"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
@@ -78,6 +80,11 @@ func (a *App) initOrchestrator(ctx context.Context) error {
 		a.onClose(func() { _ = st.Close() })
 		deps.Store = st
 		a.watchRedis(orchestratorv1.OrchestratorService_ServiceDesc.ServiceName, rdb)
+	} else if a.sessionFile != nil {
+		if deps.Store, err = a.orchestratorInSessionFile(log); err != nil {
+			return err
+		}
+		deps.DeferSessionWrites = true
 	} else if deps.Store, err = openInDataDir(a, "orchestrator.db", orchestrator.OpenBoltStore); err != nil {
 		return err
 	}
@@ -111,6 +118,31 @@ func (a *App) initOrchestrator(ctx context.Context) error {
 	})
 	a.srv.Register(&orchestratorv1.OrchestratorService_ServiceDesc, svc)
 	return a.initEdge()
+}
+
+// orchestratorInSessionFile keeps the orchestrator's records in the session store's file, with
+// its group commit, so that a turn's session writes and its records share commits (two per
+// turn; Options.DeferSessionWrites). The records of an orchestrator.db of an earlier version
+// are moved in first.
+func (a *App) orchestratorInSessionFile(log *slog.Logger) (*orchestrator.BoltStore, error) {
+	db, g := a.sessionFile.File()
+	old, err := a.dataPath("orchestrator.db")
+	if err != nil {
+		return nil, err
+	}
+	moved, err := boltstore.MoveInto(g, old)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator records: %w", err)
+	}
+	if moved {
+		log.Info("orchestrator records moved into session.db", "from", old, "renamed_to", old+".moved")
+	}
+	st, err := orchestrator.OpenBoltStoreOn(db, g)
+	if err != nil {
+		return nil, err
+	}
+	a.onClose(func() { _ = st.Close() })
+	return st, nil
 }
 
 // retriesFlag maps the flag (0 means no retries) to model.Config (0 means the default).

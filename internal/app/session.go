@@ -20,7 +20,7 @@ func (a *App) initSession(ctx context.Context) error {
 	if rdb != nil {
 		store = session.NewRedisStore(rdb, a.cfg.RedisPrefix+"session:")
 		a.watchRedis(sessionv1.SessionService_ServiceDesc.ServiceName, rdb)
-	} else if store, err = openInDataDir(a, "session.db", session.OpenBoltStore); err != nil {
+	} else if store, err = a.sessionBoltFile(); err != nil {
 		return err
 	}
 	svc, err := session.NewService(a.cfg.Session, session.Options{Store: store, Tokenizer: tok, Logger: a.log})
@@ -29,4 +29,18 @@ func (a *App) initSession(ctx context.Context) error {
 	}
 	a.srv.Register(&sessionv1.SessionService_ServiceDesc, svc)
 	return nil
+}
+
+// sessionBoltFile opens session.db once (the quota's counters and the orchestrator's records
+// share it), closed after the stores in it.
+func (a *App) sessionBoltFile() (*session.BoltStore, error) {
+	if a.sessionFile != nil {
+		return a.sessionFile, nil
+	}
+	bs, err := openInDataDir(a, "session.db", session.OpenBoltStore)
+	if err != nil {
+		return nil, err
+	}
+	a.sessionFile = bs
+	return bs, nil
 }

@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -85,4 +87,52 @@ func DeleteWhere(b *bolt.Bucket, match func(k, v []byte) (bool, error)) (int, er
 		}
 	}
 	return len(keys), nil
+}
+
+// MoveInto copies every bucket of the bbolt file at path into g's file, then renames the file to
+// path+".moved" so that it is not read again; it reports whether there was a file. It is for a
+// store that moved into another's file (the monolith's orchestrator records, into session.db).
+func MoveInto(g *Group, path string) (bool, error) {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	src, err := Open(path, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		return false, err
+	}
+	err = src.View(func(stx *bolt.Tx) error {
+		return g.Update(func(dtx *bolt.Tx) error {
+			return stx.ForEach(func(name []byte, b *bolt.Bucket) error {
+				d, err := dtx.CreateBucketIfNotExists(name)
+				if err != nil {
+					return err
+				}
+				return copyBucket(d, b)
+			})
+		})
+	})
+	if cerr := src.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, fmt.Errorf("move %s: %w", path, err)
+	}
+	return true, os.Rename(path, path+".moved")
+}
+
+// copyBucket copies src's keys and nested buckets into dst.
+func copyBucket(dst, src *bolt.Bucket) error {
+	if err := dst.SetSequence(max(dst.Sequence(), src.Sequence())); err != nil {
+		return err
+	}
+	return src.ForEach(func(k, v []byte) error {
+		if v != nil {
+			return dst.Put(k, v)
+		}
+		d, err := dst.CreateBucketIfNotExists(k)
+		if err != nil {
+			return err
+		}
+		return copyBucket(d, src.Bucket(k))
+	})
 }

@@ -1,15 +1,20 @@
 package boltstore
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/hermes-agent/hermes/internal/testenv"
 )
 
 func TestOpen(t *testing.T) {
@@ -90,7 +95,7 @@ func TestGroupCommit(t *testing.T) {
 		t.Errorf("%d keys stored, want %d", n, want)
 	}
 	// The first commit, then one for the 63 queued writes, plus for each of the 7 failing
-	// writes its rolled-back attempt and its own run.
+	// writes a rolled-back attempt (at most the bound of the former one-by-one retry).
 	if c := g.commits.Load(); c > 2+2*7 {
 		t.Errorf("%d transactions for %d writes, want at most %d", c, writes, 2+2*7)
 	}
@@ -144,5 +149,142 @@ func TestDeleteWhere(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"b1", "c1"}, left); n != 3 || diff != "" {
 		t.Errorf("DeleteWhere deleted %d (want 3); left (-want +got):\n%s", n, diff)
+	}
+}
+
+// TestGroupDefer checks that a deferred write is applied at once (its result is known) but seen
+// by readers only after a commit: the next Update's, or the group's own after its delay; that a
+// deferred write that fails leaves the others; and that an Update failing in the same
+// transaction does not lose them (they are applied again).
+func TestGroupDefer(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "d.db"), nil, []byte("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	g := NewGroup(db)
+	g.delay = time.Hour
+	stored := func() []string {
+		var keys []string
+		_ = db.View(func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte("b")).ForEach(func(k, _ []byte) error { keys = append(keys, string(k)); return nil })
+		})
+		return keys
+	}
+	put := func(k string) func(*bolt.Tx, bool) error {
+		return func(tx *bolt.Tx, _ bool) error { return tx.Bucket([]byte("b")).Put([]byte(k), []byte("v")) }
+	}
+	var seen int
+	err = g.Defer(func(tx *bolt.Tx, again bool) error {
+		b := tx.Bucket([]byte("b"))
+		if !again {
+			seen = b.Stats().KeyN // a result the caller reads
+		}
+		return b.Put([]byte("d1"), []byte("v"))
+	})
+	if err != nil || seen != 0 {
+		t.Fatalf("Defer: %v, saw %d keys", err, seen)
+	}
+	if err := g.Defer(func(*bolt.Tx, bool) error { return errors.New("refused") }); err == nil {
+		t.Error("a failing deferred write reported no error")
+	}
+	if err := g.Defer(put("d2 数据")); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(); len(got) != 0 {
+		t.Errorf("deferred writes visible before a commit: %v", got)
+	}
+	// An Update that fails rolls the open transaction back; the deferred writes are applied
+	// again and committed by the next Update.
+	if err := g.Update(func(tx *bolt.Tx) error {
+		_ = tx.Bucket([]byte("b")).Put([]byte("bad"), []byte("v"))
+		return errors.New("refused")
+	}); err == nil {
+		t.Error("a failing Update reported no error")
+	}
+	if err := g.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("b")).Put([]byte("u"), []byte("v")) }); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"d1", "d2 数据", "u"}, stored()); diff != "" {
+		t.Errorf("after the Update (-want +got):\n%s", diff)
+	}
+	// Without an Update, the group commits a deferred write after its delay.
+	g.delay = 10 * time.Millisecond
+	if err := g.Defer(put("d3")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the deferred write to be committed", func() bool {
+		return len(stored()) == 4
+	})
+	// Sync commits at once.
+	g.delay = time.Hour
+	if err := g.Defer(put("d4")); err != nil {
+		t.Fatal(err)
+	}
+	g.Sync()
+	if n := len(stored()); n != 5 {
+		t.Errorf("after Sync: %d keys, want 5", n)
+	}
+	// A deferred write whose only following Update fails is still committed by the timer.
+	g.delay = 10 * time.Millisecond
+	if err := g.Defer(put("d5")); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Update(func(*bolt.Tx) error { return errors.New("refused") }); err == nil {
+		t.Error("a failing Update reported no error")
+	}
+	testenv.WaitFor(t, 30*time.Second, "the deferred write to be committed after a failed Update", func() bool {
+		return len(stored()) == 6
+	})
+}
+
+// TestMoveInto: the buckets of an old file (nested ones and sequences too) are copied into the
+// group's file, the old file is renamed, and a second call finds nothing to move.
+func TestMoveInto(t *testing.T) {
+	dir := t.TempDir()
+	old, err := Open(filepath.Join(dir, "old.db"), nil, []byte("turns"), []byte("outbox"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = old.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("turns"))
+		if err := b.SetSequence(41); err != nil {
+			return err
+		}
+		if err := b.Put([]byte("t1"), []byte("记录 one")); err != nil {
+			return err
+		}
+		n, err := b.CreateBucket([]byte("nested"))
+		if err != nil {
+			return err
+		}
+		return n.Put([]byte("k"), []byte("v"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = old.Close()
+	db, err := Open(filepath.Join(dir, "new.db"), nil, []byte("sessions"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	g := NewGroup(db)
+	if moved, err := MoveInto(g, filepath.Join(dir, "old.db")); err != nil || !moved {
+		t.Fatalf("MoveInto: %v, %v", moved, err)
+	}
+	_ = db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("turns"))
+		if b == nil || string(b.Get([]byte("t1"))) != "记录 one" || b.Sequence() != 41 ||
+			string(b.Bucket([]byte("nested")).Get([]byte("k"))) != "v" || tx.Bucket([]byte("outbox")) == nil {
+			t.Error("the old file's buckets were not copied whole")
+		}
+		return nil
+	})
+	if moved, err := MoveInto(g, filepath.Join(dir, "old.db")); err != nil || moved {
+		t.Errorf("second MoveInto: %v, %v; want nothing moved", moved, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "old.db.moved")); err != nil {
+		t.Errorf("the old file was not renamed: %v", err)
 	}
 }

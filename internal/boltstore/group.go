@@ -2,8 +2,10 @@ package boltstore
 
 import (
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -12,16 +14,32 @@ import (
 // while a commit is in progress the writes that arrive queue up, and the next commit runs them
 // all in one transaction, one fsync for all of them. A write that finds no commit in progress
 // commits at once, so nothing waits for a timer (bbolt's own Batch waits up to 10 ms for
-// company, which a lone writer pays in full). Durability is unchanged: Update returns only after
-// the commit that holds the write is on disk.
+// company, which a lone writer pays in full). Update returns only after the commit that holds
+// the write is on disk.
+//
+// Defer is the other kind of write: it is applied at once, in a write transaction the group
+// keeps open, and made durable by the next commit (of an Update, or at most the group's delay
+// later). A turn uses it for the steps whose durability its own final write provides: their
+// fsyncs are that write's. Until then readers (View) do not see a deferred write, and a crash
+// loses it.
 type Group struct {
-	db *bolt.DB
+	db    *bolt.DB
+	delay time.Duration
 
-	// mu guards queue and leading; it is never held across a commit.
+	// mu guards queue and leading; it is never held across a commit, nor with txMu.
 	mu sync.Mutex
 	// queue holds the writes waiting for the next commit; leading says a caller is committing.
 	queue   []*groupWrite
 	leading bool
+
+	// txMu guards open, deferred and timer: the write transaction that holds the deferred
+	// writes (nil when none), those writes (to apply again when open must be rolled back), and
+	// the timer that commits them. It is held across the work on open, including its commit.
+	txMu     sync.Mutex
+	open     *bolt.Tx
+	deferred []func(*bolt.Tx, bool) error
+	timer    *time.Timer
+
 	// commits counts transactions run, for tests.
 	commits atomic.Int64
 }
@@ -34,12 +52,20 @@ type groupWrite struct {
 
 var errLead = errors.New("lead the next commit")
 
-// NewGroup returns a group committer for db.
-func NewGroup(db *bolt.DB) *Group { return &Group{db: db} }
+// DefaultDeferDelay is how long a deferred write waits for a commit at most.
+const DefaultDeferDelay = 20 * time.Millisecond
 
-// Update runs fn in a write transaction shared with concurrent callers and returns its error.
-// fn must only change the database through tx and may run more than once: when another write of
-// its commit fails, the commit is rolled back and fn runs again without it.
+// NewGroup returns a group committer for db whose deferred writes wait at most
+// DefaultDeferDelay for a commit.
+func NewGroup(db *bolt.DB) *Group { return NewGroupDelay(db, DefaultDeferDelay) }
+
+// NewGroupDelay returns a group committer for db whose deferred writes wait at most delay.
+func NewGroupDelay(db *bolt.DB, delay time.Duration) *Group { return &Group{db: db, delay: delay} }
+
+// Update runs fn in a write transaction shared with concurrent callers (and with the deferred
+// writes not yet committed) and returns its error once the transaction is on disk. fn must only
+// change the database through tx and may run more than once: when another write of its commit
+// fails, the transaction is rolled back and fn runs again without it.
 func (g *Group) Update(fn func(*bolt.Tx) error) error {
 	w := &groupWrite{fn: fn, done: make(chan error, 1)}
 	g.mu.Lock()
@@ -71,33 +97,136 @@ func (g *Group) Update(fn func(*bolt.Tx) error) error {
 	return <-w.done
 }
 
-// commit runs the writes in one transaction; a write that fails is taken out and run alone (its
-// error is its own), and the others are committed again without it.
-func (g *Group) commit(batch []*groupWrite) {
-	for len(batch) > 0 {
-		failed := -1
-		g.commits.Add(1)
-		err := g.db.Update(func(tx *bolt.Tx) error {
-			for i, w := range batch {
-				if err := w.fn(tx); err != nil {
-					failed = i
-					return err
-				}
+// Defer applies fn at once in the group's open write transaction and returns its error; the
+// write becomes durable with the next commit: an Update's, or the group's own at most its
+// delay later. fn must only change the database through tx. It may run again after Defer
+// returned, with again true, when the open transaction is rolled back for another write's
+// failure: then it must leave alone the variables and arguments its caller reads or changes.
+func (g *Group) Defer(fn func(tx *bolt.Tx, again bool) error) error {
+	g.txMu.Lock()
+	defer g.txMu.Unlock()
+	tx, err := g.openTx()
+	if err != nil {
+		return err
+	}
+	if err := fn(tx, false); err != nil {
+		// bbolt cannot undo part of a transaction: it is rolled back whole, and the deferred
+		// writes before this one are applied again by the next openTx.
+		g.rollback()
+		return err
+	}
+	g.deferred = append(g.deferred, fn)
+	if g.timer == nil {
+		g.timer = time.AfterFunc(g.delay, g.Sync)
+	}
+	return nil
+}
+
+// Sync commits the deferred writes, if any; stores call it before closing the file.
+func (g *Group) Sync() {
+	g.txMu.Lock()
+	pending := len(g.deferred) > 0
+	if g.timer != nil {
+		// Fired or not, this commit serves it; deferred writes after it start another.
+		g.timer.Stop()
+		g.timer = nil
+	}
+	g.txMu.Unlock()
+	if !pending {
+		return
+	}
+	if err := g.Update(func(*bolt.Tx) error { return nil }); err != nil {
+		slog.Error("deferred writes not committed", "error", err)
+	}
+}
+
+// openTx returns the open write transaction, beginning one (with the deferred writes applied
+// again) when there is none. txMu is held.
+func (g *Group) openTx() (*bolt.Tx, error) {
+	if g.open != nil {
+		return g.open, nil
+	}
+	tx, err := g.db.Begin(true)
+	if err != nil {
+		return nil, err
+	}
+	g.commits.Add(1)
+	for _, fn := range g.deferred {
+		if err := fn(tx, true); err != nil {
+			// The state is the one they were applied to before, so this is a failing disk or
+			// a bug: the deferred writes are lost, as in a crash.
+			slog.Error("deferred writes lost: applying them again failed", "error", err)
+			_ = tx.Rollback()
+			g.deferred = nil
+			if tx, err = g.db.Begin(true); err != nil {
+				return nil, err
 			}
-			return nil
-		})
-		if failed < 0 {
+			g.commits.Add(1)
+			break
+		}
+	}
+	g.open = tx
+	return tx, nil
+}
+
+// rollback discards the open transaction; the deferred writes are applied again by the next
+// openTx. txMu is held.
+func (g *Group) rollback() {
+	if g.open != nil {
+		_ = g.open.Rollback()
+		g.open = nil
+	}
+}
+
+// commit runs the writes in the open transaction and commits it. A write that fails gets its
+// error (the state it saw is the writes before it, which stay); the transaction is rolled back
+// and the others run again without it.
+func (g *Group) commit(batch []*groupWrite) {
+	g.txMu.Lock()
+	defer g.txMu.Unlock()
+	for len(batch) > 0 {
+		tx, err := g.openTx()
+		if err != nil {
 			for _, w := range batch {
 				w.done <- err
 			}
 			return
 		}
-		w := batch[failed]
-		g.commits.Add(1)
-		w.done <- g.db.Update(w.fn)
-		batch = append(batch[:failed:failed], batch[failed+1:]...)
+		failed := -1
+		for i, w := range batch {
+			if err = w.fn(tx); err != nil {
+				failed = i
+				break
+			}
+		}
+		if failed >= 0 {
+			g.rollback()
+			batch[failed].done <- err
+			batch = append(batch[:failed:failed], batch[failed+1:]...)
+			continue
+		}
+		g.open = nil
+		err = tx.Commit()
+		if err != nil && len(g.deferred) > 0 {
+			slog.Error("deferred writes lost: their commit failed", "error", err)
+		}
+		g.deferred = nil
+		if g.timer != nil {
+			g.timer.Stop()
+			g.timer = nil
+		}
+		for _, w := range batch {
+			w.done <- err
+		}
+		return
 	}
+	// Every write failed: the deferred ones still wait in a transaction of their own, which
+	// their timer commits.
 }
+
+// Commits is how many write transactions the group has begun (each committed or rolled back),
+// for tests and measurements.
+func (g *Group) Commits() int64 { return g.commits.Load() }
 
 // queued is how many writes wait for a commit, for tests.
 func (g *Group) queued() int {

@@ -14,38 +14,93 @@ import (
 
 var countersBucket = []byte("counters")
 
+// fileDelay is how long a counter's change waits for a commit in a file of its own.
+const fileDelay = time.Second
+
 // BoltStore is the monolith's store: buckets and slots in memory (they refill and free
-// themselves within minutes), counters (sessions, stored bytes, tokens of the day) in a bbolt
-// file so a restart does not reset them.
+// themselves within minutes), counters (sessions, stored bytes, tokens of the day) in memory too
+// and written to a bbolt file, so a restart does not reset them.
+//
+// A counter's change is a deferred write (boltstore.Group.Defer), not a commit of its own: every
+// appended batch counts its bytes twice (the user's and the session's), which cost two commits,
+// four fsyncs, per append. In the session store's file (OpenBoltStoreOn) the changes are
+// committed with the session's own writes; in a file of their own, together at most a second
+// after the first of them, and at Close. A crash loses the changes not yet committed, which is
+// within what the counters already allow: a session's bytes are counted after its append, in
+// another write, so a crash between the two drifts them too.
 type BoltStore struct {
 	*MemoryStore
-	db    *bolt.DB
-	group *boltstore.Group
+	db     *bolt.DB
+	group  *boltstore.Group
+	ownsDB bool
 }
 
 // OpenBoltStore opens (or creates) the counters' file at path.
 func OpenBoltStore(path string) (*BoltStore, error) {
+	return openBoltStore(path, fileDelay)
+}
+
+func openBoltStore(path string, delay time.Duration) (*BoltStore, error) {
 	db, err := boltstore.Open(path, nil, countersBucket)
 	if err != nil {
 		return nil, err
 	}
-	// Counters that expired (the tokens of past days) are dropped at each start.
-	now := time.Now()
-	err = db.Update(func(tx *bolt.Tx) error {
-		_, err := boltstore.DeleteWhere(tx.Bucket(countersBucket), func(_, v []byte) (bool, error) {
-			return len(v) == 16 && binary.BigEndian.Uint64(v[8:]) != 0 && decodeCounter(v, now) == 0, nil
-		})
-		return err
-	})
+	b, err := newBoltStore(db, boltstore.NewGroupDelay(db, delay), true)
 	if err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("quota: sweep %s: %w", path, err)
+		return nil, fmt.Errorf("quota: load %s: %w", path, err)
 	}
-	return &BoltStore{MemoryStore: NewMemoryStore(), db: db, group: boltstore.NewGroup(db)}, nil
+	return b, nil
 }
 
-// Close closes the file.
-func (b *BoltStore) Close() error { return b.db.Close() }
+// OpenBoltStoreOn keeps the counters in db, another store's open file, committing through g,
+// that store's group; Close leaves db open for its owner.
+func OpenBoltStoreOn(db *bolt.DB, g *boltstore.Group) (*BoltStore, error) {
+	b, err := newBoltStore(db, g, false)
+	if err != nil {
+		return nil, fmt.Errorf("quota: load counters: %w", err)
+	}
+	return b, nil
+}
+
+// newBoltStore drops the counters that expired (the tokens of past days) and loads the others
+// into memory, where they are counted from now on.
+func newBoltStore(db *bolt.DB, g *boltstore.Group, owns bool) (*BoltStore, error) {
+	b := &BoltStore{MemoryStore: NewMemoryStore(), db: db, group: g, ownsDB: owns}
+	now := time.Now()
+	err := g.Update(func(tx *bolt.Tx) error {
+		clear(b.counters)
+		bk, err := tx.CreateBucketIfNotExists(countersBucket)
+		if err != nil {
+			return err
+		}
+		_, err = boltstore.DeleteWhere(bk, func(_, v []byte) (bool, error) {
+			return len(v) == 16 && binary.BigEndian.Uint64(v[8:]) != 0 && decodeCounter(v, now) == 0, nil
+		})
+		if err != nil {
+			return err
+		}
+		return bk.ForEach(func(k, v []byte) error {
+			if c, ok := counterOf(v); ok {
+				b.counters[string(k)] = c
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Close commits the changed counters and closes the file when it is the store's own.
+func (b *BoltStore) Close() error {
+	b.group.Sync()
+	if !b.ownsDB {
+		return nil
+	}
+	return b.db.Close()
+}
 
 // A counter is stored as its value and its expiry (Unix nanoseconds, 0: never), big-endian.
 func decodeCounter(v []byte, now time.Time) int64 {
@@ -58,50 +113,58 @@ func decodeCounter(v []byte, now time.Time) int64 {
 	return int64(binary.BigEndian.Uint64(v[:8]))
 }
 
-// Add implements Store.
-func (b *BoltStore) Add(_ context.Context, key string, n, limit int64, ttl time.Duration) (int64, bool, error) {
-	var out int64
-	var added bool
-	err := b.group.Update(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(countersBucket)
-		now := b.now()
-		old := bk.Get([]byte(key))
-		v, ok := addCounter(decodeCounter(old, now), n, limit)
-		out, added = v, ok
-		if !ok {
-			return nil
-		}
-		var exp int64
-		switch {
-		case ttl > 0:
-			exp = now.Add(ttl).UnixNano()
-		case len(old) == 16:
-			exp = int64(binary.BigEndian.Uint64(old[8:]))
-		}
-		if v == 0 && exp == 0 {
-			return bk.Delete([]byte(key))
-		}
-		buf := make([]byte, 16)
-		binary.BigEndian.PutUint64(buf[:8], uint64(v))
-		binary.BigEndian.PutUint64(buf[8:], uint64(exp))
-		return bk.Put([]byte(key), buf)
-	})
-	if err != nil {
-		return 0, false, errclass.Mark(errclass.Unavailable, "quota: bolt", err)
+// counterOf decodes a stored counter; ok is false for a malformed value.
+func counterOf(v []byte) (memCounter, bool) {
+	if len(v) != 16 {
+		return memCounter{}, false
 	}
-	return out, added, nil
+	c := memCounter{v: int64(binary.BigEndian.Uint64(v[:8]))}
+	if exp := int64(binary.BigEndian.Uint64(v[8:])); exp != 0 {
+		c.expires = time.Unix(0, exp)
+	}
+	return c, true
+}
+
+// Add implements Store: counted in memory, written deferred. An addition of 0 (a read) or a
+// refused one changes nothing and writes nothing.
+func (b *BoltStore) Add(ctx context.Context, key string, n, limit int64, ttl time.Duration) (int64, bool, error) {
+	v, ok, err := b.MemoryStore.Add(ctx, key, n, limit, ttl)
+	if err == nil && ok && (n != 0 || ttl > 0) {
+		err = b.write(key)
+	}
+	return v, ok, err
 }
 
 // Drain implements Store.
-func (b *BoltStore) Drain(_ context.Context, key string) (int64, error) {
-	var v int64
-	err := b.group.Update(func(tx *bolt.Tx) error {
+func (b *BoltStore) Drain(ctx context.Context, key string) (int64, error) {
+	v, err := b.MemoryStore.Drain(ctx, key)
+	if err == nil {
+		err = b.write(key)
+	}
+	return v, err
+}
+
+// write stores key's counter as memory has it when the write is applied (so of two changes
+// applied in either order the later value stays): its value, or its deletion when it is gone or
+// 0 without expiry.
+func (b *BoltStore) write(key string) error {
+	err := b.group.Defer(func(tx *bolt.Tx, _ bool) error {
+		b.mu.Lock()
+		c, ok := b.counters[key]
+		b.mu.Unlock()
 		bk := tx.Bucket(countersBucket)
-		v = decodeCounter(bk.Get([]byte(key)), b.now())
-		return bk.Delete([]byte(key))
+		if !ok || (c.v == 0 && c.expires.IsZero()) {
+			return bk.Delete([]byte(key))
+		}
+		buf := make([]byte, 16)
+		binary.BigEndian.PutUint64(buf[:8], uint64(c.v))
+		if !c.expires.IsZero() {
+			binary.BigEndian.PutUint64(buf[8:], uint64(c.expires.UnixNano()))
+		}
+		return bk.Put([]byte(key), buf)
 	})
 	if err != nil {
-		return 0, errclass.Mark(errclass.Unavailable, "quota: bolt", err)
+		return errclass.Mark(errclass.Unavailable, "quota: bolt", err)
 	}
-	return v, nil
+	return nil
 }

@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/hermes-agent/hermes/internal/boltstore"
 	"github.com/hermes-agent/hermes/internal/testenv"
 )
 
@@ -129,5 +133,94 @@ func TestBoltCountersSurviveRestart(t *testing.T) {
 	defer b.Close()
 	if v, _, _ := b.Add(context.Background(), "sessions:alice", 0, 0, 0); v != 3 {
 		t.Errorf("after reopening: %d sessions, want 3", v)
+	}
+}
+
+// TestBoltWriteBehind: the bolt store writes no commit per change; the changes reach the file
+// together after the delay (without Close), a drained or zeroed counter leaves it, and in a
+// shared file they are committed by the owner's next write.
+func TestBoltWriteBehind(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "quota.db")
+	stored := func(b *BoltStore) map[string]int64 {
+		out := map[string]int64{}
+		_ = b.db.View(func(tx *bolt.Tx) error {
+			return tx.Bucket(countersBucket).ForEach(func(k, v []byte) error {
+				out[string(k)] = decodeCounter(v, time.Now())
+				return nil
+			})
+		})
+		return out
+	}
+	keys := []string{"bytes:alice", "bytes:会话-二", "sessions:bob", "tokens:carol:2026-12-04"}
+
+	// A delay longer than the test: nothing is written until Close.
+	b, err := openBoltStore(path, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{}
+	for i := range 200 {
+		k := keys[i%len(keys)]
+		if _, _, err := b.Add(ctx, k, int64(i%7+1), 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		want[k] += int64(i%7 + 1)
+	}
+	if got := stored(b); len(got) != 0 {
+		t.Errorf("written before the delay: %v", got)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A short delay: the changes reach the file on their own; a drained counter and one
+	// brought back to 0 are deleted from it.
+	b, err = openBoltStore(path, 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(b); !cmp.Equal(got, want) {
+		t.Errorf("after reopening: %v, want %v", got, want)
+	}
+	if _, err := b.Drain(ctx, keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Add(ctx, keys[2], -want[keys[2]], 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Add(ctx, keys[1], 5, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, keys[0])
+	delete(want, keys[2])
+	want[keys[1]] += 5
+	testenv.WaitFor(t, 30*time.Second, "the changes to be written", func() bool {
+		return cmp.Equal(stored(b), want)
+	})
+
+	// In another store's file, through its group: the owner's next commit writes them.
+	g := boltstore.NewGroupDelay(b.db, time.Hour)
+	shared, err := OpenBoltStoreOn(b.db, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := shared.Add(ctx, keys[3], 2, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(b)[keys[3]]; got != want[keys[3]] {
+		t.Errorf("committed before the owner's write: %d", got)
+	}
+	if err := g.Update(func(*bolt.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(b)[keys[3]]; got != want[keys[3]]+2 {
+		t.Errorf("after the owner's write: %d, want %d", got, want[keys[3]]+2)
+	}
+	if err := shared.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -175,7 +175,13 @@ func (t *turn) extendSummary(ctx context.Context, built *sessionv1.BuildContextR
 		t.usage.add(res.usage, 0, 0)
 		t.mu.Unlock()
 	}
-	up, err := t.s.deps.Session.UpdateSummary(ctx, &sessionv1.UpdateSummaryRequest{
+	// Deferred unless the context is built again after it (more evicted messages than one
+	// batch): that read must see it, and a deferred write is seen only once committed.
+	wctx := ctx
+	if !built.GetEvictedTruncated() {
+		wctx = t.sessionWrite(ctx)
+	}
+	up, err := t.s.deps.Session.UpdateSummary(wctx, &sessionv1.UpdateSummaryRequest{
 		SessionId: t.session, UserId: t.user, Content: res.text, ThroughSeq: through,
 	})
 	if err != nil {

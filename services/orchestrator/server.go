@@ -66,6 +66,11 @@ type Options struct {
 	Gateway Gateway
 	// Publish is optional: without it no turn.finished events are sent.
 	Publish PublishFunc
+	// DeferSessionWrites says that Store shares the session store's file and group commit
+	// (the monolith): a turn's session writes are then sent with boltstore.DeferHeader and made
+	// durable by the turn's own next write of Store (its RUNNING record after the user message;
+	// its end after the steps, the summary and the answer), so a turn costs two commits.
+	DeferSessionWrites bool
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 	// Replica names this process in outbox claims; empty is a random name.

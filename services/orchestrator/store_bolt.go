@@ -47,8 +47,10 @@ var (
 // finds it (its lease is gone with the old process) and ends it as interrupted. A finished turn
 // is one group-committed write: its record, its task-state changes and its event.
 type BoltStore struct {
-	db     *bolt.DB
-	group  *boltstore.Group
+	db    *bolt.DB
+	group *boltstore.Group
+	// ownsDB is false when the file is another store's (OpenBoltStoreOn): Close leaves it open.
+	ownsDB bool
 	now    func() time.Time
 	leases *lease.Memory
 
@@ -127,20 +129,52 @@ func OpenBoltStore(path string) (*BoltStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &BoltStore{
-		db: db, group: boltstore.NewGroup(db), now: time.Now, leases: lease.NewMemory(),
-		cancels: map[string]cancelRequest{}, tasks: map[string]cachedTask{}, published: map[string]struct{}{},
-	}
-	if err := s.pruneTurns(); err != nil {
+	s, err := newBoltStore(db, boltstore.NewGroup(db), true)
+	if err != nil {
 		_ = db.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-// Close deletes the published outbox entries and closes the file.
+// OpenBoltStoreOn keeps the records in the buckets above in db, another store's open file, and
+// commits through g, that store's group: the monolith's session and orchestrator share one file,
+// so a turn's session writes and its records share commits (Options.DeferSessionWrites). Close
+// leaves db open for its owner.
+func OpenBoltStoreOn(db *bolt.DB, g *boltstore.Group) (*BoltStore, error) {
+	err := g.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketTasks, bucketTaskSteps, bucketTurns, bucketSessionTurns, bucketOutbox, bucketRunning} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator buckets: %w", err)
+	}
+	return newBoltStore(db, g, false)
+}
+
+func newBoltStore(db *bolt.DB, g *boltstore.Group, owns bool) (*BoltStore, error) {
+	s := &BoltStore{
+		db: db, group: g, ownsDB: owns, now: time.Now, leases: lease.NewMemory(),
+		cancels: map[string]cancelRequest{}, tasks: map[string]cachedTask{}, published: map[string]struct{}{},
+	}
+	if err := s.pruneTurns(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close deletes the published outbox entries and closes the file (when it is its own).
 func (s *BoltStore) Close() error {
-	return errors.Join(s.deletePublished(), s.db.Close())
+	err := s.deletePublished()
+	if !s.ownsDB {
+		s.group.Sync()
+		return err
+	}
+	return errors.Join(err, s.db.Close())
 }
 
 // takePublished empties the published set and returns its turn ids, to delete in a write; the
@@ -198,7 +232,7 @@ func (s *BoltStore) Leases() lease.Store { return s.leases }
 // records are otherwise skipped on read.
 func (s *BoltStore) pruneTurns() error {
 	now := s.now().UnixMilli()
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.group.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketTurns)
 		_, err := boltstore.DeleteWhere(b, func(_, v []byte) (bool, error) {
 			return len(v) < 8 || int64(binary.BigEndian.Uint64(v)) < now, nil

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/hermes-agent/hermes/internal/boltstore"
 	"github.com/hermes-agent/hermes/internal/lease"
 	"github.com/hermes-agent/hermes/internal/testenv"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
@@ -40,6 +41,22 @@ func storeBackends(t *testing.T) map[string]func(t *testing.T) Store {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = s.Close() })
+			return s
+		},
+		// The monolith's: the buckets in another store's file, through its group commit.
+		"bolt-shared": func(t *testing.T) Store {
+			db, err := boltstore.Open(filepath.Join(t.TempDir(), "session.db"), nil, []byte("sessions"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := OpenBoltStoreOn(db, boltstore.NewGroup(db))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = s.Close()
+				_ = db.Close()
+			})
 			return s
 		},
 		"redis": func(t *testing.T) Store {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/hermes-agent/hermes/internal/boltstore"
 	"github.com/hermes-agent/hermes/internal/model"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
@@ -159,7 +160,9 @@ func (t *turn) run(parent context.Context, ga *gathering) error {
 	stop := context.AfterFunc(ctx, ga.cancel)
 	defer stop()
 	ga.loadTaskState(t)
-	resp, err := t.s.deps.Session.AppendMessages(ctx, &sessionv1.AppendMessagesRequest{
+	// Deferred where the store shares the session's file: the RUNNING record's commit below
+	// makes the message durable too, before the client hears of the turn.
+	resp, err := t.s.deps.Session.AppendMessages(t.sessionWrite(ctx), &sessionv1.AppendMessagesRequest{
 		SessionId: t.session,
 		UserId:    t.user,
 		Messages: []*sessionv1.NewMessage{{
@@ -317,6 +320,18 @@ func (t *turn) storeAnswer(ctx context.Context, text string) error {
 	return nil
 }
 
+// sessionWrite is ctx for a session write of the turn. Where the store shares the session's
+// file (Options.DeferSessionWrites) the write is deferred: the turn's next write of the store
+// (its RUNNING record, its end) commits it, and with it every step is on disk before the client
+// hears the turn ended. A crash before that loses the deferred steps with the turn, which the
+// restarted process finds RUNNING (or not at all) and ends as INTERRUPTED.
+func (t *turn) sessionWrite(ctx context.Context) context.Context {
+	if t.s.deps.DeferSessionWrites {
+		return boltstore.DeferOutgoing(ctx)
+	}
+	return ctx
+}
+
 // append stores messages; when the turn's context has ended it still stores them (bounded by
 // storeTimeout) so that a step is never half-written.
 func (t *turn) append(ctx context.Context, msgs []*sessionv1.NewMessage) ([]*sessionv1.Message, error) {
@@ -328,7 +343,7 @@ func (t *turn) append(ctx context.Context, msgs []*sessionv1.NewMessage) ([]*ses
 	var out []*sessionv1.Message
 	for len(msgs) > 0 {
 		n := min(len(msgs), 100)
-		resp, err := t.s.deps.Session.AppendMessages(ctx, &sessionv1.AppendMessagesRequest{SessionId: t.session, UserId: t.user, Messages: msgs[:n]})
+		resp, err := t.s.deps.Session.AppendMessages(t.sessionWrite(ctx), &sessionv1.AppendMessagesRequest{SessionId: t.session, UserId: t.user, Messages: msgs[:n]})
 		if err != nil {
 			return out, &turnError{code: status.Code(err), msg: "storing the turn's messages: " + status.Convert(err).Message()}
 		}

@@ -39,6 +39,10 @@ import (
 //	s/<sid>         m: seq → Message   c: client_id → seq   t: seq of user messages → nil
 //	                k: seq of sticky messages → nil
 //
+// In the monolith the file also holds the orchestrator's buckets and the quota's counters
+// (File, orchestrator.OpenBoltStoreOn, quota.OpenBoltStoreOn), which commit through the same
+// group, so a turn's writes and its records share commits.
+//
 // Search postings are written behind the append. A message's postings land all over the index
 // B-tree, so writing them in the append's transaction dirtied a leaf page per term; instead the
 // append puts one entry into unindexed, whose keys only grow (the rightmost page), and a flush
@@ -151,6 +155,10 @@ func openBoltStore(path string, o flushOptions) (*BoltStore, error) {
 	return b, nil
 }
 
+// File returns the store's bbolt file and its group commit, for a store that keeps its records
+// in the same file (the monolith's orchestrator) and closes before this one.
+func (b *BoltStore) File() (*bolt.DB, *boltstore.Group) { return b.db, b.group }
+
 // Close moves the pending postings into the index and closes the file. Postings it cannot move
 // stay in unindexed for the next open.
 func (b *BoltStore) Close() error {
@@ -158,6 +166,7 @@ func (b *BoltStore) Close() error {
 	<-b.flusherDone
 	b.timer.Stop()
 	ferr := b.flush()
+	b.group.Sync()
 	if err := b.db.Close(); err != nil {
 		return err
 	}
@@ -378,12 +387,12 @@ func putSession(tx *bolt.Tx, s *sessionv1.Session) error {
 }
 
 // CreateSession implements Store.
-func (b *BoltStore) CreateSession(_ context.Context, s *sessionv1.Session) error {
-	return b.db.Update(func(tx *bolt.Tx) error {
-		if tx.Bucket(bSessions).Get([]byte(s.GetId())) != nil {
-			return fmt.Errorf("session %s already exists", s.GetId())
+func (b *BoltStore) CreateSession(_ context.Context, in *sessionv1.Session) error {
+	return b.group.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bSessions).Get([]byte(in.GetId())) != nil {
+			return fmt.Errorf("session %s already exists", in.GetId())
 		}
-		s = proto.CloneOf(s)
+		s := proto.CloneOf(in)
 		s.State = &sessionv1.SessionState{UpdatedAt: s.GetCreatedAt()}
 		if err := putSession(tx, s); err != nil {
 			return err
@@ -456,7 +465,8 @@ func userSessionKeyOf(s *sessionv1.Session) []byte {
 // DeleteSession implements Store.
 func (b *BoltStore) DeleteSession(_ context.Context, userID, id string) (int64, error) {
 	var n int64
-	err := b.db.Update(func(tx *bolt.Tx) error {
+	err := b.group.Update(func(tx *bolt.Tx) error {
+		n = 0
 		s, err := getSession(tx, id)
 		if err != nil {
 			return err
@@ -515,59 +525,117 @@ func (b *BoltStore) DeleteSession(_ context.Context, userID, id string) (int64, 
 }
 
 // Append implements Store. The whole batch is one bbolt transaction, which concurrent appends
-// to other sessions may share (group commit); it may run again, so it starts from scratch.
-func (b *BoltStore) Append(_ context.Context, userID, sessionID string, batch []AppendItem, expectedLastSeq *int64) (*AppendResult, error) {
+// to other sessions may share (group commit); it may run again, so it starts from scratch. A call
+// with boltstore.DeferHeader is applied at once and made durable by the file's next commit
+// (Group.Defer).
+func (b *BoltStore) Append(ctx context.Context, userID, sessionID string, batch []AppendItem, expectedLastSeq *int64) (*AppendResult, error) {
+	out, _, err := b.appendLoad(ctx, userID, sessionID, batch, expectedLastSeq, nil)
+	return out, err
+}
+
+// contextWindow is what AppendLoad loads with the batch.
+type contextWindow struct{ turns, maxEvicted int }
+
+// appendLoad appends the batch and, when w is set, loads the context in the same transaction.
+func (b *BoltStore) appendLoad(ctx context.Context, userID, sessionID string, batch []AppendItem, expectedLastSeq *int64, w *contextWindow) (*AppendResult, *ContextData, error) {
 	var out *AppendResult
+	var d *ContextData
 	var entries []*pendingEntry
-	err := b.group.Update(func(tx *bolt.Tx) error {
-		out = &AppendResult{Messages: make([]*sessionv1.Message, len(batch))}
-		entries = entries[:0]
-		s, err := getSession(tx, sessionID)
-		if err != nil {
-			return err
+	run := func(tx *bolt.Tx, batch []AppendItem) (*AppendResult, *ContextData, []*pendingEntry, error) {
+		out, entries, err := appendTx(tx, userID, sessionID, batch, expectedLastSeq)
+		if err != nil || w == nil {
+			return out, nil, entries, err
 		}
-		ab := openAppendBuckets(tx, sessionID)
-		fresh, err := ab.known(batch, out)
-		if err != nil {
-			return err
-		}
-		st := s.GetState()
-		if fresh > 0 && expectedLastSeq != nil && *expectedLastSeq != st.GetLastSeq() {
-			return &ConflictError{Expected: *expectedLastSeq, Actual: st.GetLastSeq()}
-		}
-		if fresh == 0 {
-			out.State = st
-			return nil
-		}
-		oldKey := userSessionKeyOf(s)
+		d, err := loadContextTx(tx, sessionID, w.turns, w.maxEvicted)
+		return out, d, entries, err
+	}
+	var err error
+	if boltstore.DeferRequested(ctx) {
+		// The write may be applied again after this returns (Group.Defer), from a copy of the
+		// batch: the caller owns its messages then.
+		saved := make([]AppendItem, len(batch))
 		for i, it := range batch {
-			if out.Messages[i] != nil {
-				continue
-			}
-			e, err := ab.put(st, userID, sessionID, it)
-			if err != nil {
+			saved[i] = AppendItem{Message: proto.CloneOf(it.Message), Terms: it.Terms}
+		}
+		err = b.group.Defer(func(tx *bolt.Tx, again bool) error {
+			if again {
+				copied := make([]AppendItem, len(saved))
+				for i, it := range saved {
+					copied[i] = AppendItem{Message: proto.CloneOf(it.Message), Terms: it.Terms}
+				}
+				_, _, _, err := run(tx, copied)
 				return err
 			}
-			if e != nil {
-				entries = append(entries, e)
+			var err error
+			out, d, entries, err = run(tx, batch)
+			return err
+		})
+	} else {
+		err = b.group.Update(func(tx *bolt.Tx) error {
+			var err error
+			out, entries, err = appendTx(tx, userID, sessionID, batch, expectedLastSeq)
+			return err
+		})
+		if err == nil && w != nil {
+			// Read after the commit, outside the writer's transaction.
+			d, err = b.LoadContext(ctx, sessionID, w.turns, w.maxEvicted)
+			if err != nil {
+				b.addPending(entries)
+				return nil, nil, err
 			}
-			out.Messages[i] = it.Message
 		}
-		st.UpdatedAt = timestamppb.Now()
-		if err := tx.Bucket(bUserSessions).Delete(oldKey); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bUserSessions).Put(userSessionKeyOf(s), present); err != nil {
-			return err
-		}
-		out.State = st
-		return putSession(tx, s)
-	})
+	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	b.addPending(entries)
-	return out, nil
+	return out, d, nil
+}
+
+// appendTx is Append's transaction.
+func appendTx(tx *bolt.Tx, userID, sessionID string, batch []AppendItem, expectedLastSeq *int64) (*AppendResult, []*pendingEntry, error) {
+	out := &AppendResult{Messages: make([]*sessionv1.Message, len(batch))}
+	var entries []*pendingEntry
+	s, err := getSession(tx, sessionID)
+	if err != nil {
+		return nil, nil, err
+	}
+	ab := openAppendBuckets(tx, sessionID)
+	fresh, err := ab.known(batch, out)
+	if err != nil {
+		return nil, nil, err
+	}
+	st := s.GetState()
+	if fresh > 0 && expectedLastSeq != nil && *expectedLastSeq != st.GetLastSeq() {
+		return nil, nil, &ConflictError{Expected: *expectedLastSeq, Actual: st.GetLastSeq()}
+	}
+	if fresh == 0 {
+		out.State = st
+		return out, nil, nil
+	}
+	oldKey := userSessionKeyOf(s)
+	for i, it := range batch {
+		if out.Messages[i] != nil {
+			continue
+		}
+		e, err := ab.put(st, userID, sessionID, it)
+		if err != nil {
+			return nil, nil, err
+		}
+		if e != nil {
+			entries = append(entries, e)
+		}
+		out.Messages[i] = it.Message
+	}
+	st.UpdatedAt = timestamppb.Now()
+	if err := tx.Bucket(bUserSessions).Delete(oldKey); err != nil {
+		return nil, nil, err
+	}
+	if err := tx.Bucket(bUserSessions).Put(userSessionKeyOf(s), present); err != nil {
+		return nil, nil, err
+	}
+	out.State = st
+	return out, entries, putSession(tx, s)
 }
 
 // appendBuckets are the buckets an Append writes in one transaction.
@@ -691,25 +759,31 @@ func (b *BoltStore) ListMessages(_ context.Context, sessionID string, afterSeq i
 	return out, err
 }
 
-// AppendLoad implements Store: the context is read from the file right after the commit; in
-// process there is no round trip to save.
+// AppendLoad implements Store: the context is read from the file right after the commit (in
+// process there is no round trip to save), or in the transaction of a deferred append.
 func (b *BoltStore) AppendLoad(ctx context.Context, userID, sessionID string, batch []AppendItem, expectedLastSeq *int64, turns, maxEvicted int) (*AppendResult, *ContextData, error) {
-	res, err := b.Append(ctx, userID, sessionID, batch, expectedLastSeq)
-	if err != nil {
-		return nil, nil, err
-	}
-	d, err := b.LoadContext(ctx, sessionID, turns, maxEvicted)
-	if err != nil {
-		return nil, nil, err
-	}
-	return res, d, nil
+	return b.appendLoad(ctx, userID, sessionID, batch, expectedLastSeq, &contextWindow{turns, maxEvicted})
 }
 
 // LoadContext implements Store. It walks the turn index backwards from its end, so it reads only
 // the window, the sticky messages and the capped evicted range.
 func (b *BoltStore) LoadContext(_ context.Context, sessionID string, turns, maxEvicted int) (*ContextData, error) {
-	d := &ContextData{}
+	var d *ContextData
 	err := b.db.View(func(tx *bolt.Tx) error {
+		var err error
+		d, err = loadContextTx(tx, sessionID, turns, maxEvicted)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// loadContextTx is LoadContext's reading, in tx.
+func loadContextTx(tx *bolt.Tx, sessionID string, turns, maxEvicted int) (*ContextData, error) {
+	d := &ContextData{}
+	err := func() error {
 		s, err := getSession(tx, sessionID)
 		if err != nil {
 			return err
@@ -761,40 +835,57 @@ func (b *BoltStore) LoadContext(_ context.Context, sessionID string, turns, maxE
 		}
 		d.EvictedMore = to < start-1
 		return nil
-	})
+	}()
 	if err != nil {
 		return nil, err
 	}
 	return d, nil
 }
 
-// UpdateSummary implements Store.
-func (b *BoltStore) UpdateSummary(_ context.Context, sessionID string, sum *Summary) (int64, error) {
+// UpdateSummary implements Store; like Append, it may be deferred (boltstore.DeferHeader).
+func (b *BoltStore) UpdateSummary(ctx context.Context, sessionID string, sum *Summary) (int64, error) {
 	var prev int64
-	err := b.db.Update(func(tx *bolt.Tx) error {
-		s, err := getSession(tx, sessionID)
-		if err != nil {
+	if boltstore.DeferRequested(ctx) {
+		err := b.group.Defer(func(tx *bolt.Tx, again bool) error {
+			p, err := updateSummaryTx(tx, sessionID, sum)
+			if !again {
+				prev = p
+			}
 			return err
-		}
-		st := s.GetState()
-		prev = st.GetSummaryThroughSeq()
-		if sum.ThroughSeq < prev {
-			return summaryBehind(prev)
-		}
-		if sum.ThroughSeq > st.GetLastSeq() {
-			return summaryAhead(st.GetLastSeq())
-		}
-		raw, err := proto.Marshal(summaryMessage(sum))
-		if err != nil {
-			return err
-		}
-		if err := tx.Bucket(bSummaries).Put([]byte(sessionID), raw); err != nil {
-			return err
-		}
-		st.SummaryThroughSeq = sum.ThroughSeq
-		return putSession(tx, s)
+		})
+		return prev, err
+	}
+	err := b.group.Update(func(tx *bolt.Tx) error {
+		var err error
+		prev, err = updateSummaryTx(tx, sessionID, sum)
+		return err
 	})
 	return prev, err
+}
+
+// updateSummaryTx is UpdateSummary's transaction.
+func updateSummaryTx(tx *bolt.Tx, sessionID string, sum *Summary) (int64, error) {
+	s, err := getSession(tx, sessionID)
+	if err != nil {
+		return 0, err
+	}
+	st := s.GetState()
+	prev := st.GetSummaryThroughSeq()
+	if sum.ThroughSeq < prev {
+		return prev, summaryBehind(prev)
+	}
+	if sum.ThroughSeq > st.GetLastSeq() {
+		return prev, summaryAhead(st.GetLastSeq())
+	}
+	raw, err := proto.Marshal(summaryMessage(sum))
+	if err != nil {
+		return prev, err
+	}
+	if err := tx.Bucket(bSummaries).Put([]byte(sessionID), raw); err != nil {
+		return prev, err
+	}
+	st.SummaryThroughSeq = sum.ThroughSeq
+	return prev, putSession(tx, s)
 }
 
 // Search implements Store. It walks the postings of the first term newest first, merged with the

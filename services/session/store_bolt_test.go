@@ -2,6 +2,7 @@ package session
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
@@ -13,8 +14,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/hermes-agent/hermes/internal/boltstore"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 )
 
@@ -411,5 +414,63 @@ func TestBoltConcurrentAppendsAndSearches(t *testing.T) {
 	}
 	if len(res) != writers*each {
 		t.Errorf("%d messages found after a restart, want %d", len(res), writers*each)
+	}
+}
+
+// TestBoltDeferredWrites: appends and a summary sent with boltstore.DeferHeader get their seqs
+// (and an AppendLoad its context, the batch in it) at once, are seen by readers after the next
+// commit (here another store's write of the same file, through the group), and survive Close; a
+// deferred append that conflicts fails alone.
+func TestBoltDeferredWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.db")
+	s := openBolt(t, path, manualFlush)
+	s.group = boltstore.NewGroupDelay(s.db, time.Hour) // the test commits
+	sess := newSession(t, s, "alice", time.Now())
+	dctx := metadata.NewIncomingContext(ctx, metadata.Pairs(boltstore.DeferHeader, "next-commit"))
+
+	res, d, err := s.AppendLoad(dctx, "alice", sess.GetId(), []AppendItem{item(user("天气 weather"), "u1")}, nil, 4, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Messages[0].GetSeq(); got != 1 {
+		t.Errorf("deferred append: seq %d, want 1", got)
+	}
+	if len(d.Window) != 1 || d.Window[0].GetContent() != "天气 weather" {
+		t.Errorf("deferred AppendLoad's context: %v, want the batch", d.Window)
+	}
+	step := []AppendItem{item(assistant("calling 计算器"), "a1"), item(assistant("the answer is 4"), "a2")}
+	if res, err = s.Append(dctx, "alice", sess.GetId(), step, nil); err != nil || res.Messages[1].GetSeq() != 3 {
+		t.Fatalf("deferred append: %v, %v", res, err)
+	}
+	if _, err := s.Append(dctx, "alice", sess.GetId(), []AppendItem{item(user("x"), "x1")}, ptr(int64(0))); !errors.Is(err, ErrConflict) {
+		t.Errorf("deferred append with a stale expected seq: %v, want ErrConflict", err)
+	}
+	if _, err := s.UpdateSummary(dctx, sess.GetId(), &Summary{Content: "摘要", ThroughSeq: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if got := allMessages(t, s, sess.GetId()); len(got) != 0 {
+		t.Errorf("deferred writes seen before a commit: %d messages", len(got))
+	}
+	// Another write of the file commits them.
+	if err := s.group.Update(func(tx *bolt.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := allMessages(t, s, sess.GetId()); len(got) != 3 || got[2].GetContent() != "the answer is 4" {
+		t.Errorf("after the commit: %v", got)
+	}
+	if _, err := s.Append(dctx, "alice", sess.GetId(), []AppendItem{item(assistant("最后 last"), "a3")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openBolt(t, path, manualFlush)
+	defer s.Close()
+	d, err = s.LoadContext(ctx, sess.GetId(), 4, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Window) != 4 || d.Summary == nil || d.Summary.ThroughSeq != 2 {
+		t.Errorf("after reopening: %d messages, summary %v; want 4 and one through seq 2", len(d.Window), d.Summary)
 	}
 }
