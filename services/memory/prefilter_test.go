@@ -2,9 +2,13 @@ package memory
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/hermes-agent/hermes/internal/model/scripted"
 )
 
 // labelled is one user message of an extraction set: durable when it states a lasting fact about
@@ -61,4 +65,113 @@ func TestPrefilterHeldOut(t *testing.T) {
 		}
 	}
 	t.Logf("held out: %d durable, all reach extraction; %d of %d tasks skipped (%.0f%%)", len(set)-tasks, skipped, tasks, 100*float64(skipped)/float64(tasks))
+}
+
+// prefilterSkipFloor is the least share of the generated ordinary turns the pre-filter must
+// spare the model (measured: see bench/README.md, Memory).
+const prefilterSkipFloor = 0.85
+
+// TestPrefilterGenerated: on the generated extraction set, every durable statement reaches
+// extraction (recall 100%), and at least prefilterSkipFloor of the ordinary turns are skipped.
+func TestPrefilterGenerated(t *testing.T) {
+	durable, tasks, events := extractionSet(6)
+	if len(durable) < 300 || len(tasks) < 300 {
+		t.Fatalf("%d durable and %d ordinary turns, want at least 300 each", len(durable), len(tasks))
+	}
+	type key struct{ lang, kind string }
+	kept, total := map[key]int{}, map[key]int{}
+	for _, c := range durable {
+		ok, why := prefilterSays(c.text)
+		if !ok {
+			t.Errorf("durable %s/%s %q skipped (%s)", c.lang, c.kind, c.text, why)
+		}
+	}
+	skipped := 0
+	for _, c := range tasks {
+		k := key{c.lang, c.kind}
+		total[k]++
+		ok, why := prefilterSays(c.text)
+		if ok {
+			t.Logf("ordinary %s/%s %q extracted (%s)", c.lang, c.kind, c.text, why)
+			continue
+		}
+		kept[k]++
+		skipped++
+	}
+	evKept := 0
+	for _, c := range events {
+		if ok, _ := prefilterSays(c.text); ok {
+			evKept++
+		}
+	}
+	for k, n := range total {
+		t.Logf("ordinary %s/%s: %d of %d skipped", k.lang, k.kind, kept[k], n)
+	}
+	rate := float64(skipped) / float64(len(tasks))
+	t.Logf("durable %s: all reach extraction; ordinary %s: %d skipped (%.1f%%); personal events %s: %d reach extraction",
+		setSummary(durable), setSummary(tasks), skipped, 100*rate, setSummary(events), evKept)
+	if rate < prefilterSkipFloor {
+		t.Errorf("skip rate %.3f, want at least %.2f", rate, prefilterSkipFloor)
+	}
+}
+
+// TestPrefilterSparesModelCalls: through ExtractTurn, with the pre-filter on (the default) a
+// turn that only asks something makes no model call and writes nothing, every durable turn
+// still makes its call, and a turn whose user asked to remember a tool's result is always
+// extracted; with memory.extract-prefilter off every turn makes one call.
+func TestPrefilterSparesModelCalls(t *testing.T) {
+	durable, tasks, _ := extractionSet(1)
+	durable, tasks = durable[:40], tasks[:40]
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("prefilter=%v", on), func(t *testing.T) {
+			var calls atomic.Int64
+			mc, _ := scriptedModel(t, func(scripted.Request) scripted.Reply {
+				calls.Add(1)
+				return scripted.Text(`{"memories":[]}`)
+			})
+			h := newHarness(t, "embedded", harnessOpts{model: mc, cfg: func(c *Config) { c.ExtractPrefilter = on }})
+			count := func(cs []labelled) int64 {
+				before := calls.Load()
+				for _, c := range cs {
+					extract(t, h, turn("pf-user", "s1", userSays(c.text), assistantSays("OK")))
+				}
+				return calls.Load() - before
+			}
+			want := int64(len(tasks))
+			if on {
+				want = 0
+				for _, c := range tasks {
+					if ok, _ := prefilterSays(c.text); ok {
+						want++ // an ordinary turn the rules are unsure of ("Add … to my list")
+					}
+				}
+				if want > int64(len(tasks))/4 {
+					t.Fatalf("%d of %d ordinary turns pass the pre-filter", want, len(tasks))
+				}
+			}
+			if got := count(tasks); got != want {
+				t.Errorf("%d ordinary turns made %d extraction calls, want %d", len(tasks), got, want)
+			}
+			if got := count(durable); got != int64(len(durable)) {
+				t.Errorf("%d durable turns made %d extraction calls, want one each", len(durable), got)
+			}
+			tf := turn("pf-user", "s1", userSays("Look up order 55812"), toolResult(`{"order":"55812","status":"shipped"}`), assistantSays("Shipped."))
+			tf.RememberRequested = true
+			before := calls.Load()
+			extract(t, h, tf)
+			if calls.Load()-before != 1 {
+				t.Errorf("a turn whose user asked to remember a tool result made %d calls, want 1", calls.Load()-before)
+			}
+		})
+	}
+}
+
+// BenchmarkPrefilter: the cost of the decision per turn, on the generated set.
+func BenchmarkPrefilter(b *testing.B) {
+	durable, tasks, _ := extractionSet(2)
+	all := append(durable, tasks...)
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		worthExtracting(material{user: []string{all[i%len(all)].text}}, false)
+	}
 }
