@@ -39,7 +39,7 @@ func worthExtracting(m material, rememberRequested bool) (bool, string) {
 	}
 	folded := textseg.FoldText(text)
 	lex := textseg.Cues()
-	if c, _, ok := textseg.FirstOf(folded, lex.Durable); ok {
+	if c, ok := anyIn(folded, lex.Durable); ok {
 		return true, fmt.Sprintf("durable cue %q", c)
 	}
 	for _, sent := range sentences(folded) {
@@ -75,14 +75,14 @@ func judgeClause(lex *textseg.Lexicon, part string, inQuestion bool, prev clause
 	}
 	bare := removeFrames(x, p)
 	for _, kind := range cueKinds() {
-		if c, _, ok := textseg.FirstOf(bare, x.Cues[kind]); ok {
+		if c, ok := anyIn(bare, x.Cues[kind]); ok {
 			return clauseStatement, fmt.Sprintf("%s cue %q", kind, c)
 		}
 	}
 	if isPhatic(x.Phatic, p) {
 		return clauseOther, ""
 	}
-	if w, _, ok := textseg.FirstOf(bare, x.FirstPerson); ok {
+	if w, ok := anyIn(bare, x.FirstPerson); ok {
 		return clauseStatement, fmt.Sprintf("first person %q", w)
 	}
 	rest, request := requestBody(x, p, bare)
@@ -98,7 +98,7 @@ func judgeClause(lex *textseg.Lexicon, part string, inQuestion bool, prev clause
 	if prev == clauseRequest || prev == clauseQuestion {
 		// "Book a table, at 7, near the station": a part without a verb of its own continues the
 		// request before it.
-		if _, _, ok := textseg.FirstOf(p, x.Finite); !ok {
+		if _, ok := anyIn(p, x.Finite); !ok {
 			return prev, ""
 		}
 	}
@@ -110,6 +110,9 @@ func judgeClause(lex *textseg.Lexicon, part string, inQuestion bool, prev clause
 // followed by a task verb.
 func removeFrames(x *textseg.ExtractionWords, text string) string {
 	for _, lead := range x.RequestLeads {
+		if !strings.Contains(text, lead) {
+			continue
+		}
 		for _, sp := range textseg.FindAll(text, lead) {
 			if _, ok := startsWithAny(strings.TrimLeft(text[sp.End:], " "), x.TaskVerbs); ok {
 				text = blank(text, sp)
@@ -117,6 +120,9 @@ func removeFrames(x *textseg.ExtractionWords, text string) string {
 		}
 	}
 	for _, f := range x.RequestFrames {
+		if !strings.Contains(text, f) {
+			continue
+		}
 		for _, sp := range textseg.FindAll(text, f) {
 			text = blank(text, sp)
 		}
@@ -140,12 +146,12 @@ func requestBody(x *textseg.ExtractionWords, p, bare string) (rest string, reque
 	for _, src := range []string{p, bare} {
 		s := stripOpeners(x, src)
 		if v, ok := startsWithAny(s, x.TaskVerbs); ok {
-			if _, _, told := textseg.FirstOf(s[len(v):], x.Narrative); !told {
+			if _, told := anyIn(s[len(v):], x.Narrative); !told {
 				return bare[len(src)-len(s)+len(v):], true
 			}
 		}
 	}
-	_, _, marked := textseg.FirstOf(bare, x.RequestMarkers)
+	_, marked := anyIn(bare, x.RequestMarkers)
 	return bare, marked
 }
 
@@ -167,20 +173,44 @@ func stripOpeners(x *textseg.ExtractionWords, s string) string {
 func negation(lex *textseg.Lexicon, text string) (string, bool) {
 	for _, list := range [][]string{lex.NotNegations, lex.Extraction.NotNegations} {
 		for _, nn := range list {
+			if !strings.Contains(text, nn) {
+				continue
+			}
 			for _, sp := range textseg.FindAll(text, nn) {
 				text = blank(text, sp)
 			}
 		}
 	}
-	n, _, ok := textseg.FirstOf(text, lex.Negations)
+	n, ok := anyIn(text, lex.Negations)
 	return n, ok
+}
+
+// anyIn returns a phrase of list that folded text holds, with textseg's word boundaries. Phrases
+// of a script the text does not use are passed over (most of the lexicon, for a message in one
+// language).
+func anyIn(text string, list []string) (string, bool) {
+	ascii, other := false, false
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		ascii = ascii || c >= 'a' && c <= 'z'
+		other = other || c >= utf8.RuneSelf
+	}
+	for _, p := range list {
+		if p == "" || (p[0] < utf8.RuneSelf && !ascii) || (p[0] >= utf8.RuneSelf && !other) {
+			continue
+		}
+		if strings.Contains(text, p) && textseg.Contains(text, p) {
+			return p, true
+		}
+	}
+	return "", false
 }
 
 func isQuestion(x *textseg.ExtractionWords, p string) bool {
 	if _, ok := startsWithAny(p, x.QuestionStarts); ok {
 		return true
 	}
-	_, _, ok := textseg.FirstOf(p, x.QuestionMarks)
+	_, ok := anyIn(p, x.QuestionMarks)
 	return ok
 }
 
