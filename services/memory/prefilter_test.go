@@ -182,3 +182,18 @@ func BenchmarkPrefilter(b *testing.B) {
 		}
 	})
 }
+
+// FuzzPrefilter: whatever the user wrote, the pre-filter answers without panicking, and the same
+// answer every time (a redelivered turn must be judged as it was).
+func FuzzPrefilter(f *testing.F) {
+	for _, s := range []string{"", "请帮我算一下 12*7+3。", "I'd like to book a table, at 7", "show me", "帮我", "1,000.5?", "Can you… 我想订，", "'s", "\xff\xfe"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ok1, why1 := prefilterSays(s)
+		ok2, why2 := prefilterSays(s)
+		if ok1 != ok2 || why1 != why2 {
+			t.Fatalf("%q: %v %q then %v %q", s, ok1, why1, ok2, why2)
+		}
+	})
+}
