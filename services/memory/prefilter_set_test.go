@@ -255,6 +255,8 @@ var enTemplates = []template{
 	{"utility", false, "I want to know how {topic} works"},
 	{"utility", false, "How can I get to {place} from here?"},
 	{"small talk", false, "{greet}"},
+	{"small talk", false, "{greet}"},
+	{"small talk", false, "{greet}"},
 	// Ordinary turns that speak of the user or of times: some reach extraction (the cost).
 	{"personal task", false, "Can you check if my package has shipped?"},
 	{"personal task", false, "I need a taxi to {place} at {time}"},
@@ -363,6 +365,8 @@ var zhTemplates = []template{
 	{"utility", false, "推荐几家{city}的川菜馆"},
 	{"utility", false, "请问去{place}怎么走"},
 	{"utility", false, "我想知道{topic}的原理"},
+	{"small talk", false, "{greet}"},
+	{"small talk", false, "{greet}"},
 	{"small talk", false, "{greet}"},
 	{"personal task", false, "我的快递到哪了"},
 	{"personal task", false, "我明天要去{city}，帮我查下天气"},
