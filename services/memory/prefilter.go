@@ -106,8 +106,8 @@ func judgeClause(lex *textseg.Lexicon, part string, inQuestion bool, prev clause
 }
 
 // removeFrames blanks the request frames of folded text: the phrases with a first-person word
-// that address the assistant ("help me", "can I"), and a lead ("I'd like to", "我想") directly
-// followed by a task verb.
+// that address the assistant ("help me", "can I"), a lead ("I'd like to", "我想") directly
+// followed by a task verb, and the negation words that negate nothing ("是不是").
 func removeFrames(x *textseg.ExtractionWords, text string) string {
 	for _, lead := range x.RequestLeads {
 		if !strings.Contains(text, lead) {
@@ -119,7 +119,8 @@ func removeFrames(x *textseg.ExtractionWords, text string) string {
 			}
 		}
 	}
-	for _, f := range x.RequestFrames {
+	// A-not-A questions ("能不能", "可不可以") hold no constraint.
+	for _, f := range slices.Concat(x.RequestFrames, x.NotNegations) {
 		if !strings.Contains(text, f) {
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/hermes-agent/hermes/internal/model/scripted"
+	"github.com/hermes-agent/hermes/internal/textseg"
 )
 
 // labelled is one user message of an extraction set: durable when it states a lasting fact about
@@ -196,4 +197,40 @@ func FuzzPrefilter(f *testing.F) {
 			t.Fatalf("%q: %v %q then %v %q", s, ok1, why1, ok2, why2)
 		}
 	})
+}
+
+// TestPrefilterLexiconFramesHideNoCue: request frames are blanked before cues are looked for, so
+// none may hold a cue of a lasting fact (a frame "remember me" would hide "remember") other than
+// the verb of asking itself ("I'd like you to", "I need you to"); every list of the extraction
+// section is filled in both languages.
+func TestPrefilterLexiconFramesHideNoCue(t *testing.T) {
+	lex := textseg.Cues()
+	x := &lex.Extraction
+	asking := map[string]bool{"like": true, "want": true, "need": true}
+	for _, list := range [][]string{x.RequestFrames} {
+		for _, f := range list {
+			for kind, cues := range x.Cues {
+				if c, ok := anyIn(f, cues); ok && !asking[c] {
+					t.Errorf("frame or opener %q holds the %s cue %q", f, kind, c)
+				}
+			}
+			if c, ok := anyIn(f, lex.Durable); ok {
+				t.Errorf("frame or opener %q holds the durable cue %q", f, c)
+			}
+		}
+	}
+	for name, list := range map[string][]string{"firstPerson": x.FirstPerson, "phatic": x.Phatic, "requestFrames": x.RequestFrames,
+		"requestLeads": x.RequestLeads, "taskVerbs": x.TaskVerbs, "requestMarkers": x.RequestMarkers, "narrative": x.Narrative} {
+		latin, cjk := 0, 0
+		for _, w := range list {
+			if w[0] < 0x80 {
+				latin++
+			} else {
+				cjk++
+			}
+		}
+		if latin == 0 || cjk == 0 {
+			t.Errorf("extraction.%s: %d English and %d Chinese entries, want both", name, latin, cjk)
+		}
+	}
 }
