@@ -44,8 +44,8 @@ func worthExtracting(m material, rememberRequested bool) (bool, string) {
 	}
 	for _, sent := range sentences(folded) {
 		prev := clauseOther
-		for _, part := range clauseParts(sent.text) {
-			kind, why := judgeClause(lex, part, sent.question, prev)
+		for _, part := range clauseParts(sent) {
+			kind, why := judgeClause(lex, part, prev)
 			if kind == clauseStatement {
 				return true, fmt.Sprintf("%s in %q", why, strings.TrimSpace(part))
 			}
@@ -67,7 +67,7 @@ const (
 
 // judgeClause reads one comma-separated part of a sentence. prev is what the part before it in
 // the same sentence was read as.
-func judgeClause(lex *textseg.Lexicon, part string, inQuestion bool, prev clauseKind) (clauseKind, string) {
+func judgeClause(lex *textseg.Lexicon, part string, prev clauseKind) (clauseKind, string) {
 	x := &lex.Extraction
 	p := strings.TrimFunc(part, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
 	if !hasLetter(p) {
@@ -89,7 +89,9 @@ func judgeClause(lex *textseg.Lexicon, part string, inQuestion bool, prev clause
 	if n, ok := negation(lex, rest); ok {
 		return clauseStatement, fmt.Sprintf("negation %q", n)
 	}
-	if inQuestion || isQuestion(x, p) {
+	// A question is known by its words, not by a question mark alone: in a language the
+	// lexicon does not cover, "¿…?" may well state something, and goes to extraction.
+	if isQuestion(x, p) {
 		return clauseQuestion, ""
 	}
 	if request {
@@ -253,20 +255,14 @@ func hasLetter(s string) bool {
 	return strings.IndexFunc(s, unicode.IsLetter) >= 0
 }
 
-// sentence is one sentence of folded text, and whether it ends with a question mark.
-type sentence struct {
-	text     string
-	question bool
-}
-
 // sentences splits folded text at sentence ends: a line break, "。", "!", "?", ";", "…", and a
 // full stop followed by a space or the end (not the one in "3.5").
-func sentences(text string) []sentence {
-	var out []sentence
+func sentences(text string) []string {
+	var out []string
 	start := 0
-	emit := func(end int, q bool) {
+	emit := func(end int) {
 		if s := strings.TrimSpace(text[start:end]); s != "" {
-			out = append(out, sentence{s, q})
+			out = append(out, s)
 		}
 	}
 	for i, r := range text {
@@ -279,10 +275,10 @@ func sentences(text string) []sentence {
 		default:
 			continue
 		}
-		emit(i, r == '?')
+		emit(i)
 		start = i + utf8.RuneLen(r)
 	}
-	emit(len(text), false)
+	emit(len(text))
 	return out
 }
 

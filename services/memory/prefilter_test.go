@@ -234,3 +234,37 @@ func TestPrefilterLexiconFramesHideNoCue(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefilterReads: how single messages are read, beyond the generated set.
+func TestPrefilterReads(t *testing.T) {
+	for _, tc := range []struct {
+		text string
+		want bool
+	}{
+		{"请帮我算一下 12*7+3。", false},
+		{"Show me the menu", false},                                 // the verb is the frame's first word
+		{"能不能帮我订个位子", false},                                        // an A-not-A question is no constraint
+		{"I'd like to book a table, at 7, near the station", false}, // fragments continue the request
+		{"Book a table, spicy food is a no-go for me", true},        // a clause of its own
+		{"Book a table for me", false},
+		{"Can you remember that I'm vegan?", true},
+		{"¿Puedes recordar que soy vegano?", true}, // a language the lexicon lacks: not a question by "?" alone
+		{"Je suis allergique aux arachides", true},
+		{"ピーナッツアレルギーです", true},
+		{"3*7", false},
+		{"", false},
+		{strings.Repeat("What is 2+2? ", 400), true}, // long text always goes to the model
+		{"来上海三年了", true},                             // a task verb telling what happened
+		{"Thanks, see you next time", true},          // "next time" may announce a habit
+	} {
+		if got, why := prefilterSays(tc.text); got != tc.want {
+			t.Errorf("%.60q: extract %v (%s), want %v", tc.text, got, why, tc.want)
+		}
+	}
+	if ok, _ := worthExtracting(material{user: []string{"What is 2+2?"}, tools: []string{"4"}}, true); !ok {
+		t.Error("a turn whose user asked to remember a tool result was skipped")
+	}
+	if ok, _ := worthExtracting(material{tools: []string{"4"}}, false); !ok {
+		t.Error("tool results without user text were skipped")
+	}
+}
