@@ -37,7 +37,8 @@ type KindWords struct {
 // ExtractionWords are the vocabulary of statements about oneself and of requests.
 type ExtractionWords struct {
 	// Cues, by kind (preference, habit, remember, correction, identity, family, location,
-	// schedule, constraint), are words with which people state lasting things about themselves.
+	// schedule, constraint, style), are words with which people state lasting things about
+	// themselves or how they want to be answered.
 	Cues map[string][]string `json:"cues"`
 	// FirstPerson are the words with which the author speaks of themselves ("I", "our", "我").
 	FirstPerson []string `json:"firstPerson"`
