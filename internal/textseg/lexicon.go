@@ -34,6 +34,41 @@ type KindWords struct {
 	Values []string `json:"values"`
 }
 
+// ExtractionWords are the vocabulary of statements about oneself and of requests.
+type ExtractionWords struct {
+	// Cues, by kind (preference, habit, remember, correction, identity, family, location,
+	// schedule, constraint, style), are words with which people state lasting things about
+	// themselves or how they want to be answered.
+	Cues map[string][]string `json:"cues"`
+	// FirstPerson are the words with which the author speaks of themselves ("I", "our", "我").
+	FirstPerson []string `json:"firstPerson"`
+	// Phatic words say nothing about anyone ("thanks", "好的"); a clause of them only is passed over.
+	Phatic []string `json:"phatic"`
+	// RequestOpeners may precede a request's verb ("please", "can you", "请").
+	RequestOpeners []string `json:"requestOpeners"`
+	// RequestMarkers make a clause a request wherever they are ("please", "帮我").
+	RequestMarkers []string `json:"requestMarkers"`
+	// RequestFrames hold a first-person word that addresses the assistant and states nothing
+	// about the author ("help me", "can I", "告诉我").
+	RequestFrames []string `json:"requestFrames"`
+	// RequestLeads ("I'd like to", "我想") directly followed by one of TaskVerbs are a frame too.
+	RequestLeads []string `json:"requestLeads"`
+	// TaskVerbs begin a request for a one-off task ("book", "translate", "订").
+	TaskVerbs []string `json:"taskVerbs"`
+	// QuestionStarts begin a question ("what", "do"); QuestionMarks make a clause a question
+	// wherever they are ("吗", "多少").
+	QuestionStarts []string `json:"questionStarts"`
+	QuestionMarks  []string `json:"questionMarks"`
+	// NotNegations hold a negation word but negate nothing here (A-not-A questions: "是不是").
+	NotNegations []string `json:"notNegations"`
+	// Narrative words make a clause that begins with a task verb tell what happened instead of
+	// asking for it ("booked already", "来上海三年了").
+	Narrative []string `json:"narrative"`
+	// Finite words make a comma-separated part a clause of its own ("is", "是"); a part without
+	// one continues the clause before it ("Book a table, at 7").
+	Finite []string `json:"finite"`
+}
+
 // Lexicon is the merged vocabulary of every language in lexicon/.
 type Lexicon struct {
 	// Negations turn down what follows them; PostNegations what precedes them ("X就算了").
@@ -89,6 +124,9 @@ type Lexicon struct {
 	Titles []string `json:"titles"`
 	// Kinds is the vocabulary of each kind of slot, by kind name.
 	Kinds map[string]KindWords `json:"kinds"`
+	// Extraction tells a message that may state something lasting about its author from one
+	// that only asks for something (memory extraction's pre-filter).
+	Extraction ExtractionWords `json:"extraction"`
 	// Languages lists the languages merged, in file order.
 	Languages []string `json:"-"`
 }
@@ -109,7 +147,8 @@ func loadLexicon(fsys fs.FS) (*Lexicon, error) {
 		return nil, err
 	}
 	sort.Strings(names)
-	out := &Lexicon{Numbers: map[string]int{}, Quantities: map[string]int{}, Kinds: map[string]KindWords{}}
+	out := &Lexicon{Numbers: map[string]int{}, Quantities: map[string]int{}, Kinds: map[string]KindWords{},
+		Extraction: ExtractionWords{Cues: map[string][]string{}}}
 	for _, name := range names {
 		raw, err := fs.ReadFile(fsys, name)
 		if err != nil {
@@ -177,9 +216,30 @@ func (l *Lexicon) merge(o *Lexicon) {
 		add(&have.Values, w.Values)
 		l.Kinds[kind] = have
 	}
+	x, ox := &l.Extraction, &o.Extraction
+	for kind, words := range ox.Cues {
+		have := x.Cues[kind]
+		add(&have, words)
+		x.Cues[kind] = have
+	}
+	add(&x.FirstPerson, ox.FirstPerson)
+	add(&x.Phatic, ox.Phatic)
+	add(&x.RequestOpeners, ox.RequestOpeners)
+	add(&x.RequestMarkers, ox.RequestMarkers)
+	add(&x.RequestFrames, ox.RequestFrames)
+	add(&x.RequestLeads, ox.RequestLeads)
+	add(&x.TaskVerbs, ox.TaskVerbs)
+	add(&x.QuestionStarts, ox.QuestionStarts)
+	add(&x.QuestionMarks, ox.QuestionMarks)
+	add(&x.NotNegations, ox.NotNegations)
+	add(&x.Narrative, ox.Narrative)
+	add(&x.Finite, ox.Finite)
 	// Longer phrases first, so "do not" is found before "not" and "十二" before "十".
 	for _, s := range [][]string{l.Negations, l.PostNegations, l.Changes, l.References, l.Possessives,
 		l.PeopleUnits, l.CountBefore, l.ObjectMarkers, l.TimeWords, l.TimeAfter, l.TimeBefore, l.StreetWords} {
+		sortLongestFirst(s)
+	}
+	for _, s := range [][]string{x.Phatic, x.RequestOpeners, x.RequestFrames, x.RequestLeads, x.TaskVerbs, x.NotNegations} {
 		sortLongestFirst(s)
 	}
 	for kind, w := range l.Kinds {
@@ -198,9 +258,12 @@ func sortLongestFirst(s []string) {
 // that text typed in different forms compares equal. Byte offsets into folded text are what the
 // lexicon's finders return.
 func FoldText(s string) string {
-	s = strings.ToLower(norm.NFKC.String(s))
-	return strings.NewReplacer("’", "'", "‘", "'").Replace(s)
+	return apostrophes.Replace(strings.ToLower(norm.NFKC.String(s)))
 }
+
+// apostrophes straightens typographic apostrophes (a Replacer is immutable and safe to share;
+// building one per call was most of FoldText's cost).
+var apostrophes = strings.NewReplacer("’", "'", "‘", "'")
 
 // Span is a byte range [Start, End) of folded text.
 type Span struct{ Start, End int }

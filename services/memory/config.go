@@ -24,6 +24,9 @@ type Config struct {
 	// RequirePreferenceCue drops an extracted preference when the user's words carry no
 	// preference cue ("喜欢", "prefer", "always" …): a place mentioned once is not a preference.
 	RequirePreferenceCue bool
+	// ExtractPrefilter skips the extraction model call for a turn whose user words state nothing
+	// about the user (only requests, questions, small talk): see prefilter.go.
+	ExtractPrefilter bool
 	// ExtractAttempts is how many model calls one extraction makes when replies are not JSON.
 	ExtractAttempts int
 	// ExtractTimeout bounds one model call.
@@ -113,6 +116,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.MinConfidence, "memory.min-confidence", 0.8, "lowest model confidence an extracted memory is kept with")
 	fs.Float64Var(&c.SemanticMinConfidence, "memory.semantic-min-confidence", 0.9, "lowest confidence that sends a preference, fact, config or habit straight to the semantic tier")
 	fs.BoolVar(&c.RequirePreferenceCue, "memory.require-preference-cue", true, "drop an extracted preference when the user's words carry no preference cue")
+	fs.BoolVar(&c.ExtractPrefilter, "memory.extract-prefilter", true, "skip the extraction model call for a turn whose user words state nothing about the user (only requests, questions, small talk; rules and words in internal/textseg/lexicon); when unsure it extracts")
 	fs.IntVar(&c.ExtractAttempts, "memory.extract-attempts", 2, "model calls per extraction when the reply is not valid JSON")
 	fs.DurationVar(&c.ExtractTimeout, "memory.extract-timeout", 30*time.Second, "timeout of one extraction model call")
 	fs.IntVar(&c.ExtractMaxInputBytes, "memory.extract-max-input-bytes", 16000, "cap on the turn text sent to the extraction model")

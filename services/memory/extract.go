@@ -238,6 +238,15 @@ func hasPreferenceCue(userText string) bool {
 // another worker is processing returns errTurnBusy.
 func (s *Service) extract(ctx context.Context, turn *eventsv1.TurnFinished) (*memoryv1.ExtractTurnResponse, error) {
 	user, turnID := turn.GetUserId(), turn.GetTurnId()
+	mat := turnMaterial(turn)
+	if s.cfg.ExplicitEnabled && s.cfg.ExtractPrefilter {
+		// Deterministic on the event, so a redelivered turn is skipped again: no claim and no
+		// record are needed.
+		if ok, why := worthExtracting(mat, turn.GetRememberRequested()); !ok {
+			s.log.DebugContext(ctx, "extraction skipped: the turn states nothing about the user", "turn", turnID, "why", why)
+			return &memoryv1.ExtractTurnResponse{}, nil
+		}
+	}
 	lease := max(s.cfg.ConsumerAckWait, s.cfg.ExtractTimeout*time.Duration(max(s.cfg.ExtractAttempts, 1)))
 	rec, busy, token, err := s.state.ClaimTurn(ctx, user, turnID, lease)
 	if err != nil {
@@ -249,7 +258,7 @@ func (s *Service) extract(ctx context.Context, turn *eventsv1.TurnFinished) (*me
 	if rec != nil {
 		return s.processed(ctx, user, rec), nil
 	}
-	resp, rec2, err := s.extractClaimed(ctx, turn)
+	resp, rec2, err := s.extractClaimed(ctx, turn, mat)
 	if err != nil {
 		// Give the claim up so a redelivery can try again right away.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -281,13 +290,12 @@ func (s *Service) processed(ctx context.Context, user string, rec *TurnRecord) *
 	return resp
 }
 
-func (s *Service) extractClaimed(ctx context.Context, turn *eventsv1.TurnFinished) (*memoryv1.ExtractTurnResponse, TurnRecord, error) {
+func (s *Service) extractClaimed(ctx context.Context, turn *eventsv1.TurnFinished, mat material) (*memoryv1.ExtractTurnResponse, TurnRecord, error) {
 	resp := &memoryv1.ExtractTurnResponse{}
 	rec := TurnRecord{At: s.now().UTC()}
 	if !s.cfg.ExplicitEnabled {
 		return resp, rec, nil
 	}
-	mat := turnMaterial(turn)
 	if len(mat.user) == 0 && len(mat.tools) == 0 {
 		return resp, rec, nil
 	}

@@ -151,7 +151,9 @@ func TestExtractIsRoleAware(t *testing.T) {
 		return scripted.Text(sloppy)
 	}
 	mc, _ := scriptedModel(t, handler)
-	h := newHarness(t, "embedded", harnessOpts{model: mc})
+	// The user's words only ask for something, which the pre-filter would spare the model:
+	// what is tested here is what the model is shown and what of its answer is kept.
+	h := newHarness(t, "embedded", harnessOpts{model: mc, cfg: func(c *Config) { c.ExtractPrefilter = false }})
 
 	tf := turn("zhao", "s1",
 		recalledBlock("以下是与当前对话可能相关的历史记忆，供参考，但不一定都适用：\n- 用户喜欢喝燕麦拿铁"),
