@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/hermes-agent/hermes/internal/backoff"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 )
 
@@ -212,21 +213,21 @@ func PublishTurnFinished(ctx context.Context, js jetstream.JetStream, n Names, e
 		signed := &nats.Msg{Subject: subject, Data: data, Header: header}
 		o.keys.Sign(signed, time.Now())
 	}
-	backoff := 50 * time.Millisecond
-	for {
+	for attempt := 0; ; attempt++ {
 		msg := &nats.Msg{Subject: subject, Data: data, Header: maps.Clone(header)}
 		_, err = js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.GetTurnId()), jetstream.WithExpectStream(n.Stream))
 		if err == nil {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, publishRetry.Delay(attempt)) {
 			return fmt.Errorf("publish %s: %w (last error: %v)", subject, ctx.Err(), err)
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 2*time.Second)
 	}
 }
+
+// publishRetry spaces the retries of a publish. The jitter matters after a NATS outage: every
+// replica's outbox failed together and would otherwise retry in lockstep.
+var publishRetry = backoff.Policy{Initial: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.2}
 
 // redactURL drops the credentials (user, password or token) from a server URL for logs and
 // errors.
