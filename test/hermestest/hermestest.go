@@ -58,6 +58,9 @@ const (
 	// on the shared Redis and NATS, and the memory target in a second app (embedded store, the
 	// same NATS namespace) reached by address — the memory target's Redis mode needs Qdrant.
 	Split
+	// PerTarget is one app per target, each with its own listener, reaching the others by
+	// address, on the shared Redis and NATS (memory on its embedded store).
+	PerTarget
 )
 
 // Options say what stack to start. The zero value is a monolith with a scripted model that
@@ -73,7 +76,8 @@ type Options struct {
 	NoModel bool
 	// Args are `hermes serve` flags applied over the test defaults (Config).
 	Args []string
-	// Configure changes the configuration last (of the main app, in the Split layout).
+	// Configure changes the configuration last: of the one app (Monolith), of the main app
+	// (Split), of every app before its target and addresses are set (PerTarget).
 	Configure func(*app.Config)
 	// DataDir is the main app's data directory; empty is a fresh temporary one. A test that
 	// restarts Hermes on its data passes the same directory twice.
@@ -85,13 +89,17 @@ type Options struct {
 
 // Stack is a running Hermes with clients of its services.
 type Stack struct {
-	// App serves every target but memory (all of them in the Monolith layout).
+	// App serves every target but memory (all of them in the Monolith layout, the orchestrator
+	// in PerTarget).
 	App *app.App
 	// MemoryApp serves the memory target (App in the Monolith layout).
 	MemoryApp *app.App
+	// Apps are the apps by the target they serve.
+	Apps map[string]*app.App
 	// Model is the scripted model.
 	Model *scripted.Server
-	// Conn reaches App; MemoryConn reaches MemoryApp.
+	// Conn reaches App; MemoryConn reaches MemoryApp. The clients reach the app serving their
+	// target.
 	Conn, MemoryConn *grpc.ClientConn
 	// Names are the NATS names (namespaced in the Split layout).
 	Names events.Names
@@ -171,7 +179,9 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	if !o.NoModel {
 		base.ModelBaseURL = s.Model.URL()
 	}
-	if o.Layout == Monolith {
+	s.Apps = map[string]*app.App{}
+	switch o.Layout {
+	case Monolith:
 		if o.Configure != nil {
 			o.Configure(&base)
 		}
@@ -179,21 +189,91 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 			return nil, err
 		}
 		s.MemoryApp = s.App
-	} else if err := s.startSplit(ctx, base, o); err != nil {
+		for _, t := range app.Targets() {
+			s.Apps[t] = s.App
+		}
+	case Split:
+		err = s.startSplit(ctx, base, o)
+	case PerTarget:
+		err = s.startPerTarget(ctx, base, o)
+	default:
+		err = fmt.Errorf("unknown layout %d", o.Layout)
+	}
+	if err != nil {
 		return nil, err
 	}
-	if s.Conn, err = s.dial(s.App.Addr()); err != nil {
+	conns := map[*app.App]*grpc.ClientConn{}
+	conn := func(target string) (*grpc.ClientConn, error) {
+		a := s.Apps[target]
+		if c, ok := conns[a]; ok {
+			return c, nil
+		}
+		c, err := s.dial(a.Addr())
+		conns[a] = c
+		return c, err
+	}
+	if s.Conn, err = conn(app.TargetOrchestrator); err != nil {
 		return nil, err
 	}
-	if s.MemoryConn, err = s.dial(s.MemoryApp.Addr()); err != nil {
+	if s.MemoryConn, err = conn(app.TargetMemory); err != nil {
 		return nil, err
 	}
-	s.Sessions = sessionv1.NewSessionServiceClient(s.Conn)
-	s.Tools = toolsv1.NewToolServiceClient(s.Conn)
-	s.Gateway = mcpgatewayv1.NewMCPGatewayServiceClient(s.Conn)
+	clients := map[string]*grpc.ClientConn{}
+	for _, t := range []string{app.TargetSession, app.TargetTools, app.TargetMCPGateway} {
+		if clients[t], err = conn(t); err != nil {
+			return nil, err
+		}
+	}
+	s.Sessions = sessionv1.NewSessionServiceClient(clients[app.TargetSession])
+	s.Tools = toolsv1.NewToolServiceClient(clients[app.TargetTools])
+	s.Gateway = mcpgatewayv1.NewMCPGatewayServiceClient(clients[app.TargetMCPGateway])
 	s.Orchestrator = orchestratorv1.NewOrchestratorServiceClient(s.Conn)
 	s.Memory = memoryv1.NewMemoryServiceClient(s.MemoryConn)
 	return s, nil
+}
+
+// startPerTarget starts the targets in dependency order, so each knows the addresses it calls
+// (the tool service reaches the gateway only for MCP tools, so it starts before the gateway).
+func (s *Stack) startPerTarget(ctx context.Context, base app.Config, o Options) error {
+	if err := s.useRedis(ctx); err != nil {
+		return err
+	}
+	ns := "e2e" + randomToken()
+	s.Names = events.NamespacedNames(ns)
+	if err := s.useNATS(); err != nil {
+		return err
+	}
+	if o.Configure != nil {
+		o.Configure(&base)
+	}
+	addr := func(t string) string {
+		if a := s.Apps[t]; a != nil {
+			return a.Addr()
+		}
+		return ""
+	}
+	for _, t := range app.Targets() {
+		cfg := base
+		cfg.Target = t
+		dir, err := os.MkdirTemp("", "hermestest-"+t+"-")
+		if err != nil {
+			return err
+		}
+		s.closers = append(s.closers, func() error { return os.RemoveAll(dir) })
+		cfg.DataDir = dir
+		cfg.NATSURL, cfg.NATSNamespace = NATSURL, ns
+		if t != app.TargetMemory {
+			cfg.RedisURL, cfg.RedisPrefix = testenv.RedisURL(), s.RedisPrefix
+		}
+		cfg.SessionAddr, cfg.ToolsAddr, cfg.MCPGatewayAddr, cfg.MemoryAddr = addr(app.TargetSession), addr(app.TargetTools), addr(app.TargetMCPGateway), addr(app.TargetMemory)
+		a, err := s.startApp(ctx, cfg, o.Log)
+		if err != nil {
+			return err
+		}
+		s.Apps[t] = a
+	}
+	s.App, s.MemoryApp = s.Apps[app.TargetOrchestrator], s.Apps[app.TargetMemory]
+	return nil
 }
 
 func (s *Stack) startSplit(ctx context.Context, base app.Config, o Options) error {
@@ -225,8 +305,14 @@ func (s *Stack) startSplit(ctx context.Context, base app.Config, o Options) erro
 	if o.Configure != nil {
 		o.Configure(&mainCfg)
 	}
-	s.App, err = s.startApp(ctx, mainCfg, o.Log)
-	return err
+	if s.App, err = s.startApp(ctx, mainCfg, o.Log); err != nil {
+		return err
+	}
+	for _, t := range app.Targets() {
+		s.Apps[t] = s.App
+	}
+	s.Apps[app.TargetMemory] = s.MemoryApp
+	return nil
 }
 
 // useRedis checks the shared Redis and takes a fresh key prefix, whose keys Close deletes.

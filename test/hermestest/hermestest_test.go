@@ -14,7 +14,7 @@ import (
 
 // TestStart plays a turn on each layout and restarts a monolith on its data.
 func TestStart(t *testing.T) {
-	for _, layout := range []Layout{Monolith, Split} {
+	for _, layout := range []Layout{Monolith, Split, PerTarget} {
 		s := Start(t, Options{Layout: layout, Model: scripted.Sequence(scripted.Text("hello"))})
 		ctx := context.Background()
 		cs, err := s.Sessions.CreateSession(ctx, &sessionv1.CreateSessionRequest{UserId: "u"})
