@@ -70,7 +70,7 @@ func startStack(t testing.TB, h scripted.Handler, o stackOptions) *stack {
 	if o.embedded {
 		layout = hermestest.Monolith
 	}
-	hs := hermestest.Start(t, hermestest.Options{Layout: layout, Model: h, ScriptExtractor: o.extracts, NoModel: o.noModel, Configure: o.configure})
+	hs := hermestest.Start(t, hermestest.Options{Layout: layout, Model: h, Args: []string{hermestest.AllowLoopback}, ScriptExtractor: o.extracts, NoModel: o.noModel, Configure: o.configure})
 	return &stack{
 		t: t, model: hs.Model, main: hs.App, memory: hs.MemoryApp, conn: hs.Conn, memC: hs.MemoryConn, names: hs.Names, prefix: hs.RedisPrefix,
 		sessions: hs.Sessions, tools: hs.Tools, gateway: hs.Gateway, orch: hs.Orchestrator, mem: hs.Memory,

@@ -41,6 +41,11 @@ import (
 // NATSURL is the shared NATS (JetStream) the Split layout uses; CI starts it.
 const NATSURL = "nats://127.0.0.1:4222"
 
+// AllowLoopback is the flag that lets webhooks and MCP servers on loopback be reached, for
+// tests whose tools listen there (outbound connections to internal addresses are refused by
+// default, and the security tests check that).
+const AllowLoopback = "--egress-allow=127.0.0.1:*,localhost:*"
+
 // EventsKey signs the test stacks' turn.finished events (--events-key).
 const EventsKey = "e2e-test-events-key-0123456789abcdef0123"
 
@@ -426,9 +431,8 @@ func StartApp(t testing.TB, cfg app.Config, log *slog.Logger) *App {
 
 // Config is the configuration a test's Hermes starts from: every default and nothing from the
 // environment, with args (`hermes serve` flags) applied; on loopback, its data in a fresh
-// temporary directory, the scripted model's name, a 5 s shutdown, turn.finished signed with
-// EventsKey, and outbound connections to loopback allowed (the tests' tools and MCP servers
-// listen there).
+// temporary directory, the scripted model's name, a 5 s shutdown and turn.finished signed with
+// EventsKey.
 func Config(t testing.TB, args ...string) app.Config {
 	t.Helper()
 	cfg, err := loadConfig(t.TempDir(), args)
@@ -448,7 +452,6 @@ func loadConfig(dataDir string, args []string) (app.Config, error) {
 		"--model=" + ModelName,
 		"--shutdown-timeout=5s",
 		"--events-key=" + EventsKey,
-		"--egress-allow=127.0.0.1:*,localhost:*",
 	}
 	if err := config.Load(fs, append(defaults, args...), func(string) string { return "" }, "config"); err != nil {
 		return app.Config{}, fmt.Errorf("test configuration: %w", err)
