@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -28,10 +27,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/hermes-agent/hermes/internal/app"
-	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
-	"github.com/hermes-agent/hermes/internal/rpc"
-	"github.com/hermes-agent/hermes/services/memory"
+	"github.com/hermes-agent/hermes/test/hermestest"
 )
 
 // The principals of the auth file.
