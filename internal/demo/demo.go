@@ -79,12 +79,9 @@ type Stack struct {
 	Orchestrator orchestratorv1.OrchestratorServiceClient
 }
 
-// StartStack starts the scripted model, the restaurant MCP server and a monolithic Hermes in
-// dataDir, and adds the MCP server to the gateway.
-func StartStack(ctx context.Context, dataDir string, log *slog.Logger) (*Stack, error) {
-	return startStack(ctx, dataDir, "127.0.0.1:0", "", log)
-}
-
+// startStack starts the scripted model, the restaurant MCP server and a monolithic Hermes in
+// dataDir, and adds the MCP server to the gateway. (Tests start their stacks with
+// test/hermestest.)
 func startStack(ctx context.Context, dataDir, listen, httpListen string, log *slog.Logger) (*Stack, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
