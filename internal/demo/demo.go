@@ -56,9 +56,9 @@ type Options struct {
 	HTTPListen string
 }
 
-// DefaultConfig is the serving configuration with every default and nothing from the
+// defaultConfig is the serving configuration with every default and nothing from the
 // environment, so a demo is the same on every machine.
-func DefaultConfig() app.Config {
+func defaultConfig() app.Config {
 	var cfg app.Config
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
@@ -95,7 +95,7 @@ func startStack(ctx context.Context, dataDir, listen, httpListen string, log *sl
 		st.Close()
 		return nil, err
 	}
-	cfg := DefaultConfig()
+	cfg := defaultConfig()
 	cfg.Listen = listen
 	cfg.HTTP.Listen = httpListen
 	cfg.DataDir = dataDir

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/quota"
 	"github.com/hermes-agent/hermes/internal/rpc"
@@ -202,7 +201,7 @@ func TestFairnessUnderFlood(t *testing.T) {
 //
 //	go test ./test/e2e/ -run '^$' -bench Fairness -benchtime 1x
 func BenchmarkFairness(b *testing.B) {
-	def := demo.DefaultConfig().Quota
+	def := hermestest.Config(b).Quota
 	for _, c := range []struct {
 		name string
 		q    quota.Config
