@@ -119,15 +119,11 @@ func (term *terminal) waitPrompt() {
 // waitFor polls cond until it holds; after a minute it fails the test with the screen.
 func (term *terminal) waitFor(what string, cond func() bool) {
 	term.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			term.mu.Lock()
-			raw := term.raw.String()
-			term.mu.Unlock()
-			term.t.Fatalf("timed out waiting for %s; the output:\n%s\nits end as written: %q", what, term.output(), raw[max(0, len(raw)-400):])
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testenv.Poll(60*time.Second, cond) {
+		term.mu.Lock()
+		raw := term.raw.String()
+		term.mu.Unlock()
+		term.t.Fatalf("timed out waiting for %s; the output:\n%s\nits end as written: %q", what, term.output(), raw[max(0, len(raw)-400):])
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/internal/backoff"
 	"github.com/hermes-agent/hermes/internal/demo/restaurant"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/rpc"
@@ -215,24 +216,24 @@ func RunTurn(ctx context.Context, c orchestratorv1.OrchestratorServiceClient, re
 // WaitForMemory waits until the user has at least one memory (the extractor works
 // asynchronously, from turn.finished on NATS).
 func WaitForMemory(ctx context.Context, c memoryv1.MemoryServiceClient, user string, timeout time.Duration) ([]*memoryv1.Memory, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		resp, err := c.ListMemories(ctx, &memoryv1.ListMemoriesRequest{UserId: user})
-		if err == nil && len(resp.GetMemories()) > 0 {
-			return resp.GetMemories(), nil
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var mems []*memoryv1.Memory
+	err := errors.New("no memory was extracted")
+	if backoff.Until(wctx, backoff.Policy{Initial: 50 * time.Millisecond, Max: 250 * time.Millisecond, Jitter: 0.2}, func() bool {
+		resp, lerr := c.ListMemories(wctx, &memoryv1.ListMemoriesRequest{UserId: user})
+		if lerr != nil && wctx.Err() == nil {
+			err = lerr
 		}
-		if time.Now().After(deadline) {
-			if err == nil {
-				err = errors.New("no memory was extracted")
-			}
-			return nil, fmt.Errorf("waiting %s for the memory extractor: %w", timeout, err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+		mems = resp.GetMemories()
+		return lerr == nil && len(mems) > 0
+	}) {
+		return mems, nil
 	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return nil, fmt.Errorf("waiting %s for the memory extractor: %w", timeout, err)
 }
 
 // Run plays the demo and checks its outcome; an error means the example did not work.

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/hermes-agent/hermes/internal/backoff"
 	"github.com/hermes-agent/hermes/internal/rpc"
 )
 
@@ -143,15 +144,25 @@ func Serve(t testing.TB, srv *rpc.Server) *grpc.ClientConn {
 	return conn
 }
 
-// WaitFor polls cond every 20 ms until it holds and fails the test when timeout passes first
-// (a liveness bound, not a timing assertion).
+// pollEvery spaces the tries of Poll: quick at first, then no more than four a second, so a
+// long wait does not load a busy machine.
+func pollEvery() backoff.Policy {
+	return backoff.Policy{Initial: 10 * time.Millisecond, Max: 250 * time.Millisecond, Jitter: 0.2}
+}
+
+// Poll calls cond until it holds and reports true, or false when timeout passes first (a
+// liveness bound, not a timing assertion). It is the tests' one polling loop; WaitFor is Poll
+// that fails the test. Use Poll where the failure should say more than what was awaited.
+func Poll(timeout time.Duration, cond func() bool) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return backoff.Until(ctx, pollEvery(), cond) || cond()
+}
+
+// WaitFor polls cond until it holds and fails the test when timeout passes first.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !Poll(timeout, cond) {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
 	}
 }

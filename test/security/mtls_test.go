@@ -18,6 +18,7 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/app"
 	"github.com/hermes-agent/hermes/internal/devcerts"
+	"github.com/hermes-agent/hermes/internal/testenv"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 	"github.com/hermes-agent/hermes/test/hermestest"
@@ -187,13 +188,7 @@ func TestCertificatesReload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for served() == before {
-		if time.Now().After(deadline) {
-			t.Fatal("the rotated certificate was not served within 20 s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 20*time.Second, "the rotated certificate to be served", func() bool { return served() != before })
 }
 
 // TestSecureByDefault: without keys or client certificates a listener stays on loopback; a
