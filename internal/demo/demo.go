@@ -67,8 +67,8 @@ func defaultConfig() app.Config {
 	return cfg
 }
 
-// Stack is a running demo stack.
-type Stack struct {
+// stack is a running demo stack.
+type stack struct {
 	App        *app.App
 	Model      *scripted.Server
 	Restaurant *restaurant.HTTPServer
@@ -83,11 +83,11 @@ type Stack struct {
 // startStack starts the scripted model, the restaurant MCP server and a monolithic Hermes in
 // dataDir, and adds the MCP server to the gateway. (Tests start their stacks with
 // test/hermestest.)
-func startStack(ctx context.Context, dataDir, listen, httpListen string, log *slog.Logger) (*Stack, error) {
+func startStack(ctx context.Context, dataDir, listen, httpListen string, log *slog.Logger) (*stack, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	st := &Stack{}
+	st := &stack{}
 	var err error
 	if st.Model, err = scripted.New(Model()); err != nil {
 		return nil, err
@@ -143,7 +143,7 @@ func startStack(ctx context.Context, dataDir, listen, httpListen string, log *sl
 }
 
 // Close stops everything.
-func (st *Stack) Close() {
+func (st *stack) Close() {
 	if st.Conn != nil {
 		_ = st.Conn.Close()
 	}
@@ -309,7 +309,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("session 2 failed: %s: %s", r2.Failed.GetCode(), r2.Failed.GetMessage())
 	}
 	if last := p.LastContext; last != nil {
-		fmt.Fprintf(out, "\nToken composition of the last request and its reply: %s\n", ArticleComposition(last.GetTokens(), int32(tok.Count(r2.Completed.GetText()))))
+		fmt.Fprintf(out, "\nToken composition of the last request and its reply: %s\n", articleComposition(last.GetTokens(), int32(tok.Count(r2.Completed.GetText()))))
 	}
 
 	rule(out, "Checks")
@@ -360,8 +360,8 @@ func Check(r2 *TurnResult, mems []*memoryv1.Memory, reservations []restaurant.Re
 	}
 	if len(reservations) != 1 {
 		problems = append(problems, fmt.Sprintf("%d reservations were made, want 1", len(reservations)))
-	} else if r := reservations[0]; r.RestaurantName != "蜀香园" || r.PartySize != PartySize || r.Time != ReservationTime {
-		problems = append(problems, fmt.Sprintf("reservation %+v, want 蜀香园 at %s for %d", r, ReservationTime, PartySize))
+	} else if r := reservations[0]; r.RestaurantName != "蜀香园" || r.PartySize != partySize || r.Time != reservationTime {
+		problems = append(problems, fmt.Sprintf("reservation %+v, want 蜀香园 at %s for %d", r, reservationTime, partySize))
 	}
 	if r2.Completed == nil || !strings.Contains(r2.Completed.GetText(), "蜀香园") {
 		problems = append(problems, "the final answer does not name 蜀香园")

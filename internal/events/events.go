@@ -65,7 +65,7 @@ func NamespacedNames(namespace string) Names {
 	if namespace == "" {
 		return n
 	}
-	tok := UserToken(namespace)
+	tok := userToken(namespace)
 	n.Stream += "_" + strings.ToUpper(strings.ReplaceAll(tok, "-", "_"))
 	n.TurnFinishedPrefix = tok + "." + n.TurnFinishedPrefix
 	n.DeadLetterPrefix = tok + "." + n.DeadLetterPrefix
@@ -75,10 +75,10 @@ func NamespacedNames(namespace string) Names {
 
 var subjectToken = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
-// UserToken is the subject token for a user id. Ids that are not a plain token (they contain
+// userToken is the subject token for a user id. Ids that are not a plain token (they contain
 // '.', '*', '>', spaces or are long) are encoded as "b64_" plus unpadded base64url, so every user
 // maps to exactly one subject token.
-func UserToken(userID string) string {
+func userToken(userID string) string {
 	if subjectToken.MatchString(userID) && !hasB64Prefix(userID) {
 		return userID
 	}
@@ -89,7 +89,7 @@ func hasB64Prefix(s string) bool { return len(s) >= 4 && s[:4] == "b64_" }
 
 // TurnFinishedSubject is hermes.turn.finished.<user>.
 func (n Names) TurnFinishedSubject(userID string) string {
-	return n.TurnFinishedPrefix + UserToken(userID)
+	return n.TurnFinishedPrefix + userToken(userID)
 }
 
 // TurnFinishedFilter matches every user's turn.finished subject.
@@ -157,9 +157,9 @@ func EnsureStreamReplicas(ctx context.Context, js jetstream.JetStream, n Names, 
 	return st, nil
 }
 
-// TurnFinishedContentType is the Content-Type header of a published turn.finished: binary
+// turnFinishedContentType is the Content-Type header of a published turn.finished: binary
 // protobuf of hermes.events.v1.TurnFinished.
-const TurnFinishedContentType = "application/x-protobuf; messageType=hermes.events.v1.TurnFinished"
+const turnFinishedContentType = "application/x-protobuf; messageType=hermes.events.v1.TurnFinished"
 
 // MarshalTurnFinished encodes the event as binary protobuf. Decoding protobuf JSON cost the
 // extractor 8% of its CPU, and encoding it 2% of the orchestrator's.
@@ -208,7 +208,7 @@ func PublishTurnFinished(ctx context.Context, js jetstream.JetStream, n Names, e
 		return err
 	}
 	subject := n.TurnFinishedSubject(ev.GetUserId())
-	header := nats.Header{"Content-Type": []string{TurnFinishedContentType}}
+	header := nats.Header{"Content-Type": []string{turnFinishedContentType}}
 	if o.keys != nil {
 		signed := &nats.Msg{Subject: subject, Data: data, Header: header}
 		o.keys.Sign(signed, time.Now())

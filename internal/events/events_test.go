@@ -29,8 +29,8 @@ func TestUserToken(t *testing.T) {
 		"b64_x":     "b64_YjY0X3g",
 		"张三":        "b64_5byg5LiJ",
 	} {
-		if got := UserToken(in); got != want {
-			t.Errorf("UserToken(%q) = %q, want %q", in, got, want)
+		if got := userToken(in); got != want {
+			t.Errorf("userToken(%q) = %q, want %q", in, got, want)
 		}
 	}
 	if got := DefaultNames().TurnFinishedSubject("alice"); got != "hermes.turn.finished.alice" {

@@ -41,7 +41,7 @@ func OpenBoltStore(path string) (*BoltStore, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("quota: sweep %s: %w", path, err)
 	}
-	return &BoltStore{MemoryStore: NewMemoryStore(), db: db, group: boltstore.NewGroup(db)}, nil
+	return &BoltStore{MemoryStore: newMemoryStore(), db: db, group: boltstore.NewGroup(db)}, nil
 }
 
 // Close closes the file.

@@ -25,17 +25,17 @@ import (
 	"github.com/hermes-agent/hermes/internal/rpc"
 )
 
-// DefaultRedisURL is the tests' Redis when HERMES_TEST_REDIS_URL is unset: database 15, so a
+// defaultRedisURL is the tests' Redis when HERMES_TEST_REDIS_URL is unset: database 15, so a
 // test run on a developer's machine never writes into database 0, where a local Hermes (or
 // anything else) keeps its data.
-const DefaultRedisURL = "redis://127.0.0.1:6379/15"
+const defaultRedisURL = "redis://127.0.0.1:6379/15"
 
-// RedisURL is the Redis the tests use: HERMES_TEST_REDIS_URL, by default DefaultRedisURL.
+// RedisURL is the Redis the tests use: HERMES_TEST_REDIS_URL, by default defaultRedisURL.
 func RedisURL() string {
 	if url := os.Getenv("HERMES_TEST_REDIS_URL"); url != "" {
 		return url
 	}
-	return DefaultRedisURL
+	return defaultRedisURL
 }
 
 // Redis connects to the test Redis (RedisURL) and returns it with a fresh random key prefix
