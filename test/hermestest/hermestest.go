@@ -155,12 +155,9 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 		}
 	}()
 	if o.DataDir == "" {
-		dir, err := os.MkdirTemp("", "hermestest-")
-		if err != nil {
+		if o.DataDir, err = s.tempDir("hermestest-"); err != nil {
 			return nil, err
 		}
-		s.closers = append(s.closers, func() error { return os.RemoveAll(dir) })
-		o.DataDir = dir
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -240,12 +237,8 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 // startPerTarget starts the targets in dependency order, so each knows the addresses it calls
 // (the tool service reaches the gateway only for MCP tools, so it starts before the gateway).
 func (s *Stack) startPerTarget(ctx context.Context, base app.Config, o Options) error {
-	if err := s.useRedis(ctx); err != nil {
-		return err
-	}
-	ns := "e2e" + randomToken()
-	s.Names = events.NamespacedNames(ns)
-	if err := s.useNATS(); err != nil {
+	ns, err := s.useBackends(ctx)
+	if err != nil {
 		return err
 	}
 	if o.Configure != nil {
@@ -260,12 +253,10 @@ func (s *Stack) startPerTarget(ctx context.Context, base app.Config, o Options) 
 	for _, t := range app.Targets() {
 		cfg := base
 		cfg.Target = t
-		dir, err := os.MkdirTemp("", "hermestest-"+t+"-")
-		if err != nil {
+		var err error
+		if cfg.DataDir, err = s.tempDir("hermestest-" + t + "-"); err != nil {
 			return err
 		}
-		s.closers = append(s.closers, func() error { return os.RemoveAll(dir) })
-		cfg.DataDir = dir
 		cfg.NATSURL, cfg.NATSNamespace = NATSURL, ns
 		if t != app.TargetMemory {
 			cfg.RedisURL, cfg.RedisPrefix = testenv.RedisURL(), s.RedisPrefix
@@ -282,22 +273,15 @@ func (s *Stack) startPerTarget(ctx context.Context, base app.Config, o Options) 
 }
 
 func (s *Stack) startSplit(ctx context.Context, base app.Config, o Options) error {
-	if err := s.useRedis(ctx); err != nil {
-		return err
-	}
-	ns := "e2e" + randomToken()
-	s.Names = events.NamespacedNames(ns)
-	if err := s.useNATS(); err != nil {
+	ns, err := s.useBackends(ctx)
+	if err != nil {
 		return err
 	}
 	memCfg := base
 	memCfg.Target = app.TargetMemory
-	dir, err := os.MkdirTemp("", "hermestest-memory-")
-	if err != nil {
+	if memCfg.DataDir, err = s.tempDir("hermestest-memory-"); err != nil {
 		return err
 	}
-	s.closers = append(s.closers, func() error { return os.RemoveAll(dir) })
-	memCfg.DataDir = dir
 	memCfg.NATSURL, memCfg.NATSNamespace = NATSURL, ns
 	if s.MemoryApp, err = s.startApp(ctx, memCfg, o.Log); err != nil {
 		return err
@@ -318,6 +302,17 @@ func (s *Stack) startSplit(ctx context.Context, base app.Config, o Options) erro
 	}
 	s.Apps[app.TargetMemory] = s.MemoryApp
 	return nil
+}
+
+// useBackends takes a Redis key prefix and a NATS namespace of the shared backends for this stack
+// and returns the namespace.
+func (s *Stack) useBackends(ctx context.Context) (string, error) {
+	if err := s.useRedis(ctx); err != nil {
+		return "", err
+	}
+	ns := "e2e" + randomToken()
+	s.Names = events.NamespacedNames(ns)
+	return ns, s.useNATS()
 }
 
 // useRedis checks the shared Redis and takes a fresh key prefix, whose keys Close deletes.
@@ -365,6 +360,16 @@ func DeleteStream(stream string) {
 		}
 		nc.Close()
 	}
+}
+
+// tempDir makes a directory that Close removes.
+func (s *Stack) tempDir(pattern string) (string, error) {
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return "", err
+	}
+	s.closers = append(s.closers, func() error { return os.RemoveAll(dir) })
+	return dir, nil
 }
 
 func (s *Stack) startApp(ctx context.Context, cfg app.Config, log *slog.Logger) (*app.App, error) {
