@@ -99,9 +99,6 @@ func newServer() *Server {
 	return s
 }
 
-// MCP returns the underlying MCP server.
-func (s *Server) MCP() *mcp.Server { return s.mcp }
-
 // Reservations returns the tables booked so far.
 func (s *Server) Reservations() []Reservation {
 	s.mu.Lock()
