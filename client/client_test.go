@@ -22,6 +22,7 @@ import (
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	"github.com/hermes-agent/hermes/test/hermestest"
 )
 
 const (
@@ -42,7 +43,7 @@ func testModel(req scripted.Request) scripted.Reply {
 }
 
 // startKeyed starts Hermes with API keys for alice and bob.
-func startKeyed(t *testing.T) *hermes {
+func startKeyed(t *testing.T) *hermestest.Stack {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "keys.yaml")
 	if err := os.WriteFile(file, []byte(aliceKey+": alice\n"+bobKey+": bob\n"), 0o600); err != nil {
@@ -52,7 +53,7 @@ func startKeyed(t *testing.T) *hermes {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(h.stop)
+	t.Cleanup(func() { _ = h.Close() })
 	return h
 }
 
@@ -81,7 +82,7 @@ func firstErr(seq func(func(*orchestratorv1.TurnEvent, error) bool)) error {
 func TestKeysAndScopes(t *testing.T) {
 	h := startKeyed(t)
 	ctx := context.Background()
-	alice := dial(t, h.addr, client.WithAPIKey(aliceKey))
+	alice := dial(t, h.App.Addr(), client.WithAPIKey(aliceKey))
 	own, err := alice.CreateSession(ctx, "alice's")
 	if err != nil {
 		t.Fatal(err)
@@ -90,10 +91,10 @@ func TestKeysAndScopes(t *testing.T) {
 		t.Errorf("a session created with alice's key belongs to %q", own.GetUserId())
 	}
 
-	noKey := dial(t, h.addr)
-	unknown := dial(t, h.addr, client.WithAPIKey("sk-nobody-0123456789abcdef"))
-	bob := dial(t, h.addr, client.WithAPIKey(bobKey))
-	aliceAsBob := dial(t, h.addr, client.WithAPIKey(aliceKey), client.WithUser("bob"))
+	noKey := dial(t, h.App.Addr())
+	unknown := dial(t, h.App.Addr(), client.WithAPIKey("sk-nobody-0123456789abcdef"))
+	bob := dial(t, h.App.Addr(), client.WithAPIKey(bobKey))
+	aliceAsBob := dial(t, h.App.Addr(), client.WithAPIKey(aliceKey), client.WithUser("bob"))
 	tests := []struct {
 		name string
 		call func() error
@@ -131,7 +132,7 @@ func TestKeysAndScopes(t *testing.T) {
 func TestBreakCancelsTurn(t *testing.T) {
 	h := startKeyed(t)
 	ctx := context.Background()
-	c := dial(t, h.addr, client.WithAPIKey(aliceKey))
+	c := dial(t, h.App.Addr(), client.WithAPIKey(aliceKey))
 	s, err := c.CreateSession(ctx, "slow")
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +173,7 @@ func TestBreakCancelsTurn(t *testing.T) {
 func TestFailedTurn(t *testing.T) {
 	h := startKeyed(t)
 	ctx := context.Background()
-	c := dial(t, h.addr, client.WithAPIKey(aliceKey))
+	c := dial(t, h.App.Addr(), client.WithAPIKey(aliceKey))
 	s, err := c.CreateSession(ctx, "fail")
 	if err != nil {
 		t.Fatal(err)
@@ -211,7 +212,7 @@ func TestFailedTurn(t *testing.T) {
 func TestSessionsAndMemories(t *testing.T) {
 	h := startKeyed(t)
 	ctx := context.Background()
-	c := dial(t, h.addr, client.WithAPIKey(aliceKey))
+	c := dial(t, h.App.Addr(), client.WithAPIKey(aliceKey))
 
 	one, err := c.CreateSession(ctx, "one")
 	if err != nil {
@@ -358,7 +359,7 @@ func TestTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(h.stop)
+	t.Cleanup(func() { _ = h.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -367,7 +368,7 @@ func TestTLS(t *testing.T) {
 		"client certificate": {client.WithCAFile(caFile), client.WithClientCertificate(filepath.Join(dir, "client", "tls.crt"), filepath.Join(dir, "client", "tls.key")), client.WithUser("ada")},
 	} {
 		t.Run(name, func(t *testing.T) {
-			c := dial(t, h.addr, opts...)
+			c := dial(t, h.App.Addr(), opts...)
 			s, err := c.CreateSession(ctx, "over TLS")
 			if err != nil {
 				t.Fatal(err)
@@ -377,13 +378,13 @@ func TestTLS(t *testing.T) {
 			}
 		})
 	}
-	if c, err := client.Dial(ctx, h.addr); err == nil {
+	if c, err := client.Dial(ctx, h.App.Addr()); err == nil {
 		_ = c.Close()
 		t.Error("Dial in plaintext reached a TLS server")
 	} else {
 		t.Logf("plaintext to a TLS server: %v", err)
 	}
-	switch c, err := client.Dial(ctx, h.addr, client.WithServerName("localhost")); {
+	switch c, err := client.Dial(ctx, h.App.Addr(), client.WithServerName("localhost")); {
 	case err == nil:
 		_ = c.Close()
 		t.Error("Dial with the system's roots accepted a certificate of a private CA")

@@ -5,18 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
-	"log/slog"
-	"os"
 	"strings"
-	"time"
 
 	"github.com/hermes-agent/hermes/client"
 	"github.com/hermes-agent/hermes/internal/app"
-	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	"github.com/hermes-agent/hermes/services/memory"
 	"github.com/hermes-agent/hermes/services/orchestrator"
+	"github.com/hermes-agent/hermes/test/hermestest"
 )
 
 // Example runs one turn against a Hermes started in this process with a scripted model, which
@@ -26,10 +23,10 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer hermes.stop()
+	defer hermes.Close()
 
 	ctx := context.Background()
-	c, err := client.Dial(ctx, hermes.addr, client.WithUser("ada"))
+	c, err := client.Dial(ctx, hermes.App.Addr(), client.WithUser("ada"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -58,48 +55,10 @@ func Example() {
 	// (2 steps)
 }
 
-// hermes is a monolithic Hermes (all services, embedded stores and NATS) in this process.
-type hermes struct {
-	addr  string
-	model *scripted.Server
-	app   *app.App
-	dir   string
-}
-
-// startHermes starts a scripted model and a Hermes that uses it; configure, when set, changes
-// Hermes' configuration (API keys, TLS).
-func startHermes(h scripted.Handler, configure func(*app.Config)) (*hermes, error) {
-	dir, err := os.MkdirTemp("", "hermes-client-")
-	if err != nil {
-		return nil, err
-	}
-	m, err := scripted.New(h)
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	cfg := demo.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.DataDir = dir
-	cfg.ModelBaseURL, cfg.Model = m.URL(), "scripted"
-	cfg.ShutdownTimeout = 5 * time.Second
-	if configure != nil {
-		configure(&cfg)
-	}
-	a, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		m.Close()
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	a.Start()
-	return &hermes{addr: a.Addr(), model: m, app: a, dir: dir}, nil
-}
-
-func (h *hermes) stop() {
-	_ = h.app.Stop()
-	h.model.Close()
-	_ = os.RemoveAll(h.dir)
+// startHermes starts a scripted model and a monolithic Hermes that uses it; configure, when
+// set, changes Hermes' configuration (API keys, TLS). Close stops both.
+func startHermes(h scripted.Handler, configure func(*app.Config)) (*hermestest.Stack, error) {
+	return hermestest.New(context.Background(), hermestest.Options{Model: h, ScriptExtractor: true, Args: []string{"--model=scripted"}, Configure: configure})
 }
 
 // calculatorModel calls the calculator with the expression of "What is …?" and answers with the

@@ -4,24 +4,22 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hermes-agent/hermes/internal/demo"
-	"github.com/hermes-agent/hermes/internal/rpc"
-	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
+	"github.com/hermes-agent/hermes/internal/demo/restaurant"
+	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	"github.com/hermes-agent/hermes/test/hermestest"
 )
 
 // TestChat drives `hermes chat` against a running embedded stack with the demo's scripted
 // model and restaurant MCP server.
 func TestChat(t *testing.T) {
 	ctx := context.Background()
-	st, err := demo.StartStack(ctx, t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := startDemoStack(t)
 	// The first turn, then — once the extractor has written its memory — the rest, so /memory
 	// and /forget see a memory to list and to forget.
 	first := demo.FirstMessage + "\n/sessions\n/context\n"
@@ -44,18 +42,13 @@ func TestChat(t *testing.T) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	conn, err := rpc.Dial(st.App.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	stdin, feed := io.Pipe()
 	exit := make(chan int, 1)
 	go func() {
 		exit <- run(cctx, []string{"chat", "--addr", st.App.Addr()}, stdin, &out, &errb, env)
 	}()
 	_, _ = io.WriteString(feed, first)
-	if _, err := demo.WaitForMemory(cctx, memoryv1.NewMemoryServiceClient(conn), "chat-user", 30*time.Second); err != nil {
+	if _, err := demo.WaitForMemory(cctx, st.Memory, "chat-user", 30*time.Second); err != nil {
 		t.Error(err)
 	}
 	_, _ = io.WriteString(feed, rest)
@@ -100,4 +93,34 @@ func TestChat(t *testing.T) {
 	if strings.Count(got, "New session ") != 2 || !strings.Contains(got, "  * ") {
 		t.Errorf("want two sessions and the current one marked:\n%s", got)
 	}
+}
+
+// startDemoStack starts the demo's stack: a monolithic Hermes with the demo's scripted model and
+// its restaurant MCP server added to the gateway.
+func startDemoStack(t *testing.T) *hermestest.Stack {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	rest, err := restaurant.Listen("127.0.0.1:0", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rest.Close)
+	st := hermestest.Start(t, hermestest.Options{
+		Model: demo.Model(), ScriptExtractor: true, Log: log,
+		// The restaurant server listens on loopback: exactly that address is allowed.
+		Args: []string{"--model=restaurant-demo", "--egress-allow=" + strings.TrimSuffix(strings.TrimPrefix(rest.URL(), "http://"), "/mcp")},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := st.Gateway.AddServer(ctx, &mcpgatewayv1.AddServerRequest{
+		Spec: &mcpgatewayv1.ServerSpec{
+			Name: demo.MCPServerName, Prefix: demo.MCPServerName,
+			Transport: &mcpgatewayv1.ServerSpec_Http{Http: &mcpgatewayv1.HTTPTransport{Url: rest.URL()}},
+		},
+		Wait: true,
+	})
+	if err != nil || resp.GetServer().GetState() != mcpgatewayv1.ServerState_SERVER_STATE_READY {
+		t.Fatalf("add the restaurant MCP server: %v %v", resp, err)
+	}
+	return st
 }

@@ -19,12 +19,12 @@ import (
 	"github.com/creack/pty"
 	"github.com/hinshun/vt10x"
 
-	"github.com/hermes-agent/hermes/internal/app"
 	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/testenv"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	"github.com/hermes-agent/hermes/test/hermestest"
 )
 
 // TestMain lets a test start this test binary as the hermes command (for a real terminal).
@@ -119,15 +119,11 @@ func (term *terminal) waitPrompt() {
 // waitFor polls cond until it holds; after a minute it fails the test with the screen.
 func (term *terminal) waitFor(what string, cond func() bool) {
 	term.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			term.mu.Lock()
-			raw := term.raw.String()
-			term.mu.Unlock()
-			term.t.Fatalf("timed out waiting for %s; the output:\n%s\nits end as written: %q", what, term.output(), raw[max(0, len(raw)-400):])
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testenv.Poll(60*time.Second, cond) {
+		term.mu.Lock()
+		raw := term.raw.String()
+		term.mu.Unlock()
+		term.t.Fatalf("timed out waiting for %s; the output:\n%s\nits end as written: %q", what, term.output(), raw[max(0, len(raw)-400):])
 	}
 }
 
@@ -159,28 +155,17 @@ const (
 // turn, and Ctrl-C then Ctrl-D at the prompt. What the editor sent is checked in the session's
 // messages on the server.
 func TestChatTerminal(t *testing.T) {
-	model, err := scripted.New(func(req scripted.Request) scripted.Reply {
-		if strings.Contains(req.LastUser(), "slow") && !req.JSON {
-			return scripted.Reply{Text: "too late", Delay: 10 * time.Minute}
-		}
-		return demo.Model()(req)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer model.Close()
-	cfg := demo.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
-	cfg.ModelBaseURL = model.URL()
-	cfg.Model = "scripted"
-	cfg.ShutdownTimeout = 5 * time.Second
-	a, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Start()
-	defer func() { _ = a.Stop() }()
+	a := hermestest.Start(t, hermestest.Options{
+		Model: func(req scripted.Request) scripted.Reply {
+			if strings.Contains(req.LastUser(), "slow") && !req.JSON {
+				return scripted.Reply{Text: "too late", Delay: 10 * time.Minute}
+			}
+			return demo.Model()(req)
+		},
+		ScriptExtractor: true,
+		Args:            []string{"--model=scripted"},
+		Log:             slog.New(slog.DiscardHandler),
+	}).App
 
 	dataDir := t.TempDir()
 	term := startTerminal(t, []string{"HERMES_LISTEN=" + a.Addr()}, "chat", "--user", "tty-user", "--data-dir", dataDir)

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc/status"
 
+	"github.com/hermes-agent/hermes/internal/backoff"
 	"github.com/hermes-agent/hermes/internal/config"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/telemetry"
@@ -110,9 +111,9 @@ func runMCP(ctx context.Context, env *cliEnv, args []string) error {
 func firstSync(ctx context.Context, srv *endpoint.Server, wait time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	delay := 100 * time.Millisecond
+	retry := backoff.Policy{Initial: 100 * time.Millisecond, Max: time.Second, Jitter: 0.2}
 	var why error // the last error that says more than "out of time"
-	for {
+	for attempt := 0; ; attempt++ {
 		err := srv.Sync(ctx)
 		if err == nil {
 			return nil
@@ -123,11 +124,8 @@ func firstSync(ctx context.Context, srv *endpoint.Server, wait time.Duration) er
 		if why == nil || ctx.Err() == nil {
 			why = err
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, retry.Delay(attempt)) {
 			return why
-		case <-time.After(delay):
-			delay = min(2*delay, time.Second)
 		}
 	}
 }

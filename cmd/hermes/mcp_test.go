@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"io"
 	"log/slog"
 	"strings"
@@ -12,26 +11,15 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/hermes-agent/hermes/internal/app"
-	"github.com/hermes-agent/hermes/internal/config"
 	"github.com/hermes-agent/hermes/internal/testenv"
+	"github.com/hermes-agent/hermes/test/hermestest"
 )
 
 // startToolService starts a Hermes process with the tool service on listen.
-func startToolService(t *testing.T, listen, dataDir string) *app.App {
+func startToolService(t *testing.T, listen, dataDir string) *hermestest.App {
 	t.Helper()
-	var cfg app.Config
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	if err := config.Load(fs, []string{"--listen=" + listen, "--data-dir=" + dataDir, "--target=tools", "--mcpgateway-addr=127.0.0.1:1"}, func(string) string { return "" }, "config"); err != nil {
-		t.Fatal(err)
-	}
-	a, err := app.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Start()
-	return a
+	cfg := hermestest.Config(t, "--listen="+listen, "--data-dir="+dataDir, "--target=tools", "--mcpgateway-addr=127.0.0.1:1")
+	return hermestest.StartApp(t, cfg, slog.New(slog.DiscardHandler))
 }
 
 // serveStdio runs `hermes mcp serve --stdio` with args in the background and connects the Go

@@ -265,9 +265,6 @@ func (a *App) Addr() string { return a.addr }
 // SERVING.
 func (a *App) ReadyHandler() http.Handler { return a.srv.ReadyHandler() }
 
-// Services lists the registered gRPC service names.
-func (a *App) Services() []string { return a.srv.Services() }
-
 // Run serves until ctx is cancelled, then shuts down gracefully and closes the backends.
 func (a *App) Run(ctx context.Context) error {
 	a.log.Info("hermes serving", "addr", a.addr, "targets", a.cfg.Target, "services", a.srv.Services())

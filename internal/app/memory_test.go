@@ -86,18 +86,15 @@ func TestMemoryTargetWiring(t *testing.T) {
 			if err := events.PublishTurnFinished(ctx, js, a.EventNames(), ev, events.SignWith(keys)); err != nil {
 				t.Fatal(err)
 			}
-			for {
-				lr, err := c.ListMemories(ctx, &memoryv1.ListMemoriesRequest{UserId: "li"})
+			var lr *memoryv1.ListMemoriesResponse
+			if !testenv.Poll(20*time.Second, func() bool {
+				lr, err = c.ListMemories(ctx, &memoryv1.ListMemoriesRequest{UserId: "li"})
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(lr.GetMemories()) == 1 && lr.GetMemories()[0].GetAttributes()["restaurant_name"] == "蜀香园" {
-					break
-				}
-				if ctx.Err() != nil {
-					t.Fatalf("the published turn was not extracted: %v", lr)
-				}
-				time.Sleep(50 * time.Millisecond)
+				return len(lr.GetMemories()) == 1 && lr.GetMemories()[0].GetAttributes()["restaurant_name"] == "蜀香园"
+			}) {
+				t.Fatalf("the published turn was not extracted: %v", lr)
 			}
 			for _, u := range []string{"alice", "li"} {
 				if _, err := c.ForgetUser(ctx, &memoryv1.ForgetUserRequest{UserId: u}); err != nil {

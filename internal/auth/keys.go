@@ -111,7 +111,7 @@ func (k *KeyFile) reloadLocked(force bool) error {
 	if err != nil {
 		return fmt.Errorf("auth file: %w", err)
 	}
-	keys, err := ParseKeys(data)
+	keys, err := parseKeys(data)
 	if err != nil {
 		return fmt.Errorf("auth file %s: %w", k.path, err)
 	}
@@ -130,9 +130,9 @@ type keyEntry struct {
 	Quota yaml.Node `yaml:"quota"` // Kind 0 when absent
 }
 
-// ParseKeys parses the auth file's content into key digests and principals. Errors never
+// parseKeys parses the auth file's content into key digests and principals. Errors never
 // contain a key.
-func ParseKeys(data []byte) (map[[32]byte]Principal, error) {
+func parseKeys(data []byte) (map[[32]byte]Principal, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("want a YAML map of \"<key>: <user_id>\" or \"<key>: {role: …}\": %s", yamlErrorWithoutData(err))

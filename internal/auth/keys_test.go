@@ -18,7 +18,7 @@ func TestParseKeys(t *testing.T) {
 		"sk-ops-0123456789abcdefgh: {role: operator, name: ops}\n" +
 		"sk-svc-0123456789abcdefgh: {role: service}\n" +
 		"\"sha256:" + hex.EncodeToString(digest[:]) + "\": {role: user, user: carol}\n"
-	keys, err := ParseKeys([]byte(file))
+	keys, err := parseKeys([]byte(file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestParseKeysRefuses(t *testing.T) {
 		{"blank in key", "\"sk 0123456789abcdef\": a\n", "blank or control"},
 		{"control in user", "sk-0123456789abcdef: \"a\\u0007b\"\n", "control character"},
 	} {
-		_, err := ParseKeys([]byte(tc.file))
+		_, err := parseKeys([]byte(tc.file))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", tc.name, err, tc.want)
 		}
@@ -112,11 +112,11 @@ func FuzzParseKeys(f *testing.F) {
 	f.Add([]byte("a: &x {role: user, user: *x}\n"))
 	f.Add([]byte("{"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		keys, err := ParseKeys(data)
+		keys, err := parseKeys(data)
 		if err != nil {
 			return
 		}
-		again, err := ParseKeys(data)
+		again, err := parseKeys(data)
 		if err != nil || len(again) != len(keys) {
 			t.Fatalf("second parse differs: %v", err)
 		}

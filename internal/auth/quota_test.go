@@ -9,7 +9,7 @@ import (
 )
 
 func TestParseKeysQuota(t *testing.T) {
-	keys, err := ParseKeys([]byte("sk-carol-0123456789abcdef: {role: user, user: carol, quota: {concurrent_turns: 2, tokens_per_day: 0}}\n"))
+	keys, err := parseKeys([]byte("sk-carol-0123456789abcdef: {role: user, user: carol, quota: {concurrent_turns: 2, tokens_per_day: 0}}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +25,7 @@ func TestParseKeysQuota(t *testing.T) {
 		{"not a map", "sk-0123456789abcdef: {role: user, user: a, quota: 3}\n", "want a map"},
 		{"operator", "sk-0123456789abcdef: {role: operator, quota: {sessions: 3}}\n", "has no quota"},
 	} {
-		_, err := ParseKeys([]byte(tc.file))
+		_, err := parseKeys([]byte(tc.file))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error containing %q", tc.name, err, tc.want)
 		}

@@ -61,3 +61,17 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// Until calls try until it reports true, pausing p.Delay(attempt) after each failed try, and
+// reports whether it did before ctx ended. It is the loop of a retry or a poll whose try keeps
+// its own errors.
+func Until(ctx context.Context, p Policy, try func() bool) bool {
+	for attempt := 0; ; attempt++ {
+		if try() {
+			return true
+		}
+		if !Sleep(ctx, p.Delay(attempt)) {
+			return false
+		}
+	}
+}

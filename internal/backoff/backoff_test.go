@@ -74,3 +74,19 @@ func TestSleep(t *testing.T) {
 		t.Error("Sleep on an ended context returned true")
 	}
 }
+
+func TestUntil(t *testing.T) {
+	p := Policy{Initial: time.Millisecond, Max: 4 * time.Millisecond, Jitter: 0.2}
+	tries := 0
+	if !Until(context.Background(), p, func() bool { tries++; return tries == 5 }) || tries != 5 {
+		t.Errorf("Until stopped after %d tries, want true after 5", tries)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if Until(ctx, p, func() bool { return false }) {
+		t.Error("Until of a try that never holds reported true")
+	}
+	if ctx.Err() == nil {
+		t.Error("Until returned before its context ended")
+	}
+}

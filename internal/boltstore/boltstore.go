@@ -5,6 +5,7 @@ package boltstore
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -135,4 +136,30 @@ func copyBucket(dst, src *bolt.Bucket) error {
 		}
 		return copyBucket(d, src.Bucket(k))
 	})
+}
+
+// ParseCursor reads a page cursor of an index under prefix: the hex of the last key a page
+// returned. "" is the first page (nil, true); a cursor that is not hex or not under prefix is not
+// valid (false).
+func ParseCursor(cursor string, prefix []byte) ([]byte, bool) {
+	if cursor == "" {
+		return nil, true
+	}
+	after, err := hex.DecodeString(cursor)
+	return after, err == nil && bytes.HasPrefix(after, prefix)
+}
+
+// SeekPage moves c to the first key of a page under prefix — the first key, or the one after
+// after (a key ParseCursor returned) — and returns it; it may lie outside prefix, which ends the
+// page.
+func SeekPage(c *bolt.Cursor, prefix, after []byte) []byte {
+	if after == nil {
+		k, _ := c.Seek(prefix)
+		return k
+	}
+	k, _ := c.Seek(after)
+	if bytes.Equal(k, after) {
+		k, _ = c.Next()
+	}
+	return k
 }

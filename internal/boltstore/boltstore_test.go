@@ -288,3 +288,64 @@ func TestMoveInto(t *testing.T) {
 		t.Errorf("the old file was not renamed: %v", err)
 	}
 }
+
+// TestPages reads an index under several prefixes (Latin and Chinese keys) page by page with
+// ParseCursor and SeekPage: every key of the prefix once, in order, none of another prefix.
+func TestPages(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "x.db"), nil, []byte("idx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	users := []string{"alice", "alicia", "用户甲", "用户"}
+	want := map[string][]string{}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("idx"))
+		for i, u := range users {
+			for j := range 3 + 2*i {
+				k := fmt.Sprintf("%s\x00%03d", u, j)
+				want[u] = append(want[u], k)
+				if err := b.Put([]byte(k), nil); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range users {
+		prefix := append([]byte(u), 0)
+		for _, size := range []int{1, 2, 100} {
+			var got []string
+			cursor := ""
+			for range 100 {
+				after, ok := ParseCursor(cursor, prefix)
+				if !ok {
+					t.Fatalf("%s: cursor %q refused", u, cursor)
+				}
+				var page []string
+				_ = db.View(func(tx *bolt.Tx) error {
+					c := tx.Bucket([]byte("idx")).Cursor()
+					for k := SeekPage(c, prefix, after); k != nil && strings.HasPrefix(string(k), string(prefix)) && len(page) < size; k, _ = c.Next() {
+						page = append(page, string(k))
+					}
+					return nil
+				})
+				got = append(got, page...)
+				if len(page) < size {
+					break
+				}
+				cursor = fmt.Sprintf("%x", page[len(page)-1])
+			}
+			if diff := cmp.Diff(want[u], got); diff != "" {
+				t.Errorf("%s in pages of %d (-want +got):\n%s", u, size, diff)
+			}
+		}
+	}
+	for _, bad := range []string{"zz", fmt.Sprintf("%x", "bob\x00001")} {
+		if _, ok := ParseCursor(bad, []byte("alice\x00")); ok {
+			t.Errorf("cursor %q accepted", bad)
+		}
+	}
+}

@@ -108,7 +108,7 @@ func New(cfg Config) (*Guard, error) {
 		}
 	}
 	for _, o := range cfg.AllowedOrigins {
-		n, ok := NormalizeOrigin(strings.TrimSpace(o))
+		n, ok := normalizeOrigin(strings.TrimSpace(o))
 		if !ok {
 			return nil, fmt.Errorf("allowed origin %q: want scheme://host[:port] with scheme http or https (https://app.example.com)", o)
 		}
@@ -194,7 +194,7 @@ func (g *Guard) OriginAllowed(origin, hostHeader string) (ok, configured bool) {
 	if origin == "" {
 		return true, false
 	}
-	n, valid := NormalizeOrigin(origin)
+	n, valid := normalizeOrigin(origin)
 	if !valid {
 		return false, false
 	}
@@ -233,9 +233,9 @@ func defaultPort(scheme string) string {
 	return "80"
 }
 
-// NormalizeOrigin returns scheme://host[:port] in lower case without a default port, or false
+// normalizeOrigin returns scheme://host[:port] in lower case without a default port, or false
 // for what is not an http or https origin ("null", a path, credentials).
-func NormalizeOrigin(o string) (string, bool) {
+func normalizeOrigin(o string) (string, bool) {
 	u, err := url.Parse(o)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
 		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
@@ -320,7 +320,7 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 		if ref := g.Check(r); ref != nil {
 			g.log.Warn("request from a browser context refused", "method", r.Method, "path", r.URL.Path,
 				"host", r.Host, "origin", origin, "remote", r.RemoteAddr, "reason", ref.Message)
-			Refuse(w, ref.Message)
+			refuse(w, ref.Message)
 			return
 		}
 		if _, configured := g.OriginAllowed(origin, r.Host); configured {
@@ -341,9 +341,9 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 	})
 }
 
-// Refuse answers 403 with msg in a google.rpc.Status body (code 7, PERMISSION_DENIED), the
+// refuse answers 403 with msg in a google.rpc.Status body (code 7, PERMISSION_DENIED), the
 // error format of the HTTP/JSON API.
-func Refuse(w http.ResponseWriter, msg string) {
+func refuse(w http.ResponseWriter, msg string) {
 	body, _ := json.Marshal(struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`

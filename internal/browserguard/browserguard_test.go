@@ -233,7 +233,7 @@ func FuzzCheck(f *testing.F) {
 		if origin == "" {
 			return
 		}
-		n, ok := NormalizeOrigin(origin)
+		n, ok := normalizeOrigin(origin)
 		if !ok {
 			t.Fatalf("Origin %q passed but is not an origin", origin)
 		}

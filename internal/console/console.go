@@ -23,10 +23,10 @@ const Prefix = "/ui/"
 //go:embed assets
 var assets embed.FS
 
-// ContentSecurityPolicy is the policy of every console response. form-action 'none' keeps a form
+// contentSecurityPolicy is the policy of every console response. form-action 'none' keeps a form
 // from ever being submitted as a navigation (which would put what was typed, an API key
 // included, into a URL) if the script fails to load.
-const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; " +
+const contentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; " +
 	"connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; " +
 	"frame-ancestors 'none'"
 
@@ -55,7 +55,7 @@ func Handler() http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("Content-Security-Policy", ContentSecurityPolicy)
+		h.Set("Content-Security-Policy", contentSecurityPolicy)
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")

@@ -50,7 +50,7 @@ func TestHandler(t *testing.T) {
 			}
 			if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
 				for h, want := range map[string]string{
-					"Content-Security-Policy": ContentSecurityPolicy,
+					"Content-Security-Policy": contentSecurityPolicy,
 					"X-Content-Type-Options":  "nosniff",
 					"X-Frame-Options":         "DENY",
 					"Referrer-Policy":         "no-referrer",
@@ -67,13 +67,13 @@ func TestHandler(t *testing.T) {
 // TestPolicy: the policy allows nothing inline and nothing from another origin, and no framing.
 func TestPolicy(t *testing.T) {
 	for _, want := range []string{"default-src 'self'", "script-src 'self'", "style-src 'self'", "object-src 'none'", "base-uri 'none'", "form-action 'none'", "frame-ancestors 'none'"} {
-		if !strings.Contains(ContentSecurityPolicy, want) {
-			t.Errorf("policy %q lacks %q", ContentSecurityPolicy, want)
+		if !strings.Contains(contentSecurityPolicy, want) {
+			t.Errorf("policy %q lacks %q", contentSecurityPolicy, want)
 		}
 	}
 	for _, bad := range []string{"unsafe-inline", "unsafe-eval", "data:", "*", "http:", "https:"} {
-		if strings.Contains(ContentSecurityPolicy, bad) {
-			t.Errorf("policy %q allows %q", ContentSecurityPolicy, bad)
+		if strings.Contains(contentSecurityPolicy, bad) {
+			t.Errorf("policy %q allows %q", contentSecurityPolicy, bad)
 		}
 	}
 }

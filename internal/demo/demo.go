@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/internal/backoff"
 	"github.com/hermes-agent/hermes/internal/demo/restaurant"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/rpc"
@@ -56,9 +57,9 @@ type Options struct {
 	HTTPListen string
 }
 
-// DefaultConfig is the serving configuration with every default and nothing from the
+// defaultConfig is the serving configuration with every default and nothing from the
 // environment, so a demo is the same on every machine.
-func DefaultConfig() app.Config {
+func defaultConfig() app.Config {
 	var cfg app.Config
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
@@ -66,8 +67,8 @@ func DefaultConfig() app.Config {
 	return cfg
 }
 
-// Stack is a running demo stack.
-type Stack struct {
+// stack is a running demo stack.
+type stack struct {
 	App        *app.App
 	Model      *scripted.Server
 	Restaurant *restaurant.HTTPServer
@@ -79,17 +80,14 @@ type Stack struct {
 	Orchestrator orchestratorv1.OrchestratorServiceClient
 }
 
-// StartStack starts the scripted model, the restaurant MCP server and a monolithic Hermes in
-// dataDir, and adds the MCP server to the gateway.
-func StartStack(ctx context.Context, dataDir string, log *slog.Logger) (*Stack, error) {
-	return startStack(ctx, dataDir, "127.0.0.1:0", "", log)
-}
-
-func startStack(ctx context.Context, dataDir, listen, httpListen string, log *slog.Logger) (*Stack, error) {
+// startStack starts the scripted model, the restaurant MCP server and a monolithic Hermes in
+// dataDir, and adds the MCP server to the gateway. (Tests start their stacks with
+// test/hermestest.)
+func startStack(ctx context.Context, dataDir, listen, httpListen string, log *slog.Logger) (*stack, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	st := &Stack{}
+	st := &stack{}
 	var err error
 	if st.Model, err = scripted.New(Model()); err != nil {
 		return nil, err
@@ -98,7 +96,7 @@ func startStack(ctx context.Context, dataDir, listen, httpListen string, log *sl
 		st.Close()
 		return nil, err
 	}
-	cfg := DefaultConfig()
+	cfg := defaultConfig()
 	cfg.Listen = listen
 	cfg.HTTP.Listen = httpListen
 	cfg.DataDir = dataDir
@@ -145,7 +143,7 @@ func startStack(ctx context.Context, dataDir, listen, httpListen string, log *sl
 }
 
 // Close stops everything.
-func (st *Stack) Close() {
+func (st *stack) Close() {
 	if st.Conn != nil {
 		_ = st.Conn.Close()
 	}
@@ -218,24 +216,24 @@ func RunTurn(ctx context.Context, c orchestratorv1.OrchestratorServiceClient, re
 // WaitForMemory waits until the user has at least one memory (the extractor works
 // asynchronously, from turn.finished on NATS).
 func WaitForMemory(ctx context.Context, c memoryv1.MemoryServiceClient, user string, timeout time.Duration) ([]*memoryv1.Memory, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		resp, err := c.ListMemories(ctx, &memoryv1.ListMemoriesRequest{UserId: user})
-		if err == nil && len(resp.GetMemories()) > 0 {
-			return resp.GetMemories(), nil
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var mems []*memoryv1.Memory
+	err := errors.New("no memory was extracted")
+	if backoff.Until(wctx, backoff.Policy{Initial: 50 * time.Millisecond, Max: 250 * time.Millisecond, Jitter: 0.2}, func() bool {
+		resp, lerr := c.ListMemories(wctx, &memoryv1.ListMemoriesRequest{UserId: user})
+		if lerr != nil && wctx.Err() == nil {
+			err = lerr
 		}
-		if time.Now().After(deadline) {
-			if err == nil {
-				err = errors.New("no memory was extracted")
-			}
-			return nil, fmt.Errorf("waiting %s for the memory extractor: %w", timeout, err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+		mems = resp.GetMemories()
+		return lerr == nil && len(mems) > 0
+	}) {
+		return mems, nil
 	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return nil, fmt.Errorf("waiting %s for the memory extractor: %w", timeout, err)
 }
 
 // Run plays the demo and checks its outcome; an error means the example did not work.
@@ -311,7 +309,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("session 2 failed: %s: %s", r2.Failed.GetCode(), r2.Failed.GetMessage())
 	}
 	if last := p.LastContext; last != nil {
-		fmt.Fprintf(out, "\nToken composition of the last request and its reply: %s\n", ArticleComposition(last.GetTokens(), int32(tok.Count(r2.Completed.GetText()))))
+		fmt.Fprintf(out, "\nToken composition of the last request and its reply: %s\n", articleComposition(last.GetTokens(), int32(tok.Count(r2.Completed.GetText()))))
 	}
 
 	rule(out, "Checks")
@@ -362,8 +360,8 @@ func Check(r2 *TurnResult, mems []*memoryv1.Memory, reservations []restaurant.Re
 	}
 	if len(reservations) != 1 {
 		problems = append(problems, fmt.Sprintf("%d reservations were made, want 1", len(reservations)))
-	} else if r := reservations[0]; r.RestaurantName != "蜀香园" || r.PartySize != PartySize || r.Time != ReservationTime {
-		problems = append(problems, fmt.Sprintf("reservation %+v, want 蜀香园 at %s for %d", r, ReservationTime, PartySize))
+	} else if r := reservations[0]; r.RestaurantName != "蜀香园" || r.PartySize != partySize || r.Time != reservationTime {
+		problems = append(problems, fmt.Sprintf("reservation %+v, want 蜀香园 at %s for %d", r, reservationTime, partySize))
 	}
 	if r2.Completed == nil || !strings.Contains(r2.Completed.GetText(), "蜀香园") {
 		problems = append(problems, "the final answer does not name 蜀香园")

@@ -239,9 +239,9 @@ func Composition(t *orchestratorv1.TokenBreakdown) string {
 		pct(t.GetTaskState()), pct(t.GetHistory()), pct(t.GetCurrentMessage()))
 }
 
-// ArticleComposition groups a request and its reply the way the article reports a typical one:
+// articleComposition groups a request and its reply the way the article reports a typical one:
 // system + tool schemas, history + summary, memory, current message + reply.
-func ArticleComposition(t *orchestratorv1.TokenBreakdown, replyTokens int32) string {
+func articleComposition(t *orchestratorv1.TokenBreakdown, replyTokens int32) string {
 	sys := t.GetSystemPrompt() + t.GetToolSchemas()
 	hist := t.GetHistory() + t.GetSummary() + t.GetPinned() + t.GetTaskState()
 	mem := t.GetMemory()

@@ -20,8 +20,8 @@ const (
 
 // What the scripted model asks for in session 2, as the user said it.
 const (
-	ReservationTime = "明天 19:00"
-	PartySize       = 2
+	reservationTime = "明天 19:00"
+	partySize       = 2
 )
 
 // Model is the scripted model of the demo: it plays the assistant of the restaurant example,
@@ -150,7 +150,7 @@ func assistant(req scripted.Request) scripted.Reply {
 			return scripted.Text("抱歉，没有找到您说的那家餐厅。")
 		}
 		return scripted.Calls(scripted.Call(reserve, map[string]any{
-			"restaurant_id": out.Restaurants[0].ID, "time": ReservationTime, "party_size": PartySize,
+			"restaurant_id": out.Restaurants[0].ID, "time": reservationTime, "party_size": partySize,
 		}))
 
 	case strings.Contains(user, "订") && lastTool == reserve:

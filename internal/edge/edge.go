@@ -85,7 +85,7 @@ func New(desc *grpc.ServiceDesc, conn grpc.ClientConnInterface, log *slog.Logger
 		if err != nil {
 			return nil, fmt.Errorf("edge: %s: %w", full, err)
 		}
-		fwd := UserFacing(policy, full)
+		fwd := userFacing(policy, full)
 		if fwd {
 			f.forwarded = append(f.forwarded, full)
 		} else {
@@ -99,9 +99,9 @@ func New(desc *grpc.ServiceDesc, conn grpc.ClientConnInterface, log *slog.Logger
 	return f, nil
 }
 
-// UserFacing reports whether the edge forwards method: the policy table opens it to users, and
+// userFacing reports whether the edge forwards method: the policy table opens it to users, and
 // scopes it to the user (the forwarded request then names the authenticated user).
-func UserFacing(policy map[string]auth.Access, method string) bool {
+func userFacing(policy map[string]auth.Access, method string) bool {
 	acc, ok := policy[method]
 	return ok && !acc.Public && acc.UserScoped && slices.Contains(acc.Roles, auth.RoleUser)
 }

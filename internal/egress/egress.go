@@ -34,8 +34,8 @@ type Policy struct {
 	rules []rule
 }
 
-// ErrRefused is wrapped by every refusal.
-var ErrRefused = errors.New("egress refused")
+// errRefused is wrapped by every refusal.
+var errRefused = errors.New("egress refused")
 
 // New parses the operator's rules: "host:port", "host:*", "10.0.0.0/8:443", "[::1]:8080",
 // "127.0.0.1:*". Every rule needs a port (or "*"), so allowing a host never opens all of its
@@ -99,9 +99,9 @@ var internalPrefixes = []netip.Prefix{
 
 var nat64 = netip.MustParsePrefix("64:ff9b::/96")
 
-// Internal reports whether an address belongs to a host's own or private network rather than
+// isInternal reports whether an address belongs to a host's own or private network rather than
 // the public internet.
-func Internal(a netip.Addr) bool {
+func isInternal(a netip.Addr) bool {
 	a = a.Unmap()
 	if a.Is6() && nat64.Contains(a) {
 		b := a.As16()
@@ -123,7 +123,7 @@ func Internal(a netip.Addr) bool {
 // URL named an address).
 func (p *Policy) Check(host string, addr netip.Addr, port int) error {
 	addr = addr.Unmap()
-	if !Internal(addr) {
+	if !isInternal(addr) {
 		return nil
 	}
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
@@ -139,7 +139,7 @@ func (p *Policy) Check(host string, addr netip.Addr, port int) error {
 	if host != "" && host != what {
 		what = host + " (" + what + ")"
 	}
-	return fmt.Errorf("%w: %s:%d is a loopback, private or link-local address; the operator allows such destinations with --egress-allow host:port", ErrRefused, what, port)
+	return fmt.Errorf("%w: %s:%d is a loopback, private or link-local address; the operator allows such destinations with --egress-allow host:port", errRefused, what, port)
 }
 
 // DialContext dials like net.Dialer, checking every address it connects to.
@@ -157,7 +157,7 @@ func (p *Policy) DialContext(ctx context.Context, network, address string) (net.
 		Control: func(_, resolved string, _ syscall.RawConn) error {
 			ap, err := netip.ParseAddrPort(resolved)
 			if err != nil {
-				return fmt.Errorf("%w: cannot read the dialled address %q", ErrRefused, resolved)
+				return fmt.Errorf("%w: cannot read the dialled address %q", errRefused, resolved)
 			}
 			return p.Check(host, ap.Addr(), int(ap.Port()))
 		},

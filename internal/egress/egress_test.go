@@ -20,8 +20,8 @@ func TestInternal(t *testing.T) {
 		"::ffff:127.0.0.1": true, "::ffff:169.254.169.254": true, "64:ff9b::a9fe:a9fe": true, // NAT64 of the metadata address
 		"8.8.8.8": false, "1.1.1.1": false, "2606:4700:4700::1111": false, "::ffff:8.8.8.8": false, "64:ff9b::808:808": false,
 	} {
-		if got := Internal(netip.MustParseAddr(addr)); got != want {
-			t.Errorf("Internal(%s) = %v, want %v", addr, got, want)
+		if got := isInternal(netip.MustParseAddr(addr)); got != want {
+			t.Errorf("isInternal(%s) = %v, want %v", addr, got, want)
 		}
 	}
 }
@@ -58,8 +58,8 @@ func TestCheck(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("Check(%q, %s, %d) = %v, want allowed=%v", tc.host, tc.addr, tc.port, err, tc.ok)
 		}
-		if err != nil && !errors.Is(err, ErrRefused) {
-			t.Errorf("refusal %v does not wrap ErrRefused", err)
+		if err != nil && !errors.Is(err, errRefused) {
+			t.Errorf("refusal %v does not wrap errRefused", err)
 		}
 	}
 	for _, bad := range []string{"example.com", "example.com:0", "example.com:x", ":80", "*.example.com:80", "10.0.0.0/33:80"} {
@@ -95,10 +95,10 @@ func TestTransportChecksTheDialledAddress(t *testing.T) {
 		return string(b), err
 	}
 	named := fmt.Sprintf("http://localhost:%d/", port)
-	if _, err := get(&Policy{}, named); !errors.Is(err, ErrRefused) {
+	if _, err := get(&Policy{}, named); !errors.Is(err, errRefused) {
 		t.Errorf("localhost with no rules: %v, want refused", err)
 	}
-	if _, err := get(&Policy{}, srv.URL); !errors.Is(err, ErrRefused) {
+	if _, err := get(&Policy{}, srv.URL); !errors.Is(err, errRefused) {
 		t.Errorf("127.0.0.1 with no rules: %v, want refused", err)
 	}
 	p, err := New([]string{"localhost:" + u.Port(), "127.0.0.1:" + u.Port()})
@@ -108,7 +108,7 @@ func TestTransportChecksTheDialledAddress(t *testing.T) {
 	if body, err := get(p, named); err != nil || body != "ok" {
 		t.Errorf("allowed name: %q %v", body, err)
 	}
-	if _, err := get(p, srv.URL+"/redirect"); !errors.Is(err, ErrRefused) {
+	if _, err := get(p, srv.URL+"/redirect"); !errors.Is(err, errRefused) {
 		t.Errorf("redirect to another loopback port: %v, want refused", err)
 	}
 }
@@ -127,10 +127,10 @@ func FuzzCheck(f *testing.F) {
 		}
 		var none Policy
 		err := none.Check("", a, int(port))
-		if (err != nil) != Internal(a) {
-			t.Fatalf("Check(%s) = %v but Internal = %v", a, err, Internal(a))
+		if (err != nil) != isInternal(a) {
+			t.Fatalf("Check(%s) = %v but isInternal = %v", a, err, isInternal(a))
 		}
-		if Internal(a) != Internal(a.Unmap()) {
+		if isInternal(a) != isInternal(a.Unmap()) {
 			t.Fatalf("%s and its unmapped form disagree", a)
 		}
 		p, err := New([]string{netip.AddrPortFrom(a.Unmap(), port).String()})
@@ -140,7 +140,7 @@ func FuzzCheck(f *testing.F) {
 		if err := p.Check("", a, int(port)); err != nil {
 			t.Fatalf("the rule for %s:%d does not allow it: %v", a, port, err)
 		}
-		if Internal(a) && p.Check("", a, int(port)%65535+1) == nil {
+		if isInternal(a) && p.Check("", a, int(port)%65535+1) == nil {
 			t.Fatalf("the rule for %s:%d allows another port", a, port)
 		}
 	})

@@ -30,8 +30,8 @@ const (
 	HeaderSignedAt = "Hermes-Signed-At"
 
 	sigScheme = "hmac-sha256="
-	// MinKeyBytes is the shortest accepted events key (openssl rand -hex 32 gives 64).
-	MinKeyBytes = 32
+	// minKeyBytes is the shortest accepted events key (openssl rand -hex 32 gives 64).
+	minKeyBytes = 32
 	// maxSignedAge is how old a signature may be: the stream keeps events 7 days, and an
 	// extractor that was down that long still takes them.
 	maxSignedAge = 8 * 24 * time.Hour
@@ -52,16 +52,16 @@ type Keyring struct {
 	acceptUnsigned bool
 }
 
-// NewKeyring returns a keyring of the given keys, the first of which signs. Each key must be at
-// least MinKeyBytes long.
-func NewKeyring(keys ...[]byte) (*Keyring, error) {
+// newKeyring returns a keyring of the given keys, the first of which signs. Each key must be at
+// least minKeyBytes long.
+func newKeyring(keys ...[]byte) (*Keyring, error) {
 	if len(keys) == 0 {
 		return nil, errors.New("events key: none given")
 	}
 	k := &Keyring{}
 	for i, key := range keys {
-		if len(key) < MinKeyBytes {
-			return nil, fmt.Errorf("events key %d: %d bytes, want at least %d (generate one with: openssl rand -hex 32)", i+1, len(key), MinKeyBytes)
+		if len(key) < minKeyBytes {
+			return nil, fmt.Errorf("events key %d: %d bytes, want at least %d (generate one with: openssl rand -hex 32)", i+1, len(key), minKeyBytes)
 		}
 		k.keys = append(k.keys, append([]byte(nil), key...))
 	}
@@ -79,7 +79,7 @@ func ParseKeyring(text string) (*Keyring, error) {
 		}
 		keys = append(keys, []byte(line))
 	}
-	return NewKeyring(keys...)
+	return newKeyring(keys...)
 }
 
 // LoadKeyring reads the keyring of a key file (ParseKeyring's format).
@@ -93,15 +93,6 @@ func LoadKeyring(path string) (*Keyring, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return k, nil
-}
-
-// RandomKeyring returns a keyring of one fresh random key.
-func RandomKeyring() (*Keyring, error) {
-	key, err := RandomKey()
-	if err != nil {
-		return nil, err
-	}
-	return NewKeyring([]byte(key))
 }
 
 // RandomKey returns a fresh key as 64 hex digits.

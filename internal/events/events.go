@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/hermes-agent/hermes/internal/backoff"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 )
 
@@ -64,7 +65,7 @@ func NamespacedNames(namespace string) Names {
 	if namespace == "" {
 		return n
 	}
-	tok := UserToken(namespace)
+	tok := userToken(namespace)
 	n.Stream += "_" + strings.ToUpper(strings.ReplaceAll(tok, "-", "_"))
 	n.TurnFinishedPrefix = tok + "." + n.TurnFinishedPrefix
 	n.DeadLetterPrefix = tok + "." + n.DeadLetterPrefix
@@ -74,10 +75,10 @@ func NamespacedNames(namespace string) Names {
 
 var subjectToken = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
-// UserToken is the subject token for a user id. Ids that are not a plain token (they contain
+// userToken is the subject token for a user id. Ids that are not a plain token (they contain
 // '.', '*', '>', spaces or are long) are encoded as "b64_" plus unpadded base64url, so every user
 // maps to exactly one subject token.
-func UserToken(userID string) string {
+func userToken(userID string) string {
 	if subjectToken.MatchString(userID) && !hasB64Prefix(userID) {
 		return userID
 	}
@@ -88,7 +89,7 @@ func hasB64Prefix(s string) bool { return len(s) >= 4 && s[:4] == "b64_" }
 
 // TurnFinishedSubject is hermes.turn.finished.<user>.
 func (n Names) TurnFinishedSubject(userID string) string {
-	return n.TurnFinishedPrefix + UserToken(userID)
+	return n.TurnFinishedPrefix + userToken(userID)
 }
 
 // TurnFinishedFilter matches every user's turn.finished subject.
@@ -156,9 +157,9 @@ func EnsureStreamReplicas(ctx context.Context, js jetstream.JetStream, n Names, 
 	return st, nil
 }
 
-// TurnFinishedContentType is the Content-Type header of a published turn.finished: binary
+// turnFinishedContentType is the Content-Type header of a published turn.finished: binary
 // protobuf of hermes.events.v1.TurnFinished.
-const TurnFinishedContentType = "application/x-protobuf; messageType=hermes.events.v1.TurnFinished"
+const turnFinishedContentType = "application/x-protobuf; messageType=hermes.events.v1.TurnFinished"
 
 // MarshalTurnFinished encodes the event as binary protobuf. Decoding protobuf JSON cost the
 // extractor 8% of its CPU, and encoding it 2% of the orchestrator's.
@@ -207,26 +208,26 @@ func PublishTurnFinished(ctx context.Context, js jetstream.JetStream, n Names, e
 		return err
 	}
 	subject := n.TurnFinishedSubject(ev.GetUserId())
-	header := nats.Header{"Content-Type": []string{TurnFinishedContentType}}
+	header := nats.Header{"Content-Type": []string{turnFinishedContentType}}
 	if o.keys != nil {
 		signed := &nats.Msg{Subject: subject, Data: data, Header: header}
 		o.keys.Sign(signed, time.Now())
 	}
-	backoff := 50 * time.Millisecond
-	for {
+	for attempt := 0; ; attempt++ {
 		msg := &nats.Msg{Subject: subject, Data: data, Header: maps.Clone(header)}
 		_, err = js.PublishMsg(ctx, msg, jetstream.WithMsgID(ev.GetTurnId()), jetstream.WithExpectStream(n.Stream))
 		if err == nil {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, publishRetry.Delay(attempt)) {
 			return fmt.Errorf("publish %s: %w (last error: %v)", subject, ctx.Err(), err)
-		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 2*time.Second)
 	}
 }
+
+// publishRetry spaces the retries of a publish. The jitter matters after a NATS outage: every
+// replica's outbox failed together and would otherwise retry in lockstep.
+var publishRetry = backoff.Policy{Initial: 50 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.2}
 
 // redactURL drops the credentials (user, password or token) from a server URL for logs and
 // errors.

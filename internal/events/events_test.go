@@ -29,8 +29,8 @@ func TestUserToken(t *testing.T) {
 		"b64_x":     "b64_YjY0X3g",
 		"张三":        "b64_5byg5LiJ",
 	} {
-		if got := UserToken(in); got != want {
-			t.Errorf("UserToken(%q) = %q, want %q", in, got, want)
+		if got := userToken(in); got != want {
+			t.Errorf("userToken(%q) = %q, want %q", in, got, want)
 		}
 	}
 	if got := DefaultNames().TurnFinishedSubject("alice"); got != "hermes.turn.finished.alice" {
@@ -208,4 +208,22 @@ func FuzzUnmarshalTurnFinished(f *testing.F) {
 			t.Fatalf("accepted an event without ids: %v", ev)
 		}
 	})
+}
+
+// TestPublishRetrySpreadAndCap: after a NATS outage the replicas' outboxes do not retry in
+// lockstep (the pauses are spread) and never wait longer than 2 s.
+func TestPublishRetrySpreadAndCap(t *testing.T) {
+	for _, attempt := range []int{0, 2, 40} {
+		seen := map[time.Duration]bool{}
+		for range 200 {
+			d := publishRetry.Delay(attempt)
+			if d > 2*time.Second || d < 40*time.Millisecond {
+				t.Fatalf("Delay(%d) = %s, want within [40ms, 2s]", attempt, d)
+			}
+			seen[d] = true
+		}
+		if len(seen) < 20 {
+			t.Errorf("Delay(%d) takes %d values in 200 draws; want it spread", attempt, len(seen))
+		}
+	}
 }

@@ -40,27 +40,27 @@ import (
 
 // Limits of the HTTP listener; each is the default of the Options field of the same name.
 const (
-	// DefaultMaxBodyBytes caps a request body (JSON is larger than the protobuf it carries; the
+	// defaultMaxBodyBytes caps a request body (JSON is larger than the protobuf it carries; the
 	// gRPC limit of a message is 16 MiB). A larger body is refused with 413.
-	DefaultMaxBodyBytes = 4 << 20
-	// DefaultMaxHeaderBytes caps a request's headers.
-	DefaultMaxHeaderBytes = 64 << 10
-	// DefaultReadHeaderTimeout is how long a client may take to send the headers.
-	DefaultReadHeaderTimeout = 10 * time.Second
-	// DefaultReadBodyTimeout is how long a client may take to send the body.
-	DefaultReadBodyTimeout = 30 * time.Second
-	// DefaultCallTimeout is the deadline of a call other than RunTurn when the request sets no
+	defaultMaxBodyBytes = 4 << 20
+	// defaultMaxHeaderBytes caps a request's headers.
+	defaultMaxHeaderBytes = 64 << 10
+	// defaultReadHeaderTimeout is how long a client may take to send the headers.
+	defaultReadHeaderTimeout = 10 * time.Second
+	// defaultReadBodyTimeout is how long a client may take to send the body.
+	defaultReadBodyTimeout = 30 * time.Second
+	// defaultCallTimeout is the deadline of a call other than RunTurn when the request sets no
 	// shorter one in a Grpc-Timeout header. A turn has its own deadline (TurnOptions.timeout,
 	// 120 s by default).
-	DefaultCallTimeout = 2 * time.Minute
-	// DefaultWriteTimeout is how long one write to a client may block, so a client that stops
+	defaultCallTimeout = 2 * time.Minute
+	// defaultWriteTimeout is how long one write to a client may block, so a client that stops
 	// reading does not hold a stream forever.
-	DefaultWriteTimeout = 30 * time.Second
-	// DefaultIdleTimeout closes keep-alive connections idle this long.
-	DefaultIdleTimeout = 2 * time.Minute
-	// DefaultHeartbeat is the interval of the comment lines that keep an idle event stream
+	defaultWriteTimeout = 30 * time.Second
+	// defaultIdleTimeout closes keep-alive connections idle this long.
+	defaultIdleTimeout = 2 * time.Minute
+	// defaultHeartbeat is the interval of the comment lines that keep an idle event stream
 	// open through proxies while a tool runs.
-	DefaultHeartbeat = 15 * time.Second
+	defaultHeartbeat = 15 * time.Second
 )
 
 // runTurnPattern is RunTurn's route in proto/http.yaml; this package serves it as an event
@@ -112,18 +112,18 @@ func (o *Options) defaults() {
 			*v = d
 		}
 	}
-	set(&o.ReadHeaderTimeout, DefaultReadHeaderTimeout)
-	set(&o.ReadBodyTimeout, DefaultReadBodyTimeout)
-	set(&o.CallTimeout, DefaultCallTimeout)
-	set(&o.WriteTimeout, DefaultWriteTimeout)
-	set(&o.IdleTimeout, DefaultIdleTimeout)
+	set(&o.ReadHeaderTimeout, defaultReadHeaderTimeout)
+	set(&o.ReadBodyTimeout, defaultReadBodyTimeout)
+	set(&o.CallTimeout, defaultCallTimeout)
+	set(&o.WriteTimeout, defaultWriteTimeout)
+	set(&o.IdleTimeout, defaultIdleTimeout)
 	set(&o.ShutdownTimeout, 20*time.Second)
-	set(&o.Heartbeat, DefaultHeartbeat)
+	set(&o.Heartbeat, defaultHeartbeat)
 	if o.MaxBodyBytes <= 0 {
-		o.MaxBodyBytes = DefaultMaxBodyBytes
+		o.MaxBodyBytes = defaultMaxBodyBytes
 	}
 	if o.MaxHeaderBytes <= 0 {
-		o.MaxHeaderBytes = DefaultMaxHeaderBytes
+		o.MaxHeaderBytes = defaultMaxHeaderBytes
 	}
 	if o.Guard == nil {
 		// The zero configuration is always valid.

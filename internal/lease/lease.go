@@ -71,12 +71,12 @@ type Store interface {
 	Signal(ctx context.Context, key string) error
 }
 
-// ErrInvalid is returned for an empty key or owner or a non-positive TTL.
-var ErrInvalid = errors.New("lease: key and owner must be non-empty and the TTL positive")
+// errInvalid is returned for an empty key or owner or a non-positive TTL.
+var errInvalid = errors.New("lease: key and owner must be non-empty and the TTL positive")
 
 func check(key, owner string, ttl time.Duration) error {
 	if key == "" || owner == "" || ttl <= 0 {
-		return ErrInvalid
+		return errInvalid
 	}
 	return nil
 }

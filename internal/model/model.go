@@ -31,10 +31,10 @@ import (
 // it to FAILED_PRECONDITION.
 var ErrNotConfigured = errors.New("no model is configured: set HERMES_MODEL_BASE_URL (an OpenAI-compatible endpoint such as https://api.openai.com/v1) and HERMES_MODEL")
 
-// DefaultMaxRetries is how often a request is retried after a 408, 409, 429, 5xx or connection
+// defaultMaxRetries is how often a request is retried after a 408, 409, 429, 5xx or connection
 // failure when Config.MaxRetries is 0. The SDK backs off exponentially from 0.5 s with jitter and
 // honours Retry-After / Retry-After-Ms.
-const DefaultMaxRetries = 2
+const defaultMaxRetries = 2
 
 // Config says which endpoint and model to use.
 type Config struct {
@@ -44,7 +44,7 @@ type Config struct {
 	APIKey string
 	// Model is the default model name; a Request may override it.
 	Model string
-	// MaxRetries is the number of retries after the first attempt: 0 means DefaultMaxRetries,
+	// MaxRetries is the number of retries after the first attempt: 0 means defaultMaxRetries (2),
 	// a negative value means none.
 	MaxRetries int
 	// Timeout bounds each attempt (not the whole call with its retries); 0 means no limit
@@ -181,7 +181,7 @@ func New(cfg Config) (*Client, error) {
 	retries := cfg.MaxRetries
 	switch {
 	case retries == 0:
-		retries = DefaultMaxRetries
+		retries = defaultMaxRetries
 	case retries < 0:
 		retries = 0
 	}

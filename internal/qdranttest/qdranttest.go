@@ -37,14 +37,14 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// EnvAddr names the variable with a real Qdrant's gRPC address (host:6334).
-const EnvAddr = "HERMES_TEST_QDRANT_ADDR"
+// envAddr names the variable with a real Qdrant's gRPC address (host:6334).
+const envAddr = "HERMES_TEST_QDRANT_ADDR"
 
 // Addr returns the address tests should use: a real Qdrant when HERMES_TEST_QDRANT_ADDR is set,
 // otherwise a double started for the test and stopped at its end.
 func Addr(t testing.TB) string {
 	t.Helper()
-	if a := os.Getenv(EnvAddr); a != "" {
+	if a := os.Getenv(envAddr); a != "" {
 		return a
 	}
 	d, err := Start()

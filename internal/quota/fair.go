@@ -26,8 +26,8 @@ type waiter struct {
 	granted bool
 }
 
-// NewFairQueue returns a queue of slots slots; slots <= 0 admits everyone at once.
-func NewFairQueue(slots int) *FairQueue {
+// newFairQueue returns a queue of slots slots; slots <= 0 admits everyone at once.
+func newFairQueue(slots int) *FairQueue {
 	return &FairQueue{slots: slots, queues: map[string][]*waiter{}}
 }
 

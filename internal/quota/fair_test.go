@@ -13,7 +13,7 @@ import (
 // TestFairQueueRoundRobin: with the one slot taken, a flood of one user's waiters and a single
 // waiter of another, the other's waiter is served second, not after the flood.
 func TestFairQueueRoundRobin(t *testing.T) {
-	f := NewFairQueue(1)
+	f := newFairQueue(1)
 	ctx := context.Background()
 	hold, err := f.Wait(ctx, "flood")
 	if err != nil {
@@ -48,7 +48,7 @@ func TestFairQueueRoundRobin(t *testing.T) {
 
 // TestFairQueueCancel: a waiter that leaves is removed and the slot goes to the next.
 func TestFairQueueCancel(t *testing.T) {
-	f := NewFairQueue(1)
+	f := newFairQueue(1)
 	hold, _ := f.Wait(context.Background(), "a")
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)

@@ -78,7 +78,13 @@ func (q *Quotas) counted(ctx context.Context, key string, n, limit int64, what s
 
 func (q *Quotas) createSession(ctx context.Context, r *sessionv1.CreateSessionRequest, handler grpc.UnaryHandler) (any, error) {
 	lim, _ := principalLimits(ctx, q.cfg)
-	undo, err := q.counted(ctx, sessionsKey(r.GetUserId()), 1, lim.Sessions, "sessions")
+	return q.handleCounted(ctx, sessionsKey(r.GetUserId()), 1, lim.Sessions, "sessions", r, handler)
+}
+
+// handleCounted reserves n of a counted quota (counted), calls the handler, and gives the
+// reservation back when the handler fails.
+func (q *Quotas) handleCounted(ctx context.Context, key string, n, limit int64, what string, r any, handler grpc.UnaryHandler) (any, error) {
+	undo, err := q.counted(ctx, key, n, limit, what)
 	if err != nil {
 		return nil, err
 	}
@@ -101,13 +107,8 @@ func (q *Quotas) appendMessages(ctx context.Context, r *sessionv1.AppendMessages
 	for _, m := range r.GetMessages() {
 		size += int64(len(m.GetContent()))
 	}
-	undo, err := q.counted(ctx, bytesKey(user), size, lim.StoredBytes, "stored bytes")
+	resp, err := q.handleCounted(ctx, bytesKey(user), size, lim.StoredBytes, "stored bytes", r, handler)
 	if err != nil {
-		return nil, err
-	}
-	resp, err := handler(ctx, r)
-	if err != nil {
-		undo()
 		return resp, err
 	}
 	if q.hosted && size > 0 {

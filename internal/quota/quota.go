@@ -49,23 +49,23 @@ type Config struct {
 
 // The defaults are generous: they stop floods, not ordinary use.
 const (
-	DefaultSessions         = 10_000
-	DefaultStoredBytes      = 1 << 30
-	DefaultAppendsPerMinute = 600
+	defaultSessions         = 10_000
+	defaultStoredBytes      = 1 << 30
+	defaultAppendsPerMinute = 600
 	DefaultConcurrentTurns  = 8
-	DefaultTurnsPerMinute   = 120
-	DefaultTokensPerDay     = 10_000_000
+	defaultTurnsPerMinute   = 120
+	defaultTokensPerDay     = 10_000_000
 	DefaultTurnSlots        = 256
 )
 
 // RegisterFlags registers the settings with their defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.Int64Var(&c.Sessions, "quota.sessions", DefaultSessions, "sessions a user may hold (0: no limit; auth-file quota.sessions overrides it per key)")
-	fs.Int64Var(&c.StoredBytes, "quota.stored-bytes", DefaultStoredBytes, "bytes of message content a user may store across sessions, approximate (0: no limit)")
-	fs.Int64Var(&c.AppendsPerMinute, "quota.appends-per-minute", DefaultAppendsPerMinute, "messages a user may append a minute, in bursts of as many (0: no limit)")
+	fs.Int64Var(&c.Sessions, "quota.sessions", defaultSessions, "sessions a user may hold (0: no limit; auth-file quota.sessions overrides it per key)")
+	fs.Int64Var(&c.StoredBytes, "quota.stored-bytes", defaultStoredBytes, "bytes of message content a user may store across sessions, approximate (0: no limit)")
+	fs.Int64Var(&c.AppendsPerMinute, "quota.appends-per-minute", defaultAppendsPerMinute, "messages a user may append a minute, in bursts of as many (0: no limit)")
 	fs.Int64Var(&c.ConcurrentTurns, "quota.concurrent-turns", DefaultConcurrentTurns, "turns a user may run at once (0: no limit)")
-	fs.Int64Var(&c.TurnsPerMinute, "quota.turns-per-minute", DefaultTurnsPerMinute, "turns a user may start a minute, in bursts of as many (0: no limit)")
-	fs.Int64Var(&c.TokensPerDay, "quota.tokens-per-day", DefaultTokensPerDay, "model tokens a user's turns may use a UTC day (0: no limit)")
+	fs.Int64Var(&c.TurnsPerMinute, "quota.turns-per-minute", defaultTurnsPerMinute, "turns a user may start a minute, in bursts of as many (0: no limit)")
+	fs.Int64Var(&c.TokensPerDay, "quota.tokens-per-day", defaultTokensPerDay, "model tokens a user's turns may use a UTC day (0: no limit)")
 	fs.IntVar(&c.TurnSlots, "quota.turn-slots", DefaultTurnSlots, "turns this process runs at once; more wait, served round-robin by user (0: no cap)")
 }
 
@@ -167,7 +167,7 @@ func New(cfg Config, o Options) (*Quotas, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Quotas{cfg: cfg, store: o.Store, hosted: o.SessionHosted, fair: NewFairQueue(cfg.TurnSlots), log: o.Logger, now: o.Now}, nil
+	return &Quotas{cfg: cfg, store: o.Store, hosted: o.SessionHosted, fair: newFairQueue(cfg.TurnSlots), log: o.Logger, now: o.Now}, nil
 }
 
 // Keys of the counters. A user id is the last part, so no two users share a key.

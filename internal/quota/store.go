@@ -45,8 +45,8 @@ type memCounter struct {
 	expires time.Time // zero: never
 }
 
-// NewMemoryStore returns an empty in-process store.
-func NewMemoryStore() *MemoryStore {
+// newMemoryStore returns an empty in-process store.
+func newMemoryStore() *MemoryStore {
 	return &MemoryStore{now: time.Now, buckets: map[string]time.Time{}, slots: map[string]map[string]time.Time{}, counters: map[string]memCounter{}}
 }
 

@@ -66,7 +66,7 @@ func OpenBoltStoreOn(db *bolt.DB, g *boltstore.Group) (*BoltStore, error) {
 // newBoltStore drops the counters that expired (the tokens of past days) and loads the others
 // into memory, where they are counted from now on.
 func newBoltStore(db *bolt.DB, g *boltstore.Group, owns bool) (*BoltStore, error) {
-	b := &BoltStore{MemoryStore: NewMemoryStore(), db: db, group: g, ownsDB: owns}
+	b := &BoltStore{MemoryStore: newMemoryStore(), db: db, group: g, ownsDB: owns}
 	now := time.Now()
 	err := g.Update(func(tx *bolt.Tx) error {
 		clear(b.counters)

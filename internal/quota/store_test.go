@@ -22,7 +22,7 @@ func stores(t *testing.T) map[string]Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	return map[string]Store{"memory": NewMemoryStore(), "bolt": b, "redis": NewRedisStore(rdb, prefix)}
+	return map[string]Store{"memory": newMemoryStore(), "bolt": b, "redis": NewRedisStore(rdb, prefix)}
 }
 
 func TestStore(t *testing.T) {

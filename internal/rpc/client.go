@@ -38,8 +38,8 @@ func Dial(target string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithDefaultServiceConfig(retryServiceConfig),
 		grpc.WithDefaultCallOptions(
-			grpc.MaxCallRecvMsgSize(DefaultMaxMessageBytes),
-			grpc.MaxCallSendMsgSize(DefaultMaxMessageBytes),
+			grpc.MaxCallRecvMsgSize(defaultMaxMessageBytes),
+			grpc.MaxCallSendMsgSize(defaultMaxMessageBytes),
 		),
 	}
 	opts = append(opts, StaticWindows()...)

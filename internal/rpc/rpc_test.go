@@ -18,6 +18,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
+
+	"github.com/hermes-agent/hermes/internal/backoff"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -161,14 +163,19 @@ func TestHealthFollowsDependencies(t *testing.T) {
 		t.Errorf("/livez with a dependency down: %d %q (want 200: a restart would not help)", rec.Code, rec.Body.String())
 	}
 	down.Store(false)
-	deadline := time.Now().Add(5 * time.Second)
-	for healthOf(t, conn, name) != healthpb.HealthCheckResponse_SERVING || healthOf(t, conn, "") != healthpb.HealthCheckResponse_SERVING {
-		if time.Now().After(deadline) {
-			t.Fatal("did not return to SERVING after the dependency came back")
-		}
-		time.Sleep(10 * time.Millisecond)
+	// testenv.WaitFor's loop; testenv imports this package.
+	ctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	if !backoff.Until(ctx, healthPoll, func() bool {
+		return healthOf(t, conn, name) == healthpb.HealthCheckResponse_SERVING && healthOf(t, conn, "") == healthpb.HealthCheckResponse_SERVING
+	}) {
+		t.Fatal("did not return to SERVING after the dependency came back")
 	}
 }
+
+// healthPoll spaces the health checks of a test waiting for a status: often, well within the
+// drain delay.
+var healthPoll = backoff.Policy{Initial: 5 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: 0.2}
 
 func TestGracefulShutdownDrains(t *testing.T) {
 	// The drain delay keeps the listener answering while health reports NOT_SERVING, as a load
@@ -182,12 +189,10 @@ func TestGracefulShutdownDrains(t *testing.T) {
 	}()
 	<-svc.started
 	cancel() // SIGTERM
-	deadline := time.Now().Add(5 * time.Second)
-	for healthOf(t, conn, "") != healthpb.HealthCheckResponse_NOT_SERVING {
-		if time.Now().After(deadline) {
-			t.Fatal("health did not go NOT_SERVING on shutdown")
-		}
-		time.Sleep(5 * time.Millisecond)
+	ctx, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	if !backoff.Until(ctx, healthPoll, func() bool { return healthOf(t, conn, "") == healthpb.HealthCheckResponse_NOT_SERVING }) {
+		t.Fatal("health did not go NOT_SERVING on shutdown")
 	}
 	close(svc.release)
 	if err := <-result; err != nil {

@@ -30,8 +30,8 @@ import (
 // Default limits. Messages larger than MaxMessageBytes are refused by gRPC with
 // RESOURCE_EXHAUSTED before they reach a handler.
 const (
-	DefaultMaxMessageBytes = 16 << 20
-	DefaultShutdownTimeout = 20 * time.Second
+	defaultMaxMessageBytes = 16 << 20
+	defaultShutdownTimeout = 20 * time.Second
 )
 
 // streamWorkers is how many handler workers a server keeps per GOMAXPROCS.
@@ -50,10 +50,10 @@ const (
 type ServerOptions struct {
 	// Logger receives request logs and lifecycle messages; nil means slog.Default().
 	Logger *slog.Logger
-	// MaxMessageBytes caps received and sent messages; 0 means DefaultMaxMessageBytes.
+	// MaxMessageBytes caps received and sent messages; 0 means defaultMaxMessageBytes (16 MiB).
 	MaxMessageBytes int
 	// ShutdownTimeout is how long in-flight calls may drain before a hard stop; 0 means
-	// DefaultShutdownTimeout.
+	// defaultShutdownTimeout (20 s).
 	ShutdownTimeout time.Duration
 	// DrainDelay is how long the server keeps answering after health turns NOT_SERVING, so load
 	// balancers stop sending new calls before the listener closes.
@@ -99,10 +99,10 @@ func NewServer(opts ServerOptions) *Server {
 		opts.Logger = slog.Default()
 	}
 	if opts.MaxMessageBytes == 0 {
-		opts.MaxMessageBytes = DefaultMaxMessageBytes
+		opts.MaxMessageBytes = defaultMaxMessageBytes
 	}
 	if opts.ShutdownTimeout == 0 {
-		opts.ShutdownTimeout = DefaultShutdownTimeout
+		opts.ShutdownTimeout = defaultShutdownTimeout
 	}
 	s := &Server{health: health.NewServer(), log: opts.Logger, opts: opts, deps: map[string]*dependency{}}
 	codec := newUTF8Codec()

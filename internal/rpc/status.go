@@ -34,9 +34,6 @@ func (v *Violations) MaxLen(field, value string, max int) {
 	}
 }
 
-// Len returns the number of violations.
-func (v *Violations) Len() int { return len(v.list) }
-
 // Err returns nil when nothing was added, else the INVALID_ARGUMENT error.
 func (v *Violations) Err() error {
 	if len(v.list) == 0 {

@@ -22,20 +22,21 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/hermes-agent/hermes/internal/backoff"
 	"github.com/hermes-agent/hermes/internal/rpc"
 )
 
-// DefaultRedisURL is the tests' Redis when HERMES_TEST_REDIS_URL is unset: database 15, so a
+// defaultRedisURL is the tests' Redis when HERMES_TEST_REDIS_URL is unset: database 15, so a
 // test run on a developer's machine never writes into database 0, where a local Hermes (or
 // anything else) keeps its data.
-const DefaultRedisURL = "redis://127.0.0.1:6379/15"
+const defaultRedisURL = "redis://127.0.0.1:6379/15"
 
-// RedisURL is the Redis the tests use: HERMES_TEST_REDIS_URL, by default DefaultRedisURL.
+// RedisURL is the Redis the tests use: HERMES_TEST_REDIS_URL, by default defaultRedisURL.
 func RedisURL() string {
 	if url := os.Getenv("HERMES_TEST_REDIS_URL"); url != "" {
 		return url
 	}
-	return DefaultRedisURL
+	return defaultRedisURL
 }
 
 // Redis connects to the test Redis (RedisURL) and returns it with a fresh random key prefix
@@ -144,16 +145,26 @@ func Serve(t testing.TB, srv *rpc.Server) *grpc.ClientConn {
 	return conn
 }
 
-// WaitFor polls cond every 20 ms until it holds and fails the test when timeout passes first
-// (a liveness bound, not a timing assertion).
+// pollEvery spaces the tries of Poll: quick at first, then no more than four a second, so a
+// long wait does not load a busy machine.
+func pollEvery() backoff.Policy {
+	return backoff.Policy{Initial: 10 * time.Millisecond, Max: 250 * time.Millisecond, Jitter: 0.2}
+}
+
+// Poll calls cond until it holds and reports true, or false when timeout passes first (a
+// liveness bound, not a timing assertion). It is the tests' one polling loop; WaitFor is Poll
+// that fails the test. Use Poll where the failure should say more than what was awaited.
+func Poll(timeout time.Duration, cond func() bool) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return backoff.Until(ctx, pollEvery(), cond) || cond()
+}
+
+// WaitFor polls cond until it holds and fails the test when timeout passes first.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !Poll(timeout, cond) {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
 	}
 }
 

@@ -15,8 +15,8 @@ import (
 // as OpenAI documents for its chat models.
 const MessageOverhead = 4
 
-// Encodings lists the supported encoding names.
-var Encodings = []string{"o200k_base", "cl100k_base", "p50k_base", "r50k_base"}
+// encodings lists the supported encoding names.
+var encodings = []string{"o200k_base", "cl100k_base", "p50k_base", "r50k_base"}
 
 var (
 	// cacheMu guards cache and is held while an encoding loads, so each loads once.
@@ -40,7 +40,7 @@ func New(encoding string) (*Tokenizer, error) {
 	}
 	enc, err := tiktoken.Get(tiktoken.Encoding(encoding))
 	if err != nil {
-		return nil, fmt.Errorf("tokenizer: encoding %q: %w (supported: %v)", encoding, err, Encodings)
+		return nil, fmt.Errorf("tokenizer: encoding %q: %w (supported: %v)", encoding, err, encodings)
 	}
 	t := &Tokenizer{name: encoding, enc: enc}
 	cache[encoding] = t

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -20,80 +18,54 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/app"
-	"github.com/hermes-agent/hermes/internal/config"
-	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/testenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 	"github.com/hermes-agent/hermes/services/mcpgateway"
+	"github.com/hermes-agent/hermes/test/hermestest"
 )
 
-// hermes is a whole Hermes process (every target, embedded backends) started in this test.
+// hermes is a whole Hermes (every target, embedded backends) started in this test.
 type hermes struct {
-	app     *app.App
-	conn    *grpc.ClientConn
-	gw      pb.MCPGatewayServiceClient
-	tools   toolsv1.ToolServiceClient
-	mcpURL  string
-	dataDir string
-	stopped bool
+	*hermestest.Stack
+	app    *app.App
+	gw     pb.MCPGatewayServiceClient
+	tools  toolsv1.ToolServiceClient
+	mcpURL string
 }
 
+// startHermes starts Hermes on dataDir with the gateway's test timings and `hermes serve` flags
+// extra.
 func startHermes(t testing.TB, dataDir string, extra ...string) *hermes {
 	t.Helper()
 	port := freePort(t)
 	args := append([]string{
-		"--listen=127.0.0.1:0",
 		"--target=all",
-		"--data-dir=" + dataDir,
 		"--nats-namespace=mcpgw" + fmt.Sprint(time.Now().UnixNano()%1e6),
 		fmt.Sprintf("--mcp-listen=127.0.0.1:%d", port),
 		"--mcpgateway.reconnect-min=100ms",
 		"--mcpgateway.reconnect-max=1s",
 		"--mcpgateway.stop-grace=500ms",
 		"--mcpgateway.tools-refresh=200ms",
-		"--shutdown-timeout=5s",
 		// The test's webhooks and HTTP MCP servers listen on loopback; the operator allows it.
-		"--egress-allow=127.0.0.1:*,localhost:*",
+		hermestest.AllowLoopback,
 		"--mcpgateway.stdio-allow=" + strings.Join(mcpgateway.StdioAllowForTests(), ","),
 	}, extra...)
-	var cfg app.Config
-	fs := flag.NewFlagSet("hermes", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	if err := config.Load(fs, args, func(string) string { return "" }, "config"); err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	a, err := app.New(context.Background(), cfg, log)
-	if err != nil {
-		t.Fatalf("app.New: %v", err)
-	}
-	a.Start()
-	conn, err := rpc.Dial(a.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &hermes{app: a, conn: conn, gw: pb.NewMCPGatewayServiceClient(conn), tools: toolsv1.NewToolServiceClient(conn),
-		mcpURL: fmt.Sprintf("http://127.0.0.1:%d/mcp", port), dataDir: dataDir}
-	t.Cleanup(func() { h.stop(t) })
-	return h
+	s := hermestest.Start(t, hermestest.Options{DataDir: dataDir, Args: args, NoModel: true, Log: log})
+	return &hermes{Stack: s, app: s.App, gw: s.Gateway, tools: s.Tools, mcpURL: fmt.Sprintf("http://127.0.0.1:%d/mcp", port)}
 }
 
+// stop stops Hermes before the test ends (to start it again on its data).
 func (h *hermes) stop(t testing.TB) {
-	if h.stopped {
-		return
-	}
-	h.stopped = true
-	_ = h.conn.Close()
-	if err := h.app.Stop(); err != nil {
+	if err := h.Close(); err != nil {
 		t.Errorf("stopping Hermes: %v", err)
 	}
 }

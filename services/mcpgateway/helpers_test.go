@@ -120,20 +120,18 @@ func startListening(t testing.TB, cmd *exec.Cmd, port int) {
 		_ = cmd.Process.Kill()
 		<-done
 	})
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
-		if err == nil {
-			_ = c.Close()
-			return
-		}
+	testenv.WaitFor(t, 60*time.Second, fmt.Sprintf("%s to listen on port %d", cmd.Path, port), func() bool {
 		select {
 		case <-done:
 			t.Fatalf("%s on port %d exited early", cmd.Path, port)
-		case <-time.After(100 * time.Millisecond):
+		default:
 		}
-	}
-	t.Fatalf("%s on port %d did not start listening", cmd.Path, port)
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err == nil
+	})
 }
 
 // addReady adds a server, waits for its first connection and requires it to be ready.

@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hermes-agent/hermes/internal/testenv"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 	"github.com/hermes-agent/hermes/services/mcpgateway"
 )
@@ -166,7 +167,7 @@ func TestStreamResumption(t *testing.T) {
 	// The server notices the cut stream a moment after the client: until then it answers a
 	// resume with 409 (the stream is still open on its side), and a client tries again.
 	var resumed *http.Response
-	for {
+	testenv.Poll(time.Minute, func() bool {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, h.mcpURL, nil)
 		req.Header.Set("Accept", "text/event-stream")
 		req.Header.Set("Mcp-Session-Id", c.session)
@@ -177,11 +178,11 @@ func TestStreamResumption(t *testing.T) {
 			t.Fatal(err)
 		}
 		if resumed.StatusCode != http.StatusConflict || ctx.Err() != nil {
-			break
+			return true
 		}
 		resumed.Body.Close()
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 	defer resumed.Body.Close()
 	if resumed.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resumed.Body)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/hermes-agent/hermes/internal/backoff"
 	"github.com/hermes-agent/hermes/internal/events"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
@@ -159,11 +160,9 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 	// Another worker holds the turn (a redelivery racing a slow worker, or the claim of a
 	// worker that died, until its lease ends). Wait here, keeping the delivery alive, rather
 	// than spend deliveries on it.
-	for wait := 250 * time.Millisecond; errors.Is(err, errTurnBusy); wait = min(2*wait, 5*time.Second) {
-		select {
-		case <-ctx.Done():
+	for attempt := 0; errors.Is(err, errTurnBusy); attempt++ {
+		if !backoff.Sleep(ctx, busyRetry.Delay(attempt)) {
 			return
-		case <-time.After(wait):
 		}
 		_, err = c.svc.extract(ctx, ev)
 	}
@@ -179,10 +178,19 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 	case md.NumDelivered >= uint64(max(c.cfg.ConsumerMaxDeliver, 1)):
 		c.deadLetter(msg, md, err)
 	default:
-		delay := min(time.Duration(1<<min(md.NumDelivered-1, 20))*max(c.cfg.ConsumerRetryBackoff, 10*time.Millisecond), 10*time.Minute)
+		delay := c.redelivery().Delay(int(min(md.NumDelivered, 64)) - 1) // #nosec G115 -- capped at 64
 		c.log.Warn("memory extraction failed; will retry", "turn", ev.GetTurnId(), "delivery", md.NumDelivered, "retry_in", delay, "error", err)
 		_ = msg.NakWithDelay(delay)
 	}
+}
+
+// busyRetry spaces the tries of a turn another worker holds.
+var busyRetry = backoff.Policy{Initial: 250 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2}
+
+// redelivery spaces the deliveries of a failed event: ConsumerRetryBackoff doubling per delivery
+// up to 10 minutes, spread so that the events of one outage are not all redelivered at once.
+func (c *Consumer) redelivery() backoff.Policy {
+	return backoff.Policy{Initial: max(c.cfg.ConsumerRetryBackoff, 10*time.Millisecond), Max: 10 * time.Minute, Jitter: 0.2}
 }
 
 // refuse dead-letters an event that is not authentic, with a warning: someone with access to

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"math/rand/v2"
 	"sort"
 	"time"
 
+	"github.com/hermes-agent/hermes/internal/backoff"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
@@ -236,6 +236,12 @@ func (s *Service) mergeDuplicates(ctx context.Context, userID string, lives []ti
 	return merged, nil
 }
 
+// maintenanceEvery spreads the maintenance period over [interval, 1.1·interval]: 1.05·interval
+// ± 1/21 of it.
+func maintenanceEvery(interval time.Duration) backoff.Policy {
+	return backoff.Policy{Initial: interval * 21 / 20, Max: interval * 11 / 10, Jitter: 1.0 / 21}
+}
+
 // StartMaintenance runs maintenance every memory.maintenance-interval (with up to 10% jitter,
 // so replicas started together do not contend every time) until Close. Replicas share the
 // lock: a run that finds it held is skipped.
@@ -243,15 +249,15 @@ func (s *Service) StartMaintenance() {
 	if s.cfg.MaintenanceInterval <= 0 {
 		return
 	}
+	every := maintenanceEvery(s.cfg.MaintenanceInterval)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		for {
-			jitter := time.Duration(rand.Int64N(int64(s.cfg.MaintenanceInterval/10) + 1)) // #nosec G404 -- spreads replicas' runs; nothing secret depends on it
 			select {
 			case <-s.stop:
 				return
-			case <-time.After(s.cfg.MaintenanceInterval + jitter):
+			case <-time.After(every.Delay(0)):
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), maintenanceLease)
 			go func() {

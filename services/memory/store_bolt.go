@@ -489,33 +489,27 @@ func (t *BoltTier) SweepExpired(_ context.Context) (int64, error) {
 	t.s.wmu.Lock()
 	defer t.s.wmu.Unlock()
 	err := t.s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(t.bucket)
-		var keys [][]byte
-		err := b.ForEach(func(k, v []byte) error {
+		removed = removed[:0]
+		deleted, err := boltstore.DeleteWhere(tx.Bucket(t.bucket), func(k, v []byte) (bool, error) {
 			e, err := decodeEntry(v)
-			if err == nil && !t.alive(e.Memory, now) {
-				keys = append(keys, bytes.Clone(k))
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, k := range keys {
-			if err := b.Delete(k); err != nil {
-				return err
+			if err != nil || t.alive(e.Memory, now) {
+				return false, nil
 			}
 			if u, id, ok := splitKey(k); ok {
 				removed = append(removed, gone{u, id})
 			}
-			n++
-		}
-		return nil
+			return true, nil
+		})
+		n = int64(deleted)
+		return err
 	})
+	if err != nil {
+		return 0, err
+	}
 	for _, g := range removed {
 		t.idx.remove(g.user, g.id)
 	}
-	return n, err
+	return n, nil
 }
 
 func randomToken() string {

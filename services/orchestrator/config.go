@@ -51,7 +51,8 @@ type Config struct {
 	// SummaryFailures is how many model failures in a row make the summarizer back off to the
 	// extractive fallback.
 	SummaryFailures int
-	// SummaryBackoff is the first back-off; it doubles with each further failure, up to 30 min.
+	// SummaryBackoff is the first back-off; it doubles with each further failure, up to 30 min,
+	// spread ±20%.
 	SummaryBackoff time.Duration
 	// TaskStateSteps is how many done steps the task state keeps.
 	TaskStateSteps int

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -230,11 +231,11 @@ func TestSummaryBackoff(t *testing.T) {
 	if !s.backingOff() {
 		t.Fatal("not backing off after two failures")
 	}
-	now = now.Add(61 * time.Second)
+	now = now.Add(73 * time.Second) // a minute, +20% jitter at most
 	if s.backingOff() {
 		t.Fatal("still backing off after the first back-off passed")
 	}
-	s.record(fail) // third failure in a row: two minutes
+	s.record(fail) // third failure in a row: two minutes, -20% jitter at least
 	now = now.Add(90 * time.Second)
 	if !s.backingOff() {
 		t.Fatal("the back-off did not double")
@@ -242,6 +243,28 @@ func TestSummaryBackoff(t *testing.T) {
 	s.record(nil)
 	if s.backingOff() {
 		t.Fatal("a success did not reset the back-off")
+	}
+}
+
+// TestSummaryBackoffSpreadAndCap: the pauses of replicas that failed together are spread, and a
+// long run of failures never pauses longer than maxSummaryBackoff.
+func TestSummaryBackoffSpreadAndCap(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	seen := map[time.Duration]bool{}
+	for range 50 {
+		s := &summarizer{cfg: Config{SummaryFailures: 1, SummaryBackoff: time.Minute}.withDefaults(), now: func() time.Time { return now }}
+		s.record(errors.New("down"))
+		seen[s.until.Sub(now)] = true
+	}
+	if len(seen) < 10 {
+		t.Errorf("50 replicas' first pauses take %d values; want them spread", len(seen))
+	}
+	s := &summarizer{cfg: Config{SummaryFailures: 1, SummaryBackoff: time.Minute}.withDefaults(), now: func() time.Time { return now }}
+	for range 40 {
+		s.record(errors.New("down"))
+		if d := s.until.Sub(now); d > maxSummaryBackoff || d < time.Minute*8/10 {
+			t.Fatalf("after %d failures the pause is %s, want within [48s, %s]", s.failures, d, maxSummaryBackoff)
+		}
 	}
 }
 

@@ -164,15 +164,6 @@ func memoryOptions(mems []*memoryv1.RecalledMemory, name string, prop propertySc
 	return out
 }
 
-// requiredArgs returns the required argument names of a tool's input schema.
-func requiredArgs(schema string) []string {
-	var s inputSchema
-	if json.Unmarshal([]byte(schema), &s) != nil {
-		return nil
-	}
-	return s.Required
-}
-
 // attributeFor finds the attribute for an argument: the same name, or the same name once case
 // and punctuation are ignored (restaurantName and restaurant_name). Exact matches win; among
 // loose matches the lexically first key wins, so the choice is deterministic.

@@ -370,7 +370,7 @@ func TestLoopSummaryBackoff(t *testing.T) {
 		if n := l.model.count(true); n != 2 {
 			t.Errorf("backing off, yet the model was asked again (%d calls)", n)
 		}
-		time.Sleep(61 * time.Second) // the fake clock passes the back-off
+		time.Sleep(73 * time.Second) // the fake clock passes the back-off (a minute, +20% jitter at most)
 		turn(4)
 		if n := l.model.count(true); n != 3 {
 			t.Errorf("%d summary calls after the back-off, want 3", n)

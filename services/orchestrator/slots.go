@@ -721,19 +721,6 @@ func (r *reading) text(sp textseg.Span) string {
 	return r.m[sp.Start:sp.End]
 }
 
-func (r *reading) afterWord(end int) string {
-	rest := r.m[end:]
-	i := 0
-	for i < len(rest) {
-		c, w := utf8.DecodeRuneInString(rest[i:])
-		if c == ' ' || isClausePunct(c) {
-			break
-		}
-		i += w
-	}
-	return rest[:i]
-}
-
 // markedValue reads the value a marker introduces (its two branches, CJK and Latin, are the two
 // ways a value ends, kept side by side): for Latin text the capitalised words (or a
 // house number and its street) that follow; for CJK text the run of characters that follows, up

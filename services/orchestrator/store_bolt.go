@@ -583,12 +583,9 @@ func (s *BoltStore) GetTurn(_ context.Context, id string) (*orchestratorv1.Turn,
 // ListTurns implements Store. The cursor is the hex of the last returned index key.
 func (s *BoltStore) ListTurns(_ context.Context, sid, cursor string, limit int) ([]*orchestratorv1.Turn, string, error) {
 	prefix := append([]byte(sid), 0)
-	var after []byte
-	if cursor != "" {
-		var err error
-		if after, err = hex.DecodeString(cursor); err != nil || !bytes.HasPrefix(after, prefix) {
-			return nil, "", ErrBadCursor
-		}
+	after, ok := boltstore.ParseCursor(cursor, prefix)
+	if !ok {
+		return nil, "", ErrBadCursor
 	}
 	type keyed struct {
 		key  []byte
@@ -599,14 +596,8 @@ func (s *BoltStore) ListTurns(_ context.Context, sid, cursor string, limit int) 
 	err := s.db.View(func(tx *bolt.Tx) error {
 		turns := tx.Bucket(bucketTurns)
 		c := tx.Bucket(bucketSessionTurns).Cursor()
-		k, _ := c.Seek(prefix)
-		if after != nil {
-			if k, _ = c.Seek(after); bytes.Equal(k, after) {
-				k, _ = c.Next()
-			}
-		}
 		found := 0
-		for ; k != nil && bytes.HasPrefix(k, prefix) && found <= limit; k, _ = c.Next() {
+		for k := boltstore.SeekPage(c, prefix, after); k != nil && bytes.HasPrefix(k, prefix) && found <= limit; k, _ = c.Next() {
 			v := turns.Get(indexTurnID(k))
 			if len(v) < 8 || int64(binary.BigEndian.Uint64(v)) < now {
 				continue

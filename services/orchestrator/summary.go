@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hermes-agent/hermes/internal/backoff"
 	"github.com/hermes-agent/hermes/internal/model"
 	"github.com/hermes-agent/hermes/internal/tokenizer"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
@@ -143,6 +144,12 @@ func (s *summarizer) backingOff() bool {
 	return s.now().Before(s.until)
 }
 
+// backoff spaces the summary model's retries after repeated failures: SummaryBackoff doubling
+// up to maxSummaryBackoff, spread so replicas that failed together do not all retry together.
+func (s *summarizer) backoff() backoff.Policy {
+	return backoff.Policy{Initial: s.cfg.SummaryBackoff, Max: maxSummaryBackoff, Jitter: 0.2}
+}
+
 func (s *summarizer) record(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -152,8 +159,7 @@ func (s *summarizer) record(err error) {
 	}
 	s.failures++
 	if s.failures >= s.cfg.SummaryFailures {
-		d := s.cfg.SummaryBackoff << min(s.failures-s.cfg.SummaryFailures, 10)
-		s.until = s.now().Add(min(d, maxSummaryBackoff))
+		s.until = s.now().Add(s.backoff().Delay(s.failures - s.cfg.SummaryFailures))
 	}
 }
 

@@ -424,25 +424,15 @@ func (b *BoltStore) GetSession(_ context.Context, id string) (*sessionv1.Session
 // ListSessions implements Store. The cursor is the hex of the last returned index key.
 func (b *BoltStore) ListSessions(_ context.Context, userID, cursor string, limit int) ([]*sessionv1.Session, string, error) {
 	prefix := append([]byte(userID), 0)
-	var after []byte
-	if cursor != "" {
-		var err error
-		if after, err = hex.DecodeString(cursor); err != nil || !bytes.HasPrefix(after, prefix) {
-			return nil, "", fmt.Errorf("%w: bad page token", ErrBadCursor)
-		}
+	after, ok := boltstore.ParseCursor(cursor, prefix)
+	if !ok {
+		return nil, "", fmt.Errorf("%w: bad page token", ErrBadCursor)
 	}
 	var out []*sessionv1.Session
 	next := ""
 	err := b.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bUserSessions).Cursor()
-		k, _ := c.Seek(prefix)
-		if after != nil {
-			k, _ = c.Seek(after)
-			if bytes.Equal(k, after) {
-				k, _ = c.Next()
-			}
-		}
-		for ; k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		for k := boltstore.SeekPage(c, prefix, after); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 			if len(out) == limit {
 				next = hex.EncodeToString(userSessionKeyOf(out[len(out)-1]))
 				return nil

@@ -548,16 +548,6 @@ func decodeMessages(v any, from int64) ([]*sessionv1.Message, error) {
 	return out, nil
 }
 
-// windowStart returns the seq the window starts at, given the seqs of the last turns+1 user
-// messages newest first: the turns-th newest when there are more turns, else 1 (the whole log).
-func windowStart(newestFirst []string, turns int) int64 {
-	if len(newestFirst) <= turns {
-		return 1
-	}
-	v, _ := strconv.ParseInt(newestFirst[turns-1], 10, 64)
-	return v
-}
-
 var summaryScript = redis.NewScript(`
 if redis.call('HEXISTS', KEYS[1], 'rec') == 0 then return {'notfound'} end
 local cur = tonumber(redis.call('HGET', KEYS[1], 'summary_seq') or '0')

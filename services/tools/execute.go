@@ -171,13 +171,9 @@ func (s *Service) run(ctx context.Context, ex executor, c *call, b budget) outco
 		if ee.mayHaveRun && !idempotent {
 			o.mayHaveRun = true
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-rctx.Done():
-			t.Stop()
+		if !backoff.Sleep(rctx, delay) {
 			o.err = s.timeoutError(c, b, attempt, errors.Is(ctx.Err(), context.Canceled))
 			return o
-		case <-t.C:
 		}
 	}
 }

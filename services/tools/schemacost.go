@@ -147,23 +147,12 @@ func (m *costMeter) resolve(ref, at string) (any, string, error) {
 	}
 	v := m.root
 	if frag != "" {
-		for _, tok := range strings.Split(frag[1:], "/") {
-			tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
-			switch x := v.(type) {
-			case map[string]any:
-				v = x[tok]
-			case []any:
-				i, err := strconv.Atoi(tok)
-				if err != nil || i < 0 || i >= len(x) {
-					return nil, "", fmt.Errorf("is not a valid JSON Schema: at %s: $ref %q points to nothing", orTop(at), truncateRunes(ref, 80))
-				}
-				v = x[i]
-			default:
-				v = nil
-			}
-			if v == nil {
-				return nil, "", fmt.Errorf("is not a valid JSON Schema: at %s: $ref %q points to nothing", orTop(at), truncateRunes(ref, 80))
-			}
+		toks := strings.Split(frag[1:], "/")
+		for i, tok := range toks {
+			toks[i] = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		}
+		if v = lookup(v, toks); v == nil {
+			return nil, "", fmt.Errorf("is not a valid JSON Schema: at %s: $ref %q points to nothing", orTop(at), truncateRunes(ref, 80))
 		}
 	}
 	return v, frag, nil

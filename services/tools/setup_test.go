@@ -2,8 +2,6 @@ package tools
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -18,12 +16,6 @@ import (
 	"github.com/hermes-agent/hermes/internal/tokenizer"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
-
-func randomID() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 

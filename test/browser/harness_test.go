@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -28,10 +27,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/hermes-agent/hermes/internal/app"
-	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
-	"github.com/hermes-agent/hermes/internal/rpc"
-	"github.com/hermes-agent/hermes/services/memory"
+	"github.com/hermes-agent/hermes/test/hermestest"
 )
 
 // The principals of the auth file.
@@ -66,43 +63,21 @@ func startHermes(t *testing.T, model scripted.Handler) *hermes {
 // otherwise.
 func serveHermes(t *testing.T, model scripted.Handler, keys bool) *hermes {
 	t.Helper()
-	m, err := scripted.New(func(req scripted.Request) scripted.Reply {
-		if len(req.Messages) > 0 && req.Messages[0].Content == memory.ExtractionSystemPrompt {
-			return scripted.Text(`{"memories":[]}`)
-		}
-		return model(req)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
 	dir := t.TempDir()
-	cfg := demo.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.HTTP.Listen = "127.0.0.1:0"
-	cfg.DataDir = dir
-	cfg.ShutdownTimeout = 5 * time.Second
-	cfg.ModelBaseURL, cfg.Model = m.URL(), "scripted-test"
-	if keys {
-		cfg.AuthFile = filepath.Join(dir, "keys.yaml")
-		if err := os.WriteFile(cfg.AuthFile, []byte(authFile), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The tools and MCP servers of these tests listen on loopback; the operator allows it.
-	cfg.EgressAllow = []string{"127.0.0.1:*"}
-	a, err := app.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Start()
-	t.Cleanup(func() { _ = a.Stop() })
-	conn, err := rpc.Dial(a.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return &hermes{app: a, model: m, conn: conn, base: "http://" + a.HTTPAddr()}
+	hs := hermestest.Start(t, hermestest.Options{
+		Model: model, DataDir: dir, Log: slog.New(slog.DiscardHandler),
+		// The tools and MCP servers of these tests listen on loopback; the operator allows it.
+		Args: []string{hermestest.AllowLoopback, "--http-listen=127.0.0.1:0"},
+		Configure: func(cfg *app.Config) {
+			if keys {
+				cfg.AuthFile = filepath.Join(dir, "keys.yaml")
+				if err := os.WriteFile(cfg.AuthFile, []byte(authFile), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+	})
+	return &hermes{app: hs.App, model: hs.Model, conn: hs.Conn, base: "http://" + hs.App.HTTPAddr()}
 }
 
 // as returns a context carrying key as a bearer credential.

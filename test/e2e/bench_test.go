@@ -17,16 +17,15 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/app"
 	"github.com/hermes-agent/hermes/internal/demo"
-	"github.com/hermes-agent/hermes/internal/events"
 	"github.com/hermes-agent/hermes/internal/model"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/rpc"
-	"github.com/hermes-agent/hermes/internal/testenv"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 	"github.com/hermes-agent/hermes/services/orchestrator"
+	"github.com/hermes-agent/hermes/test/hermestest"
 )
 
 // stickyFacts are said at some turns of the synthetic session, marked sticky, and must be in
@@ -216,56 +215,18 @@ type overheadStack struct {
 // reaching the others by address, on Redis and NATS (memory on its embedded store: its Redis
 // mode needs Qdrant). The memory extractor is off: it works after the turn, not in it.
 func startOverhead(b *testing.B, micro bool) *overheadStack {
-	ctx := context.Background()
-	o := &overheadStack{addrs: map[string]string{}}
-	var err error
-	if o.model, err = scripted.New(instantModel); err != nil {
-		b.Fatal(err)
+	layout := hermestest.Monolith
+	if micro {
+		layout = hermestest.PerTarget
 	}
-	b.Cleanup(o.model.Close)
-	log := testLogger(b)
-	base := demo.DefaultConfig()
-	base.Listen = "127.0.0.1:0"
-	base.ModelBaseURL = o.model.URL()
-	base.Model = "instant"
-	base.EventsKey = testEventsKey
-	base.ShutdownTimeout = 5 * time.Second
-	base.Memory.ConsumerEnabled = false
-	if !micro {
-		base.DataDir = b.TempDir()
-		a := startApp(b, ctx, base, log)
-		for _, t := range app.Targets() {
-			o.addrs[t] = a.Addr()
-		}
-		o.orchAddr = a.Addr()
-		return o
-	}
-	_, prefix := testenv.Redis(b)
-	checkNATS(b)
-	ns := "bench" + randomToken(b)
-	s := &stack{t: b, names: events.NamespacedNames(ns)}
-	b.Cleanup(s.cleanupNATS)
-	apps := map[string]*app.App{}
-	listeners := map[string]string{}
-	for _, t := range app.Targets() {
-		cfg := base
-		cfg.Target = t
-		cfg.DataDir = b.TempDir()
-		cfg.NATSURL, cfg.NATSNamespace = natsURL, ns
-		if t != app.TargetMemory {
-			cfg.RedisURL, cfg.RedisPrefix = testenv.RedisURL(), prefix
-		}
-		// Targets start in dependency order, so each knows the addresses it calls (the tool
-		// service reaches the gateway only for MCP tools, which this benchmark does not use).
-		cfg.SessionAddr, cfg.ToolsAddr, cfg.MCPGatewayAddr, cfg.MemoryAddr = listeners[app.TargetSession], listeners[app.TargetTools], listeners[app.TargetMCPGateway], listeners[app.TargetMemory]
-		a := startApp(b, ctx, cfg, log)
-		apps[t] = a
-		listeners[t] = a.Addr()
-	}
-	for t, a := range apps {
+	hs := hermestest.Start(b, hermestest.Options{Layout: layout, Model: instantModel, ScriptExtractor: true, Configure: func(c *app.Config) {
+		c.Model = "instant"
+		c.Memory.ConsumerEnabled = false
+	}})
+	o := &overheadStack{model: hs.Model, orchAddr: hs.App.Addr(), addrs: map[string]string{}}
+	for t, a := range hs.Apps {
 		o.addrs[t] = a.Addr()
 	}
-	o.orchAddr = apps[app.TargetOrchestrator].Addr()
 	return o
 }
 

@@ -17,12 +17,12 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/quota"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	"github.com/hermes-agent/hermes/test/hermestest"
 )
 
 const (
@@ -55,15 +55,13 @@ func startFairness(tb testing.TB, q quota.Config) *fairnessStack {
 	if err := os.WriteFile(keys, []byte(floodKey+": flood\n"+quietKey+": quiet\n"), 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	cfg := demo.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
+	cfg := hermestest.Config(tb)
 	cfg.DataDir = dir
 	cfg.ModelBaseURL, cfg.Model = m.URL(), "scripted"
-	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.Memory.ConsumerEnabled = false
 	cfg.AuthFile = keys
 	cfg.Quota = q
-	a := startApp(tb, context.Background(), cfg, testLogger(tb))
+	a := hermestest.StartApp(tb, cfg, nil)
 	conn, err := rpc.Dial(a.Addr())
 	if err != nil {
 		tb.Fatal(err)
@@ -203,7 +201,7 @@ func TestFairnessUnderFlood(t *testing.T) {
 //
 //	go test ./test/e2e/ -run '^$' -bench Fairness -benchtime 1x
 func BenchmarkFairness(b *testing.B) {
-	def := demo.DefaultConfig().Quota
+	def := hermestest.Config(b).Quota
 	for _, c := range []struct {
 		name string
 		q    quota.Config

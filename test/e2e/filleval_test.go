@@ -11,6 +11,7 @@ import (
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	"github.com/hermes-agent/hermes/test/filleval"
+	"github.com/hermes-agent/hermes/test/hermestest"
 )
 
 // TestFillEvaluation runs the generated explicit-beats-memory evaluation (test/filleval) end to
@@ -84,7 +85,7 @@ func TestFillEvaluation(t *testing.T) {
 			}
 			return scripted.Text("（脚本模型）Which value should I use?")
 		}
-		s := startStack(t, withExtractor(model), stackOptions{embedded: true})
+		s := startStack(t, hermestest.NoMemories(model), stackOptions{embedded: true})
 		ctx := context.Background()
 		hooks := map[string]*counter{}
 		for _, c := range cases {

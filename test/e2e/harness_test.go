@@ -7,12 +7,9 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -30,47 +25,16 @@ import (
 	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/internal/events"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
-	"github.com/hermes-agent/hermes/internal/rpc"
-	"github.com/hermes-agent/hermes/internal/testenv"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 	"github.com/hermes-agent/hermes/services/memory"
+	"github.com/hermes-agent/hermes/test/hermestest"
 )
 
-const natsURL = "nats://127.0.0.1:4222"
-
-// testEventsKey signs the tests' turn.finished events (--events-key).
-const testEventsKey = "e2e-test-events-key-0123456789abcdef0123"
-
-func randomToken(t testing.TB) string {
-	t.Helper()
-	b := make([]byte, 5)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
-
-// testLogger writes the services' warnings and errors to the test log.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-// stack is Hermes in microservices shape over loopback: one app with session, tools, MCP
-// gateway and orchestrator on Redis and NATS, and the memory target in a second app (embedded
-// store, same NATS namespace) reached by address — the memory target's Redis mode needs Qdrant,
-// which CI does not run.
+// stack is a running Hermes (hermestest.Start) with the helpers of these tests.
 type stack struct {
 	t      testing.TB
 	model  *scripted.Server
@@ -93,117 +57,23 @@ type stackOptions struct {
 	noModel bool
 	// configure changes the main app's configuration.
 	configure func(*app.Config)
-	// embedded runs one monolithic app (all targets, embedded stores and NATS).
+	// embedded runs one monolithic app (all targets, embedded stores and NATS); otherwise the
+	// hermestest.Split layout, on the shared Redis and NATS.
 	embedded bool
 	// extracts: the script answers the memory extractor itself; otherwise it gets no memories.
 	extracts bool
 }
 
-// checkNATS fails the test when the shared NATS is not reachable (testenv.Redis checks Redis).
-func checkNATS(t testing.TB) {
-	t.Helper()
-	nc, err := nats.Connect(natsURL, nats.Timeout(3*time.Second))
-	if err != nil {
-		t.Fatalf("NATS at %s is required: %v", natsURL, err)
-	}
-	nc.Close()
-}
-
 func startStack(t testing.TB, h scripted.Handler, o stackOptions) *stack {
 	t.Helper()
-	ctx := context.Background()
-	s := &stack{t: t}
-	var err error
-	if h == nil {
-		h = scripted.Sequence()
-	}
-	if !o.extracts {
-		h = withExtractor(h)
-	}
-	if s.model, err = scripted.New(h); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.model.Close)
-	log := testLogger(t)
-
-	base := demo.DefaultConfig()
-	base.Listen = "127.0.0.1:0"
-	base.ShutdownTimeout = 5 * time.Second
-	base.Model = "scripted-test"
-	// The orchestrator and memory sign and verify turn.finished with it on the shared NATS.
-	base.EventsKey = testEventsKey
-	// The webhooks and MCP servers of these tests listen on loopback; the operator allows it.
-	base.EgressAllow = []string{"127.0.0.1:*", "localhost:*"}
-	if !o.noModel {
-		base.ModelBaseURL = s.model.URL()
-	}
+	layout := hermestest.Split
 	if o.embedded {
-		base.DataDir = t.TempDir()
-		if o.configure != nil {
-			o.configure(&base)
-		}
-		s.main = startApp(t, ctx, base, log)
-		s.memory = s.main
-	} else {
-		_, s.prefix = testenv.Redis(t)
-		checkNATS(t)
-		ns := "e2e" + randomToken(t)
-		s.names = events.NamespacedNames(ns)
-		t.Cleanup(s.cleanupNATS)
-
-		memCfg := base
-		memCfg.Target = app.TargetMemory
-		memCfg.DataDir = t.TempDir()
-		memCfg.NATSURL, memCfg.NATSNamespace = natsURL, ns
-		s.memory = startApp(t, ctx, memCfg, log)
-
-		mainCfg := base
-		mainCfg.Target = strings.Join([]string{app.TargetSession, app.TargetTools, app.TargetMCPGateway, app.TargetOrchestrator}, ",")
-		mainCfg.DataDir = t.TempDir()
-		mainCfg.RedisURL, mainCfg.RedisPrefix = testenv.RedisURL(), s.prefix
-		mainCfg.NATSURL, mainCfg.NATSNamespace = natsURL, ns
-		mainCfg.MemoryAddr = s.memory.Addr()
-		if o.configure != nil {
-			o.configure(&mainCfg)
-		}
-		s.main = startApp(t, ctx, mainCfg, log)
+		layout = hermestest.Monolith
 	}
-	if s.conn, err = rpc.Dial(s.main.Addr()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.conn.Close() })
-	if s.memC, err = rpc.Dial(s.memory.Addr()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.memC.Close() })
-	s.sessions = sessionv1.NewSessionServiceClient(s.conn)
-	s.tools = toolsv1.NewToolServiceClient(s.conn)
-	s.gateway = mcpgatewayv1.NewMCPGatewayServiceClient(s.conn)
-	s.orch = orchestratorv1.NewOrchestratorServiceClient(s.conn)
-	s.mem = memoryv1.NewMemoryServiceClient(s.memC)
-	return s
-}
-
-func startApp(t testing.TB, ctx context.Context, cfg app.Config, log *slog.Logger) *app.App {
-	t.Helper()
-	a, err := app.New(ctx, cfg, log)
-	if err != nil {
-		t.Fatalf("start %s: %v", cfg.Target, err)
-	}
-	a.Start()
-	t.Cleanup(func() { _ = a.Stop() })
-	return a
-}
-
-// cleanupNATS deletes the test's NATS stream (testenv.Redis deletes its Redis keys).
-func (s *stack) cleanupNATS() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if nc, err := nats.Connect(natsURL); err == nil {
-		if js, err := jetstream.New(nc); err == nil {
-			_ = js.DeleteStream(ctx, s.names.Stream)
-		}
-		nc.Close()
+	hs := hermestest.Start(t, hermestest.Options{Layout: layout, Model: h, Args: []string{hermestest.AllowLoopback}, ScriptExtractor: o.extracts, NoModel: o.noModel, Configure: o.configure})
+	return &stack{
+		t: t, model: hs.Model, main: hs.App, memory: hs.MemoryApp, conn: hs.Conn, memC: hs.MemoryConn, names: hs.Names, prefix: hs.RedisPrefix,
+		sessions: hs.Sessions, tools: hs.Tools, gateway: hs.Gateway, orch: hs.Orchestrator, mem: hs.Memory,
 	}
 }
 
@@ -337,15 +207,4 @@ func lastTurnRequest(reqs []scripted.Request) scripted.Request {
 		}
 	}
 	return last
-}
-
-// withExtractor answers the memory extractor's requests with no memories, so a test's script
-// only plays the assistant.
-func withExtractor(h scripted.Handler) scripted.Handler {
-	return func(req scripted.Request) scripted.Reply {
-		if len(req.Messages) > 0 && req.Messages[0].Content == memory.ExtractionSystemPrompt {
-			return scripted.Text(`{"memories":[]}`)
-		}
-		return h(req)
-	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/hermes-agent/hermes/internal/events"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
+	"github.com/hermes-agent/hermes/test/hermestest"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,7 +43,7 @@ func TestRestaurantExample(t *testing.T) {
 	}
 
 	// Watch turn.finished on the test's namespace.
-	nc, err := nats.Connect(natsURL)
+	nc, err := nats.Connect(hermestest.NATSURL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,13 +7,14 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
+	"github.com/hermes-agent/hermes/test/hermestest"
 )
 
 // TestSafetyFactsReachFoodTurns: an allergy the user stated once reaches every later request it
 // can change — food, travel, health — although the request shares no word with it, in either
 // language; an unrelated request does not get it.
 func TestSafetyFactsReachFoodTurns(t *testing.T) {
-	s := startStack(t, withExtractor(func(scripted.Request) scripted.Reply { return scripted.Text("（脚本模型）OK") }), stackOptions{embedded: true})
+	s := startStack(t, hermestest.NoMemories(func(scripted.Request) scripted.Reply { return scripted.Text("（脚本模型）OK") }), stackOptions{embedded: true})
 	ctx := context.Background()
 	facts := map[string]string{"safety-en": "I'm allergic to peanuts", "safety-zh": "我对花生过敏"}
 	for user, fact := range facts {

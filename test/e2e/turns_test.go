@@ -22,6 +22,7 @@ import (
 	"github.com/hermes-agent/hermes/internal/testenv"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	"github.com/hermes-agent/hermes/test/hermestest"
 )
 
 // startTurn starts a turn in the background; turnID receives the turn's id from TurnStarted and
@@ -79,17 +80,13 @@ func TestCancelTurnFromAnotherReplica(t *testing.T) {
 	})
 	// The second replica: only the orchestrator, on the same Redis, calling the first app's
 	// services.
-	cfg := demo.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
+	cfg := hermestest.Config(t)
 	cfg.Target = app.TargetOrchestrator
-	cfg.DataDir = t.TempDir()
-	cfg.ModelBaseURL, cfg.Model = s.model.URL(), "scripted-test"
+	cfg.ModelBaseURL = s.model.URL()
 	cfg.RedisURL, cfg.RedisPrefix = testenv.RedisURL(), s.prefix
-	cfg.NATSURL, cfg.NATSNamespace = natsURL, strings.TrimSuffix(s.names.TurnFinishedPrefix, ".hermes.turn.finished.")
-	cfg.EventsKey = testEventsKey
+	cfg.NATSURL, cfg.NATSNamespace = hermestest.NATSURL, strings.TrimSuffix(s.names.TurnFinishedPrefix, ".hermes.turn.finished.")
 	cfg.SessionAddr, cfg.ToolsAddr, cfg.MemoryAddr = s.main.Addr(), s.main.Addr(), s.memory.Addr()
-	cfg.ShutdownTimeout = 5 * time.Second
-	second = startApp(t, context.Background(), cfg, testLogger(t))
+	second = hermestest.StartApp(t, cfg, nil).App
 	conn, err := rpc.Dial(second.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -365,26 +362,20 @@ func TestOutboxSurvivesNATSOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	model, err := scripted.New(withExtractor(func(scripted.Request) scripted.Reply { return scripted.Text("ok") }))
+	model, err := scripted.New(hermestest.NoMemories(func(scripted.Request) scripted.Reply { return scripted.Text("ok") }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer model.Close()
-	cfg := demo.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
+	cfg := hermestest.Config(t)
 	cfg.DataDir = dataDir
-	cfg.ModelBaseURL, cfg.Model = model.URL(), "scripted-test"
+	cfg.ModelBaseURL = model.URL()
 	cfg.NATSURL = nats1.URL()
-	cfg.EventsKey = testEventsKey
 	cfg.ShutdownTimeout = time.Second
 	cfg.Orchestrator.PublishTimeout = 500 * time.Millisecond
 	cfg.Memory.ConsumerEnabled = false
-	log := testLogger(t)
-	a, err := app.New(context.Background(), cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Start()
+	log := hermestest.Logger(t)
+	a := hermestest.StartApp(t, cfg, log)
 	conn, err := rpc.Dial(a.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -414,12 +405,8 @@ func TestOutboxSurvivesNATSOutage(t *testing.T) {
 	}
 	defer nats2.Close()
 	cfg.NATSURL = nats2.URL()
-	b, err := app.New(context.Background(), cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Start()
-	defer func() { _ = b.Stop() }()
+	b := hermestest.StartApp(t, cfg, log)
+	defer func() { _ = b.Stop() }() // before NATS stops
 
 	nc, js, err := events.Connect(nats2.URL(), "test", log)
 	if err != nil {

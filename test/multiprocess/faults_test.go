@@ -14,6 +14,7 @@ import (
 	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/internal/demo/restaurant"
 	"github.com/hermes-agent/hermes/internal/events"
+	"github.com/hermes-agent/hermes/internal/testenv"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
@@ -128,9 +129,8 @@ func TestMemoryKilledUnderLoad(t *testing.T) {
 	}
 
 	// Every turn.finished, exactly once in effect: one memory per user, from that turn.
-	deadline := time.Now().Add(90 * time.Second)
 	var problems []string
-	for {
+	testenv.Poll(90*time.Second, func() bool {
 		problems = problems[:0]
 		for _, sp := range specs {
 			o := byUser[sp.user]
@@ -149,11 +149,8 @@ func TestMemoryKilledUnderLoad(t *testing.T) {
 				problems = append(problems, fmt.Sprintf("%s: memory %q from turn %s, want %q from turn %s", sp.user, ms[0].GetContent(), ms[0].GetTurnId(), cluster.MemberContent(sp.member), o.turnID))
 			}
 		}
-		if len(problems) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return len(problems) == 0
+	})
 	t.Logf("every turn processed %s after the load ended", time.Since(begin.Add(elapsed)).Round(time.Millisecond))
 	if len(problems) > 0 {
 		t.Fatalf("after the memory process came back, %d of %d turns are not processed exactly once:\n  %s", len(problems), total, strings.Join(problems, "\n  "))
@@ -241,9 +238,7 @@ func TestRedisRestartUnderLoad(t *testing.T) {
 	}
 	// Keep Redis down until turns have failed: the services retry a refused call (go-redis,
 	// then gRPC between the services), so a short outage is ridden out and no turn fails.
-	for time.Since(killedAt) < 3*time.Second || (l.failedCount() < 2 && time.Since(killedAt) < 20*time.Second) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Poll(20*time.Second, func() bool { return time.Since(killedAt) >= 3*time.Second && l.failedCount() >= 2 })
 
 	// Back: SERVING again without anyone restarting the services.
 	if err := s.redis.Start(); err != nil {
@@ -447,15 +442,12 @@ func TestMCPServerKilled(t *testing.T) {
 	t.Cleanup(back.Close)
 	backAt := time.Now()
 	t.Logf("MCP server back at %s", backAt.UTC().Format("15:04:05.000"))
-	for {
-		r, _, err := search()
-		if err == nil && r.GetSuccess() {
-			break
-		}
-		if time.Since(backAt) > 30*time.Second {
-			t.Fatalf("30 s after the MCP server came back its tool still fails: %v %v", r, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var r *toolsv1.ToolResult
+	if !testenv.Poll(30*time.Second, func() bool {
+		r, _, err = search()
+		return err == nil && r.GetSuccess()
+	}) {
+		t.Fatalf("30 s after the MCP server came back its tool still fails: %v %v", r, err)
 	}
 	recovered := time.Since(backAt)
 	outs := l.finish()

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/hermes-agent/hermes/internal/qdranttest"
+	"github.com/hermes-agent/hermes/internal/testenv"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	"github.com/hermes-agent/hermes/test/multiprocess/cluster"
 )
@@ -113,15 +114,14 @@ func TestHealthFollowsNATS(t *testing.T) {
 	// The turn.finished events of the outage reach the extractor once NATS is back.
 	deadline := time.Now().Add(60 * time.Second)
 	for _, user := range during {
-		for {
-			resp, err := s.memory.ListMemories(ctx, &memoryv1.ListMemoriesRequest{UserId: user})
-			if err == nil && len(resp.GetMemories()) == 1 && resp.GetMemories()[0].GetTurnId() == outcomes[user].turnID {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the turn of %s finished during the NATS outage was not extracted exactly once after NATS came back: %v %v", user, resp.GetMemories(), err)
-			}
-			time.Sleep(200 * time.Millisecond)
+		var resp *memoryv1.ListMemoriesResponse
+		var err error
+		extracted := testenv.Poll(time.Until(deadline), func() bool {
+			resp, err = s.memory.ListMemories(ctx, &memoryv1.ListMemoriesRequest{UserId: user})
+			return err == nil && len(resp.GetMemories()) == 1 && resp.GetMemories()[0].GetTurnId() == outcomes[user].turnID
+		})
+		if !extracted {
+			t.Fatalf("the turn of %s finished during the NATS outage was not extracted exactly once after NATS came back: %v %v", user, resp.GetMemories(), err)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/internal/otlptest"
+	"github.com/hermes-agent/hermes/internal/testenv"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 )
 
@@ -88,8 +89,7 @@ func checkTrace(t *testing.T, s *stack, r *demo.TurnResult) {
 	var spans []otlptest.Span
 	var traceID string
 	// Each process exports in batches every second: wait for the last ones.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	whole := testenv.Poll(20*time.Second, func() bool {
 		traceID = ""
 		for _, sp := range s.otlp.Spans() {
 			if sp.Attributes["hermes.turn_id"] == turnID && sp.Service == "hermes-orchestrator" {
@@ -99,14 +99,14 @@ func checkTrace(t *testing.T, s *stack, r *demo.TurnResult) {
 		if traceID != "" {
 			spans = s.otlp.Trace(traceID)
 			if got := otlptest.Services(spans); len(got) >= len(want) && len(orphans(spans)) == 0 {
-				break
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 20 s, the trace %q of turn %s has services %v, orphan spans %v (want %v); %d spans received in all",
-				traceID, turnID, otlptest.Services(spans), orphans(spans), want, len(s.otlp.Spans()))
-		}
-		time.Sleep(200 * time.Millisecond)
+		return false
+	})
+	if !whole {
+		t.Fatalf("after 20 s, the trace %q of turn %s has services %v, orphan spans %v (want %v); %d spans received in all",
+			traceID, turnID, otlptest.Services(spans), orphans(spans), want, len(s.otlp.Spans()))
 	}
 	got := otlptest.Services(spans)
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -388,18 +388,21 @@ func (l *load) stopWorkers() { l.stopOnce.Do(func() { close(l.stop) }) }
 // waitCompleted waits until n turns have completed in total, or the timeout passes.
 func (l *load) waitCompleted(t *testing.T, n int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for l.completed() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d turns completed within %s; outcomes:\n%s", l.completed(), n, timeout, l.summary(20))
+	completed := testenv.Poll(timeout, func() bool {
+		if l.completed() >= n {
+			return true
 		}
 		select {
 		case <-l.done:
 			if l.completed() < n {
 				t.Fatalf("the load ended with %d of %d turns completed:\n%s", l.completed(), n, l.summary(20))
 			}
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
+		return false
+	})
+	if !completed {
+		t.Fatalf("only %d of %d turns completed within %s; outcomes:\n%s", l.completed(), n, timeout, l.summary(20))
 	}
 }
 

@@ -17,10 +17,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/app"
-	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/internal/devcerts"
+	"github.com/hermes-agent/hermes/internal/testenv"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	"github.com/hermes-agent/hermes/test/hermestest"
 )
 
 // certs is a development CA with the certificates of one test, written where the flags read
@@ -85,38 +86,22 @@ func TestMutualTLS(t *testing.T) {
 	m := newModel(t)
 	keys := writeFile(t, filepath.Join(c.dir, "keys.yaml"), authFile)
 
-	internal := demo.DefaultConfig()
+	internal := hermestest.Config(t)
 	internal.Target = "session,tools,mcpgateway,memory"
-	internal.Listen = "127.0.0.1:0"
-	internal.DataDir = t.TempDir()
-	internal.ShutdownTimeout = 5 * time.Second
 	internal.AuthFile = keys
 	internal.TLSCert, internal.TLSKey = c.path("internal", "tls.crt"), c.path("internal", "tls.key")
 	internal.TLSClientCA, internal.TLSCA = c.path("ca.crt"), c.path("ca.crt")
-	in, err := app.New(context.Background(), internal, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	in.Start()
-	t.Cleanup(func() { _ = in.Stop() })
+	in := hermestest.StartApp(t, internal, quietLog())
 
-	orch := demo.DefaultConfig()
+	orch := hermestest.Config(t)
 	orch.Target = "orchestrator"
-	orch.Listen = "127.0.0.1:0"
-	orch.DataDir = t.TempDir()
-	orch.ShutdownTimeout = 5 * time.Second
-	orch.ModelBaseURL, orch.Model = m.URL(), "scripted-test"
+	orch.ModelBaseURL = m.URL()
 	orch.AuthFile = keys
 	orch.TLSCert, orch.TLSKey = c.path("orchestrator", "tls.crt"), c.path("orchestrator", "tls.key")
 	orch.TLSClientCA, orch.TLSClientAuth, orch.TLSCA = c.path("ca.crt"), "optional", c.path("ca.crt")
 	orch.TLSServerName = "localhost"
 	orch.SessionAddr, orch.ToolsAddr, orch.MemoryAddr = in.Addr(), in.Addr(), in.Addr()
-	o, err := app.New(context.Background(), orch, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.Start()
-	t.Cleanup(func() { _ = o.Stop() })
+	o := hermestest.StartApp(t, orch, quietLog())
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -164,19 +149,11 @@ func TestMutualTLS(t *testing.T) {
 // next handshake, without a restart.
 func TestCertificatesReload(t *testing.T) {
 	c := newCerts(t)
-	cfg := demo.DefaultConfig()
+	cfg := hermestest.Config(t)
 	cfg.Target = "session"
-	cfg.Listen = "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
-	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.TLSCert, cfg.TLSKey = c.path("internal", "tls.crt"), c.path("internal", "tls.key")
 	cfg.TLSClientCA = c.path("ca.crt")
-	a, err := app.New(context.Background(), cfg, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Start()
-	t.Cleanup(func() { _ = a.Stop() })
+	a := hermestest.StartApp(t, cfg, quietLog())
 	served := func() string {
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(c.ca.CertPEM)
@@ -211,21 +188,14 @@ func TestCertificatesReload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for served() == before {
-		if time.Now().After(deadline) {
-			t.Fatal("the rotated certificate was not served within 20 s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.WaitFor(t, 20*time.Second, "the rotated certificate to be served", func() bool { return served() != before })
 }
 
 // TestSecureByDefault: without keys or client certificates a listener stays on loopback; a
 // non-loopback one needs keys, client certificates or --insecure-no-auth.
 func TestSecureByDefault(t *testing.T) {
-	base := demo.DefaultConfig()
+	base := hermestest.Config(t)
 	base.Target = "session"
-	base.DataDir = t.TempDir()
 	base.ShutdownTimeout = time.Second
 	tryStart := func(edit func(*app.Config)) error {
 		cfg := base

@@ -22,13 +22,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/app"
-	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/quota"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/testenv"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	"github.com/hermes-agent/hermes/test/hermestest"
 )
 
 // quotaKey is the key of a user named for the limit its test uses up.
@@ -132,20 +132,13 @@ func TestQuotas(t *testing.T) {
 	}
 	t.Cleanup(m.Close)
 	dir := t.TempDir()
-	cfg := demo.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
+	cfg := hermestest.Config(t)
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	cfg.DataDir = dir
-	cfg.ShutdownTimeout = 5 * time.Second
-	cfg.ModelBaseURL, cfg.Model = m.URL(), "scripted-test"
+	cfg.ModelBaseURL = m.URL()
 	cfg.AuthFile = writeFile(t, filepath.Join(dir, "keys.yaml"), quotaAuthFile())
 	cfg.Quota = testQuota
-	a, err := app.New(context.Background(), cfg, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Start()
-	t.Cleanup(func() { _ = a.Stop() })
+	a := hermestest.StartApp(t, cfg, quietLog())
 	conn, err := rpc.Dial(a.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -309,20 +302,13 @@ func TestQuotasSharedByReplicas(t *testing.T) {
 	keys := writeFile(t, filepath.Join(dir, "keys.yaml"), quotaAuthFile())
 	var clients []sessionv1.SessionServiceClient
 	for i := range 2 {
-		cfg := demo.DefaultConfig()
+		cfg := hermestest.Config(t)
 		cfg.Target = app.TargetSession
-		cfg.Listen = "127.0.0.1:0"
 		cfg.DataDir = filepath.Join(dir, fmt.Sprint(i))
 		cfg.RedisURL, cfg.RedisPrefix = testenv.RedisURL(), prefix
 		cfg.AuthFile = keys
-		cfg.ShutdownTimeout = 5 * time.Second
 		cfg.Quota = testQuota
-		a, err := app.New(context.Background(), cfg, quietLog())
-		if err != nil {
-			t.Fatal(err)
-		}
-		a.Start()
-		t.Cleanup(func() { _ = a.Stop() })
+		a := hermestest.StartApp(t, cfg, quietLog())
 		conn, err := rpc.Dial(a.Addr())
 		if err != nil {
 			t.Fatal(err)
@@ -359,15 +345,10 @@ func TestQuotasSharedByReplicas(t *testing.T) {
 // before it is read: the server answers while the client has sent only the headers.
 func TestBodyOverLimitRefusedUnread(t *testing.T) {
 	dir := t.TempDir()
-	cfg := demo.DefaultConfig()
-	cfg.Listen, cfg.HTTP.Listen, cfg.DataDir = "127.0.0.1:0", "127.0.0.1:0", dir
+	cfg := hermestest.Config(t)
+	cfg.HTTP.Listen, cfg.DataDir = "127.0.0.1:0", dir
 	cfg.AuthFile = writeFile(t, filepath.Join(dir, "keys.yaml"), quotaAuthFile())
-	a, err := app.New(context.Background(), cfg, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Start()
-	t.Cleanup(func() { _ = a.Stop() })
+	a := hermestest.StartApp(t, cfg, quietLog())
 	// The body never comes: a pipe nobody writes to, with 15 MB declared.
 	pr, pw := io.Pipe()
 	t.Cleanup(func() { _ = pw.Close() })

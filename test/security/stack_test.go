@@ -13,17 +13,16 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/hermes-agent/hermes/internal/app"
-	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/qdranttest"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/testenv"
+	"github.com/hermes-agent/hermes/test/hermestest"
 	"github.com/hermes-agent/hermes/test/multiprocess/cluster"
 )
 
@@ -63,10 +62,13 @@ type stack struct {
 
 func (s *stack) conn(target string) *grpc.ClientConn { return s.conns[target] }
 
+// answerDone answers every request with a short text.
+func answerDone(scripted.Request) scripted.Reply { return scripted.Text("done") }
+
 // model answers every turn with a short text, and records what it was asked.
 func newModel(t *testing.T) *scripted.Server {
 	t.Helper()
-	m, err := scripted.New(func(scripted.Request) scripted.Reply { return scripted.Text("done") })
+	m, err := scripted.New(answerDone)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,33 +91,24 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 func startMonolith(t *testing.T) *stack {
 	t.Helper()
 	dir := t.TempDir()
-	m := newModel(t)
 	mcpAddr, err := cluster.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := demo.DefaultConfig()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.DataDir = dir
-	cfg.ShutdownTimeout = 5 * time.Second
-	cfg.ModelBaseURL, cfg.Model = m.URL(), "scripted-test"
-	cfg.AuthFile = writeFile(t, filepath.Join(dir, "keys.yaml"), authFile)
-	cfg.MCPGateway.MCPListen = mcpAddr
-	cfg.PprofListen = "127.0.0.1:0"
-	a, err := app.New(context.Background(), cfg, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Start()
-	t.Cleanup(func() { _ = a.Stop() })
-	conn, err := rpc.Dial(a.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	s := &stack{name: "monolith", conns: map[string]*grpc.ClientConn{}, model: m, dir: dir, mcpURL: "http://" + mcpAddr + "/mcp", pprofURL: "http://" + a.PprofAddr() + "/debug/pprof/"}
+	hs := hermestest.Start(t, hermestest.Options{
+		Model:           answerDone,
+		ScriptExtractor: true,
+		DataDir:         dir,
+		Log:             quietLog(),
+		Configure: func(cfg *app.Config) {
+			cfg.AuthFile = writeFile(t, filepath.Join(dir, "keys.yaml"), authFile)
+			cfg.MCPGateway.MCPListen = mcpAddr
+			cfg.PprofListen = "127.0.0.1:0"
+		},
+	})
+	s := &stack{name: "monolith", conns: map[string]*grpc.ClientConn{}, model: hs.Model, dir: dir, mcpURL: "http://" + mcpAddr + "/mcp", pprofURL: "http://" + hs.App.PprofAddr() + "/debug/pprof/"}
 	for _, target := range app.Targets() {
-		s.conns[target] = conn
+		s.conns[target] = hs.Conn
 	}
 	return s
 }

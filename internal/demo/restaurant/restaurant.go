@@ -30,8 +30,8 @@ type Restaurant struct {
 	Hours   string `json:"hours"`
 }
 
-// Directory is the fixed list the server searches.
-var Directory = []Restaurant{
+// directory is the fixed list the server searches.
+var directory = []Restaurant{
 	{ID: "R-001", Name: "蜀香园", Cuisine: "川菜", City: "北京", Address: "朝阳区建国路 88 号", Hours: "11:00-22:00"},
 	{ID: "R-002", Name: "川味轩", Cuisine: "川菜", City: "北京", Address: "海淀区中关村大街 27 号", Hours: "10:30-21:30"},
 	{ID: "R-003", Name: "粤海酒家", Cuisine: "粤菜", City: "北京", Address: "东城区王府井大街 138 号", Hours: "11:00-21:00"},
@@ -81,8 +81,8 @@ type Server struct {
 	reservations []Reservation
 }
 
-// New builds the MCP server.
-func New() *Server {
+// newServer builds the MCP server.
+func newServer() *Server {
 	s := &Server{mcp: mcp.NewServer(&mcp.Implementation{Name: "hermes-demo-locallife", Version: "1.0.0"}, nil)}
 	s.mcp.AddTool(&mcp.Tool{
 		Name:        "search_restaurant",
@@ -98,9 +98,6 @@ func New() *Server {
 	}, s.reserve)
 	return s
 }
-
-// MCP returns the underlying MCP server.
-func (s *Server) MCP() *mcp.Server { return s.mcp }
 
 // Reservations returns the tables booked so far.
 func (s *Server) Reservations() []Reservation {
@@ -128,7 +125,7 @@ func (s *Server) search(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallT
 		return errorResult("arguments are not a JSON object: " + err.Error()), nil
 	}
 	var found []Restaurant
-	for _, r := range Directory {
+	for _, r := range directory {
 		if in.Name != "" && !strings.Contains(r.Name, in.Name) && !strings.Contains(in.Name, r.Name) {
 			continue
 		}
@@ -154,9 +151,9 @@ func (s *Server) reserve(_ context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		return errorResult("arguments do not match the schema: " + err.Error()), nil
 	}
 	var r *Restaurant
-	for i := range Directory {
-		if Directory[i].ID == in.ID {
-			r = &Directory[i]
+	for i := range directory {
+		if directory[i].ID == in.ID {
+			r = &directory[i]
 		}
 	}
 	if r == nil {
@@ -192,7 +189,7 @@ func Listen(addr string, log *slog.Logger) (*HTTPServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("restaurant MCP server: %w", err)
 	}
-	s := New()
+	s := newServer()
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{Logger: log}))
 	h := &HTTPServer{Server: s, lis: lis, done: make(chan struct{}), srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}

@@ -206,11 +206,11 @@ type Server struct {
 
 // New starts a scripted model on a random loopback port.
 func New(h Handler) (*Server, error) {
-	return Listen("127.0.0.1:0", h)
+	return listen("127.0.0.1:0", h)
 }
 
-// Listen starts a scripted model on addr.
-func Listen(addr string, h Handler) (*Server, error) {
+// listen starts a scripted model on addr.
+func listen(addr string, h Handler) (*Server, error) {
 	tok, err := tokenizer.New("o200k_base")
 	if err != nil {
 		return nil, err

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/hermes-agent/hermes/internal/backoff"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
@@ -335,6 +336,9 @@ func (p *Process) Health(ctx context.Context, service string) (healthpb.HealthCh
 	return resp.GetStatus(), nil
 }
 
+// pollHealth spaces the health checks of WaitHealth.
+var pollHealth = backoff.Policy{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond, Jitter: 0.2}
+
 // WaitHealth waits until the process reports want for every service, failing early when the
 // process exits.
 func (p *Process) WaitHealth(ctx context.Context, want healthpb.HealthCheckResponse_ServingStatus, timeout time.Duration, services ...string) error {
@@ -342,10 +346,11 @@ func (p *Process) WaitHealth(ctx context.Context, want healthpb.HealthCheckRespo
 	defer cancel()
 	for _, svc := range services {
 		var last string
-		for {
+		var exited error
+		ok := backoff.Until(ctx, pollHealth, func() bool {
 			st, err := p.Health(ctx, svc)
 			if err == nil && st == want {
-				break
+				return true
 			}
 			if err != nil {
 				last = err.Error()
@@ -353,13 +358,16 @@ func (p *Process) WaitHealth(ctx context.Context, want healthpb.HealthCheckRespo
 				last = st.String()
 			}
 			if ok, exitErr := p.Exited(); ok {
-				return fmt.Errorf("%s exited (%v) before %s was %s", p.Name, exitErr, svc, want)
+				exited = fmt.Errorf("%s exited (%v) before %s was %s", p.Name, exitErr, svc, want)
+				return true
 			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("%s: %s is not %s after %s (last: %s)", p.Name, svc, want, timeout, last)
-			case <-time.After(50 * time.Millisecond):
-			}
+			return false
+		})
+		switch {
+		case exited != nil:
+			return exited
+		case !ok:
+			return fmt.Errorf("%s: %s is not %s after %s (last: %s)", p.Name, svc, want, timeout, last)
 		}
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hermes-agent/hermes/internal/backoff"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -80,22 +81,22 @@ func (r *Redis) Start() error {
 
 	rdb := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1})
 	defer func() { _ = rdb.Close() }()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := rdb.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if closed(done) {
-			log, _ := os.ReadFile(filepath.Join(r.Dir, "redis.log"))
-			return fmt.Errorf("redis-server on port %d exited: %s", r.Port, log)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server on port %d does not answer: %w", r.Port, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	wctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	backoff.Until(wctx, pollHealth, func() bool {
+		ctx, cancel := context.WithTimeout(wctx, time.Second)
+		defer cancel()
+		err = rdb.Ping(ctx).Err()
+		return err == nil || closed(done)
+	})
+	switch {
+	case err == nil:
+		return nil
+	case closed(done):
+		log, _ := os.ReadFile(filepath.Join(r.Dir, "redis.log"))
+		return fmt.Errorf("redis-server on port %d exited: %s", r.Port, log)
+	default:
+		return fmt.Errorf("redis-server on port %d does not answer: %w", r.Port, err)
 	}
 }
 
