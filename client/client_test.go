@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hermes-agent/hermes/app"
 	"github.com/hermes-agent/hermes/client"
-	"github.com/hermes-agent/hermes/internal/app"
 	"github.com/hermes-agent/hermes/internal/devcerts"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/testenv"

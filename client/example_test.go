@@ -7,8 +7,8 @@ import (
 	"log"
 	"strings"
 
+	"github.com/hermes-agent/hermes/app"
 	"github.com/hermes-agent/hermes/client"
-	"github.com/hermes-agent/hermes/internal/app"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	"github.com/hermes-agent/hermes/services/memory"

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/app"
 	"github.com/hermes-agent/hermes/internal/devcerts"
 )
 

@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/app"
+	"github.com/hermes-agent/hermes/app/demo"
 	"github.com/hermes-agent/hermes/internal/config"
-	"github.com/hermes-agent/hermes/internal/demo"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"

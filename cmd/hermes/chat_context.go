@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/hermes-agent/hermes/internal/demo"
+	"github.com/hermes-agent/hermes/app/demo"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 )

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hermes-agent/hermes/internal/demo"
-	"github.com/hermes-agent/hermes/internal/demo/restaurant"
+	"github.com/hermes-agent/hermes/app/demo"
+	"github.com/hermes-agent/hermes/app/demo/restaurant"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	"github.com/hermes-agent/hermes/test/hermestest"
 )

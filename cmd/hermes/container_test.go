@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/app"
 )
 
 // dockerfileEnv returns the variables the Dockerfile's ENV instructions set.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/hermes-agent/hermes/internal/demo"
+	"github.com/hermes-agent/hermes/app/demo"
 	"github.com/hermes-agent/hermes/internal/telemetry"
 )
 

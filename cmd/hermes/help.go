@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/hermes-agent/hermes/internal/app"
-	"github.com/hermes-agent/hermes/internal/demo"
+	"github.com/hermes-agent/hermes/app"
+	"github.com/hermes-agent/hermes/app/demo"
 )
 
 // helpWidth is the width -h output wraps at.

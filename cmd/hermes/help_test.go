@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/app"
 )
 
 // TestServeHelp checks that hermes serve -h is short and starts with the essentials, and that

@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/app"
 	"github.com/hermes-agent/hermes/internal/config"
 )
 

@@ -19,7 +19,7 @@ import (
 // Authenticator authenticates callers and authorizes their calls against the policy table.
 type Authenticator struct {
 	// keys is nil when no auth file is configured: callers without a client certificate are
-	// then anonymous, with every right (loopback or --insecure-no-auth only; see internal/app).
+	// then anonymous, with every right (loopback or --insecure-no-auth only; see app).
 	keys   *KeyFile
 	policy map[string]Access
 	log    *slog.Logger

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/hermes-agent/hermes/internal/app"
-	"github.com/hermes-agent/hermes/internal/demo"
+	"github.com/hermes-agent/hermes/app"
+	"github.com/hermes-agent/hermes/app/demo"
 	"github.com/hermes-agent/hermes/internal/model"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/rpc"

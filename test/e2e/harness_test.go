@@ -1,4 +1,4 @@
-// Package e2e tests Hermes end to end: the real services in process (internal/app), through
+// Package e2e tests Hermes end to end: the real services in process (app), through
 // their gRPC API over loopback, with the real Redis at 127.0.0.1:6379 and NATS JetStream at
 // 127.0.0.1:4222 (CI starts both; the tests fail when they are missing), a real MCP server,
 // real HTTP tool endpoints, and the scripted model — an OpenAI-compatible HTTP server that
@@ -21,8 +21,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/hermes-agent/hermes/internal/app"
-	"github.com/hermes-agent/hermes/internal/demo"
+	"github.com/hermes-agent/hermes/app"
+	"github.com/hermes-agent/hermes/app/demo"
 	"github.com/hermes-agent/hermes/internal/events"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"

@@ -8,8 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/hermes-agent/hermes/internal/demo"
-	"github.com/hermes-agent/hermes/internal/demo/restaurant"
+	"github.com/hermes-agent/hermes/app/demo"
+	"github.com/hermes-agent/hermes/app/demo/restaurant"
 	"github.com/hermes-agent/hermes/internal/events"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"

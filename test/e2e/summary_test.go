@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/app"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
 	"github.com/hermes-agent/hermes/services/orchestrator"

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/hermes-agent/hermes/internal/app"
-	"github.com/hermes-agent/hermes/internal/demo"
+	"github.com/hermes-agent/hermes/app"
+	"github.com/hermes-agent/hermes/app/demo"
 	"github.com/hermes-agent/hermes/internal/events"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/rpc"

@@ -24,7 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
-	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/app"
 	"github.com/hermes-agent/hermes/internal/config"
 	"github.com/hermes-agent/hermes/internal/events"
 	"github.com/hermes-agent/hermes/internal/model/scripted"

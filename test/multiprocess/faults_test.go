@@ -11,8 +11,8 @@ import (
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/hermes-agent/hermes/internal/demo"
-	"github.com/hermes-agent/hermes/internal/demo/restaurant"
+	"github.com/hermes-agent/hermes/app/demo"
+	"github.com/hermes-agent/hermes/app/demo/restaurant"
 	"github.com/hermes-agent/hermes/internal/events"
 	"github.com/hermes-agent/hermes/internal/testenv"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"

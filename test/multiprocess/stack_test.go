@@ -18,8 +18,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/hermes-agent/hermes/internal/demo"
-	"github.com/hermes-agent/hermes/internal/demo/restaurant"
+	"github.com/hermes-agent/hermes/app/demo"
+	"github.com/hermes-agent/hermes/app/demo/restaurant"
 	"github.com/hermes-agent/hermes/internal/events"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/otlptest"

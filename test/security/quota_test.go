@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/app"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/quota"
 	"github.com/hermes-agent/hermes/internal/rpc"

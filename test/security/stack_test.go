@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/app"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/qdranttest"
 	"github.com/hermes-agent/hermes/internal/rpc"

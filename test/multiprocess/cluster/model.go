@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hermes-agent/hermes/internal/demo"
+	"github.com/hermes-agent/hermes/app/demo"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/services/memory"
 )
@@ -40,7 +40,7 @@ type ModelOptions struct {
 // Model is the scripted model of the multi-process tests and the load generator (it is not a
 // model: an OpenAI-compatible server answering from this script). Load turns (LoadTurn) call
 // the calculator and answer with its result; their extraction returns the membership number
-// as a fact. Everything else is the restaurant example's script (internal/demo).
+// as a fact. Everything else is the restaurant example's script (app/demo).
 func Model(opts ModelOptions) scripted.Handler {
 	restaurant := demo.Model()
 	return func(req scripted.Request) scripted.Reply {

@@ -21,9 +21,9 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/hermes-agent/hermes/internal/app"
+	"github.com/hermes-agent/hermes/app"
+	"github.com/hermes-agent/hermes/app/demo/restaurant"
 	"github.com/hermes-agent/hermes/internal/backoff"
-	"github.com/hermes-agent/hermes/internal/demo/restaurant"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/tokenizer"
