@@ -73,14 +73,6 @@ func TestBackToBackTurnsSmoke(t *testing.T) {
 			// round-robin session one turn in every third round.
 			const rounds, perSession, spread = 30, 5, 3
 			user := "smoke"
-			ones := make([]string, rounds/perSession+1)
-			for i := range ones {
-				ones[i] = s.newSession(user)
-			}
-			others := make([]string, spread)
-			for i := range others {
-				others[i] = s.newSession(user)
-			}
 			type timing struct{ started, took time.Duration }
 			turn := func(session string) timing {
 				t.Helper()
@@ -90,31 +82,48 @@ func TestBackToBackTurnsSmoke(t *testing.T) {
 				}
 				return timing{st, d}
 			}
-			// Warm up connections, caches and the tokenizer.
-			for _, sid := range others {
-				turn(sid)
-			}
-			var b2bStart, rrStart, b2bTurn, rrTurn []time.Duration
-			for i := range rounds {
-				one := ones[i/perSession]
-				turn(one)      // the previous turn of the session…
-				b := turn(one) // …and the next one, sent on its TurnCompleted
-				r := turn(others[i%spread])
-				b2bStart, b2bTurn = append(b2bStart, b.started), append(b2bTurn, b.took)
-				rrStart, rrTurn = append(rrStart, r.started), append(rrTurn, r.took)
-			}
 			median := func(d []time.Duration) time.Duration {
 				slices.Sort(d)
 				return d[len(d)/2]
 			}
-			bs, rs, bt, rt := median(b2bStart), median(rrStart), median(b2bTurn), median(rrTurn)
-			startRatio, turnRatio := float64(bs)/float64(rs), float64(bt)/float64(rt)
-			t.Logf("median to TurnStarted: back-to-back on one session %s, round-robin over %d sessions %s, ratio %.2f; whole turn %s vs %s, ratio %.2f",
-				bs, spread, rs, startRatio, bt, rt, turnRatio)
-			// Equal work gives about 1; the polled lease's 20 ms first back-off gave 5–10 for the
-			// start and 1.5–2.5 for the whole turn.
-			if startRatio > 2 || turnRatio > 1.8 {
-				t.Errorf("back-to-back turns on one session start %.2f× (whole turn %.2f×) as late as turns spread over sessions: the session lease is not handed over at once", startRatio, turnRatio)
+			// A measurement on a loaded machine can be unlucky; a lease that is not handed over
+			// is late in every one. So up to three measurements, and one within bounds passes.
+			for attempt := 1; ; attempt++ {
+				// Fresh sessions each time, so they stay below the window.
+				ones := make([]string, rounds/perSession+1)
+				for i := range ones {
+					ones[i] = s.newSession(user)
+				}
+				others := make([]string, spread)
+				for i := range others {
+					others[i] = s.newSession(user)
+				}
+				// Warm up connections, caches and the tokenizer.
+				for _, sid := range others {
+					turn(sid)
+				}
+				var b2bStart, rrStart, b2bTurn, rrTurn []time.Duration
+				for i := range rounds {
+					one := ones[i/perSession]
+					turn(one)      // the previous turn of the session…
+					b := turn(one) // …and the next one, sent on its TurnCompleted
+					r := turn(others[i%spread])
+					b2bStart, b2bTurn = append(b2bStart, b.started), append(b2bTurn, b.took)
+					rrStart, rrTurn = append(rrStart, r.started), append(rrTurn, r.took)
+				}
+				bs, rs, bt, rt := median(b2bStart), median(rrStart), median(b2bTurn), median(rrTurn)
+				startRatio, turnRatio := float64(bs)/float64(rs), float64(bt)/float64(rt)
+				t.Logf("measurement %d: median to TurnStarted: back-to-back on one session %s, round-robin over %d sessions %s, ratio %.2f; whole turn %s vs %s, ratio %.2f",
+					attempt, bs, spread, rs, startRatio, bt, rt, turnRatio)
+				// Equal work gives about 1; the polled lease's 20 ms first back-off gave 5–10 for
+				// the start and 1.5–2.5 for the whole turn.
+				if startRatio <= 2 && turnRatio <= 1.8 {
+					break
+				}
+				if attempt == 3 {
+					t.Errorf("back-to-back turns on one session start %.2f× (whole turn %.2f×) as late as turns spread over sessions, in three measurements: the session lease is not handed over at once", startRatio, turnRatio)
+					break
+				}
 			}
 		})
 	}
