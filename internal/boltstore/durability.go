@@ -10,9 +10,9 @@ import (
 // store be made durable by the file's next commit (Group.Defer) rather than by a commit of its
 // own. The monolith's orchestrator sends it for a turn's session writes when the session store
 // shares its file: the turn's own next write (its RUNNING record, its final record) commits
-// them, so a turn with a tool call costs two commits instead of five. Any caller may send it; it
-// changes nothing but when that caller's own write reaches the disk (at most the group's delay
-// later), and stores on Redis ignore it.
+// them, so a turn with a tool call costs two commits instead of five. Only a privileged caller
+// (a Hermes service, an operator) is heard: the session service drops it from users' calls
+// (DropDefer), since an acknowledged write of theirs must be on disk. Stores on Redis ignore it.
 const DeferHeader = "hermes-durability"
 
 const deferValue = "next-commit"
@@ -31,4 +31,15 @@ func DeferRequested(ctx context.Context) bool {
 		}
 	}
 	return false
+}
+
+// DropDefer returns ctx without DeferHeader in its incoming metadata.
+func DropDefer(ctx context.Context) context.Context {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok || len(md.Get(DeferHeader)) == 0 {
+		return ctx
+	}
+	md = md.Copy()
+	md.Delete(DeferHeader)
+	return metadata.NewIncomingContext(ctx, md)
 }

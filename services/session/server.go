@@ -16,6 +16,8 @@ import (
 	"github.com/oklog/ulid/v2"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/hermes-agent/hermes/internal/auth"
+	"github.com/hermes-agent/hermes/internal/boltstore"
 	"github.com/hermes-agent/hermes/internal/errclass"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/tokenizer"
@@ -304,8 +306,18 @@ func validateNewMessage(v *rpc.Violations, i int, m *sessionv1.NewMessage) {
 	validateMetadata(v, f("metadata"), m.GetMetadata())
 }
 
+// durability lets only Hermes' own services (the monolith's orchestrator) and operators defer a
+// write to the file's next commit (boltstore.DeferHeader): a user's acknowledged write is on disk.
+func durability(ctx context.Context) context.Context {
+	if auth.IsPrivileged(ctx) {
+		return ctx
+	}
+	return boltstore.DropDefer(ctx)
+}
+
 // AppendMessages implements SessionServiceServer.
 func (s *Service) AppendMessages(ctx context.Context, req *sessionv1.AppendMessagesRequest) (*sessionv1.AppendMessagesResponse, error) {
+	ctx = durability(ctx)
 	var v rpc.Violations
 	validateIDs(&v, req.GetSessionId(), req.GetUserId())
 	msgs := req.GetMessages()
@@ -554,6 +566,7 @@ func sumTokens(msgs []*sessionv1.Message) int32 {
 
 // UpdateSummary implements SessionServiceServer.
 func (s *Service) UpdateSummary(ctx context.Context, req *sessionv1.UpdateSummaryRequest) (*sessionv1.UpdateSummaryResponse, error) {
+	ctx = durability(ctx)
 	var v rpc.Violations
 	validateIDs(&v, req.GetSessionId(), req.GetUserId())
 	v.Required("content", req.GetContent())
