@@ -61,16 +61,9 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 			relay = mcpgateway.NewNATSElicitRelay(nc, a.EventNames().ElicitationPrefix)
 		}
 	}
-	// Per-user OAuth tokens of MCP servers are sealed with the operator's key before they are
-	// stored; without one, servers with user_oauth answer that it is missing.
-	var oauthKey []byte
-	if cfg.OAuthKeyFile != "" {
-		if oauthKey, err = mcpgateway.LoadOAuthKey(cfg.OAuthKeyFile); err != nil {
-			return fmt.Errorf("--mcpgateway.oauth-key-file: %w", err)
-		}
-	}
-	if u := cfg.OAuthRedirectURL; u != "" && !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
-		return fmt.Errorf("--mcpgateway.oauth-redirect-url must be an http(s) URL, got %q", u)
+	oauthKey, err := mcpOAuthKey(cfg)
+	if err != nil {
+		return err
 	}
 	gw := mcpgateway.New(cfg, mcpgateway.Options{
 		OAuthKey: oauthKey,
@@ -92,10 +85,31 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	}
 	a.onClose(gw.Close)
 	a.srv.Register(&mcpgatewayv1.MCPGatewayService_ServiceDesc, mcpgateway.NewServer(gw))
-
 	if cfg.MCPListen == "" {
 		return nil
 	}
+	return a.serveMCPEndpoint(tools)
+}
+
+// mcpOAuthKey is the operator's key that seals per-user OAuth tokens of MCP servers before they
+// are stored; without one, servers with user_oauth answer that it is missing.
+func mcpOAuthKey(cfg mcpgateway.Config) ([]byte, error) {
+	if u := cfg.OAuthRedirectURL; u != "" && !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
+		return nil, fmt.Errorf("--mcpgateway.oauth-redirect-url must be an http(s) URL, got %q", u)
+	}
+	if cfg.OAuthKeyFile == "" {
+		return nil, nil
+	}
+	key, err := mcpgateway.LoadOAuthKey(cfg.OAuthKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--mcpgateway.oauth-key-file: %w", err)
+	}
+	return key, nil
+}
+
+// serveMCPEndpoint serves Hermes' own MCP endpoint on --mcp-listen.
+func (a *App) serveMCPEndpoint(tools func() (toolsv1.ToolServiceClient, error)) error {
+	cfg := a.cfg.MCPGateway
 	// The endpoint runs Hermes' tools for its clients: the power of ExecuteTool, checked with the
 	// same keys and policy as the gRPC listener.
 	if err := a.sec.checkListen("mcp-listen", cfg.MCPListen, a.keys != nil); err != nil {

@@ -18,22 +18,10 @@ import (
 func (a *App) initMemory(ctx context.Context) error {
 	cfg := a.cfg.Memory
 	name := memoryv1.MemoryService_ServiceDesc.ServiceName
-
-	var emb memory.Embedder
-	if a.cfg.EmbedBaseURL != "" {
-		ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		e, err := memory.NewOpenAIEmbedder(ectx, memory.OpenAIEmbedderConfig{
-			BaseURL: a.cfg.EmbedBaseURL, APIKey: a.cfg.APIKey(a.getenv), Model: a.cfg.EmbedModel, Dimensions: cfg.EmbedDimensions,
-		})
-		cancel()
-		if err != nil {
-			return err
-		}
-		emb = e
-	} else {
-		emb = memory.NewLexicalEmbedder(cfg.LexicalDimensions)
+	emb, err := a.memoryEmbedder(ctx)
+	if err != nil {
+		return err
 	}
-
 	opts := memory.Options{Embedder: emb, Logger: a.log.With("service", "memory")}
 	rdb, err := a.Redis(ctx)
 	if err != nil {
@@ -92,10 +80,30 @@ func (a *App) initMemory(ctx context.Context) error {
 	a.srv.Register(&memoryv1.MemoryService_ServiceDesc, svc)
 	svc.StartMaintenance()
 	a.log.Info("memory service", "embedder", svc.EmbedderName(), "redis", rdb != nil, "qdrant", a.cfg.QdrantAddr)
+	return a.startExtraction(ctx, svc, opts.Model != nil)
+}
 
+// memoryEmbedder is the configured embedding model, else the lexical embedder.
+func (a *App) memoryEmbedder(ctx context.Context) (memory.Embedder, error) {
+	cfg := a.cfg.Memory
+	if a.cfg.EmbedBaseURL == "" {
+		return memory.NewLexicalEmbedder(cfg.LexicalDimensions), nil
+	}
+	ectx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return memory.NewOpenAIEmbedder(ectx, memory.OpenAIEmbedderConfig{
+		BaseURL: a.cfg.EmbedBaseURL, APIKey: a.cfg.APIKey(a.getenv), Model: a.cfg.EmbedModel, Dimensions: cfg.EmbedDimensions,
+	})
+}
+
+// startExtraction starts the turn.finished consumer that extracts memories, when enabled and a
+// model can do it.
+func (a *App) startExtraction(ctx context.Context, svc *memory.Service, haveModel bool) error {
+	cfg := a.cfg.Memory
+	name := memoryv1.MemoryService_ServiceDesc.ServiceName
 	switch {
 	case !cfg.ConsumerEnabled:
-	case opts.Model == nil:
+	case !haveModel:
 		// Without a model every event would fail and be dead-lettered; leave them in the stream
 		// for a replica that has one.
 		a.log.Warn("memory: turn.finished consumer not started: no extraction model configured")

@@ -160,15 +160,21 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 		_, _ = g.conns.DeleteConnection(ctx, c.spec.Name, req.GetUserId())
 		return g.connectPrompt(ctx, c, req.GetUserId()), nil
 	}
-	switch {
-	case ctx.Err() != nil:
+	if ctx.Err() != nil {
 		// The caller gave up; the server was told to cancel the request.
 		return nil, status.FromContextError(ctx.Err()).Err()
-	case timedOut(cctx):
+	}
+	return callFailure(cctx, c, e, l, timeout, err), nil
+}
+
+// callFailure is the result of a call to c's tool e that failed with err (the caller still
+// waiting): a timeout, the server's rejection, or a connection that failed before or during it.
+func callFailure(cctx context.Context, c *serverConn, e *toolEntry, l *live, timeout time.Duration, err error) *pb.CallToolResponse {
+	if timedOut(cctx) {
 		c.requestProbe()
 		r := failed(codeTimeout, fmt.Sprintf("the MCP tool %s did not answer within %s; the call was cancelled on the server", e.name, timeout.Round(time.Millisecond)))
 		r.MayHaveRun = true
-		return r, nil
+		return r
 	}
 	var rpcErr *jsonrpc.Error
 	// The SDK reports its HTTP transport's failures (a dropped connection included) as JSON-RPC
@@ -177,15 +183,15 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 		r := failed(codeRejected, fmt.Sprintf("MCP server %q rejected the call: %s", c.spec.Name, abbreviate(rpcErr.Message, 2000)))
 		// Invalid request, unknown method or tool, invalid arguments: refused before it ran.
 		r.MayHaveRun = rpcErr.Code != jsonrpc.CodeInvalidParams && rpcErr.Code != jsonrpc.CodeMethodNotFound && rpcErr.Code != jsonrpc.CodeInvalidRequest
-		return r, nil
+		return r
 	}
 	c.requestProbe()
 	if notSent(err) {
-		return failed(codeUnavailable, fmt.Sprintf("MCP server %q could not be reached (%s); the tool did not run; it is reconnected automatically, try again shortly", c.spec.Name, abbreviate(err.Error(), 500))), nil
+		return failed(codeUnavailable, fmt.Sprintf("MCP server %q could not be reached (%s); the tool did not run; it is reconnected automatically, try again shortly", c.spec.Name, abbreviate(err.Error(), 500)))
 	}
 	r := failed(codeUnavailable, fmt.Sprintf("the connection to MCP server %q broke during the call (%s); the tool may have run", c.spec.Name, abbreviate(err.Error(), 500)))
 	r.MayHaveRun = true
-	return r, nil
+	return r
 }
 
 // codeTransportRejected is the code of the SDK's jsonrpc2.ErrRejected ("rejected by

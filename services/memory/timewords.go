@@ -36,63 +36,10 @@ var (
 // on either side, since people say "last week" of something nine days ago.
 func queryTimeWindow(query string, ref time.Time) (timeWindow, bool) {
 	q := strings.ToLower(query)
-	loc := ref.Location()
-	day := time.Date(ref.Year(), ref.Month(), ref.Day(), 0, 0, 0, 0, loc)
-	span := func(from time.Time, days int, phrase string, slack bool) (timeWindow, bool) {
-		to := from.AddDate(0, 0, days)
-		if slack {
-			from, to = from.AddDate(0, 0, -1), to.AddDate(0, 0, 1)
-		}
-		return timeWindow{from: from, to: to, phrase: phrase}, true
-	}
-	weekStart := day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7)) // Monday
-	monthStart := time.Date(day.Year(), day.Month(), 1, 0, 0, 0, 0, loc)
-	days := func(from, to time.Time) int { return int(to.Sub(from).Hours()/24 + 0.5) }
-
+	day := time.Date(ref.Year(), ref.Month(), ref.Day(), 0, 0, 0, 0, ref.Location())
 	// Dates first: they are exact.
-	if m := reISODate.FindStringSubmatch(q); m != nil {
-		y, _ := strconv.Atoi(m[1])
-		mo, _ := strconv.Atoi(m[2])
-		d, _ := strconv.Atoi(m[3])
-		if mo >= 1 && mo <= 12 && d >= 1 && d <= 31 {
-			return span(time.Date(y, time.Month(mo), d, 0, 0, 0, 0, loc), 1, m[0], true)
-		}
-	}
-	if m := reZhDate.FindStringSubmatch(q); m != nil {
-		y := ref.Year()
-		if m[1] != "" {
-			y, _ = strconv.Atoi(m[1])
-		}
-		mo, _ := strconv.Atoi(m[2])
-		if mo >= 1 && mo <= 12 {
-			if m[3] != "" {
-				d, _ := strconv.Atoi(m[3])
-				return span(time.Date(y, time.Month(mo), d, 0, 0, 0, 0, loc), 1, m[0], true)
-			}
-			from := time.Date(y, time.Month(mo), 1, 0, 0, 0, 0, loc)
-			return span(from, days(from, from.AddDate(0, 1, 0)), m[0], true)
-		}
-	}
-	if m := reEnDayMon.FindStringSubmatch(q); m != nil {
-		d, _ := strconv.Atoi(m[1])
-		y := ref.Year()
-		if m[3] != "" {
-			y, _ = strconv.Atoi(m[3])
-		}
-		return span(time.Date(y, monthByName[m[2]], d, 0, 0, 0, 0, loc), 1, m[0], true)
-	}
-	// A month name alone is too often a word ("may"): only with a day or a year.
-	if m := reEnMonDay.FindStringSubmatch(q); m != nil && (m[2] != "" || m[3] != "") {
-		y := ref.Year()
-		if m[3] != "" {
-			y, _ = strconv.Atoi(m[3])
-		}
-		if m[2] != "" {
-			d, _ := strconv.Atoi(m[2])
-			return span(time.Date(y, monthByName[m[1]], d, 0, 0, 0, 0, loc), 1, m[0], true)
-		}
-		from := time.Date(y, monthByName[m[1]], 1, 0, 0, 0, 0, loc)
-		return span(from, days(from, from.AddDate(0, 1, 0)), m[0], true)
+	if w, ok := dateWindow(q, ref); ok {
+		return w, true
 	}
 	if m := reAgo.FindStringSubmatch(q); m != nil {
 		n, ok := smallNumber[m[1]]
@@ -109,6 +56,76 @@ func queryTimeWindow(query string, ref time.Time) (timeWindow, bool) {
 		unit := map[string]string{"天": "day", "周": "week", "星期": "week", "个星期": "week", "个月": "month", "年": "year"}[m[2]]
 		return agoWindow(day, n, unit, m[0])
 	}
+	return relativeWindow(q, day)
+}
+
+// daySpan is the window of days days from from, widened by a day on each side (a date in a
+// query is the user's, in their time zone, and a memory's time is often approximate).
+func daySpan(from time.Time, days int, phrase string) (timeWindow, bool) {
+	return timeWindow{from: from.AddDate(0, 0, -1), to: from.AddDate(0, 0, days+1), phrase: phrase}, true
+}
+
+// daysBetween is the number of calendar days from from to to.
+func daysBetween(from, to time.Time) int { return int(to.Sub(from).Hours()/24 + 0.5) }
+
+// dateWindow is the window of a date the (lower-cased) query names: ISO, Chinese, "3 May",
+// "May 3" (a month name alone is too often a word, "may": only with a day or a year).
+func dateWindow(q string, ref time.Time) (timeWindow, bool) {
+	loc := ref.Location()
+	month := func(y int, mo time.Month, phrase string) (timeWindow, bool) {
+		from := time.Date(y, mo, 1, 0, 0, 0, 0, loc)
+		return daySpan(from, daysBetween(from, from.AddDate(0, 1, 0)), phrase)
+	}
+	if m := reISODate.FindStringSubmatch(q); m != nil {
+		y, _ := strconv.Atoi(m[1])
+		mo, _ := strconv.Atoi(m[2])
+		d, _ := strconv.Atoi(m[3])
+		if mo >= 1 && mo <= 12 && d >= 1 && d <= 31 {
+			return daySpan(time.Date(y, time.Month(mo), d, 0, 0, 0, 0, loc), 1, m[0])
+		}
+	}
+	if m := reZhDate.FindStringSubmatch(q); m != nil {
+		y := ref.Year()
+		if m[1] != "" {
+			y, _ = strconv.Atoi(m[1])
+		}
+		mo, _ := strconv.Atoi(m[2])
+		if mo >= 1 && mo <= 12 {
+			if m[3] != "" {
+				d, _ := strconv.Atoi(m[3])
+				return daySpan(time.Date(y, time.Month(mo), d, 0, 0, 0, 0, loc), 1, m[0])
+			}
+			return month(y, time.Month(mo), m[0])
+		}
+	}
+	if m := reEnDayMon.FindStringSubmatch(q); m != nil {
+		d, _ := strconv.Atoi(m[1])
+		y := ref.Year()
+		if m[3] != "" {
+			y, _ = strconv.Atoi(m[3])
+		}
+		return daySpan(time.Date(y, monthByName[m[2]], d, 0, 0, 0, 0, loc), 1, m[0])
+	}
+	if m := reEnMonDay.FindStringSubmatch(q); m != nil && (m[2] != "" || m[3] != "") {
+		y := ref.Year()
+		if m[3] != "" {
+			y, _ = strconv.Atoi(m[3])
+		}
+		if m[2] != "" {
+			d, _ := strconv.Atoi(m[2])
+			return daySpan(time.Date(y, monthByName[m[1]], d, 0, 0, 0, 0, loc), 1, m[0])
+		}
+		return month(y, monthByName[m[1]], m[0])
+	}
+	return timeWindow{}, false
+}
+
+// relativeWindow is the window of a relative day, week, month or year the query names
+// ("yesterday", "上周").
+func relativeWindow(q string, day time.Time) (timeWindow, bool) {
+	loc := day.Location()
+	weekStart := day.AddDate(0, 0, -((int(day.Weekday()) + 6) % 7)) // Monday
+	monthStart := time.Date(day.Year(), day.Month(), 1, 0, 0, 0, 0, loc)
 	for _, r := range []struct {
 		words []string
 		from  time.Time
@@ -121,13 +138,13 @@ func queryTimeWindow(query string, ref time.Time) (timeWindow, bool) {
 		{[]string{"this weekend", "这周末", "这个周末", "本周末"}, weekStart.AddDate(0, 0, 5), 2},
 		{[]string{"last week", "上周", "上个星期", "上星期", "上礼拜"}, weekStart.AddDate(0, 0, -7), 7},
 		{[]string{"this week", "这周", "本周", "这个星期", "这星期"}, weekStart, 7},
-		{[]string{"last month", "上个月", "上月"}, monthStart.AddDate(0, -1, 0), days(monthStart.AddDate(0, -1, 0), monthStart)},
-		{[]string{"this month", "这个月", "本月"}, monthStart, days(monthStart, monthStart.AddDate(0, 1, 0))},
-		{[]string{"last year", "去年"}, time.Date(day.Year()-1, 1, 1, 0, 0, 0, 0, loc), days(time.Date(day.Year()-1, 1, 1, 0, 0, 0, 0, loc), time.Date(day.Year(), 1, 1, 0, 0, 0, 0, loc))},
+		{[]string{"last month", "上个月", "上月"}, monthStart.AddDate(0, -1, 0), daysBetween(monthStart.AddDate(0, -1, 0), monthStart)},
+		{[]string{"this month", "这个月", "本月"}, monthStart, daysBetween(monthStart, monthStart.AddDate(0, 1, 0))},
+		{[]string{"last year", "去年"}, time.Date(day.Year()-1, 1, 1, 0, 0, 0, 0, loc), daysBetween(time.Date(day.Year()-1, 1, 1, 0, 0, 0, 0, loc), time.Date(day.Year(), 1, 1, 0, 0, 0, 0, loc))},
 	} {
 		for _, w := range r.words {
 			if strings.Contains(q, w) {
-				win, ok := span(r.from, r.days, w, true)
+				win, ok := daySpan(r.from, r.days, w)
 				win.relative = true
 				return win, ok
 			}
