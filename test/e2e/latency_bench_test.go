@@ -19,7 +19,7 @@ import (
 // Hermes (ExecuteTool over gRPC, the tool service, the gateway), alternating which goes first,
 // so both see the same machine load. It reports the median of each and their ratio.
 //
-//	go test -run '^$' -bench BenchmarkStdioInterleaved -benchtime 300x ./services/mcpgateway/
+//	go test -run '^$' -bench BenchmarkStdioInterleaved -benchtime 300x ./test/e2e/
 func BenchmarkStdioInterleaved(b *testing.B) {
 	ctx := context.Background()
 	script := mcpgatewaytest.NodeScript(b, "@modelcontextprotocol/server-everything/dist/index.js")
