@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	"github.com/hermes-agent/hermes/services/mcpgateway/mcpgatewaytest"
 )
 
 // BenchmarkCallTool compares one tools/call of the everything server's echo over stdio made
@@ -19,7 +20,7 @@ import (
 func BenchmarkCallTool(b *testing.B) {
 	args := map[string]any{"message": "hello"}
 	b.Run("direct-sdk", func(b *testing.B) {
-		cmd := exec.Command(Node(b), NodeScript(b, "@modelcontextprotocol/server-everything/dist/index.js"), "stdio")
+		cmd := exec.Command(mcpgatewaytest.Node(b), mcpgatewaytest.NodeScript(b, "@modelcontextprotocol/server-everything/dist/index.js"), "stdio")
 		// The same capabilities as the gateway's client (none), so the server does the same work.
 		client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
 		sess, err := client.Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)

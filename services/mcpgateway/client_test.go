@@ -26,6 +26,7 @@ import (
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/secretenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	"github.com/hermes-agent/hermes/services/mcpgateway/mcpgatewaytest"
 )
 
 // addReady adds a server to g and fails the test unless it becomes ready.
@@ -57,7 +58,7 @@ func gwCall(t *testing.T, g *Gateway, server, tool, args string) *pb.CallToolRes
 func TestHelperServerDefects(t *testing.T) {
 	g := New(testConfig(), Options{Logger: testLogger(t)})
 	defer g.Close()
-	srv := gwReady(t, g, HelperStdio(t, "helper", map[string]string{"HERMES_HELPER_BANNER": "1", "HERMES_HELPER_APPEND": filepath.Join(t.TempDir(), "journal")}))
+	srv := gwReady(t, g, mcpgatewaytest.HelperStdio(t, "helper", map[string]string{"HERMES_HELPER_BANNER": "1", "HERMES_HELPER_APPEND": filepath.Join(t.TempDir(), "journal")}))
 	if srv.GetInstructions() != "Use append_line to add lines to the journal." {
 		t.Errorf("instructions = %q", srv.GetInstructions())
 	}
@@ -290,7 +291,7 @@ func TestOAuthClientCredentialsTokenURL(t *testing.T) {
 	}))
 	defer tokenSrv.Close()
 	var unauthorized atomic.Int64
-	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return helperServer() }, nil)
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return mcpgatewaytest.HelperServer() }, nil)
 	mcpSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer tok-1" {
 			unauthorized.Add(1)

@@ -17,6 +17,7 @@ import (
 	"github.com/hermes-agent/hermes/internal/secretenv"
 	"github.com/hermes-agent/hermes/internal/testenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	"github.com/hermes-agent/hermes/services/mcpgateway/mcpgatewaytest"
 )
 
 // The conformance suite's client mode starts the client under test as a command with the
@@ -147,7 +148,7 @@ func TestConformanceClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the conformance suite takes a few seconds; skipped with -short")
 	}
-	dir := NPMDir(t)
+	dir := mcpgatewaytest.NPMDir(t)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +163,7 @@ func TestConformanceClient(t *testing.T) {
 		t.Run(scenario, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, Node(t), filepath.Join(dir, "node_modules/@modelcontextprotocol/conformance/dist/index.js"),
+			cmd := exec.CommandContext(ctx, mcpgatewaytest.Node(t), filepath.Join(dir, "node_modules/@modelcontextprotocol/conformance/dist/index.js"),
 				"client", "--scenario", scenario, "-o", t.TempDir(),
 				"--command", self+" -test.run=^TestConformanceClientHelper$ -test.count=1 --")
 			cmd.Env = append(os.Environ(), "HERMES_CONFORMANCE_CLIENT=1")

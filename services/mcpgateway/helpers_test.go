@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +16,7 @@ import (
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/testenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	"github.com/hermes-agent/hermes/services/mcpgateway/mcpgatewaytest"
 )
 
 // testConfig reconnects fast and gives up hung servers quickly, so the staying-up tests run in
@@ -33,21 +32,8 @@ func testConfig() Config {
 		MaxTextBytes:    64 << 10,
 		CompactJSONOver: 1024,
 		StopGrace:       500 * time.Millisecond,
-		StdioAllow:      StdioAllowForTests(),
+		StdioAllow:      mcpgatewaytest.StdioAllow(),
 	}
-}
-
-// StdioAllowForTests is the operator's stdio allowlist of the tests: node (the reference servers)
-// and the test binary itself (the helper server).
-func StdioAllowForTests() []string {
-	var out []string
-	if p, err := exec.LookPath("node"); err == nil {
-		out = append(out, p)
-	}
-	if p, err := os.Executable(); err == nil {
-		out = append(out, p)
-	}
-	return out
 }
 
 func testLogger(t testing.TB) *slog.Logger { return testenv.Logger(t) }
@@ -72,8 +58,8 @@ func everythingStdio(t testing.TB, name, prefix string) *pb.ServerSpec {
 		Name:   name,
 		Prefix: prefix,
 		Transport: &pb.ServerSpec_Stdio{Stdio: &pb.StdioTransport{
-			Command: Node(t),
-			Args:    []string{NodeScript(t, "@modelcontextprotocol/server-everything/dist/index.js"), "stdio"},
+			Command: mcpgatewaytest.Node(t),
+			Args:    []string{mcpgatewaytest.NodeScript(t, "@modelcontextprotocol/server-everything/dist/index.js"), "stdio"},
 			Env:     map[string]string{"HERMES_MCP_TEST_VAR": "visible"},
 		}},
 	}
@@ -84,55 +70,17 @@ func httpSpec(name, prefix, url string) *pb.ServerSpec {
 }
 
 // freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+func freePort(t testing.TB) int { return mcpgatewaytest.FreePort(t) }
 
 // startEverythingHTTP runs the everything server's Streamable HTTP transport on port and waits
 // until it accepts connections.
 func startEverythingHTTP(t testing.TB, port int) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(Node(t), NodeScript(t, "@modelcontextprotocol/server-everything/dist/index.js"), "streamableHttp")
-	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
-	if testing.Verbose() {
-		cmd.Stderr = os.Stderr
-	}
-	startListening(t, cmd, port)
-	return cmd
+	return mcpgatewaytest.StartEverythingHTTP(t, port)
 }
 
-// startListening starts a server process, kills it at the end of the test, and waits until it
-// accepts connections on port.
-func startListening(t testing.TB, cmd *exec.Cmd, port int) {
-	t.Helper()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	testenv.WaitFor(t, 60*time.Second, fmt.Sprintf("%s to listen on port %d", cmd.Path, port), func() bool {
-		select {
-		case <-done:
-			t.Fatalf("%s on port %d exited early", cmd.Path, port)
-		default:
-		}
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)
-		if err == nil {
-			_ = c.Close()
-		}
-		return err == nil
-	})
-}
+// TestHelperMCPServer is the helper server that HelperStdio and StartHelperHTTP run; it does
+// nothing in a normal test run.
+func TestHelperMCPServer(t *testing.T) { mcpgatewaytest.ServeHelper(t) }
 
 // addReady adds a server, waits for its first connection and requires it to be ready.
 func addReady(t testing.TB, c pb.MCPGatewayServiceClient, spec *pb.ServerSpec) *pb.Server {
@@ -198,6 +146,3 @@ func processGone(pid int) bool {
 	fields := strings.Fields(string(stat))
 	return len(fields) > 2 && fields[2] == "Z"
 }
-
-// StartEverythingHTTP is startEverythingHTTP for the external test package.
-func StartEverythingHTTP(t testing.TB, port int) { startEverythingHTTP(t, port) }

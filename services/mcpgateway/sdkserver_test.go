@@ -174,17 +174,6 @@ func TestProbeServer(t *testing.T) {
 	})
 }
 
-// ProbeServer is newProbeServer for the external tests: its URL, and a function that adds a
-// tool at run time (which sends tools/list_changed).
-func ProbeServer(t *testing.T) (url string, addTool func(name string)) {
-	p := newProbeServer(t)
-	return p.url, func(name string) {
-		p.srv.AddTool(&mcp.Tool{Name: name, Description: "added at run time", InputSchema: json.RawMessage(`{"type":"object"}`)}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name}}}, nil
-		})
-	}
-}
-
 // TestHTTPAuthHeaders checks that configured headers and the bearer token from the gateway's
 // environment reach a Streamable HTTP server, and that a missing token is reported.
 func TestHTTPAuthHeaders(t *testing.T) {

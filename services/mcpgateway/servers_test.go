@@ -16,6 +16,7 @@ import (
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/testenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	"github.com/hermes-agent/hermes/services/mcpgateway/mcpgatewaytest"
 )
 
 func TestRequestValidation(t *testing.T) {
@@ -166,7 +167,7 @@ func TestProtocolVersion(t *testing.T) {
 		}
 		spec := &pb.ServerSpec{Name: "legacy", Transport: &pb.ServerSpec_Stdio{Stdio: &pb.StdioTransport{
 			Command: "/bin/sh", Args: []string{script},
-			Env: map[string]string{"NODE": Node(t), "EVERYTHING": NodeScript(t, "@modelcontextprotocol/server-everything/dist/index.js")},
+			Env: map[string]string{"NODE": mcpgatewaytest.Node(t), "EVERYTHING": mcpgatewaytest.NodeScript(t, "@modelcontextprotocol/server-everything/dist/index.js")},
 		}}}
 		srv := addReady(t, c, spec)
 		if srv.GetProtocolVersion() != legacyProtocol {
@@ -201,11 +202,11 @@ func TestFilesystemAndMemoryServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	addReady(t, c, &pb.ServerSpec{Name: "fs", Transport: &pb.ServerSpec_Stdio{Stdio: &pb.StdioTransport{
-		Command: Node(t), Args: []string{NodeScript(t, "@modelcontextprotocol/server-filesystem/dist/index.js"), dir},
+		Command: mcpgatewaytest.Node(t), Args: []string{mcpgatewaytest.NodeScript(t, "@modelcontextprotocol/server-filesystem/dist/index.js"), dir},
 	}}})
 	mem := filepath.Join(t.TempDir(), "memory.jsonl")
 	memSrv := addReady(t, c, &pb.ServerSpec{Name: "memory", Prefix: "mem", Transport: &pb.ServerSpec_Stdio{Stdio: &pb.StdioTransport{
-		Command: Node(t), Args: []string{NodeScript(t, "@modelcontextprotocol/server-memory/dist/index.js")},
+		Command: mcpgatewaytest.Node(t), Args: []string{mcpgatewaytest.NodeScript(t, "@modelcontextprotocol/server-memory/dist/index.js")},
 		Env: map[string]string{"MEMORY_FILE_PATH": mem},
 	}}})
 

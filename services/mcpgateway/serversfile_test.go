@@ -13,6 +13,7 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/testenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	"github.com/hermes-agent/hermes/services/mcpgateway/mcpgatewaytest"
 )
 
 func TestParseServers(t *testing.T) {
@@ -128,8 +129,8 @@ func TestExpandEnv(t *testing.T) {
 // paste it, and starts the gateway with it.
 func TestServersFileAtStart(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "mcp.json")
-	body := `{"mcpServers": {"everything": {"command": "` + Node(t) + `", "args": ["` +
-		NodeScript(t, "@modelcontextprotocol/server-everything/dist/index.js") + `", "stdio"], "prefix": "ev"}}}`
+	body := `{"mcpServers": {"everything": {"command": "` + mcpgatewaytest.Node(t) + `", "args": ["` +
+		mcpgatewaytest.NodeScript(t, "@modelcontextprotocol/server-everything/dist/index.js") + `", "stdio"], "prefix": "ev"}}}`
 	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -147,8 +148,8 @@ func TestServersFileAtStart(t *testing.T) {
 	}
 	// One bad entry is a failed server; the others start.
 	bad := filepath.Join(t.TempDir(), "mixed.json")
-	body = `{"mcpServers": {"good": {"command": "` + Node(t) + `", "args": ["` +
-		NodeScript(t, "@modelcontextprotocol/server-everything/dist/index.js") + `", "stdio"], "prefix": "good"},
+	body = `{"mcpServers": {"good": {"command": "` + mcpgatewaytest.Node(t) + `", "args": ["` +
+		mcpgatewaytest.NodeScript(t, "@modelcontextprotocol/server-everything/dist/index.js") + `", "stdio"], "prefix": "good"},
 		"broken": {"type": "carrier-pigeon", "url": "http://x"}}}`
 	if err := os.WriteFile(bad, []byte(body), 0o600); err != nil {
 		t.Fatal(err)

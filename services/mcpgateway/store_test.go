@@ -63,7 +63,7 @@ func TestServerStoreConformance(t *testing.T) {
 // other within a sync interval, so a tool call may land on either; removing it through one
 // removes it from both.
 func TestReplicasShareServers(t *testing.T) {
-	url, _ := ProbeServer(t)
+	url := newProbeServer(t).url
 	store := testRedisStore(t)
 	cfg := testConfig()
 	cfg.SyncInterval = 50 * time.Millisecond
@@ -92,7 +92,7 @@ func TestReplicasShareServers(t *testing.T) {
 // TestAddedServersSurviveRestart: with the embedded store, a server added at run time is
 // connected again after the gateway restarts.
 func TestAddedServersSurviveRestart(t *testing.T) {
-	url, _ := ProbeServer(t)
+	url := newProbeServer(t).url
 	path := filepath.Join(t.TempDir(), "gw.db")
 	store, err := OpenBoltServerStore(path)
 	if err != nil {

@@ -1,4 +1,4 @@
-package mcpgateway_test
+package e2e
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
-	"github.com/hermes-agent/hermes/services/mcpgateway"
+	"github.com/hermes-agent/hermes/services/mcpgateway/mcpgatewaytest"
 )
 
 // connectMCP connects an MCP client (the Go SDK's) to Hermes' MCP endpoint.
@@ -38,9 +38,9 @@ func connectMCP(t *testing.T, h *hermes) *mcp.ClientSession {
 func TestImagePassesThrough(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	script := mcpgateway.NodeScript(t, "@modelcontextprotocol/server-everything/dist/index.js")
+	script := mcpgatewaytest.NodeScript(t, "@modelcontextprotocol/server-everything/dist/index.js")
 	direct, err := mcp.NewClient(&mcp.Implementation{Name: "direct", Version: "1"}, nil).
-		Connect(ctx, &mcp.CommandTransport{Command: exec.Command(mcpgateway.Node(t), script, "stdio")}, nil)
+		Connect(ctx, &mcp.CommandTransport{Command: exec.Command(mcpgatewaytest.Node(t), script, "stdio")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package mcpgateway_test
+package e2e
 
 import (
 	"bufio"
@@ -22,7 +22,7 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/testenv"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
-	"github.com/hermes-agent/hermes/services/mcpgateway"
+	"github.com/hermes-agent/hermes/services/mcpgateway/mcpgatewaytest"
 )
 
 // sseEvent is one server-sent event as a client reads it.
@@ -373,14 +373,14 @@ func TestEndpointTools(t *testing.T) {
 // success without structured content with -32600), and so is the error for one over the
 // endpoint's limit.
 func TestInspectorAcceptsLargeResults(t *testing.T) {
-	cli := mcpgateway.NodeScript(t, "@modelcontextprotocol/inspector-cli/build/index.js")
+	cli := mcpgatewaytest.NodeScript(t, "@modelcontextprotocol/inspector-cli/build/index.js")
 	h := startRowsHermes(t)
 	for _, tc := range []struct {
 		tool    string
 		isError bool
 	}{{"rows_100", false}, {"rows_300", true}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		cmd := exec.CommandContext(ctx, mcpgateway.Node(t), cli, h.mcpURL, "--method", "tools/call", "--tool-name", tc.tool)
+		cmd := exec.CommandContext(ctx, mcpgatewaytest.Node(t), cli, h.mcpURL, "--method", "tools/call", "--tool-name", tc.tool)
 		// The CLI finds its own package.json relative to the working directory.
 		cmd.Dir = filepath.Dir(cli)
 		var stderr bytes.Buffer

@@ -1,4 +1,4 @@
-package mcpgateway_test
+package e2e
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hermes-agent/hermes/services/mcpgateway"
+	"github.com/hermes-agent/hermes/services/mcpgateway/mcpgatewaytest"
 )
 
 // TestConformance runs the official MCP conformance suite (server mode, the active scenarios
@@ -29,7 +29,7 @@ func TestConformance(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the conformance suite takes a minute; skipped with -short")
 	}
-	dir := mcpgateway.NPMDir(t)
+	dir := mcpgatewaytest.NPMDir(t)
 	h := startConformanceHermes(t)
 	baseline, err := filepath.Abs("testdata/conformance/baseline.yml")
 	if err != nil {
@@ -39,7 +39,7 @@ func TestConformance(t *testing.T) {
 		t.Run(suite, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, mcpgateway.Node(t), filepath.Join(dir, "node_modules/@modelcontextprotocol/conformance/dist/index.js"),
+			cmd := exec.CommandContext(ctx, mcpgatewaytest.Node(t), filepath.Join(dir, "node_modules/@modelcontextprotocol/conformance/dist/index.js"),
 				"server", "--url", h.mcpURL, "--suite", suite, "--expected-failures", baseline, "-o", t.TempDir())
 			out, err := cmd.CombinedOutput()
 			summary := regexp.MustCompile(`(?m)^[✓✗] .*$|^Total: .*$`).FindAllString(string(out), -1)

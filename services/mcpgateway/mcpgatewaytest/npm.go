@@ -1,4 +1,7 @@
-package mcpgateway
+// Package mcpgatewaytest runs the MCP servers the gateway's tests and the whole-stack tests in
+// test/e2e talk to: the reference servers (npm packages pinned in ../testdata/npm) and the
+// helper server (an official Go SDK server that reproduces the defects a client must survive).
+package mcpgatewaytest
 
 import (
 	"context"
@@ -38,7 +41,7 @@ func NPMDir(t testing.TB) string {
 
 func installNPM() (string, error) {
 	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(file), "testdata", "npm")
+	dir := filepath.Join(filepath.Dir(file), "..", "testdata", "npm")
 	lock, err := os.ReadFile(filepath.Join(dir, "package-lock.json"))
 	if err != nil {
 		return "", err
@@ -93,7 +96,7 @@ func Node(t testing.TB) string {
 	t.Helper()
 	p, err := exec.LookPath("node")
 	if err != nil {
-		t.Fatalf("node is required for the MCP gateway tests: %v", err)
+		t.Fatalf("node is required for the MCP tests: %v", err)
 	}
 	return p
 }

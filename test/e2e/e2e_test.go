@@ -1,4 +1,4 @@
-package mcpgateway_test
+package e2e
 
 import (
 	"bufio"
@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,7 +26,7 @@ import (
 	"github.com/hermes-agent/hermes/internal/testenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
-	"github.com/hermes-agent/hermes/services/mcpgateway"
+	"github.com/hermes-agent/hermes/services/mcpgateway/mcpgatewaytest"
 	"github.com/hermes-agent/hermes/test/hermestest"
 )
 
@@ -42,7 +43,7 @@ type hermes struct {
 // extra.
 func startHermes(t testing.TB, dataDir string, extra ...string) *hermes {
 	t.Helper()
-	port := freePort(t)
+	port := mcpgatewaytest.FreePort(t)
 	args := append([]string{
 		"--target=all",
 		"--nats-namespace=mcpgw" + fmt.Sprint(time.Now().UnixNano()%1e6),
@@ -53,7 +54,7 @@ func startHermes(t testing.TB, dataDir string, extra ...string) *hermes {
 		"--mcpgateway.tools-refresh=200ms",
 		// The test's webhooks and HTTP MCP servers listen on loopback; the operator allows it.
 		hermestest.AllowLoopback,
-		"--mcpgateway.stdio-allow=" + strings.Join(mcpgateway.StdioAllowForTests(), ","),
+		"--mcpgateway.stdio-allow=" + strings.Join(mcpgatewaytest.StdioAllow(), ","),
 	}, extra...)
 	log := slog.New(slog.DiscardHandler)
 	if testing.Verbose() {
@@ -70,19 +71,10 @@ func (h *hermes) stop(t testing.TB) {
 	}
 }
 
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func everything(t *testing.T, name string) *pb.ServerSpec {
 	return &pb.ServerSpec{Name: name, Transport: &pb.ServerSpec_Stdio{Stdio: &pb.StdioTransport{
-		Command: mcpgateway.Node(t),
-		Args:    []string{mcpgateway.NodeScript(t, "@modelcontextprotocol/server-everything/dist/index.js"), "stdio"},
+		Command: mcpgatewaytest.Node(t),
+		Args:    []string{mcpgatewaytest.NodeScript(t, "@modelcontextprotocol/server-everything/dist/index.js"), "stdio"},
 	}}}
 }
 
@@ -137,6 +129,26 @@ func (h *hermes) server(t *testing.T, name string) *pb.Server {
 	}
 	t.Fatalf("no server %s", name)
 	return nil
+}
+
+// TestHelperMCPServer is the helper server that mcpgatewaytest.HelperStdio and
+// StartHelperHTTP run; it does nothing in a normal test run.
+func TestHelperMCPServer(t *testing.T) { mcpgatewaytest.ServeHelper(t) }
+
+// listChangingServer serves an MCP server with one tool over Streamable HTTP and returns its URL
+// and a function that adds a tool at run time (which sends tools/list_changed); a tool answers
+// its own name.
+func listChangingServer(t *testing.T) (url string, addTool func(name string)) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "probe", Version: "1"}, nil)
+	addTool = func(name string) {
+		s.AddTool(&mcp.Tool{Name: name, Description: "answers " + name, InputSchema: json.RawMessage(`{"type":"object"}`)}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name}}}, nil
+		})
+	}
+	addTool("first")
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(ts.Close)
+	return ts.URL, addTool
 }
 
 // TestHowItIsChecked is the issue's acceptance check, through the real gRPC API of a whole
@@ -250,7 +262,7 @@ func TestRegistryCollisionsAndChanges(t *testing.T) {
 		t.Error("the server's other tools are missing")
 	}
 
-	url, addTool := mcpgateway.ProbeServer(t)
+	url, addTool := listChangingServer(t)
 	h.addReady(t, &pb.ServerSpec{Name: "probe", Prefix: "pr", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: url}}})
 	addTool("late")
 	testenv.WaitFor(t, 10*time.Second, "pr_late in the tool service", func() bool {
@@ -355,7 +367,7 @@ func TestHermesAsMCPServer(t *testing.T) {
 // the gateway first: its tools wait for the tool service, get registered once it is up, and
 // the tool service executes them through the gateway.
 func TestMicroservices(t *testing.T) {
-	toolsPort := freePort(t)
+	toolsPort := mcpgatewaytest.FreePort(t)
 	gw := startHermes(t, t.TempDir(), "--target=mcpgateway", fmt.Sprintf("--tools-addr=127.0.0.1:%d", toolsPort))
 	spec := everything(t, "everything")
 	spec.Prefix = "ev"
@@ -394,9 +406,9 @@ func TestAppendOnce(t *testing.T) {
 			env := map[string]string{"HERMES_HELPER_APPEND": journal}
 			var spec *pb.ServerSpec
 			if transport == "stdio" {
-				spec = mcpgateway.HelperStdio(t, "once"+transport, env)
+				spec = mcpgatewaytest.HelperStdio(t, "once"+transport, env)
 			} else {
-				spec = &pb.ServerSpec{Name: "once" + transport, Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: mcpgateway.StartHelperHTTP(t, env)}}}
+				spec = &pb.ServerSpec{Name: "once" + transport, Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: mcpgatewaytest.StartHelperHTTP(t, env)}}}
 			}
 			h.addReady(t, spec)
 			defer func() { _, _ = h.gw.RemoveServer(ctx, &pb.RemoveServerRequest{Name: spec.Name}) }()
@@ -430,10 +442,10 @@ func TestAppendOnce(t *testing.T) {
 // directly, over stdio and over Streamable HTTP. The ts-sdk timings cover the calls only (the
 // client connects before the timer starts).
 func BenchmarkExecuteToolMCP(b *testing.B) {
-	port := freePort(b)
-	mcpgateway.StartEverythingHTTP(b, port)
+	port := mcpgatewaytest.FreePort(b)
+	mcpgatewaytest.StartEverythingHTTP(b, port)
 	url := fmt.Sprintf("http://127.0.0.1:%d/mcp", port)
-	script := mcpgateway.NodeScript(b, "@modelcontextprotocol/server-everything/dist/index.js")
+	script := mcpgatewaytest.NodeScript(b, "@modelcontextprotocol/server-everything/dist/index.js")
 	for _, transport := range []string{"stdio", "http"} {
 		b.Run("ts-sdk-direct/"+transport, func(b *testing.B) {
 			target := script
@@ -445,7 +457,7 @@ func BenchmarkExecuteToolMCP(b *testing.B) {
 		b.Run("hermes-execute/"+transport, func(b *testing.B) {
 			h := startHermes(b, b.TempDir())
 			spec := &pb.ServerSpec{Name: "bench" + transport, Prefix: "b" + transport, Transport: &pb.ServerSpec_Stdio{Stdio: &pb.StdioTransport{
-				Command: mcpgateway.Node(b), Args: []string{script, "stdio"},
+				Command: mcpgatewaytest.Node(b), Args: []string{script, "stdio"},
 			}}}
 			if transport == "http" {
 				spec.Transport = &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: url}}
@@ -469,7 +481,7 @@ func BenchmarkExecuteToolMCP(b *testing.B) {
 // benchTSClient runs testdata/npm/bench-client.mjs and times b.N calls.
 func benchTSClient(b *testing.B, transport, target string) {
 	b.StopTimer()
-	cmd := exec.Command(mcpgateway.Node(b), filepath.Join(mcpgateway.NPMDir(b), "bench-client.mjs"), transport, target)
+	cmd := exec.Command(mcpgatewaytest.Node(b), filepath.Join(mcpgatewaytest.NPMDir(b), "bench-client.mjs"), transport, target)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr

@@ -1,4 +1,4 @@
-package mcpgateway
+package mcpgatewaytest
 
 import (
 	"context"
@@ -19,14 +19,17 @@ import (
 )
 
 // The helper server is an MCP server written with the official Go SDK that the tests run as a
-// real process: this test binary re-run as TestHelperMCPServer, with HERMES_HELPER_MCP set to
+// real process: the test binary re-run as its TestHelperMCPServer (see ServeHelper), with HERMES_HELPER_MCP set to
 // "stdio" or "http:<port>". Its tools reproduce the defects the client side must survive.
 //
 // HERMES_HELPER_APPEND names the file the append tools write to; HERMES_HELPER_BANNER=1 prints
 // a non-JSON line on stdout before serving.
 
-// TestHelperMCPServer is the helper server; it does nothing in a normal test run.
-func TestHelperMCPServer(t *testing.T) {
+// ServeHelper is the helper server; it skips in a normal test run. A test binary that uses
+// HelperStdio or StartHelperHTTP defines
+//
+//	func TestHelperMCPServer(t *testing.T) { mcpgatewaytest.ServeHelper(t) }
+func ServeHelper(t testing.TB) {
 	mode := os.Getenv("HERMES_HELPER_MCP")
 	if mode == "" {
 		t.Skip("run by the tests as an MCP server")
@@ -34,7 +37,7 @@ func TestHelperMCPServer(t *testing.T) {
 	if os.Getenv("HERMES_HELPER_BANNER") == "1" {
 		fmt.Println("helper MCP server v1 starting (a banner on stdout, not JSON-RPC)")
 	}
-	s := helperServer()
+	s := HelperServer()
 	if port, ok := strings.CutPrefix(mode, "http:"); ok {
 		h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
 		_ = http.ListenAndServe("127.0.0.1:"+port, h)
@@ -48,7 +51,8 @@ type appendArgs struct {
 	Line string `json:"line"`
 }
 
-func helperServer() *mcp.Server {
+// HelperServer is the helper server, for serving in process.
+func HelperServer() *mcp.Server {
 	var s *mcp.Server
 	s = mcp.NewServer(&mcp.Implementation{Name: "helper", Version: "1"}, &mcp.ServerOptions{
 		Instructions:       "Use append_line to add lines to the journal.",
@@ -172,12 +176,12 @@ func StartHelperHTTP(t testing.TB, env map[string]string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := FreePort(t)
 	cmd := exec.Command(self, "-test.run=^TestHelperMCPServer$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "HERMES_HELPER_MCP=http:"+strconv.Itoa(port))
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	startListening(t, cmd, port)
+	StartListening(t, cmd, port)
 	return fmt.Sprintf("http://127.0.0.1:%d/mcp", port)
 }

@@ -1,4 +1,4 @@
-package mcpgateway_test
+package e2e
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
-	"github.com/hermes-agent/hermes/services/mcpgateway"
+	"github.com/hermes-agent/hermes/services/mcpgateway/mcpgatewaytest"
 )
 
 // BenchmarkStdioInterleaved measures issue 27's latency ratio in one run: each iteration calls
@@ -19,18 +19,18 @@ import (
 // Hermes (ExecuteTool over gRPC, the tool service, the gateway), alternating which goes first,
 // so both see the same machine load. It reports the median of each and their ratio.
 //
-//	go test -run '^$' -bench BenchmarkStdioInterleaved -benchtime 300x ./services/mcpgateway/
+//	go test -run '^$' -bench BenchmarkStdioInterleaved -benchtime 300x ./test/e2e/
 func BenchmarkStdioInterleaved(b *testing.B) {
 	ctx := context.Background()
-	script := mcpgateway.NodeScript(b, "@modelcontextprotocol/server-everything/dist/index.js")
+	script := mcpgatewaytest.NodeScript(b, "@modelcontextprotocol/server-everything/dist/index.js")
 	direct, err := mcp.NewClient(&mcp.Implementation{Name: "direct", Version: "1"}, nil).
-		Connect(ctx, &mcp.CommandTransport{Command: exec.Command(mcpgateway.Node(b), script, "stdio")}, nil)
+		Connect(ctx, &mcp.CommandTransport{Command: exec.Command(mcpgatewaytest.Node(b), script, "stdio")}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer direct.Close()
 	h := startHermes(b, b.TempDir())
-	spec := &pb.ServerSpec{Name: "bench", Prefix: "bench", Transport: &pb.ServerSpec_Stdio{Stdio: &pb.StdioTransport{Command: mcpgateway.Node(b), Args: []string{script, "stdio"}}}}
+	spec := &pb.ServerSpec{Name: "bench", Prefix: "bench", Transport: &pb.ServerSpec_Stdio{Stdio: &pb.StdioTransport{Command: mcpgatewaytest.Node(b), Args: []string{script, "stdio"}}}}
 	if resp, err := h.gw.AddServer(ctx, &pb.AddServerRequest{Spec: spec, Wait: true}); err != nil || resp.GetServer().GetState() != pb.ServerState_SERVER_STATE_READY {
 		b.Fatalf("AddServer: %v %v", resp, err)
 	}
