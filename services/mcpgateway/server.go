@@ -323,14 +323,19 @@ const (
 	maxOAuthCode  = 4096 // authorization codes are opaque; providers stay far below
 )
 
+// checkServerUser validates the server and user of a per-user connection request.
+func checkServerUser(server, user string) error {
+	var v rpc.Violations
+	v.Required("server", server)
+	v.MaxLen("server", server, maxServerName)
+	v.Required("user_id", user)
+	v.MaxLen("user_id", user, maxUserID)
+	return v.Err()
+}
+
 // ConnectServer implements MCPGatewayService.
 func (s *Server) ConnectServer(ctx context.Context, req *pb.ConnectServerRequest) (*pb.ConnectServerResponse, error) {
-	var v rpc.Violations
-	v.Required("server", req.GetServer())
-	v.MaxLen("server", req.GetServer(), maxServerName)
-	v.Required("user_id", req.GetUserId())
-	v.MaxLen("user_id", req.GetUserId(), maxUserID)
-	if err := v.Err(); err != nil {
+	if err := checkServerUser(req.GetServer(), req.GetUserId()); err != nil {
 		return nil, err
 	}
 	u, connected, err := s.g.ConnectServer(ctx, req.GetServer(), req.GetUserId())
@@ -342,12 +347,7 @@ func (s *Server) ConnectServer(ctx context.Context, req *pb.ConnectServerRequest
 
 // DisconnectServer implements MCPGatewayService.
 func (s *Server) DisconnectServer(ctx context.Context, req *pb.DisconnectServerRequest) (*pb.DisconnectServerResponse, error) {
-	var v rpc.Violations
-	v.Required("server", req.GetServer())
-	v.MaxLen("server", req.GetServer(), maxServerName)
-	v.Required("user_id", req.GetUserId())
-	v.MaxLen("user_id", req.GetUserId(), maxUserID)
-	if err := v.Err(); err != nil {
+	if err := checkServerUser(req.GetServer(), req.GetUserId()); err != nil {
 		return nil, err
 	}
 	gone, revoked, err := s.g.DisconnectServer(ctx, req.GetServer(), req.GetUserId())
