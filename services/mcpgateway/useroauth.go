@@ -991,3 +991,50 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 	}
 	return us, nil
 }
+
+// ClientMetadataPath is where Hermes' HTTP listener serves the Client ID Metadata Document when
+// --mcpgateway.oauth-client-metadata-url names this path.
+const ClientMetadataPath = "/v1/mcp/oauth/client-metadata.json"
+
+// CheckClientMetadataURL says whether u can be a client id metadata document's URL: HTTPS with
+// a path (draft-ietf-oauth-client-id-metadata-document section 3), and it needs the redirect URL
+// the document names.
+func CheckClientMetadataURL(u, redirect string) error {
+	if u == "" {
+		return nil
+	}
+	pu, err := url.Parse(u)
+	if err != nil || pu.Scheme != "https" || pu.Host == "" || pu.Path == "" || pu.Path == "/" || pu.Fragment != "" || pu.User != nil {
+		return fmt.Errorf("--mcpgateway.oauth-client-metadata-url must be an https URL with a path, without fragment or credentials, got %q", u)
+	}
+	if redirect == "" {
+		return errors.New("--mcpgateway.oauth-client-metadata-url needs --mcpgateway.oauth-redirect-url, the redirect URI the document names")
+	}
+	return nil
+}
+
+// ServesClientMetadata reports whether Hermes' HTTP listener serves the document itself: the
+// configured URL's path is ClientMetadataPath.
+func (c Config) ServesClientMetadata() bool {
+	pu, err := url.Parse(c.OAuthClientMetadataURL)
+	return c.OAuthClientMetadataURL != "" && err == nil && pu.Path == ClientMetadataPath
+}
+
+// ClientMetadataHandler serves the Client ID Metadata Document of Hermes as a public OAuth
+// client: its client_id is the document's own URL, as the authorization server checks. It holds
+// no secret: every field is the operator's configuration.
+func ClientMetadataHandler(cfg Config) http.Handler {
+	doc, _ := json.Marshal(map[string]any{
+		"client_id":                  cfg.OAuthClientMetadataURL,
+		"client_name":                "Hermes",
+		"redirect_uris":              []string{cfg.OAuthRedirectURL},
+		"grant_types":                []string{"authorization_code", "refresh_token"},
+		"response_types":             []string{"code"},
+		"token_endpoint_auth_method": "none",
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		_, _ = w.Write(doc)
+	})
+}

@@ -3,6 +3,7 @@ package mcpgateway
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -258,5 +259,53 @@ func TestUserOAuthClientID(t *testing.T) {
 				t.Errorf("client id (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestClientMetadataDocument: the URL the operator gives is checked, and the document Hermes
+// serves names that URL as its client id and the redirect URI.
+func TestClientMetadataDocument(t *testing.T) {
+	for _, tc := range []struct {
+		url, redirect string
+		ok, served    bool
+	}{
+		{"https://hermes.example.com" + ClientMetadataPath, testRedirect, true, true},
+		{"https://static.example.com/hermes/客户端.json", testRedirect, true, false},
+		{"", "", true, false},
+		{"http://hermes.example.com" + ClientMetadataPath, testRedirect, false, false},
+		{"https://hermes.example.com/", testRedirect, false, false},
+		{"https://hermes.example.com/doc.json#x", testRedirect, false, false},
+		{"https://user:pw@hermes.example.com/doc.json", testRedirect, false, false},
+		{"https://hermes.example.com/doc.json", "", false, false},
+	} {
+		err := CheckClientMetadataURL(tc.url, tc.redirect)
+		if (err == nil) != tc.ok {
+			t.Errorf("CheckClientMetadataURL(%q, %q) = %v, want ok %v", tc.url, tc.redirect, err, tc.ok)
+		}
+		cfg := Config{OAuthClientMetadataURL: tc.url, OAuthRedirectURL: tc.redirect}
+		if got := tc.ok && cfg.ServesClientMetadata(); got != tc.served {
+			t.Errorf("%q served = %v, want %v", tc.url, got, tc.served)
+		}
+		if !tc.ok || tc.url == "" {
+			continue
+		}
+		rec := httptest.NewRecorder()
+		ClientMetadataHandler(cfg).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, ClientMetadataPath, nil))
+		var doc struct {
+			ClientID     string   `json:"client_id"`
+			RedirectURIs []string `json:"redirect_uris"`
+			AuthMethod   string   `json:"token_endpoint_auth_method"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
+			t.Fatal(err)
+		}
+		want := struct {
+			ClientID     string   `json:"client_id"`
+			RedirectURIs []string `json:"redirect_uris"`
+			AuthMethod   string   `json:"token_endpoint_auth_method"`
+		}{tc.url, []string{tc.redirect}, "none"}
+		if diff := cmp.Diff(want, doc); diff != "" || rec.Header().Get("Content-Type") != "application/json" {
+			t.Errorf("document (-want +got):\n%s", diff)
+		}
 	}
 }
