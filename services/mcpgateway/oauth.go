@@ -106,11 +106,12 @@ func stepUpClient(fetch scopedFetch, base http.RoundTripper) http.RoundTripper {
 type widenableSource struct {
 	fetch scopedFetch
 
-	mu     sync.Mutex // guards tok, asked, extra
-	tok    *oauth2.Token
-	asked  []string // the scopes the current token was asked with
-	extra  []string // challenged scopes beyond the configured ones
-	widens int      // how many times the scopes widened (each adds a scope: bounded)
+	mu    sync.Mutex // guards tok, asked, extra
+	tok   *oauth2.Token
+	asked []string // the scopes the current token was asked with
+	// extra are the challenged scopes beyond the configured ones; each widening adds one at
+	// least, and the server names finitely many, so widening ends.
+	extra []string
 }
 
 func (s *widenableSource) Token() (*oauth2.Token, error) {
