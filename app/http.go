@@ -14,6 +14,7 @@ import (
 	"github.com/hermes-agent/hermes/internal/console"
 	"github.com/hermes-agent/hermes/internal/httpapi"
 	"github.com/hermes-agent/hermes/internal/rpc"
+	"github.com/hermes-agent/hermes/services/mcpgateway"
 )
 
 // HTTPConfig is the listener of the HTTP/JSON API.
@@ -83,13 +84,19 @@ func (a *App) initHTTP() error {
 	if err != nil {
 		return err
 	}
+	routes := map[string]http.Handler{console.Prefix: console.Handler()}
+	if a.cfg.MCPGateway.ServesClientMetadata() {
+		// The OAuth client metadata document of per-user MCP OAuth: public, as the
+		// authorization servers fetch it without credentials; it holds configuration only.
+		routes["GET "+mcpgateway.ClientMetadataPath] = mcpgateway.ClientMetadataHandler(a.cfg.MCPGateway)
+	}
 	srv, err := httpapi.New(a.InProcessPublic(), httpapi.Options{
 		Guard:           guard,
 		Services:        a.srv.Services(),
 		Omit:            a.edgeOmitted,
 		Logger:          a.log.With("component", "http"),
 		ShutdownTimeout: a.cfg.ShutdownTimeout,
-		Routes:          map[string]http.Handler{console.Prefix: console.Handler()},
+		Routes:          routes,
 	})
 	if err != nil {
 		return err

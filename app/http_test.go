@@ -33,8 +33,8 @@ const (
 
 // startHTTP runs every target with the HTTP API on, API keys for the orchestrator and a
 // scripted model: "slow" makes it wait (until the client goes away), anything else answers
-// "hello from the scripted model".
-func startHTTP(t *testing.T) (*App, string) {
+// "hello from the scripted model". extra are further flags.
+func startHTTP(t *testing.T, extra ...string) (*App, string) {
 	t.Helper()
 	model, err := scripted.New(func(req scripted.Request) scripted.Reply {
 		switch {
@@ -57,8 +57,8 @@ func startHTTP(t *testing.T) (*App, string) {
 	var cfg Config
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
-	if err := fs.Parse([]string{"--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--data-dir=" + filepath.Join(dir, "data"),
-		"--auth-file=" + keys, "--model-base-url=" + model.URL(), "--model=scripted", "--shutdown-timeout=5s"}); err != nil {
+	if err := fs.Parse(append([]string{"--listen=127.0.0.1:0", "--http-listen=127.0.0.1:0", "--data-dir=" + filepath.Join(dir, "data"),
+		"--auth-file=" + keys, "--model-base-url=" + model.URL(), "--model=scripted", "--shutdown-timeout=5s"}, extra...)); err != nil {
 		t.Fatal(err)
 	}
 	a, err := New(context.Background(), cfg, slog.New(slog.DiscardHandler))
@@ -329,4 +329,36 @@ func TestHTTPAPI(t *testing.T) {
 			t.Errorf("the turn did not end as cancelled: %v", last)
 		}
 	})
+}
+
+// TestMCPClientMetadataServed: with --mcpgateway.oauth-client-metadata-url naming the fixed
+// path, the HTTP listener serves the OAuth client metadata document without credentials (the
+// authorization server fetches it), naming that URL as its client id; a URL that cannot be a
+// client id is refused at start.
+func TestMCPClientMetadataServed(t *testing.T) {
+	const docURL = "https://hermes.example.com/v1/mcp/oauth/client-metadata.json"
+	const redirect = "https://hermes.example.com/v1/mcp/oauth/callback"
+	_, base := startHTTP(t, "--mcpgateway.oauth-redirect-url="+redirect, "--mcpgateway.oauth-client-metadata-url="+docURL)
+	code, body := do(t, http.MethodGet, base+"/v1/mcp/oauth/client-metadata.json", "", "")
+	var doc struct {
+		ClientID     string   `json:"client_id"`
+		RedirectURIs []string `json:"redirect_uris"`
+	}
+	if err := json.Unmarshal(body, &doc); code != http.StatusOK || err != nil || doc.ClientID != docURL || len(doc.RedirectURIs) != 1 || doc.RedirectURIs[0] != redirect {
+		t.Fatalf("HTTP %d: %s", code, body)
+	}
+
+	var cfg Config
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--listen=127.0.0.1:0", "--data-dir=" + t.TempDir(), "--mcpgateway.oauth-redirect-url=" + redirect,
+		"--mcpgateway.oauth-client-metadata-url=http://hermes.example.com/doc.json"}); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := New(context.Background(), cfg, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "oauth-client-metadata-url") {
+		if a != nil {
+			_ = a.Stop()
+		}
+		t.Fatalf("New with an http client metadata URL: %v", err)
+	}
 }

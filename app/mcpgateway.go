@@ -97,6 +97,9 @@ func mcpOAuthKey(cfg mcpgateway.Config) ([]byte, error) {
 	if u := cfg.OAuthRedirectURL; u != "" && !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
 		return nil, fmt.Errorf("--mcpgateway.oauth-redirect-url must be an http(s) URL, got %q", u)
 	}
+	if err := mcpgateway.CheckClientMetadataURL(cfg.OAuthClientMetadataURL, cfg.OAuthRedirectURL); err != nil {
+		return nil, err
+	}
 	if cfg.OAuthKeyFile == "" {
 		return nil, nil
 	}

@@ -160,6 +160,13 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 		_, _ = g.conns.DeleteConnection(ctx, c.spec.Name, req.GetUserId())
 		return g.connectPrompt(ctx, c, req.GetUserId()), nil
 	}
+	if us != nil {
+		if scopes := us.stepUp.Get(); len(scopes) > 0 {
+			// The token lacks a scope this call needs: the user consents to more (step-up).
+			c.dropUserSession(req.GetUserId())
+			return g.stepUpPrompt(ctx, c, req.GetUserId(), scopes), nil
+		}
+	}
 	if ctx.Err() != nil {
 		// The caller gave up; the server was told to cancel the request.
 		return nil, status.FromContextError(ctx.Err()).Err()

@@ -1,14 +1,17 @@
 package mcpgateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -500,5 +503,72 @@ func TestElicitationRelay(t *testing.T) {
 	}
 	if _, err := NewServer(other).AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: "0123456789abcdef0123456789abcdef", Action: "decline"}); status.Code(rpc.Classify(ctx, nil, "", err)) != codes.NotFound {
 		t.Errorf("an unknown id through the relay: %v, want NOT_FOUND", err)
+	}
+}
+
+// TestOAuthClientCredentialsStepUp: a 403 insufficient_scope to a request with a client
+// credentials token gets a new token for the union of the asked and the challenged scopes, and
+// the request is sent once more; a challenge for scopes already asked for is not retried.
+func TestOAuthClientCredentialsStepUp(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		challenge   string
+		wantSuccess bool
+		wantScopes  []string // the scope of each token request
+	}{
+		{"new scope: a wider token and one retry", "mcp tools:写", true, []string{"mcp", "mcp tools:写"}},
+		{"only the new scope challenged: the union is asked", "tools:写", true, []string{"mcp", "mcp tools:写"}},
+		{"scope already asked for: no loop", "mcp", false, []string{"mcp"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var scopes []string
+			tokenSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_ = r.ParseForm()
+				mu.Lock()
+				scopes = append(scopes, r.PostForm.Get("scope"))
+				mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(map[string]any{"access_token": "tok " + r.PostForm.Get("scope"), "token_type": "Bearer", "expires_in": 3600})
+			}))
+			defer tokenSrv.Close()
+			mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return mcpgatewaytest.HelperServer() }, nil)
+			mcpSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer tok ")
+				if !ok {
+					http.Error(w, "unauthorized", http.StatusUnauthorized)
+					return
+				}
+				body, _ := io.ReadAll(r.Body)
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				if bytes.Contains(body, []byte(`"tools/call"`)) && !slices.Contains(strings.Fields(tok), "tools:写") {
+					w.Header().Set("WWW-Authenticate", `Bearer error="insufficient_scope", scope="`+tc.challenge+`"`)
+					http.Error(w, "insufficient scope", http.StatusForbidden)
+					return
+				}
+				mcpHandler.ServeHTTP(w, r)
+			}))
+			defer mcpSrv.Close()
+			getenv := func(k string) string {
+				if k == "OAUTH_SECRET" {
+					return "s3cret"
+				}
+				return os.Getenv(k)
+			}
+			g := New(testConfig(), Options{Logger: testLogger(t), Getenv: getenv, Secrets: secretenv.New([]string{"OAUTH_SECRET"}, nil)})
+			defer g.Close()
+			spec := httpSpec("oauth", "oauth", mcpSrv.URL)
+			spec.GetHttp().Oauth = &pb.OAuthClientCredentials{TokenUrl: tokenSrv.URL, ClientId: "hermes", ClientSecretEnv: "OAUTH_SECRET", Scopes: []string{"mcp"}}
+			gwReady(t, g, spec)
+			r := gwCall(t, g, "oauth", "json_text", `{}`)
+			if r.GetSuccess() != tc.wantSuccess {
+				t.Fatalf("json_text = %v, want success %v", r, tc.wantSuccess)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if diff := cmp.Diff(tc.wantScopes, scopes); diff != "" {
+				t.Errorf("token requests' scopes (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -77,6 +77,10 @@ type Config struct {
 	// OAuthRedirectURL is the redirect URI of per-user OAuth: Hermes' HTTP listener's
 	// /v1/mcp/oauth/callback as the user's browser reaches it.
 	OAuthRedirectURL string
+	// OAuthClientMetadataURL is the HTTPS URL of the operator's Client ID Metadata Document:
+	// per-user OAuth uses it as the client id with authorization servers that support such
+	// documents, instead of registering a client.
+	OAuthClientMetadataURL string
 	// OAuthKeyFile holds the key that seals the users' tokens (ParseOAuthKey).
 	OAuthKeyFile string
 }
@@ -111,6 +115,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ReadyWait, "mcpgateway.ready-wait", 3*time.Second, "how long a call waits for an MCP server that is reconnecting (a call to a failed server triggers a reconnect at once); 0 fails such calls at once")
 	fs.DurationVar(&c.SyncInterval, "mcpgateway.sync-interval", 2*time.Second, "how often a gateway re-reads the stored servers that AddServer added (all replicas connect to them)")
 	fs.StringVar(&c.OAuthRedirectURL, "mcpgateway.oauth-redirect-url", "", "redirect URI of per-user OAuth for MCP servers (servers with user_oauth): the /v1/mcp/oauth/callback route of --http-listen as users' browsers reach it, for example https://hermes.example.com/v1/mcp/oauth/callback")
+	fs.StringVar(&c.OAuthClientMetadataURL, "mcpgateway.oauth-client-metadata-url", "", "public HTTPS URL of Hermes' OAuth Client ID Metadata Document (MCP 2025-11-25): used as the client id of per-user OAuth with authorization servers whose metadata has client_id_metadata_document_supported, instead of dynamic client registration. Publish the document there (hermes serves it at /v1/mcp/oauth/client-metadata.json); empty registers dynamically")
 	fs.StringVar(&c.OAuthKeyFile, "mcpgateway.oauth-key-file", "", "file of the key (at least 32 characters; openssl rand -hex 32) that encrypts the users' OAuth tokens of MCP servers with user_oauth, the same on every gateway replica; without it those servers cannot be called")
 	c.Endpoint.RegisterFlags(fs)
 }

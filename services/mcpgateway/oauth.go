@@ -15,6 +15,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"sync"
@@ -49,7 +50,7 @@ func (c *serverConn) oauthClient(o *pb.OAuthClientCredentials, base http.RoundTr
 			return nil, nil, fmt.Errorf("OAuth private key in %s: %w", env, err)
 		}
 		src := &jwtClientCredentials{c: c, o: o, key: signer}
-		return &oauth2.Transport{Source: oauth2.ReuseTokenSource(nil, src), Base: base}, nil, nil
+		return stepUpClient(src.token, base), nil, nil
 	}
 	secret, err := c.g.powers.secret(o.GetClientSecretEnv(), c.g.getenv)
 	if err != nil {
@@ -57,6 +58,8 @@ func (c *serverConn) oauthClient(o *pb.OAuthClientCredentials, base http.RoundTr
 	}
 	tokenClient := &http.Client{Transport: c.g.httpBase}
 	if o.GetTokenUrl() == "" {
+		// The SDK's handler does step-up itself: on a 403 insufficient_scope it asks for the
+		// union of the granted and the challenged scopes, and the transport retries.
 		h, err := extauth.NewClientCredentialsHandler(&extauth.ClientCredentialsHandlerConfig{
 			Credentials: &oauthex.ClientCredentials{ClientID: o.GetClientId(), ClientSecretAuth: &oauthex.ClientSecretAuth{ClientSecret: secret}},
 			HTTPClient:  tokenClient,
@@ -70,15 +73,98 @@ func (c *serverConn) oauthClient(o *pb.OAuthClientCredentials, base http.RoundTr
 	if o.GetAuthMethod() == "client_secret_post" {
 		style = oauth2.AuthStyleInParams
 	}
-	cc := &clientcredentials.Config{
-		ClientID:     o.GetClientId(),
-		ClientSecret: secret,
-		TokenURL:     o.GetTokenUrl(),
-		Scopes:       o.GetScopes(),
-		AuthStyle:    style,
-	}
 	ctx := context.WithValue(c.ctx, oauth2.HTTPClient, tokenClient)
-	return &oauth2.Transport{Source: cc.TokenSource(ctx), Base: base}, nil, nil
+	fetch := func(extra []string) (*oauth2.Token, []string, error) {
+		cc := &clientcredentials.Config{
+			ClientID:     o.GetClientId(),
+			ClientSecret: secret,
+			TokenURL:     o.GetTokenUrl(),
+			Scopes:       unionScopes(o.GetScopes(), extra),
+			AuthStyle:    style,
+		}
+		tok, err := cc.Token(ctx)
+		return tok, cc.Scopes, err
+	}
+	return stepUpClient(fetch, base), nil, nil
+}
+
+// scopedFetch gets a client credentials token asking for the configured (or discovered)
+// scopes and extra; it returns the scopes it asked for.
+type scopedFetch func(extra []string) (*oauth2.Token, []string, error)
+
+// stepUpClient is the transport of a client credentials server: it adds the token to each
+// request, and on a 403 insufficient_scope asking for a scope the token was not asked with
+// (the MCP authorization spec's step-up), gets a new token for the union of the scopes and
+// sends the request once more. A challenge for scopes already asked for is passed on, so a
+// server that never accepts does not make the gateway loop.
+func stepUpClient(fetch scopedFetch, base http.RoundTripper) http.RoundTripper {
+	src := &widenableSource{fetch: fetch}
+	return &stepUpTransport{src: src, base: &oauth2.Transport{Source: src, Base: base}}
+}
+
+// widenableSource caches a client credentials token, and forgets it when its scopes widen.
+type widenableSource struct {
+	fetch scopedFetch
+
+	mu    sync.Mutex // guards tok, asked, extra
+	tok   *oauth2.Token
+	asked []string // the scopes the current token was asked with
+	// extra are the challenged scopes beyond the configured ones; each widening adds one at
+	// least, and the server names finitely many, so widening ends.
+	extra []string
+}
+
+func (s *widenableSource) Token() (*oauth2.Token, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tok.Valid() {
+		return s.tok, nil
+	}
+	tok, asked, err := s.fetch(s.extra)
+	if err != nil {
+		return nil, err
+	}
+	s.tok, s.asked = tok, asked
+	return tok, nil
+}
+
+// widen adds the challenged scopes; it reports whether any was new (a new token is needed).
+func (s *widenableSource) widen(challenged []string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(unionScopes(s.asked, challenged)) == len(s.asked) {
+		return false
+	}
+	s.extra = unionScopes(s.extra, challenged)
+	s.tok = nil
+	return true
+}
+
+type stepUpTransport struct {
+	src  *widenableSource
+	base http.RoundTripper
+}
+
+func (t *stepUpTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(r)
+	if err != nil || resp.StatusCode != http.StatusForbidden {
+		return resp, err
+	}
+	challenged := insufficientScope(resp.Header)
+	if len(challenged) == 0 || (r.Body != nil && r.GetBody == nil) || !t.src.widen(challenged) {
+		return resp, err
+	}
+	r2 := r.Clone(r.Context())
+	if r.GetBody != nil {
+		body, berr := r.GetBody()
+		if berr != nil {
+			return resp, err
+		}
+		r2.Body = body
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	return t.base.RoundTrip(r2)
 }
 
 // handlerTokenTransport adds the token an OAuth handler holds (once it has authorized) to the
@@ -117,7 +203,8 @@ type jwtClientCredentials struct {
 	scopes             []string
 }
 
-func (j *jwtClientCredentials) Token() (*oauth2.Token, error) {
+// token is a scopedFetch: a token asking for the configured or discovered scopes and extra.
+func (j *jwtClientCredentials) token(extra []string) (*oauth2.Token, []string, error) {
 	ctx, cancel := context.WithTimeout(j.c.ctx, 30*time.Second)
 	defer cancel()
 	client := j.c.g.tokenClient()
@@ -129,7 +216,7 @@ func (j *jwtClientCredentials) Token() (*oauth2.Token, error) {
 			challenges, prm, asm, err := discoverAuthServer(ctx, client, j.c.spec.GetHttp().GetUrl(), j.c.g.version)
 			if err != nil {
 				j.mu.Unlock()
-				return nil, fmt.Errorf("OAuth discovery: %w", err)
+				return nil, nil, fmt.Errorf("OAuth discovery: %w", err)
 			}
 			j.tokenURL, j.audience = asm.TokenEndpoint, cmpOr(asm.Issuer, asm.TokenEndpoint)
 			j.scopes = j.o.GetScopes()
@@ -145,8 +232,9 @@ func (j *jwtClientCredentials) Token() (*oauth2.Token, error) {
 	j.mu.Unlock()
 	assertion, err := signAssertion(j.key, j.o.GetClientId(), audience, time.Now())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	scopes = unionScopes(scopes, extra)
 	cc := &clientcredentials.Config{
 		ClientID:  j.o.GetClientId(),
 		TokenURL:  tokenURL,
@@ -159,9 +247,9 @@ func (j *jwtClientCredentials) Token() (*oauth2.Token, error) {
 	}
 	tok, err := cc.Token(context.WithValue(ctx, oauth2.HTTPClient, client))
 	if err != nil {
-		return nil, fmt.Errorf("OAuth client credentials with a JWT assertion: %w", tokenError(err))
+		return nil, nil, fmt.Errorf("OAuth client credentials with a JWT assertion: %w", tokenError(err))
 	}
-	return tok, nil
+	return tok, scopes, nil
 }
 
 // parseAssertionKey reads a PEM private key: PKCS#8, SEC 1 (EC) or PKCS#1 (RSA); EC keys must

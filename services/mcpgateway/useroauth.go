@@ -238,6 +238,12 @@ func (c *serverConn) discover(ctx context.Context) (*oauthEndpoint, error) {
 			}
 		}
 		ep.AuthStyle = authStyle(asm.TokenEndpointAuthMethodsSupported, ep.ClientSecret != "")
+	} else if md := g.cfg.OAuthClientMetadataURL; md != "" && asm.ClientIDMetadataDocumentSupported {
+		// A Client ID Metadata Document (MCP 2025-11-25, draft-ietf-oauth-client-id-metadata-
+		// document): the client id is the URL of the document the operator publishes; the
+		// authorization server fetches it, so nothing is registered. A public client.
+		ep.ClientID = md
+		ep.AuthStyle = oauth2.AuthStyleInParams
 	} else {
 		if asm.RegistrationEndpoint == "" {
 			return nil, errors.New("the authorization server offers no dynamic client registration: configure a client_id registered with it in user_oauth")
@@ -336,6 +342,13 @@ func challenge(ctx context.Context, client *http.Client, serverURL, version stri
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode/100 == 2 {
+		// Some servers let initialize through without a token and challenge the first
+		// request after it: ask for the tool list the same way, to read that challenge.
+		if resp, err = listProbe(ctx, client, serverURL, resp.Header.Get("Mcp-Session-Id")); err != nil {
+			return nil, nil
+		}
+	}
 	if resp.StatusCode != http.StatusUnauthorized {
 		return nil, nil
 	}
@@ -344,6 +357,36 @@ func challenge(ctx context.Context, client *http.Client, serverURL, version stri
 		return nil, fmt.Errorf("the server's WWW-Authenticate header: %w", err)
 	}
 	return cs, nil
+}
+
+// listProbe sends an unauthenticated tools/list (in the session initialize opened, if any) and
+// returns the answer with its body drained; the session is ended afterwards.
+func listProbe(ctx context.Context, client *http.Client, serverURL, session string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, serverURL, strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	if session != "" {
+		req.Header.Set("Mcp-Session-Id", session)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	if session != "" {
+		if del, err := http.NewRequestWithContext(ctx, http.MethodDelete, serverURL, nil); err == nil {
+			del.Header.Set("Mcp-Session-Id", session)
+			if r, err := client.Do(del); err == nil {
+				_ = r.Body.Close()
+			}
+		}
+	}
+	return resp, nil
 }
 
 type prmURL struct{ url, resource string }
@@ -396,12 +439,23 @@ func randomState() (string, error) {
 // startAuthorization begins a user's connection to a server: it stores a pending authorization
 // (state, PKCE verifier, client) and returns the URL the user opens.
 func (g *Gateway) startAuthorization(ctx context.Context, c *serverConn, user string) (string, error) {
+	return g.startAuthorizationScopes(ctx, c, user, nil)
+}
+
+// startAuthorizationScopes is startAuthorization asking for scopes instead of the server's
+// usual ones when scopes is not empty (step-up authorization). The scopes travel in the
+// pending authorization, so only the connection of the user who consents is widened.
+func (g *Gateway) startAuthorizationScopes(ctx context.Context, c *serverConn, user string, scopes []string) (string, error) {
 	if why := g.oauthReady(); why != "" {
 		return "", errclass.Errorf(errclass.Precondition, "%s", why)
 	}
-	ep, err := c.discover(ctx)
+	shared, err := c.discover(ctx)
 	if err != nil {
 		return "", errclass.Mark(errclass.Unavailable, "MCP OAuth discovery", err)
+	}
+	ep := new(*shared) // the discovered endpoint is shared by every user: never change it
+	if len(scopes) > 0 {
+		ep.Scopes = scopes
 	}
 	state, err := randomState()
 	if err != nil {
@@ -717,6 +771,8 @@ type userSession struct {
 	// unauthorized is set when the server answered 401 to this user's token, or the
 	// connection ended (a refused refresh, a disconnect elsewhere).
 	unauthorized *sticky
+	// stepUp holds the scopes of a 403 insufficient_scope answer to this user's token.
+	stepUp *scopeChallenge
 }
 
 // sticky is a bool set from the transport's goroutines.
@@ -728,10 +784,25 @@ type sticky struct {
 func (f *sticky) Set()      { f.mu.Lock(); f.set = true; f.mu.Unlock() }
 func (f *sticky) Get() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.set }
 
-// unauthorizedWatch records a 401 answer.
+// scopeChallenge holds the scopes of the server's last 403 insufficient_scope challenge.
+type scopeChallenge struct {
+	mu     sync.Mutex // guards scopes
+	scopes []string
+}
+
+func (s *scopeChallenge) Set(scopes []string) { s.mu.Lock(); s.scopes = scopes; s.mu.Unlock() }
+func (s *scopeChallenge) Get() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.scopes
+}
+
+// unauthorizedWatch records a 401 answer, and the scopes a 403 insufficient_scope answer
+// asks for (when stepUp is set).
 type unauthorizedWatch struct {
-	base http.RoundTripper
-	f    *sticky
+	base   http.RoundTripper
+	f      *sticky
+	stepUp *scopeChallenge
 }
 
 func (w *unauthorizedWatch) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -739,7 +810,66 @@ func (w *unauthorizedWatch) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err == nil && resp.StatusCode == http.StatusUnauthorized {
 		w.f.Set()
 	}
+	if err == nil && resp.StatusCode == http.StatusForbidden && w.stepUp != nil {
+		if scopes := insufficientScope(resp.Header); len(scopes) > 0 {
+			w.stepUp.Set(scopes)
+		}
+	}
 	return resp, err
+}
+
+// insufficientScope returns the scopes of a Bearer challenge with error="insufficient_scope"
+// (RFC 6750 section 3.1), the step-up challenge of the MCP authorization spec.
+func insufficientScope(h http.Header) []string {
+	cs, err := oauthex.ParseWWWAuthenticate(h.Values("WWW-Authenticate"))
+	if err != nil {
+		return nil
+	}
+	for _, ch := range cs {
+		if strings.EqualFold(ch.Scheme, "bearer") && ch.Params["error"] == "insufficient_scope" {
+			return strings.Fields(ch.Params["scope"])
+		}
+	}
+	return nil
+}
+
+// unionScopes is a followed by the scopes of b it lacks.
+func unionScopes(a, b []string) []string {
+	out := slices.Clone(a)
+	for _, s := range b {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// stepUpPrompt answers a call the server refused for want of scopes (403 insufficient_scope):
+// the user consents again to the union of the scopes their connection was granted and those
+// the server asks for. Their current connection stays until the new one lands. When the
+// connection already has every scope asked for, asking again would loop: the call fails.
+func (g *Gateway) stepUpPrompt(ctx context.Context, c *serverConn, user string, challenged []string) *pb.CallToolResponse {
+	conn, err := g.loadConnection(ctx, c.spec.Name, user)
+	if err != nil {
+		return failed(codeUnavailable, "the store of MCP connections is unavailable: "+abbreviate(err.Error(), 300))
+	}
+	if conn == nil {
+		return g.connectPrompt(ctx, c, user)
+	}
+	want := unionScopes(conn.Endpoint.Scopes, challenged)
+	if len(want) == len(conn.Endpoint.Scopes) {
+		return failed(codeRejected, fmt.Sprintf("the MCP server %q refused the call for want of the scopes %q, which the user's connection already asked for; "+
+			"the authorization server does not grant them to this user", c.spec.Name, strings.Join(challenged, " ")))
+	}
+	u, err := g.startAuthorizationScopes(ctx, c, user, want)
+	if err != nil {
+		return failed(codeUnavailable, fmt.Sprintf("the MCP server %q needs more permissions of the user's account, and starting the authorization failed: %s", c.spec.Name, abbreviate(err.Error(), 500)))
+	}
+	g.log.Info("MCP server: a call needs more scopes; the user is asked to consent", "server", c.spec.Name, "user", user, "scopes", strings.Join(want, " "))
+	r := failed(codeAuthRequired, fmt.Sprintf("The MCP server %q needs more permissions (%s) of the user's account for this. "+
+		"Ask the user to approve them by opening this link, then try again: %s", c.spec.Name, strings.Join(want, " "), u))
+	r.AuthorizationUrl = u
+	return r
 }
 
 // dropUserSession closes user's session, if any.
@@ -815,9 +945,9 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 	for k, v := range ht.Headers {
 		header.Set(k, v)
 	}
-	f := &sticky{}
+	f, up := &sticky{}, &scopeChallenge{}
 	tokens := &userTokens{g: g, server: c.spec.Name, user: user, conn: conn, ended: f}
-	rt := &unauthorizedWatch{f: f, base: &oauth2.Transport{Source: tokens, Base: &headerTransport{base: g.httpBase, header: header}}}
+	rt := &unauthorizedWatch{f: f, stepUp: up, base: &oauth2.Transport{Source: tokens, Base: &headerTransport{base: g.httpBase, header: header}}}
 	hc := &http.Client{Transport: rt}
 	cctx, cancel := context.WithTimeout(ctx, min(timeout, g.cfg.ConnectTimeout))
 	defer cancel()
@@ -830,9 +960,12 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 			}
 			return nil, g.connectPrompt(ctx, c, user)
 		}
+		if scopes := up.Get(); len(scopes) > 0 {
+			return nil, g.stepUpPrompt(ctx, c, user, scopes)
+		}
 		return nil, failed(codeUnavailable, fmt.Sprintf("the MCP server %q did not accept the user's session: %s", c.spec.Name, abbreviate(err.Error(), 500)))
 	}
-	us = &userSession{l: &live{sess: sess, side: &httpSide{client: hc, url: ht.Url, notify: c.sideNotification}}, lastUsed: time.Now(), unauthorized: f}
+	us = &userSession{l: &live{sess: sess, side: &httpSide{client: hc, url: ht.Url, notify: c.sideNotification}}, lastUsed: time.Now(), unauthorized: f, stepUp: up}
 	c.mu.Lock()
 	if c.users == nil {
 		c.users = map[string]*userSession{}
@@ -857,4 +990,51 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 		}
 	}
 	return us, nil
+}
+
+// ClientMetadataPath is where Hermes' HTTP listener serves the Client ID Metadata Document when
+// --mcpgateway.oauth-client-metadata-url names this path.
+const ClientMetadataPath = "/v1/mcp/oauth/client-metadata.json"
+
+// CheckClientMetadataURL says whether u can be a client id metadata document's URL: HTTPS with
+// a path (draft-ietf-oauth-client-id-metadata-document section 3), and it needs the redirect URL
+// the document names.
+func CheckClientMetadataURL(u, redirect string) error {
+	if u == "" {
+		return nil
+	}
+	pu, err := url.Parse(u)
+	if err != nil || pu.Scheme != "https" || pu.Host == "" || pu.Path == "" || pu.Path == "/" || pu.Fragment != "" || pu.User != nil {
+		return fmt.Errorf("--mcpgateway.oauth-client-metadata-url must be an https URL with a path, without fragment or credentials, got %q", u)
+	}
+	if redirect == "" {
+		return errors.New("--mcpgateway.oauth-client-metadata-url needs --mcpgateway.oauth-redirect-url, the redirect URI the document names")
+	}
+	return nil
+}
+
+// ServesClientMetadata reports whether Hermes' HTTP listener serves the document itself: the
+// configured URL's path is ClientMetadataPath.
+func (c Config) ServesClientMetadata() bool {
+	pu, err := url.Parse(c.OAuthClientMetadataURL)
+	return c.OAuthClientMetadataURL != "" && err == nil && pu.Path == ClientMetadataPath
+}
+
+// ClientMetadataHandler serves the Client ID Metadata Document of Hermes as a public OAuth
+// client: its client_id is the document's own URL, as the authorization server checks. It holds
+// no secret: every field is the operator's configuration.
+func ClientMetadataHandler(cfg Config) http.Handler {
+	doc, _ := json.Marshal(map[string]any{
+		"client_id":                  cfg.OAuthClientMetadataURL,
+		"client_name":                "Hermes",
+		"redirect_uris":              []string{cfg.OAuthRedirectURL},
+		"grant_types":                []string{"authorization_code", "refresh_token"},
+		"response_types":             []string{"code"},
+		"token_endpoint_auth_method": "none",
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		_, _ = w.Write(doc)
+	})
 }

@@ -49,14 +49,18 @@ type fakeAS struct {
 	revoked     []string
 	resources   []string // resource parameters seen (authorize and token)
 	scopes      []string // scope parameters seen at authorize
+	clientIDs   []string // client_id parameters seen at authorize
+	// cimd makes the metadata advertise client_id_metadata_document_supported.
+	cimd bool
 }
 
 type asCode struct {
-	account, challenge, redirect, client string
+	account, challenge, redirect, client, scope string
 }
 
 type asToken struct {
 	account string
+	scope   string // the scopes granted, space-separated
 	expires time.Time
 }
 
@@ -64,14 +68,18 @@ func newFakeAS(t *testing.T) *fakeAS {
 	a := &fakeAS{clients: map[string]string{}, codes: map[string]asCode{}, access: map[string]asToken{}, refresh: map[string]string{}, grants: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/.well-known/oauth-authorization-server", func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		cimd := a.cimd
+		a.mu.Unlock()
 		writeJSON(w, map[string]any{
-			"issuer":                           a.srv.URL,
-			"authorization_endpoint":           a.srv.URL + "/authorize",
-			"token_endpoint":                   a.srv.URL + "/token",
-			"registration_endpoint":            a.srv.URL + "/register",
-			"revocation_endpoint":              a.srv.URL + "/revoke",
-			"response_types_supported":         []string{"code"},
-			"code_challenge_methods_supported": []string{"S256"},
+			"client_id_metadata_document_supported": cimd,
+			"issuer":                                a.srv.URL,
+			"authorization_endpoint":                a.srv.URL + "/authorize",
+			"token_endpoint":                        a.srv.URL + "/token",
+			"registration_endpoint":                 a.srv.URL + "/register",
+			"revocation_endpoint":                   a.srv.URL + "/revoke",
+			"response_types_supported":              []string{"code"},
+			"code_challenge_methods_supported":      []string{"S256"},
 		})
 	})
 	mux.HandleFunc("/register", func(w http.ResponseWriter, r *http.Request) {
@@ -93,8 +101,9 @@ func newFakeAS(t *testing.T) *fakeAS {
 		}
 		a.resources = append(a.resources, q.Get("resource"))
 		a.scopes = append(a.scopes, q.Get("scope"))
+		a.clientIDs = append(a.clientIDs, q.Get("client_id"))
 		code := randomText()
-		a.codes[code] = asCode{account: r.Header.Get("X-Login"), challenge: q.Get("code_challenge"), redirect: q.Get("redirect_uri"), client: q.Get("client_id")}
+		a.codes[code] = asCode{account: r.Header.Get("X-Login"), challenge: q.Get("code_challenge"), redirect: q.Get("redirect_uri"), client: q.Get("client_id"), scope: q.Get("scope")}
 		http.Redirect(w, r, q.Get("redirect_uri")+"?code="+code+"&state="+url.QueryEscape(q.Get("state")), http.StatusFound)
 	})
 	mux.HandleFunc("/token", func(w http.ResponseWriter, r *http.Request) {
@@ -103,7 +112,7 @@ func newFakeAS(t *testing.T) *fakeAS {
 		defer a.mu.Unlock()
 		gt := r.PostForm.Get("grant_type")
 		a.grants[gt]++
-		var account string
+		var account, scope string
 		expiry := 3600
 		switch gt {
 		case "authorization_code":
@@ -115,7 +124,7 @@ func newFakeAS(t *testing.T) *fakeAS {
 				return
 			}
 			a.resources = append(a.resources, r.PostForm.Get("resource"))
-			account = c.account
+			account, scope = c.account, c.scope
 			if a.firstExpiry > 0 {
 				expiry, a.firstExpiry = a.firstExpiry, 0
 			}
@@ -132,7 +141,7 @@ func newFakeAS(t *testing.T) *fakeAS {
 			return
 		}
 		at, rt := "at-"+randomText(), "rt-"+randomText()
-		a.access[at] = asToken{account: account, expires: time.Now().Add(time.Duration(expiry) * time.Second)}
+		a.access[at] = asToken{account: account, scope: scope, expires: time.Now().Add(time.Duration(expiry) * time.Second)}
 		a.refresh[rt] = account
 		a.issued = append(a.issued, at, rt)
 		writeJSON(w, map[string]any{"access_token": at, "refresh_token": rt, "token_type": "Bearer", "expires_in": expiry})
