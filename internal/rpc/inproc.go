@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // A unary call on an in-process channel runs its handler on the caller's goroutine. grpchan
@@ -22,7 +24,8 @@ import (
 // grpchan gives it: a context with the caller's deadline and cancellation but none of its
 // values, the caller's outgoing metadata as incoming metadata, an in-process peer, the same
 // interceptors, the same tracing (client and server stats handlers), and copies of the request
-// and the response. Calls with options the direct path does not carry out (headers, trailers,
+// and the response (the response itself for methods a service hands over, responseHandover).
+// Calls with options the direct path does not carry out (headers, trailers,
 // peer or per-call credentials wanted back) and streams go through grpchan. One difference: a
 // caller whose context ends waits for the handler to return (grpchan's caller returned at once
 // and left the handler running), so handlers must heed their context, as Hermes' do.
@@ -31,15 +34,30 @@ import (
 type unaryMethod struct {
 	impl any
 	desc *grpc.MethodDesc
+	// handover: the caller gets the handler's response itself, not a copy (responseHandover).
+	handover bool
+}
+
+// responseHandover is a service some of whose unary methods (named as in its service
+// descriptor) build every response afresh and keep no reference to it or to anything in it
+// after returning; a response may share messages with the handler's copy of the request. An
+// in-process call then gives the caller the response itself: the deep copy of the session
+// service's AppendMessages response (the turn's whole context) was 7% of a turn's allocation.
+type responseHandover interface {
+	InProcessHandover() []string
 }
 
 // unaryMethods indexes the unary methods of services by full method name ("/svc/Method").
 func unaryMethods(services []registeredService) map[string]unaryMethod {
 	m := map[string]unaryMethod{}
 	for _, r := range services {
+		var handover []string
+		if h, ok := r.impl.(responseHandover); ok {
+			handover = h.InProcessHandover()
+		}
 		for i := range r.desc.Methods {
 			d := &r.desc.Methods[i]
-			m["/"+r.desc.ServiceName+"/"+d.MethodName] = unaryMethod{impl: r.impl, desc: d}
+			m["/"+r.desc.ServiceName+"/"+d.MethodName] = unaryMethod{impl: r.impl, desc: d, handover: slices.Contains(handover, d.MethodName)}
 		}
 	}
 	return m
@@ -101,11 +119,27 @@ func (c *channel) invokeUnary(ctx context.Context, method string, m unaryMethod,
 		return status.Error(codes.Internal, "handler returned neither error nor response message")
 	}
 	proto.Reset(out)
-	proto.Merge(out, msg)
+	if m.handover && out.ProtoReflect().Descriptor() == msg.ProtoReflect().Descriptor() {
+		moveFields(out.ProtoReflect(), msg.ProtoReflect())
+	} else {
+		proto.Merge(out, msg)
+	}
 	if c.clientStats != nil {
 		c.clientStats.HandleRPC(ctx, &stats.InPayload{Client: true, Payload: reply, RecvTime: time.Now()})
 	}
 	return nil
+}
+
+// moveFields sets dst's populated fields (and unknown fields) to src's values without copying
+// them: dst then shares src's messages, lists and maps.
+func moveFields(dst, src protoreflect.Message) {
+	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		dst.Set(fd, v)
+		return true
+	})
+	if u := src.GetUnknown(); len(u) > 0 {
+		dst.SetUnknown(u)
+	}
 }
 
 // serverContext is the handler's context of an in-process call: the caller's deadline and
