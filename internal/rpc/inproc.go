@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -23,7 +25,8 @@ import (
 // times a call), and hands the answer back over a channel. What the handler sees is what
 // grpchan gives it: a context with the caller's deadline and cancellation but none of its
 // values, the caller's outgoing metadata as incoming metadata, an in-process peer, the same
-// interceptors, the same tracing (client and server stats handlers), and copies of the request
+// interceptors, the server's stats handler (tracing and metrics; no client-side span or
+// metric for the direct path), the caller's trace context and baggage, and copies of the request
 // and the response (the response itself for methods a service hands over, responseHandover).
 // Calls with options the direct path does not carry out (headers, trailers,
 // peer or per-call credentials wanted back) and streams go through grpchan. One difference: a
@@ -83,16 +86,15 @@ func (c *channel) invokeUnary(ctx context.Context, method string, m unaryMethod,
 	if !ok || !ok2 {
 		return status.Errorf(codes.Internal, "in-process call %s: messages must be protos", method)
 	}
-	if c.clientStats != nil {
-		ctx = c.clientStats.TagRPC(ctx, &stats.RPCTagInfo{FullMethodName: method})
-		c.clientStats.HandleRPC(ctx, &stats.Begin{Client: true, BeginTime: time.Now()})
-		c.clientStats.HandleRPC(ctx, &stats.OutPayload{Client: true, Payload: req, SentTime: time.Now()})
-		defer func() { c.clientStats.HandleRPC(ctx, &stats.End{Client: true, EndTime: time.Now(), Error: err}) }()
-	}
 	// The handler's context ends with the call, as a network call's does.
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sctx := serverContext(cctx)
+	// The server's stats handler traces and times the call; a client handler's span and
+	// duration for the same call in the same process were 1.5% of a turn's CPU, and its trace
+	// context went through metadata only for the server's handler to parse it back. The
+	// caller's span context and baggage are handed over directly instead.
+	sctx = traceContext(sctx, ctx)
 	sctx = grpc.NewContextWithServerTransportStream(sctx, &unaryStream{method: method})
 	if c.serverStats != nil {
 		sctx = c.serverStats.TagRPC(sctx, &stats.RPCTagInfo{FullMethodName: method})
@@ -124,10 +126,19 @@ func (c *channel) invokeUnary(ctx context.Context, method string, m unaryMethod,
 	} else {
 		proto.Merge(out, msg)
 	}
-	if c.clientStats != nil {
-		c.clientStats.HandleRPC(ctx, &stats.InPayload{Client: true, Payload: reply, RecvTime: time.Now()})
-	}
 	return nil
+}
+
+// traceContext is sctx with the span context and baggage of ctx, as the server's stats handler
+// would extract them from metadata a client handler had written.
+func traceContext(sctx, ctx context.Context) context.Context {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		sctx = trace.ContextWithRemoteSpanContext(sctx, sc)
+	}
+	if b := baggage.FromContext(ctx); b.Len() > 0 {
+		sctx = baggage.ContextWithBaggage(sctx, b)
+	}
+	return sctx
 }
 
 // moveFields sets dst's populated fields (and unknown fields) to src's values without copying
