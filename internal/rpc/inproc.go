@@ -25,13 +25,14 @@ import (
 // times a call), and hands the answer back over a channel. What the handler sees is what
 // grpchan gives it: a context with the caller's deadline and cancellation but none of its
 // values, the caller's outgoing metadata as incoming metadata, an in-process peer, the same
-// interceptors, the server's stats handler (tracing and metrics; no client-side span or
-// metric for the direct path), the caller's trace context and baggage, and copies of the request
-// and the response (the response itself for methods a service hands over, responseHandover).
-// Calls with options the direct path does not carry out (headers, trailers,
-// peer or per-call credentials wanted back) and streams go through grpchan. One difference: a
-// caller whose context ends waits for the handler to return (grpchan's caller returned at once
-// and left the handler running), so handlers must heed their context, as Hermes' do.
+// interceptors, the server's stats handler with the caller's trace context and baggage, and
+// copies of the request and the response. Calls with options the direct path does not carry
+// out (headers, trailers, peer or per-call credentials wanted back) and streams go through
+// grpchan. Differences: a caller whose context ends waits for the handler to return (grpchan's
+// caller returned at once and left the handler running), so handlers must heed their context,
+// as Hermes' do; no client-side stats handler runs (no client span or rpc.client metrics: the
+// server's span and duration cover the same call); and a method a service hands over
+// (responseHandover) gives the caller the response itself.
 
 // unaryMethod is a registered unary method.
 type unaryMethod struct {
