@@ -206,7 +206,7 @@ func modelTools(tools []*toolsv1.Tool) []model.Tool {
 // become one assistant message with several calls (with the assistant text right before them,
 // if any), tool results become tool messages.
 func sessionToModel(msgs []*sessionv1.Message) []model.Message {
-	var out []model.Message
+	out := make([]model.Message, 0, len(msgs))
 	for _, m := range msgs {
 		switch m.GetKind() {
 		case sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL:

@@ -315,6 +315,11 @@ func durability(ctx context.Context) context.Context {
 	return boltstore.DropDefer(ctx)
 }
 
+// InProcessHandover names the methods whose responses an in-process caller may take without a
+// copy (internal/rpc): AppendMessages builds its response from messages the store decoded or
+// built for this call and keeps none of them (a deferred write re-applies its own copies).
+func (s *Service) InProcessHandover() []string { return []string{"AppendMessages"} }
+
 // AppendMessages implements SessionServiceServer.
 func (s *Service) AppendMessages(ctx context.Context, req *sessionv1.AppendMessagesRequest) (*sessionv1.AppendMessagesResponse, error) {
 	ctx = durability(ctx)
