@@ -10,60 +10,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-
 	"github.com/hermes-agent/hermes/internal/qdranttest"
 	"github.com/hermes-agent/hermes/internal/testenv"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	"github.com/hermes-agent/hermes/test/multiprocess/cluster"
 )
 
-// natsServer is a NATS server with JetStream of the test's own (the nats-server library — a
-// real server, in this process), on a fixed port with its store in a directory, so it can be
-// shut down and started again with its streams. The shared 127.0.0.1:4222 is never stopped.
-type natsServer struct {
-	port int
-	dir  string
-	srv  *server.Server
-}
-
-func startNATS(t *testing.T, dir string) *natsServer {
+// startNATS starts a dedicated nats-server process (cluster.NATS), stopped at the test's end.
+func startNATS(t *testing.T, dir string) *cluster.NATS {
 	t.Helper()
-	port, err := cluster.FreePort()
+	n, err := cluster.StartNATS(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &natsServer{port: port, dir: dir}
-	n.start(t)
-	t.Cleanup(n.stop)
+	t.Cleanup(n.Close)
 	return n
-}
-
-func (n *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
-
-func (n *natsServer) start(t *testing.T) {
-	t.Helper()
-	srv, err := server.NewServer(&server.Options{
-		ServerName: "hermes-multiprocess-nats", Host: "127.0.0.1", Port: n.port,
-		JetStream: true, StoreDir: n.dir, NoSigs: true, NoLog: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		srv.Shutdown()
-		t.Fatal("dedicated NATS is not ready after 10 s")
-	}
-	n.srv = srv
-}
-
-func (n *natsServer) stop() {
-	if n.srv != nil {
-		n.srv.Shutdown()
-		n.srv.WaitForShutdown()
-		n.srv = nil
-	}
 }
 
 // TestHealthFollowsNATS stops a dedicated NATS server: the memory service (whose extractor
@@ -75,7 +36,7 @@ func (n *natsServer) stop() {
 func TestHealthFollowsNATS(t *testing.T) {
 	ctx := context.Background()
 	nats := startNATS(t, filepath.Join(t.TempDir(), "nats"))
-	s := newStack(t, stackOptions{natsURL: nats.url()})
+	s := newStack(t, stackOptions{natsURL: nats.URL()})
 	run := randomID()
 	turn := func(i int) (string, turnOutcome) {
 		user := fmt.Sprintf("nats-%s-%d", run, i)
@@ -86,7 +47,7 @@ func TestHealthFollowsNATS(t *testing.T) {
 		t.Fatalf("turn before the outage: %s", o)
 	}
 
-	nats.stop()
+	nats.Stop()
 	downAt := time.Now()
 	s.waitHealth(ctx, notServing, 15*time.Second, "memory")
 	t.Logf("memory NOT_SERVING %s after NATS stopped", time.Since(downAt).Round(time.Millisecond))
@@ -106,7 +67,9 @@ func TestHealthFollowsNATS(t *testing.T) {
 		outcomes[user] = o
 	}
 
-	nats.start(t)
+	if err := nats.Start(); err != nil {
+		t.Fatal(err)
+	}
 	upAt := time.Now()
 	s.waitHealth(ctx, serving, 20*time.Second, "memory")
 	t.Logf("memory SERVING %s after NATS came back", time.Since(upAt).Round(time.Millisecond))

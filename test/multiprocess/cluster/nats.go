@@ -15,8 +15,9 @@ import (
 )
 
 // NATS is a nats-server process of its own with JetStream, on a free loopback port, its store
-// in a directory. Unlike the in-process server the fault tests use, it is a separate process, so
-// its CPU time can be read from /proc (bench/load's -own-backends).
+// in a directory. A separate process, so its CPU time can be read from /proc (bench/load's
+// -own-backends), and the race detector of a test binary does not run inside nats-server (whose
+// own concurrency once failed a -race test run).
 type NATS struct {
 	Port int
 	Dir  string
@@ -27,10 +28,6 @@ type NATS struct {
 
 // StartNATS starts nats-server -js with its store in dir and waits until JetStream answers.
 func StartNATS(dir string) (*NATS, error) {
-	bin, err := exec.LookPath("nats-server")
-	if err != nil {
-		return nil, fmt.Errorf("nats-server is not installed (scripts/ensure-backends.sh installs it): %w", err)
-	}
 	port, err := FreePort()
 	if err != nil {
 		return nil, err
@@ -39,11 +36,24 @@ func StartNATS(dir string) (*NATS, error) {
 		return nil, err
 	}
 	n := &NATS{Port: port, Dir: dir}
-	logPath := filepath.Join(dir, "nats.log")
-	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", fmt.Sprint(port), "-js", "-sd", dir, "-l", logPath)
+	if err := n.Start(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// Start starts the server (again, after Stop or Close: the same port and store) and waits until
+// JetStream answers.
+func (n *NATS) Start() error {
+	bin, err := exec.LookPath("nats-server")
+	if err != nil {
+		return fmt.Errorf("nats-server is not installed (scripts/ensure-backends.sh installs it): %w", err)
+	}
+	logPath := filepath.Join(n.Dir, "nats.log")
+	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", fmt.Sprint(n.Port), "-js", "-sd", n.Dir, "-l", logPath)
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start nats-server: %w", err)
+		return fmt.Errorf("start nats-server: %w", err)
 	}
 	n.cmd, n.done = cmd, make(chan struct{})
 	go func() { _ = cmd.Wait(); close(n.done) }()
@@ -52,17 +62,30 @@ func StartNATS(dir string) (*NATS, error) {
 	for {
 		err := n.ping()
 		if err == nil {
-			return n, nil
+			return nil
 		}
 		if closed(n.done) {
 			log, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("nats-server on port %d exited: %s", port, log)
+			return fmt.Errorf("nats-server on port %d exited: %s", n.Port, log)
 		}
 		if time.Now().After(deadline) {
 			n.Close()
-			return nil, fmt.Errorf("nats-server on port %d: JetStream does not answer: %w", port, err)
+			return fmt.Errorf("nats-server on port %d: JetStream does not answer: %w", n.Port, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop shuts the server down cleanly (SIGTERM: JetStream's store is flushed) and waits for it.
+func (n *NATS) Stop() {
+	if n.cmd == nil || closed(n.done) {
+		return
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.done:
+	case <-time.After(10 * time.Second):
+		n.Close()
 	}
 }
 
@@ -92,7 +115,7 @@ func (n *NATS) Pid() int {
 
 // Close kills the server and waits for it.
 func (n *NATS) Close() {
-	if closed(n.done) {
+	if n.cmd == nil || closed(n.done) {
 		return
 	}
 	_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
