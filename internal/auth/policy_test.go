@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
@@ -115,4 +116,30 @@ func writeKeys(t *testing.T, content string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// TestUserConnectsOnlyOwnAccount: the per-user MCP connection RPCs are scoped to the caller's own
+// user id, so Alice can neither start Bob's connection (and bind his account to her link) nor
+// end it.
+func TestUserConnectsOnlyOwnAccount(t *testing.T) {
+	a := New(nil, nil)
+	alice := Principal{Role: RoleUser, User: "alice", Name: "user:alice"}
+	for _, tc := range []struct {
+		method string
+		req    func(user string) proto.Message
+	}{
+		{mcpgatewayv1.MCPGatewayService_ConnectServer_FullMethodName, func(u string) proto.Message {
+			return &mcpgatewayv1.ConnectServerRequest{Server: "tracker", UserId: u}
+		}},
+		{mcpgatewayv1.MCPGatewayService_DisconnectServer_FullMethodName, func(u string) proto.Message {
+			return &mcpgatewayv1.DisconnectServerRequest{Server: "tracker", UserId: u}
+		}},
+	} {
+		if err := a.Authorize(alice, tc.method, tc.req("bob")); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s for another user: %v, want PERMISSION_DENIED", tc.method, err)
+		}
+		if err := a.Authorize(alice, tc.method, tc.req("alice")); err != nil {
+			t.Errorf("%s for herself: %v", tc.method, err)
+		}
+	}
 }
