@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/hermes-agent/hermes/internal/boltstore"
 	"github.com/hermes-agent/hermes/internal/errclass"
 )
 
@@ -163,17 +164,10 @@ func (s *BoltServerStore) PutAuthState(_ context.Context, id string, sealed []by
 	v = append(v, sealed...)
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bAuthStates)
-		var stale [][]byte
-		_ = b.ForEach(func(k, v []byte) error {
-			if len(v) < 8 || int64(binary.BigEndian.Uint64(v)) < now.UnixNano() {
-				stale = append(stale, append([]byte(nil), k...))
-			}
-			return nil
-		})
-		for _, k := range stale {
-			if err := b.Delete(k); err != nil {
-				return err
-			}
+		if _, err := boltstore.DeleteWhere(b, func(_, v []byte) (bool, error) {
+			return len(v) < 8 || int64(binary.BigEndian.Uint64(v)) < now.UnixNano(), nil
+		}); err != nil {
+			return err
 		}
 		return b.Put([]byte(id), v)
 	})
@@ -181,6 +175,15 @@ func (s *BoltServerStore) PutAuthState(_ context.Context, id string, sealed []by
 
 // TakeAuthState implements ConnectionStore.
 func (s *BoltServerStore) TakeAuthState(_ context.Context, id string) ([]byte, error) {
+	// The callback is public: a state nobody issued is answered from a read, without taking the
+	// file's writer lock or a commit.
+	var found bool
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		found = tx.Bucket(bAuthStates).Get([]byte(id)) != nil
+		return nil
+	}); err != nil || !found {
+		return nil, err
+	}
 	var out []byte
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bAuthStates)
