@@ -164,9 +164,9 @@ func (c *Client) body() *bytes.Buffer {
 }
 
 // release returns a request body for reuse once its call is over, only when the endpoint
-// answered it successfully: an http.RoundTripper may still read a request body after RoundTrip
-// returned when the server answered before reading it all (an error status), so such a body is
-// left to the GC.
+// answered its one attempt successfully: an http.RoundTripper may still read a request body
+// after RoundTrip returned when the server answered before reading it all (an error status,
+// perhaps of an earlier attempt that was retried), so such a body is left to the GC.
 func (c *Client) release(b *bytes.Buffer, answered bool) {
 	if answered && b.Cap() <= maxPooledBody {
 		c.bodies.Put(b)
@@ -218,8 +218,8 @@ func (c *Client) Complete(ctx context.Context, req Request) (out *Response, err 
 		return nil, err
 	}
 	var cc wireCompletion
-	err = c.post(ctx, body.Bytes(), &cc)
-	c.release(body, err == nil)
+	attempts, err := c.post(ctx, body.Bytes(), &cc)
+	c.release(body, err == nil && attempts == 1)
 	if err := lenient(err); err != nil {
 		return nil, c.wrap(err)
 	}
@@ -253,14 +253,15 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 	// Retries and error statuses are handled before the response is handed over; the body then
 	// carries the per-attempt timeout and is read here event by event.
 	var res *http.Response
-	if err := c.post(ctx, body.Bytes(), &res); err != nil {
+	attempts, err := c.post(ctx, body.Bytes(), &res)
+	if err != nil {
 		if res != nil && res.Body != nil {
 			_ = res.Body.Close()
 		}
 		return nil, c.wrap(err)
 	}
-	// A 2xx answer: the endpoint has read the request.
-	c.release(body, true)
+	// A 2xx answer to the only attempt: the endpoint has read the request.
+	c.release(body, attempts == 1)
 	events := ssestream.NewDecoder(res)
 	if events == nil {
 		return nil, fmt.Errorf("model %s answered without a body", c.base)
@@ -343,11 +344,17 @@ var noParams = param.Override[openai.ChatCompletionNewParams](json.RawMessage(`{
 // post sends a Chat Completions request through the SDK (retries, auth, timeouts, error type)
 // and leaves the answer in dst: a *wireCompletion, decoded with encoding/json, or an
 // **http.Response whose body the caller reads and closes.
-func (c *Client) post(ctx context.Context, body []byte, dst any) error {
-	_, err := c.api.Chat.Completions.New(ctx, noParams,
+// It also reports how many attempts sent the body: only a body sent once and answered 2xx is
+// surely read to its end (see release).
+func (c *Client) post(ctx context.Context, body []byte, dst any) (attempts int, err error) {
+	_, err = c.api.Chat.Completions.New(ctx, noParams,
 		option.WithRequestBody("application/json", body),
-		option.WithResponseBodyInto(dst))
-	return err
+		option.WithResponseBodyInto(dst),
+		option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+			attempts++
+			return next(r)
+		}))
+	return attempts, err
 }
 
 // lenient drops a field-type mismatch: encoding/json then decodes everything else and leaves
