@@ -107,7 +107,12 @@ type taskLines struct {
 	key []byte
 }
 
-const maxTaskLines = 8192
+// The memo holds at most maxTaskLines lines of at most maxTaskLineBytes (a longer line, with a
+// tool's long arguments, is counted each time): about 4 MiB.
+const (
+	maxTaskLines     = 8192
+	maxTaskLineBytes = 512
+)
 
 // count returns the block's token count as a message.
 func (l *taskLines) count(tok *tokenizer.Tokenizer, block string) int32 {
@@ -145,8 +150,16 @@ func (l *taskLines) count(tok *tokenizer.Tokenizer, block string) int32 {
 			if shape {
 				key = string(l.key)
 			}
+			// Counted outside the lock: other turns' lines need not wait for this one.
+			l.mu.Unlock()
 			n = int32(tok.Count(key))
-			l.n[key] = n
+			l.mu.Lock()
+			if len(key) <= maxTaskLineBytes {
+				if len(l.n) >= maxTaskLines {
+					l.n = map[string]int32{}
+				}
+				l.n[key] = n
+			}
 		}
 		total += n
 	}
