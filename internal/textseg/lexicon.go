@@ -67,6 +67,9 @@ type ExtractionWords struct {
 	// Finite words make a comma-separated part a clause of its own ("is", "是"); a part without
 	// one continues the clause before it ("Book a table, at 7").
 	Finite []string `json:"finite"`
+	// DetailLeads begin a verbless part that gives a detail of the request before it ("near the
+	// station", "靠近地铁站"); another verbless part may be a fact put tersely ("bad knees").
+	DetailLeads []string `json:"detailLeads"`
 }
 
 // Lexicon is the merged vocabulary of every language in lexicon/.
@@ -234,6 +237,7 @@ func (l *Lexicon) merge(o *Lexicon) {
 	add(&x.NotNegations, ox.NotNegations)
 	add(&x.Narrative, ox.Narrative)
 	add(&x.Finite, ox.Finite)
+	add(&x.DetailLeads, ox.DetailLeads)
 	// Longer phrases first, so "do not" is found before "not" and "十二" before "十".
 	for _, s := range [][]string{l.Negations, l.PostNegations, l.Changes, l.References, l.Possessives,
 		l.PeopleUnits, l.CountBefore, l.ObjectMarkers, l.TimeWords, l.TimeAfter, l.TimeBefore, l.StreetWords} {

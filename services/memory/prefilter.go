@@ -98,9 +98,13 @@ func judgeClause(lex *textseg.Lexicon, part string, prev clauseKind) (clauseKind
 		return clauseRequest, ""
 	}
 	if prev == clauseRequest || prev == clauseQuestion {
-		// "Book a table, at 7, near the station": a part without a verb of its own continues the
-		// request before it.
-		if _, ok := anyIn(p, x.Finite); !ok {
+		// "Book a table, at 7, near the station": a part without a verb of its own that gives a
+		// number, a time or a detail continues the request before it. Any other verbless part
+		// may be a fact put tersely ("…, bad knees", "…，老人晕车"): when unsure, extract.
+		_, finite := anyIn(p, x.Finite)
+		_, when := anyIn(p, lex.TimeWords)
+		_, detail := startsWithAny(p, x.DetailLeads)
+		if !finite && (when || detail || strings.ContainsFunc(p, unicode.IsDigit)) {
 			return prev, ""
 		}
 	}
