@@ -67,24 +67,40 @@ func TestMemoryKilledUnderLoad(t *testing.T) {
 		user := fmt.Sprintf("mem-%s-%02d", run, k)
 		specs[k] = turnSpec{session: s.createSession(ctx, user, "load"), user: user, member: fmt.Sprintf("M%s%02d", run, k)}
 	}
+	// The turns after the first killAfter wait for the kill, and the restart waits for
+	// restartAfter turns to complete, so at least restartAfter-killAfter turns start and end
+	// while the process is down however fast the machine runs the turns (polling alone let a
+	// fast run finish its turns before the kill landed).
+	const killAfter, restartAfter = 12, 28
+	killed := make(chan struct{})
+	loadCtx, stopLoad := context.WithCancel(ctx)
 	var next atomic.Int64
 	begin := time.Now()
-	l := startLoad(t, ctx, s.orchestrator, workers, func(_, _ int) (string, string, string) {
+	l := startLoad(t, loadCtx, s.orchestrator, workers, func(_, _ int) (string, string, string) {
 		k := int(next.Add(1)) - 1
 		if k >= total {
 			return "", "", ""
 		}
+		if k >= killAfter {
+			select {
+			case <-killed:
+			case <-loadCtx.Done():
+				return "", "", ""
+			}
+		}
 		sp := specs[k]
 		return sp.session, sp.user, cluster.LoadTurn(fmt.Sprintf("%d*7", k), sp.member)
 	})
+	t.Cleanup(stopLoad) // runs before startLoad's cleanup, which waits for the workers
 
 	mem := s.c.Proc("memory")
-	l.waitCompleted(t, 12, 60*time.Second)
+	l.waitCompleted(t, killAfter, 60*time.Second)
 	if err := mem.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	killedAt := time.Now()
-	l.waitCompleted(t, 28, 60*time.Second)
+	close(killed)
+	l.waitCompleted(t, restartAfter, 60*time.Second)
 	if err := mem.Start(); err != nil {
 		t.Fatal(err)
 	}
