@@ -92,7 +92,11 @@ type Gateway struct {
 	powers *powers
 	// sealer seals per-user OAuth records (nil: no key configured); conns stores them.
 	sealer *sealer
-	conns  ConnectionStore
+	// oauth are per-user OAuth's limits (oauthLimitsDefault; tests shorten them before adding
+	// servers); discoFails remembers failed OAuth discoveries for a while.
+	oauth      oauthLimits
+	discoFails failCache
+	conns      ConnectionStore
 
 	// addMu orders AddServer, RemoveServer and the store sync, so a server being added here is
 	// not also picked up from the store half-way. It is held across connecting and the tool
@@ -154,6 +158,7 @@ func New(cfg Config, opts Options) *Gateway {
 	}
 	return &Gateway{
 		sealer:     seal,
+		oauth:      oauthLimitsDefault,
 		conns:      conns,
 		cfg:        cfg,
 		sampler:    opts.Sampler,

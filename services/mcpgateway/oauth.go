@@ -56,7 +56,9 @@ func (c *serverConn) oauthClient(o *pb.OAuthClientCredentials, base http.RoundTr
 	if err != nil {
 		return nil, nil, fmt.Errorf("OAuth client secret: %w", err)
 	}
-	tokenClient := &http.Client{Transport: c.g.httpBase}
+	// Bounded like every OAuth request (oauth.requestTimeout, maxOAuthResponse): the token
+	// request runs in the connection's context, which has no deadline of its own.
+	tokenClient := c.g.tokenClient()
 	if o.GetTokenUrl() == "" {
 		// The SDK's handler does step-up itself: on a 403 insufficient_scope it asks for the
 		// union of the granted and the challenged scopes, and the transport retries.
@@ -83,7 +85,10 @@ func (c *serverConn) oauthClient(o *pb.OAuthClientCredentials, base http.RoundTr
 			AuthStyle:    style,
 		}
 		tok, err := cc.Token(ctx)
-		return tok, cc.Scopes, err
+		if err != nil {
+			return nil, nil, fmt.Errorf("OAuth client credentials: %w", c.g.tokenError(err))
+		}
+		return tok, cc.Scopes, nil
 	}
 	return stepUpClient(fetch, base), nil, nil
 }
@@ -205,7 +210,7 @@ type jwtClientCredentials struct {
 
 // token is a scopedFetch: a token asking for the configured or discovered scopes and extra.
 func (j *jwtClientCredentials) token(extra []string) (*oauth2.Token, []string, error) {
-	ctx, cancel := context.WithTimeout(j.c.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(j.c.ctx, 3*j.c.g.oauth.requestTimeout)
 	defer cancel()
 	client := j.c.g.tokenClient()
 	j.mu.Lock()
@@ -213,7 +218,18 @@ func (j *jwtClientCredentials) token(extra []string) (*oauth2.Token, []string, e
 		if tu := j.o.GetTokenUrl(); tu != "" {
 			j.tokenURL, j.audience, j.scopes = tu, tu, j.o.GetScopes()
 		} else {
-			challenges, prm, asm, err := discoverAuthServer(ctx, client, j.c.spec.GetHttp().GetUrl(), j.c.g.version)
+			type found struct {
+				challenges []oauthex.Challenge
+				prm        *oauthex.ProtectedResourceMetadata
+				asm        *oauthex.AuthServerMeta
+			}
+			u := j.c.spec.GetHttp().GetUrl()
+			// Remembered when it fails, as for per-user OAuth: each reconnect would repeat it.
+			f, err := cachedDiscovery(ctx, j.c.g, "jwt\x00"+j.c.spec.Name+"\x00"+u, func(ctx context.Context) (found, error) {
+				cs, prm, asm, err := discoverAuthServer(ctx, client, u, j.c.g.version)
+				return found{cs, prm, asm}, err
+			})
+			challenges, prm, asm := f.challenges, f.prm, f.asm
 			if err != nil {
 				j.mu.Unlock()
 				return nil, nil, fmt.Errorf("OAuth discovery: %w", err)
@@ -247,7 +263,7 @@ func (j *jwtClientCredentials) token(extra []string) (*oauth2.Token, []string, e
 	}
 	tok, err := cc.Token(context.WithValue(ctx, oauth2.HTTPClient, client))
 	if err != nil {
-		return nil, nil, fmt.Errorf("OAuth client credentials with a JWT assertion: %w", tokenError(err))
+		return nil, nil, fmt.Errorf("OAuth client credentials with a JWT assertion: %w", j.c.g.tokenError(err))
 	}
 	return tok, scopes, nil
 }

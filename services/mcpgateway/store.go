@@ -99,7 +99,7 @@ var bServers = []byte("servers")
 
 // OpenBoltServerStore opens or creates the file.
 func OpenBoltServerStore(path string) (*BoltServerStore, error) {
-	db, err := boltstore.Open(path, nil, bServers, bConnections, bAuthStates)
+	db, err := boltstore.Open(path, nil, bServers, bConnections, bAuthStates, bPendingAuth)
 	if err != nil {
 		return nil, err
 	}

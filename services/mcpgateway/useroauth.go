@@ -27,6 +27,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"golang.org/x/oauth2"
 
+	"github.com/hermes-agent/hermes/internal/backoff"
 	"github.com/hermes-agent/hermes/internal/errclass"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
@@ -50,7 +51,35 @@ const (
 	codeAuthRequired = "authorization_required"
 	// minOAuthKey is the shortest operator key accepted, in characters.
 	minOAuthKey = 32
+	// maxOAuthResponse caps the body of every answer to an OAuth request (metadata,
+	// registration, token, revocation): a few KiB in practice; more is refused, not read.
+	maxOAuthResponse = 256 << 10
+	// maxDiscoveryFails bounds the failed discoveries remembered (failCache).
+	maxDiscoveryFails = 1024
 )
+
+// oauthLimits bound what per-user OAuth (and the client credentials token client) spends on
+// its outbound requests and its pending authorizations.
+type oauthLimits struct {
+	// requestTimeout bounds each outbound OAuth request (discovery, registration, token,
+	// revocation), its body included; a whole discovery gets twice as long.
+	requestTimeout time.Duration
+	// maxPending bounds the users with a pending authorization per server (each user has at
+	// most one: a new one replaces theirs).
+	maxPending int
+	// discoveryFailTTL is how long a failed discovery is answered from memory.
+	discoveryFailTTL time.Duration
+	// refreshGrace is how long a refresh refused as invalid_grant waits for another replica's
+	// refresh of the same connection to be stored, before the connection is ended.
+	refreshGrace time.Duration
+}
+
+var oauthLimitsDefault = oauthLimits{
+	requestTimeout:   30 * time.Second,
+	maxPending:       10000,
+	discoveryFailTTL: 30 * time.Second,
+	refreshGrace:     3 * time.Second,
+}
 
 // errNotConnected: the user has no usable connection (none stored, or its refresh failed).
 var errNotConnected = errors.New("the user has not connected an account to this MCP server")
@@ -186,10 +215,142 @@ func (g *Gateway) oauthReady() string {
 	return ""
 }
 
-// tokenClient is the HTTP client of discovery, registration and token requests: the gateway's
-// egress-checked transport.
+// tokenClient is the HTTP client of discovery, registration, token and revocation requests:
+// the gateway's egress-checked transport, each request bounded by oauth.requestTimeout (body
+// included) and its answer by maxOAuthResponse.
 func (g *Gateway) tokenClient() *http.Client {
-	return &http.Client{Transport: g.httpBase, Timeout: 30 * time.Second}
+	return &http.Client{Transport: &cappedBody{base: g.httpBase, max: maxOAuthResponse}, Timeout: g.oauth.requestTimeout}
+}
+
+// errOAuthTooLarge: an OAuth answer was longer than maxOAuthResponse.
+var errOAuthTooLarge = fmt.Errorf("the answer is larger than %d KiB", maxOAuthResponse>>10)
+
+// cappedBody fails an answer whose body is longer than max, whether it says so
+// (Content-Length) or not: an OAuth server answers a few KiB.
+type cappedBody struct {
+	base http.RoundTripper
+	max  int64
+}
+
+func (t *cappedBody) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	if resp.ContentLength > t.max {
+		_ = resp.Body.Close()
+		return nil, errOAuthTooLarge
+	}
+	resp.Body = &cappedReader{ReadCloser: resp.Body, left: t.max}
+	return resp, nil
+}
+
+type cappedReader struct {
+	io.ReadCloser
+	left int64
+}
+
+func (r *cappedReader) Read(p []byte) (int, error) {
+	if r.left <= 0 {
+		// A body of exactly the cap is fine: only a byte beyond it is refused.
+		var one [1]byte
+		if n, err := r.ReadCloser.Read(one[:]); n > 0 {
+			return 0, errOAuthTooLarge
+		} else {
+			return 0, err
+		}
+	}
+	if int64(len(p)) > r.left {
+		p = p[:r.left]
+	}
+	n, err := r.ReadCloser.Read(p)
+	r.left -= int64(n)
+	return n, err
+}
+
+// oauthRequestError describes an OAuth request that got no usable answer (no answer in time,
+// none at all, or one too large), classified unavailable: it may work later.
+func (g *Gateway) oauthRequestError(err error) error {
+	var ue *url.Error
+	switch {
+	case errors.Is(err, errOAuthTooLarge) || strings.Contains(err.Error(), errOAuthTooLarge.Error()):
+		// oauth2 flattens a body read's error into its text.
+		return errclass.Errorf(errclass.Unavailable, "the authorization server's %s", errOAuthTooLarge)
+	case errors.As(err, &ue) && ue.Timeout(), errors.Is(err, context.DeadlineExceeded):
+		return errclass.New(errclass.Unavailable, fmt.Sprintf("the authorization server did not answer within %s (timeout)", g.oauth.requestTimeout), err)
+	case errors.As(err, &ue):
+		return errclass.New(errclass.Unavailable, "the authorization server could not be reached: "+abbreviate(ue.Err.Error(), 200), err)
+	}
+	return errclass.Mark(errclass.Unavailable, "the OAuth request", err)
+}
+
+// failCache remembers failed OAuth discoveries for oauth.discoveryFailTTL, so repeated
+// ConnectServer calls or reconnects toward a server whose metadata cannot be fetched do not
+// each fetch it again (the cost, and an amplification toward the upstream). At most
+// maxDiscoveryFails entries: expired ones go first, then the one that expires soonest.
+type failCache struct {
+	mu sync.Mutex // guards m
+	m  map[string]failEntry
+}
+
+type failEntry struct {
+	err   error
+	until time.Time
+}
+
+// get returns the remembered failure of key, or nil.
+func (f *failCache) get(key string, now time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if e, ok := f.m[key]; ok && now.Before(e.until) {
+		return e.err
+	}
+	return nil
+}
+
+func (f *failCache) put(key string, err error, until time.Time, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m = map[string]failEntry{}
+	}
+	if _, ok := f.m[key]; !ok && len(f.m) >= maxDiscoveryFails {
+		soonest := ""
+		for k, e := range f.m {
+			if !now.Before(e.until) {
+				delete(f.m, k)
+			} else if soonest == "" || e.until.Before(f.m[soonest].until) {
+				soonest = k
+			}
+		}
+		if len(f.m) >= maxDiscoveryFails {
+			delete(f.m, soonest)
+		}
+	}
+	f.m[key] = failEntry{err: err, until: until}
+}
+
+// cachedDiscovery runs discover unless it failed for key less than oauth.discoveryFailTTL ago,
+// and remembers its failure, unless the caller's context ended it. The whole discovery is
+// bounded by twice oauth.requestTimeout.
+func cachedDiscovery[T any](ctx context.Context, g *Gateway, key string, discover func(context.Context) (T, error)) (T, error) {
+	var zero T
+	now := time.Now()
+	if err := g.discoFails.get(key, now); err != nil {
+		return zero, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 2*g.oauth.requestTimeout)
+	defer cancel()
+	v, err := discover(dctx)
+	if err == nil {
+		return v, nil
+	}
+	if ctx.Err() != nil {
+		return zero, err
+	}
+	err = fmt.Errorf("%w (not tried again for %s)", err, g.oauth.discoveryFailTTL)
+	g.discoFails.put(key, err, time.Now().Add(g.oauth.discoveryFailTTL), time.Now())
+	return zero, err
 }
 
 // discover finds the server's authorization server and the client to use with it, once per
@@ -200,6 +361,17 @@ func (c *serverConn) discover(ctx context.Context) (*oauthEndpoint, error) {
 	if c.oauthEP != nil {
 		return c.oauthEP, nil
 	}
+	ht := c.spec.GetHttp()
+	ep, err := cachedDiscovery(ctx, c.g, "user\x00"+c.spec.Name+"\x00"+ht.GetUrl(), c.discoverEndpoint)
+	if err != nil {
+		return nil, err
+	}
+	c.oauthEP = ep
+	return ep, nil
+}
+
+// discoverEndpoint is discover's work, without its caches.
+func (c *serverConn) discoverEndpoint(ctx context.Context) (*oauthEndpoint, error) {
 	g, ht := c.g, c.spec.GetHttp()
 	uo := ht.GetUserOauth()
 	client := g.tokenClient()
@@ -265,7 +437,6 @@ func (c *serverConn) discover(ctx context.Context) (*oauthEndpoint, error) {
 			ep.AuthStyle = oauth2.AuthStyleInHeader
 		}
 	}
-	c.oauthEP = ep
 	return ep, nil
 }
 
@@ -468,7 +639,13 @@ func (g *Gateway) startAuthorizationScopes(ctx context.Context, c *serverConn, u
 	if err != nil {
 		return "", err
 	}
-	if err := g.conns.PutAuthState(ctx, id, sealed, authStateTTL); err != nil {
+	// One pending authorization per user and server: this one replaces the user's previous
+	// one, whose link stops working, so a user asking again and again holds one at most.
+	if err := g.conns.PutAuthState(ctx, PendingAuth{ID: id, Server: c.spec.Name, User: user, Sealed: sealed, TTL: authStateTTL}, g.oauth.maxPending); err != nil {
+		if errors.Is(err, errPendingFull) {
+			return "", errclass.Errorf(errclass.Exhausted, "%d users are connecting an account to the MCP server %q at the moment (each link works for %s), the most the gateway keeps; try again in a few minutes",
+				g.oauth.maxPending, c.spec.Name, authStateTTL)
+		}
 		return "", err
 	}
 	return ep.config(g.cfg.OAuthRedirectURL).AuthCodeURL(state,
@@ -536,7 +713,11 @@ func (g *Gateway) CompleteAuthorization(ctx context.Context, req *pb.CompleteAut
 		oauth2.VerifierOption(st.Verifier),
 		oauth2.SetAuthURLParam("resource", st.Endpoint.Resource))
 	if err != nil {
-		return "", errclass.Mark(errclass.Precondition, "OAuth token exchange", tokenError(err))
+		if terr := g.tokenError(err); errors.Is(terr, errclass.Unavailable) {
+			return "", fmt.Errorf("OAuth token exchange: %w", terr)
+		} else {
+			return "", errclass.Mark(errclass.Precondition, "OAuth token exchange", terr)
+		}
 	}
 	if err := g.saveConnection(ctx, st.Server, st.User, &userConnection{Endpoint: st.Endpoint, Token: *tok}); err != nil {
 		return "", err
@@ -548,8 +729,8 @@ func (g *Gateway) CompleteAuthorization(ctx context.Context, req *pb.CompleteAut
 }
 
 // tokenError describes a failed token request without the response body, which may echo
-// what was sent.
-func tokenError(err error) error {
+// what was sent. A request that got no usable answer is unavailable (oauthRequestError).
+func (g *Gateway) tokenError(err error) error {
 	var re *oauth2.RetrieveError
 	if errors.As(err, &re) {
 		if re.ErrorCode != "" {
@@ -559,20 +740,26 @@ func tokenError(err error) error {
 			return fmt.Errorf("the authorization server answered HTTP %d", re.Response.StatusCode)
 		}
 	}
-	return errors.New("the token request failed")
+	return g.oauthRequestError(err)
 }
 
 func (g *Gateway) loadConnection(ctx context.Context, server, user string) (*userConnection, error) {
+	conn, _, err := g.loadConnectionSealed(ctx, server, user)
+	return conn, err
+}
+
+// loadConnectionSealed is loadConnection that also returns the stored record.
+func (g *Gateway) loadConnectionSealed(ctx context.Context, server, user string) (*userConnection, []byte, error) {
 	sealed, err := g.conns.GetConnection(ctx, server, user)
 	if err != nil || sealed == nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var conn userConnection
 	if err := g.sealer.open(sealed, connAAD(server, user), &conn); err != nil {
 		g.log.Warn("MCP server: a stored connection does not open; the user connects again", "server", server, "user", user, "error", err)
-		return nil, nil
+		return nil, nil, nil
 	}
-	return &conn, nil
+	return &conn, sealed, nil
 }
 
 func (g *Gateway) saveConnection(ctx context.Context, server, user string, conn *userConnection) error {
@@ -649,6 +836,14 @@ func (g *Gateway) revoke(ctx context.Context, conn *userConnection) bool {
 // userTokens is the token source of one user's session: the stored token while it is valid,
 // else a refreshed one, stored again. A refresh the authorization server refuses ends the
 // connection (errNotConnected: the user connects again).
+//
+// Replicas (and the sessions of one replica) may refresh one connection at the same time, and
+// a provider that rotates refresh tokens accepts the old one once: the other refresh is refused
+// as invalid_grant. So a refreshed token is stored only over the record it was refreshed from
+// (SwapConnection), and a refused refresh ends the connection only if the record is still that
+// one once the winner has had refreshGrace to store its answer (DeleteConnectionIf): the
+// loser reads the winner's record and uses its token, and a record newer than the one read is
+// never deleted.
 type userTokens struct {
 	g      *Gateway
 	server string
@@ -656,36 +851,57 @@ type userTokens struct {
 	// ended, when set, is raised once the connection is gone (whatever error the SDK wraps
 	// errNotConnected in), so the caller asks the user to connect again.
 	ended *sticky
-	mu    sync.Mutex // guards conn
+	mu    sync.Mutex // guards conn, sealed
 	conn  *userConnection
+	// sealed is the stored record conn was read from (nil: read it again before use).
+	sealed []byte
 }
+
+// maxRefreshRounds bounds the times one Token call reads a record again after losing a race
+// to another writer: each round follows a change of the stored record.
+const maxRefreshRounds = 4
 
 func (t *userTokens) Token() (*oauth2.Token, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	ctx, cancel := context.WithTimeout(t.g.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.g.ctx, 2*t.g.oauth.requestTimeout+t.g.oauth.refreshGrace)
 	defer cancel()
-	if t.conn == nil || !t.conn.Token.Valid() {
+	if t.conn == nil || t.sealed == nil || !t.conn.Token.Valid() {
 		// Another replica may have refreshed it (and a rotated refresh token is single use).
-		conn, err := t.g.loadConnection(ctx, t.server, t.user)
-		if err != nil {
+		if err := t.reload(ctx); err != nil {
 			return nil, err
 		}
-		if conn == nil {
-			if t.ended != nil {
-				t.ended.Set()
-			}
-			return nil, errNotConnected
+	}
+	for range maxRefreshRounds {
+		if t.conn.Token.Valid() {
+			tok := t.conn.Token
+			return &tok, nil
 		}
-		t.conn = conn
+		if t.conn.Token.RefreshToken == "" {
+			if err := t.forget(ctx, "the token expired and there is no refresh token"); !errors.Is(err, errRecordChanged) {
+				return nil, err
+			}
+			continue
+		}
+		tok, err := t.refresh(ctx)
+		if err != nil {
+			if !errors.Is(err, errRecordChanged) {
+				return nil, err
+			}
+			continue
+		}
+		out := *tok
+		return &out, nil
 	}
-	if t.conn.Token.Valid() {
-		tok := t.conn.Token
-		return &tok, nil
-	}
-	if t.conn.Token.RefreshToken == "" {
-		return nil, t.forget(ctx, "the token expired and there is no refresh token")
-	}
+	return nil, errclass.Errorf(errclass.Conflict, "the user's connection to MCP server %q kept changing while its token was refreshed; try again", t.server)
+}
+
+// errRecordChanged: the stored connection is not the one read any more; t holds the new one.
+var errRecordChanged = errors.New("the stored connection changed")
+
+// refresh gets a new token with the connection's refresh token and stores it over the record
+// it was read from. errRecordChanged (with t reloaded) when another writer got there first.
+func (t *userTokens) refresh(ctx context.Context) (*oauth2.Token, error) {
 	hctx := context.WithValue(ctx, oauth2.HTTPClient, t.g.tokenClient())
 	old := t.conn.Token
 	old.AccessToken = "" // force the refresh
@@ -696,29 +912,92 @@ func (t *userTokens) Token() (*oauth2.Token, error) {
 		var re *oauth2.RetrieveError
 		if errors.As(err, &re) && (re.ErrorCode == "invalid_grant" || re.ErrorCode == "invalid_client" || re.ErrorCode == "unauthorized_client" ||
 			re.Response != nil && (re.Response.StatusCode == http.StatusBadRequest || re.Response.StatusCode == http.StatusUnauthorized)) {
-			return nil, t.forget(ctx, "the authorization server refused the refresh: "+tokenError(err).Error())
+			// The refresh token may have been used a moment ago by another replica, whose
+			// answer is on its way to the store: wait for it before ending the connection.
+			if t.awaitChange(ctx) {
+				return nil, t.reload(ctx)
+			}
+			return nil, t.forget(ctx, "the authorization server refused the refresh: "+t.g.tokenError(err).Error())
 		}
-		return nil, fmt.Errorf("refreshing the user's token: %w", tokenError(err))
+		return nil, fmt.Errorf("refreshing the user's token: %w", t.g.tokenError(err))
 	}
-	t.conn.Token = *tok
-	if err := t.g.saveConnection(ctx, t.server, t.user, t.conn); err != nil {
+	next := *t.conn
+	next.Token = *tok
+	sealed, err := t.g.sealer.seal(&next, connAAD(t.server, t.user))
+	if err != nil {
 		return nil, err
 	}
-	out := *tok
-	return &out, nil
+	swapped, err := t.g.conns.SwapConnection(ctx, t.server, t.user, t.sealed, sealed)
+	if err != nil {
+		return nil, err
+	}
+	if !swapped {
+		// Another replica refreshed first (its token is as good, and with a rotating provider
+		// the refresh token stored with it is the live one), or the user reconnected or
+		// disconnected: the stored record wins. The token just obtained is dropped.
+		if err := t.reload(ctx); err != nil {
+			return nil, err
+		}
+		return nil, errRecordChanged
+	}
+	t.conn, t.sealed = &next, sealed
+	return tok, nil
 }
 
-// forget deletes a connection that can no longer give tokens.
-func (t *userTokens) forget(ctx context.Context, why string) error {
-	t.g.log.Info("MCP server: a user's connection ended; they connect again", "server", t.server, "user", t.user, "reason", why)
-	if _, err := t.g.conns.DeleteConnection(ctx, t.server, t.user); err != nil {
+// reload reads the stored connection into t; errNotConnected when there is none.
+func (t *userTokens) reload(ctx context.Context) error {
+	conn, sealed, err := t.g.loadConnectionSealed(ctx, t.server, t.user)
+	if err != nil {
 		return err
 	}
-	t.conn = nil
+	if conn == nil {
+		t.conn, t.sealed = nil, nil
+		if t.ended != nil {
+			t.ended.Set()
+		}
+		return errNotConnected
+	}
+	t.conn, t.sealed = conn, sealed
+	return nil
+}
+
+// awaitChange polls the stored record for up to refreshGrace and reports whether it is no
+// longer the one t read.
+func (t *userTokens) awaitChange(ctx context.Context) bool {
+	wctx, cancel := context.WithTimeout(ctx, t.g.oauth.refreshGrace)
+	defer cancel()
+	return backoff.Until(wctx, backoff.Policy{Initial: 20 * time.Millisecond, Max: 250 * time.Millisecond, Jitter: 0.2}, func() bool {
+		cur, err := t.g.conns.GetConnection(wctx, t.server, t.user)
+		return err == nil && !bytes.Equal(cur, t.sealed)
+	})
+}
+
+// forget deletes a connection that can no longer give tokens, if it is still the record t
+// read: errNotConnected, or errRecordChanged (with t reloaded) when it is not.
+func (t *userTokens) forget(ctx context.Context, why string) error {
+	deleted, err := t.g.conns.DeleteConnectionIf(ctx, t.server, t.user, t.sealed)
+	if err != nil {
+		return err
+	}
+	if !deleted {
+		if err := t.reload(ctx); err != nil {
+			return err
+		}
+		return errRecordChanged
+	}
+	t.g.log.Info("MCP server: a user's connection ended; they connect again", "server", t.server, "user", t.user, "reason", why)
+	t.conn, t.sealed = nil, nil
 	if t.ended != nil {
 		t.ended.Set()
 	}
 	return errNotConnected
+}
+
+// current returns the stored record t last read (nil: none).
+func (t *userTokens) current() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.sealed
 }
 
 // sharedTokens is the token source of a per-user OAuth server's shared session, which only
@@ -741,7 +1020,7 @@ func (s *sharedTokens) Token() (*oauth2.Token, error) {
 		// Read the lender's connection again each time: once they disconnect (on any
 		// replica), their token is not used any more.
 		s.cur.mu.Lock()
-		s.cur.conn = nil
+		s.cur.conn, s.cur.sealed = nil, nil
 		s.cur.mu.Unlock()
 		if tok, err := s.cur.Token(); err == nil {
 			return tok, nil
@@ -933,7 +1212,7 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 	if us != nil {
 		c.dropUserSession(user)
 	}
-	conn, err := g.loadConnection(ctx, c.spec.Name, user)
+	conn, sealed, err := g.loadConnectionSealed(ctx, c.spec.Name, user)
 	if err != nil {
 		return nil, failed(codeUnavailable, "the store of MCP connections is unavailable: "+abbreviate(err.Error(), 300))
 	}
@@ -946,7 +1225,7 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 		header.Set(k, v)
 	}
 	f, up := &sticky{}, &scopeChallenge{}
-	tokens := &userTokens{g: g, server: c.spec.Name, user: user, conn: conn, ended: f}
+	tokens := &userTokens{g: g, server: c.spec.Name, user: user, conn: conn, sealed: sealed, ended: f}
 	rt := &unauthorizedWatch{f: f, stepUp: up, base: &oauth2.Transport{Source: tokens, Base: &headerTransport{base: g.httpBase, header: header}}}
 	hc := &http.Client{Transport: rt}
 	cctx, cancel := context.WithTimeout(ctx, min(timeout, g.cfg.ConnectTimeout))
@@ -956,7 +1235,10 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 		if errors.Is(err, errNotConnected) || f.Get() {
 			if f.Get() {
 				// A token the server refuses was revoked or lost its grant: connect again.
-				_, _ = g.conns.DeleteConnection(ctx, c.spec.Name, user)
+				// Only that record goes: one stored meanwhile (a reconnect) stays.
+				if cur := tokens.current(); cur != nil {
+					_, _ = g.conns.DeleteConnectionIf(ctx, c.spec.Name, user, cur)
+				}
 			}
 			return nil, g.connectPrompt(ctx, c, user)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -576,27 +577,131 @@ func TestConnectionStoreConformance(t *testing.T) {
 			if ok, err := s.DeleteConnection(ctx, "docs", "alice"); ok || err != nil {
 				t.Fatalf("second DeleteConnection = %v, %v", ok, err)
 			}
-			// States: single use, expire.
-			if err := s.PutAuthState(ctx, "s1", []byte("state"), time.Minute); err != nil {
+			// Compare-and-swap on the record: only over the record read, never over a newer one.
+			if ok, err := s.SwapConnection(ctx, "docs", "bob@example.com", []byte("stale"), []byte("new")); ok || err != nil {
+				t.Fatalf("SwapConnection over another record = %v, %v", ok, err)
+			}
+			if ok, err := s.SwapConnection(ctx, "docs", "nobody", nil, []byte("new")); ok || err != nil {
+				t.Fatalf("SwapConnection of no record = %v, %v", ok, err)
+			}
+			if ok, err := s.SwapConnection(ctx, "docs", "bob@example.com", []byte("sealed-2"), []byte("sealed-2b")); !ok || err != nil {
+				t.Fatalf("SwapConnection = %v, %v", ok, err)
+			}
+			if got, _ := s.GetConnection(ctx, "docs", "bob@example.com"); string(got) != "sealed-2b" {
+				t.Fatalf("after SwapConnection: %q", got)
+			}
+			if ok, err := s.DeleteConnectionIf(ctx, "docs", "bob@example.com", []byte("sealed-2")); ok || err != nil {
+				t.Fatalf("DeleteConnectionIf of an older record = %v, %v", ok, err)
+			}
+			if got, _ := s.GetConnection(ctx, "docs", "bob@example.com"); string(got) != "sealed-2b" {
+				t.Fatalf("a newer record was deleted: %q", got)
+			}
+			if ok, err := s.DeleteConnectionIf(ctx, "docs", "bob@example.com", []byte("sealed-2b")); !ok || err != nil {
+				t.Fatalf("DeleteConnectionIf = %v, %v", ok, err)
+			}
+			if got, _ := s.GetConnection(ctx, "docs", "bob@example.com"); got != nil {
+				t.Fatalf("after DeleteConnectionIf: %q", got)
+			}
+			// Of two writers swapping over the same record, one wins.
+			if err := s.PutConnection(ctx, "docs", "race", []byte("v0")); err != nil {
 				t.Fatal(err)
 			}
-			if got, err := s.TakeAuthState(ctx, "s1"); err != nil || string(got) != "state" {
+			var swapWG sync.WaitGroup
+			var swapMu sync.Mutex
+			swaps := 0
+			for i := range 8 {
+				swapWG.Go(func() {
+					if ok, err := s.SwapConnection(ctx, "docs", "race", []byte("v0"), []byte(fmt.Sprint("v1-", i))); err == nil && ok {
+						swapMu.Lock()
+						swaps++
+						swapMu.Unlock()
+					}
+				})
+			}
+			swapWG.Wait()
+			if swaps != 1 {
+				t.Fatalf("%d swaps over one record succeeded, want 1", swaps)
+			}
+			put := func(id, server, user string, ttl time.Duration, max int) error {
+				return s.PutAuthState(ctx, PendingAuth{ID: id, Server: server, User: user, Sealed: []byte("state " + id), TTL: ttl}, max)
+			}
+			take := func(id string) string {
+				t.Helper()
+				got, err := s.TakeAuthState(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return string(got)
+			}
+			// One pending authorization per user and server: a new one replaces the old, whose
+			// id stops working; another server's or another user's is kept.
+			for _, p := range []struct{ id, server, user string }{{"p1", "docs", "alice"}, {"p2", "docs", "alice"}, {"p3", "mail", "alice"}, {"p4", "docs", "a\x00b"}} {
+				if err := put(p.id, p.server, p.user, time.Minute, 10); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := take("p1"); got != "" {
+				t.Fatalf("a replaced state was taken: %q", got)
+			}
+			for _, id := range []string{"p2", "p3", "p4"} {
+				if got := take(id); got != "state "+id {
+					t.Fatalf("TakeAuthState(%s) = %q", id, got)
+				}
+			}
+			// A bound per server: with 2 users pending, a third is refused; a user replacing
+			// theirs is not; a taken or expired authorization frees its place.
+			for _, u := range []string{"u1", "u2"} {
+				if err := put("q-"+u, "cap", u, time.Minute, 2); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := put("q-u3", "cap", "u3", time.Minute, 2); !errors.Is(err, errPendingFull) {
+				t.Fatalf("a third pending authorization with a bound of 2: %v", err)
+			}
+			if got := take("q-u3"); got != "" {
+				t.Fatalf("a refused state was stored: %q", got)
+			}
+			if err := put("q-u1b", "cap", "u1", time.Minute, 2); err != nil {
+				t.Fatalf("a user replacing theirs at the bound: %v", err)
+			}
+			if err := put("q-other", "other", "u3", time.Minute, 2); err != nil {
+				t.Fatalf("another server's bound: %v", err)
+			}
+			if got := take("q-u2"); got != "state q-u2" {
+				t.Fatalf("TakeAuthState = %q", got)
+			}
+			if err := put("q-u3", "cap", "u3", time.Minute, 2); err != nil {
+				t.Fatalf("after a state was taken: %v", err)
+			}
+			if err := put("e1", "short", "u1", time.Millisecond, 1); err != nil {
+				t.Fatal(err)
+			}
+			putAt := time.Now()
+			testenv.WaitFor(t, 10*time.Second, "the state's lifetime to pass", func() bool { return time.Since(putAt) > 20*time.Millisecond })
+			if err := put("e2", "short", "u2", time.Minute, 1); err != nil {
+				t.Fatalf("after the only pending authorization expired: %v", err)
+			}
+			// States: single use, expire.
+			if err := put("s1", "docs", "s1", time.Minute, 10); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := s.TakeAuthState(ctx, "s1"); err != nil || string(got) != "state s1" {
 				t.Fatalf("TakeAuthState = %q, %v", got, err)
 			}
 			if got, err := s.TakeAuthState(ctx, "s1"); err != nil || got != nil {
 				t.Fatalf("second TakeAuthState = %q, %v", got, err)
 			}
-			if err := s.PutAuthState(ctx, "s2", []byte("state"), time.Millisecond); err != nil {
+			if err := put("s2", "docs", "s2", time.Millisecond, 10); err != nil {
 				t.Fatal(err)
 			}
 			// Expiry is about the clock: wait for it to pass the state's lifetime.
-			put := time.Now()
-			testenv.WaitFor(t, 10*time.Second, "the state's lifetime to pass", func() bool { return time.Since(put) > 20*time.Millisecond })
+			putAt = time.Now()
+			testenv.WaitFor(t, 10*time.Second, "the state's lifetime to pass", func() bool { return time.Since(putAt) > 20*time.Millisecond })
 			if got, err := s.TakeAuthState(ctx, "s2"); err != nil || got != nil {
 				t.Fatalf("expired state = %q, %v", got, err)
 			}
 			// Concurrent takers: exactly one gets the state.
-			if err := s.PutAuthState(ctx, "s3", []byte("state"), time.Minute); err != nil {
+			if err := put("s3", "docs", "s3", time.Minute, 10); err != nil {
 				t.Fatal(err)
 			}
 			var wg sync.WaitGroup
