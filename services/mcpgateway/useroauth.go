@@ -217,37 +217,60 @@ func (g *Gateway) oauthReady() string {
 
 // tokenClient is the HTTP client of discovery, registration, token and revocation requests:
 // the gateway's egress-checked transport, each request bounded by oauth.requestTimeout (body
-// included) and its answer by maxOAuthResponse.
+// included) and its answer by maxOAuthResponse. The bounds are in the transport, not in the
+// client's Timeout: the SDK's discovery makes a client of its own from this one's transport,
+// without the Timeout.
 func (g *Gateway) tokenClient() *http.Client {
-	return &http.Client{Transport: &cappedBody{base: g.httpBase, max: maxOAuthResponse}, Timeout: g.oauth.requestTimeout}
+	return &http.Client{Transport: &boundedTransport{base: g.httpBase, max: maxOAuthResponse, timeout: g.oauth.requestTimeout}}
 }
 
-// errOAuthTooLarge: an OAuth answer was longer than maxOAuthResponse.
-var errOAuthTooLarge = fmt.Errorf("the answer is larger than %d KiB", maxOAuthResponse>>10)
+var (
+	// errOAuthTooLarge: an OAuth answer was longer than maxOAuthResponse.
+	errOAuthTooLarge = fmt.Errorf("answer is larger than %d KiB", maxOAuthResponse>>10)
+	// errOAuthTimeout: an OAuth request was not answered within oauth.requestTimeout (the
+	// caller's own deadline keeps its context error).
+	errOAuthTimeout = errors.New("OAuth request timed out")
+)
 
-// cappedBody fails an answer whose body is longer than max, whether it says so
-// (Content-Length) or not: an OAuth server answers a few KiB.
-type cappedBody struct {
-	base http.RoundTripper
-	max  int64
+// boundedTransport ends a request that has not been answered, body included, within timeout,
+// and fails an answer whose body is longer than max, whether it says so (Content-Length) or
+// not: an OAuth server answers a few KiB at once.
+type boundedTransport struct {
+	base    http.RoundTripper
+	max     int64
+	timeout time.Duration
 }
 
-func (t *cappedBody) RoundTrip(r *http.Request) (*http.Response, error) {
-	resp, err := t.base.RoundTrip(r)
+func (t *boundedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithTimeoutCause(r.Context(), t.timeout, errOAuthTimeout)
+	resp, err := t.base.RoundTrip(r.WithContext(ctx))
 	if err != nil {
+		if context.Cause(ctx) == errOAuthTimeout {
+			err = errOAuthTimeout
+		}
+		cancel()
 		return nil, err
 	}
 	if resp.ContentLength > t.max {
 		_ = resp.Body.Close()
+		cancel()
 		return nil, errOAuthTooLarge
 	}
-	resp.Body = &cappedReader{ReadCloser: resp.Body, left: t.max}
+	resp.Body = &cappedReader{ReadCloser: resp.Body, left: t.max, ctx: ctx, cancel: cancel}
 	return resp, nil
 }
 
 type cappedReader struct {
 	io.ReadCloser
-	left int64
+	left   int64
+	ctx    context.Context    // the request's, with its timeout
+	cancel context.CancelFunc // ends the request's timeout once the body is closed
+}
+
+func (r *cappedReader) Close() error {
+	err := r.ReadCloser.Close()
+	r.cancel()
+	return err
 }
 
 func (r *cappedReader) Read(p []byte) (int, error) {
@@ -265,6 +288,9 @@ func (r *cappedReader) Read(p []byte) (int, error) {
 	}
 	n, err := r.ReadCloser.Read(p)
 	r.left -= int64(n)
+	if err != nil && err != io.EOF && context.Cause(r.ctx) == errOAuthTimeout {
+		err = errOAuthTimeout
+	}
 	return n, err
 }
 
@@ -272,12 +298,14 @@ func (r *cappedReader) Read(p []byte) (int, error) {
 // none at all, or one too large), classified unavailable: it may work later.
 func (g *Gateway) oauthRequestError(err error) error {
 	var ue *url.Error
+	// oauth2 flattens a body read's error into its text, hence the text comparisons.
 	switch {
 	case errors.Is(err, errOAuthTooLarge) || strings.Contains(err.Error(), errOAuthTooLarge.Error()):
-		// oauth2 flattens a body read's error into its text.
 		return errclass.Errorf(errclass.Unavailable, "the authorization server's %s", errOAuthTooLarge)
-	case errors.As(err, &ue) && ue.Timeout(), errors.Is(err, context.DeadlineExceeded):
-		return errclass.New(errclass.Unavailable, fmt.Sprintf("the authorization server did not answer within %s (timeout)", g.oauth.requestTimeout), err)
+	case errors.Is(err, errOAuthTimeout) || strings.Contains(err.Error(), errOAuthTimeout.Error()):
+		return errclass.Errorf(errclass.Unavailable, "the authorization server did not answer within %s (timeout)", g.oauth.requestTimeout)
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return err // the caller's own deadline or cancellation: classified as such
 	case errors.As(err, &ue):
 		return errclass.New(errclass.Unavailable, "the authorization server could not be reached: "+abbreviate(ue.Err.Error(), 200), err)
 	}
@@ -915,7 +943,10 @@ func (t *userTokens) refresh(ctx context.Context) (*oauth2.Token, error) {
 			// The refresh token may have been used a moment ago by another replica, whose
 			// answer is on its way to the store: wait for it before ending the connection.
 			if t.awaitChange(ctx) {
-				return nil, t.reload(ctx)
+				if err := t.reload(ctx); err != nil {
+					return nil, err
+				}
+				return nil, errRecordChanged
 			}
 			return nil, t.forget(ctx, "the authorization server refused the refresh: "+t.g.tokenError(err).Error())
 		}
