@@ -718,7 +718,7 @@ func (g *Gateway) CompleteAuthorization(ctx context.Context, req *pb.CompleteAut
 	}
 	var st authState
 	if sealed == nil || g.sealer.open(sealed, stateAAD(id), &st) != nil || time.Now().After(st.Expires) {
-		return "", errclass.Errorf(errclass.Invalid, "this authorization is unknown, already used or expired; ask the assistant again for a new link")
+		return "", errclass.Errorf(errclass.Invalid, "this authorization is unknown, already used, replaced by a newer link or expired; ask the assistant again for a new link")
 	}
 	if e := req.GetError(); e != "" {
 		return "", errclass.Errorf(errclass.Precondition, "the authorization server refused: %s %s", abbreviate(e, 100), abbreviate(req.GetErrorDescription(), 300))
