@@ -277,11 +277,11 @@ func (r *cappedReader) Read(p []byte) (int, error) {
 	if r.left <= 0 {
 		// A body of exactly the cap is fine: only a byte beyond it is refused.
 		var one [1]byte
-		if n, err := r.ReadCloser.Read(one[:]); n > 0 {
+		n, err := r.ReadCloser.Read(one[:])
+		if n > 0 {
 			return 0, errOAuthTooLarge
-		} else {
-			return 0, err
 		}
+		return 0, err
 	}
 	if int64(len(p)) > r.left {
 		p = p[:r.left]
@@ -367,7 +367,7 @@ func cachedDiscovery[T any](ctx context.Context, g *Gateway, key string, discove
 	if err := g.discoFails.get(key, now); err != nil {
 		return zero, err
 	}
-	dctx, cancel := context.WithTimeout(ctx, 2*g.oauth.requestTimeout)
+	dctx, cancel := context.WithTimeoutCause(ctx, 2*g.oauth.requestTimeout, errOAuthTimeout)
 	defer cancel()
 	v, err := discover(dctx)
 	if err == nil {
@@ -375,6 +375,9 @@ func cachedDiscovery[T any](ctx context.Context, g *Gateway, key string, discove
 	}
 	if ctx.Err() != nil {
 		return zero, err
+	}
+	if context.Cause(dctx) == errOAuthTimeout {
+		err = errclass.Errorf(errclass.Unavailable, "the OAuth discovery did not finish within %s (timeout)", 2*g.oauth.requestTimeout)
 	}
 	err = fmt.Errorf("%w (not tried again for %s)", err, g.oauth.discoveryFailTTL)
 	g.discoFails.put(key, err, time.Now().Add(g.oauth.discoveryFailTTL), time.Now())
@@ -741,11 +744,11 @@ func (g *Gateway) CompleteAuthorization(ctx context.Context, req *pb.CompleteAut
 		oauth2.VerifierOption(st.Verifier),
 		oauth2.SetAuthURLParam("resource", st.Endpoint.Resource))
 	if err != nil {
-		if terr := g.tokenError(err); errors.Is(terr, errclass.Unavailable) {
+		terr := g.tokenError(err)
+		if errors.Is(terr, errclass.Unavailable) {
 			return "", fmt.Errorf("OAuth token exchange: %w", terr)
-		} else {
-			return "", errclass.Mark(errclass.Precondition, "OAuth token exchange", terr)
 		}
+		return "", errclass.Mark(errclass.Precondition, "OAuth token exchange", terr)
 	}
 	if err := g.saveConnection(ctx, st.Server, st.User, &userConnection{Endpoint: st.Endpoint, Token: *tok}); err != nil {
 		return "", err

@@ -478,3 +478,55 @@ func TestOAuthRequestError(t *testing.T) {
 		t.Fatalf("a hanging request is classified %v, want UNAVAILABLE", status.Code(rpc.Classify(context.Background(), nil, "", got)))
 	}
 }
+
+// TestUserOAuthDiscoveryHangs: an authorization server whose metadata never comes back ends
+// ConnectServer after oauth.requestTimeout (the SDK's discovery client is bounded through the
+// transport), UNAVAILABLE, and the failure is remembered.
+func TestUserOAuthDiscoveryHangs(t *testing.T) {
+	release := make(chan struct{})
+	var metadataHits atomic.Int64
+	var srv *httptest.Server
+	mux := http.NewServeMux()
+	mux.HandleFunc("/mcp", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("WWW-Authenticate", `Bearer resource_metadata="`+srv.URL+`/prm"`)
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+	})
+	mux.HandleFunc("/prm", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, map[string]any{"resource": srv.URL + "/mcp", "authorization_servers": []string{srv.URL + "/as"}})
+	})
+	mux.HandleFunc("/.well-known/oauth-authorization-server/as", func(w http.ResponseWriter, r *http.Request) {
+		metadataHits.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	srv = httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	cfg := testConfig()
+	cfg.OAuthRedirectURL = testRedirect
+	client, g := startGateway(t, cfg, Options{OAuthKey: testOAuthKey(t)})
+	g.oauth.requestTimeout = time.Second
+	g.oauth.discoveryFailTTL = time.Hour
+	spec := &pb.ServerSpec{Name: "docs", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: srv.URL + "/mcp", UserOauth: &pb.OAuthAuthorizationCode{ClientId: "hermes"}}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := client.AddServer(ctx, &pb.AddServerRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, _, err := g.ConnectServer(ctx, "docs", "alice")
+	if took := time.Since(start); took > 45*time.Second {
+		t.Errorf("ConnectServer took %s against a hanging metadata endpoint", took)
+	}
+	if err == nil || !strings.Contains(err.Error(), "timed out") {
+		t.Fatalf("ConnectServer: %v, want a timeout", err)
+	}
+	if _, err := client.ConnectServer(ctx, &pb.ConnectServerRequest{Server: "docs", UserId: "bob"}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("ConnectServer over gRPC: %v, want UNAVAILABLE", err)
+	}
+	if n := metadataHits.Load(); n != 1 {
+		t.Fatalf("%d metadata requests, want 1 (the failure is remembered)", n)
+	}
+}
