@@ -370,8 +370,8 @@ func TestUserOAuthDiscoveryFailureCached(t *testing.T) {
 	}
 }
 
-// TestFailCacheBounded: the failed discoveries remembered stay at maxDiscoveryFails.
-func TestFailCacheBounded(t *testing.T) {
+// TestOAuthDiscoveryFailCacheBounded: the failed discoveries remembered stay at maxDiscoveryFails.
+func TestOAuthDiscoveryFailCacheBounded(t *testing.T) {
 	var f failCache
 	now := time.Now()
 	for i := range 3 * maxDiscoveryFails {
