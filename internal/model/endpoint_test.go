@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -148,5 +149,50 @@ func TestEvents(t *testing.T) {
 				t.Errorf("Err() = %v, want %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestConnectionsReused: calls one after another share one connection, streamed or not (an
+// answer's body is read to its end, so the transport can keep the connection).
+func TestConnectionsReused(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if r.Header.Get("Accept") == "text/event-stream" {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}\n\n")
+			w.(http.Flusher).Flush()
+			_, _ = io.WriteString(w, "data: [DONE]\n\n")
+			w.(http.Flusher).Flush()
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"c","choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}`+"\n")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c, err := New(Config{BaseURL: srv.URL, Model: "m", HTTPClient: &http.Client{Transport: NewTransport(PoolOptions{})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := Request{Messages: []Message{{Role: RoleUser, Content: "hi"}}}
+	for i := range 20 {
+		var out *Response
+		if i%2 == 0 {
+			out, err = c.Stream(context.Background(), req, nil)
+		} else {
+			out, err = c.Complete(context.Background(), req)
+		}
+		if err != nil || out.Content != "ok" {
+			t.Fatalf("call %d: %+v, %v", i, out, err)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("20 calls one after another opened %d connections, want 1", n)
 	}
 }
