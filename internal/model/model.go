@@ -1,12 +1,12 @@
 // Package model is Hermes' client for OpenAI-compatible Chat Completions endpoints (OpenAI,
-// DeepSeek, Qwen, vLLM, Ollama, llama.cpp server …), built on the official openai-go SDK:
-// messages with roles, tool definitions and (parallel) tool calls, JSON mode, streaming with a
-// text-delta callback, usage including cached tokens, and retries with backoff on 429 and 5xx.
+// DeepSeek, Qwen, vLLM, Ollama, llama.cpp server …): messages with roles, tool definitions and
+// (parallel) tool calls, JSON mode, streaming with a text-delta callback, usage including cached
+// tokens, and retries with backoff on 429 and 5xx.
 //
-// The SDK sends the request (retries, auth, timeouts, error type) but the body is encoded here,
-// with encoding/json over plain structs, and answers are decoded into small structs: the SDK's
-// reflection encoder and decoder re-validate every nested value and cost a large share of a
-// turn's CPU.
+// It speaks the wire format the official openai-go SDK speaks (encode_test.go compares the
+// bodies with the SDK's), with encoding/json over plain structs and its own small transport
+// (Endpoint): the SDK's reflection encoder and decoder re-validated every nested value, and its
+// client doubled the binary's size (see Endpoint).
 package model
 
 import (
@@ -20,11 +20,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/packages/param"
-	"github.com/openai/openai-go/v3/packages/ssestream"
 )
 
 // ErrNotConfigured is returned by New when no endpoint or model name is configured. Callers map
@@ -32,8 +27,8 @@ import (
 var ErrNotConfigured = errors.New("no model is configured: set HERMES_MODEL_BASE_URL (an OpenAI-compatible endpoint such as https://api.openai.com/v1) and HERMES_MODEL")
 
 // defaultMaxRetries is how often a request is retried after a 408, 409, 429, 5xx or connection
-// failure when Config.MaxRetries is 0. The SDK backs off exponentially from 0.5 s with jitter and
-// honours Retry-After / Retry-After-Ms.
+// failure when Config.MaxRetries is 0. Endpoint backs off exponentially from 0.5 s with jitter
+// and honours Retry-After / Retry-After-Ms.
 const defaultMaxRetries = 2
 
 // Config says which endpoint and model to use.
@@ -142,7 +137,7 @@ type Response struct {
 
 // Client calls one OpenAI-compatible endpoint. It is safe for concurrent use.
 type Client struct {
-	api   openai.Client
+	ep    *Endpoint
 	model string
 	base  string
 	inst  instruments
@@ -178,28 +173,7 @@ func New(cfg Config) (*Client, error) {
 	if strings.TrimSpace(cfg.BaseURL) == "" || strings.TrimSpace(cfg.Model) == "" {
 		return nil, ErrNotConfigured
 	}
-	retries := cfg.MaxRetries
-	switch {
-	case retries == 0:
-		retries = defaultMaxRetries
-	case retries < 0:
-		retries = 0
-	}
-	opts := []option.RequestOption{
-		option.WithBaseURL(cfg.BaseURL),
-		option.WithMaxRetries(retries),
-	}
-	// The SDK would otherwise read OPENAI_API_KEY by itself; the key is the caller's decision.
-	opts = append(opts, option.WithAPIKey(cfg.APIKey))
-	if cfg.Timeout > 0 {
-		opts = append(opts, option.WithRequestTimeout(cfg.Timeout))
-	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = SharedHTTPClient()
-	}
-	opts = append(opts, option.WithHTTPClient(hc))
-	return &Client{api: openai.NewClient(opts...), model: cfg.Model, base: cfg.BaseURL, inst: newInstruments()}, nil
+	return &Client{ep: NewEndpoint(cfg), model: cfg.Model, base: cfg.BaseURL, inst: newInstruments()}, nil
 }
 
 // Model is the default model name.
@@ -218,7 +192,7 @@ func (c *Client) Complete(ctx context.Context, req Request) (out *Response, err 
 		return nil, err
 	}
 	var cc wireCompletion
-	attempts, err := c.post(ctx, body.Bytes(), &cc)
+	attempts, err := c.ep.PostJSON(ctx, chatPath, body.Bytes(), &cc)
 	c.release(body, err == nil && attempts == 1)
 	if err := lenient(err); err != nil {
 		return nil, c.wrap(err)
@@ -252,20 +226,13 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 	}
 	// Retries and error statuses are handled before the response is handed over; the body then
 	// carries the per-attempt timeout and is read here event by event.
-	var res *http.Response
-	attempts, err := c.post(ctx, body.Bytes(), &res)
+	res, attempts, err := c.ep.post(ctx, chatPath, body.Bytes(), "text/event-stream")
 	if err != nil {
-		if res != nil && res.Body != nil {
-			_ = res.Body.Close()
-		}
 		return nil, c.wrap(err)
 	}
 	// A 2xx answer to the only attempt: the endpoint has read the request.
 	c.release(body, attempts == 1)
-	events := ssestream.NewDecoder(res)
-	if events == nil {
-		return nil, fmt.Errorf("model %s answered without a body", c.base)
-	}
+	events := newEvents(res.Body)
 	defer func() { _ = events.Close() }()
 
 	out = &Response{}
@@ -276,17 +243,17 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 	byIndex := map[int64]*ToolCall{}
 	var chunk wireChunk // one allocation for the stream, reset for every event
 	for events.Next() {
-		ev := events.Event()
-		if bytes.HasPrefix(ev.Data, []byte("[DONE]")) {
+		data := events.Data()
+		if bytes.HasPrefix(data, []byte("[DONE]")) {
 			break
 		}
 		chunk = wireChunk{}
-		if err := lenient(json.Unmarshal(ev.Data, &chunk)); err != nil {
+		if err := lenient(json.Unmarshal(data, &chunk)); err != nil {
 			return nil, c.wrap(fmt.Errorf("decoding a stream event: %w", err))
 		}
 		if len(chunk.Error) > 0 {
-			// The SDK's own message for an in-band error, so callers see what they saw before.
-			return nil, c.wrap(&ssestream.StreamError{Message: "received error while streaming: " + errorText(chunk.Error), Event: ev})
+			// The SDK's message for an in-band error, so callers see what they saw before.
+			return nil, c.wrap(errors.New("received error while streaming: " + errorText(chunk.Error)))
 		}
 		if out.ID == "" {
 			out.ID = chunk.ID
@@ -337,25 +304,8 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 	return out, nil
 }
 
-// noParams stands in for the SDK's params: the body is the one encode built, given with
-// option.WithRequestBody, so the SDK encodes only this empty object.
-var noParams = param.Override[openai.ChatCompletionNewParams](json.RawMessage(`{}`))
-
-// post sends a Chat Completions request through the SDK (retries, auth, timeouts, error type)
-// and leaves the answer in dst: a *wireCompletion, decoded with encoding/json, or an
-// **http.Response whose body the caller reads and closes.
-// It also reports how many attempts sent the body: only a body sent once and answered 2xx is
-// surely read to its end (see release).
-func (c *Client) post(ctx context.Context, body []byte, dst any) (attempts int, err error) {
-	_, err = c.api.Chat.Completions.New(ctx, noParams,
-		option.WithRequestBody("application/json", body),
-		option.WithResponseBodyInto(dst),
-		option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-			attempts++
-			return next(r)
-		}))
-	return attempts, err
-}
+// chatPath is Chat Completions, relative to the base URL.
+const chatPath = "chat/completions"
 
 // lenient drops a field-type mismatch: encoding/json then decodes everything else and leaves
 // the field zero. openai-go's decoder, used before, also went past such fields (though it read a
@@ -604,14 +554,11 @@ type APIError struct {
 	StatusCode int
 	Message    string
 	BaseURL    string
-	err        error
 }
 
 func (e *APIError) Error() string {
 	return fmt.Sprintf("model endpoint %s answered %d %s: %s", e.BaseURL, e.StatusCode, http.StatusText(e.StatusCode), e.Message)
 }
-
-func (e *APIError) Unwrap() error { return e.err }
 
 // Retryable reports whether the status means "try again later" (429 or 5xx).
 func (e *APIError) Retryable() bool {
@@ -619,13 +566,9 @@ func (e *APIError) Retryable() bool {
 }
 
 func (c *Client) wrap(err error) error {
-	var apiErr *openai.Error
+	var apiErr *APIError
 	if errors.As(err, &apiErr) {
-		msg := apiErr.Message
-		if msg == "" {
-			msg = strings.TrimSpace(apiErr.RawJSON())
-		}
-		return &APIError{StatusCode: apiErr.StatusCode, Message: msg, BaseURL: c.base, err: err}
+		return apiErr
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("model call: %w", err)

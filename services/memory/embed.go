@@ -2,13 +2,11 @@ package memory
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/hermes-agent/hermes/internal/model"
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 )
 
 // Embedder turns texts into vectors. Vectors of one embedder are compared by cosine similarity.
@@ -24,12 +22,13 @@ type Embedder interface {
 	Lexical() bool
 }
 
-// OpenAIEmbedder calls an OpenAI-compatible /v1/embeddings endpoint through the official SDK.
+// OpenAIEmbedder calls an OpenAI-compatible /v1/embeddings endpoint, with the model client's
+// transport (retries, timeouts, errors).
 type OpenAIEmbedder struct {
-	client openai.Client
-	model  string
-	dim    int
-	base   string
+	ep    *model.Endpoint
+	model string
+	dim   int
+	base  string
 }
 
 // OpenAIEmbedderConfig configures NewOpenAIEmbedder.
@@ -50,14 +49,10 @@ func NewOpenAIEmbedder(ctx context.Context, cfg OpenAIEmbedderConfig) (*OpenAIEm
 	if cfg.BaseURL == "" || cfg.Model == "" {
 		return nil, errors.New("embedder: base URL and model are required")
 	}
-	// The process's pool of model connections, shared with the chat and extraction models.
-	opts := []option.RequestOption{option.WithBaseURL(strings.TrimRight(cfg.BaseURL, "/") + "/"), option.WithHTTPClient(model.SharedHTTPClient())}
-	if cfg.APIKey != "" {
-		opts = append(opts, option.WithAPIKey(cfg.APIKey))
-	} else {
-		opts = append(opts, option.WithAPIKey("none"))
-	}
-	e := &OpenAIEmbedder{client: openai.NewClient(opts...), model: cfg.Model, dim: cfg.Dimensions, base: cfg.BaseURL}
+	// The process's pool of model connections (the nil HTTPClient), shared with the chat and
+	// extraction models.
+	ep := model.NewEndpoint(model.Config{BaseURL: cfg.BaseURL, APIKey: cfg.APIKey})
+	e := &OpenAIEmbedder{ep: ep, model: cfg.Model, dim: cfg.Dimensions, base: cfg.BaseURL}
 	if e.dim == 0 {
 		v, err := e.Embed(ctx, []string{"dimension probe"})
 		if err != nil {
@@ -82,12 +77,12 @@ func (e *OpenAIEmbedder) Embed(ctx context.Context, texts []string) ([][]float32
 	if len(texts) == 0 {
 		return nil, nil
 	}
-	resp, err := e.client.Embeddings.New(ctx, openai.EmbeddingNewParams{
-		Model:          openai.EmbeddingModel(e.model),
-		Input:          openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: texts},
-		EncodingFormat: openai.EmbeddingNewParamsEncodingFormatFloat,
-	})
+	body, err := json.Marshal(embeddingRequest{Model: e.model, Input: texts, EncodingFormat: "float"})
 	if err != nil {
+		return nil, fmt.Errorf("embeddings: encoding the request: %w", err)
+	}
+	var resp embeddingResponse
+	if _, err := e.ep.PostJSON(ctx, "embeddings", body, &resp); err != nil {
 		return nil, fmt.Errorf("embeddings at %s: %w", e.base, err)
 	}
 	if len(resp.Data) != len(texts) {
@@ -114,3 +109,18 @@ func (e *OpenAIEmbedder) Embed(ctx context.Context, texts []string) ([][]float32
 	}
 	return out, nil
 }
+
+// The embeddings request and answer, with only the fields used here.
+type (
+	embeddingRequest struct {
+		Model          string   `json:"model"`
+		Input          []string `json:"input"`
+		EncodingFormat string   `json:"encoding_format"`
+	}
+	embeddingResponse struct {
+		Data []struct {
+			Index     int64     `json:"index"`
+			Embedding []float64 `json:"embedding"`
+		} `json:"data"`
+	}
+)

@@ -1,0 +1,303 @@
+package model
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hermes-agent/hermes/internal/backoff"
+)
+
+// Endpoint sends requests to an OpenAI-compatible HTTP API: auth, a timeout per attempt, and
+// retries with back-off on 408, 409, 429, 5xx and connection failures, honouring Retry-After-Ms,
+// Retry-After and x-should-retry, as the official SDKs do. Client uses it for Chat Completions,
+// the memory service's embedder for embeddings.
+//
+// It replaced openai-go as the transport: Hermes already encoded and decoded the bodies itself,
+// and the SDK's client (every service of the OpenAI API, kept whole by reflection) was 52 MB of
+// the 138 MB binary, 12 MiB of resident memory, and its per-request option handling a measurable
+// share of a turn's CPU.
+type Endpoint struct {
+	base    string // as configured, for messages
+	url     string // base, ending in "/"
+	key     string
+	retries int
+	timeout time.Duration
+	hc      *http.Client
+}
+
+// retryBackoff is the pause between attempts when the endpoint names none: 0.5 s doubling to
+// 8 s, less up to a quarter (the SDKs' schedule).
+var retryBackoff = backoff.Policy{Initial: 500 * time.Millisecond, Max: 8 * time.Second, Jitter: 0.25}
+
+// maxRetryAfter is the longest pause an endpoint may ask for; one that asks for more gets its
+// answer returned instead of a retry.
+const maxRetryAfter = 60 * time.Second
+
+const (
+	// maxErrorBody bounds how much of an error answer is read for its message.
+	maxErrorBody = 1 << 20
+	// maxEventLine bounds one line of a streamed answer.
+	maxEventLine = 4 << 20
+)
+
+// NewEndpoint returns the endpoint of cfg (its Model is not used). MaxRetries 0 means
+// defaultMaxRetries, a negative value none; a nil HTTPClient means SharedHTTPClient.
+func NewEndpoint(cfg Config) *Endpoint {
+	retries := cfg.MaxRetries
+	switch {
+	case retries == 0:
+		retries = defaultMaxRetries
+	case retries < 0:
+		retries = 0
+	}
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = SharedHTTPClient()
+	}
+	return &Endpoint{base: cfg.BaseURL, url: strings.TrimRight(cfg.BaseURL, "/") + "/", key: cfg.APIKey, retries: retries, timeout: cfg.Timeout, hc: hc}
+}
+
+// BaseURL is the endpoint's base URL as configured.
+func (e *Endpoint) BaseURL() string { return e.base }
+
+// PostJSON posts body to path (relative to the base URL) and decodes a 2xx answer into dst.
+// attempts is how many times the body was sent.
+func (e *Endpoint) PostJSON(ctx context.Context, path string, body []byte, dst any) (attempts int, err error) {
+	res, attempts, err := e.post(ctx, path, body, "application/json")
+	if err != nil {
+		return attempts, err
+	}
+	defer func() { _ = res.Body.Close() }()
+	// A page from a proxy or a misconfigured URL is named as such, not as bad JSON. No type at
+	// all is read as JSON (some local servers send none).
+	if ct := res.Header.Get("Content-Type"); ct != "" {
+		if mt, _, _ := mime.ParseMediaType(ct); mt != "application/json" && !strings.HasSuffix(mt, "+json") {
+			return attempts, fmt.Errorf("the answer has content-type '%s', not 'application/json'", mt)
+		}
+	}
+	if err := json.NewDecoder(res.Body).Decode(dst); err != nil {
+		return attempts, fmt.Errorf("decoding the answer: %w", err)
+	}
+	return attempts, nil
+}
+
+// post sends body until an answer is final: a 2xx response, whose body carries the attempt's
+// timeout and must be closed; an *APIError for any other status; or the transport's error.
+func (e *Endpoint) post(ctx context.Context, path string, body []byte, accept string) (res *http.Response, attempts int, err error) {
+	url := e.url + path
+	for attempt := 0; ; attempt++ {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if e.timeout > 0 {
+			actx, cancel = context.WithTimeout(ctx, e.timeout)
+		}
+		req, err := http.NewRequestWithContext(actx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			cancel()
+			return nil, attempts, err
+		}
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", accept)
+		req.Header.Set("User-Agent", "hermes")
+		if e.key != "" {
+			req.Header.Set("Authorization", "Bearer "+e.key)
+		}
+		attempts++
+		res, err = e.hc.Do(req)
+		if cerr := actx.Err(); cerr != nil {
+			// Cancelled, or the attempt's time is up: not retried (the call may be running).
+			discard(res)
+			cancel()
+			return nil, attempts, cerr
+		}
+		delay, retry := time.Duration(0), attempt < e.retries && shouldRetry(res, err)
+		if retry {
+			delay, retry = retryDelay(res, attempt)
+		}
+		if !retry {
+			switch {
+			case err != nil:
+				cancel()
+				return nil, attempts, err
+			case res.StatusCode < 200 || res.StatusCode > 299:
+				apiErr := readAPIError(res, e.base)
+				cancel()
+				return nil, attempts, apiErr
+			}
+			res.Body = &cancelOnClose{ReadCloser: res.Body, cancel: cancel}
+			return res, attempts, nil
+		}
+		discard(res)
+		cancel()
+		if !backoff.Sleep(ctx, delay) {
+			return nil, attempts, ctx.Err()
+		}
+	}
+}
+
+// shouldRetry reports whether an attempt's outcome is worth another: no answer at all, a status
+// the endpoint asks to retry (x-should-retry wins over the status), or 408, 409, 429 or 5xx.
+func shouldRetry(res *http.Response, err error) bool {
+	if err != nil || res == nil {
+		return true
+	}
+	switch res.Header.Get("x-should-retry") {
+	case "true":
+		return true
+	case "false":
+		return false
+	}
+	s := res.StatusCode
+	return s == http.StatusRequestTimeout || s == http.StatusConflict || s == http.StatusTooManyRequests || s >= 500
+}
+
+// retryDelay is the pause before retry attempt (0-based): what Retry-After-Ms or Retry-After
+// asks for (seconds or an HTTP date), else retryBackoff. It reports false when the endpoint asks
+// for longer than maxRetryAfter.
+func retryDelay(res *http.Response, attempt int) (time.Duration, bool) {
+	if res != nil {
+		for _, h := range []struct {
+			name string
+			unit time.Duration
+		}{{"Retry-After-Ms", time.Millisecond}, {"Retry-After", time.Second}} {
+			v := strings.TrimSpace(res.Header.Get(h.name))
+			if v == "" {
+				continue
+			}
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				if math.IsNaN(f) || f < 0 {
+					continue
+				}
+				if f > float64(maxRetryAfter)/float64(h.unit) {
+					return 0, false
+				}
+				return time.Duration(f * float64(h.unit)), true
+			}
+			if t, err := http.ParseTime(v); err == nil {
+				d := time.Until(t)
+				if d > maxRetryAfter {
+					return 0, false
+				}
+				return max(d, 0), true
+			}
+		}
+	}
+	return retryBackoff.Delay(attempt), true
+}
+
+// discard reads a little of a response that is not used, so its connection can be reused, and
+// closes it.
+func discard(res *http.Response) {
+	if res == nil || res.Body == nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, res.Body, 64<<10)
+	_ = res.Body.Close()
+}
+
+// readAPIError turns an error answer into an *APIError with the provider's message: the
+// "message" of its "error" object, else that object (or string) as it came, else the body.
+func readAPIError(res *http.Response, base string) *APIError {
+	raw, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
+	_ = res.Body.Close()
+	return &APIError{StatusCode: res.StatusCode, Message: errorMessage(raw), BaseURL: base}
+}
+
+func errorMessage(body []byte) string {
+	var env struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &env) == nil && len(env.Error) > 0 && string(env.Error) != "null" {
+		var obj struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(env.Error, &obj) == nil && obj.Message != "" {
+			return obj.Message
+		}
+		return errorText(env.Error)
+	}
+	const most = 512
+	msg := strings.TrimSpace(string(body))
+	if len(msg) > most {
+		msg = msg[:most] + "…"
+	}
+	return msg
+}
+
+// cancelOnClose releases an attempt's timeout when its answer's body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// events reads a server-sent event stream: Next moves to the next event with data, whose data
+// lines are joined with (and end in) a newline; an event is complete at its blank line.
+type events struct {
+	rc   io.ReadCloser
+	scn  *bufio.Scanner
+	data []byte
+	err  error
+}
+
+func newEvents(rc io.ReadCloser) *events {
+	scn := bufio.NewScanner(rc)
+	scn.Buffer(make([]byte, 0, 4096), maxEventLine)
+	return &events{rc: rc, scn: scn}
+}
+
+// Next reports whether another event was read; Data then holds it.
+func (s *events) Next() bool {
+	if s.err != nil {
+		return false
+	}
+	s.data = s.data[:0]
+	for s.scn.Scan() {
+		line := s.scn.Bytes()
+		if len(line) == 0 {
+			if len(s.data) == 0 {
+				continue
+			}
+			return true
+		}
+		name, value, _ := bytes.Cut(line, []byte(":"))
+		if len(value) > 0 && value[0] == ' ' {
+			value = value[1:]
+		}
+		if string(name) == "data" {
+			s.data = append(append(s.data, value...), '\n')
+		}
+	}
+	if err := s.scn.Err(); err != nil {
+		s.err = err
+		if errors.Is(err, bufio.ErrTooLong) {
+			s.err = fmt.Errorf("a streamed event line is over %d bytes: %w", maxEventLine, err)
+		}
+	}
+	return false
+}
+
+// Data is the current event's data; it is valid until the next call of Next.
+func (s *events) Data() []byte { return s.data }
+
+// Err is the error that ended the stream early, if any.
+func (s *events) Err() error { return s.err }
+
+// Close closes the stream's body.
+func (s *events) Close() error { return s.rc.Close() }
