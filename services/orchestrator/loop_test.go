@@ -8,12 +8,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -503,4 +505,46 @@ func (s *oneEvent) Recv() (*toolsv1.ExecuteToolStreamResponse, error) {
 	ev := s.ev
 	s.ev = nil
 	return ev, nil
+}
+
+// stallingSession is a session service whose next AppendMessages, once armed, runs stall first
+// and then fails with the call's context error, as a gRPC call cut short by its context does.
+type stallingSession struct {
+	*fakeSession
+	stall atomic.Pointer[func(ctx context.Context, req *sessionv1.AppendMessagesRequest)]
+}
+
+func (s *stallingSession) AppendMessages(ctx context.Context, req *sessionv1.AppendMessagesRequest, opts ...grpc.CallOption) (*sessionv1.AppendMessagesResponse, error) {
+	if f := s.stall.Swap(nil); f != nil {
+		(*f)(ctx, req)
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	return s.fakeSession.AppendMessages(ctx, req, opts...)
+}
+
+// TestLoopLeaseLostDuringAWrite: a turn whose lease is lost while it stores its messages ends
+// ABORTED for the lost lease, not CANCELLED for the write its ending cut short (seen under load:
+// "storing the turn's messages: context canceled").
+func TestLoopLeaseLostDuringAWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ss := &stallingSession{fakeSession: newFakeSession()}
+		l := newLoopOn(t, Config{}, ss, toolThenAnswer)
+		leases := l.store.Leases()
+		stall := func(ctx context.Context, req *sessionv1.AppendMessagesRequest) {
+			// The lease passes to another turn; the turn's next renewal finds it gone.
+			turnID := req.GetMessages()[0].GetMetadata()["turn_id"]
+			_, _ = leases.Release(context.Background(), sessionKey("s1"), strings.ToUpper(turnID))
+			_, _ = leases.Acquire(context.Background(), sessionKey("s1"), "thief", nil, time.Hour)
+			<-ctx.Done()
+		}
+		l.tools.exec = func(context.Context, *toolsv1.ExecuteToolRequest) (*toolsv1.ToolResult, error) {
+			ss.stall.Store(&stall) // the tool step's write stalls
+			return &toolsv1.ToolResult{Success: true, Output: `1`}, nil
+		}
+		st := l.run(t, "s1", "slow write", nil)
+		failed := st.final().GetFailed()
+		if failed.GetCode() != "ABORTED" || !strings.Contains(failed.GetMessage(), "lease") {
+			t.Errorf("final event %v, want ABORTED for the lost lease", st.final())
+		}
+	})
 }

@@ -371,8 +371,13 @@ func (t *turn) finish(ctx context.Context, err error) {
 		var te *turnError
 		var cb *cancelledBy
 		cause := context.Cause(ctx)
+		if errors.As(err, &te) && ctx.Err() != nil && (te.code == codes.Canceled || te.code == codes.DeadlineExceeded) {
+			// A backend call that failed because the turn ended (cancelled, timed out, its lease
+			// lost) says why the turn ended, not which call it cut short.
+			err, te = ctx.Err(), nil
+		}
 		switch {
-		case errors.As(err, &te):
+		case te != nil:
 			st, code, msg = orchestratorv1.TurnStatus_TURN_STATUS_FAILED, te.code, te.msg
 			if te.closing != "" {
 				if _, aerr := t.append(sctx, []*sessionv1.NewMessage{{
