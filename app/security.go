@@ -10,15 +10,13 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/auth"
 	"github.com/hermes-agent/hermes/internal/config"
 	"github.com/hermes-agent/hermes/internal/egress"
 	"github.com/hermes-agent/hermes/internal/secretenv"
+	"github.com/hermes-agent/hermes/services/mcpgateway/endpoint"
 )
 
 // security is the access configuration of a process: the API keys, the authenticator every
@@ -116,35 +114,38 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// httpAuth protects an HTTP handler of the process (the MCP endpoint, the profiler) with the
-// API keys: the bearer key's principal must be allowed to call method (the gRPC method whose
-// power the handler gives). Without keys every caller is let through (loopback or
-// --insecure-no-auth, see checkListen).
+// httpAuth protects an HTTP handler of the process (the profiler) with the API keys: the bearer
+// key's principal must be allowed to call method (the gRPC method whose power the handler
+// gives). Without keys every caller is let through (loopback or --insecure-no-auth, see
+// checkListen).
 func (s *security) httpAuth(method string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		md := metadata.MD{}
-		if v := r.Header.Values("Authorization"); len(v) > 0 {
-			md.Set("authorization", v...)
-		}
-		if v := r.Header.Get("X-Api-Key"); v != "" {
-			md.Set("x-api-key", v)
-		}
-		ctx := metadata.NewIncomingContext(r.Context(), md)
-		p, err := s.authn.Authenticate(ctx)
+		p, err := s.authn.AuthenticateHTTP(r)
 		if err == nil {
 			err = s.authn.Authorize(p, method, nil)
 		}
 		if err != nil {
-			err = auth.ForHTTP(err)
-			code := http.StatusForbidden
-			if status.Code(err) == codes.Unauthenticated {
-				code = http.StatusUnauthorized
-				w.Header().Set("WWW-Authenticate", `Bearer realm="hermes"`)
-			}
-			http.Error(w, status.Convert(err).Message(), code)
+			auth.WriteHTTPError(w, err)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(auth.NewContext(r.Context(), p)))
+	})
+}
+
+// mcpEndpointAuth protects Hermes' MCP endpoint: every principal may use it, each for one user,
+// scoped by the policy table exactly as a user-scoped RPC's user_id (auth.MCPEndpointMethod): a
+// user key acts as its own user, and naming another in the X-Hermes-User-Id header is refused
+// (403); an operator or a service key acts for the user the header names, or none. The endpoint
+// runs the request's tool calls for that user, and binds the session to the caller.
+func (s *security) mcpEndpointAuth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, user, err := s.authn.AuthorizeHTTPUser(r, auth.MCPEndpointMethod)
+		if err != nil {
+			auth.WriteHTTPError(w, err)
+			return
+		}
+		ctx := endpoint.WithCaller(auth.NewContext(r.Context(), p), endpoint.Caller{Principal: p.Name, User: user})
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

@@ -78,6 +78,7 @@ func TestMCPExecutor(t *testing.T) {
 		wantCode     toolsv1.ErrorCode
 		wantAttempts int32
 		wantMsg      string
+		wantAuthURL  string
 	}{
 		{
 			name: "structured output",
@@ -186,6 +187,7 @@ func TestMCPExecutor(t *testing.T) {
 					Output: "Ask the user to connect their account by opening this link, then try again: https://as.example/authorize?state=s"}, nil
 			},
 			wantCode: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, wantAttempts: 1, wantMsg: "connect their account by opening this link, then try again: https://as.example/authorize?state=s",
+			wantAuthURL: "https://as.example/authorize?state=s",
 		},
 		{
 			name: "hangs until the deadline",
@@ -221,6 +223,9 @@ func TestMCPExecutor(t *testing.T) {
 			}
 			if tt.wantMsg != "" && !strings.Contains(res.GetError().GetMessage(), tt.wantMsg) {
 				t.Errorf("message %q lacks %q", res.GetError().GetMessage(), tt.wantMsg)
+			}
+			if got := res.GetError().GetAuthorizationUrl(); got != tt.wantAuthURL {
+				t.Errorf("authorization_url %q, want %q", got, tt.wantAuthURL)
 			}
 			g.mu.Lock()
 			defer g.mu.Unlock()

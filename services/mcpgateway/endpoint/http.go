@@ -17,7 +17,9 @@ import (
 // refuses a non-loopback Host header on a loopback connection) the browser guard shared with the
 // other HTTP listeners refuses foreign browser origins (loopback ones and --mcp-allowed-origins
 // pass) and writes that are not JSON; the handler caps the number of sessions and adds the SSE
-// retry field; streams are resumable from the bounded event store.
+// retry field; streams are resumable from the bounded event store. Each request's Caller (put in
+// its context with WithCaller by the listener's authentication) is bound to the session it
+// starts, and a request of that session from another caller is refused (bindCaller).
 func (s *Server) HTTPHandler() http.Handler {
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.server }, &mcp.StreamableHTTPOptions{
 		SessionTimeout:      s.cfg.SessionTimeout,
@@ -25,6 +27,7 @@ func (s *Server) HTTPHandler() http.Handler {
 		EventStore:          s.events,
 		MaxRequestBodyBytes: s.cfg.MaxBodyBytes,
 	})
+	bound := bindCaller(sdk)
 	retry := []byte("retry: " + strconv.FormatInt(s.cfg.SSERetry.Milliseconds(), 10) + "\n")
 	return s.guard.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && s.sessionCount() >= s.cfg.MaxSessions {
@@ -32,7 +35,7 @@ func (s *Server) HTTPHandler() http.Handler {
 			http.Error(w, fmt.Sprintf("this MCP endpoint has its maximum of %d sessions; try again later", s.cfg.MaxSessions), http.StatusServiceUnavailable)
 			return
 		}
-		sdk.ServeHTTP(&retryWriter{ResponseWriter: w, retry: retry}, r)
+		bound.ServeHTTP(&retryWriter{ResponseWriter: w, retry: retry}, r)
 	}))
 }
 
