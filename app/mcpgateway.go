@@ -155,8 +155,8 @@ func (a *App) serveMCPEndpoint(tools func() (toolsv1.ToolServiceClient, error)) 
 	}
 	mux := http.NewServeMux()
 	// The endpoint runs tools for its callers: each principal for one user, as the policy table
-	// scopes users (mcpEndpointAuth); the calls go to ExecuteTool with that user.
-	mux.Handle(path, a.sec.mcpEndpointAuth(ep.HTTPHandler()))
+	// scopes users (auth.MCPEndpointMethod); the calls go to ExecuteTool with that user.
+	mux.Handle(path, endpoint.Authenticated(a.sec.authn, ep.HTTPHandler()))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	scheme := "http"
 	if a.cfg.TLS().Server() {

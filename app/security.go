@@ -16,7 +16,6 @@ import (
 	"github.com/hermes-agent/hermes/internal/config"
 	"github.com/hermes-agent/hermes/internal/egress"
 	"github.com/hermes-agent/hermes/internal/secretenv"
-	"github.com/hermes-agent/hermes/services/mcpgateway/endpoint"
 )
 
 // security is the access configuration of a process: the API keys, the authenticator every
@@ -129,23 +128,6 @@ func (s *security) httpAuth(method string, next http.Handler) http.Handler {
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(auth.NewContext(r.Context(), p)))
-	})
-}
-
-// mcpEndpointAuth protects Hermes' MCP endpoint: every principal may use it, each for one user,
-// scoped by the policy table exactly as a user-scoped RPC's user_id (auth.MCPEndpointMethod): a
-// user key acts as its own user, and naming another in the X-Hermes-User-Id header is refused
-// (403); an operator or a service key acts for the user the header names, or none. The endpoint
-// runs the request's tool calls for that user, and binds the session to the caller.
-func (s *security) mcpEndpointAuth(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, user, err := s.authn.AuthorizeHTTPUser(r, auth.MCPEndpointMethod)
-		if err != nil {
-			auth.WriteHTTPError(w, err)
-			return
-		}
-		ctx := endpoint.WithCaller(auth.NewContext(r.Context(), p), endpoint.Caller{Principal: p.Name, User: user})
-		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 

@@ -10,6 +10,8 @@ import (
 
 	mcpauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/hermes-agent/hermes/internal/auth"
 )
 
 // Caller is who an HTTP request to the endpoint comes from, as the listener authenticated and
@@ -25,6 +27,23 @@ type Caller struct {
 }
 
 type callerKey struct{}
+
+// Authenticated protects the endpoint's HTTP handler with the API keys: every principal may use
+// it, each for one user, scoped by the policy table as a user-scoped RPC's user_id
+// (auth.MCPEndpointMethod): a user key acts as its own user, and naming another in the
+// X-Hermes-User-Id header is refused (403); an operator or a service key acts for the user the
+// header names, or none. Tool calls of the request run for that user (WithCaller).
+func Authenticated(authn *auth.Authenticator, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, user, err := authn.AuthorizeHTTPUser(r, auth.MCPEndpointMethod)
+		if err != nil {
+			auth.WriteHTTPError(w, err)
+			return
+		}
+		ctx := WithCaller(auth.NewContext(r.Context(), p), Caller{Principal: p.Name, User: user})
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
 
 // WithCaller returns ctx carrying the caller of an HTTP request, for HTTPHandler.
 func WithCaller(ctx context.Context, c Caller) context.Context {
