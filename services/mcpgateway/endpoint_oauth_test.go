@@ -49,7 +49,7 @@ type oauthStack struct {
 	connect atomic.Int64 // OnUserConnected calls
 }
 
-func startOAuthStack(t *testing.T) *oauthStack {
+func startOAuthStack(t *testing.T, epCfg endpoint.Config) *oauthStack {
 	t.Helper()
 	s := &oauthStack{as: newFakeAS(t)}
 	protected := protectedMCP(t, s.as)
@@ -101,6 +101,7 @@ func startOAuthStack(t *testing.T) *oauthStack {
 	s.ep, err = endpoint.New(endpoint.Options{
 		Tools:  func() (endpoint.ToolClient, error) { return s.tools, nil },
 		Logger: testLogger(t),
+		Config: epCfg,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +223,7 @@ func urlElicitations(t *testing.T, err error) []*mcp.ElicitParams {
 // again runs with that user's token. Other users' calls never use it, never get the link or the
 // completion, and a user key cannot act as another user.
 func TestEndpointUserOAuthURLElicitation(t *testing.T) {
-	s := startOAuthStack(t)
+	s := startOAuthStack(t, endpoint.Config{})
 	// Bob connects first (the server lists its tools once a user has connected).
 	s.connectDirect(t, "bob", "bob-account")
 	testenv.WaitFor(t, 30*time.Second, "docs_whoami in the tool service", func() bool {
@@ -291,7 +292,7 @@ func TestEndpointUserOAuthURLElicitation(t *testing.T) {
 // TestEndpointUserIsTheKeys: a user key never acts as another user on the MCP endpoint: naming
 // one in the header is refused, and a session is usable only by the caller that started it.
 func TestEndpointUserIsTheKeys(t *testing.T) {
-	s := startOAuthStack(t)
+	s := startOAuthStack(t, endpoint.Config{})
 	s.connectDirect(t, "alice", "alice-account")
 	testenv.WaitFor(t, 30*time.Second, "docs_whoami in the tool service", func() bool {
 		r, err := s.tools.ListTools(context.Background(), &toolsv1.ListToolsRequest{Names: []string{"docs_whoami"}})
@@ -344,4 +345,24 @@ func TestEndpointUserIsTheKeys(t *testing.T) {
 	if r, err := alice.whoami(t); err != nil || resultText(r) != "account alice-account" {
 		t.Fatalf("alice's call: %v %v", r, err)
 	}
+}
+
+// TestEndpointSessionsPerCaller: one API key acting for one user holds at most
+// MaxSessionsPerCaller sessions (429 beyond), so one user cannot take the endpoint's sessions
+// from the others; a session closed frees its place.
+func TestEndpointSessionsPerCaller(t *testing.T) {
+	s := startOAuthStack(t, endpoint.Config{MaxSessionsPerCaller: 2})
+	first := s.mustClient(t, epAliceKey, false)
+	s.mustClient(t, epAliceKey, false)
+	if _, err := s.client(t, map[string]string{"Authorization": "Bearer " + epAliceKey}, false); err == nil || !strings.Contains(err.Error(), http.StatusText(http.StatusTooManyRequests)) {
+		t.Fatalf("alice's third session: %v, want HTTP 429", err)
+	}
+	s.mustClient(t, epBobKey, false) // bob has his own places
+	if err := first.cs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "a place for alice after closing a session", func() bool {
+		_, err := s.client(t, map[string]string{"Authorization": "Bearer " + epAliceKey}, false)
+		return err == nil
+	})
 }

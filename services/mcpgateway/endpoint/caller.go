@@ -50,6 +50,51 @@ func WithCaller(ctx context.Context, c Caller) context.Context {
 	return context.WithValue(ctx, callerKey{}, c)
 }
 
+// sessionKey identifies the caller a session belongs to: the principal and the user it acts for.
+func (c Caller) sessionKey() string {
+	p := c.Principal
+	if p == "" {
+		p = "anonymous"
+	}
+	return p + "\x00" + c.User
+}
+
+// sessionOwners remembers which caller started each session, to cap the sessions per caller.
+type sessionOwners struct {
+	mu sync.Mutex
+	m  map[string]string // guarded by mu: session id → Caller.sessionKey
+}
+
+func (o *sessionOwners) add(id, key string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil {
+		o.m = map[string]string{}
+	}
+	o.m[id] = key
+}
+
+// count returns the live sessions of key, forgetting the sessions that have ended (the SDK
+// closes idle ones and those a client deletes).
+func (o *sessionOwners) count(key string, srv *mcp.Server) int {
+	live := map[string]bool{}
+	for ss := range srv.Sessions() {
+		live[ss.ID()] = true
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for id, k := range o.m {
+		switch {
+		case !live[id]:
+			delete(o.m, id)
+		case k == key:
+			n++
+		}
+	}
+	return n
+}
+
 // callerExtraKey is where the caller's user travels in the SDK's TokenInfo.Extra.
 const callerExtraKey = "hermes.user"
 
@@ -67,12 +112,8 @@ const callerExtraKey = "hermes.user"
 func bindCaller(next http.Handler) http.Handler {
 	verify := func(_ context.Context, _ string, r *http.Request) (*mcpauth.TokenInfo, error) {
 		c, _ := r.Context().Value(callerKey{}).(Caller)
-		principal := c.Principal
-		if principal == "" {
-			principal = "anonymous"
-		}
 		// The session key names both, so an operator's session for alice is not one for bob.
-		return &mcpauth.TokenInfo{UserID: principal + "\x00" + c.User, Expiration: time.Now().Add(time.Hour),
+		return &mcpauth.TokenInfo{UserID: c.sessionKey(), Expiration: time.Now().Add(time.Hour),
 			Extra: map[string]any{callerExtraKey: c.User}}, nil
 	}
 	mw := mcpauth.RequireBearerToken(verify, nil)(next)

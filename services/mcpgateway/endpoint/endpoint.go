@@ -70,6 +70,8 @@ type Server struct {
 	catalog *catalogSource
 	// pending are the URL elicitations sent for account connections not yet seen completed.
 	pending elicitations
+	// owners are the callers that started the HTTP sessions.
+	owners sessionOwners
 
 	// syncMu makes Syncs one at a time; it is held across the tool service's ListTools and the
 	// SDK's tool changes. Lock order: syncMu, then mu. catalog.mu is taken under neither.

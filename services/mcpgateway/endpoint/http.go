@@ -35,7 +35,22 @@ func (s *Server) HTTPHandler() http.Handler {
 			http.Error(w, fmt.Sprintf("this MCP endpoint has its maximum of %d sessions; try again later", s.cfg.MaxSessions), http.StatusServiceUnavailable)
 			return
 		}
-		bound.ServeHTTP(&retryWriter{ResponseWriter: w, retry: retry}, r)
+		rw := &retryWriter{ResponseWriter: w, retry: retry}
+		if c, ok := r.Context().Value(callerKey{}).(Caller); ok && c.Principal != "" && c.Principal != "anonymous" &&
+			r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			key := c.sessionKey()
+			if n := s.owners.count(key, s.server); n >= s.cfg.MaxSessionsPerCaller {
+				w.Header().Set("Retry-After", "10")
+				http.Error(w, fmt.Sprintf("this API key has its maximum of %d MCP sessions; close one (DELETE) or try again later", s.cfg.MaxSessionsPerCaller), http.StatusTooManyRequests)
+				return
+			}
+			rw.started = func(h http.Header) {
+				if id := h.Get("Mcp-Session-Id"); id != "" {
+					s.owners.add(id, key)
+				}
+			}
+		}
+		bound.ServeHTTP(rw, r)
 	}))
 }
 
@@ -71,9 +86,25 @@ type retryWriter struct {
 	http.ResponseWriter
 	retry   []byte
 	written bool
+	// started, when set, sees the response's header once, before it is sent (the new session's
+	// id, for the per-caller count).
+	started func(http.Header)
+}
+
+func (w *retryWriter) WriteHeader(code int) {
+	w.start()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *retryWriter) start() {
+	if w.started != nil {
+		w.started(w.Header())
+		w.started = nil
+	}
 }
 
 func (w *retryWriter) Write(b []byte) (int, error) {
+	w.start()
 	if !w.written {
 		w.written = true
 		if strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
