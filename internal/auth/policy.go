@@ -91,8 +91,10 @@ func Policy() map[string]Access {
 		sessionv1.SessionService_SearchMessages_FullMethodName: user,
 
 		// Tools: users see the tools they may use; running tools directly is for the
-		// orchestrator and operators. Operators change the registry, and so does the MCP gateway
-		// for the tools it discovers (the tool service keeps each name to its source).
+		// orchestrator and operators (a user runs tools for itself through turns, or through
+		// Hermes' MCP endpoint: MCPEndpointMethod below). Operators change the registry, and so
+		// does the MCP gateway for the tools it discovers (the tool service keeps each name to
+		// its source).
 		toolsv1.ToolService_RegisterTool_FullMethodName:      priv,
 		toolsv1.ToolService_UnregisterTool_FullMethodName:    priv,
 		toolsv1.ToolService_GetTool_FullMethodName:           authenticated,

@@ -246,6 +246,9 @@ func (s *Server) UserConnected(ctx context.Context, user, server string) {
 	if len(done) == 0 {
 		return
 	}
+	// A stream that does not take the notification does not hold the caller long.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	sessions := map[string]*mcp.ServerSession{}
 	for ss := range s.server.Sessions() {
 		sessions[ss.ID()] = ss
