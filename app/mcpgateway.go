@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hermes-agent/hermes/internal/model"
@@ -65,7 +66,15 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The MCP endpoint, started after the gateway, learns of the accounts users connect here.
+	var connected atomic.Pointer[endpoint.Server]
 	gw := mcpgateway.New(cfg, mcpgateway.Options{
+		OnUserConnected: func(ctx context.Context, server, user string) {
+			if ep := connected.Load(); ep != nil {
+				// The callback's answer to the browser does not wait for the notifications.
+				go ep.UserConnected(context.WithoutCancel(ctx), user, server)
+			}
+		},
 		OAuthKey: oauthKey,
 		Logger:   a.log.With("service", "mcpgateway"),
 		Registry: mcpgateway.NewToolServiceRegistry(tools),
@@ -88,7 +97,12 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	if cfg.MCPListen == "" {
 		return nil
 	}
-	return a.serveMCPEndpoint(tools)
+	ep, err := a.serveMCPEndpoint(tools)
+	if err != nil {
+		return err
+	}
+	connected.Store(ep)
+	return nil
 }
 
 // mcpOAuthKey is the operator's key that seals per-user OAuth tokens of MCP servers before they
@@ -111,16 +125,16 @@ func mcpOAuthKey(cfg mcpgateway.Config) ([]byte, error) {
 }
 
 // serveMCPEndpoint serves Hermes' own MCP endpoint on --mcp-listen.
-func (a *App) serveMCPEndpoint(tools func() (toolsv1.ToolServiceClient, error)) error {
+func (a *App) serveMCPEndpoint(tools func() (toolsv1.ToolServiceClient, error)) (*endpoint.Server, error) {
 	cfg := a.cfg.MCPGateway
 	// The endpoint runs Hermes' tools for its clients: the power of ExecuteTool, checked with the
 	// same keys and policy as the gRPC listener.
 	if err := a.sec.checkListen("mcp-listen", cfg.MCPListen, a.keys != nil); err != nil {
-		return err
+		return nil, err
 	}
 	lis, err := net.Listen("tcp", cfg.MCPListen)
 	if err != nil {
-		return fmt.Errorf("MCP endpoint: listen on %s: %w", cfg.MCPListen, err)
+		return nil, fmt.Errorf("MCP endpoint: listen on %s: %w", cfg.MCPListen, err)
 	}
 	ep, err := endpoint.New(endpoint.Options{
 		Tools: func() (endpoint.ToolClient, error) {
@@ -133,21 +147,23 @@ func (a *App) serveMCPEndpoint(tools func() (toolsv1.ToolServiceClient, error)) 
 	})
 	if err != nil {
 		_ = lis.Close()
-		return fmt.Errorf("MCP endpoint: %w", err)
+		return nil, fmt.Errorf("MCP endpoint: %w", err)
 	}
 	path := cfg.MCPPath
 	if path == "" {
 		path = "/mcp"
 	}
 	mux := http.NewServeMux()
-	mux.Handle(path, a.sec.httpAuth(toolsv1.ToolService_ExecuteTool_FullMethodName, ep.HTTPHandler()))
+	// The endpoint runs tools for its callers: each principal for one user, as the policy table
+	// scopes users (auth.MCPEndpointMethod); the calls go to ExecuteTool with that user.
+	mux.Handle(path, endpoint.Authenticated(a.sec.authn, ep.HTTPHandler()))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	scheme := "http"
 	if a.cfg.TLS().Server() {
 		scheme = "https"
 	}
 	if lis, err = a.tlsListener(lis); err != nil {
-		return fmt.Errorf("MCP endpoint: %w", err)
+		return nil, fmt.Errorf("MCP endpoint: %w", err)
 	}
 	runCtx, stop := context.WithCancel(context.Background())
 	go ep.Run(runCtx)
@@ -166,5 +182,5 @@ func (a *App) serveMCPEndpoint(tools func() (toolsv1.ToolServiceClient, error)) 
 			_ = hs.Close()
 		}
 	})
-	return nil
+	return ep, nil
 }

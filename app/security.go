@@ -10,10 +10,7 @@ import (
 	"strings"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/auth"
 	"github.com/hermes-agent/hermes/internal/config"
@@ -116,32 +113,18 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// httpAuth protects an HTTP handler of the process (the MCP endpoint, the profiler) with the
-// API keys: the bearer key's principal must be allowed to call method (the gRPC method whose
-// power the handler gives). Without keys every caller is let through (loopback or
-// --insecure-no-auth, see checkListen).
+// httpAuth protects an HTTP handler of the process (the profiler) with the API keys: the bearer
+// key's principal must be allowed to call method (the gRPC method whose power the handler
+// gives). Without keys every caller is let through (loopback or --insecure-no-auth, see
+// checkListen).
 func (s *security) httpAuth(method string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		md := metadata.MD{}
-		if v := r.Header.Values("Authorization"); len(v) > 0 {
-			md.Set("authorization", v...)
-		}
-		if v := r.Header.Get("X-Api-Key"); v != "" {
-			md.Set("x-api-key", v)
-		}
-		ctx := metadata.NewIncomingContext(r.Context(), md)
-		p, err := s.authn.Authenticate(ctx)
+		p, err := s.authn.AuthenticateHTTP(r)
 		if err == nil {
 			err = s.authn.Authorize(p, method, nil)
 		}
 		if err != nil {
-			err = auth.ForHTTP(err)
-			code := http.StatusForbidden
-			if status.Code(err) == codes.Unauthenticated {
-				code = http.StatusUnauthorized
-				w.Header().Set("WWW-Authenticate", `Bearer realm="hermes"`)
-			}
-			http.Error(w, status.Convert(err).Message(), code)
+			auth.WriteHTTPError(w, err)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(auth.NewContext(r.Context(), p)))

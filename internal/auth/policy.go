@@ -19,6 +19,13 @@ import (
 // memory, which holds every user's data, so only operators may use it.
 const PprofMethod = "/hermes.debug/Pprof"
 
+// MCPEndpointMethod names Hermes' own MCP endpoint (--mcp-listen) in the policy table. It runs
+// tools through ExecuteTool for the caller's user: a user key acts as its own user (each user's
+// calls of a server with per-user OAuth use that user's connected account), an operator or a
+// service key names any user, as with every user-scoped RPC. The request checked is an
+// ExecuteToolRequest whose user_id is what the HTTP request named (the X-Hermes-User-Id header).
+const MCPEndpointMethod = "/hermes.mcp/Endpoint"
+
 // Access is the decision for one method.
 type Access struct {
 	// Public methods need no credentials (health checks, for load balancers and probes).
@@ -84,8 +91,10 @@ func Policy() map[string]Access {
 		sessionv1.SessionService_SearchMessages_FullMethodName: user,
 
 		// Tools: users see the tools they may use; running tools directly is for the
-		// orchestrator and operators. Operators change the registry, and so does the MCP gateway
-		// for the tools it discovers (the tool service keeps each name to its source).
+		// orchestrator and operators (a user runs tools for itself through turns, or through
+		// Hermes' MCP endpoint: MCPEndpointMethod below). Operators change the registry, and so
+		// does the MCP gateway for the tools it discovers (the tool service keeps each name to
+		// its source).
 		toolsv1.ToolService_RegisterTool_FullMethodName:      priv,
 		toolsv1.ToolService_UnregisterTool_FullMethodName:    priv,
 		toolsv1.ToolService_GetTool_FullMethodName:           authenticated,
@@ -128,6 +137,9 @@ func Policy() map[string]Access {
 		memoryv1.MemoryService_RunMaintenance_FullMethodName: priv,
 
 		PprofMethod: ops,
+		// Every principal may use the MCP endpoint, each user as itself: it is how a person's MCP
+		// client (an IDE, a desktop app) runs the tools a turn would run for them.
+		MCPEndpointMethod: user,
 
 		// Turns: users run and control their own.
 		orchestratorv1.OrchestratorService_RunTurn_FullMethodName:           user,

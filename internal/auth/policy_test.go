@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
 // TestEveryRPCHasAPolicy: every method of every Hermes service declared in the protos has an
@@ -141,5 +142,37 @@ func TestUserConnectsOnlyOwnAccount(t *testing.T) {
 		if err := a.Authorize(alice, tc.method, tc.req("alice")); err != nil {
 			t.Errorf("%s for herself: %v", tc.method, err)
 		}
+	}
+}
+
+// TestMCPEndpointActsForOwnUser: the MCP endpoint takes every principal, a user key as its own
+// user only (an empty name becomes that user, another user is refused), an operator or a
+// service for the user it names, as with every user-scoped RPC.
+func TestMCPEndpointActsForOwnUser(t *testing.T) {
+	a := New(nil, nil)
+	tests := []struct {
+		name     string
+		p        Principal
+		named    string
+		wantUser string
+		wantCode codes.Code
+	}{
+		{"user, no name", Principal{Role: RoleUser, User: "alice", Name: "user:alice"}, "", "alice", codes.OK},
+		{"user, own name", Principal{Role: RoleUser, User: "alice", Name: "user:alice"}, "alice", "alice", codes.OK},
+		{"user, another user", Principal{Role: RoleUser, User: "alice", Name: "user:alice"}, "bob", "", codes.PermissionDenied},
+		{"operator names a user", Principal{Role: RoleOperator, Name: "operator:ops"}, "bob", "bob", codes.OK},
+		{"service, no name", Principal{Role: RoleService, Name: "service:x"}, "", "", codes.OK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := &toolsv1.ExecuteToolRequest{UserId: tt.named}
+			err := a.Authorize(tt.p, MCPEndpointMethod, req)
+			if status.Code(err) != tt.wantCode {
+				t.Fatalf("Authorize: %v, want %v", err, tt.wantCode)
+			}
+			if err == nil && req.GetUserId() != tt.wantUser {
+				t.Errorf("acts for %q, want %q", req.GetUserId(), tt.wantUser)
+			}
+		})
 	}
 }

@@ -67,6 +67,10 @@ type Options struct {
 	// Connections stores the users' connections; nil uses Store when it implements
 	// ConnectionStore, else memory.
 	Connections ConnectionStore
+	// OnUserConnected, when set, is called after the OAuth callback stored a user's connection
+	// to a server (in the process that took the callback): Hermes' MCP endpoint then tells the
+	// user's sessions that the URL elicitation is complete. It must not block.
+	OnUserConnected func(ctx context.Context, server, user string)
 }
 
 // Gateway holds the MCP server connections.
@@ -97,6 +101,8 @@ type Gateway struct {
 	oauth      oauthLimits
 	discoFails failCache
 	conns      ConnectionStore
+	// onUserConnected is Options.OnUserConnected (nil: nobody listens).
+	onUserConnected func(ctx context.Context, server, user string)
 
 	// addMu orders AddServer, RemoveServer and the store sync, so a server being added here is
 	// not also picked up from the store half-way. It is held across connecting and the tool
@@ -157,12 +163,13 @@ func New(cfg Config, opts Options) *Gateway {
 		}
 	}
 	return &Gateway{
-		sealer:     seal,
-		oauth:      oauthLimitsDefault,
-		conns:      conns,
-		cfg:        cfg,
-		sampler:    opts.Sampler,
-		httpClient: hc,
+		sealer:          seal,
+		oauth:           oauthLimitsDefault,
+		conns:           conns,
+		onUserConnected: opts.OnUserConnected,
+		cfg:             cfg,
+		sampler:         opts.Sampler,
+		httpClient:      hc,
 		// otelhttp continues the caller's trace on the server (traceparent) and times requests.
 		httpBase:      otelhttp.NewTransport(base),
 		reconnect:     backoff.Policy{Initial: cfg.ReconnectMin, Max: cfg.ReconnectMax, Jitter: 0.2},

@@ -756,6 +756,9 @@ func (g *Gateway) CompleteAuthorization(ctx context.Context, req *pb.CompleteAut
 	c.dropUserSession(st.User)
 	c.requestKick() // the shared session may have waited for a first connected user
 	g.log.Info("MCP server: a user connected an account", "server", st.Server, "user", st.User)
+	if g.onUserConnected != nil {
+		g.onUserConnected(ctx, st.Server, st.User)
+	}
 	return st.Server, nil
 }
 

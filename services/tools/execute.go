@@ -60,6 +60,9 @@ type execError struct {
 	// retryAfter is the server's requested pause, if any.
 	retryAfter time.Duration
 	msg        string
+	// authorizationURL: an MCP server with per-user OAuth needs the call's user to connect an
+	// account first (ToolError.authorization_url).
+	authorizationURL string
 }
 
 func (e *execError) Error() string { return e.msg }
@@ -151,7 +154,9 @@ func (s *Service) run(ctx context.Context, ex executor, c *call, b budget) outco
 			ee = &execError{code: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, msg: err.Error()}
 		}
 		if !ee.transient {
-			o.err, o.definitive = ee, ee.code == toolsv1.ErrorCode_ERROR_CODE_EXECUTION
+			// A call refused until the user connects an account is not the tool's answer: it is
+			// not recorded for an idempotency key, so the same call works once they have.
+			o.err, o.definitive = ee, ee.code == toolsv1.ErrorCode_ERROR_CODE_EXECUTION && ee.authorizationURL == ""
 			o.mayHaveRun = o.mayHaveRun || (ee.mayHaveRun && !idempotent)
 			return o
 		}
@@ -300,6 +305,7 @@ func (s *Service) executeAt(ctx context.Context, req *toolsv1.ExecuteToolRequest
 	res.MayHaveRun = o.mayHaveRun
 	if o.err != nil {
 		failure(res, o.err.code, o.err.msg)
+		res.Error.AuthorizationUrl = o.err.authorizationURL
 	} else {
 		s.finishOutput(res, cs, spec.GetName(), o.output, c)
 		if res.GetSuccess() {

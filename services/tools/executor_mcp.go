@@ -87,6 +87,14 @@ func (x *mcpExecutor) attempt(ctx context.Context, c *call) ([]byte, error) {
 		return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_TIMEOUT, mayHaveRun: true, msg: fmt.Sprintf("the MCP server %q did not answer in time%s", m.GetServer(), suffix(resp.GetOutput()))}
 	case "unknown_tool":
 		return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_UNAVAILABLE, msg: fmt.Sprintf("the MCP server %q no longer offers the tool %q", m.GetServer(), m.GetTool())}
+	case "authorization_required":
+		// The message names the link for a model to relay; the URL travels apart for callers
+		// that show it to the user themselves (URL-mode elicitation).
+		msg := strings.TrimSpace(resp.GetOutput())
+		if msg == "" {
+			msg = fmt.Sprintf("the MCP server %q needs the user to connect their account: %s", m.GetServer(), resp.GetAuthorizationUrl())
+		}
+		return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, msg: msg, authorizationURL: resp.GetAuthorizationUrl()}
 	case "invalid_output":
 		return nil, &execError{code: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, msg: "the MCP tool returned output that does not match its output schema" + suffix(resp.GetOutput())}
 	default:

@@ -78,6 +78,7 @@ func TestMCPExecutor(t *testing.T) {
 		wantCode     toolsv1.ErrorCode
 		wantAttempts int32
 		wantMsg      string
+		wantAuthURL  string
 	}{
 		{
 			name: "structured output",
@@ -186,6 +187,7 @@ func TestMCPExecutor(t *testing.T) {
 					Output: "Ask the user to connect their account by opening this link, then try again: https://as.example/authorize?state=s"}, nil
 			},
 			wantCode: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, wantAttempts: 1, wantMsg: "connect their account by opening this link, then try again: https://as.example/authorize?state=s",
+			wantAuthURL: "https://as.example/authorize?state=s",
 		},
 		{
 			name: "hangs until the deadline",
@@ -221,6 +223,9 @@ func TestMCPExecutor(t *testing.T) {
 			}
 			if tt.wantMsg != "" && !strings.Contains(res.GetError().GetMessage(), tt.wantMsg) {
 				t.Errorf("message %q lacks %q", res.GetError().GetMessage(), tt.wantMsg)
+			}
+			if got := res.GetError().GetAuthorizationUrl(); got != tt.wantAuthURL {
+				t.Errorf("authorization_url %q, want %q", got, tt.wantAuthURL)
 			}
 			g.mu.Lock()
 			defer g.mu.Unlock()
@@ -294,3 +299,27 @@ func TestMCPRegistrationBySource(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestMCPAuthorizationRequiredNotRecorded: a call refused until the user connects an account is
+// not the tool's answer, so it is not recorded for an idempotency key: the same call with the
+// same key runs once the user has connected.
+func TestMCPAuthorizationRequiredNotRecorded(t *testing.T) {
+	g := &fakeGateway{script: func(n int64, _ context.Context, _ *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error) {
+		if n == 1 {
+			return &mcpgatewayv1.CallToolResponse{ErrorCode: "authorization_required", AuthorizationUrl: "https://as.example/authorize?state=s", Output: "connect your account"}, nil
+		}
+		return &mcpgatewayv1.CallToolResponse{Success: true, Output: "3 issues"}, nil
+	}}
+	gw := startGateway(t, g)
+	c, _ := newClient(t, Options{MCP: func() (MCPCaller, error) { return gw, nil }})
+	spec := mcpSpec("github_list_issues")
+	spec.Idempotent = true
+	mustRegister(t, c, spec)
+	req := &toolsv1.ExecuteToolRequest{Name: "github_list_issues", Arguments: `{"repo":"hermes"}`, UserId: "alice", IdempotencyKey: "k1"}
+	if res := execute(t, c, req); res.GetSuccess() || res.GetError().GetAuthorizationUrl() == "" {
+		t.Fatalf("first call: %v", res)
+	}
+	if res := execute(t, c, req); !res.GetSuccess() || res.GetReplayed() || res.GetOutput() != `"3 issues"` {
+		t.Fatalf("call after connecting: %v, want the tool's answer", res)
+	}
+}

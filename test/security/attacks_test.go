@@ -388,17 +388,21 @@ func TestLongRunIsCountedQuickly(t *testing.T) {
 	})
 }
 
-// TestMCPEndpointNeedsAnOperatorKey (attack 7): the MCP endpoint runs tools, the power of
-// ExecuteTool: no key is 401, a user key 403.
-func TestMCPEndpointNeedsAnOperatorKey(t *testing.T) {
+// TestMCPEndpointActsForTheKeysUser (attack 7): the MCP endpoint runs tools for the caller's
+// user, with the policy's user scope: no key is 401; a user key works for its own user only
+// (naming another user in X-Hermes-User-Id is 403); an operator names any user.
+func TestMCPEndpointActsForTheKeysUser(t *testing.T) {
 	s := startMonolith(t)
 	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"probe","version":"1"}}}`
-	post := func(key string) int {
+	post := func(key, user string) int {
 		req, _ := http.NewRequest(http.MethodPost, s.mcpURL, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		if key != "" {
 			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		if user != "" {
+			req.Header.Set("X-Hermes-User-Id", user)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -408,13 +412,21 @@ func TestMCPEndpointNeedsAnOperatorKey(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	for key, want := range map[string]int{"": http.StatusUnauthorized, "sk-unknown-0123456789abcdef": http.StatusUnauthorized, aliceKey: http.StatusForbidden} {
-		if got := post(key); got != want {
-			t.Errorf("MCP endpoint with key %q: HTTP %d, want %d", key, got, want)
+	for _, tc := range []struct {
+		key, user string
+		want      int
+	}{
+		{"", "", http.StatusUnauthorized},
+		{"sk-unknown-0123456789abcdef", "", http.StatusUnauthorized},
+		{aliceKey, "", http.StatusOK},
+		{aliceKey, "alice", http.StatusOK},
+		{aliceKey, "bob", http.StatusForbidden},
+		{opsKey, "", http.StatusOK},
+		{opsKey, "bob", http.StatusOK},
+	} {
+		if got := post(tc.key, tc.user); got != tc.want {
+			t.Errorf("MCP endpoint with key %q for user %q: HTTP %d, want %d", tc.key, tc.user, got, tc.want)
 		}
-	}
-	if got := post(opsKey); got != http.StatusOK {
-		t.Errorf("MCP endpoint with the operator's key: HTTP %d, want 200", got)
 	}
 }
 

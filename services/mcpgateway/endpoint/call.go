@@ -37,7 +37,9 @@ func (s *Server) elicitMissing(ctx context.Context, req *mcp.CallToolRequest, na
 	if !s.cfg.ElicitMissing || len(st.required) == 0 || req.Session == nil {
 		return args
 	}
-	if ip := req.Session.InitializeParams(); ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
+	// A client that declared elicitation with only the url mode cannot show a form.
+	if ip := req.Session.InitializeParams(); ip == nil || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil ||
+		ip.Capabilities.Elicitation.Form == nil && ip.Capabilities.Elicitation.URL != nil {
 		return args
 	}
 	var given map[string]json.RawMessage

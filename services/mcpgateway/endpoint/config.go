@@ -19,6 +19,10 @@ type Config struct {
 	Catalog string
 	// MaxSessions caps the concurrent MCP sessions; a new one beyond it gets 503.
 	MaxSessions int
+	// MaxSessionsPerCaller caps the concurrent sessions of one authenticated caller (one API key
+	// acting for one user), so one user cannot take every session; a new one beyond gets 429.
+	// Callers without keys (authentication off) share MaxSessions only.
+	MaxSessionsPerCaller int
 	// MaxBodyBytes caps one HTTP request body (one JSON-RPC message or batch).
 	MaxBodyBytes int64
 	// MaxResultBytes is the largest tool output passed on whole; longer output is cut to a
@@ -48,6 +52,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AllowedOrigins, "mcp-allowed-origins", "", `comma list of browser origins (for example "https://app.example.com") allowed to call the MCP endpoint besides loopback ones; requests with another Origin header get 403`)
 	fs.StringVar(&c.Catalog, "mcp-catalog", "", "YAML or JSON file of resources, resource templates and prompts the MCP endpoint serves besides the tools; re-read when it changes")
 	fs.IntVar(&c.MaxSessions, "mcpgateway.mcp-max-sessions", 1000, "most concurrent MCP sessions on the endpoint")
+	fs.IntVar(&c.MaxSessionsPerCaller, "mcpgateway.mcp-max-sessions-per-caller", 64, "most concurrent MCP sessions of one API key acting for one user")
 	fs.Int64Var(&c.MaxBodyBytes, "mcpgateway.mcp-max-body-bytes", 4<<20, "largest HTTP request body the MCP endpoint reads")
 	fs.IntVar(&c.MaxResultBytes, "mcpgateway.mcp-max-result-bytes", 1<<20, "largest tool output the MCP endpoint passes on whole (capped by tools.max-response-bytes)")
 	fs.DurationVar(&c.SessionTimeout, "mcpgateway.mcp-session-timeout", 30*time.Minute, "an MCP session idle this long is closed")
@@ -66,6 +71,9 @@ func (c Config) withDefaults() Config {
 	d.RegisterFlags(flag.NewFlagSet("defaults", flag.ContinueOnError))
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = d.MaxSessions
+	}
+	if c.MaxSessionsPerCaller <= 0 {
+		c.MaxSessionsPerCaller = d.MaxSessionsPerCaller
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = d.MaxBodyBytes

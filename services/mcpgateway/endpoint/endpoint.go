@@ -68,6 +68,10 @@ type Server struct {
 	guard  *browserguard.Guard
 	// catalog is nil without a catalog file.
 	catalog *catalogSource
+	// pending are the URL elicitations sent for account connections not yet seen completed.
+	pending elicitations
+	// owners are the callers that started the HTTP sessions.
+	owners sessionOwners
 
 	// syncMu makes Syncs one at a time; it is held across the tool service's ListTools and the
 	// SDK's tool changes. Lock order: syncMu, then mu. catalog.mu is taken under neither.
@@ -84,6 +88,8 @@ type servedTool struct {
 	structured bool
 	// content: the output is an MCP tool result (LabelMCPOutput).
 	content bool
+	// server is the MCP server behind the gateway that serves the tool, "" for other tools.
+	server string
 	// required and props are the input schema's top-level required names and property
 	// schemas, for asking the user for missing arguments.
 	required []string
@@ -266,7 +272,7 @@ func mcpTool(spec *toolsv1.ToolSpec) (*mcp.Tool, *servedTool, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("input schema: %w", err)
 	}
-	st := &servedTool{content: spec.GetLabels()[LabelMCPOutput] == "content"}
+	st := &servedTool{content: spec.GetLabels()[LabelMCPOutput] == "content", server: spec.GetMcp().GetServer()}
 	var shape struct {
 		Required   []string                   `json:"required"`
 		Properties map[string]json.RawMessage `json:"properties"`
@@ -321,10 +327,19 @@ func (s *Server) handler(name string) mcp.ToolHandler {
 		args = s.elicitMissing(ctx, req, name, st, args)
 
 		rep := s.startReport(ctx, req, name)
-		resp, err := c.ExecuteTool(ctx, &toolsv1.ExecuteToolRequest{Name: name, Arguments: args, MaxOutputBytes: int32(min(s.cfg.MaxResultBytes, 1<<30))})
+		// The user is the one the listener authenticated for this request (callUser), never one
+		// the client names: a server with per-user OAuth is called with that user's account.
+		user := callUser(req)
+		resp, err := c.ExecuteTool(ctx, &toolsv1.ExecuteToolRequest{Name: name, Arguments: args, UserId: user, MaxOutputBytes: int32(min(s.cfg.MaxResultBytes, 1<<30))})
 		rep.finish(resp.GetResult(), err)
 		if err != nil {
 			return serviceError(err), nil
+		}
+		// A client that can show a URL to its user gets the link of an account connection as a
+		// URL elicitation; any other gets the result's text, which carries the link too.
+		if link := resp.GetResult().GetError().GetAuthorizationUrl(); link != "" && supportsURLElicitation(req.Session) {
+			return nil, s.authorizationRequired(req, user, st.server, link,
+				fmt.Sprintf("The tool %s needs your own account on the MCP server %q. Open the link to connect it, then call the tool again.", name, st.server))
 		}
 		return toMCPResult(resp.GetResult(), st, s.cfg.MaxResultBytes), nil
 	}

@@ -17,7 +17,9 @@ import (
 // refuses a non-loopback Host header on a loopback connection) the browser guard shared with the
 // other HTTP listeners refuses foreign browser origins (loopback ones and --mcp-allowed-origins
 // pass) and writes that are not JSON; the handler caps the number of sessions and adds the SSE
-// retry field; streams are resumable from the bounded event store.
+// retry field; streams are resumable from the bounded event store. Each request's Caller (put in
+// its context with WithCaller by the listener's authentication) is bound to the session it
+// starts, and a request of that session from another caller is refused (bindCaller).
 func (s *Server) HTTPHandler() http.Handler {
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.server }, &mcp.StreamableHTTPOptions{
 		SessionTimeout:      s.cfg.SessionTimeout,
@@ -25,6 +27,7 @@ func (s *Server) HTTPHandler() http.Handler {
 		EventStore:          s.events,
 		MaxRequestBodyBytes: s.cfg.MaxBodyBytes,
 	})
+	bound := bindCaller(sdk)
 	retry := []byte("retry: " + strconv.FormatInt(s.cfg.SSERetry.Milliseconds(), 10) + "\n")
 	return s.guard.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && s.sessionCount() >= s.cfg.MaxSessions {
@@ -32,7 +35,22 @@ func (s *Server) HTTPHandler() http.Handler {
 			http.Error(w, fmt.Sprintf("this MCP endpoint has its maximum of %d sessions; try again later", s.cfg.MaxSessions), http.StatusServiceUnavailable)
 			return
 		}
-		sdk.ServeHTTP(&retryWriter{ResponseWriter: w, retry: retry}, r)
+		rw := &retryWriter{ResponseWriter: w, retry: retry}
+		if c, ok := r.Context().Value(callerKey{}).(Caller); ok && c.Principal != "" && c.Principal != "anonymous" &&
+			r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			key := c.sessionKey()
+			if n := s.owners.count(key, s.server); n >= s.cfg.MaxSessionsPerCaller {
+				w.Header().Set("Retry-After", "10")
+				http.Error(w, fmt.Sprintf("this API key has its maximum of %d MCP sessions; close one (DELETE) or try again later", s.cfg.MaxSessionsPerCaller), http.StatusTooManyRequests)
+				return
+			}
+			rw.started = func(h http.Header) {
+				if id := h.Get("Mcp-Session-Id"); id != "" {
+					s.owners.add(id, key)
+				}
+			}
+		}
+		bound.ServeHTTP(rw, r)
 	}))
 }
 
@@ -68,9 +86,25 @@ type retryWriter struct {
 	http.ResponseWriter
 	retry   []byte
 	written bool
+	// started, when set, sees the response's header once, before it is sent (the new session's
+	// id, for the per-caller count).
+	started func(http.Header)
+}
+
+func (w *retryWriter) WriteHeader(code int) {
+	w.start()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *retryWriter) start() {
+	if w.started != nil {
+		w.started(w.Header())
+		w.started = nil
+	}
 }
 
 func (w *retryWriter) Write(b []byte) (int, error) {
+	w.start()
 	if !w.written {
 		w.written = true
 		if strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {

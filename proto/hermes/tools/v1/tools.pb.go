@@ -1534,9 +1534,15 @@ type ToolError struct {
 	// What went wrong and what to do about it.
 	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	// For validation failures, every violation.
-	Violations    []*Violation `protobuf:"bytes,3,rep,name=violations,proto3" json:"violations,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Violations []*Violation `protobuf:"bytes,3,rep,name=violations,proto3" json:"violations,omitempty"`
+	// Set when the tool lives on an MCP server with per-user OAuth and the call's user has not
+	// connected an account there (or must consent to more scopes): the URL where that user does
+	// so, meant for that user only. message says the same in words. Callers that can show a link
+	// out of band (Hermes' MCP endpoint, with URL-mode elicitation) use it; the call may be made
+	// again once the user has connected.
+	AuthorizationUrl string `protobuf:"bytes,4,opt,name=authorization_url,json=authorizationUrl,proto3" json:"authorization_url,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ToolError) Reset() {
@@ -1588,6 +1594,13 @@ func (x *ToolError) GetViolations() []*Violation {
 		return x.Violations
 	}
 	return nil
+}
+
+func (x *ToolError) GetAuthorizationUrl() string {
+	if x != nil {
+		return x.AuthorizationUrl
+	}
+	return ""
 }
 
 // Violation is one way the arguments break the schema.
@@ -2303,13 +2316,14 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"\x10requested_schema\x18\x04 \x01(\tR\x0frequestedSchema\x12\x10\n" +
 	"\x03url\x18\x05 \x01(\tR\x03url\x129\n" +
 	"\n" +
-	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x91\x01\n" +
+	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xbe\x01\n" +
 	"\tToolError\x12.\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1a.hermes.tools.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12:\n" +
 	"\n" +
 	"violations\x18\x03 \x03(\v2\x1a.hermes.tools.v1.ViolationR\n" +
-	"violations\"?\n" +
+	"violations\x12+\n" +
+	"\x11authorization_url\x18\x04 \x01(\tR\x10authorizationUrl\"?\n" +
 	"\tViolation\x12\x18\n" +
 	"\apointer\x18\x01 \x01(\tR\apointer\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"H\n" +

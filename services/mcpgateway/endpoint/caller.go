@@ -1,0 +1,265 @@
+package endpoint
+
+import (
+	"context"
+	"crypto/rand"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	mcpauth "github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/hermes-agent/hermes/internal/auth"
+)
+
+// Caller is who an HTTP request to the endpoint comes from, as the listener authenticated and
+// authorized it (app: the API key's principal and the user it acts for, scoped by the policy
+// table like a user-scoped RPC's user_id).
+type Caller struct {
+	// Principal names the authenticated principal ("user:alice", "operator:ops", "anonymous").
+	Principal string
+	// User is the user the calls run for: a user key's own user, or the one an operator or a
+	// service named; empty for none. It becomes ExecuteToolRequest.user_id, so a server with
+	// per-user OAuth is called with this user's own connection.
+	User string
+}
+
+type callerKey struct{}
+
+// Authenticated protects the endpoint's HTTP handler with the API keys: every principal may use
+// it, each for one user, scoped by the policy table as a user-scoped RPC's user_id
+// (auth.MCPEndpointMethod): a user key acts as its own user, and naming another in the
+// X-Hermes-User-Id header is refused (403); an operator or a service key acts for the user the
+// header names, or none. Tool calls of the request run for that user (WithCaller).
+func Authenticated(authn *auth.Authenticator, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, user, err := authn.AuthorizeHTTPUser(r, auth.MCPEndpointMethod)
+		if err != nil {
+			auth.WriteHTTPError(w, err)
+			return
+		}
+		ctx := WithCaller(auth.NewContext(r.Context(), p), Caller{Principal: p.Name, User: user})
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// WithCaller returns ctx carrying the caller of an HTTP request, for HTTPHandler.
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// sessionKey identifies the caller a session belongs to: the principal and the user it acts for.
+func (c Caller) sessionKey() string {
+	p := c.Principal
+	if p == "" {
+		p = "anonymous"
+	}
+	return p + "\x00" + c.User
+}
+
+// sessionOwners remembers which caller started each session, to cap the sessions per caller.
+type sessionOwners struct {
+	mu sync.Mutex
+	m  map[string]string // guarded by mu: session id → Caller.sessionKey
+}
+
+func (o *sessionOwners) add(id, key string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil {
+		o.m = map[string]string{}
+	}
+	o.m[id] = key
+}
+
+// count returns the live sessions of key, forgetting the sessions that have ended (the SDK
+// closes idle ones and those a client deletes).
+func (o *sessionOwners) count(key string, srv *mcp.Server) int {
+	live := map[string]bool{}
+	for ss := range srv.Sessions() {
+		live[ss.ID()] = true
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for id, k := range o.m {
+		switch {
+		case !live[id]:
+			delete(o.m, id)
+		case k == key:
+			n++
+		}
+	}
+	return n
+}
+
+// callerExtraKey is where the caller's user travels in the SDK's TokenInfo.Extra.
+const callerExtraKey = "hermes.user"
+
+// bindCaller hands the request's Caller to the SDK as its TokenInfo. The SDK binds a session to
+// the TokenInfo.UserID it was created with and refuses (403 "session user mismatch") a request
+// of that session from anyone else, so a session id that leaks does not let another principal
+// act as its owner; and every request's handler reads the caller from its own request
+// (RequestExtra.TokenInfo), never from a header or an argument the client chose.
+//
+// The SDK lets only its RequireBearerToken middleware put a TokenInfo in a request's context, and
+// that middleware wants an "Authorization: Bearer" header; the listener has already
+// authenticated the request (with that header, X-Api-Key, or nothing when keys are off), so the
+// verifier ignores the token it is given and answers with the Caller. A request without a bearer
+// header gets a placeholder one for the middleware to find.
+func bindCaller(next http.Handler) http.Handler {
+	verify := func(_ context.Context, _ string, r *http.Request) (*mcpauth.TokenInfo, error) {
+		c, _ := r.Context().Value(callerKey{}).(Caller)
+		// The session key names both, so an operator's session for alice is not one for bob.
+		return &mcpauth.TokenInfo{UserID: c.sessionKey(), Expiration: time.Now().Add(time.Hour),
+			Extra: map[string]any{callerExtraKey: c.User}}, nil
+	}
+	mw := mcpauth.RequireBearerToken(verify, nil)(next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !hasBearer(r) {
+			r = r.Clone(r.Context())
+			r.Header.Set("Authorization", "Bearer authenticated-by-listener")
+		}
+		mw.ServeHTTP(w, r)
+	})
+}
+
+// hasBearer reports whether the SDK's middleware finds a bearer token in r, as it reads one.
+func hasBearer(r *http.Request) bool {
+	f := strings.Fields(r.Header.Get("Authorization"))
+	return len(f) == 2 && strings.EqualFold(f[0], "bearer")
+}
+
+// callUser is the user a tool call runs for: the caller bound to the request, "" over stdio and
+// without a caller.
+func callUser(req *mcp.CallToolRequest) string {
+	if req.Extra == nil || req.Extra.TokenInfo == nil {
+		return ""
+	}
+	u, _ := req.Extra.TokenInfo.Extra[callerExtraKey].(string)
+	return u
+}
+
+// Limits of the URL elicitations the endpoint remembers, to announce their completion.
+const (
+	// maxPendingElicitations bounds the URL elicitations waiting for an account connection,
+	// over all sessions; the oldest is forgotten beyond (its client can still call again).
+	maxPendingElicitations = 10000
+	// pendingElicitationTTL is how long one waits: the gateway's authorization state lives 10
+	// minutes, so a link is useless after that.
+	pendingElicitationTTL = 10 * time.Minute
+)
+
+// pendingElicitation is a URL elicitation sent to a session: when the user connects their
+// account on the server, the session is told (notifications/elicitation/complete).
+type pendingElicitation struct {
+	user, server string
+	sessionID    string
+	id           string
+	expires      time.Time
+}
+
+// elicitations are the URL elicitations the endpoint sent and has not yet seen completed.
+type elicitations struct {
+	mu      sync.Mutex
+	pending []pendingElicitation // guarded by mu; oldest first
+}
+
+func (e *elicitations) add(p pendingElicitation) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.dropExpired(time.Now())
+	if len(e.pending) >= maxPendingElicitations {
+		e.pending = e.pending[1:]
+	}
+	e.pending = append(e.pending, p)
+}
+
+// take removes and returns the pending elicitations of user on server.
+func (e *elicitations) take(user, server string) []pendingElicitation {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := time.Now()
+	e.dropExpired(now)
+	var out []pendingElicitation
+	kept := e.pending[:0]
+	for _, p := range e.pending {
+		if p.user == user && p.server == server {
+			out = append(out, p)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	clear(e.pending[len(kept):])
+	e.pending = kept
+	return out
+}
+
+func (e *elicitations) dropExpired(now time.Time) {
+	n := 0
+	for n < len(e.pending) && now.After(e.pending[n].expires) {
+		n++
+	}
+	if n > 0 {
+		e.pending = append(e.pending[:0], e.pending[n:]...)
+	}
+}
+
+// supportsURLElicitation reports whether the client declared elicitation.url at initialize.
+func supportsURLElicitation(ss *mcp.ServerSession) bool {
+	if ss == nil {
+		return false
+	}
+	ip := ss.InitializeParams()
+	return ip != nil && ip.Capabilities != nil && ip.Capabilities.Elicitation != nil && ip.Capabilities.Elicitation.URL != nil
+}
+
+// authorizationRequired answers a call that needs the user to connect an account on an MCP
+// server with per-user OAuth, for a client that declared URL-mode elicitation: the JSON-RPC error
+// URLElicitationRequired (-32042) carrying one URL elicitation with the authorization link.
+//
+// MCP 2025-11-25 offers two ways: an elicitation/create request (mode "url") made while the
+// call waits, or this error, which ends the call. The specification gives this error for a
+// request that cannot be processed until the elicitation is completed (its example is a tool
+// that needs third-party authorization), and the client retries the request once it has seen
+// notifications/elicitation/complete. That fits here: the call cannot run without the user's
+// token, and a sign-in at a provider takes minutes, which a waiting call would spend holding
+// the tool service's timeout and the session's request. The link goes only to this session,
+// which belongs to the user the link is for (bindCaller); the completion is announced to the
+// sessions of that user alone (UserConnected).
+func (s *Server) authorizationRequired(req *mcp.CallToolRequest, user, server, link, message string) error {
+	id := rand.Text()
+	if server != "" && user != "" {
+		s.pending.add(pendingElicitation{user: user, server: server, sessionID: req.Session.ID(), id: id, expires: time.Now().Add(pendingElicitationTTL)})
+	}
+	return mcp.URLElicitationRequiredError([]*mcp.ElicitParams{{Mode: "url", Message: message, URL: link, ElicitationID: id}})
+}
+
+// UserConnected tells the sessions that were sent a URL elicitation for user's account on
+// server that the user has connected it (notifications/elicitation/complete), so their clients
+// can call again. The gateway calls it when its OAuth callback stores a connection; one in
+// another process is not seen here, and those clients call again when the user tells them to.
+func (s *Server) UserConnected(ctx context.Context, user, server string) {
+	done := s.pending.take(user, server)
+	if len(done) == 0 {
+		return
+	}
+	// A stream that does not take the notification does not hold the caller long.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	sessions := map[string]*mcp.ServerSession{}
+	for ss := range s.server.Sessions() {
+		sessions[ss.ID()] = ss
+	}
+	for _, p := range done {
+		ss := sessions[p.sessionID]
+		if ss == nil {
+			continue
+		}
+		if err := ss.NotifyElicitationComplete(ctx, &mcp.ElicitationCompleteParams{ElicitationID: p.id}); err != nil {
+			s.log.Debug("MCP endpoint: elicitation completion not sent", "server", server, "error", err)
+		}
+	}
+}
