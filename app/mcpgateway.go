@@ -154,9 +154,10 @@ func (a *App) serveMCPEndpoint(tools func() (toolsv1.ToolServiceClient, error)) 
 		path = "/mcp"
 	}
 	mux := http.NewServeMux()
-	// The endpoint runs tools for its callers: each principal for one user, as the policy table
-	// scopes users (auth.MCPEndpointMethod); the calls go to ExecuteTool with that user.
-	mux.Handle(path, endpoint.Authenticated(a.sec.authn, ep.HTTPHandler()))
+	// The endpoint runs tools for its callers, each for one user, as the policy table says
+	// (auth.MCPEndpointMethod, or MCPEndpointUsersMethod when the operator lets user keys in);
+	// the calls go to ExecuteTool with that user.
+	mux.Handle(path, endpoint.Authenticated(a.sec.authn, cfg.Endpoint.UserKeys, ep.HTTPHandler()))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	scheme := "http"
 	if a.cfg.TLS().Server() {

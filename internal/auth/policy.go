@@ -20,11 +20,18 @@ import (
 const PprofMethod = "/hermes.debug/Pprof"
 
 // MCPEndpointMethod names Hermes' own MCP endpoint (--mcp-listen) in the policy table. It runs
-// tools through ExecuteTool for the caller's user: a user key acts as its own user (each user's
-// calls of a server with per-user OAuth use that user's connected account), an operator or a
-// service key names any user, as with every user-scoped RPC. The request checked is an
-// ExecuteToolRequest whose user_id is what the HTTP request named (the X-Hermes-User-Id header).
+// tools through ExecuteTool, so by default it is ExecuteTool's: operators and services, acting
+// for the user the request names (the X-Hermes-User-Id header), for example a front end that
+// authenticates its own users. The request checked is an ExecuteToolRequest whose user_id is
+// that header.
 const MCPEndpointMethod = "/hermes.mcp/Endpoint"
+
+// MCPEndpointUsersMethod is the MCP endpoint's entry when the operator lets user keys in
+// (--mcpgateway.mcp-user-keys): every principal, user-scoped as a user-scoped RPC's user_id — a
+// user key acts as its own user only (each user's calls of a per-user OAuth server use that
+// user's account), an operator or a service names any user. Off by default: a user key then
+// runs any tool directly, without a turn's model in between.
+const MCPEndpointUsersMethod = "/hermes.mcp/EndpointUsers"
 
 // Access is the decision for one method.
 type Access struct {
@@ -92,7 +99,7 @@ func Policy() map[string]Access {
 
 		// Tools: users see the tools they may use; running tools directly is for the
 		// orchestrator and operators (a user runs tools for itself through turns, or through
-		// Hermes' MCP endpoint: MCPEndpointMethod below). Operators change the registry, and so
+		// Hermes' MCP endpoint where the operator allows it: MCPEndpointUsersMethod below). Operators change the registry, and so
 		// does the MCP gateway for the tools it discovers (the tool service keeps each name to
 		// its source).
 		toolsv1.ToolService_RegisterTool_FullMethodName:      priv,
@@ -137,9 +144,11 @@ func Policy() map[string]Access {
 		memoryv1.MemoryService_RunMaintenance_FullMethodName: priv,
 
 		PprofMethod: ops,
-		// Every principal may use the MCP endpoint, each user as itself: it is how a person's MCP
-		// client (an IDE, a desktop app) runs the tools a turn would run for them.
-		MCPEndpointMethod: user,
+		// The MCP endpoint runs tools, ExecuteTool's power: operators and services by default;
+		// with --mcpgateway.mcp-user-keys every principal, each user as itself (a person's MCP
+		// client, an IDE or a desktop app, runs the tools a turn would run for them).
+		MCPEndpointMethod:      priv,
+		MCPEndpointUsersMethod: user,
 
 		// Turns: users run and control their own.
 		orchestratorv1.OrchestratorService_RunTurn_FullMethodName:           user,

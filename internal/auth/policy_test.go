@@ -145,28 +145,38 @@ func TestUserConnectsOnlyOwnAccount(t *testing.T) {
 	}
 }
 
-// TestMCPEndpointActsForOwnUser: the MCP endpoint takes every principal, a user key as its own
-// user only (an empty name becomes that user, another user is refused), an operator or a
-// service for the user it names, as with every user-scoped RPC.
+// TestMCPEndpointActsForOwnUser: by default the MCP endpoint is ExecuteTool's (operators and
+// services, naming the user; a user key is refused, attack 7); with the operator's
+// --mcpgateway.mcp-user-keys it takes every principal, a user key as its own user only (an
+// empty name becomes that user, another user is refused), an operator or a service for the
+// user it names, as with every user-scoped RPC.
 func TestMCPEndpointActsForOwnUser(t *testing.T) {
 	a := New(nil, nil)
+	alice := Principal{Role: RoleUser, User: "alice", Name: "user:alice"}
+	ops := Principal{Role: RoleOperator, Name: "operator:ops"}
+	svc := Principal{Role: RoleService, Name: "service:x"}
 	tests := []struct {
 		name     string
+		method   string
 		p        Principal
 		named    string
 		wantUser string
 		wantCode codes.Code
 	}{
-		{"user, no name", Principal{Role: RoleUser, User: "alice", Name: "user:alice"}, "", "alice", codes.OK},
-		{"user, own name", Principal{Role: RoleUser, User: "alice", Name: "user:alice"}, "alice", "alice", codes.OK},
-		{"user, another user", Principal{Role: RoleUser, User: "alice", Name: "user:alice"}, "bob", "", codes.PermissionDenied},
-		{"operator names a user", Principal{Role: RoleOperator, Name: "operator:ops"}, "bob", "bob", codes.OK},
-		{"service, no name", Principal{Role: RoleService, Name: "service:x"}, "", "", codes.OK},
+		{"default: user, no name", MCPEndpointMethod, alice, "", "", codes.PermissionDenied},
+		{"default: user, own name", MCPEndpointMethod, alice, "alice", "", codes.PermissionDenied},
+		{"default: operator names a user", MCPEndpointMethod, ops, "bob", "bob", codes.OK},
+		{"default: service, no name", MCPEndpointMethod, svc, "", "", codes.OK},
+		{"user keys: user, no name", MCPEndpointUsersMethod, alice, "", "alice", codes.OK},
+		{"user keys: user, own name", MCPEndpointUsersMethod, alice, "alice", "alice", codes.OK},
+		{"user keys: user, another user", MCPEndpointUsersMethod, alice, "bob", "", codes.PermissionDenied},
+		{"user keys: operator names a user", MCPEndpointUsersMethod, ops, "bob", "bob", codes.OK},
+		{"user keys: service, no name", MCPEndpointUsersMethod, svc, "", "", codes.OK},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			req := &toolsv1.ExecuteToolRequest{UserId: tt.named}
-			err := a.Authorize(tt.p, MCPEndpointMethod, req)
+			err := a.Authorize(tt.p, tt.method, req)
 			if status.Code(err) != tt.wantCode {
 				t.Fatalf("Authorize: %v, want %v", err, tt.wantCode)
 			}

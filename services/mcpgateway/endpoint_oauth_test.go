@@ -115,7 +115,7 @@ func startOAuthStack(t *testing.T, epCfg endpoint.Config) *oauthStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(endpoint.Authenticated(auth.New(keys, testLogger(t)), s.ep.HTTPHandler()))
+	hs := httptest.NewServer(endpoint.Authenticated(auth.New(keys, testLogger(t)), true, s.ep.HTTPHandler()))
 	t.Cleanup(hs.Close)
 	s.mcpURL = hs.URL
 

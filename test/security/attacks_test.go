@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/hermes-agent/hermes/app"
 	"github.com/hermes-agent/hermes/internal/auth"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
@@ -32,7 +33,8 @@ import (
 
 // eachStack runs an attack against the monolith and against the five processes.
 func eachStack(t *testing.T, attack func(t *testing.T, s *stack)) {
-	for _, start := range []func(*testing.T) *stack{startMonolith, startCluster} {
+	monolith := func(t *testing.T) *stack { return startMonolith(t) }
+	for _, start := range []func(*testing.T) *stack{monolith, startCluster} {
 		t.Run("", func(t *testing.T) {
 			s := start(t)
 			t.Run(s.name, func(t *testing.T) { attack(t, s) })
@@ -388,13 +390,13 @@ func TestLongRunIsCountedQuickly(t *testing.T) {
 	})
 }
 
-// TestMCPEndpointActsForTheKeysUser (attack 7): the MCP endpoint runs tools for the caller's
-// user, with the policy's user scope: no key is 401; a user key works for its own user only
-// (naming another user in X-Hermes-User-Id is 403); an operator names any user.
+// TestMCPEndpointActsForTheKeysUser (attack 7): the MCP endpoint runs tools, ExecuteTool's
+// power. By default: no key is 401, a user key 403 (it would run any tool directly), an
+// operator acts for the user it names. With --mcpgateway.mcp-user-keys a user key works for its
+// own user only (naming another user in X-Hermes-User-Id is 403).
 func TestMCPEndpointActsForTheKeysUser(t *testing.T) {
-	s := startMonolith(t)
 	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"probe","version":"1"}}}`
-	post := func(key, user string) int {
+	post := func(t *testing.T, s *stack, key, user string) int {
 		req, _ := http.NewRequest(http.MethodPost, s.mcpURL, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
@@ -412,21 +414,39 @@ func TestMCPEndpointActsForTheKeysUser(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	for _, tc := range []struct {
+	type call struct {
 		key, user string
 		want      int
+	}
+	for _, tc := range []struct {
+		name     string
+		userKeys bool
+		calls    []call
 	}{
-		{"", "", http.StatusUnauthorized},
-		{"sk-unknown-0123456789abcdef", "", http.StatusUnauthorized},
-		{aliceKey, "", http.StatusOK},
-		{aliceKey, "alice", http.StatusOK},
-		{aliceKey, "bob", http.StatusForbidden},
-		{opsKey, "", http.StatusOK},
-		{opsKey, "bob", http.StatusOK},
+		{"default", false, []call{
+			{"", "", http.StatusUnauthorized},
+			{"sk-unknown-0123456789abcdef", "", http.StatusUnauthorized},
+			{aliceKey, "", http.StatusForbidden},
+			{aliceKey, "alice", http.StatusForbidden},
+			{opsKey, "", http.StatusOK},
+			{opsKey, "bob", http.StatusOK},
+		}},
+		{"user keys", true, []call{
+			{"", "", http.StatusUnauthorized},
+			{aliceKey, "", http.StatusOK},
+			{aliceKey, "alice", http.StatusOK},
+			{aliceKey, "bob", http.StatusForbidden},
+			{opsKey, "bob", http.StatusOK},
+		}},
 	} {
-		if got := post(tc.key, tc.user); got != tc.want {
-			t.Errorf("MCP endpoint with key %q for user %q: HTTP %d, want %d", tc.key, tc.user, got, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			s := startMonolith(t, func(cfg *app.Config) { cfg.MCPGateway.Endpoint.UserKeys = tc.userKeys })
+			for _, c := range tc.calls {
+				if got := post(t, s, c.key, c.user); got != c.want {
+					t.Errorf("MCP endpoint with key %q for user %q: HTTP %d, want %d", c.key, c.user, got, c.want)
+				}
+			}
+		})
 	}
 }
 

@@ -88,7 +88,7 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 
 // startMonolith runs every service in one process with the auth file, as `hermes serve
 // --auth-file` does, and an MCP endpoint.
-func startMonolith(t *testing.T) *stack {
+func startMonolith(t *testing.T, configure ...func(*app.Config)) *stack {
 	t.Helper()
 	dir := t.TempDir()
 	mcpAddr, err := cluster.FreeAddr()
@@ -104,6 +104,9 @@ func startMonolith(t *testing.T) *stack {
 			cfg.AuthFile = writeFile(t, filepath.Join(dir, "keys.yaml"), authFile)
 			cfg.MCPGateway.MCPListen = mcpAddr
 			cfg.PprofListen = "127.0.0.1:0"
+			for _, f := range configure {
+				f(cfg)
+			}
 		},
 	})
 	s := &stack{name: "monolith", conns: map[string]*grpc.ClientConn{}, model: hs.Model, dir: dir, mcpURL: "http://" + mcpAddr + "/mcp", pprofURL: "http://" + hs.App.PprofAddr() + "/debug/pprof/"}

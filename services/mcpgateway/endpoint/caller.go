@@ -28,14 +28,19 @@ type Caller struct {
 
 type callerKey struct{}
 
-// Authenticated protects the endpoint's HTTP handler with the API keys: every principal may use
-// it, each for one user, scoped by the policy table as a user-scoped RPC's user_id
-// (auth.MCPEndpointMethod): a user key acts as its own user, and naming another in the
-// X-Hermes-User-Id header is refused (403); an operator or a service key acts for the user the
-// header names, or none. Tool calls of the request run for that user (WithCaller).
-func Authenticated(authn *auth.Authenticator, next http.Handler) http.Handler {
+// Authenticated protects the endpoint's HTTP handler with the API keys and the policy table's
+// entry for the endpoint: auth.MCPEndpointMethod (operators and services, acting for the user
+// the X-Hermes-User-Id header names, or none), or, when the operator lets user keys in
+// (Config.UserKeys), auth.MCPEndpointUsersMethod (every principal; a user key acts as its own
+// user, and naming another is refused with 403). Tool calls of the request run for that user
+// (WithCaller).
+func Authenticated(authn *auth.Authenticator, userKeys bool, next http.Handler) http.Handler {
+	method := auth.MCPEndpointMethod
+	if userKeys {
+		method = auth.MCPEndpointUsersMethod
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, user, err := authn.AuthorizeHTTPUser(r, auth.MCPEndpointMethod)
+		p, user, err := authn.AuthorizeHTTPUser(r, method)
 		if err != nil {
 			auth.WriteHTTPError(w, err)
 			return

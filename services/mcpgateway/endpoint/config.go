@@ -45,6 +45,10 @@ type Config struct {
 	// ElicitMissing asks the user, through MCP elicitation, for required arguments a call left
 	// out, when the client supports elicitation and the arguments are simple values.
 	ElicitMissing bool
+	// UserKeys lets user API keys use the endpoint, each as its own user
+	// (auth.MCPEndpointUsersMethod); by default only operators and services may, as with
+	// ExecuteTool.
+	UserKeys bool
 }
 
 // RegisterFlags registers the endpoint's settings with their defaults.
@@ -61,6 +65,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.EventMaxAge, "mcpgateway.mcp-event-max-age", 10*time.Minute, "SSE events older than this cannot be resumed")
 	fs.DurationVar(&c.SSERetry, "mcpgateway.mcp-sse-retry", 2*time.Second, "reconnection delay suggested to MCP clients in the SSE retry field")
 	fs.DurationVar(&c.ProgressInterval, "mcpgateway.mcp-progress-interval", time.Second, "how often a running tool call sends progress and a debug log message to the MCP client (at least 10ms)")
+	fs.BoolVar(&c.UserKeys, "mcpgateway.mcp-user-keys", false, "let user API keys use the MCP endpoint, each as its own user (by default only operator and service keys may: it runs any tool directly)")
 	fs.BoolVar(&c.ElicitMissing, "mcpgateway.mcp-elicit-missing", true, "ask the MCP client's user for required arguments a call left out (when the client supports elicitation)")
 }
 
