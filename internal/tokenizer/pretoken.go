@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 )
@@ -204,11 +205,12 @@ func preTokens(s string, fn func(string)) {
 	}
 }
 
-// pieceCounts remembers the token counts of short pre-tokens, at most maxCounted of them (then
-// it starts afresh): a bounded memory of a few hundred KB.
+// pieceCounts remembers the token counts of short pre-tokens, at most about maxCounted of them
+// (then it starts afresh): a bounded memory of a few hundred KB. A sync.Map: lookups, nearly all
+// of its use, share no lock between the turns counting at once.
 type pieceCounts struct {
-	mu sync.RWMutex
-	m  map[string]int32
+	m sync.Map // string → int32
+	n atomic.Int64
 }
 
 const (
@@ -217,19 +219,19 @@ const (
 )
 
 func (p *pieceCounts) get(s string) (int32, bool) {
-	p.mu.RLock()
-	n, ok := p.m[s]
-	p.mu.RUnlock()
-	return n, ok
+	v, ok := p.m.Load(s)
+	if !ok {
+		return 0, false
+	}
+	return v.(int32), true
 }
 
 func (p *pieceCounts) put(s string, n int32) {
-	p.mu.Lock()
-	if p.m == nil || len(p.m) >= maxCounted {
-		p.m = make(map[string]int32, 1024)
+	if p.n.Add(1) > maxCounted {
+		p.m.Clear()
+		p.n.Store(1)
 	}
-	p.m[strings.Clone(s)] = n
-	p.mu.Unlock()
+	p.m.Store(strings.Clone(s), n)
 }
 
 // countByPreToken is count, pre-token by pre-token (handTokenized text).

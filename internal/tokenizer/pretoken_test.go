@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -60,6 +61,25 @@ func TestPreTokensRandom(t *testing.T) {
 		if got, want := tok.countByPreToken(text), tok.count(text); got != want {
 			t.Fatalf("countByPreToken = %d, library %d for %q", got, want, text)
 		}
+	}
+}
+
+// TestPieceCountsBounded: the remembered counts stay at most maxCounted however many distinct
+// pre-tokens pass, and a count is right after the memory started afresh.
+func TestPieceCountsBounded(t *testing.T) {
+	tok := mustNew(t, "o200k_base")
+	var b strings.Builder
+	for i := range 3 * maxCounted {
+		fmt.Fprintf(&b, " w%x", i)
+	}
+	text := b.String()
+	if got, want := tok.countByPreToken(text), tok.count(text); got != want {
+		t.Errorf("countByPreToken = %d, library %d", got, want)
+	}
+	n := 0
+	tok.pieces.m.Range(func(any, any) bool { n++; return true })
+	if n > maxCounted {
+		t.Errorf("%d counts remembered, want at most %d", n, maxCounted)
 	}
 }
 
