@@ -85,14 +85,14 @@ func certName(c *x509.Certificate) string {
 
 // bearerKey reads "authorization: Bearer <key>" or "x-api-key: <key>".
 func bearerKey(ctx context.Context) (string, bool) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
+	// Only the two keys: FromIncomingContext copies the whole metadata, on every call.
+	for _, v := range metadata.ValueFromIncomingContext(ctx, "authorization") {
 		scheme, rest, ok := strings.Cut(strings.TrimSpace(v), " ")
 		if ok && strings.EqualFold(scheme, "bearer") {
 			return strings.TrimSpace(rest), true
 		}
 	}
-	if v := md.Get("x-api-key"); len(v) > 0 {
+	if v := metadata.ValueFromIncomingContext(ctx, "x-api-key"); len(v) > 0 {
 		return strings.TrimSpace(v[0]), true
 	}
 	return "", false

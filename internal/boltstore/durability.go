@@ -24,8 +24,8 @@ func DeferOutgoing(ctx context.Context) context.Context {
 
 // DeferRequested reports whether the incoming call asked for DeferHeader.
 func DeferRequested(ctx context.Context) bool {
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get(DeferHeader) {
+	// Only the one key: FromIncomingContext copies the whole metadata, on every write.
+	for _, v := range metadata.ValueFromIncomingContext(ctx, DeferHeader) {
 		if v == deferValue {
 			return true
 		}
@@ -35,11 +35,10 @@ func DeferRequested(ctx context.Context) bool {
 
 // DropDefer returns ctx without DeferHeader in its incoming metadata.
 func DropDefer(ctx context.Context) context.Context {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok || len(md.Get(DeferHeader)) == 0 {
+	if len(metadata.ValueFromIncomingContext(ctx, DeferHeader)) == 0 {
 		return ctx
 	}
-	md = md.Copy()
+	md, _ := metadata.FromIncomingContext(ctx) // a copy
 	md.Delete(DeferHeader)
 	return metadata.NewIncomingContext(ctx, md)
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"time"
 
@@ -21,68 +22,100 @@ type instruments struct {
 	tracer   trace.Tracer
 	tokens   metric.Int64Histogram
 	duration metric.Float64Histogram
+	// byModel holds the metric attributes of the client's default model, built once: building
+	// and hashing an attribute set for every record was a measurable part of a call's cost.
+	byModel modelAttrs
 }
 
-// newInstruments uses the global providers, which internal/telemetry installs; without them the OTel
-// API's no-op implementations make this free.
-func newInstruments() instruments {
-	meter := otel.Meter(instrumentation)
-	tokens, _ := meter.Int64Histogram("gen_ai.client.token.usage",
-		metric.WithUnit("{token}"), metric.WithDescription("Tokens used by model calls, by gen_ai.token.type (input, output)"))
-	duration, _ := meter.Float64Histogram("gen_ai.client.operation.duration",
-		metric.WithUnit("s"), metric.WithDescription("Duration of model calls"))
-	return instruments{tracer: otel.Tracer(instrumentation), tokens: tokens, duration: duration}
+// modelAttrs are one model's metric attributes: the call's, and the token counts'.
+type modelAttrs struct {
+	model               string
+	base                []attribute.KeyValue
+	call, input, output metric.MeasurementOption
 }
 
-// observe starts the span of one call; the returned function ends it with the outcome.
-func (c *Client) observe(ctx context.Context, req Request, streaming bool) (context.Context, func(*Response, error)) {
-	model := req.Model
-	if model == "" {
-		model = c.model
-	}
+func newModelAttrs(model string) modelAttrs {
 	base := []attribute.KeyValue{
 		attribute.String("gen_ai.operation.name", "chat"),
 		attribute.String("gen_ai.provider.name", "openai"),
 		attribute.String("gen_ai.request.model", model),
 	}
-	attrs := append(append([]attribute.KeyValue{}, base...),
-		attribute.String("server.address", c.base),
-		attribute.Bool("hermes.model.streaming", streaming),
-		attribute.Int("hermes.model.tools", len(req.Tools)),
-	)
-	if req.MaxTokens > 0 {
-		attrs = append(attrs, attribute.Int("gen_ai.request.max_tokens", req.MaxTokens))
+	with := func(extra ...attribute.KeyValue) metric.MeasurementOption {
+		return metric.WithAttributeSet(attribute.NewSet(append(slices.Clip(base), extra...)...))
 	}
-	ctx, span := c.inst.tracer.Start(ctx, "chat "+model, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	return modelAttrs{
+		model:  model,
+		base:   base,
+		call:   with(),
+		input:  with(attribute.String("gen_ai.token.type", "input")),
+		output: with(attribute.String("gen_ai.token.type", "output")),
+	}
+}
+
+// newInstruments uses the global providers, which internal/telemetry installs; without them the OTel
+// API's no-op implementations make this free.
+func newInstruments(model string) instruments {
+	meter := otel.Meter(instrumentation)
+	tokens, _ := meter.Int64Histogram("gen_ai.client.token.usage",
+		metric.WithUnit("{token}"), metric.WithDescription("Tokens used by model calls, by gen_ai.token.type (input, output)"))
+	duration, _ := meter.Float64Histogram("gen_ai.client.operation.duration",
+		metric.WithUnit("s"), metric.WithDescription("Duration of model calls"))
+	return instruments{tracer: otel.Tracer(instrumentation), tokens: tokens, duration: duration, byModel: newModelAttrs(model)}
+}
+
+// observe starts the span of one call; the returned function ends it with the outcome. The
+// span's attributes are built only when it records: without an exporter (or a sampled caller)
+// it records nothing, and the attributes were a dozen allocations a call for no one.
+func (c *Client) observe(ctx context.Context, req Request, streaming bool) (context.Context, func(*Response, error)) {
+	ma := &c.inst.byModel
+	if req.Model != "" && req.Model != ma.model {
+		m := newModelAttrs(req.Model)
+		ma = &m
+	}
+	ctx, span := c.inst.tracer.Start(ctx, "chat "+ma.model, trace.WithSpanKind(trace.SpanKindClient))
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(ma.base...)
+		span.SetAttributes(
+			attribute.String("server.address", c.base),
+			attribute.Bool("hermes.model.streaming", streaming),
+			attribute.Int("hermes.model.tools", len(req.Tools)),
+		)
+		if req.MaxTokens > 0 {
+			span.SetAttributes(attribute.Int("gen_ai.request.max_tokens", req.MaxTokens))
+		}
+	}
 	start := time.Now()
 	return ctx, func(out *Response, err error) {
 		defer span.End()
-		metricAttrs := base
+		callAttrs := ma.call
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
-			metricAttrs = append(append([]attribute.KeyValue{}, base...), attribute.String("error.type", errorType(err)))
+			callAttrs = metric.WithAttributes(append(slices.Clip(ma.base), attribute.String("error.type", errorType(err)))...)
 		}
-		c.inst.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(metricAttrs...))
+		c.inst.duration.Record(ctx, time.Since(start).Seconds(), callAttrs)
 		if out == nil {
 			return
 		}
-		span.SetAttributes(
-			attribute.String("gen_ai.response.model", out.Model),
-			attribute.String("gen_ai.response.id", out.ID),
-			attribute.StringSlice("gen_ai.response.finish_reasons", []string{out.FinishReason}),
-			attribute.Int("hermes.model.tool_calls", len(out.ToolCalls)),
-		)
-		if out.Usage.Reported {
+		if recording {
 			span.SetAttributes(
-				attribute.Int("gen_ai.usage.input_tokens", out.Usage.PromptTokens),
-				attribute.Int("gen_ai.usage.output_tokens", out.Usage.CompletionTokens),
-				attribute.Int("gen_ai.usage.cache_read.input_tokens", out.Usage.CachedTokens),
+				attribute.String("gen_ai.response.model", out.Model),
+				attribute.String("gen_ai.response.id", out.ID),
+				attribute.StringSlice("gen_ai.response.finish_reasons", []string{out.FinishReason}),
+				attribute.Int("hermes.model.tool_calls", len(out.ToolCalls)),
 			)
-			in := append(append([]attribute.KeyValue{}, base...), attribute.String("gen_ai.token.type", "input"))
-			outAttrs := append(append([]attribute.KeyValue{}, base...), attribute.String("gen_ai.token.type", "output"))
-			c.inst.tokens.Record(ctx, int64(out.Usage.PromptTokens), metric.WithAttributes(in...))
-			c.inst.tokens.Record(ctx, int64(out.Usage.CompletionTokens), metric.WithAttributes(outAttrs...))
+		}
+		if out.Usage.Reported {
+			if recording {
+				span.SetAttributes(
+					attribute.Int("gen_ai.usage.input_tokens", out.Usage.PromptTokens),
+					attribute.Int("gen_ai.usage.output_tokens", out.Usage.CompletionTokens),
+					attribute.Int("gen_ai.usage.cache_read.input_tokens", out.Usage.CachedTokens),
+				)
+			}
+			c.inst.tokens.Record(ctx, int64(out.Usage.PromptTokens), ma.input)
+			c.inst.tokens.Record(ctx, int64(out.Usage.CompletionTokens), ma.output)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -86,6 +87,57 @@ func TestConcurrentCallsReuseConnections(t *testing.T) {
 	// (net/http's default pool of 2 idle connections opened 58).
 	if got, most := srv.Connections(), n+rounds; got > most {
 		t.Errorf("%d rounds of %d concurrent calls opened %d connections, want at most %d", rounds, n, got, most)
+	}
+}
+
+// TestStreamKeepsConnectionAfterDone: a stream whose body ends a moment after [DONE] (the last
+// chunk in a packet of its own) leaves its connection in the pool. The client stopped reading at
+// [DONE] and closed the body before its end, which made net/http close the connection: every
+// such call dialled anew.
+func TestStreamKeepsConnectionAfterDone(t *testing.T) {
+	var conns sync.Map
+	var dials int
+	var mu sync.Mutex
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, `data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}`+"\n\n")
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+		w.(http.Flusher).Flush()
+		time.Sleep(5 * time.Millisecond) // the last chunk follows when the handler returns
+	}))
+	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			if _, seen := conns.LoadOrStore(c, true); !seen {
+				mu.Lock()
+				dials++
+				mu.Unlock()
+			}
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c, err := model.New(model.Config{BaseURL: srv.URL + "/v1", Model: "m", MaxRetries: -1,
+		HTTPClient: &http.Client{Transport: model.NewTransport(model.PoolOptions{})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const calls = 10
+	for i := range calls {
+		out, err := c.Stream(context.Background(), model.Request{Messages: []model.Message{{Role: model.RoleUser, Content: "hi"}}}, nil)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if out.Content != "hi" {
+			t.Fatalf("call %d: content %q, want %q", i, out.Content, "hi")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// One connection serves them all; a second is allowed for a call that found the first not
+	// yet back in the pool on a loaded machine (before: one per call).
+	if dials > 2 {
+		t.Errorf("%d sequential streams opened %d connections, want at most 2", calls, dials)
 	}
 }
 

@@ -28,6 +28,10 @@ var (
 type Tokenizer struct {
 	name string
 	enc  tiktoken.Codec
+	// byHand: the encoding's pre-tokens are found here (pretoken.go), their counts remembered
+	// in pieces.
+	byHand bool
+	pieces pieceCounts
 }
 
 // New returns the tokenizer for an encoding name such as "o200k_base". Loading an encoding takes
@@ -42,7 +46,7 @@ func New(encoding string) (*Tokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: encoding %q: %w (supported: %v)", encoding, err, encodings)
 	}
-	t := &Tokenizer{name: encoding, enc: enc}
+	t := &Tokenizer{name: encoding, enc: enc, byHand: encoding == "o200k_base"}
 	cache[encoding] = t
 	return t, nil
 }
@@ -64,7 +68,13 @@ const maxRun = 128
 // Count returns the number of tokens of text, with special tokens counted as text.
 func (t *Tokenizer) Count(text string) int {
 	n := 0
-	pieces(text, func(p string) { n += t.count(p) })
+	pieces(text, func(p string) {
+		if t.byHand && handTokenized(p) {
+			n += t.countByPreToken(p)
+			return
+		}
+		n += t.count(p)
+	})
 	return n
 }
 

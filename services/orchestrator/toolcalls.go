@@ -68,7 +68,7 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 		outs[i] = t.startCall(ctx, step, c)
 		outs[i].modelID = modelID
 	}
-	var wg sync.WaitGroup
+	var run []*outcome
 	for i, o := range outs {
 		if o.held != nil {
 			o.result = o.held
@@ -80,6 +80,17 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 				Message: fmt.Sprintf("not run: at most %d tool calls are allowed in one step; call this again in the next step", t.s.cfg.MaxCallsPerStep),
 			}}
 			continue
+		}
+		run = append(run, o)
+	}
+	// The calls run at once; the last on this goroutine, which would only wait: a step's one
+	// call (the common case) then starts no goroutine, whose stack grew by copying through the
+	// in-process call chain, and needs no hand-off back.
+	var wg sync.WaitGroup
+	for i, o := range run {
+		if i == len(run)-1 {
+			o.result = t.execute(ctx, o)
+			break
 		}
 		wg.Add(1)
 		go func() {

@@ -359,11 +359,16 @@ func indexPrefix(uid, term string) []byte {
 	return append(k, 0)
 }
 
+// indexKey is one allocation: a posting's key is built for every term of every message.
 func indexKey(uid, term, sid string, seq int64) []byte {
-	k := indexPrefix(uid, term)
+	k := make([]byte, 0, len(uid)+len(term)+len(sid)+3+8)
+	k = append(k, uid...)
+	k = append(k, 0)
+	k = append(k, term...)
+	k = append(k, 0)
 	k = append(k, sid...)
 	k = append(k, 0)
-	return append(k, seqKey(seq)...)
+	return binary.BigEndian.AppendUint64(k, uint64(seq))
 }
 
 func getSession(tx *bolt.Tx, id string) (*sessionv1.Session, error) {
@@ -531,8 +536,8 @@ func (b *BoltStore) appendLoad(ctx context.Context, userID, sessionID string, ba
 	var out *AppendResult
 	var d *ContextData
 	var entries []*pendingEntry
-	run := func(tx *bolt.Tx, batch []AppendItem) (*AppendResult, *ContextData, []*pendingEntry, error) {
-		out, entries, err := appendTx(tx, userID, sessionID, batch, expectedLastSeq)
+	run := func(tx *bolt.Tx, batch []AppendItem, raws [][]byte) (*AppendResult, *ContextData, []*pendingEntry, error) {
+		out, entries, err := appendTx(tx, userID, sessionID, batch, expectedLastSeq, raws)
 		if err != nil || w == nil {
 			return out, nil, entries, err
 		}
@@ -541,29 +546,37 @@ func (b *BoltStore) appendLoad(ctx context.Context, userID, sessionID string, ba
 	}
 	var err error
 	if boltstore.DeferRequested(ctx) {
-		// The write may be applied again after this returns (Group.Defer), from a copy of the
-		// batch: the caller owns its messages then.
-		saved := make([]AppendItem, len(batch))
-		for i, it := range batch {
-			saved[i] = AppendItem{Message: proto.CloneOf(it.Message), Terms: it.Terms}
-		}
+		// The write may be applied again after this returns (Group.Defer), rarely (another
+		// write failed in the same open transaction), when the caller owns the messages it got
+		// back: it is applied again from the encodings the first run stored (raws), decoded
+		// only then. A message the first run found already stored (its client id known) is not
+		// handed back, and is applied again as it is.
+		raws := make([][]byte, len(batch))
 		err = b.group.Defer(func(tx *bolt.Tx, again bool) error {
 			if again {
-				copied := make([]AppendItem, len(saved))
-				for i, it := range saved {
-					copied[i] = AppendItem{Message: proto.CloneOf(it.Message), Terms: it.Terms}
+				copied := make([]AppendItem, len(batch))
+				for i, it := range batch {
+					copied[i] = it
+					if raws[i] == nil {
+						continue
+					}
+					m := &sessionv1.Message{}
+					if err := proto.Unmarshal(raws[i], m); err != nil {
+						return fmt.Errorf("decode message: %w", err)
+					}
+					copied[i].Message = m
 				}
-				_, _, _, err := run(tx, copied)
+				_, _, _, err := run(tx, copied, nil)
 				return err
 			}
 			var err error
-			out, d, entries, err = run(tx, batch)
+			out, d, entries, err = run(tx, batch, raws)
 			return err
 		})
 	} else {
 		err = b.group.Update(func(tx *bolt.Tx) error {
 			var err error
-			out, entries, err = appendTx(tx, userID, sessionID, batch, expectedLastSeq)
+			out, entries, err = appendTx(tx, userID, sessionID, batch, expectedLastSeq, nil)
 			return err
 		})
 		if err == nil && w != nil {
@@ -582,8 +595,9 @@ func (b *BoltStore) appendLoad(ctx context.Context, userID, sessionID string, ba
 	return out, d, nil
 }
 
-// appendTx is Append's transaction.
-func appendTx(tx *bolt.Tx, userID, sessionID string, batch []AppendItem, expectedLastSeq *int64) (*AppendResult, []*pendingEntry, error) {
+// appendTx is Append's transaction. When raws is not nil (len(batch) long), raws[i] is set to
+// the stored encoding of each message it writes.
+func appendTx(tx *bolt.Tx, userID, sessionID string, batch []AppendItem, expectedLastSeq *int64, raws [][]byte) (*AppendResult, []*pendingEntry, error) {
 	out := &AppendResult{Messages: make([]*sessionv1.Message, len(batch))}
 	var entries []*pendingEntry
 	s, err := getSession(tx, sessionID)
@@ -608,9 +622,12 @@ func appendTx(tx *bolt.Tx, userID, sessionID string, batch []AppendItem, expecte
 		if out.Messages[i] != nil {
 			continue
 		}
-		e, err := ab.put(st, userID, sessionID, it)
+		e, raw, err := ab.put(st, userID, sessionID, it)
 		if err != nil {
 			return nil, nil, err
+		}
+		if raws != nil {
+			raws[i] = raw
 		}
 		if e != nil {
 			entries = append(entries, e)
@@ -675,49 +692,50 @@ func (ab appendBuckets) known(batch []AppendItem, out *AppendResult) (fresh int,
 
 // put gives it.Message the session's next seq and writes it with its client id, turn and
 // sticky marks, counting it in st; it returns the entry queued for the search index, or nil
-// when the item has no terms.
-func (ab appendBuckets) put(st *sessionv1.SessionState, userID, sessionID string, it AppendItem) (*pendingEntry, error) {
+// when the item has no terms, and the message's stored encoding (which bbolt holds until the
+// commit: it must not be changed).
+func (ab appendBuckets) put(st *sessionv1.SessionState, userID, sessionID string, it AppendItem) (*pendingEntry, []byte, error) {
 	m := it.Message
 	st.LastSeq++
 	m.Seq = st.GetLastSeq()
 	raw, err := proto.Marshal(m)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	k := seqKey(m.GetSeq())
 	if err := ab.msgs.Put(k, raw); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if cid := m.GetClientId(); cid != "" {
 		if err := ab.cids.Put([]byte(cid), k); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if m.GetRole() == sessionv1.Role_ROLE_USER {
 		st.TurnCount++
 		if err := ab.turns.Put(k, present); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if m.GetSticky() {
 		if err := ab.sticky.Put(k, present); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	var e *pendingEntry
 	if len(it.Terms) > 0 {
 		key, err := ab.unindexed.NextSequence()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		e = &pendingEntry{key: key, uid: userID, sid: sessionID, seq: m.GetSeq(), terms: slices.Clone(it.Terms)}
 		if err := ab.unindexed.Put(seqKey(int64(key)), encodePending(e)); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	st.MessageCount++
 	st.TokenCount += int64(m.GetTokenCount())
-	return e, nil
+	return e, raw, nil
 }
 
 // messageRange returns the messages with from <= seq <= to.

@@ -442,6 +442,11 @@ func TestBoltDeferredWrites(t *testing.T) {
 	if res, err = s.Append(dctx, "alice", sess.GetId(), step, nil); err != nil || res.Messages[1].GetSeq() != 3 {
 		t.Fatalf("deferred append: %v, %v", res, err)
 	}
+	// The caller owns the messages it got back: what it does with them does not reach the
+	// writes applied again after the conflict below rolls the open transaction back.
+	for _, m := range res.Messages {
+		m.Content, m.Seq = "changed by the caller", 99
+	}
 	if _, err := s.Append(dctx, "alice", sess.GetId(), []AppendItem{item(user("x"), "x1")}, ptr(int64(0))); !errors.Is(err, ErrConflict) {
 		t.Errorf("deferred append with a stale expected seq: %v, want ErrConflict", err)
 	}
@@ -455,8 +460,13 @@ func TestBoltDeferredWrites(t *testing.T) {
 	if err := s.group.Update(func(tx *bolt.Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if got := allMessages(t, s, sess.GetId()); len(got) != 3 || got[2].GetContent() != "the answer is 4" {
-		t.Errorf("after the commit: %v", got)
+	got := allMessages(t, s, sess.GetId())
+	var contents []string
+	for _, m := range got {
+		contents = append(contents, fmt.Sprintf("%d %s", m.GetSeq(), m.GetContent()))
+	}
+	if diff := cmp.Diff([]string{"1 天气 weather", "2 calling 计算器", "3 the answer is 4"}, contents); diff != "" {
+		t.Errorf("after the commit (-want +got):\n%s", diff)
 	}
 	if _, err := s.Append(dctx, "alice", sess.GetId(), []AppendItem{item(assistant("最后 last"), "a3")}, nil); err != nil {
 		t.Fatal(err)
