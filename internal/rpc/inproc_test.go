@@ -3,6 +3,8 @@ package rpc
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,4 +113,63 @@ func TestInProcessUnaryMatchesGrpchan(t *testing.T) {
 			t.Error("empty response")
 		}
 	})
+}
+
+// derivingService's handler derives contexts from its own, as handlers do for their timeouts,
+// and reports how many goroutines that started; with ResponseSize 2 it then waits until a
+// derived context ends.
+type derivingService struct {
+	testpb.UnimplementedTestServiceServer
+	derived chan struct{} // closed once the contexts of a waiting call are derived
+}
+
+func (s *derivingService) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+	const n = 200
+	before := runtime.NumGoroutine()
+	cancels := make([]context.CancelFunc, n)
+	var last context.Context
+	for i := range cancels {
+		last, cancels[i] = context.WithTimeout(ctx, time.Hour)
+	}
+	started := runtime.NumGoroutine() - before
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	if req.GetResponseSize() == 2 {
+		close(s.derived)
+		<-last.Done()
+		return nil, status.FromContextError(last.Err()).Err()
+	}
+	return &testpb.SimpleResponse{Username: fmt.Sprint(started)}, nil
+}
+
+// TestInProcessDerivedContexts: contexts a handler of an in-process call derives from its
+// context start no goroutine each (they register with the caller's context), and still end
+// when the caller gives up.
+func TestInProcessDerivedContexts(t *testing.T) {
+	srv := NewServer(ServerOptions{Logger: quiet})
+	svc := &derivingService{derived: make(chan struct{})}
+	srv.Register(&testpb.TestService_ServiceDesc, svc)
+	client := testpb.NewTestServiceClient(srv.InProcess())
+
+	resp, err := client.UnaryCall(context.Background(), &testpb.SimpleRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 200 derived contexts started 200 goroutines before; a few may start elsewhere meanwhile.
+	if started, _ := strconv.Atoi(resp.GetUsername()); started >= 50 {
+		t.Errorf("deriving 200 contexts in the handler started %d goroutines, want none", started)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-svc.derived
+		cancel()
+	}()
+	_, err = client.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: 2})
+	if got := status.Code(err); got != codes.Canceled {
+		t.Errorf("a call whose caller gave up ended with %v (%v), want Canceled", got, err)
+	}
 }
