@@ -120,7 +120,7 @@ func TestInProcessUnaryMatchesGrpchan(t *testing.T) {
 // derived context ends.
 type derivingService struct {
 	testpb.UnimplementedTestServiceServer
-	derived chan struct{} // closed once the contexts of a waiting call are derived
+	derived chan struct{} // gets a value when the contexts of a waiting call are derived
 }
 
 func (s *derivingService) UnaryCall(ctx context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
@@ -138,7 +138,10 @@ func (s *derivingService) UnaryCall(ctx context.Context, req *testpb.SimpleReque
 		}
 	}()
 	if req.GetResponseSize() == 2 {
-		close(s.derived)
+		select {
+		case s.derived <- struct{}{}:
+		default:
+		}
 		<-last.Done()
 		return nil, status.FromContextError(last.Err()).Err()
 	}
@@ -147,10 +150,10 @@ func (s *derivingService) UnaryCall(ctx context.Context, req *testpb.SimpleReque
 
 // TestInProcessDerivedContexts: contexts a handler of an in-process call derives from its
 // context start no goroutine each (they register with the caller's context), and still end
-// when the caller gives up.
+// when the caller gives up or its deadline passes, with the caller's reason.
 func TestInProcessDerivedContexts(t *testing.T) {
 	srv := NewServer(ServerOptions{Logger: quiet})
-	svc := &derivingService{derived: make(chan struct{})}
+	svc := &derivingService{derived: make(chan struct{}, 1)}
 	srv.Register(&testpb.TestService_ServiceDesc, svc)
 	client := testpb.NewTestServiceClient(srv.InProcess())
 
@@ -171,5 +174,12 @@ func TestInProcessDerivedContexts(t *testing.T) {
 	_, err = client.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: 2})
 	if got := status.Code(err); got != codes.Canceled {
 		t.Errorf("a call whose caller gave up ended with %v (%v), want Canceled", got, err)
+	}
+
+	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err = client.UnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: 2})
+	if got := status.Code(err); got != codes.DeadlineExceeded {
+		t.Errorf("a call past its caller's deadline ended with %v (%v), want DeadlineExceeded", got, err)
 	}
 }
