@@ -90,6 +90,9 @@ func (e *Endpoint) PostJSON(ctx context.Context, path string, body []byte, dst a
 	if err := json.NewDecoder(res.Body).Decode(dst); err != nil {
 		return attempts, fmt.Errorf("decoding the answer: %w", err)
 	}
+	// The decoder stops at the value's end; a chunked body's last chunk may still be on its way,
+	// and closing the body before it closes the connection (every such call dialled anew).
+	drain(res.Body)
 	return attempts, nil
 }
 
