@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hermes-agent/hermes/internal/backoff"
 )
@@ -89,6 +90,9 @@ func (e *Endpoint) PostJSON(ctx context.Context, path string, body []byte, dst a
 	if err := json.NewDecoder(res.Body).Decode(dst); err != nil {
 		return attempts, fmt.Errorf("decoding the answer: %w", err)
 	}
+	// The decoder stops at the value's end; a chunked body's last chunk may still be on its way,
+	// and closing the body before it closes the connection (every such call dialled anew).
+	drain(res.Body)
 	return attempts, nil
 }
 
@@ -197,12 +201,13 @@ func retryDelay(res *http.Response, attempt int) (time.Duration, bool) {
 }
 
 // discard reads a little of a response that is not used, so its connection can be reused, and
-// closes it.
+// closes it. The read is bounded in time as well as size (drain): a body that stalls (a proxy's
+// 503 that never ends) would otherwise hold the retry until the caller's context ended.
 func discard(res *http.Response) {
 	if res == nil || res.Body == nil {
 		return
 	}
-	_, _ = io.CopyN(io.Discard, res.Body, 64<<10)
+	drain(res.Body)
 	_ = res.Body.Close()
 }
 
@@ -225,14 +230,20 @@ func errorMessage(body []byte) string {
 		if json.Unmarshal(env.Error, &obj) == nil && obj.Message != "" {
 			return obj.Message
 		}
-		return errorText(env.Error)
+		return strings.ToValidUTF8(errorText(env.Error), "\uFFFD")
 	}
+	// The message ends up in proto strings (a turn's TurnFailed), which must be valid UTF-8: the
+	// body may not be (a Latin-1 page), and the cut is made on a character boundary.
 	const most = 512
 	msg := strings.TrimSpace(string(body))
 	if len(msg) > most {
-		msg = msg[:most] + "…"
+		cut := most
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + "…"
 	}
-	return msg
+	return strings.ToValidUTF8(msg, "\uFFFD")
 }
 
 // cancelOnClose releases an attempt's timeout when its answer's body is closed.

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -194,5 +195,58 @@ func TestConnectionsReused(t *testing.T) {
 	}
 	if n := conns.Load(); n != 1 {
 		t.Errorf("20 calls one after another opened %d connections, want 1", n)
+	}
+}
+
+// TestErrorMessageIsValidUTF8: an error answer's message goes into proto strings (TurnFailed),
+// whose encoding fails on invalid UTF-8, so neither the cut of a long body nor a body that is
+// not UTF-8 may leave any.
+func TestErrorMessageIsValidUTF8(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+	}{
+		{"cut inside a character", strings.Repeat("a", 511) + strings.Repeat("é", 100)},
+		{"cut inside an emoji", strings.Repeat("a", 510) + strings.Repeat("😀", 100)},
+		{"a Latin-1 page", "<h1>Zugriff verweigert f\xfcr Benutzer</h1>"},
+		{"an error object with a bad string", `{"error":{"code":"caf\xe9"}}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if msg := errorMessage([]byte(tc.body)); !utf8.ValidString(msg) || msg == "" {
+				t.Errorf("errorMessage = %q, want a non-empty valid UTF-8 text", msg)
+			}
+		})
+	}
+}
+
+// TestEndpointRetriesPastAStalledErrorBody: an answer to be retried whose body stalls (a proxy's
+// 503 that never ends) does not hold up the retry: without a per-attempt timeout, reading it
+// for the connection's sake waited as long as the caller's context.
+func TestEndpointRetriesPastAStalledErrorBody(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if calls.Add(1) == 1 {
+			w.Header().Set("Retry-After-Ms", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"error":`)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		_, _ = io.WriteString(w, `{"v":1}`)
+	}))
+	t.Cleanup(srv.Close)
+	e := NewEndpoint(Config{BaseURL: srv.URL})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got struct{ V int }
+	if _, err := e.PostJSON(ctx, "x", []byte(`{}`), &got); err != nil || got.V != 1 {
+		t.Fatalf("PostJSON = %v, %+v; want the retry's success", err, got)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("%d requests, want 2", n)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,6 +139,43 @@ func TestStreamKeepsConnectionAfterDone(t *testing.T) {
 	// yet back in the pool on a loaded machine (before: one per call).
 	if dials > 2 {
 		t.Errorf("%d sequential streams opened %d connections, want at most 2", calls, dials)
+	}
+}
+
+// TestCompleteKeepsConnectionAfterAChunkedAnswer: a whole answer sent chunked, its last chunk in
+// a packet of its own, leaves its connection in the pool. The client stopped reading at the JSON
+// value's end and closed the body before the last chunk: every call dialled anew (10 of 10).
+func TestCompleteKeepsConnectionAfterAChunkedAnswer(t *testing.T) {
+	var dials atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"c","model":"m","choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"stop"}]}`)
+		w.(http.Flusher).Flush()
+		time.Sleep(5 * time.Millisecond) // the last chunk follows when the handler returns
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dials.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c, err := model.New(model.Config{BaseURL: srv.URL + "/v1", Model: "m", MaxRetries: -1,
+		HTTPClient: &http.Client{Transport: model.NewTransport(model.PoolOptions{})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const calls = 10
+	for i := range calls {
+		out, err := c.Complete(context.Background(), model.Request{Messages: []model.Message{{Role: model.RoleUser, Content: "hi"}}})
+		if err != nil || out.Content != "hi" {
+			t.Fatalf("call %d: %+v, %v", i, out, err)
+		}
+	}
+	// As TestStreamKeepsConnectionAfterDone: a second connection is allowed on a loaded machine.
+	if n := dials.Load(); n > 2 {
+		t.Errorf("%d sequential calls opened %d connections, want at most 2", calls, n)
 	}
 }
 

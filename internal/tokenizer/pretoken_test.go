@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // preTokenCases take each alternative of the expression and its backtracking: contractions
@@ -29,6 +30,17 @@ var preTokenCases = []string{
 	"no\u00a0break\u2003em\u3000ideographic\u0085nel\u2028line",
 	"\x00\x01\x1c\x1d\x1e\x1fA\x0bc\x0cd",
 	"😀 emoji 👍🏽 ok",
+	// Adversarial: multi-byte runes in every position (prefixes, marks alone or after digits and
+	// spaces, 4-byte letters and digits), format characters, emoji sequences, lone \r and space
+	// runs at the ends.
+	"€abc —Word «ÉCOLE» ¿Qué? ‘quoted’ “A”",
+	"\u0301\u0301\u0301 1\u0301 \u0301x x\u0301'S a\u0301\u0302\u0303'LL",
+	"𝐀𝐁𝐂𝐚𝐛𝐜 𝟎𝟏𝟐𝟑𝟒 １２３４５ ⅫⅫⅫⅫ ٠١٢٣",
+	"❤️ 👨‍👩‍👧‍👦 🇩🇪🇫🇷 🏳️‍🌈 \U000e0067\U000e0062 a\u200db \ufeffBOM soft\u00adhyphen",
+	"한국어 텍스트 हिन्दी क्षत्रिय ภาษาไทย العَرَبِيَّة עִבְרִית",
+	"\r \r\r\n \n  \v\f \u2029\u2028 x   ",
+	" ", "'", "'S", "'ll", "x'LL x'Ll x'lL x'\u017f x'", "a'", "\t\t", "\n", "1", "\u0301",
+	"ʰʰʰ ˆˆ ǅǅǅ ǄǅǆABCdef ABC'S abcDEF",
 }
 
 // TestPreTokenCounts: counting by pre-token gives the library's counts.
@@ -51,13 +63,37 @@ func TestPreTokenCounts(t *testing.T) {
 func TestPreTokensRandom(t *testing.T) {
 	tok := mustNew(t, "o200k_base")
 	rng := rand.New(rand.NewPCG(5, 6))
-	alphabet := []rune("aAbZsStTlLdDrReEvVmM09 '\"\n\r\t\v/.-,!?{}()~\x00ſǅʰ\u0301\u20dd我。，１²Ⅳ\u00a0\u3000\u0085😀ÄäßΣ")
+	alphabet := []rune("aAbZsStTlLdDrReEvVmM09 '\"\n\r\t\v/.-,!?{}()~\x00ſǅʰ\u0301\u20dd我。，１²Ⅳ\u00a0\u3000\u0085😀ÄäßΣ𝐀𝐚𝟎€\u200d\ufe0f\u2028\u0e31\u093e")
 	for range 5000 {
 		var b strings.Builder
 		for range rng.IntN(40) {
 			b.WriteRune(alphabet[rng.IntN(len(alphabet))])
 		}
 		text := b.String()
+		if got, want := tok.countByPreToken(text), tok.count(text); got != want {
+			t.Fatalf("countByPreToken = %d, library %d for %q", got, want, text)
+		}
+	}
+}
+
+// TestPreTokensAnyRune: random texts of any valid runes, weighted to ASCII, the first planes
+// and then the whole range (so every category, plane and encoded length turns up next to every
+// other), count as the library counts them.
+func TestPreTokensAnyRune(t *testing.T) {
+	tok := mustNew(t, "o200k_base")
+	rng := rand.New(rand.NewPCG(7, 8))
+	limits := []int{0x80, 0x3000, 0x10000, utf8.MaxRune + 1}
+	for range 5000 {
+		var b strings.Builder
+		for range rng.IntN(24) {
+			if r := rune(rng.IntN(limits[rng.IntN(len(limits))])); utf8.ValidRune(r) {
+				b.WriteRune(r)
+			}
+		}
+		text := b.String()
+		if !handTokenized(text) {
+			continue
+		}
 		if got, want := tok.countByPreToken(text), tok.count(text); got != want {
 			t.Fatalf("countByPreToken = %d, library %d for %q", got, want, text)
 		}
