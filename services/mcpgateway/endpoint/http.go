@@ -38,17 +38,14 @@ func (s *Server) HTTPHandler() http.Handler {
 		rw := &retryWriter{ResponseWriter: w, retry: retry}
 		if c, ok := r.Context().Value(callerKey{}).(Caller); ok && c.Principal != "" && c.Principal != "anonymous" &&
 			r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
-			key := c.sessionKey()
-			if n := s.owners.count(key, s.server); n >= s.cfg.MaxSessionsPerCaller {
+			release, ok := s.owners.reserve(c.sessionKey(), s.server, s.cfg.MaxSessionsPerCaller)
+			if !ok {
 				w.Header().Set("Retry-After", "10")
 				http.Error(w, fmt.Sprintf("this API key has its maximum of %d MCP sessions; close one (DELETE) or try again later", s.cfg.MaxSessionsPerCaller), http.StatusTooManyRequests)
 				return
 			}
-			rw.started = func(h http.Header) {
-				if id := h.Get("Mcp-Session-Id"); id != "" {
-					s.owners.add(id, key)
-				}
-			}
+			// The new session's id is in the response's header once the SDK has answered.
+			defer func() { release(rw.Header().Get("Mcp-Session-Id")) }()
 		}
 		bound.ServeHTTP(rw, r)
 	}))
@@ -86,25 +83,9 @@ type retryWriter struct {
 	http.ResponseWriter
 	retry   []byte
 	written bool
-	// started, when set, sees the response's header once, before it is sent (the new session's
-	// id, for the per-caller count).
-	started func(http.Header)
-}
-
-func (w *retryWriter) WriteHeader(code int) {
-	w.start()
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *retryWriter) start() {
-	if w.started != nil {
-		w.started(w.Header())
-		w.started = nil
-	}
 }
 
 func (w *retryWriter) Write(b []byte) (int, error) {
-	w.start()
 	if !w.written {
 		w.written = true
 		if strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
