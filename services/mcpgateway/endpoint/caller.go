@@ -190,10 +190,21 @@ type elicitations struct {
 	pending []pendingElicitation // guarded by mu; oldest first
 }
 
+// add remembers p in place of the session's earlier elicitation for the same user and server
+// (the gateway's newer link replaced that one's), so one session calling again and again holds
+// one entry and cannot push the other users' out.
 func (e *elicitations) add(p pendingElicitation) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.dropExpired(time.Now())
+	kept := e.pending[:0]
+	for _, q := range e.pending {
+		if q.sessionID != p.sessionID || q.user != p.user || q.server != p.server {
+			kept = append(kept, q)
+		}
+	}
+	clear(e.pending[len(kept):])
+	e.pending = kept
 	if len(e.pending) >= maxPendingElicitations {
 		e.pending = e.pending[1:]
 	}

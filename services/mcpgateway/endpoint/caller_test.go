@@ -2,6 +2,7 @@ package endpoint
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -103,5 +104,32 @@ func (w *statusWatch) WriteHeader(code int) {
 func (w *statusWatch) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
+	}
+}
+
+// TestElicitationsPerSession: a session that is sent a URL elicitation again and again for one
+// user and server holds one entry, its latest, so it cannot push the other users' pending
+// elicitations out of the bounded list (they would never be told of their completion).
+func TestElicitationsPerSession(t *testing.T) {
+	var e elicitations
+	exp := time.Now().Add(time.Hour)
+	e.add(pendingElicitation{user: "bob", server: "docs", sessionID: "s-bob", id: "bob-1", expires: exp})
+	for i := range maxPendingElicitations + 5 {
+		e.add(pendingElicitation{user: "alice", server: "docs", sessionID: "s-alice", id: fmt.Sprint("alice-", i), expires: exp})
+	}
+	e.add(pendingElicitation{user: "alice", server: "docs", sessionID: "s-alice-2", id: "alice-other-session", expires: exp})
+	ids := func(ps []pendingElicitation) []string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.id)
+		}
+		return out
+	}
+	if d := cmp.Diff([]string{"bob-1"}, ids(e.take("bob", "docs"))); d != "" {
+		t.Errorf("bob's elicitations (-want +got):\n%s", d)
+	}
+	want := []string{fmt.Sprint("alice-", maxPendingElicitations+4), "alice-other-session"}
+	if d := cmp.Diff(want, ids(e.take("alice", "docs"))); d != "" {
+		t.Errorf("alice's elicitations (-want +got):\n%s", d)
 	}
 }
