@@ -44,8 +44,12 @@ func (s *Server) HTTPHandler() http.Handler {
 				http.Error(w, fmt.Sprintf("this API key has its maximum of %d MCP sessions; close one (DELETE) or try again later", s.cfg.MaxSessionsPerCaller), http.StatusTooManyRequests)
 				return
 			}
-			// The new session's id is in the response's header once the SDK has answered.
-			defer func() { release(rw.Header().Get("Mcp-Session-Id")) }()
+			// The place is held until the response's header is written, which carries the new
+			// session's id (none: no session was made), and is then the session's; at the
+			// latest when the request ends. Not only at its end: the client's next request may
+			// come as soon as it has the answer.
+			rw.started = func(h http.Header) { release(h.Get("Mcp-Session-Id")) }
+			defer rw.start()
 		}
 		bound.ServeHTTP(rw, r)
 	}))
@@ -83,9 +87,26 @@ type retryWriter struct {
 	http.ResponseWriter
 	retry   []byte
 	written bool
+	// started, when set, sees the response's header once, as it is sent or when the handler
+	// returns without sending one (the new session's id, for the per-caller count).
+	started func(http.Header)
+}
+
+func (w *retryWriter) start() {
+	if w.started != nil {
+		f := w.started
+		w.started = nil
+		f(w.Header())
+	}
+}
+
+func (w *retryWriter) WriteHeader(code int) {
+	w.start()
+	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *retryWriter) Write(b []byte) (int, error) {
+	w.start()
 	if !w.written {
 		w.written = true
 		if strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
@@ -99,6 +120,7 @@ func (w *retryWriter) Write(b []byte) (int, error) {
 
 // Flush passes flushes on: every SSE event is flushed as it is written.
 func (w *retryWriter) Flush() {
+	w.start()
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
