@@ -65,39 +65,57 @@ func (c Caller) sessionKey() string {
 }
 
 // sessionOwners remembers which caller started each session, to cap the sessions per caller.
+// A place is reserved (reserve) before the session is created and kept until the request that
+// creates it ends, so concurrent initialize requests of one caller cannot all pass the count
+// before any of their sessions is recorded.
 type sessionOwners struct {
-	mu sync.Mutex
-	m  map[string]string // guarded by mu: session id → Caller.sessionKey
+	mu       sync.Mutex
+	m        map[string]string // guarded by mu: session id → Caller.sessionKey
+	starting map[string]int    // guarded by mu: Caller.sessionKey → requests creating a session
 }
 
-func (o *sessionOwners) add(id, key string) {
+// reserve holds a place for one more session of key unless key has max sessions, live or
+// being created; ok false when it has. release, called once when the request ends, frees the
+// place and records the session it created (id; "" for none).
+//
+// The live sessions are read under mu: read before it, a session recorded meanwhile by another
+// request would look ended and be forgotten, and never counted again.
+func (o *sessionOwners) reserve(key string, srv *mcp.Server, max int) (release func(id string), ok bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.m == nil {
-		o.m = map[string]string{}
-	}
-	o.m[id] = key
-}
-
-// count returns the live sessions of key, forgetting the sessions that have ended (the SDK
-// closes idle ones and those a client deletes).
-func (o *sessionOwners) count(key string, srv *mcp.Server) int {
 	live := map[string]bool{}
 	for ss := range srv.Sessions() {
 		live[ss.ID()] = true
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	n := 0
+	n := o.starting[key]
 	for id, k := range o.m {
 		switch {
 		case !live[id]:
-			delete(o.m, id)
+			delete(o.m, id) // ended: the SDK closes idle sessions and those a client deletes
 		case k == key:
 			n++
 		}
 	}
-	return n
+	if n >= max {
+		return nil, false
+	}
+	if o.starting == nil {
+		o.starting = map[string]int{}
+	}
+	o.starting[key]++
+	return func(id string) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if o.starting[key]--; o.starting[key] <= 0 {
+			delete(o.starting, key)
+		}
+		if id != "" {
+			if o.m == nil {
+				o.m = map[string]string{}
+			}
+			o.m[id] = key
+		}
+	}, true
 }
 
 // callerExtraKey is where the caller's user travels in the SDK's TokenInfo.Extra.
@@ -172,10 +190,21 @@ type elicitations struct {
 	pending []pendingElicitation // guarded by mu; oldest first
 }
 
+// add remembers p in place of the session's earlier elicitation for the same user and server
+// (the gateway's newer link replaced that one's), so one session calling again and again holds
+// one entry and cannot push the other users' out.
 func (e *elicitations) add(p pendingElicitation) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.dropExpired(time.Now())
+	kept := e.pending[:0]
+	for _, q := range e.pending {
+		if q.sessionID != p.sessionID || q.user != p.user || q.server != p.server {
+			kept = append(kept, q)
+		}
+	}
+	clear(e.pending[len(kept):])
+	e.pending = kept
 	if len(e.pending) >= maxPendingElicitations {
 		e.pending = e.pending[1:]
 	}

@@ -38,17 +38,18 @@ func (s *Server) HTTPHandler() http.Handler {
 		rw := &retryWriter{ResponseWriter: w, retry: retry}
 		if c, ok := r.Context().Value(callerKey{}).(Caller); ok && c.Principal != "" && c.Principal != "anonymous" &&
 			r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
-			key := c.sessionKey()
-			if n := s.owners.count(key, s.server); n >= s.cfg.MaxSessionsPerCaller {
+			release, ok := s.owners.reserve(c.sessionKey(), s.server, s.cfg.MaxSessionsPerCaller)
+			if !ok {
 				w.Header().Set("Retry-After", "10")
 				http.Error(w, fmt.Sprintf("this API key has its maximum of %d MCP sessions; close one (DELETE) or try again later", s.cfg.MaxSessionsPerCaller), http.StatusTooManyRequests)
 				return
 			}
-			rw.started = func(h http.Header) {
-				if id := h.Get("Mcp-Session-Id"); id != "" {
-					s.owners.add(id, key)
-				}
-			}
+			// The place is held until the response's header is written, which carries the new
+			// session's id (none: no session was made), and is then the session's; at the
+			// latest when the request ends. Not only at its end: the client's next request may
+			// come as soon as it has the answer.
+			rw.started = func(h http.Header) { release(h.Get("Mcp-Session-Id")) }
+			defer rw.start()
 		}
 		bound.ServeHTTP(rw, r)
 	}))
@@ -86,21 +87,22 @@ type retryWriter struct {
 	http.ResponseWriter
 	retry   []byte
 	written bool
-	// started, when set, sees the response's header once, before it is sent (the new session's
-	// id, for the per-caller count).
+	// started, when set, sees the response's header once, as it is sent or when the handler
+	// returns without sending one (the new session's id, for the per-caller count).
 	started func(http.Header)
+}
+
+func (w *retryWriter) start() {
+	if w.started != nil {
+		f := w.started
+		w.started = nil
+		f(w.Header())
+	}
 }
 
 func (w *retryWriter) WriteHeader(code int) {
 	w.start()
 	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *retryWriter) start() {
-	if w.started != nil {
-		w.started(w.Header())
-		w.started = nil
-	}
 }
 
 func (w *retryWriter) Write(b []byte) (int, error) {
@@ -118,6 +120,7 @@ func (w *retryWriter) Write(b []byte) (int, error) {
 
 // Flush passes flushes on: every SSE event is flushed as it is written.
 func (w *retryWriter) Flush() {
+	w.start()
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
