@@ -276,7 +276,7 @@ func (s *Service) executeAt(ctx context.Context, req *toolsv1.ExecuteToolRequest
 	// A pure builtin's repeated call gives the same result: it is run again, not recorded.
 	if spec.GetIdempotent() && req.GetIdempotencyKey() != "" && !s.builtins.pure(spec) {
 		c.idempotencyKey = req.GetIdempotencyKey()
-		key = idempotencyRecordKey(spec.GetName(), req.GetIdempotencyKey())
+		key = idempotencyRecordKey(spec.GetName(), req.GetUserId(), req.GetIdempotencyKey())
 		wctx, cancel := context.WithDeadline(ctx, b.deadline)
 		var claim *Claim
 		hash := argsHash(args)
@@ -454,9 +454,16 @@ func argsHash(args []byte) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// idempotencyRecordKey scopes a key to its tool and bounds its length.
-func idempotencyRecordKey(tool, key string) string {
-	sum := sha256.Sum256([]byte(tool + "\x00" + key))
+// idempotencyRecordKey scopes a key to its tool and the user the call runs for, and bounds its
+// length: one user's recorded result (perhaps from that user's own account of a per-user OAuth
+// server) is never replayed to another who happens to use the same key. A call for no user
+// keeps the key it always had.
+func idempotencyRecordKey(tool, user, key string) string {
+	scoped := tool + "\x00" + key
+	if user != "" {
+		scoped += "\x00" + user
+	}
+	sum := sha256.Sum256([]byte(scoped))
 	return tool + ":" + hex.EncodeToString(sum[:])
 }
 

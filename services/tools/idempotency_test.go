@@ -144,6 +144,15 @@ func TestIdempotencyRules(t *testing.T) {
 	if runs.Load() != 6 {
 		t.Errorf("runs %d, want 6", runs.Load())
 	}
+
+	// A key is the user's: another user's call with the same key and arguments runs the tool
+	// (it is not handed the first user's result), and each user's repeat is replayed.
+	for _, user := range []string{"alice", "bob", "alice", "bob"} {
+		execute(t, c, &toolsv1.ExecuteToolRequest{Name: "pay", Arguments: `{"amount":10}`, IdempotencyKey: "shared", UserId: user})
+	}
+	if runs.Load() != 8 {
+		t.Errorf("runs %d after two users' calls with one key, want 8 (one per user)", runs.Load())
+	}
 	if n := svc.idem.pending(); n != 0 {
 		t.Errorf("%d wake-up entries left behind", n)
 	}
