@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -40,28 +41,43 @@ type hermes struct {
 }
 
 // startHermes starts Hermes on dataDir with the gateway's test timings and `hermes serve` flags
-// extra.
+// extra. The MCP endpoint's port is picked free and then listened on, so another package's
+// test may take it in between: a start that finds it taken tries another port.
 func startHermes(t testing.TB, dataDir string, extra ...string) *hermes {
 	t.Helper()
-	port := mcpgatewaytest.FreePort(t)
-	args := append([]string{
-		"--target=all",
-		"--nats-namespace=mcpgw" + fmt.Sprint(time.Now().UnixNano()%1e6),
-		fmt.Sprintf("--mcp-listen=127.0.0.1:%d", port),
-		"--mcpgateway.reconnect-min=100ms",
-		"--mcpgateway.reconnect-max=1s",
-		"--mcpgateway.stop-grace=500ms",
-		"--mcpgateway.tools-refresh=200ms",
-		// The test's webhooks and HTTP MCP servers listen on loopback; the operator allows it.
-		hermestest.AllowLoopback,
-		"--mcpgateway.stdio-allow=" + strings.Join(mcpgatewaytest.StdioAllow(), ","),
-	}, extra...)
 	log := slog.New(slog.DiscardHandler)
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	s := hermestest.Start(t, hermestest.Options{DataDir: dataDir, Args: args, NoModel: true, Log: log})
-	return &hermes{Stack: s, app: s.App, gw: s.Gateway, tools: s.Tools, mcpURL: fmt.Sprintf("http://127.0.0.1:%d/mcp", port)}
+	for attempt := 1; ; attempt++ {
+		port := mcpgatewaytest.FreePort(t)
+		args := append([]string{
+			"--target=all",
+			"--nats-namespace=mcpgw" + fmt.Sprint(time.Now().UnixNano()%1e6),
+			fmt.Sprintf("--mcp-listen=127.0.0.1:%d", port),
+			"--mcpgateway.reconnect-min=100ms",
+			"--mcpgateway.reconnect-max=1s",
+			"--mcpgateway.stop-grace=500ms",
+			"--mcpgateway.tools-refresh=200ms",
+			// The test's webhooks and HTTP MCP servers listen on loopback; the operator allows it.
+			hermestest.AllowLoopback,
+			"--mcpgateway.stdio-allow=" + strings.Join(mcpgatewaytest.StdioAllow(), ","),
+		}, extra...)
+		s, err := hermestest.New(context.Background(), hermestest.Options{DataDir: dataDir, Args: args, NoModel: true, Log: log})
+		if err != nil {
+			if attempt < 3 && errors.Is(err, syscall.EADDRINUSE) {
+				t.Logf("port %d was taken before Hermes listened on it (%v); trying another", port, err)
+				continue
+			}
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := s.Close(); err != nil {
+				t.Errorf("stopping Hermes: %v", err)
+			}
+		})
+		return &hermes{Stack: s, app: s.App, gw: s.Gateway, tools: s.Tools, mcpURL: fmt.Sprintf("http://127.0.0.1:%d/mcp", port)}
+	}
 }
 
 // stop stops Hermes before the test ends (to start it again on its data).

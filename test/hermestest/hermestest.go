@@ -146,17 +146,20 @@ func Start(t testing.TB, o Options) *Stack {
 
 // New starts the stack o describes; Close stops it. It is Start for code without a testing.TB
 // (examples).
-func New(ctx context.Context, o Options) (s *Stack, err error) {
-	s = &Stack{Names: events.DefaultNames()}
-	defer func() {
-		if err != nil {
-			_ = s.Close()
-			s = nil
-		}
-	}()
+func New(ctx context.Context, o Options) (*Stack, error) {
+	s := &Stack{Names: events.DefaultNames()}
+	if err := s.start(ctx, o); err != nil {
+		_ = s.Close() // what was started before the failure
+		return nil, err
+	}
+	return s, nil
+}
+
+// start starts the stack o describes; on failure, Close stops what it started.
+func (s *Stack) start(ctx context.Context, o Options) (err error) {
 	if o.DataDir == "" {
 		if o.DataDir, err = s.tempDir("hermestest-"); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if o.Log == nil {
@@ -170,13 +173,13 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 		h = NoMemories(h)
 	}
 	if s.Model, err = scripted.New(h); err != nil {
-		return nil, err
+		return err
 	}
 	s.closers = append(s.closers, func() error { s.Model.Close(); return nil })
 
 	base, err := loadConfig(o.DataDir, o.Args)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if !o.NoModel {
 		base.ModelBaseURL = s.Model.URL()
@@ -188,7 +191,7 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 			o.Configure(&base)
 		}
 		if s.App, err = s.startApp(ctx, base, o.Log); err != nil {
-			return nil, err
+			return err
 		}
 		s.MemoryApp = s.App
 		for _, t := range app.Targets() {
@@ -202,7 +205,7 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 		err = fmt.Errorf("unknown layout %d", o.Layout)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	conns := map[*app.App]*grpc.ClientConn{}
 	conn := func(target string) (*grpc.ClientConn, error) {
@@ -215,15 +218,15 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 		return c, err
 	}
 	if s.Conn, err = conn(app.TargetOrchestrator); err != nil {
-		return nil, err
+		return err
 	}
 	if s.MemoryConn, err = conn(app.TargetMemory); err != nil {
-		return nil, err
+		return err
 	}
 	clients := map[string]*grpc.ClientConn{}
 	for _, t := range []string{app.TargetSession, app.TargetTools, app.TargetMCPGateway} {
 		if clients[t], err = conn(t); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	s.Sessions = sessionv1.NewSessionServiceClient(clients[app.TargetSession])
@@ -231,7 +234,7 @@ func New(ctx context.Context, o Options) (s *Stack, err error) {
 	s.Gateway = mcpgatewayv1.NewMCPGatewayServiceClient(clients[app.TargetMCPGateway])
 	s.Orchestrator = orchestratorv1.NewOrchestratorServiceClient(s.Conn)
 	s.Memory = memoryv1.NewMemoryServiceClient(s.MemoryConn)
-	return s, nil
+	return nil
 }
 
 // startPerTarget starts the targets in dependency order, so each knows the addresses it calls

@@ -2,6 +2,9 @@ package hermestest
 
 import (
 	"context"
+	"errors"
+	"net"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -46,5 +49,20 @@ func TestRestartOnData(t *testing.T) {
 	s2 := Start(t, Options{DataDir: dir})
 	if _, err := s2.Sessions.GetSession(context.Background(), &sessionv1.GetSessionRequest{SessionId: cs.GetSession().GetId(), UserId: "u"}); err != nil {
 		t.Errorf("session after restart: %v", err)
+	}
+}
+
+// TestNewPortTaken: a start whose listener's port is taken fails with an error that says so
+// (errors.Is EADDRINUSE, which callers that pick ports retry on) and closes what it started,
+// not a panic (New's cleanup once ran on the nil it was about to return).
+func TestNewPortTaken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s, err := New(context.Background(), Options{DataDir: t.TempDir(), Args: []string{"--mcp-listen=" + l.Addr().String()}})
+	if s != nil || !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("New with a taken port: %v, %v; want no stack and EADDRINUSE", s, err)
 	}
 }
