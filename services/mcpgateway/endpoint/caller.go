@@ -74,30 +74,51 @@ type sessionOwners struct {
 	starting map[string]int    // guarded by mu: Caller.sessionKey → requests creating a session
 }
 
-// reserve holds a place for one more session of key unless key has max sessions, live or
-// being created; ok false when it has. release, called once when the request ends, frees the
-// place and records the session it created (id; "" for none).
+// refusal says why reserve refused a place.
+type refusal int
+
+const (
+	placeFree      refusal = iota
+	callerIsFull           // the caller has its maximum of sessions
+	endpointIsFull         // the endpoint has its maximum of sessions
+)
+
+// reserve holds a place for one more session of key unless key has maxPerCaller sessions (0:
+// no cap), or the endpoint maxAll, live or being created. release, called once when the
+// request ends, frees the place and records the session it created (id; "" for none).
 //
 // The live sessions are read under mu: read before it, a session recorded meanwhile by another
-// request would look ended and be forgotten, and never counted again.
-func (o *sessionOwners) reserve(key string, srv *mcp.Server, max int) (release func(id string), ok bool) {
+// request would look ended and be forgotten, and never counted again. Counting the sessions
+// being created too keeps simultaneous initialize requests from all passing either count.
+func (o *sessionOwners) reserve(key string, srv *mcp.Server, maxPerCaller, maxAll int) (release func(id string), why refusal) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	live := map[string]bool{}
 	for ss := range srv.Sessions() {
 		live[ss.ID()] = true
 	}
-	n := o.starting[key]
+	// Every session is made by a request that reserved a place: it is counted in starting
+	// until that request records it in m (a live session already made but not yet recorded is
+	// counted once, as starting).
+	n, all := o.starting[key], 0
+	for _, c := range o.starting {
+		all += c
+	}
 	for id, k := range o.m {
-		switch {
-		case !live[id]:
+		if !live[id] {
 			delete(o.m, id) // ended: the SDK closes idle sessions and those a client deletes
-		case k == key:
+			continue
+		}
+		all++
+		if k == key {
 			n++
 		}
 	}
-	if n >= max {
-		return nil, false
+	switch {
+	case all >= maxAll:
+		return nil, endpointIsFull
+	case maxPerCaller > 0 && n >= maxPerCaller:
+		return nil, callerIsFull
 	}
 	if o.starting == nil {
 		o.starting = map[string]int{}
@@ -115,7 +136,7 @@ func (o *sessionOwners) reserve(key string, srv *mcp.Server, max int) (release f
 			}
 			o.m[id] = key
 		}
-	}, true
+	}, placeFree
 }
 
 // callerExtraKey is where the caller's user travels in the SDK's TokenInfo.Extra.

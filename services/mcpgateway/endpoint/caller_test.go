@@ -17,63 +17,82 @@ import (
 	"github.com/hermes-agent/hermes/internal/testenv"
 )
 
-// TestSessionsPerCallerConcurrent: initialize requests of one caller sent at once cannot each
-// pass the per-caller count before any of their sessions is recorded. Each request's body is held
-// until every request has either had its session created (the SDK creates it before it reads the
-// body) or been refused, so without a place reserved before the session is created all of them
-// would pass.
+// TestSessionsPerCallerConcurrent: initialize requests sent at once cannot each pass the
+// per-caller count, or the endpoint's, before any of their sessions is recorded. Each request's
+// body is held until every request has either had its session created (the SDK creates it
+// before it reads the body) or been refused, so without a place reserved before the session is
+// created all of them would pass.
 func TestSessionsPerCallerConcurrent(t *testing.T) {
 	const max, tries = 2, 6
-	s, err := New(Options{
-		Tools:  func() (ToolClient, error) { return nil, errors.New("no tool service in this test") },
-		Logger: testenv.Logger(t),
-		Config: Config{MaxSessionsPerCaller: max},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	alice := Caller{Principal: "user:alice", User: "alice"}
-	var refused atomic.Int64
-	h := s.HTTPHandler()
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(&statusWatch{ResponseWriter: w, refused: &refused}, r.WithContext(WithCaller(r.Context(), alice)))
-	}))
-	defer ts.Close()
-	release := make(chan struct{})
-	var once sync.Once
-	open := func() { once.Do(func() { close(release) }) }
-	defer open()
-
-	var mu sync.Mutex
-	got := map[int]int{} // HTTP status → requests
-	var wg sync.WaitGroup
-	for range tries {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"probe","version":"1"}}}`
-			req, _ := http.NewRequest(http.MethodPost, ts.URL, &heldReader{r: strings.NewReader(body), release: release})
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Accept", "application/json, text/event-stream")
-			resp, err := http.DefaultClient.Do(req)
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		caller  func(i int) *Caller // nil: a request without a caller (keys off)
+		refusal int
+	}{
+		{"one caller over its cap", Config{MaxSessionsPerCaller: max}, func(int) *Caller {
+			return &Caller{Principal: "user:alice", User: "alice"}
+		}, http.StatusTooManyRequests},
+		{"callers over the endpoint's cap", Config{MaxSessions: max}, func(i int) *Caller {
+			return &Caller{Principal: "operator:ops", User: fmt.Sprintf("user-%d", i)}
+		}, http.StatusServiceUnavailable},
+		{"callers without keys over the endpoint's cap", Config{MaxSessions: max}, func(int) *Caller { return nil }, http.StatusServiceUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(Options{
+				Tools:  func() (ToolClient, error) { return nil, errors.New("no tool service in this test") },
+				Logger: testenv.Logger(t),
+				Config: tc.cfg,
+			})
 			if err != nil {
-				t.Error(err)
-				return
+				t.Fatal(err)
 			}
-			_ = resp.Body.Close()
-			mu.Lock()
-			got[resp.StatusCode]++
-			mu.Unlock()
-		}()
-	}
-	testenv.WaitFor(t, 30*time.Second, "every initialize with a session or refused", func() bool {
-		return int64(s.sessionCount())+refused.Load() == tries
-	})
-	open()
-	wg.Wait()
-	want := map[int]int{http.StatusOK: max, http.StatusTooManyRequests: tries - max}
-	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("HTTP status → requests (-want +got):\n%s", d)
+			var refused, n atomic.Int64
+			h := s.HTTPHandler()
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if c := tc.caller(int(n.Add(1))); c != nil {
+					r = r.WithContext(WithCaller(r.Context(), *c))
+				}
+				h.ServeHTTP(&statusWatch{ResponseWriter: w, refused: &refused}, r)
+			}))
+			defer ts.Close()
+			release := make(chan struct{})
+			var once sync.Once
+			open := func() { once.Do(func() { close(release) }) }
+			defer open()
+
+			var mu sync.Mutex
+			got := map[int]int{} // HTTP status → requests
+			var wg sync.WaitGroup
+			for range tries {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"probe","version":"1"}}}`
+					req, _ := http.NewRequest(http.MethodPost, ts.URL, &heldReader{r: strings.NewReader(body), release: release})
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("Accept", "application/json, text/event-stream")
+					resp, err := http.DefaultClient.Do(req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					_ = resp.Body.Close()
+					mu.Lock()
+					got[resp.StatusCode]++
+					mu.Unlock()
+				}()
+			}
+			testenv.WaitFor(t, 30*time.Second, "every initialize with a session or refused", func() bool {
+				return int64(s.sessionCount())+refused.Load() == tries
+			})
+			open()
+			wg.Wait()
+			want := map[int]int{http.StatusOK: max, tc.refusal: tries - max}
+			if d := cmp.Diff(want, got); d != "" {
+				t.Errorf("HTTP status → requests (-want +got):\n%s", d)
+			}
+		})
 	}
 }
 
@@ -88,14 +107,14 @@ func (h *heldReader) Read(p []byte) (int, error) {
 	return h.r.Read(p)
 }
 
-// statusWatch counts the 429 answers.
+// statusWatch counts the 429 and 503 answers.
 type statusWatch struct {
 	http.ResponseWriter
 	refused *atomic.Int64
 }
 
 func (w *statusWatch) WriteHeader(code int) {
-	if code == http.StatusTooManyRequests {
+	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
 		w.refused.Add(1)
 	}
 	w.ResponseWriter.WriteHeader(code)

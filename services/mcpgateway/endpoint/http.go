@@ -30,16 +30,20 @@ func (s *Server) HTTPHandler() http.Handler {
 	bound := bindCaller(sdk)
 	retry := []byte("retry: " + strconv.FormatInt(s.cfg.SSERetry.Milliseconds(), 10) + "\n")
 	return s.guard.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && s.sessionCount() >= s.cfg.MaxSessions {
-			w.Header().Set("Retry-After", "10")
-			http.Error(w, fmt.Sprintf("this MCP endpoint has its maximum of %d sessions; try again later", s.cfg.MaxSessions), http.StatusServiceUnavailable)
-			return
-		}
 		rw := &retryWriter{ResponseWriter: w, retry: retry}
-		if c, ok := r.Context().Value(callerKey{}).(Caller); ok && c.Principal != "" && c.Principal != "anonymous" &&
-			r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
-			release, ok := s.owners.reserve(c.sessionKey(), s.server, s.cfg.MaxSessionsPerCaller)
-			if !ok {
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			// Callers without keys (authentication off) share the endpoint's cap only.
+			key, perCaller := "anonymous", 0
+			if c, ok := r.Context().Value(callerKey{}).(Caller); ok && c.Principal != "" && c.Principal != "anonymous" {
+				key, perCaller = c.sessionKey(), s.cfg.MaxSessionsPerCaller
+			}
+			release, why := s.owners.reserve(key, s.server, perCaller, s.cfg.MaxSessions)
+			switch why {
+			case endpointIsFull:
+				w.Header().Set("Retry-After", "10")
+				http.Error(w, fmt.Sprintf("this MCP endpoint has its maximum of %d sessions; try again later", s.cfg.MaxSessions), http.StatusServiceUnavailable)
+				return
+			case callerIsFull:
 				w.Header().Set("Retry-After", "10")
 				http.Error(w, fmt.Sprintf("this API key has its maximum of %d MCP sessions; close one (DELETE) or try again later", s.cfg.MaxSessionsPerCaller), http.StatusTooManyRequests)
 				return
