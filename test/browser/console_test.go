@@ -230,7 +230,11 @@ func TestHostileContent(t *testing.T) {
 	b.nav("memories")
 	b.submit("#remember-content", "Alice said "+payload, "#remember-form button[type=submit]")
 	b.waitText("#memories-list", `<a href="javascript:`)
-	b.submit("#recall-query", "Alice said", "#recall-form button[type=submit]")
+	// The recall's own rows, not the list still shown until its answer comes. The query is a
+	// word the memory has five times: one word of a long memory ("Alice") scores under the
+	// lexical floor, as BM25 means it to.
+	b.submit("#recall-query", "pwned", "#recall-form button[type=submit]")
+	b.waitText("#memories-meta", "1 recalled for the query")
 	b.waitText("#memories-list", `<a href="javascript:`)
 	b.checkClean("memories")
 
