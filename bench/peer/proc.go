@@ -5,11 +5,12 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/hermes-agent/hermes/test/multiprocess/cluster"
 )
 
 // Every process is measured the same way, from /proc: CPU as utime+stime of
@@ -24,34 +25,6 @@ type proc struct {
 	// shared marks a process that other work on the machine uses too (the running Redis and
 	// NATS servers): its CPU figures include that work.
 	shared bool
-}
-
-// clockTick is USER_HZ, the unit of /proc/<pid>/stat's times; 100 on every Linux port Go
-// supports.
-const clockTick = 100
-
-// procCPU returns the process's user+system CPU time.
-func procCPU(pid int) (time.Duration, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) is in parentheses and may hold spaces: count from after it.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	f := strings.Fields(string(data[i+1:]))
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
-	}
-	return time.Duration(ut+st) * time.Second / clockTick, nil
 }
 
 // memStat is a process's resident memory, in bytes.
@@ -129,33 +102,11 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// findServer returns the pid of a running process named comm whose command line mentions
-// port, or 0: the Redis and NATS servers a microservices run uses, when they run on this
-// machine.
-func findServer(comm, port string) int {
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range dirs {
-		c, err := os.ReadFile(d + "/comm")
-		if err != nil || strings.TrimSpace(string(c)) != comm {
-			continue
-		}
-		cmdline, _ := os.ReadFile(d + "/cmdline")
-		if port != "" && !bytes.Contains(cmdline, []byte(port)) {
-			continue
-		}
-		pid, err := strconv.Atoi(filepath.Base(d))
-		if err == nil {
-			return pid
-		}
-	}
-	return 0
-}
-
 // cpuSnapshot reads the CPU of every process; a process it cannot read is left out.
 func cpuSnapshot(ps []proc) map[string]time.Duration {
 	out := map[string]time.Duration{}
 	for _, p := range ps {
-		if d, err := procCPU(p.pid); err == nil {
+		if d, err := cluster.ProcCPU(p.pid); err == nil {
 			out[p.name] = d
 		}
 	}

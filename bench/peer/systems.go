@@ -180,10 +180,10 @@ func startHermesMicro(ctx context.Context, e env) (system, error) {
 	for _, p := range cl.Procs {
 		h.ps = append(h.ps, proc{name: p.Name, pid: p.Pid()})
 	}
-	if pid := findServer("redis-server", urlPort(e.redisURL, "6379")); pid != 0 {
+	if pid := cluster.FindServer("redis-server", urlPort(e.redisURL, "6379")); pid != 0 {
 		h.ps = append(h.ps, proc{name: "redis-server", pid: pid, shared: true})
 	}
-	if pid := findServer("nats-server", urlPort(e.natsURL, "4222")); pid != 0 {
+	if pid := cluster.FindServer("nats-server", urlPort(e.natsURL, "4222")); pid != 0 {
 		h.ps = append(h.ps, proc{name: "nats-server", pid: pid, shared: true})
 	}
 	return h, nil
