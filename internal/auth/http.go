@@ -33,6 +33,10 @@ func ForHTTP(err error) error {
 // user of a request to Hermes' MCP endpoint; Hermes' HTTP tools receive the same header.
 const UserHeader = "X-Hermes-User-Id"
 
+// maxUserHeaderBytes bounds the user an HTTP request names: the services take user ids of at
+// most 128 to 256 bytes, and the MCP endpoint keys each session's caller by it.
+const maxUserHeaderBytes = 256
+
 // AuthenticateHTTP returns the caller of an HTTP request, from its "Authorization: Bearer" or
 // "X-Api-Key" header, as Authenticate does for gRPC metadata.
 func (a *Authenticator) AuthenticateHTTP(r *http.Request) (Principal, error) {
@@ -56,22 +60,29 @@ func (a *Authenticator) AuthorizeHTTPUser(r *http.Request, method string) (Princ
 	if err != nil {
 		return Principal{}, "", ForHTTP(err)
 	}
+	named := r.Header.Get(UserHeader)
+	if len(named) > maxUserHeaderBytes {
+		return Principal{}, "", status.Errorf(codes.InvalidArgument, "the %s header is over %d bytes", UserHeader, maxUserHeaderBytes)
+	}
 	// The request that carries the named user through the policy's user scope.
-	req := &toolsv1.ExecuteToolRequest{UserId: r.Header.Get(UserHeader)}
+	req := &toolsv1.ExecuteToolRequest{UserId: named}
 	if err := a.Authorize(p, method, req); err != nil {
 		return Principal{}, "", err
 	}
 	return p, req.GetUserId(), nil
 }
 
-// WriteHTTPError answers an HTTP request refused by authentication (401, with a challenge) or
-// authorization (403).
+// WriteHTTPError answers an HTTP request refused by authentication (401, with a challenge),
+// authorization (403) or for a malformed credential header (400).
 func WriteHTTPError(w http.ResponseWriter, err error) {
 	err = ForHTTP(err)
 	code := http.StatusForbidden
-	if status.Code(err) == codes.Unauthenticated {
+	switch status.Code(err) {
+	case codes.Unauthenticated:
 		code = http.StatusUnauthorized
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hermes"`)
+	case codes.InvalidArgument:
+		code = http.StatusBadRequest
 	}
 	http.Error(w, status.Convert(err).Message(), code)
 }

@@ -430,6 +430,8 @@ func TestMCPEndpointActsForTheKeysUser(t *testing.T) {
 			{aliceKey, "alice", http.StatusForbidden},
 			{opsKey, "", http.StatusOK},
 			{opsKey, "bob", http.StatusOK},
+			// A user name longer than any service takes is refused before it keys a session.
+			{opsKey, strings.Repeat("b", 300), http.StatusBadRequest},
 		}},
 		{"user keys", true, []call{
 			{"", "", http.StatusUnauthorized},
