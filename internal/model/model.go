@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -308,23 +307,6 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 
 // chatPath is Chat Completions, relative to the base URL.
 const chatPath = "chat/completions"
-
-// A stream's body is read to its end after [DONE] (the chunked encoding's last chunk, which a
-// server sends right after), at most drainLimit bytes and drainWait long: net/http closes a
-// connection whose response body is closed before its end, and the next call dialled a new one
-// (13 of 200 calls on loopback, when the last chunk arrived after [DONE] in its own packet).
-const (
-	drainLimit = 4 << 10
-	drainWait  = 100 * time.Millisecond
-)
-
-// drain reads body to its end, within drainLimit and drainWait; a body that goes on or stalls is
-// closed (its connection then is too).
-func drain(body io.ReadCloser) {
-	stop := time.AfterFunc(drainWait, func() { _ = body.Close() })
-	_, _ = io.CopyN(io.Discard, body, drainLimit)
-	stop.Stop()
-}
 
 // lenient drops a field-type mismatch: encoding/json then decodes everything else and leaves
 // the field zero. openai-go's decoder, used before, also went past such fields (though it read a
