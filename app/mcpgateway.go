@@ -53,7 +53,7 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	// Answers to servers' requests for user input may reach another replica than the one
 	// holding the request: the cluster's NATS carries them there. Without one (a single
 	// process), the replica that gets an answer holds the request.
-	var relay mcpgateway.ElicitRelay
+	var relay *mcpgateway.NATSElicitRelay
 	if a.cfg.NATSURL != "" {
 		// The gateway's tools work without NATS: only answers that reach another replica are lost.
 		if nc, _, err := a.NATS(ctx); err != nil {
@@ -62,6 +62,11 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 			relay = mcpgateway.NewNATSElicitRelay(nc, a.EventNames().ElicitationPrefix)
 		}
 	}
+	var elicitRelay mcpgateway.ElicitRelay
+	if relay != nil {
+		elicitRelay = relay
+	}
+	connectedSubject := a.EventNames().AccountConnected
 	oauthKey, err := mcpOAuthKey(cfg)
 	if err != nil {
 		return err
@@ -70,6 +75,15 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	var connected atomic.Pointer[endpoint.Server]
 	gw := mcpgateway.New(cfg, mcpgateway.Options{
 		OnUserConnected: func(ctx context.Context, server, user string) {
+			// The session that was sent the link may be held by another replica's endpoint: with
+			// NATS every replica hears of the connection (this one through its own subscription).
+			if relay != nil {
+				err := relay.AnnounceConnected(connectedSubject, server, user)
+				if err == nil {
+					return
+				}
+				a.log.Warn("the MCP endpoints of other replicas do not hear of a connected account", "server", server, "error", err)
+			}
 			if ep := connected.Load(); ep != nil {
 				// The callback's answer to the browser does not wait for the notifications.
 				go ep.UserConnected(context.WithoutCancel(ctx), user, server)
@@ -86,7 +100,7 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 		HTTPClient:  &http.Client{Transport: a.sec.egress.Transport()},
 		Sampler:     sampler,
 		Secrets:     a.sec.secrets,
-		ElicitRelay: relay,
+		ElicitRelay: elicitRelay,
 	})
 	if err := gw.Start(); err != nil {
 		gw.Close()
@@ -102,6 +116,15 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 		return err
 	}
 	connected.Store(ep)
+	if relay != nil {
+		stop, err := relay.ListenConnected(connectedSubject, func(server, user string) {
+			go ep.UserConnected(context.WithoutCancel(ctx), user, server)
+		})
+		if err != nil {
+			return fmt.Errorf("listening for connected MCP accounts: %w", err)
+		}
+		a.onClose(stop)
+	}
 	return nil
 }
 

@@ -44,6 +44,10 @@ type Names struct {
 	// MCP server's request for user input goes to <prefix>.<id>, where the replica holding the
 	// request listens.
 	ElicitationPrefix string
+	// AccountConnected is "hermes.mcp.account_connected" (core NATS): a gateway replica that
+	// stored a user's connection to an MCP server says so here, and every replica's MCP endpoint
+	// tells the sessions it sent that user's link (notifications/elicitation/complete).
+	AccountConnected string
 }
 
 // DefaultNames returns the design's names.
@@ -54,6 +58,7 @@ func DefaultNames() Names {
 		DeadLetterPrefix:   "hermes.dlq.",
 		ExtractorConsumer:  "memory-extractor",
 		ElicitationPrefix:  "hermes.mcp.elicitation",
+		AccountConnected:   "hermes.mcp.account_connected",
 	}
 }
 
@@ -70,6 +75,7 @@ func NamespacedNames(namespace string) Names {
 	n.TurnFinishedPrefix = tok + "." + n.TurnFinishedPrefix
 	n.DeadLetterPrefix = tok + "." + n.DeadLetterPrefix
 	n.ElicitationPrefix = tok + "." + n.ElicitationPrefix
+	n.AccountConnected = tok + "." + n.AccountConnected
 	return n
 }
 

@@ -246,3 +246,46 @@ func (r *NATSElicitRelay) Forward(ctx context.Context, id, action, content strin
 	}
 	return nil
 }
+
+// accountConnected is the announcement on Names.AccountConnected.
+type accountConnected struct {
+	Server string `json:"server"`
+	User   string `json:"user"`
+}
+
+// maxAnnouncedName bounds the server and user names an announcement may carry (a user id is at
+// most 256 bytes wherever Hermes takes one; server names are shorter).
+const maxAnnouncedName = 256
+
+// AnnounceConnected tells every replica listening on subject (ListenConnected, this one's too)
+// that user has connected their account on server. Core NATS: a replica not connected at that
+// moment misses it, and its clients call again when the user tells them to.
+func (r *NATSElicitRelay) AnnounceConnected(subject, server, user string) error {
+	data, err := json.Marshal(accountConnected{Server: server, User: user})
+	if err != nil {
+		return err
+	}
+	return r.nc.Publish(subject, data)
+}
+
+// ListenConnected calls fn, on NATS's delivery goroutine, for each announcement on subject that
+// names a server and a user of sane size; it returns the function that stops listening.
+func (r *NATSElicitRelay) ListenConnected(subject string, fn func(server, user string)) (func(), error) {
+	sub, err := r.nc.Subscribe(subject, func(m *nats.Msg) {
+		var a accountConnected
+		if json.Unmarshal(m.Data, &a) != nil || a.Server == "" || a.User == "" || len(a.Server) > maxAnnouncedName || len(a.User) > maxAnnouncedName {
+			return
+		}
+		fn(a.Server, a.User)
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The server has the subscription once it answered a ping: announcements after this
+	// returns are heard.
+	if err := r.nc.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
+}

@@ -2,6 +2,7 @@ package mcpgateway
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 
 	"github.com/hermes-agent/hermes/internal/auth"
 	"github.com/hermes-agent/hermes/internal/egress"
@@ -51,7 +53,20 @@ type oauthStack struct {
 
 func startOAuthStack(t *testing.T, epCfg endpoint.Config) *oauthStack {
 	t.Helper()
+	return startOAuthStackRelay(t, epCfg, false)
+}
+
+// startOAuthStackRelay is startOAuthStack; with viaNATS the gateway and the endpoint are as on
+// two replicas: the gateway announces a connected account over NATS (as app does) on its own
+// connection, and the endpoint hears it on another, never directly.
+func startOAuthStackRelay(t *testing.T, epCfg endpoint.Config, viaNATS bool) *oauthStack {
+	t.Helper()
 	s := &oauthStack{as: newFakeAS(t)}
+	subject := "test.account_connected." + rand.Text()
+	var gwRelay, epRelay *NATSElicitRelay
+	if viaNATS {
+		gwRelay, epRelay = NewNATSElicitRelay(testNATS(t), "test.elicitation"), NewNATSElicitRelay(testNATS(t), "test.elicitation")
+	}
 	protected := protectedMCP(t, s.as)
 
 	// The tool service, whose MCP tools go to the gateway; the gateway registers its tools there.
@@ -90,6 +105,12 @@ func startOAuthStack(t *testing.T, epCfg endpoint.Config) *oauthStack {
 		Registry: NewToolServiceRegistry(func() (toolsv1.ToolServiceClient, error) { return s.tools, nil }),
 		OnUserConnected: func(ctx context.Context, server, user string) {
 			s.connect.Add(1)
+			if gwRelay != nil {
+				if err := gwRelay.AnnounceConnected(subject, server, user); err != nil {
+					t.Errorf("announcing: %v", err)
+				}
+				return
+			}
 			if e := ep.Load(); e != nil {
 				e.UserConnected(ctx, user, server)
 			}
@@ -107,6 +128,13 @@ func startOAuthStack(t *testing.T, epCfg endpoint.Config) *oauthStack {
 		t.Fatal(err)
 	}
 	ep.Store(s.ep)
+	if epRelay != nil {
+		stop, err := epRelay.ListenConnected(subject, func(server, user string) { s.ep.UserConnected(context.Background(), user, server) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+	}
 	keysFile := filepath.Join(t.TempDir(), "keys.yaml")
 	if err := os.WriteFile(keysFile, []byte(epAliceKey+": alice\n"+epBobKey+": bob\n"+epCarolKey+": carol\n"+epOpsKey+": {role: operator, name: ops}\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -223,7 +251,18 @@ func urlElicitations(t *testing.T, err error) []*mcp.ElicitParams {
 // again runs with that user's token. Other users' calls never use it, never get the link or the
 // completion, and a user key cannot act as another user.
 func TestEndpointUserOAuthURLElicitation(t *testing.T) {
-	s := startOAuthStack(t, endpoint.Config{})
+	for _, viaNATS := range []bool{false, true} {
+		name := "one replica"
+		if viaNATS {
+			// The callback lands on another replica than the one holding the session.
+			name = "callback on another replica"
+		}
+		t.Run(name, func(t *testing.T) { testEndpointUserOAuthURLElicitation(t, viaNATS) })
+	}
+}
+
+func testEndpointUserOAuthURLElicitation(t *testing.T, viaNATS bool) {
+	s := startOAuthStackRelay(t, endpoint.Config{}, viaNATS)
 	// Bob connects first (the server lists its tools once a user has connected).
 	s.connectDirect(t, "bob", "bob-account")
 	testenv.WaitFor(t, 30*time.Second, "docs_whoami in the tool service", func() bool {
@@ -365,4 +404,46 @@ func TestEndpointSessionsPerCaller(t *testing.T) {
 		_, err := s.client(t, map[string]string{"Authorization": "Bearer " + epAliceKey}, false)
 		return err == nil
 	})
+}
+
+// testNATS connects to the test NATS server, closed when the test ends.
+func testNATS(t *testing.T) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect("nats://127.0.0.1:4222")
+	if err != nil {
+		t.Fatalf("NATS at 127.0.0.1:4222 is required: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// TestAccountConnectedAnnouncements: an announcement reaches every listener, another
+// connection's included; malformed ones (not JSON, a name missing or over 256 bytes), which
+// anyone on the bus could send, are dropped before the endpoint sees them.
+func TestAccountConnectedAnnouncements(t *testing.T) {
+	subject := "test.account_connected." + rand.Text()
+	pub := testNATS(t)
+	got := make(chan [2]string, 8)
+	stop, err := NewNATSElicitRelay(testNATS(t), "x").ListenConnected(subject, func(server, user string) { got <- [2]string{server, user} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for _, junk := range []string{"not json", `{"server":"docs"}`, `{"user":"alice"}`, `{"server":"docs","user":"` + strings.Repeat("a", 257) + `"}`} {
+		if err := pub.Publish(subject, []byte(junk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := NewNATSElicitRelay(pub, "x").AnnounceConnected(subject, "docs", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	// One publisher's messages arrive in order: the first one delivered must be the valid one.
+	select {
+	case g := <-got:
+		if diff := cmp.Diff([2]string{"docs", "alice"}, g); diff != "" {
+			t.Errorf("announcement (-want +got):\n%s", diff)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no announcement heard")
+	}
 }

@@ -294,8 +294,8 @@ func (s *Server) authorizationRequired(req *mcp.CallToolRequest, user, server, l
 
 // UserConnected tells the sessions that were sent a URL elicitation for user's account on
 // server that the user has connected it (notifications/elicitation/complete), so their clients
-// can call again. The gateway calls it when its OAuth callback stores a connection; one in
-// another process is not seen here, and those clients call again when the user tells them to.
+// can call again. The gateway calls it when its OAuth callback stores a connection; with NATS,
+// a callback on another replica reaches it too (app wires Names.AccountConnected).
 func (s *Server) UserConnected(ctx context.Context, user, server string) {
 	done := s.pending.take(user, server)
 	if len(done) == 0 {
