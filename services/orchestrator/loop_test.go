@@ -350,6 +350,41 @@ func TestLoopRepeatedFailures(t *testing.T) {
 	})
 }
 
+// TestLoopAuthorizationURL: a tool that fails because the user has not connected their account
+// on a per-user OAuth MCP server gives the turn's ToolCallFinished the link as its own field, so
+// a client can show it as a button; other failures carry none.
+func TestLoopAuthorizationURL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		calls := 0
+		l := newLoop(t, Config{}, func(_ context.Context, req model.Request) (*model.Response, error) {
+			calls++
+			if calls > 2 {
+				return &model.Response{Content: "please connect your account"}, nil
+			}
+			return &model.Response{ToolCalls: []model.ToolCall{{ID: fmt.Sprint("c", calls), Name: "calc", Arguments: `{}`}}}, nil
+		})
+		const link = "https://as.example/authorize?state=s"
+		n := 0
+		l.tools.exec = func(context.Context, *toolsv1.ExecuteToolRequest) (*toolsv1.ToolResult, error) {
+			n++
+			if n == 1 {
+				return &toolsv1.ToolResult{Error: &toolsv1.ToolError{Code: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, Message: "connect your account: " + link, AuthorizationUrl: link}}, nil
+			}
+			return &toolsv1.ToolResult{Error: &toolsv1.ToolError{Code: toolsv1.ErrorCode_ERROR_CODE_EXECUTION, Message: "boom"}}, nil
+		}
+		st := l.run(t, "s1", "compute", nil)
+		var got []string
+		for _, e := range st.events {
+			if r := e.GetToolResult(); r != nil {
+				got = append(got, r.GetAuthorizationUrl())
+			}
+		}
+		if diff := cmp.Diff([]string{link, ""}, got); diff != "" {
+			t.Errorf("authorization_url of the tool results (-want +got):\n%s", diff)
+		}
+	})
+}
+
 // TestLoopSummaryBackoff: after SummaryFailures failed summary calls the summarizer stops asking
 // the model (extractive fallback) until the back-off has passed on the clock.
 func TestLoopSummaryBackoff(t *testing.T) {

@@ -243,7 +243,7 @@ func (t *turn) finishCall(o *outcome) {
 		Duration: r.GetDuration(), Attempts: r.GetAttempts(), Replayed: r.GetReplayed(),
 	}
 	if !r.GetSuccess() {
-		fin.ErrorCode, fin.Error = code, r.GetError().GetMessage()
+		fin.ErrorCode, fin.Error, fin.AuthorizationUrl = code, r.GetError().GetMessage(), r.GetError().GetAuthorizationUrl()
 	}
 	o.finished = fin
 	label := o.call.Name

@@ -569,6 +569,11 @@
           li.dataset.call = r.call_id;
           if (validation) li.append(el('div', { cls: 'meta', text: 'validation feedback, sent back to the model:' }));
           if (r.error) li.append(el('pre', { cls: 'error', text: r.error }));
+          if (r.authorization_url) {
+            // As with a URL elicitation: shown to copy, never opened for the user.
+            li.append(el('div', { cls: 'meta', text: 'connect your account at this address (copy it; check it first):' }),
+              el('pre', { cls: 'authorization-url', testid: 'authorization-url', text: r.authorization_url }));
+          }
           if (r.output) li.append(el('pre', { cls: 'output', text: pretty(r.output) }));
           const call = calls.get(r.call_id);
           if (call) call.after(li);

@@ -1693,9 +1693,13 @@ type ToolCallFinished struct {
 	// Attempts made.
 	Attempts int32 `protobuf:"varint,8,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	// Replayed from an idempotency record.
-	Replayed      bool `protobuf:"varint,9,opt,name=replayed,proto3" json:"replayed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Replayed bool `protobuf:"varint,9,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// When the call failed because the turn's user has not connected their account on a
+	// per-user OAuth MCP server: the link that connects it (the user's own; the error text
+	// carries it too), for a client to show as a button.
+	AuthorizationUrl string `protobuf:"bytes,10,opt,name=authorization_url,json=authorizationUrl,proto3" json:"authorization_url,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ToolCallFinished) Reset() {
@@ -1789,6 +1793,13 @@ func (x *ToolCallFinished) GetReplayed() bool {
 		return x.Replayed
 	}
 	return false
+}
+
+func (x *ToolCallFinished) GetAuthorizationUrl() string {
+	if x != nil {
+		return x.AuthorizationUrl
+	}
+	return ""
 }
 
 // SummaryUpdated reports that the rolling summary was extended.
@@ -2789,7 +2800,7 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"decided_by\x18\x06 \x01(\tR\tdecidedBy\x12#\n" +
 	"\rrecall_reason\x18\a \x01(\tR\frecallReason\x12\x1d\n" +
 	"\n" +
-	"user_value\x18\b \x01(\tR\tuserValue\"\x95\x02\n" +
+	"user_value\x18\b \x01(\tR\tuserValue\"\xc2\x02\n" +
 	"\x10ToolCallFinished\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -2800,7 +2811,9 @@ const file_hermes_orchestrator_v1_orchestrator_proto_rawDesc = "" +
 	"\x06output\x18\x06 \x01(\tR\x06output\x125\n" +
 	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1a\n" +
 	"\battempts\x18\b \x01(\x05R\battempts\x12\x1a\n" +
-	"\breplayed\x18\t \x01(\bR\breplayed\"\x8e\x01\n" +
+	"\breplayed\x18\t \x01(\bR\breplayed\x12+\n" +
+	"\x11authorization_url\x18\n" +
+	" \x01(\tR\x10authorizationUrl\"\x8e\x01\n" +
 	"\x0eSummaryUpdated\x12\x1f\n" +
 	"\vthrough_seq\x18\x01 \x01(\x03R\n" +
 	"throughSeq\x12\x16\n" +
