@@ -46,6 +46,9 @@ type ConnectionStore interface {
 	// is unknown from then on. When maxPerServer other users have one pending with p.Server,
 	// it stores nothing and returns an error that is errPendingFull.
 	PutAuthState(ctx context.Context, p PendingAuth, maxPerServer int) error
+	// PendingAuthState returns user's pending authorization with server (its id and sealed
+	// state), or an empty id when there is none unexpired. It does not take it.
+	PendingAuthState(ctx context.Context, server, user string) (id string, sealed []byte, err error)
 	// TakeAuthState returns and deletes a pending authorization, atomically: of two callers
 	// with the same id at most one gets it. Nil when it is unknown, taken, replaced or
 	// expired. Taking it frees its user's place among the server's pending authorizations.
@@ -205,6 +208,26 @@ func (s *RedisServerStore) PutAuthState(ctx context.Context, p PendingAuth, maxP
 	return nil
 }
 
+// PendingAuthState implements ConnectionStore.
+func (s *RedisServerStore) PendingAuthState(ctx context.Context, server, user string) (string, []byte, error) {
+	id, err := s.rdb.HGet(ctx, s.pendingIDsPrefix()+server, user).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil, nil
+	}
+	if err != nil {
+		return "", nil, errclass.Mark(errclass.Unavailable, "redis", err)
+	}
+	// The state's key expires with it: found, it is unexpired.
+	v, err := s.rdb.HGet(ctx, s.stateKey(id), "v").Bytes()
+	if errors.Is(err, redis.Nil) {
+		return "", nil, nil
+	}
+	if err != nil {
+		return "", nil, errclass.Mark(errclass.Unavailable, "redis", err)
+	}
+	return id, v, nil
+}
+
 // TakeAuthState implements ConnectionStore.
 func (s *RedisServerStore) TakeAuthState(ctx context.Context, id string) ([]byte, error) {
 	v, err := takeStateScript.Run(ctx, s.rdb, []string{s.stateKey(id)}, s.pendingPrefix(), s.pendingIDsPrefix(), id).Text()
@@ -343,6 +366,30 @@ func (s *BoltServerStore) PutAuthState(_ context.Context, p PendingAuth, maxPerS
 		}
 		return states.Put([]byte(p.ID), v)
 	})
+}
+
+// PendingAuthState implements ConnectionStore.
+func (s *BoltServerStore) PendingAuthState(_ context.Context, server, user string) (string, []byte, error) {
+	var id string
+	var sealed []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		p := tx.Bucket(bPendingAuth).Get(connID(server, user))
+		if len(p) <= 8 {
+			return nil
+		}
+		v := tx.Bucket(bAuthStates).Get(p[8:])
+		now := time.Now()
+		if len(v) < 12 || expired(v, now) {
+			return nil
+		}
+		n := int(binary.BigEndian.Uint32(v[8:12]))
+		if 12+n > len(v) || !bytes.Equal(v[12:12+n], connID(server, user)) {
+			return nil
+		}
+		id, sealed = string(p[8:]), append([]byte(nil), v[12+n:]...)
+		return nil
+	})
+	return id, sealed, err
 }
 
 // TakeAuthState implements ConnectionStore.
@@ -485,6 +532,20 @@ func (m *memConnStore) PutAuthState(_ context.Context, p PendingAuth, maxPerServ
 	users[p.User] = p.ID
 	m.states[p.ID] = memState{sealed: p.Sealed, server: p.Server, user: p.User, expires: now.Add(p.TTL)}
 	return nil
+}
+
+func (m *memConnStore) PendingAuthState(_ context.Context, server, user string) (string, []byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	id, ok := m.pending[server][user]
+	if !ok {
+		return "", nil, nil
+	}
+	st, ok := m.states[id]
+	if !ok || time.Now().After(st.expires) {
+		return "", nil, nil
+	}
+	return id, st.sealed, nil
 }
 
 func (m *memConnStore) TakeAuthState(_ context.Context, id string) ([]byte, error) {

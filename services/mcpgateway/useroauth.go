@@ -183,10 +183,13 @@ func (e *oauthEndpoint) config(redirect string) *oauth2.Config {
 
 // authState is a pending authorization, stored under the SHA-256 of its state parameter.
 type authState struct {
-	User     string        `json:"user"`
-	Server   string        `json:"server"`
-	URL      string        `json:"url"` // the server's URL when the flow began
-	Verifier string        `json:"verifier"`
+	User     string `json:"user"`
+	Server   string `json:"server"`
+	URL      string `json:"url"` // the server's URL when the flow began
+	Verifier string `json:"verifier"`
+	// State is the state parameter itself (the record is stored under its hash), sealed with
+	// the rest, so that the user's link can be given again while it is pending (pendingLink).
+	State    string        `json:"state,omitempty"`
 	Expires  time.Time     `json:"expires"`
 	Endpoint oauthEndpoint `json:"endpoint"`
 }
@@ -659,12 +662,15 @@ func (g *Gateway) startAuthorizationScopes(ctx context.Context, c *serverConn, u
 	if len(scopes) > 0 {
 		ep.Scopes = scopes
 	}
+	if u := g.pendingLink(ctx, c, user, ep); u != "" {
+		return u, nil
+	}
 	state, err := randomState()
 	if err != nil {
 		return "", err
 	}
 	verifier := oauth2.GenerateVerifier()
-	st := authState{User: user, Server: c.spec.Name, URL: c.spec.GetHttp().GetUrl(), Verifier: verifier, Expires: time.Now().Add(authStateTTL), Endpoint: *ep}
+	st := authState{User: user, Server: c.spec.Name, URL: c.spec.GetHttp().GetUrl(), Verifier: verifier, State: state, Expires: time.Now().Add(authStateTTL), Endpoint: *ep}
 	id := stateID(state)
 	sealed, err := g.sealer.seal(st, stateAAD(id))
 	if err != nil {
@@ -679,9 +685,44 @@ func (g *Gateway) startAuthorizationScopes(ctx context.Context, c *serverConn, u
 		}
 		return "", err
 	}
+	return g.authCodeURL(ep, state, verifier), nil
+}
+
+func (g *Gateway) authCodeURL(ep *oauthEndpoint, state, verifier string) string {
 	return ep.config(g.cfg.OAuthRedirectURL).AuthCodeURL(state,
 		oauth2.S256ChallengeOption(verifier),
-		oauth2.SetAuthURLParam("resource", ep.Resource)), nil
+		oauth2.SetAuthURLParam("resource", ep.Resource))
+}
+
+// pendingLink returns the link of user's pending authorization with c when it asks for what
+// ep asks (same endpoint, client and scopes, same server URL) and has at least half its life
+// left, else "". Each new link replaces the user's previous one (one pending per user and
+// server), so without this a second call — the model trying again, another tool of the
+// server, a second tab — would break the link the user was about to open.
+func (g *Gateway) pendingLink(ctx context.Context, c *serverConn, user string, ep *oauthEndpoint) string {
+	id, sealed, err := g.conns.PendingAuthState(ctx, c.spec.Name, user)
+	if err != nil {
+		g.log.Debug("MCP OAuth: pending authorization not read; a new link replaces it", "server", c.spec.Name, "error", err)
+		return ""
+	}
+	if id == "" {
+		return ""
+	}
+	var st authState
+	if g.sealer.open(sealed, stateAAD(id), &st) != nil || st.State == "" || stateID(st.State) != id ||
+		st.User != user || st.Server != c.spec.Name || st.URL != c.spec.GetHttp().GetUrl() ||
+		time.Until(st.Expires) < authStateTTL/2 || !sameEndpoint(&st.Endpoint, ep) {
+		return ""
+	}
+	return g.authCodeURL(&st.Endpoint, st.State, st.Verifier)
+}
+
+// sameEndpoint reports whether two authorizations ask the same authorization server for the
+// same client and scopes (compared as stored, so a field added later is compared too).
+func sameEndpoint(a, b *oauthEndpoint) bool {
+	x, errX := json.Marshal(a)
+	y, errY := json.Marshal(b)
+	return errX == nil && errY == nil && bytes.Equal(x, y)
 }
 
 // ConnectServer returns the URL where user connects their account to a per-user OAuth server,

@@ -331,6 +331,15 @@ func testUserOAuth(t *testing.T, store ServerStore, dump func() []byte) {
 		t.Fatalf("ConnectServer: %v %v", cs, err)
 	}
 	responses = append(responses, cs)
+	// Asking again while the link is pending gives the same link (a second call must not break
+	// the one the user is about to open); its state is kept sealed, never in clear.
+	again, err := client.ConnectServer(ctx, &pb.ConnectServerRequest{Server: "docs", UserId: "alice"})
+	if err != nil || again.GetAuthorizationUrl() != cs.GetAuthorizationUrl() {
+		t.Fatalf("ConnectServer again: %v %v, want the pending link %s", again, err, cs.GetAuthorizationUrl())
+	}
+	if u, err := url.Parse(cs.GetAuthorizationUrl()); err != nil || len(u.Query().Get("state")) < 32 || bytes.Contains(dump(), []byte(u.Query().Get("state"))) {
+		t.Fatalf("the pending state is in the store in clear (or the link has none): %v", err)
+	}
 	aliceResp := browser(t, cs.GetAuthorizationUrl(), "alice@provider")
 	done, err := client.CompleteAuthorization(ctx, aliceResp)
 	if err != nil || done.GetServer() != "docs" {
@@ -640,6 +649,20 @@ func TestConnectionStoreConformance(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			pendingOf := func(server, user string) string {
+				t.Helper()
+				id, sealed, err := s.PendingAuthState(ctx, server, user)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if id != "" && string(sealed) != "state "+id {
+					t.Fatalf("PendingAuthState(%s, %s) = %s with %q", server, user, id, sealed)
+				}
+				return id
+			}
+			if got := pendingOf("docs", "alice") + " " + pendingOf("mail", "alice") + " " + pendingOf("docs", "a\x00b") + " " + pendingOf("docs", "a") + "."; got != "p2 p3 p4 ." {
+				t.Fatalf("pending ids %q, want the latest of each user and server", got)
+			}
 			if got := take("p1"); got != "" {
 				t.Fatalf("a replaced state was taken: %q", got)
 			}
@@ -697,8 +720,14 @@ func TestConnectionStoreConformance(t *testing.T) {
 			// Expiry is about the clock: wait for it to pass the state's lifetime.
 			putAt = time.Now()
 			testenv.WaitFor(t, 10*time.Second, "the state's lifetime to pass", func() bool { return time.Since(putAt) > 20*time.Millisecond })
+			if id := pendingOf("docs", "s2"); id != "" {
+				t.Fatalf("an expired state is pending: %s", id)
+			}
 			if got, err := s.TakeAuthState(ctx, "s2"); err != nil || got != nil {
 				t.Fatalf("expired state = %q, %v", got, err)
+			}
+			if id := pendingOf("docs", "s1"); id != "" {
+				t.Fatalf("a taken state is pending: %s", id)
 			}
 			// Concurrent takers: exactly one gets the state.
 			if err := put("s3", "docs", "s3", time.Minute, 10); err != nil {
