@@ -105,10 +105,11 @@ type turn struct {
 	// remembered values.
 	fillDecisions map[string]fillDecision
 
-	// recorded is closed when the write of the RUNNING record ended; recordErr, set before, is
-	// the turn's error if it failed (storeRecord).
-	recorded  chan struct{}
-	recordErr error
+	// recorded is closed when the write of the RUNNING record ended, released when the events
+	// held back until then were sent; recordErr, set before both, is the turn's error if the
+	// write failed (storeRecord).
+	recorded, released chan struct{}
+	recordErr          error
 }
 
 func (s *Service) newTurn(req *orchestratorv1.RunTurnRequest, user string, send func(*orchestratorv1.TurnEvent) error) *turn {
@@ -211,9 +212,9 @@ func (t *turn) run(parent context.Context, ga *gathering) error {
 // back until then. If the write fails the turn fails (awaitRecord): no tool of a turn that a
 // crash would leave without a record may run, since nothing would then end it as INTERRUPTED.
 func (t *turn) storeRecord(ctx context.Context, rec *orchestratorv1.Turn) {
-	t.recorded = make(chan struct{})
+	t.recorded, t.released = make(chan struct{}), make(chan struct{})
 	go func() {
-		defer close(t.recorded)
+		defer close(t.released)
 		rctx, cancel := detached(ctx)
 		defer cancel()
 		if err := t.s.deps.Store.PutTurn(rctx, rec, t.s.cfg.TurnRetention); err != nil {
@@ -221,6 +222,9 @@ func (t *turn) storeRecord(ctx context.Context, rec *orchestratorv1.Turn) {
 			// Without the cause in the chain: a write that timed out is not the turn's deadline.
 			t.recordErr = errclass.New(errclass.Unavailable, "the turn's record could not be stored", nil)
 		}
+		// The turn goes on before the held events are sent: what it emits meanwhile is queued
+		// behind them (the emitter holds until release).
+		close(t.recorded)
 		t.em.release()
 	}()
 }
@@ -410,7 +414,7 @@ func (t *turn) finish(ctx context.Context, err error) {
 	// The end is stored after the RUNNING record, never before it (which would overwrite it),
 	// and the events held back until the record was stored are sent before the final one. The
 	// record's write is bounded by its own detached context.
-	<-t.recorded
+	<-t.released
 	if err == nil {
 		err = t.recordErr
 	}
