@@ -45,20 +45,50 @@ var rememberCue = regexp.MustCompile(`(?i)\bremember\b|记住|记下|别忘|記�
 // emitter numbers events, sends them to the client and keeps them for the turn record. Tool
 // calls run concurrently, so sends are serialized.
 type emitter struct {
-	// mu guards seq, events and gone, and is held across sendFn so that sends are serialized.
+	// mu guards seq, events, gone, holding and queue, and is held across sendFn so that sends
+	// are serialized.
 	mu     sync.Mutex
 	seq    int32
 	sendFn func(*orchestratorv1.TurnEvent) error
 	events []*orchestratorv1.TurnEvent
 	gone   bool
+	// holding says events are queued rather than sent, until release: nothing reaches the
+	// client before the turn's RUNNING record is stored.
+	holding bool
+	queue   []*orchestratorv1.TurnEvent
 }
 
-// emit numbers an event, keeps it and sends it.
+// emit numbers an event, keeps it and sends it (or queues it, while holding).
 func (e *emitter) emit(ev *orchestratorv1.TurnEvent) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.add(ev)
+	if e.holding {
+		e.queue = append(e.queue, ev)
+		return
+	}
 	e.deliver(ev)
+}
+
+// holdBack keeps first, and queues the events emitted after it, until release sends them in
+// order.
+func (e *emitter) holdBack(first *orchestratorv1.TurnEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.add(first)
+	e.holding = true
+	e.queue = append(e.queue, first)
+}
+
+// release sends the events queued since holdBack and sends the next ones at once.
+func (e *emitter) release() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.holding = false
+	for _, ev := range e.queue {
+		e.deliver(ev)
+	}
+	e.queue = nil
 }
 
 // hold numbers and keeps an event without sending it yet: the final event is in the turn
@@ -164,12 +194,6 @@ func (t *turn) record(st orchestratorv1.TurnStatus) *orchestratorv1.Turn {
 		rec.FinishedAt = timestamppb.New(t.s.now())
 	}
 	return rec
-}
-
-func (t *turn) putRecord(ctx context.Context, rec *orchestratorv1.Turn) {
-	if err := t.s.deps.Store.PutTurn(ctx, rec, t.s.cfg.TurnRetention); err != nil {
-		t.s.log.Warn("turn record not stored", "turn", t.id, "error", err)
-	}
 }
 
 // finishedEvent is the turn's turn.finished event: its stored messages (and the recalled

@@ -583,3 +583,110 @@ func TestLoopLeaseLostDuringAWrite(t *testing.T) {
 		}
 	})
 }
+
+// gatedRecord holds the write of a turn's RUNNING record until release is closed, then stores
+// it, or fails with fail; written says the write ended, stored that the record is stored.
+type gatedRecord struct {
+	Store
+	release chan struct{}
+	fail    error
+	written atomic.Bool
+	stored  atomic.Bool
+}
+
+func (g *gatedRecord) PutTurn(ctx context.Context, turn *orchestratorv1.Turn, ttl time.Duration) error {
+	if turn.GetStatus() != orchestratorv1.TurnStatus_TURN_STATUS_RUNNING {
+		return g.Store.PutTurn(ctx, turn, ttl)
+	}
+	<-g.release
+	defer g.written.Store(true)
+	if g.fail != nil {
+		return g.fail
+	}
+	err := g.Store.PutTurn(ctx, turn, ttl)
+	g.stored.Store(err == nil)
+	return err
+}
+
+// TestLoopRunningRecordOverlaps: the RUNNING record's write (commit A) runs while the turn makes
+// its first model call, and gates the rest: no event reaches the client and no tool runs before
+// the record is stored; a failed write fails the turn (UNAVAILABLE) and runs no tool. The write
+// is released by the first model call, or a minute later (the turn's old order, which waited).
+func TestLoopRunningRecordOverlaps(t *testing.T) {
+	answer := func(context.Context, model.Request) (*model.Response, error) {
+		return &model.Response{Content: "hi"}, nil
+	}
+	cases := []struct {
+		name       string
+		reply      func(ctx context.Context, req model.Request) (*model.Response, error)
+		fail       error
+		wantStatus orchestratorv1.TurnStatus
+		wantTools  int32
+	}{
+		{"tool then answer", toolThenAnswer, nil, orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED, 1},
+		{"answer", answer, nil, orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED, 0},
+		{"tool, the record fails", toolThenAnswer, errors.New("disk full"), orchestratorv1.TurnStatus_TURN_STATUS_FAILED, 0},
+		{"answer, the record fails", answer, errors.New("disk full"), orchestratorv1.TurnStatus_TURN_STATUS_FAILED, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := &gatedRecord{release: make(chan struct{}), fail: c.fail}
+				var once sync.Once
+				open := func() { once.Do(func() { close(g.release) }) }
+				time.AfterFunc(time.Minute, open)
+				var overlapped, early atomic.Bool
+				l := newLoopWith(t, Config{}, newFakeSession(), func(ctx context.Context, req model.Request) (*model.Response, error) {
+					if !g.written.Load() {
+						overlapped.Store(true)
+					}
+					open()
+					return c.reply(ctx, req)
+				}, func(s Store) Store { g.Store = s; return g })
+				var ran atomic.Int32
+				l.tools.exec = func(context.Context, *toolsv1.ExecuteToolRequest) (*toolsv1.ToolResult, error) {
+					if !g.stored.Load() {
+						early.Store(true)
+					}
+					ran.Add(1)
+					return &toolsv1.ToolResult{Success: true, Output: `1`}, nil
+				}
+				st := l.run(t, "s1", "go", func(*orchestratorv1.TurnEvent) {
+					if !g.written.Load() {
+						early.Store(true)
+					}
+				})
+				if !overlapped.Load() {
+					t.Error("the first model call waited for the RUNNING record's write")
+				}
+				if early.Load() {
+					t.Error("an event was sent or a tool ran before the RUNNING record's write ended")
+				}
+				if n := ran.Load(); n != c.wantTools {
+					t.Errorf("%d tool runs, want %d", n, c.wantTools)
+				}
+				st.mu.Lock()
+				events := st.events
+				st.mu.Unlock()
+				if len(events) < 2 || events[0].GetStarted() == nil || events[0].GetSeq() != 1 {
+					t.Fatalf("events %v, want TurnStarted first", events)
+				}
+				for i, ev := range events {
+					if ev.GetSeq() != int32(i+1) {
+						t.Errorf("event %d has seq %d: sent out of order", i, ev.GetSeq())
+					}
+				}
+				id := events[0].GetStarted().GetTurnId()
+				if c.fail != nil {
+					if f := st.final().GetFailed(); f.GetCode() != "UNAVAILABLE" || !strings.Contains(f.GetMessage(), "record") {
+						t.Errorf("final event %v, want UNAVAILABLE for the record", st.final())
+					}
+				}
+				rec, err := l.store.GetTurn(context.Background(), id)
+				if err != nil || rec.GetStatus() != c.wantStatus {
+					t.Errorf("stored record %v, %v; want %v", rec.GetStatus(), err, c.wantStatus)
+				}
+			})
+		})
+	}
+}

@@ -55,6 +55,10 @@ func storedCallID(turnID string, step int32, i int) string {
 // text, every call and every result — in one append, so the log never holds a call without its
 // result. A client that goes away cancels the calls; they are stored with a "cancelled" result.
 func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) error {
+	// A tool's side effect never happens for a turn whose RUNNING record is not stored.
+	if err := t.awaitRecord(ctx); err != nil {
+		return err
+	}
 	calls := resp.ToolCalls
 	outs := make([]*outcome, len(calls))
 	seenIDs := map[string]bool{}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/hermes-agent/hermes/internal/boltstore"
+	"github.com/hermes-agent/hermes/internal/errclass"
 	"github.com/hermes-agent/hermes/internal/model"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
@@ -103,6 +104,12 @@ type turn struct {
 	// fillDecisions caches the decision model's answers of this turn, by argument and
 	// remembered values.
 	fillDecisions map[string]fillDecision
+
+	// recorded is closed when the write of the RUNNING record ended, released when the events
+	// held back until then were sent; recordErr, set before both, is the turn's error if the
+	// write failed (storeRecord).
+	recorded, released chan struct{}
+	recordErr          error
 }
 
 func (s *Service) newTurn(req *orchestratorv1.RunTurnRequest, user string, send func(*orchestratorv1.TurnEvent) error) *turn {
@@ -189,16 +196,52 @@ func (t *turn) run(parent context.Context, ga *gathering) error {
 	}}}
 	// The RUNNING record (with TurnStarted in it) is stored before the client learns the turn's
 	// id: GetTurn and CancelTurn then always find the turn, and if this process dies, the sweep
-	// for orphaned turns finds it and ends it as INTERRUPTED (orphans.go).
-	t.em.hold(started)
-	rctx, rcancel := detached(ctx)
-	t.putRecord(rctx, t.record(orchestratorv1.TurnStatus_TURN_STATUS_RUNNING))
-	rcancel()
-	t.em.send(started)
+	// for orphaned turns finds it and ends it as INTERRUPTED (orphans.go). Its write (commit A
+	// in the monolith, which makes the deferred user message durable too) runs while the turn
+	// goes on with its first model call: the events wait for it, and a tool, a step's write and
+	// the turn's end wait for it (awaitRecord).
+	t.em.holdBack(started)
+	t.storeRecord(ctx, t.record(orchestratorv1.TurnStatus_TURN_STATUS_RUNNING))
 
 	err = t.loop(ctx, ga)
 	t.finish(ctx, err)
 	return nil
+}
+
+// storeRecord writes the RUNNING record rec while the turn goes on, then sends the events held
+// back until then. If the write fails the turn fails (awaitRecord): no tool of a turn that a
+// crash would leave without a record may run, since nothing would then end it as INTERRUPTED.
+func (t *turn) storeRecord(ctx context.Context, rec *orchestratorv1.Turn) {
+	t.recorded, t.released = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(t.released)
+		rctx, cancel := detached(ctx)
+		defer cancel()
+		if err := t.s.deps.Store.PutTurn(rctx, rec, t.s.cfg.TurnRetention); err != nil {
+			t.s.log.Warn("turn record not stored", "turn", t.id, "error", err)
+			// Without the cause in the chain: a write that timed out is not the turn's deadline.
+			t.recordErr = errclass.New(errclass.Unavailable, "the turn's record could not be stored", nil)
+		}
+		// The turn goes on before the held events are sent: what it emits meanwhile is queued
+		// behind them (the emitter holds until release).
+		close(t.recorded)
+		t.em.release()
+	}()
+}
+
+// awaitRecord waits until the RUNNING record's write ended (or ctx did) and returns its error.
+func (t *turn) awaitRecord(ctx context.Context) error {
+	select {
+	case <-t.recorded:
+		return t.recordErr
+	default:
+	}
+	select {
+	case <-t.recorded:
+		return t.recordErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // loop prepares the context and runs model steps until a final answer.
@@ -340,6 +383,10 @@ func (t *turn) append(ctx context.Context, msgs []*sessionv1.NewMessage) ([]*ses
 		ctx, cancel = detached(ctx)
 		defer cancel()
 	}
+	// No step of the turn is stored before its record: a crash then finds the turn to end.
+	if err := t.awaitRecord(ctx); err != nil {
+		return nil, err
+	}
 	var out []*sessionv1.Message
 	for len(msgs) > 0 {
 		n := min(len(msgs), 100)
@@ -364,6 +411,13 @@ func (t *turn) append(ctx context.Context, msgs []*sessionv1.NewMessage) ([]*ses
 func (t *turn) finish(ctx context.Context, err error) {
 	sctx, cancel := detached(ctx)
 	defer cancel()
+	// The end is stored after the RUNNING record, never before it (which would overwrite it),
+	// and the events held back until the record was stored are sent before the final one. The
+	// record's write is bounded by its own detached context.
+	<-t.released
+	if err == nil {
+		err = t.recordErr
+	}
 	st := orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED
 	var code codes.Code
 	var msg, by string
