@@ -237,7 +237,7 @@ func (p *pieceCounts) put(s string, n int32) {
 // countByPreToken is count, pre-token by pre-token (handTokenized text).
 func (t *Tokenizer) countByPreToken(text string) int {
 	n := 0
-	var buf [maxCountedBytes + 1]bpePart
+	var buf [2*maxRun + 1]bpePart // the parts of pre-tokens up to a cut run (and a prefix) long
 	preTokens(text, func(p string) {
 		if len(p) > maxCountedBytes {
 			n += t.vocab.count(p, buf[:])
