@@ -2,7 +2,6 @@ package tokenizer
 
 import (
 	_ "embed"
-	"encoding/binary"
 	"sync"
 )
 
@@ -20,7 +19,7 @@ var o200kTokens string
 // vocab finds a byte string's rank (token id).
 type vocab struct {
 	tokens  string   // the tokens in rank order, each after its uvarint length
-	offsets []uint32 // rank r is tokens[offsets[2r]:offsets[2r+1]]
+	offsets []uint32 // where rank r's length is in tokens
 	slots   []uint32 // rank+1 by hash, linear probing; 0 is empty
 	mask    uint32
 }
@@ -30,13 +29,17 @@ var o200kVocab = sync.OnceValue(func() *vocab { return newVocab(o200kTokens) })
 
 func newVocab(tokens string) *vocab {
 	v := &vocab{tokens: tokens}
-	for i := 0; i < len(tokens); {
-		n, w := binary.Uvarint([]byte(tokens[i:min(i+binary.MaxVarintLen64, len(tokens))]))
-		start := i + w
-		v.offsets = append(v.offsets, uint32(start), uint32(start+int(n)))
-		i = start + int(n)
+	ranks := 0
+	for i := 0; i < len(tokens); ranks++ {
+		n, w := v.length(i)
+		i += w + n
 	}
-	ranks := len(v.offsets) / 2
+	v.offsets = make([]uint32, 0, ranks)
+	for i := 0; i < len(tokens); {
+		v.offsets = append(v.offsets, uint32(i))
+		n, w := v.length(i)
+		i += w + n
+	}
 	size := 1
 	for size < ranks+ranks/3 { // load at most 3/4
 		size <<= 1
@@ -56,8 +59,24 @@ func newVocab(tokens string) *vocab {
 	return v
 }
 
+// length reads the uvarint length at tokens[i:]: the token's length and the varint's.
+func (v *vocab) length(i int) (n, w int) {
+	var x uint64
+	for s := uint(0); i+w < len(v.tokens); s += 7 {
+		b := v.tokens[i+w]
+		w++
+		x |= uint64(b&0x7f) << s
+		if b < 0x80 {
+			break
+		}
+	}
+	return int(x), w
+}
+
 func (v *vocab) token(rank int) string {
-	return v.tokens[v.offsets[2*rank]:v.offsets[2*rank+1]]
+	i := int(v.offsets[rank])
+	n, w := v.length(i)
+	return v.tokens[i+w : i+w+n]
 }
 
 // rank returns s's rank, or false when s is not a token.
