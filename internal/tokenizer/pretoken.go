@@ -237,18 +237,24 @@ func (p *pieceCounts) put(s string, n int32) {
 // countByPreToken is count, pre-token by pre-token (handTokenized text).
 func (t *Tokenizer) countByPreToken(text string) int {
 	n := 0
-	var buf [2*maxRun + 1]bpePart // the parts of pre-tokens up to a cut run (and a prefix) long
 	preTokens(text, func(p string) {
 		if len(p) > maxCountedBytes {
-			n += t.vocab.count(p, buf[:])
+			n += t.encode(p)
 			return
 		}
 		c, ok := t.pieces.get(p)
 		if !ok {
-			c = int32(t.vocab.count(p, buf[:]))
+			c = int32(t.encode(p))
 			t.pieces.put(p, c)
 		}
 		n += int(c)
 	})
 	return n
+}
+
+// encode is the token count of one pre-token, with the parts of pre-tokens up to a cut run (and
+// a prefix) long on the stack.
+func (t *Tokenizer) encode(p string) int {
+	var buf [2*maxRun + 1]bpePart
+	return t.vocab.count(p, buf[:])
 }
