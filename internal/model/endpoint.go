@@ -283,12 +283,37 @@ type events struct {
 	scn  *bufio.Scanner
 	data []byte
 	err  error
+	bufs *eventBufs
 }
 
-func newEvents(rc io.ReadCloser) *events {
+// newEvents reads rc's events with the buffers of b (nil: new ones), which belong to the
+// events until recycle.
+func newEvents(rc io.ReadCloser, b *eventBufs) *events {
+	if b == nil {
+		b = &eventBufs{line: make([]byte, 0, 4096)}
+	}
 	scn := bufio.NewScanner(rc)
-	scn.Buffer(make([]byte, 0, 4096), maxEventLine)
-	return &events{rc: rc, scn: scn}
+	scn.Buffer(b.line[:0], maxEventLine)
+	return &events{rc: rc, scn: scn, data: b.data[:0], bufs: b}
+}
+
+// eventBufs are the buffers of an event stream, recycled between a client's streams: a 4 KiB
+// line buffer and the joined data were fresh allocations of every model call.
+type eventBufs struct {
+	line, data []byte
+}
+
+// maxPooledEventData is the largest event data buffer kept for reuse.
+const maxPooledEventData = 64 << 10
+
+// recycle returns the stream's buffers for another stream once it is closed and its Data no
+// longer used, or nil when the data buffer grew too large to keep.
+func (s *events) recycle() *eventBufs {
+	if cap(s.data) > maxPooledEventData {
+		return nil
+	}
+	s.bufs.data = s.data[:0]
+	return s.bufs
 }
 
 // Next reports whether another event was read; Data then holds it.

@@ -138,7 +138,7 @@ func TestEvents(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ev := newEvents(io.NopCloser(strings.NewReader(tc.stream)))
+			ev := newEvents(io.NopCloser(strings.NewReader(tc.stream)), nil)
 			var got []string
 			for ev.Next() {
 				got = append(got, string(ev.Data()))

@@ -144,6 +144,8 @@ type Client struct {
 	// bodies recycles request bodies (*bytes.Buffer): a turn's requests are 10–30 KB each, and
 	// a new one for every call was the client's largest allocation.
 	bodies sync.Pool
+	// streams recycles the buffers of answer streams (*eventBufs).
+	streams sync.Pool
 }
 
 // maxPooledBody is the largest request body kept for reuse; larger ones (images) go to the GC.
@@ -232,8 +234,14 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 	}
 	// A 2xx answer to the only attempt: the endpoint has read the request.
 	c.release(body, attempts == 1)
-	events := newEvents(res.Body)
-	defer func() { _ = events.Close() }()
+	eb, _ := c.streams.Get().(*eventBufs)
+	events := newEvents(res.Body, eb)
+	defer func() {
+		_ = events.Close()
+		if eb := events.recycle(); eb != nil {
+			c.streams.Put(eb)
+		}
+	}()
 
 	out = &Response{}
 	var text strings.Builder

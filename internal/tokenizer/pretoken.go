@@ -12,8 +12,8 @@ import (
 // expression engine that works on runes: every count converts the text to runes, and every
 // pre-token allocates a match and a string, which made counting a turn's messages a few percent
 // of its CPU and its largest source of small allocations. preTokens finds the same pre-tokens
-// in the string itself, and each short pre-token's count (its BPE, which needs the library's
-// vocabulary) is remembered: words recur, so most are looked up, not encoded. FuzzPreTokens and
+// in the string itself, encodes each with the compact vocabulary (vocab.go), and remembers each
+// short pre-token's count: words recur, so most are looked up, not encoded. FuzzPreTokens and
 // TestPreTokensRandom check that the counts are the library's.
 //
 // The expression, in the order its alternatives are tried:
@@ -75,6 +75,8 @@ func isPrefix(r rune) bool { return r != '\r' && r != '\n' && !isLetter(r) && !i
 
 // isSymbol is [^\s\p{L}\p{N}].
 func isSymbol(r rune) bool { return !isSpace(r) && !isLetter(r) && !isNumber(r) }
+
+func isLineBreak(r rune) bool { return r == '\r' || r == '\n' }
 
 func isBreakOrSlash(r rune) bool { return r == '\r' || r == '\n' || r == '/' }
 
@@ -177,12 +179,10 @@ func preToken(s string, i int) int {
 	}
 	// r is a space.
 	end := span(s, i, isSpace)
-	for k := end; k > i; {
-		r, n := utf8.DecodeLastRuneInString(s[:k])
-		if r == '\r' || r == '\n' {
-			return k // \s*[\r\n]+
-		}
-		k -= n
+	// \s*[\r\n]+ as the library's matcher takes it: the spaces up to the run's first line
+	// break and the line breaks right after it ("\n \n" is two pre-tokens, "\n" and " \n").
+	if k := strings.IndexAny(s[i:end], "\r\n"); k >= 0 {
+		return span(s, i+k, isLineBreak)
 	}
 	if end < len(s) {
 		// \s+(?!\S): the last space goes with what follows, if one is left.
@@ -239,15 +239,22 @@ func (t *Tokenizer) countByPreToken(text string) int {
 	n := 0
 	preTokens(text, func(p string) {
 		if len(p) > maxCountedBytes {
-			n += t.count(p)
+			n += t.encode(p)
 			return
 		}
 		c, ok := t.pieces.get(p)
 		if !ok {
-			c = int32(t.count(p))
+			c = int32(t.encode(p))
 			t.pieces.put(p, c)
 		}
 		n += int(c)
 	})
 	return n
+}
+
+// encode is the token count of one pre-token, with the parts of pre-tokens up to a cut run (and
+// a prefix) long on the stack.
+func (t *Tokenizer) encode(p string) int {
+	var buf [2*maxRun + 1]bpePart
+	return t.vocab.count(p, buf[:])
 }

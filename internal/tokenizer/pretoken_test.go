@@ -164,3 +164,26 @@ func BenchmarkCountMessage(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCountFresh counts text of pre-tokens not remembered (random words, the memory cleared
+// each time): the cost of encoding them, with the compact vocabulary.
+func BenchmarkCountFresh(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var sb strings.Builder
+	for range 20000 {
+		for range 3 + rng.IntN(8) {
+			sb.WriteByte(byte('a' + rng.IntN(26)))
+		}
+		sb.WriteByte(' ')
+	}
+	text := sb.String()
+	tok, err := New("o200k_base")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		tok.pieces.m.Clear()
+		tok.Count(text)
+	}
+}

@@ -27,10 +27,12 @@ var (
 // Tokenizer counts tokens with one encoding. It is safe for concurrent use.
 type Tokenizer struct {
 	name string
-	enc  tiktoken.Codec
-	// byHand: the encoding's pre-tokens are found here (pretoken.go), their counts remembered
-	// in pieces.
-	byHand bool
+	// lib is the library's codec. For o200k_base it is loaded only for text preTokens does not
+	// take (invalid UTF-8, DEL), which keeps the library's vocabulary map off the heap.
+	lib func() (tiktoken.Codec, error)
+	// vocab, when set (o200k_base), finds the pre-tokens here (pretoken.go) and encodes them
+	// with its own table (vocab.go), their counts remembered in pieces.
+	vocab  *vocab
 	pieces pieceCounts
 }
 
@@ -42,11 +44,17 @@ func New(encoding string) (*Tokenizer, error) {
 	if t, ok := cache[encoding]; ok {
 		return t, nil
 	}
-	enc, err := tiktoken.Get(tiktoken.Encoding(encoding))
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer: encoding %q: %w (supported: %v)", encoding, err, encodings)
+	t := &Tokenizer{name: encoding}
+	if encoding == "o200k_base" {
+		t.vocab = o200kVocab()
+		t.lib = sync.OnceValues(func() (tiktoken.Codec, error) { return tiktoken.Get(tiktoken.O200kBase) })
+	} else {
+		enc, err := tiktoken.Get(tiktoken.Encoding(encoding))
+		if err != nil {
+			return nil, fmt.Errorf("tokenizer: encoding %q: %w (supported: %v)", encoding, err, encodings)
+		}
+		t.lib = func() (tiktoken.Codec, error) { return enc, nil }
 	}
-	t := &Tokenizer{name: encoding, enc: enc, byHand: encoding == "o200k_base"}
 	cache[encoding] = t
 	return t, nil
 }
@@ -69,7 +77,7 @@ const maxRun = 128
 func (t *Tokenizer) Count(text string) int {
 	n := 0
 	pieces(text, func(p string) {
-		if t.byHand && handTokenized(p) {
+		if t.vocab != nil && handTokenized(p) {
 			n += t.countByPreToken(p)
 			return
 		}
@@ -82,7 +90,11 @@ func (t *Tokenizer) Count(text string) int {
 // text it cannot encode, which does not happen for the tiktoken encodings (every byte has a
 // token); such text counts as its length in bytes, an upper bound.
 func (t *Tokenizer) count(text string) int {
-	n, err := t.enc.Count(text)
+	enc, err := t.lib()
+	if err != nil {
+		return len(text)
+	}
+	n, err := enc.Count(text)
 	if err != nil {
 		return len(text)
 	}

@@ -395,9 +395,16 @@ func (s *BoltStore) turnValue(raw []byte, ttl time.Duration) []byte {
 	return append(v, raw...)
 }
 
+// turnsFillPercent is the fill of a split page of turns.
+const turnsFillPercent = 0.95
+
 // putTurn writes a record (v, from turnValue), its index entry and its entry in running.
 func putTurn(tx *bolt.Tx, turn *orchestratorv1.Turn, v []byte) error {
-	if err := tx.Bucket(bucketTurns).Put([]byte(turn.GetId()), v); err != nil {
+	turns := tx.Bucket(bucketTurns)
+	// Turn ids are ULIDs, which grow with time: a split that leaves the old page full (instead
+	// of bbolt's half) keeps the page every turn rewrites small and the pages few.
+	turns.FillPercent = turnsFillPercent
+	if err := turns.Put([]byte(turn.GetId()), v); err != nil {
 		return err
 	}
 	if err := tx.Bucket(bucketSessionTurns).Put(sessionTurnKey(turn.GetSessionId(), turn.GetStartedAt().AsTime(), turn.GetId()), nil); err != nil {

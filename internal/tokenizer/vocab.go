@@ -1,0 +1,156 @@
+package tokenizer
+
+import (
+	_ "embed"
+	"sync"
+)
+
+//go:generate go run gen_vocab.go
+
+// The o200k_base vocabulary, held compactly. The library keeps it as a map from token to rank
+// built at first use: about 6.5 MB of live heap for the process's life, which the collector's
+// heap goal then doubles. Here the tokens stay in the binary's read-only data (paged in from the
+// file as touched) and the heap holds their offsets and an open-addressing table of ranks,
+// 1.8 MB. TestVocabMatchesLibrary checks the file against the library's table.
+
+//go:embed o200k_base.tokens
+var o200kTokens string
+
+// vocab finds a byte string's rank (token id).
+type vocab struct {
+	tokens  string   // the tokens in rank order, each after its uvarint length
+	offsets []uint32 // where rank r's length is in tokens
+	slots   []uint32 // rank+1 by hash, linear probing; 0 is empty
+	mask    uint32
+}
+
+// o200kVocab is built once, at the first o200k_base tokenizer.
+var o200kVocab = sync.OnceValue(func() *vocab { return newVocab(o200kTokens) })
+
+func newVocab(tokens string) *vocab {
+	v := &vocab{tokens: tokens}
+	ranks := 0
+	for i := 0; i < len(tokens); ranks++ {
+		n, w := v.length(i)
+		i += w + n
+	}
+	v.offsets = make([]uint32, 0, ranks)
+	for i := 0; i < len(tokens); {
+		v.offsets = append(v.offsets, uint32(i))
+		n, w := v.length(i)
+		i += w + n
+	}
+	size := 1
+	for size < ranks+ranks/3 { // load at most 3/4
+		size <<= 1
+	}
+	v.slots, v.mask = make([]uint32, size), uint32(size-1)
+	for r := range ranks {
+		tok := v.token(r)
+		if tok == "" {
+			continue
+		}
+		i := hash(tok) & v.mask
+		for v.slots[i] != 0 {
+			i = (i + 1) & v.mask
+		}
+		v.slots[i] = uint32(r) + 1
+	}
+	return v
+}
+
+// length reads the uvarint length at tokens[i:]: the token's length and the varint's.
+func (v *vocab) length(i int) (n, w int) {
+	var x uint64
+	for s := uint(0); i+w < len(v.tokens); s += 7 {
+		b := v.tokens[i+w]
+		w++
+		x |= uint64(b&0x7f) << s
+		if b < 0x80 {
+			break
+		}
+	}
+	return int(x), w
+}
+
+func (v *vocab) token(rank int) string {
+	i := int(v.offsets[rank])
+	n, w := v.length(i)
+	return v.tokens[i+w : i+w+n]
+}
+
+// rank returns s's rank, or false when s is not a token.
+func (v *vocab) rank(s string) (uint32, bool) {
+	for i := hash(s) & v.mask; ; i = (i + 1) & v.mask {
+		r := v.slots[i]
+		if r == 0 {
+			return 0, false
+		}
+		if v.token(int(r-1)) == s {
+			return r - 1, true
+		}
+	}
+}
+
+// hash is 32-bit FNV-1a.
+func hash(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
+}
+
+// noRank marks a part that does not merge with the next.
+const noRank = ^uint32(0)
+
+// count is the number of tokens byte-pair encoding makes of one pre-token, as tiktoken counts
+// it: the whole pre-token when it is a token, else its bytes merged pair by pair, always the
+// leftmost pair of the lowest rank first, until no adjacent pair is a token. buf is scratch
+// space for the part boundaries.
+func (v *vocab) count(piece string, buf []bpePart) int {
+	if len(piece) <= 1 {
+		return len(piece)
+	}
+	if _, ok := v.rank(piece); ok {
+		return 1
+	}
+	parts := buf[:0]
+	for i := range len(piece) + 1 {
+		parts = append(parts, bpePart{offset: uint32(i), rank: noRank})
+	}
+	pairRank := func(i, skip int) uint32 {
+		if i+skip+2 < len(parts) {
+			if r, ok := v.rank(piece[parts[i].offset:parts[i+skip+2].offset]); ok {
+				return r
+			}
+		}
+		return noRank
+	}
+	for i := 0; i < len(parts)-2; i++ {
+		parts[i].rank = pairRank(i, 0)
+	}
+	for len(parts) > 1 {
+		minRank, minIndex := noRank, 0
+		for i, p := range parts[:len(parts)-1] {
+			if p.rank < minRank {
+				minRank, minIndex = p.rank, i
+			}
+		}
+		if minRank == noRank {
+			break
+		}
+		parts[minIndex].rank = pairRank(minIndex, 1)
+		if minIndex > 0 {
+			parts[minIndex-1].rank = pairRank(minIndex-1, 1)
+		}
+		parts = append(parts[:minIndex+1], parts[minIndex+2:]...)
+	}
+	return len(parts) - 1
+}
+
+// bpePart is a part's start and the rank of it merged with the next part.
+type bpePart struct {
+	offset, rank uint32
+}

@@ -1,0 +1,50 @@
+package tokenizer
+
+import (
+	"testing"
+
+	tiktoken "github.com/tiktoken-go/tokenizer"
+)
+
+// TestVocabMatchesLibrary: o200k_base.tokens holds the library's vocabulary, rank for rank, and
+// finds every token's rank.
+func TestVocabMatchesLibrary(t *testing.T) {
+	enc, err := tiktoken.Get(tiktoken.O200kBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := o200kVocab()
+	ranks := len(v.offsets)
+	for id := range ranks + 100 {
+		want, err := enc.Decode([]uint{uint(id)})
+		if err != nil {
+			want = ""
+		}
+		got := ""
+		if id < ranks {
+			got = v.token(id)
+		}
+		if got != want {
+			t.Fatalf("rank %d: %q, library %q", id, got, want)
+		}
+		if want == "" {
+			continue
+		}
+		if r, ok := v.rank(want); !ok || int(r) != id {
+			t.Fatalf("rank(%q) = %d, %v; want %d", want, r, ok, id)
+		}
+	}
+	if _, ok := v.rank("not a token at all, surely"); ok {
+		t.Error("rank of a non-token found")
+	}
+}
+
+// TestCountAllocatesNothing: counting remembered pre-tokens allocates nothing.
+func TestCountAllocatesNothing(t *testing.T) {
+	tok := mustNew(t, "o200k_base")
+	text := "The quick brown fox jumps over the lazy dog; 我对花生过敏，请帮我订一家川菜馆。"
+	tok.Count(text)
+	if n := testing.AllocsPerRun(100, func() { tok.Count(text) }); n != 0 {
+		t.Errorf("Count allocates %.1f times; want 0", n)
+	}
+}
