@@ -276,8 +276,11 @@ func (s *Service) ExecuteTool(ctx context.Context, req *toolsv1.ExecuteToolReque
 	if err != nil {
 		return nil, fmt.Errorf("run the tool: %w", err)
 	}
-	s.log.DebugContext(ctx, "tool executed", "tool", req.GetName(), "call_id", req.GetCallId(), "success", res.GetSuccess(),
-		"error", res.GetError().GetCode().String(), "attempts", res.GetAttempts(), "replayed", res.GetReplayed())
+	// Checked first: the arguments would be boxed on every call even with debug logging off.
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		s.log.DebugContext(ctx, "tool executed", "tool", req.GetName(), "call_id", req.GetCallId(), "success", res.GetSuccess(),
+			"error", res.GetError().GetCode().String(), "attempts", res.GetAttempts(), "replayed", res.GetReplayed())
+	}
 	return &toolsv1.ExecuteToolResponse{Result: res}, nil
 }
 
