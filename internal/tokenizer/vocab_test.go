@@ -1,7 +1,9 @@
 package tokenizer
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	tiktoken "github.com/tiktoken-go/tokenizer"
 )
@@ -46,5 +48,34 @@ func TestCountAllocatesNothing(t *testing.T) {
 	tok.Count(text)
 	if n := testing.AllocsPerRun(100, func() { tok.Count(text) }); n != 0 {
 		t.Errorf("Count allocates %.1f times; want 0", n)
+	}
+}
+
+// TestCountLongRunsLinear: pre-tokens that pieces does not cut (white space, line breaks after
+// punctuation) are counted as the library counts them, in time linear in their length. The
+// budget is generous: quadratic merges of these take minutes.
+func TestCountLongRunsLinear(t *testing.T) {
+	tok := mustNew(t, "o200k_base")
+	cases := []struct{ name, text string }{
+		{"spaces", strings.Repeat(" ", 400_000)},
+		{"line breaks", strings.Repeat("\r\n", 200_000)},
+		{"space and tab", strings.Repeat(" \t", 200_000)},
+		{"ideographic spaces", strings.Repeat("\u3000", 100_000)},
+		{"punctuation then line breaks", "!" + strings.Repeat("\n", 400_000)},
+		{"spaces before a word", strings.Repeat(" ", 400_000) + "word"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			done := make(chan int, 1)
+			go func() { done <- tok.Count(c.text) }()
+			select {
+			case got := <-done:
+				if want := tok.count(c.text); got != want {
+					t.Errorf("Count = %d, library %d", got, want)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("Count of %d bytes took over 30 s", len(c.text))
+			}
+		})
 	}
 }
