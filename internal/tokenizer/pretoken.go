@@ -253,14 +253,14 @@ func (t *Tokenizer) countByPreToken(text string) int {
 }
 
 // encode is the token count of one pre-token, with the parts of pre-tokens up to a cut run (and
-// a prefix) long on the stack. Longer ones go to the library: vocab.count's merges take time
-// quadratic in the pre-token's length, and runs of white space (or line breaks after
-// punctuation) are one pre-token however long, since pieces cuts only letter and punctuation
-// runs; the library merges long pre-tokens with a heap.
+// a prefix) long on the stack. Longer ones are merged with a heap (countLong): vocab.count's
+// merges take time quadratic in the pre-token's length, and runs of white space (or line breaks
+// after punctuation) are one pre-token however long, since pieces cuts only letter and
+// punctuation runs.
 func (t *Tokenizer) encode(p string) int {
 	var buf [2*maxRun + 1]bpePart
 	if len(p) >= len(buf) {
-		return t.count(p)
+		return t.vocab.countLong(p)
 	}
 	return t.vocab.count(p, buf[:])
 }

@@ -28,8 +28,7 @@ var (
 type Tokenizer struct {
 	name string
 	// lib is the library's codec. For o200k_base it is loaded only for text preTokens does not
-	// take (invalid UTF-8, DEL) and for pre-tokens too long for vocab.count (encode), which
-	// keeps the library's vocabulary map off the heap for ordinary text.
+	// take (invalid UTF-8, DEL), which keeps the library's vocabulary map off the heap.
 	lib func() (tiktoken.Codec, error)
 	// vocab, when set (o200k_base), finds the pre-tokens here (pretoken.go) and encodes them
 	// with its own table (vocab.go), their counts remembered in pieces.

@@ -150,6 +150,99 @@ func (v *vocab) count(piece string, buf []bpePart) int {
 	return len(parts) - 1
 }
 
+// countLong is count for long pieces, in time n log n rather than quadratic: the same merges,
+// the lowest rank's leftmost pair taken from a heap of (rank, start) instead of a scan. Parts
+// are a list of starts; an entry whose part has since merged or changed its rank is skipped.
+func (v *vocab) countLong(piece string) int {
+	if _, ok := v.rank(piece); ok || len(piece) <= 1 {
+		return min(len(piece), 1)
+	}
+	n := int32(len(piece))
+	next, prev, rank := make([]int32, n), make([]int32, n), make([]uint32, n)
+	pairRank := func(i int32) uint32 {
+		j := next[i]
+		if j >= n {
+			return noRank
+		}
+		if r, ok := v.rank(piece[i:next[j]]); ok {
+			return r
+		}
+		return noRank
+	}
+	for i := range n {
+		next[i], prev[i] = i+1, i-1
+	}
+	var h pairHeap
+	for i := range n {
+		rank[i] = pairRank(i)
+		h.push(rank[i], i)
+	}
+	parts := int(n)
+	for len(h) > 0 {
+		r, i := h.pop()
+		if rank[i] != r {
+			continue // merged away, or its pair changed
+		}
+		j := next[i]
+		next[i] = next[j]
+		if next[j] < n {
+			prev[next[j]] = i
+		}
+		rank[j] = noRank // no longer a part
+		parts--
+		rank[i] = pairRank(i)
+		h.push(rank[i], i)
+		if p := prev[i]; p >= 0 {
+			rank[p] = pairRank(p)
+			h.push(rank[p], p)
+		}
+	}
+	return parts
+}
+
+// pairHeap is a min-heap of pairs by rank, then start: the leftmost of the lowest rank first.
+type pairHeap []uint64
+
+func (h *pairHeap) push(rank uint32, start int32) {
+	if rank == noRank {
+		return
+	}
+	*h = append(*h, uint64(rank)<<32|uint64(uint32(start)))
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if s[p] <= s[i] {
+			break
+		}
+		s[p], s[i] = s[i], s[p]
+		i = p
+	}
+}
+
+func (h *pairHeap) pop() (uint32, int32) {
+	s := *h
+	top := s[0]
+	last := len(s) - 1
+	s[0] = s[last]
+	s = s[:last]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < len(s) && s[l] < s[m] {
+			m = l
+		}
+		if l+1 < len(s) && s[l+1] < s[m] {
+			m = l + 1
+		}
+		if m == i {
+			break
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+	*h = s
+	return uint32(top >> 32), int32(uint32(top))
+}
+
 // bpePart is a part's start and the rank of it merged with the next part.
 type bpePart struct {
 	offset, rank uint32

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +78,29 @@ func TestCountLongRunsLinear(t *testing.T) {
 				t.Fatalf("Count of %d bytes took over 30 s", len(c.text))
 			}
 		})
+	}
+}
+
+// TestCountLongMatchesCount: the heap's merges (countLong) count as the scan's (count) for long
+// pieces of random bytes drawn from a few alphabets (white space, letters, CJK, mixed).
+func TestCountLongMatchesCount(t *testing.T) {
+	v := o200kVocab()
+	rng := rand.New(rand.NewPCG(3, 4))
+	alphabets := []string{" \t\n\r", " \n", "abcdefghij ", "的一是不了人我在有他这 ", "aA1 !\n\t.,é中🙂", "=-_*#"}
+	for i := range 300 {
+		runes := []rune(alphabets[i%len(alphabets)])
+		var sb strings.Builder
+		for n := 257 + rng.IntN(1500); sb.Len() < n; {
+			sb.WriteRune(runes[rng.IntN(len(runes))])
+		}
+		p := sb.String()
+		if got, want := v.countLong(p), v.count(p, nil); got != want {
+			t.Fatalf("countLong = %d, count %d for %q", got, want, p)
+		}
+	}
+	for _, p := range []string{"", "a", "ab", "the", strings.Repeat(" ", 300), strings.Repeat("ab", 200)} {
+		if got, want := v.countLong(p), v.count(p, nil); got != want {
+			t.Errorf("countLong = %d, count %d for %q", got, want, p)
+		}
 	}
 }
