@@ -124,6 +124,9 @@ func FuzzPreTokens(f *testing.F) {
 	for _, c := range preTokenCases {
 		f.Add(c)
 	}
+	// Pre-tokens past the BPE scratch space (countLong): runs that pieces does not cut.
+	f.Add(strings.Repeat(" \t", 150) + "x")
+	f.Add("!" + strings.Repeat("\r\n", 150))
 	tok, err := New("o200k_base")
 	if err != nil {
 		f.Fatal(err)
