@@ -23,6 +23,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"golang.org/x/oauth2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -812,6 +813,88 @@ func TestValidateUserOAuth(t *testing.T) {
 			err := checkSpec("spec", &pb.ServerSpec{Name: "s", Transport: &pb.ServerSpec_Http{Http: tc.ht}})
 			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestPendingLinkGivenAgain: a pending link is given again only to its own user, for the same
+// server URL, client, endpoints and scopes, and while at least half its life is left; any other
+// request gets a new link (pendingLink returns "").
+func TestPendingLinkGivenAgain(t *testing.T) {
+	sl, err := newSealer(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := oauthEndpoint{ClientID: "c1", AuthURL: "https://as.example/authorize", TokenURL: "https://as.example/token", Resource: "https://mcp.example/mcp", Scopes: []string{"read"}}
+	spec := &pb.ServerSpec{Name: "docs", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: "https://mcp.example/mcp", UserOauth: &pb.OAuthAuthorizationCode{}}}}
+	// pending stores user's pending authorization under key's place (user's, unless a record
+	// was moved).
+	pending := func(t *testing.T, g *Gateway, user, key string, left time.Duration) string {
+		t.Helper()
+		state, err := randomState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := stateID(state)
+		st := authState{User: user, Server: "docs", URL: "https://mcp.example/mcp", Verifier: oauth2.GenerateVerifier(), State: state, Expires: time.Now().Add(left), Endpoint: ep}
+		sealed, err := sl.seal(st, stateAAD(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.conns.PutAuthState(context.Background(), PendingAuth{ID: id, Server: "docs", User: key, Sealed: sealed, TTL: left}, 10); err != nil {
+			t.Fatal(err)
+		}
+		return state
+	}
+	with := func(f func(*oauthEndpoint)) *oauthEndpoint {
+		e := ep
+		e.Scopes = append([]string(nil), ep.Scopes...)
+		f(&e)
+		return &e
+	}
+	same := func(*oauthEndpoint) {}
+	cases := []struct {
+		name  string
+		user  string
+		left  time.Duration
+		url   string
+		ep    *oauthEndpoint
+		reuse bool
+		key   string // where the record is stored: alice's place unless set
+	}{
+		{"same request, young", "alice", authStateTTL, "", with(same), true, ""},
+		{"another user", "bob", authStateTTL, "", with(same), false, ""},
+		{"alice's record under bob's place", "bob", authStateTTL, "", with(same), false, "bob"},
+		{"less than half its life left", "alice", authStateTTL/2 - time.Second, "", with(same), false, ""},
+		{"wider scopes (step-up)", "alice", authStateTTL, "", with(func(e *oauthEndpoint) { e.Scopes = []string{"read", "write"} }), false, ""},
+		{"no scopes", "alice", authStateTTL, "", with(func(e *oauthEndpoint) { e.Scopes = nil }), false, ""},
+		{"another client", "alice", authStateTTL, "", with(func(e *oauthEndpoint) { e.ClientID = "c2" }), false, ""},
+		{"another authorization endpoint", "alice", authStateTTL, "", with(func(e *oauthEndpoint) { e.AuthURL = "https://evil.example/authorize" }), false, ""},
+		{"the server's URL changed", "alice", authStateTTL, "https://mcp.example/v2", with(same), false, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := &Gateway{sealer: sl, conns: newMemConnStore(), log: slog.New(slog.DiscardHandler)}
+			key := c.key
+			if key == "" {
+				key = "alice"
+			}
+			state := pending(t, g, "alice", key, c.left)
+			s := proto.CloneOf(spec)
+			if c.url != "" {
+				s.GetHttp().Url = c.url
+			}
+			got := g.pendingLink(context.Background(), &serverConn{g: g, spec: s}, c.user, c.ep)
+			if !c.reuse {
+				if got != "" {
+					t.Errorf("pendingLink = %q, want a new link", got)
+				}
+				return
+			}
+			u, err := url.Parse(got)
+			if err != nil || u.Query().Get("state") != state || u.Query().Get("client_id") != "c1" || u.Query().Get("code_challenge") == "" {
+				t.Errorf("pendingLink = %q (%v), want the pending link with state %q", got, err, state)
 			}
 		})
 	}
