@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -66,7 +67,7 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	if relay != nil {
 		elicitRelay = relay
 	}
-	connectedSubject := a.EventNames().AccountConnected
+	connectedSubject, replica := a.EventNames().AccountConnected, rand.Text()
 	oauthKey, err := mcpOAuthKey(cfg)
 	if err != nil {
 		return err
@@ -76,13 +77,11 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	gw := mcpgateway.New(cfg, mcpgateway.Options{
 		OnUserConnected: func(ctx context.Context, server, user string) {
 			// The session that was sent the link may be held by another replica's endpoint: with
-			// NATS every replica hears of the connection (this one through its own subscription).
+			// NATS the others hear of the connection; this one's is told directly.
 			if relay != nil {
-				err := relay.AnnounceConnected(connectedSubject, server, user)
-				if err == nil {
-					return
+				if err := relay.AnnounceConnected(connectedSubject, replica, server, user); err != nil {
+					a.log.Warn("the MCP endpoints of other replicas do not hear of a connected account", "server", server, "error", err)
 				}
-				a.log.Warn("the MCP endpoints of other replicas do not hear of a connected account", "server", server, "error", err)
 			}
 			if ep := connected.Load(); ep != nil {
 				// The callback's answer to the browser does not wait for the notifications.
@@ -117,7 +116,7 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 	}
 	connected.Store(ep)
 	if relay != nil {
-		stop, err := relay.ListenConnected(connectedSubject, func(server, user string) {
+		stop, err := relay.ListenConnected(connectedSubject, replica, func(server, user string) {
 			go ep.UserConnected(context.WithoutCancel(ctx), user, server)
 		})
 		if err != nil {

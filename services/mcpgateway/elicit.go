@@ -247,21 +247,25 @@ func (r *NATSElicitRelay) Forward(ctx context.Context, id, action, content strin
 	return nil
 }
 
-// accountConnected is the announcement on Names.AccountConnected.
+// accountConnected is the announcement on Names.AccountConnected; Origin names the replica
+// that sent it, which has told its own endpoint already.
 type accountConnected struct {
 	Server string `json:"server"`
 	User   string `json:"user"`
+	Origin string `json:"origin,omitempty"`
 }
 
 // maxAnnouncedName bounds the server and user names an announcement may carry (a user id is at
 // most 256 bytes wherever Hermes takes one; server names are shorter).
 const maxAnnouncedName = 256
 
-// AnnounceConnected tells every replica listening on subject (ListenConnected, this one's too)
-// that user has connected their account on server. Core NATS: a replica not connected at that
-// moment misses it, and its clients call again when the user tells them to.
-func (r *NATSElicitRelay) AnnounceConnected(subject, server, user string) error {
-	data, err := json.Marshal(accountConnected{Server: server, User: user})
+// AnnounceConnected tells every replica listening on subject (ListenConnected) that user has
+// connected their account on server; origin names the announcing replica, whose listener skips
+// it (that replica tells its own endpoint directly, whether NATS is up or not). Core NATS: a
+// replica not connected at that moment misses it, and its clients call again when the user
+// tells them to.
+func (r *NATSElicitRelay) AnnounceConnected(subject, origin, server, user string) error {
+	data, err := json.Marshal(accountConnected{Server: server, User: user, Origin: origin})
 	if err != nil {
 		return err
 	}
@@ -269,11 +273,13 @@ func (r *NATSElicitRelay) AnnounceConnected(subject, server, user string) error 
 }
 
 // ListenConnected calls fn, on NATS's delivery goroutine, for each announcement on subject that
-// names a server and a user of sane size; it returns the function that stops listening.
-func (r *NATSElicitRelay) ListenConnected(subject string, fn func(server, user string)) (func(), error) {
+// names a server and a user of sane size and comes from another replica than origin; it
+// returns the function that stops listening.
+func (r *NATSElicitRelay) ListenConnected(subject, origin string, fn func(server, user string)) (func(), error) {
 	sub, err := r.nc.Subscribe(subject, func(m *nats.Msg) {
 		var a accountConnected
-		if json.Unmarshal(m.Data, &a) != nil || a.Server == "" || a.User == "" || len(a.Server) > maxAnnouncedName || len(a.User) > maxAnnouncedName {
+		if json.Unmarshal(m.Data, &a) != nil || a.Server == "" || a.User == "" || len(a.Server) > maxAnnouncedName || len(a.User) > maxAnnouncedName ||
+			(origin != "" && a.Origin == origin) {
 			return
 		}
 		fn(a.Server, a.User)

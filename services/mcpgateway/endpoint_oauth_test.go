@@ -106,7 +106,7 @@ func startOAuthStackRelay(t *testing.T, epCfg endpoint.Config, viaNATS bool) *oa
 		OnUserConnected: func(ctx context.Context, server, user string) {
 			s.connect.Add(1)
 			if gwRelay != nil {
-				if err := gwRelay.AnnounceConnected(subject, server, user); err != nil {
+				if err := gwRelay.AnnounceConnected(subject, "gateway-replica", server, user); err != nil {
 					t.Errorf("announcing: %v", err)
 				}
 				return
@@ -129,7 +129,7 @@ func startOAuthStackRelay(t *testing.T, epCfg endpoint.Config, viaNATS bool) *oa
 	}
 	ep.Store(s.ep)
 	if epRelay != nil {
-		stop, err := epRelay.ListenConnected(subject, func(server, user string) { s.ep.UserConnected(context.Background(), user, server) })
+		stop, err := epRelay.ListenConnected(subject, "endpoint-replica", func(server, user string) { s.ep.UserConnected(context.Background(), user, server) })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -419,22 +419,25 @@ func testNATS(t *testing.T) *nats.Conn {
 
 // TestAccountConnectedAnnouncements: an announcement reaches every listener, another
 // connection's included; malformed ones (not JSON, a name missing or over 256 bytes), which
-// anyone on the bus could send, are dropped before the endpoint sees them.
+// anyone on the bus could send, and the listener's own replica's are dropped before the
+// endpoint sees them.
 func TestAccountConnectedAnnouncements(t *testing.T) {
 	subject := "test.account_connected." + rand.Text()
 	pub := testNATS(t)
 	got := make(chan [2]string, 8)
-	stop, err := NewNATSElicitRelay(testNATS(t), "x").ListenConnected(subject, func(server, user string) { got <- [2]string{server, user} })
+	stop, err := NewNATSElicitRelay(testNATS(t), "x").ListenConnected(subject, "me", func(server, user string) { got <- [2]string{server, user} })
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop()
-	for _, junk := range []string{"not json", `{"server":"docs"}`, `{"user":"alice"}`, `{"server":"docs","user":"` + strings.Repeat("a", 257) + `"}`} {
+	// The listener's own announcements are skipped too: its replica told its endpoint directly.
+	for _, junk := range []string{"not json", `{"server":"docs"}`, `{"user":"alice"}`, `{"server":"docs","user":"` + strings.Repeat("a", 257) + `"}`,
+		`{"server":"docs","user":"own","origin":"me"}`} {
 		if err := pub.Publish(subject, []byte(junk)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := NewNATSElicitRelay(pub, "x").AnnounceConnected(subject, "docs", "alice"); err != nil {
+	if err := NewNATSElicitRelay(pub, "x").AnnounceConnected(subject, "other", "docs", "alice"); err != nil {
 		t.Fatal(err)
 	}
 	// One publisher's messages arrive in order: the first one delivered must be the valid one.
