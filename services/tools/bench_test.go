@@ -7,10 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/hermes-agent/hermes/internal/rpc"
+	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
@@ -166,6 +170,40 @@ func BenchmarkSelectTools(b *testing.B) {
 	for b.Loop() {
 		if _, err := svc.SelectTools(ctx, req); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkExecuteMCPInProcess is ExecuteTool of an MCP tool as Hermes runs it in one process:
+// the call and the tool service's CallTool both go through the server's in-process channel
+// (every interceptor and the stats handler, twice), to a gateway that answers at once. What it
+// measures is the tool service's own cost in front of the gateway, without the stdio server.
+func BenchmarkExecuteMCPInProcess(b *testing.B) {
+	// The providers hermes serve installs (internal/telemetry without an OTLP endpoint): spans
+	// sampled only under a sampled caller, metrics kept for a reader.
+	tp, mp := otel.GetTracerProvider(), otel.GetMeterProvider()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample()))))
+	otel.SetMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())))
+	b.Cleanup(func() { otel.SetTracerProvider(tp); otel.SetMeterProvider(mp) })
+	srv := rpc.NewServer(rpc.ServerOptions{Logger: quietLogger(), ShutdownTimeout: time.Second})
+	gw := &fakeGateway{noRecord: true, script: func(int64, context.Context, *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error) {
+		return &mcpgatewayv1.CallToolResponse{Success: true, Output: `{"issues":[{"number":1,"title":"a bug"}]}`, Structured: true}, nil
+	}}
+	srv.Register(&mcpgatewayv1.MCPGatewayService_ServiceDesc, gw)
+	gwClient := mcpgatewayv1.NewMCPGatewayServiceClient(srv.InProcess())
+	svc := newTestService(b, testBoltStore(b), Options{MCP: func() (MCPCaller, error) { return gwClient, nil }})
+	srv.Register(&toolsv1.ToolService_ServiceDesc, svc)
+	ctx := context.Background()
+	if _, _, err := svc.reg.Register(ctx, mcpSpec("list_issues"), "mcp:github", false); err != nil {
+		b.Fatal(err)
+	}
+	c := toolsv1.NewToolServiceClient(srv.InProcess())
+	req := &toolsv1.ExecuteToolRequest{Name: "list_issues", Arguments: `{"repo":"hermes"}`, CallId: "c1"}
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := c.ExecuteTool(ctx, req)
+		if err != nil || !resp.GetResult().GetSuccess() {
+			b.Fatal(resp, err)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -185,16 +186,17 @@ func mcpStatusError(err error) error {
 // that the gateway cut the output to its size cap (a preview, which an output schema cannot
 // describe).
 func mcpOutput(resp *mcpgatewayv1.CallToolResponse) (out []byte, cut bool) {
-	if resp.GetStructured() && json.Valid([]byte(resp.GetOutput())) {
-		if b, err := compactJSON(resp.GetOutput()); err == nil {
-			return []byte(b), false
+	// json.Compact checks the JSON as json.Valid does: one pass, straight into the output.
+	if resp.GetStructured() {
+		if b, err := compactJSONBytes(resp.GetOutput()); err == nil {
+			return b, false
 		}
 	}
 	text := resp.GetOutput()
 	if len(resp.GetContents()) == 0 && !resp.GetTruncated() {
-		if t := strings.TrimSpace(text); len(t) > 1 && (t[0] == '{' || t[0] == '[') && json.Valid([]byte(t)) {
-			if b, err := compactJSON(t); err == nil {
-				return []byte(b), false
+		if t := strings.TrimSpace(text); len(t) > 1 && (t[0] == '{' || t[0] == '[') {
+			if b, err := compactJSONBytes(t); err == nil {
+				return b, false
 			}
 		}
 	}
@@ -206,6 +208,16 @@ func mcpOutput(resp *mcpgatewayv1.CallToolResponse) (out []byte, cut bool) {
 	}
 	b, _ := json.Marshal(text)
 	return b, resp.GetTruncated()
+}
+
+// compactJSONBytes is text without insignificant white space, or an error when text is not
+// one JSON value.
+func compactJSONBytes(text string) ([]byte, error) {
+	buf := bytes.NewBuffer(make([]byte, 0, len(text)))
+	if err := json.Compact(buf, []byte(text)); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // mcpMedia is the gateway's description of a result's non-text blocks as ToolResult.media.

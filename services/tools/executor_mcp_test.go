@@ -27,13 +27,17 @@ type fakeGateway struct {
 	calls    atomic.Int64
 	mu       sync.Mutex
 	requests []*mcpgatewayv1.CallToolRequest
+	// noRecord: requests are not kept (benchmarks).
+	noRecord bool
 }
 
 func (g *fakeGateway) CallTool(ctx context.Context, req *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error) {
 	n := g.calls.Add(1)
-	g.mu.Lock()
-	g.requests = append(g.requests, req)
-	g.mu.Unlock()
+	if !g.noRecord {
+		g.mu.Lock()
+		g.requests = append(g.requests, req)
+		g.mu.Unlock()
+	}
 	return g.script(n, ctx, req)
 }
 
