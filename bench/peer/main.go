@@ -134,6 +134,9 @@ func runAll(ctx context.Context, c config, out, progress io.Writer) (*results, e
 			return nil, err
 		}
 	}
+	if err := evictPageCache(c.hermesBin, c.baseline, c.adkBin); err != nil {
+		return nil, fmt.Errorf("dropping the binaries' page cache: %w", err)
+	}
 	start := time.Now()
 	runs := map[string][]*run{}
 	for rep := range c.repeats {
