@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -718,11 +719,12 @@ func (g *Gateway) pendingLink(ctx context.Context, c *serverConn, user string, e
 }
 
 // sameEndpoint reports whether two authorizations ask the same authorization server for the
-// same client and scopes (compared as stored, so a field added later is compared too).
+// same client and scopes; every field is compared (a field added later too), the scopes with
+// an empty list equal to none (as a stored record reads back).
 func sameEndpoint(a, b *oauthEndpoint) bool {
-	x, errX := json.Marshal(a)
-	y, errY := json.Marshal(b)
-	return errX == nil && errY == nil && bytes.Equal(x, y)
+	x, y := *a, *b
+	x.Scopes, y.Scopes = nil, nil
+	return reflect.DeepEqual(x, y) && slices.Equal(a.Scopes, b.Scopes)
 }
 
 // ConnectServer returns the URL where user connects their account to a per-user OAuth server,
