@@ -391,7 +391,10 @@ func TestElicitationAndCancel(t *testing.T) {
 	b.waitText("[data-testid=turn-answer]", "accept name=Ada seats=2")
 	b.checkClean("elicitation")
 
-	// A turn that waits on the model stops with Cancel.
+	// A turn that waits on the model stops with Cancel. The console ignores Run until the last
+	// turn's stream has ended (its answer shows a moment before): wait for that first, or the
+	// click is lost and "started" below matches the last turn's view.
+	b.waitFor("the last turn's stream to end", `!document.getElementById('turn-run').disabled`)
 	b.submit("#turn-text", "wait for it", "#turn-run")
 	b.waitText("#turn-view", "started")
 	b.click("#turn-cancel")
