@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -26,13 +25,7 @@ import (
 //	go test -run '^$' -bench BenchmarkStdioLayers -benchtime 300x ./test/e2e/
 func BenchmarkStdioLayers(b *testing.B) {
 	ctx := context.Background()
-	script := mcpgatewaytest.NodeScript(b, "@modelcontextprotocol/server-everything/dist/index.js")
-	direct, err := mcp.NewClient(&mcp.Implementation{Name: "direct", Version: "1"}, nil).
-		Connect(ctx, &mcp.CommandTransport{Command: exec.Command(mcpgatewaytest.Node(b), script, "stdio")}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer direct.Close()
+	direct := mcpgatewaytest.DirectEverything(b)
 	h := startHermes(b, b.TempDir())
 	spec := mcpgatewaytest.EverythingStdio(b, "bench", "bench")
 	if resp, err := h.gw.AddServer(ctx, &pb.AddServerRequest{Spec: spec, Wait: true}); err != nil || resp.GetServer().GetState() != pb.ServerState_SERVER_STATE_READY {

@@ -3,7 +3,6 @@ package multiprocess
 import (
 	"context"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -44,13 +43,7 @@ func BenchmarkStdioInterleavedProcess(b *testing.B) {
 func BenchmarkStdioLayersProcess(b *testing.B) {
 	ctx := context.Background()
 	c := startStdioBench(b)
-	script := mcpgatewaytest.NodeScript(b, "@modelcontextprotocol/server-everything/dist/index.js")
-	direct, err := mcp.NewClient(&mcp.Implementation{Name: "direct", Version: "1"}, nil).
-		Connect(ctx, &mcp.CommandTransport{Command: exec.Command(mcpgatewaytest.Node(b), script, "stdio")}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer direct.Close()
+	direct := mcpgatewaytest.DirectEverything(b)
 	health := healthpb.NewHealthClient(c.Conn())
 	params := &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "hello"}}
 	execReq := &toolsv1.ExecuteToolRequest{Name: "bench_echo", Arguments: `{"message":"hello"}`}

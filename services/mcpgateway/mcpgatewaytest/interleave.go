@@ -20,6 +20,19 @@ func EverythingStdio(t testing.TB, name, prefix string) *pb.ServerSpec {
 	return &pb.ServerSpec{Name: name, Prefix: prefix, Transport: &pb.ServerSpec_Stdio{Stdio: &pb.StdioTransport{Command: Node(t), Args: []string{script, "stdio"}}}}
 }
 
+// DirectEverything is the benchmarks' direct call: the official Go SDK client connected to the
+// reference everything server over stdio, in a node process of its own, closed when b ends.
+func DirectEverything(b *testing.B) *mcp.ClientSession {
+	script := NodeScript(b, "@modelcontextprotocol/server-everything/dist/index.js")
+	direct, err := mcp.NewClient(&mcp.Implementation{Name: "direct", Version: "1"}, nil).
+		Connect(context.Background(), &mcp.CommandTransport{Command: exec.Command(Node(b), script, "stdio")}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = direct.Close() })
+	return direct
+}
+
 // BenchStdioInterleaved is issue 27's latency comparison: each iteration calls the everything
 // server's echo over stdio once directly with the official Go SDK client (its own node process,
 // connected before the timer starts) and once with ExecuteTool of tool (a tool of a Hermes
@@ -27,13 +40,7 @@ func EverythingStdio(t testing.TB, name, prefix string) *pb.ServerSpec {
 // first so both see the same machine load. It reports the median of each and their ratio.
 func BenchStdioInterleaved(b *testing.B, tools toolsv1.ToolServiceClient, tool string) {
 	ctx := context.Background()
-	script := NodeScript(b, "@modelcontextprotocol/server-everything/dist/index.js")
-	direct, err := mcp.NewClient(&mcp.Implementation{Name: "direct", Version: "1"}, nil).
-		Connect(ctx, &mcp.CommandTransport{Command: exec.Command(Node(b), script, "stdio")}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer direct.Close()
+	direct := DirectEverything(b)
 	params := &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "hello"}}
 	req := &toolsv1.ExecuteToolRequest{Name: tool, Arguments: `{"message":"hello"}`}
 	callDirect := func() time.Duration {
