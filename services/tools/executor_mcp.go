@@ -1,7 +1,6 @@
 package tools
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -208,16 +207,6 @@ func mcpOutput(resp *mcpgatewayv1.CallToolResponse) (out []byte, cut bool) {
 	}
 	b, _ := json.Marshal(text)
 	return b, resp.GetTruncated()
-}
-
-// compactJSONBytes is text without insignificant white space, or an error when text is not
-// one JSON value.
-func compactJSONBytes(text string) ([]byte, error) {
-	buf := bytes.NewBuffer(make([]byte, 0, len(text)))
-	if err := json.Compact(buf, []byte(text)); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }
 
 // mcpMedia is the gateway's description of a result's non-text blocks as ToolResult.media.

@@ -201,11 +201,18 @@ func subschemas(s *jsonschema.Schema) []*jsonschema.Schema {
 // compactJSON normalizes JSON text without reordering keys: a schema's property order is part
 // of what a model sees.
 func compactJSON(text string) (string, error) {
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, []byte(text)); err != nil {
-		return "", err
+	b, err := compactJSONBytes(text)
+	return string(b), err
+}
+
+// compactJSONBytes is text without insignificant white space, or an error when text is not
+// one JSON value (json.Compact checks it as json.Valid does, in the same pass).
+func compactJSONBytes(text string) ([]byte, error) {
+	buf := bytes.NewBuffer(make([]byte, 0, len(text)))
+	if err := json.Compact(buf, []byte(text)); err != nil {
+		return nil, err
 	}
-	return buf.String(), nil
+	return buf.Bytes(), nil
 }
 
 // jsonDepth is the deepest nesting of arrays and objects in JSON text, found without decoding
