@@ -91,66 +91,15 @@ func TestConcurrentCallsReuseConnections(t *testing.T) {
 	}
 }
 
-// TestStreamKeepsConnectionAfterDone: a stream whose body ends a moment after [DONE] (the last
-// chunk in a packet of its own) leaves its connection in the pool. The client stopped reading at
-// [DONE] and closed the body before its end, which made net/http close the connection: every
-// such call dialled anew.
-func TestStreamKeepsConnectionAfterDone(t *testing.T) {
-	var conns sync.Map
-	var dials int
-	var mu sync.Mutex
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, `data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}`+"\n\n")
-		_, _ = io.WriteString(w, "data: [DONE]\n\n")
-		w.(http.Flusher).Flush()
-		time.Sleep(5 * time.Millisecond) // the last chunk follows when the handler returns
-	}))
-	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			if _, seen := conns.LoadOrStore(c, true); !seen {
-				mu.Lock()
-				dials++
-				mu.Unlock()
-			}
-		}
-	}
-	srv.Start()
-	t.Cleanup(srv.Close)
-	c, err := model.New(model.Config{BaseURL: srv.URL + "/v1", Model: "m", MaxRetries: -1,
-		HTTPClient: &http.Client{Transport: model.NewTransport(model.PoolOptions{})}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const calls = 10
-	for i := range calls {
-		out, err := c.Stream(context.Background(), model.Request{Messages: []model.Message{{Role: model.RoleUser, Content: "hi"}}}, nil)
-		if err != nil {
-			t.Fatalf("call %d: %v", i, err)
-		}
-		if out.Content != "hi" {
-			t.Fatalf("call %d: content %q, want %q", i, out.Content, "hi")
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	// One connection serves them all; a second is allowed for a call that found the first not
-	// yet back in the pool on a loaded machine (before: one per call).
-	if dials > 2 {
-		t.Errorf("%d sequential streams opened %d connections, want at most 2", calls, dials)
-	}
-}
-
-// TestCompleteKeepsConnectionAfterAChunkedAnswer: a whole answer sent chunked, its last chunk in
-// a packet of its own, leaves its connection in the pool. The client stopped reading at the JSON
-// value's end and closed the body before the last chunk: every call dialled anew (10 of 10).
-func TestCompleteKeepsConnectionAfterAChunkedAnswer(t *testing.T) {
+// dialCounted starts a model endpoint that answers with write, flushes, and sends the body's
+// last chunk 5 ms later (when the handler returns: a packet of its own), and returns a client
+// of it with the production transport and the count of connections the endpoint accepted.
+func dialCounted(t *testing.T, write func(http.ResponseWriter)) (*model.Client, *atomic.Int32) {
+	t.Helper()
 	var dials atomic.Int32
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"id":"c","model":"m","choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"stop"}]}`)
+		write(w)
 		w.(http.Flusher).Flush()
 		time.Sleep(5 * time.Millisecond) // the last chunk follows when the handler returns
 	}))
@@ -166,6 +115,44 @@ func TestCompleteKeepsConnectionAfterAChunkedAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, &dials
+}
+
+// TestStreamKeepsConnectionAfterDone: a stream whose body ends a moment after [DONE] (the last
+// chunk in a packet of its own) leaves its connection in the pool. The client stopped reading at
+// [DONE] and closed the body before its end, which made net/http close the connection: every
+// such call dialled anew.
+func TestStreamKeepsConnectionAfterDone(t *testing.T) {
+	c, dials := dialCounted(t, func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, `data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}`+"\n\n")
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	})
+	const calls = 10
+	for i := range calls {
+		out, err := c.Stream(context.Background(), model.Request{Messages: []model.Message{{Role: model.RoleUser, Content: "hi"}}}, nil)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if out.Content != "hi" {
+			t.Fatalf("call %d: content %q, want %q", i, out.Content, "hi")
+		}
+	}
+	// One connection serves them all; a second is allowed for a call that found the first not
+	// yet back in the pool on a loaded machine (before: one per call).
+	if n := dials.Load(); n > 2 {
+		t.Errorf("%d sequential streams opened %d connections, want at most 2", calls, n)
+	}
+}
+
+// TestCompleteKeepsConnectionAfterAChunkedAnswer: a whole answer sent chunked, its last chunk in
+// a packet of its own, leaves its connection in the pool. The client stopped reading at the JSON
+// value's end and closed the body before the last chunk: every call dialled anew (10 of 10).
+func TestCompleteKeepsConnectionAfterAChunkedAnswer(t *testing.T) {
+	c, dials := dialCounted(t, func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"c","model":"m","choices":[{"index":0,"message":{"content":"hi"},"finish_reason":"stop"}]}`)
+	})
 	const calls = 10
 	for i := range calls {
 		out, err := c.Complete(context.Background(), model.Request{Messages: []model.Message{{Role: model.RoleUser, Content: "hi"}}})
