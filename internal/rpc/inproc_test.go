@@ -183,3 +183,27 @@ func TestInProcessDerivedContexts(t *testing.T) {
 		t.Errorf("a call past its caller's deadline ended with %v (%v), want DeadlineExceeded", got, err)
 	}
 }
+
+// TestInProcessStreamRefusal replays a refusal that reached HTTP clients as "EOF" (500): a
+// stream interceptor that refuses a server-streaming call before its handler reads the request
+// ends the stream while the caller sends it, and the caller must get the interceptor's status,
+// every time, as it does over the network.
+func TestInProcessStreamRefusal(t *testing.T) {
+	refuse := func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
+		return status.Error(codes.ResourceExhausted, "refused")
+	}
+	srv := NewServer(ServerOptions{Logger: quiet, Stream: []grpc.StreamServerInterceptor{refuse}})
+	srv.Register(&testpb.TestService_ServiceDesc, &seeingService{})
+	client := testpb.NewTestServiceClient(srv.InProcess())
+	got := map[string]int{}
+	for range 300 {
+		st, err := client.StreamingOutputCall(context.Background(), &testpb.StreamingOutputCallRequest{})
+		if err == nil {
+			_, err = st.Recv()
+		}
+		got[status.Convert(err).Code().String()+": "+status.Convert(err).Message()]++
+	}
+	if diff := cmp.Diff(map[string]int{"ResourceExhausted: refused": 300}, got); diff != "" {
+		t.Errorf("refused calls' errors (-want +got):\n%s", diff)
+	}
+}

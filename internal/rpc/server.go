@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"runtime"
@@ -301,7 +302,28 @@ func (c *channel) Invoke(ctx context.Context, method string, args, reply any, op
 
 // NewStream implements grpc.ClientConnInterface.
 func (c *channel) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	return c.cur.Load().NewStream(ctx, desc, method, opts...)
+	cs, err := c.cur.Load().NewStream(ctx, desc, method, opts...)
+	if err != nil || desc.ClientStreams {
+		return cs, err
+	}
+	return oneRequestStream{cs}, nil
+}
+
+// oneRequestStream is the client side of a call with one request (server-streaming), whose
+// generated code returns SendMsg's error and never reads the call's status when it fails.
+// grpchan's SendMsg answers io.EOF, or the context's error, when the handler has already ended
+// (an interceptor refused the call before reading the request; a Go select picks between the
+// buffered send and the ended stream at random), so a refusal reached the caller as a bare
+// "EOF" (code Unknown, HTTP 500) about half the time. grpc-go's SendMsg returns nil for such
+// calls for this reason, and the status comes from RecvMsg; this does the same.
+type oneRequestStream struct{ grpc.ClientStream }
+
+func (s oneRequestStream) SendMsg(m any) error {
+	err := s.ClientStream.SendMsg(m)
+	if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	return err
 }
 
 // chainUnary runs interceptors in order, as grpc.ChainUnaryInterceptor does on a server.

@@ -90,6 +90,12 @@ func runTurn(ctx context.Context, c orchestratorv1.OrchestratorServiceClient, re
 
 // httpCall sends a JSON request with key and returns the status and Retry-After.
 func httpCall(t *testing.T, method, url, key, body string) (int, string) {
+	code, retryAfter, _ := httpCallBody(t, method, url, key, body)
+	return code, retryAfter
+}
+
+// httpCallBody is httpCall with the response's body (the first 4 KiB), for failure messages.
+func httpCallBody(t *testing.T, method, url, key, body string) (int, string, string) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
@@ -102,8 +108,8 @@ func httpCall(t *testing.T, method, url, key, body string) (int, string) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get("Retry-After")
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	return resp.StatusCode, resp.Header.Get("Retry-After"), string(b)
 }
 
 func wantTooMany(t *testing.T, what string, code int, retryAfter string) {
@@ -240,8 +246,11 @@ func TestQuotas(t *testing.T) {
 		}
 		err := runTurn(as(quotaKey("turns")), orch, &orchestratorv1.RunTurnRequest{SessionId: id, Text: "hi"})
 		wantExhausted(t, "third turn of 2 a minute", err)
-		code, ra := httpCall(t, "POST", base+"/v1/sessions/"+id+"/turns", quotaKey("turns"), `{"text":"hi"}`)
+		code, ra, body := httpCallBody(t, "POST", base+"/v1/sessions/"+id+"/turns", quotaKey("turns"), `{"text":"hi"}`)
 		wantTooMany(t, "third turn", code, ra)
+		if code != http.StatusTooManyRequests {
+			t.Logf("the response: %s", body)
+		}
 		// An operator runs the user's turns beyond the limit.
 		for range 3 {
 			if err := runTurn(as(opsKey), orch, &orchestratorv1.RunTurnRequest{SessionId: id, UserId: "turns", Text: "hi"}); err != nil {
