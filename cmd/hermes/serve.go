@@ -75,6 +75,12 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	tel.Handle("/readyz", a.ReadyHandler())
+	// Built: what starting touched of the binary need not stay resident (issue 25, stop 33).
+	if released, err := releaseStartupPages(); err != nil {
+		log.Warn("startup pages stay resident", "err", err)
+	} else {
+		log.Debug("startup pages released", "bytes", released)
+	}
 	return a.Run(ctx)
 }
 
