@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -154,6 +155,9 @@ type App struct {
 	// counters and the orchestrator's records go into it (set and read by New's initialisers,
 	// one after another).
 	sessionFile *session.BoltStore
+	// localGateway is the MCP gateway of this process as the tool service calls it, set when
+	// the gateway is registered here and no --mcpgateway-addr points elsewhere (initMCPGateway).
+	localGateway atomic.Pointer[tools.MCPCaller]
 
 	// mu guards closers, redis, nc, js and conns, and is held while the first caller connects,
 	// so each connection is made once; authn, keys and dialOpts are set by New, then only read.

@@ -106,7 +106,11 @@ func (a *App) initMCPGateway(ctx context.Context) error {
 		return err
 	}
 	a.onClose(gw.Close)
-	a.srv.Register(&mcpgatewayv1.MCPGatewayService_ServiceDesc, mcpgateway.NewServer(gw))
+	gws := mcpgateway.NewServer(gw)
+	a.srv.Register(&mcpgatewayv1.MCPGatewayService_ServiceDesc, gws)
+	if err := a.useLocalGateway(gws); err != nil {
+		return err
+	}
 	if cfg.MCPListen == "" {
 		return nil
 	}

@@ -3,8 +3,10 @@ package app
 import (
 	"context"
 
+	"github.com/hermes-agent/hermes/internal/rpc"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
+	"github.com/hermes-agent/hermes/services/mcpgateway"
 	"github.com/hermes-agent/hermes/services/tools"
 )
 
@@ -36,8 +38,12 @@ func (a *App) initTools(ctx context.Context) error {
 		Logger:    a.log.With("service", "tools"),
 		Egress:    a.sec.egress,
 		Secrets:   a.sec.secrets,
-		// In one process this is the in-process channel (no network, the same interceptors).
+		// In one process the gateway's CallTool is called directly (localGateway), its streams on
+		// the in-process channel (no network, the same interceptors).
 		MCP: func() (tools.MCPCaller, error) {
+			if gw := a.localGateway.Load(); gw != nil {
+				return *gw, nil
+			}
 			conn, err := a.Conn(TargetMCPGateway)
 			if err != nil {
 				return nil, err
@@ -59,5 +65,24 @@ func (a *App) initTools(ctx context.Context) error {
 		a.log.Info("tools file loaded", "file", f, "tools", n)
 	}
 	a.srv.Register(&toolsv1.ToolService_ServiceDesc, svc)
+	return nil
+}
+
+// useLocalGateway makes the tool service of this process call the gateway's CallTool directly
+// when the gateway is this process's (no --mcpgateway-addr): one pass of the interceptors (the
+// in-process principal, authorization against the policy table, recovery, classification)
+// instead of two, and no stats handler or message copies (the gateway records its own call
+// duration). Streams stay on the in-process channel.
+func (a *App) useLocalGateway(gw *mcpgateway.Server) error {
+	if a.cfg.MCPGatewayAddr != "" {
+		return nil
+	}
+	conn, err := a.Conn(TargetMCPGateway)
+	if err != nil {
+		return err
+	}
+	local := tools.LocalMCP(rpc.LocalUnary(a.srv, mcpgatewayv1.MCPGatewayService_CallTool_FullMethodName, gw.CallTool),
+		mcpgatewayv1.NewMCPGatewayServiceClient(conn))
+	a.localGateway.Store(&local)
 	return nil
 }

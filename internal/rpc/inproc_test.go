@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/hermes-agent/hermes/internal/auth"
 )
 
 type ctxKey string
@@ -41,9 +43,10 @@ func (s *seeingService) UnaryCall(ctx context.Context, req *testpb.SimpleRequest
 	md, _ := metadata.FromIncomingContext(ctx)
 	p, _ := peer.FromContext(ctx)
 	_, hasDeadline := ctx.Deadline()
+	who, _ := auth.FromContext(ctx)
 	_ = grpc.SetHeader(ctx, metadata.Pairs("h", "1"))
-	return &testpb.SimpleResponse{Username: fmt.Sprintf("md=%v peer=%s/%s deadline=%v callerValue=%v intercepted=%v method=%v",
-		md.Get("x-who"), p.Addr.Network(), p.Addr, hasDeadline, ctx.Value(ctxKey("caller")), ctx.Value(ctxKey("interceptor")), grpc.ServerTransportStreamFromContext(ctx).Method()),
+	return &testpb.SimpleResponse{Username: fmt.Sprintf("md=%v peer=%s/%s deadline=%v callerValue=%v intercepted=%v method=%v principal=%s",
+		md.Get("x-who"), p.Addr.Network(), p.Addr, hasDeadline, ctx.Value(ctxKey("caller")), ctx.Value(ctxKey("interceptor")), grpc.ServerTransportStreamFromContext(ctx).Method(), who.Name),
 		OauthScope: fmt.Sprint(req.GetFillOauthScope())}, nil
 }
 

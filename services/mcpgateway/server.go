@@ -39,11 +39,12 @@ const (
 // Server implements hermes.mcpgateway.v1.MCPGatewayService over a Gateway.
 type Server struct {
 	pb.UnimplementedMCPGatewayServiceServer
-	g *Gateway
+	g     *Gateway
+	calls callMetrics
 }
 
 // NewServer returns the gRPC service of g.
-func NewServer(g *Gateway) *Server { return &Server{g: g} }
+func NewServer(g *Gateway) *Server { return &Server{g: g, calls: newCallMetrics()} }
 
 // checkSpec is the one check every server spec passes wherever it enters the gateway:
 // AddServer, the servers file, and specs read back from the shared store.
@@ -104,25 +105,37 @@ func (s *Server) ListTools(_ context.Context, req *pb.ListToolsRequest) (*pb.Lis
 	return &pb.ListToolsResponse{Tools: tools}, nil
 }
 
-// CallTool implements MCPGatewayService.
-func (s *Server) CallTool(ctx context.Context, req *pb.CallToolRequest) (*pb.CallToolResponse, error) {
+// CallTool implements MCPGatewayService. The tool service of the same process calls it
+// directly (rpc.LocalUnary), without the gRPC stats handler: its duration is recorded here.
+func (s *Server) CallTool(ctx context.Context, req *pb.CallToolRequest) (resp *pb.CallToolResponse, err error) {
+	defer s.calls.done(ctx, methodCallTool, time.Now(), &resp, &err)
 	if err := validateCall(req); err != nil {
 		return nil, err
 	}
-	resp, err := s.g.CallTool(ctx, req)
-	return resp, err
+	return s.g.CallTool(ctx, req)
 }
 
 // CallToolStream implements MCPGatewayService.
-func (s *Server) CallToolStream(req *pb.CallToolStreamRequest, stream pb.MCPGatewayService_CallToolStreamServer) error {
+func (s *Server) CallToolStream(req *pb.CallToolStreamRequest, stream pb.MCPGatewayService_CallToolStreamServer) (err error) {
+	var resp *pb.CallToolResponse
+	defer s.calls.done(stream.Context(), methodCallToolStream, time.Now(), &resp, &err)
+	resp, err = s.callToolStream(req, stream)
+	if err != nil {
+		return err
+	}
+	return stream.Send(&pb.CallToolStreamResponse{Event: &pb.CallToolStreamResponse_Response{Response: resp}})
+}
+
+// callToolStream runs a streamed call, sending its progress, and returns its result.
+func (s *Server) callToolStream(req *pb.CallToolStreamRequest, stream pb.MCPGatewayService_CallToolStreamServer) (*pb.CallToolResponse, error) {
 	call := req.GetRequest()
 	if call == nil {
 		var v rpc.Violations
 		v.Add("request", "is required")
-		return v.Err()
+		return nil, v.Err()
 	}
 	if err := validateCall(call); err != nil {
-		return err
+		return nil, err
 	}
 	// Progress is sent from the goroutine that receives it while the call runs; a stream's Send
 	// is not safe for concurrent use, and progress that cannot be sent is dropped, never waited
@@ -139,12 +152,9 @@ func (s *Server) CallToolStream(req *pb.CallToolStreamRequest, stream pb.MCPGate
 		}
 	})
 	mu.Lock()
-	defer mu.Unlock()
 	ended = true
-	if err != nil {
-		return err
-	}
-	return stream.Send(&pb.CallToolStreamResponse{Event: &pb.CallToolStreamResponse_Response{Response: resp}})
+	mu.Unlock()
+	return resp, err
 }
 
 // validateCall checks a CallToolRequest.

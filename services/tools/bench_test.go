@@ -175,10 +175,17 @@ func BenchmarkSelectTools(b *testing.B) {
 }
 
 // BenchmarkExecuteMCPInProcess is ExecuteTool of an MCP tool as Hermes runs it in one process:
-// the call and the tool service's CallTool both go through the server's in-process channel
-// (every interceptor and the stats handler, twice), to a gateway that answers at once. What it
-// measures is the tool service's own cost in front of the gateway, without the stdio server.
-func BenchmarkExecuteMCPInProcess(b *testing.B) {
+// the call goes through the server's in-process channel (every interceptor and the stats
+// handler), and the tool service calls the gateway's CallTool directly (LocalMCP over
+// rpc.LocalUnary: the interceptors once more, no stats handler), a gateway that answers at once.
+// What it measures is the tool service's own cost in front of the gateway, without the stdio
+// server. BenchmarkExecuteMCPInProcessChannel is the same with CallTool on the in-process
+// channel, as before stop 33.
+func BenchmarkExecuteMCPInProcess(b *testing.B) { benchExecuteMCPInProcess(b, true) }
+
+func BenchmarkExecuteMCPInProcessChannel(b *testing.B) { benchExecuteMCPInProcess(b, false) }
+
+func benchExecuteMCPInProcess(b *testing.B, local bool) {
 	// The providers hermes serve installs (internal/telemetry without an OTLP endpoint): spans
 	// sampled only under a sampled caller, metrics kept for a reader.
 	tp, mp := otel.GetTracerProvider(), otel.GetMeterProvider()
@@ -190,7 +197,10 @@ func BenchmarkExecuteMCPInProcess(b *testing.B) {
 		return &mcpgatewayv1.CallToolResponse{Success: true, Output: `{"issues":[{"number":1,"title":"a bug"}]}`, Structured: true}, nil
 	}}
 	srv.Register(&mcpgatewayv1.MCPGatewayService_ServiceDesc, gw)
-	gwClient := mcpgatewayv1.NewMCPGatewayServiceClient(srv.InProcess())
+	var gwClient MCPCaller = mcpgatewayv1.NewMCPGatewayServiceClient(srv.InProcess())
+	if local {
+		gwClient = LocalMCP(rpc.LocalUnary(srv, mcpgatewayv1.MCPGatewayService_CallTool_FullMethodName, gw.CallTool), gwClient)
+	}
 	svc := newTestService(b, testBoltStore(b), Options{MCP: func() (MCPCaller, error) { return gwClient, nil }})
 	srv.Register(&toolsv1.ToolService_ServiceDesc, svc)
 	ctx := context.Background()

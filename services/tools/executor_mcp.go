@@ -27,6 +27,23 @@ type MCPCaller interface {
 	CallToolStream(ctx context.Context, in *mcpgatewayv1.CallToolStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[mcpgatewayv1.CallToolStreamResponse], error)
 }
 
+// LocalMCP is an MCPCaller for a gateway in the same process: CallTool is call (the gateway's
+// handler called directly, rpc.LocalUnary: authorized, recovered and classified as on the
+// in-process channel, without its stats handler and message copies), CallToolStream goes
+// through streams (the in-process channel). Call options are ignored: the executor passes none.
+func LocalMCP(call func(context.Context, *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error), streams MCPCaller) MCPCaller {
+	return localMCP{call: call, MCPCaller: streams}
+}
+
+type localMCP struct {
+	MCPCaller
+	call func(context.Context, *mcpgatewayv1.CallToolRequest) (*mcpgatewayv1.CallToolResponse, error)
+}
+
+func (l localMCP) CallTool(ctx context.Context, in *mcpgatewayv1.CallToolRequest, _ ...grpc.CallOption) (*mcpgatewayv1.CallToolResponse, error) {
+	return l.call(ctx, in)
+}
+
 // mcpExecutor runs a tool that lives on an MCP server through MCPGatewayService.CallTool. The
 // gateway client is obtained on first use, so the tool service starts without the gateway and
 // its tools answer "unavailable" until it is reachable.

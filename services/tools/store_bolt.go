@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -40,13 +41,19 @@ type BoltStore struct {
 
 	mu      sync.Mutex // guards decoded
 	decoded map[string]decodedTool
+	// gen counts the writes of tool records, bumped after each commits. This store is the only
+	// writer of its file (bbolt allows one process per file; the registry's records of other
+	// sources reach it through PutTool and DeleteTool too), so a record decoded while gen was
+	// what it still is has not changed since.
+	gen atomic.Uint64
 }
 
 // decodedTool is a tool record and its decoding, which ExecuteTool reuses while the record is
-// unchanged.
+// unchanged; gen is the store's write count before the transaction that read raw.
 type decodedTool struct {
 	raw []byte
 	st  *StoredTool
+	gen uint64
 }
 
 // maxDecodedTools bounds the decoded records kept; past it the cache starts over.
@@ -137,6 +144,7 @@ func (s *BoltStore) PutTool(ctx context.Context, t *toolsv1.Tool, hash string, n
 	}
 	var stored *toolsv1.Tool
 	changed := false
+	defer s.gen.Add(1) // after the commit (or the rollback)
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketTools)
 		name := []byte(t.GetSpec().GetName())
@@ -202,18 +210,31 @@ func (s *BoltStore) GetTool(ctx context.Context, name string) (*StoredTool, erro
 // getToolShared is GetTool for a caller that only reads the tool (ExecuteTool): a record that
 // is byte for byte the one decoded last time is not decoded again (its proto holds the schemas,
 // and decoding it was a tenth of an MCP call's CPU in the service). Any write changes the record
-// (version, updated_at), so a changed tool is always decoded afresh.
+// (version, updated_at), so a changed tool is always decoded afresh. While no tool was written
+// since a record was read, it is not read again: no transaction (a bbolt read transaction was a
+// twentieth of the service's CPU of an MCP call).
 func (s *BoltStore) getToolShared(ctx context.Context, name string) (*StoredTool, error) {
+	// Read before the transaction: a write that commits during it leaves the entry older than
+	// gen, so it is read again next time.
+	gen := s.gen.Load()
+	s.mu.Lock()
+	d, ok := s.decoded[name]
+	s.mu.Unlock()
+	if ok && d.gen == gen {
+		return d.st, nil
+	}
 	var out *StoredTool
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketTools).Get([]byte(name))
 		if v == nil {
 			return ErrNotFound
 		}
-		s.mu.Lock()
-		d, ok := s.decoded[name]
-		s.mu.Unlock()
 		if ok && bytes.Equal(d.raw, v) {
+			s.mu.Lock()
+			if s.decoded[name].st == d.st {
+				s.decoded[name] = decodedTool{raw: d.raw, st: d.st, gen: gen}
+			}
+			s.mu.Unlock()
 			out = d.st
 			return nil
 		}
@@ -225,7 +246,7 @@ func (s *BoltStore) getToolShared(ctx context.Context, name string) (*StoredTool
 		if s.decoded == nil || len(s.decoded) >= maxDecodedTools {
 			s.decoded = map[string]decodedTool{}
 		}
-		s.decoded[name] = decodedTool{raw: bytes.Clone(v), st: st} // v is valid only in the transaction
+		s.decoded[name] = decodedTool{raw: bytes.Clone(v), st: st, gen: gen} // v is valid only in the transaction
 		s.mu.Unlock()
 		out = st
 		return nil
@@ -235,6 +256,7 @@ func (s *BoltStore) getToolShared(ctx context.Context, name string) (*StoredTool
 
 // DeleteTool implements Store.
 func (s *BoltStore) DeleteTool(ctx context.Context, name, source string) error {
+	defer s.gen.Add(1) // after the commit (or the rollback)
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketTools)
 		v := b.Get([]byte(name))

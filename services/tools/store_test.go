@@ -3,7 +3,10 @@ package tools
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,6 +234,41 @@ func TestBoltSharedGetFollowsWrites(t *testing.T) {
 			}
 		}
 	}
+	// Readers racing the writes: once a write has returned, no read sees the record before it.
+	var written atomic.Int64 // the last description index whose PutTool returned
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				floor := written.Load()
+				st, err := s.getToolShared(ctx, "w")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if got := st.Tool.GetSpec().GetDescription(); got < fmt.Sprintf("v%03d", floor) {
+					t.Errorf("read %q after v%03d was written", got, floor)
+					return
+				}
+			}
+		}()
+	}
+	for i := range 200 {
+		if _, _, err := s.PutTool(ctx, storeTool("w", fmt.Sprintf("v%03d", i), "api"), fmt.Sprintf("hv%03d", i), t0.Add(time.Hour+time.Duration(i)*time.Second), true); err != nil {
+			t.Fatal(err)
+		}
+		written.Store(int64(i))
+	}
+	close(stop)
+	wg.Wait()
 	if err := s.DeleteTool(ctx, "w", ""); err != nil {
 		t.Fatal(err)
 	}
