@@ -116,6 +116,9 @@ func Policy() map[string]Access {
 		mcpgatewayv1.MCPGatewayService_RemoveServer_FullMethodName:          ops,
 		mcpgatewayv1.MCPGatewayService_ListServers_FullMethodName:           priv,
 		mcpgatewayv1.MCPGatewayService_AnswerElicitation_FullMethodName:     priv,
+		// A server's sampling request reaches the caller of its call (Hermes' MCP endpoint, a
+		// service); the answer goes to the server as its model's completion.
+		mcpgatewayv1.MCPGatewayService_AnswerSampling_FullMethodName: priv,
 		mcpgatewayv1.MCPGatewayService_ListTools_FullMethodName:             priv,
 		mcpgatewayv1.MCPGatewayService_CallTool_FullMethodName:              priv,
 		mcpgatewayv1.MCPGatewayService_CallToolStream_FullMethodName:        priv,

@@ -286,7 +286,11 @@ func (s *Server) AnswerElicitation(ctx context.Context, req *pb.AnswerElicitatio
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	if err := s.g.elicits.answer(ctx, req.GetId(), req.GetAction(), req.GetContent()); err != nil {
+	// Checked here, so an invalid answer is refused as such on whichever replica it reaches.
+	if _, err := parseElicitAnswer(req.GetAction(), req.GetContent()); err != nil {
+		return nil, err
+	}
+	if err := s.g.elicits.answer(ctx, req.GetId(), RelayedAnswer{Kind: kindElicitation, Action: req.GetAction(), Content: req.GetContent()}); err != nil {
 		return nil, err
 	}
 	return &pb.AnswerElicitationResponse{}, nil
