@@ -3,6 +3,8 @@ package mcpgateway
 import (
 	"context"
 	"crypto/rand"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -50,7 +53,11 @@ func samplingUpstream(t *testing.T) string {
 			}
 			res, err := req.Session.CreateMessage(ctx, p)
 			if err != nil {
-				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "sampling failed: " + err.Error()}}}, nil, nil
+				msg := err.Error()
+				if je := (*jsonrpc.Error)(nil); errors.As(err, &je) {
+					msg = fmt.Sprintf("code %d: %s", je.Code, je.Message)
+				}
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "sampling failed: " + msg}}}, nil, nil
 			}
 			text, _ := res.Content.(*mcp.TextContent)
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "LLM response: " + text.Text + " (" + res.Model + ")"}}}, nil, nil
@@ -79,6 +86,8 @@ func (m fixedModel) Complete(context.Context, model.Request) (*model.Response, e
 func startSamplingStack(t *testing.T, cfg Config, sampling *pb.SamplingPolicy, opts Options) *samplingStack {
 	t.Helper()
 	s := &samplingStack{}
+	// Started first so that it closes last, after the gateway's connection to it.
+	upstream := samplingUpstream(t)
 	var gwc atomic.Pointer[pb.MCPGatewayServiceClient]
 	tok, err := tokenizer.New("o200k_base")
 	if err != nil {
@@ -117,10 +126,14 @@ func startSamplingStack(t *testing.T, cfg Config, sampling *pb.SamplingPolicy, o
 	hs := httptest.NewServer(ep.HTTPHandler())
 	t.Cleanup(hs.Close)
 	s.mcpURL = hs.URL
-	spec := &pb.ServerSpec{Name: "up", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: samplingUpstream(t)}}, Sampling: sampling}
+	spec := &pb.ServerSpec{Name: "up", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: upstream}}, Sampling: sampling}
 	if _, err := s.gw.AddServer(context.Background(), &pb.AddServerRequest{Spec: spec}); err != nil {
 		t.Fatal(err)
 	}
+	testenv.WaitFor(t, 30*time.Second, "up_ask in the tool service", func() bool {
+		_, err := s.tools.GetTool(context.Background(), &toolsv1.GetToolRequest{Name: "up_ask"})
+		return err == nil
+	})
 	return s
 }
 
@@ -180,10 +193,10 @@ func TestSamplingThroughEndpoint(t *testing.T) {
 	}{
 		{"client answers", &pb.SamplingPolicy{AskCaller: true, MaxTokens: 200}, true, 1, "What is 2+2?", want{"LLM response: client says: What is 2+2? [be brief, 200 tokens] (client-model)", false, 1}},
 		{"client preferred to Hermes' model", &pb.SamplingPolicy{AskCaller: true, Allow: true}, true, 1, "hi", want{"LLM response: client says: hi [be brief, 1024 tokens] (client-model)", false, 1}},
-		{"no capability, no model allowed", &pb.SamplingPolicy{AskCaller: true}, false, 1, "hi", want{"-32001", true, 0}},
+		{"no capability, no model allowed", &pb.SamplingPolicy{AskCaller: true}, false, 1, "hi", want{"code -32001: sampling is refused: no caller of this call answers sampling", true, 0}},
 		{"no capability, Hermes' model allowed", &pb.SamplingPolicy{AskCaller: true, Allow: true}, false, 1, "hi", want{"LLM response: from Hermes (hermes-model)", false, 0}},
-		{"too many messages", &pb.SamplingPolicy{AskCaller: true}, true, maxSamplingMessages + 1, "hi", want{"at most 64 are accepted", true, 0}},
-		{"too much text", &pb.SamplingPolicy{AskCaller: true}, true, 2, strings.Repeat("x", maxSamplingText/2+1), want{"bytes of text; at most 65536", true, 0}},
+		{"too many messages", &pb.SamplingPolicy{AskCaller: true}, true, maxSamplingMessages + 1, "hi", want{"code -32602: sampling request has 65 messages; at most 64 are accepted", true, 0}},
+		{"too much text", &pb.SamplingPolicy{AskCaller: true}, true, 2, strings.Repeat("x", maxSamplingText/2+1), want{"code -32602: sampling request has 65546 bytes of text; at most 65536", true, 0}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -248,15 +261,18 @@ func TestAnswerSampling(t *testing.T) {
 	other, _ := startGateway(t, testConfig(), Options{ElicitRelay: NewNATSElicitRelay(testNATS(t), prefix)})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	testenv.WaitFor(t, 30*time.Second, "up_ask in the tool service", func() bool {
-		_, err := s.tools.GetTool(ctx, &toolsv1.GetToolRequest{Name: "up_ask"})
-		return err == nil
-	})
 
 	// An agent turn's call: no sampling event, Hermes' model answers.
-	turn := execStream(ctx, t, s.tools, false)
-	if ev := <-turn; ev.GetResponse() == nil || !strings.Contains(ev.GetResponse().GetResult().GetOutput(), "from Hermes") {
-		t.Fatalf("agent turn's call: %v; want Hermes' model's completion and no sampling event", ev)
+	for ev := range execStream(ctx, t, s.tools, false) {
+		if ev == nil || ev.GetProgress().GetSampling() != nil {
+			t.Fatalf("agent turn's call: %v; want Hermes' model's completion and no sampling event", ev)
+		}
+		if r := ev.GetResponse(); r != nil {
+			if !strings.Contains(r.GetResult().GetOutput(), "from Hermes") {
+				t.Fatalf("agent turn's call: %v; want Hermes' model's completion", r)
+			}
+			break
+		}
 	}
 
 	events := execStream(ctx, t, s.tools, true)
