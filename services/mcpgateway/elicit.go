@@ -3,6 +3,7 @@ package mcpgateway
 import (
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,7 +21,7 @@ import (
 // Elicitation in "ask" mode: a server's request for user input is sent to every call of the
 // server in flight as Progress.elicitation, and the server's request waits until one of those
 // callers answers with AnswerElicitation (through the tool service and the orchestrator: the
-// user of the turn), the wait ends, or the server gives up. The id is the capability: 130
+// user of the turn), the wait ends, or the server gives up. The id is the capability: 128
 // random bits, sent only to the callers that wait. The answer may reach any replica; an
 // ElicitRelay carries it to the one that holds the request. A server's sampling request for
 // the caller's model (sampling.go) waits for its answer the same way.
@@ -107,7 +108,9 @@ const (
 // for an answer. A server has at most maxElicitPending requests waiting at once.
 func (h *elicitHub) await(ctx context.Context, c *serverConn, kind string, check func(RelayedAnswer) error, wait time.Duration,
 	show func(id string) (release func(), ok bool)) (RelayedAnswer, waitOutcome) {
-	id := rand.Text() // 26 base32 characters: 130 random bits
+	var raw [16]byte
+	_, _ = rand.Read(raw[:])
+	id := hex.EncodeToString(raw[:])
 	w := &waiter{kind: kind, check: check, ch: make(chan RelayedAnswer, 1)}
 	h.mu.Lock()
 	if h.perConn[c] >= maxElicitPending {

@@ -62,6 +62,15 @@ func samplingUpstream(t *testing.T) string {
 			text, _ := res.Content.(*mcp.TextContent)
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "LLM response: " + text.Text + " (" + res.Model + ")"}}}, nil, nil
 		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "greet", Description: "Asks the user for their name."},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Your name?", RequestedSchema: map[string]any{
+				"type": "object", "properties": map[string]any{"name": map[string]any{"type": "string"}}, "required": []string{"name"}}})
+			if err != nil {
+				return nil, nil, err
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("%s %v %v", res.Action, res.Content["name"], res.Meta["reason"])}}}, nil, nil
+		})
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	t.Cleanup(hs.Close)
 	return hs.URL
@@ -84,6 +93,13 @@ func (m fixedModel) Complete(context.Context, model.Request) (*model.Response, e
 }
 
 func startSamplingStack(t *testing.T, cfg Config, sampling *pb.SamplingPolicy, opts Options) *samplingStack {
+	t.Helper()
+	return startSamplingStackSpec(t, cfg, &pb.ServerSpec{Sampling: sampling}, opts)
+}
+
+// startSamplingStackSpec is startSamplingStack with the server's spec (its name and transport
+// are set here).
+func startSamplingStackSpec(t *testing.T, cfg Config, spec *pb.ServerSpec, opts Options) *samplingStack {
 	t.Helper()
 	s := &samplingStack{}
 	// Started first so that it closes last, after the gateway's connection to it.
@@ -126,7 +142,7 @@ func startSamplingStack(t *testing.T, cfg Config, sampling *pb.SamplingPolicy, o
 	hs := httptest.NewServer(ep.HTTPHandler())
 	t.Cleanup(hs.Close)
 	s.mcpURL = hs.URL
-	spec := &pb.ServerSpec{Name: "up", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: upstream}}, Sampling: sampling}
+	spec.Name, spec.Transport = "up", &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: upstream}}
 	if _, err := s.gw.AddServer(context.Background(), &pb.AddServerRequest{Spec: spec}); err != nil {
 		t.Fatal(err)
 	}
@@ -156,9 +172,14 @@ func (s *samplingStack) client(t *testing.T, sample func(context.Context, *mcp.C
 
 func callText(t *testing.T, cs *mcp.ClientSession, args map[string]any) (string, bool) {
 	t.Helper()
+	return callToolText(t, cs, "up_ask", args)
+}
+
+func callToolText(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) (string, bool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "up_ask", Arguments: args})
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 	if err != nil {
 		t.Fatalf("tools/call: %v", err)
 	}
@@ -214,6 +235,50 @@ func TestSamplingThroughEndpoint(t *testing.T) {
 			got, isErr := callText(t, s.client(t, sample), map[string]any{"prompt": tc.prompt, "messages": tc.messages})
 			if !strings.Contains(got, tc.want.contains) || isErr != tc.want.isError || asked.Load() != tc.want.asked {
 				t.Errorf("result %q (isError %v), client asked %d times; want it to contain %q (isError %v), asked %d", got, isErr, asked.Load(), tc.want.contains, tc.want.isError, tc.want.asked)
+			}
+		})
+	}
+}
+
+// TestElicitationThroughEndpoint: on the stream of a client that answers sampling, a server's
+// request for input ("ask") reaches the client as elicitation/create when it declared
+// elicitation, and its answer goes back; a client without elicitation declines at once (the
+// server does not wait for the expiry).
+func TestElicitationThroughEndpoint(t *testing.T) {
+	cfg := testConfig()
+	cfg.ElicitTimeout = time.Hour // a wait for the expiry would fail the test's deadline
+	s := startSamplingStackSpec(t, cfg, &pb.ServerSpec{Sampling: &pb.SamplingPolicy{AskCaller: true}, Elicitation: "ask"}, Options{})
+	testenv.WaitFor(t, 30*time.Second, "up_greet in the tool service", func() bool {
+		_, err := s.tools.GetTool(context.Background(), &toolsv1.GetToolRequest{Name: "up_greet"})
+		return err == nil
+	})
+	sample := func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+		return nil, errors.New("not asked here")
+	}
+	for _, tc := range []struct {
+		name   string
+		elicit func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)
+		want   string
+	}{
+		{"client answers", func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			if r.Params.Message != "Your name?" {
+				return &mcp.ElicitResult{Action: "decline"}, nil
+			}
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"name": "Ada"}}, nil
+		}, "accept Ada <nil>"},
+		{"client cannot elicit", nil, "decline <nil> <nil>"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := &mcp.ClientOptions{CreateMessageHandler: sample, ElicitationHandler: tc.elicit}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "ide", Version: "1"}, opts).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: s.mcpURL}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			if got, isErr := callToolText(t, cs, "up_greet", nil); got != tc.want || isErr {
+				t.Errorf("result %q (isError %v); want %q", got, isErr, tc.want)
 			}
 		})
 	}
@@ -286,7 +351,7 @@ func TestAnswerSampling(t *testing.T) {
 	}
 	wantReq := &toolsv1.Sampling{Server: "up", SystemPrompt: "be brief", MaxTokens: 1024, Temperature: new(0.5),
 		Messages: []*toolsv1.SamplingMessage{{Role: "user", Text: "relay me"}}}
-	if diff := cmp.Diff(wantReq, sm, protocmp.Transform(), protocmp.IgnoreFields(&toolsv1.Sampling{}, "id", "expires_at")); diff != "" || len(sm.GetId()) < 26 {
+	if diff := cmp.Diff(wantReq, sm, protocmp.Transform(), protocmp.IgnoreFields(&toolsv1.Sampling{}, "id", "expires_at")); diff != "" || len(sm.GetId()) != 32 {
 		t.Errorf("sampling request (-want +got):\n%s\nid %q", diff, sm.GetId())
 	}
 
