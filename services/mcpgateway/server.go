@@ -130,7 +130,11 @@ func (s *Server) CallToolStream(req *pb.CallToolStreamRequest, stream pb.MCPGate
 	var mu sync.Mutex // guards stream sends and ended
 	ended := false
 	resp, err := s.g.CallToolProgress(stream.Context(), call, func(p *pb.Progress) {
-		if !mu.TryLock() {
+		// A request for the caller (elicitation, sampling) is never dropped: the server waits
+		// for its answer. They are few (maxElicitPending per server).
+		if p.GetElicitation() != nil || p.GetSampling() != nil {
+			mu.Lock()
+		} else if !mu.TryLock() {
 			return
 		}
 		defer mu.Unlock()
