@@ -102,6 +102,12 @@ func (s *Server) forwardSampling(ctx context.Context, ss *mcp.ServerSession, sm 
 	}
 	ans := &mcpgatewayv1.AnswerSamplingRequest{Id: sm.GetId()}
 	res, err := ss.CreateMessage(sctx, p)
+	if err != nil && sctx.Err() != nil {
+		// The request expired (the gateway ends it at the same moment, telling the server
+		// nobody answered in time) or the call ended: there is nothing left to answer.
+		s.log.Debug("MCP endpoint: the client did not answer a sampling request before it expired", "server", sm.GetServer())
+		return
+	}
 	switch {
 	case err != nil:
 		ans.Error = clip("the MCP client did not sample: "+err.Error(), maxSampledError)
