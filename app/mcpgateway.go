@@ -166,6 +166,16 @@ func (a *App) serveMCPEndpoint(tools func() (toolsv1.ToolServiceClient, error)) 
 		Tools: func() (endpoint.ToolClient, error) {
 			return tools()
 		},
+		// The answers of the endpoint's clients to MCP servers' sampling requests go back
+		// through AnswerSampling, which any replica's gateway forwards to the one holding the
+		// request.
+		Gateway: func() (endpoint.Answers, error) {
+			conn, err := a.Conn(TargetMCPGateway)
+			if err != nil {
+				return nil, err
+			}
+			return mcpgatewayv1.NewMCPGatewayServiceClient(conn), nil
+		},
 		Logger:  a.log.With("service", "mcp-endpoint"),
 		Version: a.cfg.Version,
 		Refresh: cfg.ToolsRefresh,

@@ -112,10 +112,13 @@ func Policy() map[string]Access {
 
 		// MCP servers run code and reach other hosts: operators manage them; the tool service
 		// calls them.
-		mcpgatewayv1.MCPGatewayService_AddServer_FullMethodName:             ops,
-		mcpgatewayv1.MCPGatewayService_RemoveServer_FullMethodName:          ops,
-		mcpgatewayv1.MCPGatewayService_ListServers_FullMethodName:           priv,
-		mcpgatewayv1.MCPGatewayService_AnswerElicitation_FullMethodName:     priv,
+		mcpgatewayv1.MCPGatewayService_AddServer_FullMethodName:         ops,
+		mcpgatewayv1.MCPGatewayService_RemoveServer_FullMethodName:      ops,
+		mcpgatewayv1.MCPGatewayService_ListServers_FullMethodName:       priv,
+		mcpgatewayv1.MCPGatewayService_AnswerElicitation_FullMethodName: priv,
+		// A server's sampling request reaches the caller of its call (Hermes' MCP endpoint, a
+		// service); the answer goes to the server as its model's completion.
+		mcpgatewayv1.MCPGatewayService_AnswerSampling_FullMethodName:        priv,
 		mcpgatewayv1.MCPGatewayService_ListTools_FullMethodName:             priv,
 		mcpgatewayv1.MCPGatewayService_CallTool_FullMethodName:              priv,
 		mcpgatewayv1.MCPGatewayService_CallToolStream_FullMethodName:        priv,

@@ -117,7 +117,7 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 	timeout -= time.Since(start)
 	cctx, clock := newCallClock(ctx, timeout)
 	defer clock.stop()
-	token, done := g.progress.register(c, onProgress, clock)
+	token, done := g.progress.register(c, onProgress, clock, req.GetAnswersSampling())
 	defer done()
 	var res *mcp.CallToolResult
 	var err error

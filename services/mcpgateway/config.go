@@ -36,7 +36,8 @@ type Config struct {
 	PingInterval time.Duration
 	// PingTimeout bounds one ping, and the probe made after a failed call.
 	PingTimeout time.Duration
-	// ElicitTimeout is how long a server's request for user input waits for an answer.
+	// ElicitTimeout is how long a server's request for user input, or for a completion by the
+	// caller's model (sampling.ask_caller), waits for an answer.
 	ElicitTimeout time.Duration
 	// ReconnectMin and ReconnectMax bound the backoff between connection attempts.
 	ReconnectMin, ReconnectMax time.Duration
@@ -99,7 +100,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RunnerStartTimeout, "mcpgateway.runner-start-timeout", 5*time.Minute, "timeout of the first connection to a stdio MCP server started through a package runner (npx, uvx, bunx, pnpm dlx, pipx run), which may download the package first; later attempts use --mcpgateway.connect-timeout")
 	fs.DurationVar(&c.PingInterval, "mcpgateway.ping-interval", 15*time.Second, "how often connected MCP servers are pinged to find hung ones; 0 disables")
 	fs.DurationVar(&c.PingTimeout, "mcpgateway.ping-timeout", 5*time.Second, "timeout of one ping to an MCP server")
-	fs.DurationVar(&c.ElicitTimeout, "mcpgateway.elicit-timeout", time.Minute, "how long a server's request for user input (elicitation \"ask\" mode) waits for the answer before it is declined")
+	fs.DurationVar(&c.ElicitTimeout, "mcpgateway.elicit-timeout", time.Minute, "how long a server's request for user input (elicitation \"ask\" mode), or for a completion by the caller's model (sampling askCaller), waits for the answer before it is declined")
 	fs.DurationVar(&c.ReconnectMin, "mcpgateway.reconnect-min", 500*time.Millisecond, "first delay before reconnecting to a failed MCP server")
 	fs.DurationVar(&c.ReconnectMax, "mcpgateway.reconnect-max", 30*time.Second, "longest delay between reconnection attempts")
 	fs.DurationVar(&c.HTTPReconnectMax, "mcpgateway.http-reconnect-max", 5*time.Second, "longest delay between reconnection attempts to a Streamable HTTP MCP server (at most --mcpgateway.reconnect-max): a recovered server is found within it without waiting for a call")

@@ -23,7 +23,8 @@ import (
 // callers answers with AnswerElicitation (through the tool service and the orchestrator: the
 // user of the turn), the wait ends, or the server gives up. The id is the capability: 128
 // random bits, sent only to the callers that wait. The answer may reach any replica; an
-// ElicitRelay carries it to the one that holds the request.
+// ElicitRelay carries it to the one that holds the request. A server's sampling request for
+// the caller's model (sampling.go) waits for its answer the same way.
 
 // Limits of what passes through: an answer's content (from the user), and the form's schema
 // and URL (from the server) shown to the user; a request over them is declined.
@@ -36,14 +37,32 @@ const (
 	maxElicitPending = 4
 )
 
-// ElicitRelay carries elicitation answers between gateway replicas.
+// ElicitRelay carries the answers to servers' requests for a caller (elicitation, sampling)
+// between gateway replicas.
 type ElicitRelay interface {
 	// Listen passes each answer sent to id to deliver until stop is called.
-	Listen(id string, deliver func(action, content string) error) (stop func(), err error)
+	Listen(id string, deliver func(RelayedAnswer) error) (stop func(), err error)
 	// Forward sends an answer to the replica that listens for id; an error wrapping
 	// errclass.NotFound when none does.
-	Forward(ctx context.Context, id, action, content string) error
+	Forward(ctx context.Context, id string, a RelayedAnswer) error
 }
+
+// RelayedAnswer is an answer on its way to the request it answers, as it crosses replicas.
+type RelayedAnswer struct {
+	// Kind is what the request is: kindElicitation ("" from replicas older than sampling) or
+	// kindSampling. An answer of another kind than the request's is refused as unknown.
+	Kind string `json:"kind,omitempty"`
+	// Action is an elicitation's action.
+	Action string `json:"action,omitempty"`
+	// Content is an elicitation's content, or a sampling answer as JSON (samplingAnswer).
+	Content string `json:"content,omitempty"`
+}
+
+// Kinds of requests that wait for a caller's answer.
+const (
+	kindElicitation = "elicitation"
+	kindSampling    = "sampling"
+)
 
 // elicitAnswer is an answer on its way to the waiting request.
 type elicitAnswer struct {
@@ -51,34 +70,54 @@ type elicitAnswer struct {
 	content map[string]any
 }
 
-// elicitHub holds the requests waiting for an answer on this replica.
+// waiter is a request of one kind waiting for its answer on this replica.
+type waiter struct {
+	kind string
+	// check refuses an answer the request cannot take, before it is handed over, so the
+	// caller that answered learns why.
+	check func(RelayedAnswer) error
+	ch    chan RelayedAnswer // capacity one
+}
+
+// elicitHub holds the requests for a caller (elicitation and sampling) waiting for an answer
+// on this replica.
 type elicitHub struct {
 	relay ElicitRelay // nil: answers reach only this replica
 
-	mu      sync.Mutex                   // guards pending and perConn
-	pending map[string]chan elicitAnswer // id → the waiting request (capacity one)
-	perConn map[*serverConn]int          // waiting requests per server connection
+	mu      sync.Mutex          // guards pending and perConn
+	pending map[string]*waiter  // id → the waiting request
+	perConn map[*serverConn]int // waiting requests per server connection
 }
 
 func newElicitHub(relay ElicitRelay) *elicitHub {
-	return &elicitHub{relay: relay, pending: map[string]chan elicitAnswer{}, perConn: map[*serverConn]int{}}
+	return &elicitHub{relay: relay, pending: map[string]*waiter{}, perConn: map[*serverConn]int{}}
 }
 
-// ask shows the request to the caller of conn's call in flight and waits for an answer. It
-// reports false when nobody can answer: no call of conn in flight with someone waiting for it,
-// or more than one (the request names none, so it is not shown to a caller it may not be for),
-// or maxElicitPending of the server's requests waiting already.
-func (h *elicitHub) ask(ctx context.Context, c *serverConn, p *mcp.ElicitParams, msg string, wait time.Duration) (*mcp.ElicitResult, bool) {
+// waitOutcome is how a wait for a caller's answer ended.
+type waitOutcome int
+
+const (
+	waitNotShown waitOutcome = iota // nobody could be asked
+	waitAnswered
+	waitExpired  // nobody answered in time
+	waitCanceled // the server's request ended
+)
+
+// await registers a request of kind for conn, shows it to the caller with show (which returns
+// the function that ends the showing, and false when nobody can be asked) and waits up to wait
+// for an answer. A server has at most maxElicitPending requests waiting at once.
+func (h *elicitHub) await(ctx context.Context, c *serverConn, kind string, check func(RelayedAnswer) error, wait time.Duration,
+	show func(id string) (release func(), ok bool)) (RelayedAnswer, waitOutcome) {
 	var raw [16]byte
 	_, _ = rand.Read(raw[:])
 	id := hex.EncodeToString(raw[:])
-	ch := make(chan elicitAnswer, 1)
+	w := &waiter{kind: kind, check: check, ch: make(chan RelayedAnswer, 1)}
 	h.mu.Lock()
 	if h.perConn[c] >= maxElicitPending {
 		h.mu.Unlock()
-		return nil, false
+		return RelayedAnswer{}, waitNotShown
 	}
-	h.pending[id] = ch
+	h.pending[id] = w
 	h.perConn[c]++
 	h.mu.Unlock()
 	defer func() {
@@ -90,20 +129,36 @@ func (h *elicitHub) ask(ctx context.Context, c *serverConn, p *mcp.ElicitParams,
 		h.mu.Unlock()
 	}()
 	if h.relay != nil {
-		stop, err := h.relay.Listen(id, func(action, content string) error {
-			a, err := parseElicitAnswer(action, content)
-			if err != nil {
-				return err
-			}
-			return h.deliver(id, a)
-		})
+		stop, err := h.relay.Listen(id, func(a RelayedAnswer) error { return h.deliver(id, a) })
 		if err != nil {
-			c.g.log.Warn("elicitation answers from other replicas will not arrive", "server", c.spec.GetName(), "error", err)
+			c.g.log.Warn("answers from other replicas will not arrive", "server", c.spec.GetName(), "kind", kind, "error", err)
 		} else {
 			defer stop()
 		}
 	}
-	e := &pb.Elicitation{Id: id, Server: c.spec.GetName(), Message: msg, ExpiresAt: timestamppb.New(time.Now().Add(wait))}
+	release, ok := show(id)
+	if !ok {
+		return RelayedAnswer{}, waitNotShown
+	}
+	defer release()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case a := <-w.ch:
+		return a, waitAnswered
+	case <-t.C:
+		return RelayedAnswer{}, waitExpired
+	case <-ctx.Done():
+		return RelayedAnswer{}, waitCanceled
+	}
+}
+
+// ask shows the request to the caller of conn's call in flight and waits for an answer. It
+// reports false when nobody can answer: no call of conn in flight with someone waiting for it,
+// or more than one (the request names none, so it is not shown to a caller it may not be for),
+// or maxElicitPending of the server's requests waiting already.
+func (h *elicitHub) ask(ctx context.Context, c *serverConn, p *mcp.ElicitParams, msg string, wait time.Duration) (*mcp.ElicitResult, bool) {
+	e := &pb.Elicitation{Server: c.spec.GetName(), Message: msg, ExpiresAt: timestamppb.New(time.Now().Add(wait))}
 	if p.Mode == "url" {
 		if len(p.URL) > maxElicitURL {
 			return nil, false
@@ -115,54 +170,66 @@ func (h *elicitHub) ask(ctx context.Context, c *serverConn, p *mcp.ElicitParams,
 		}
 		e.RequestedSchema = string(s)
 	}
-	// The call's timeout stands still while a person is asked (up to wait), so the call neither
-	// times out for want of an answer nor loses the time the person took.
-	release, told := c.g.progress.tell(c, "the server asks for input: "+msg, e)
-	if !told {
-		return nil, false
+	check := func(a RelayedAnswer) error {
+		_, err := parseElicitAnswer(a.Action, a.Content)
+		return err
 	}
-	defer release()
-	c.g.log.Info("MCP server asked for user input (elicitation); passed to the caller", "server", c.spec.GetName(), "elicitation", id, "message", abbreviate(msg, 200))
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case a := <-ch:
-		c.g.log.Info("elicitation answered", "server", c.spec.GetName(), "elicitation", id, "action", a.action)
-		return &mcp.ElicitResult{Action: a.action, Content: a.content}, true
-	case <-t.C:
+	a, outcome := h.await(ctx, c, kindElicitation, check, wait, func(id string) (func(), bool) {
+		e.Id = id
+		// The call's timeout stands still while a person is asked (up to wait), so the call
+		// neither times out for want of an answer nor loses the time the person took.
+		release, told := c.g.progress.tell(c, "the server asks for input: "+msg, e)
+		if told {
+			c.g.log.Info("MCP server asked for user input (elicitation); passed to the caller", "server", c.spec.GetName(), "elicitation", id, "message", abbreviate(msg, 200))
+		}
+		return release, told
+	})
+	switch outcome {
+	case waitAnswered:
+		ea, err := parseElicitAnswer(a.Action, a.Content)
+		if err != nil { // checked on delivery; kept for safety
+			return &mcp.ElicitResult{Action: "decline"}, true
+		}
+		c.g.log.Info("elicitation answered", "server", c.spec.GetName(), "elicitation", e.Id, "action", ea.action)
+		return &mcp.ElicitResult{Action: ea.action, Content: ea.content}, true
+	case waitExpired:
 		c.g.progress.broadcast(c, "nobody answered the server's request for input in time; declined")
 		return &mcp.ElicitResult{Action: "decline", Meta: mcp.Meta{"reason": fmt.Sprintf("nobody answered within %s", wait)}}, true
-	case <-ctx.Done():
+	case waitCanceled:
 		return &mcp.ElicitResult{Action: "cancel"}, true
 	}
+	return nil, false
 }
 
 // answer delivers an answer to the request id, here or through the relay.
-func (h *elicitHub) answer(ctx context.Context, id, action, content string) error {
-	a, err := parseElicitAnswer(action, content)
-	if err != nil {
-		return err
-	}
-	err = h.deliver(id, a)
+func (h *elicitHub) answer(ctx context.Context, id string, a RelayedAnswer) error {
+	err := h.deliver(id, a)
 	if errors.Is(err, errclass.NotFound) && h.relay != nil {
-		return h.relay.Forward(ctx, id, action, content)
+		return h.relay.Forward(ctx, id, a)
 	}
 	return err
 }
 
-// deliver hands a checked answer to the request id waiting on this replica.
-func (h *elicitHub) deliver(id string, a elicitAnswer) error {
+// deliver hands an answer to the request id waiting on this replica, when it is of the
+// request's kind and the request can take it.
+func (h *elicitHub) deliver(id string, a RelayedAnswer) error {
+	if a.Kind == "" {
+		a.Kind = kindElicitation
+	}
 	h.mu.Lock()
-	ch, ok := h.pending[id]
+	w, ok := h.pending[id]
 	h.mu.Unlock()
-	if !ok {
-		return errclass.Errorf(errclass.NotFound, "elicitation %s: nothing waits for it (answered, expired, or unknown)", id)
+	if !ok || w.kind != a.Kind {
+		return errclass.Errorf(errclass.NotFound, "%s %s: nothing waits for it (answered, expired, or unknown)", a.Kind, id)
+	}
+	if err := w.check(a); err != nil {
+		return err
 	}
 	select {
-	case ch <- a:
+	case w.ch <- a:
 		return nil
 	default:
-		return errclass.Errorf(errclass.NotFound, "elicitation %s was answered already", id)
+		return errclass.Errorf(errclass.NotFound, "%s %s was answered already", a.Kind, id)
 	}
 }
 
@@ -207,19 +274,14 @@ func NewNATSElicitRelay(nc *nats.Conn, prefix string) *NATSElicitRelay {
 	return &NATSElicitRelay{nc: nc, prefix: prefix}
 }
 
-type relayedAnswer struct {
-	Action  string `json:"action"`
-	Content string `json:"content,omitempty"`
-}
-
 // Listen implements ElicitRelay.
-func (r *NATSElicitRelay) Listen(id string, deliver func(action, content string) error) (func(), error) {
+func (r *NATSElicitRelay) Listen(id string, deliver func(RelayedAnswer) error) (func(), error) {
 	sub, err := r.nc.Subscribe(r.prefix+"."+id, func(m *nats.Msg) {
-		var a relayedAnswer
+		var a RelayedAnswer
 		reply := ""
 		if err := json.Unmarshal(m.Data, &a); err != nil {
 			reply = "invalid answer"
-		} else if err := deliver(a.Action, a.Content); err != nil {
+		} else if err := deliver(a); err != nil {
 			reply = err.Error()
 		}
 		_ = m.Respond([]byte(reply))
@@ -231,20 +293,27 @@ func (r *NATSElicitRelay) Listen(id string, deliver func(action, content string)
 }
 
 // Forward implements ElicitRelay.
-func (r *NATSElicitRelay) Forward(ctx context.Context, id, action, content string) error {
-	data, _ := json.Marshal(relayedAnswer{Action: action, Content: content})
+func (r *NATSElicitRelay) Forward(ctx context.Context, id string, a RelayedAnswer) error {
+	data, _ := json.Marshal(a)
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	m, err := r.nc.RequestWithContext(rctx, r.prefix+"."+id, data)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return errclass.Errorf(errclass.NotFound, "elicitation %s: nothing waits for it (answered, expired, or unknown)", id)
+		return errclass.Errorf(errclass.NotFound, "%s %s: nothing waits for it (answered, expired, or unknown)", kindOf(a), id)
 	case err != nil:
-		return errclass.Mark(errclass.Unavailable, "forwarding the answer to elicitation "+id, err)
+		return errclass.Mark(errclass.Unavailable, "forwarding the answer to "+kindOf(a)+" "+id, err)
 	case len(m.Data) > 0:
-		return errclass.Errorf(errclass.NotFound, "elicitation %s: %s", id, m.Data)
+		return errclass.Errorf(errclass.NotFound, "%s %s: %s", kindOf(a), id, m.Data)
 	}
 	return nil
+}
+
+func kindOf(a RelayedAnswer) string {
+	if a.Kind == "" {
+		return kindElicitation
+	}
+	return a.Kind
 }
 
 // accountConnected is the announcement on Names.AccountConnected; Origin names the replica

@@ -78,7 +78,7 @@ func (c *serverConn) clientOptions() *mcp.ClientOptions {
 		},
 		Logger: c.g.log.With("mcp_server", c.spec.Name),
 	}
-	if sp := c.spec.GetSampling(); sp.GetAllow() {
+	if sp := c.spec.GetSampling(); sp.GetAllow() || sp.GetAskCaller() {
 		limit := newRateLimit(int(sp.GetPerMinute()), defaultSamplingRate)
 		opts.CreateMessageHandler = func(ctx context.Context, r *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 			return c.sample(ctx, r.Params, limit)
@@ -177,12 +177,12 @@ func (c *serverConn) serverLog(ctx context.Context, p *mcp.LoggingMessageParams)
 		"server", c.spec.Name, "logger", abbreviate(p.Logger, 100), "mcp_level", string(p.Level))
 }
 
-// sample answers sampling/createMessage with Hermes' model, within the operator's limits.
+// sample answers sampling/createMessage within the operator's limits: with the model of the
+// caller of the server's call in flight when the spec says ask_caller and that caller answers
+// sampling (sampling.go), otherwise with Hermes' model when the spec allows it; otherwise the
+// request is refused.
 func (c *serverConn) sample(ctx context.Context, p *mcp.CreateMessageParams, limit *rateLimit) (*mcp.CreateMessageResult, error) {
 	sp := c.spec.GetSampling()
-	if c.g.sampler == nil {
-		return nil, rpcError(codeSamplingRefused, "sampling is refused: Hermes has no model configured")
-	}
 	if p == nil || len(p.Messages) == 0 {
 		return nil, rpcError(jsonrpc.CodeInvalidParams, "sampling request without messages")
 	}
@@ -220,6 +220,18 @@ func (c *serverConn) sample(ctx context.Context, p *mcp.CreateMessageParams, lim
 	if size > maxSamplingText {
 		return nil, rpcError(jsonrpc.CodeInvalidParams, fmt.Sprintf("sampling request has %d bytes of text; at most %d are accepted", size, maxSamplingText))
 	}
+	if sp.GetAskCaller() {
+		if res, err, ok := c.g.elicits.askSample(ctx, c, p, maxTokens, c.samplingWait(ctx)); ok {
+			return res, err
+		}
+	}
+	if !sp.GetAllow() {
+		c.g.progress.broadcast(c, "the server asked for a completion, which was refused: no caller of its call answers sampling")
+		return nil, rpcError(codeSamplingRefused, "sampling is refused: no caller of this call answers sampling requests, and Hermes' model is not allowed for this server")
+	}
+	if c.g.sampler == nil {
+		return nil, rpcError(codeSamplingRefused, "sampling is refused: Hermes has no model configured")
+	}
 	c.g.log.Info("MCP server uses Hermes' model (sampling)", "server", c.spec.Name, "messages", len(p.Messages), "max_tokens", maxTokens)
 	c.g.progress.broadcast(c, fmt.Sprintf("the server asked Hermes' model for a completion (%d messages, at most %d tokens)", len(p.Messages), maxTokens))
 	resp, err := c.g.sampler.Complete(ctx, req)
@@ -240,6 +252,9 @@ const (
 	codeSamplingRefused = -32001
 	// codeSamplingRateLimited: the server asked more often than its spec's per_minute allows.
 	codeSamplingRateLimited = -32029
+	// codeSamplingRejected: the caller's client or its user refused the request; -1 is the code
+	// the MCP specification's example gives a user's rejection of a sampling request.
+	codeSamplingRejected = -1
 )
 
 // rpcError is an error the SDK sends to the server as this JSON-RPC error.
@@ -298,23 +313,26 @@ type progressHub struct {
 }
 
 // progressSink is one call in flight, its progress receiver (nil: nobody waits for it) and its
-// clock (nil in tests), held while its caller is asked for input.
+// clock (nil in tests), held while its caller is asked for input; sampling: the caller answers
+// sampling requests (CallToolRequest.answers_sampling).
 type progressSink struct {
-	conn  *serverConn
-	fn    func(*pb.Progress)
-	clock *callClock
-	last  float64
+	conn     *serverConn
+	fn       func(*pb.Progress)
+	clock    *callClock
+	last     float64
+	sampling bool
 }
 
 func newProgressHub() *progressHub { return &progressHub{calls: map[string]*progressSink{}} }
 
 // register records a call of conn in flight and returns its progress token (empty for a nil
-// fn: the server is sent none) and the function that unregisters it.
-func (h *progressHub) register(conn *serverConn, fn func(*pb.Progress), clock *callClock) (string, func()) {
+// fn: the server is sent none) and the function that unregisters it; sampling says the caller
+// answers sampling requests.
+func (h *progressHub) register(conn *serverConn, fn func(*pb.Progress), clock *callClock, sampling bool) (string, func()) {
 	h.mu.Lock()
 	h.next++
 	token := "hermes-progress-" + strconv.FormatInt(h.next, 10)
-	h.calls[token] = &progressSink{conn: conn, fn: fn, clock: clock, last: -1}
+	h.calls[token] = &progressSink{conn: conn, fn: fn, clock: clock, last: -1, sampling: sampling && fn != nil}
 	h.mu.Unlock()
 	sent := token
 	if fn == nil {
@@ -359,6 +377,12 @@ func (h *progressHub) broadcast(conn *serverConn, msg string) {
 // call's — another user's — and telling the wrong one would show them its text, and let them
 // answer it. With a request for input, the call's clock stands still until release is called.
 func (h *progressHub) tell(conn *serverConn, msg string, e *pb.Elicitation) (release func(), ok bool) {
+	return h.ask(conn, msg, &pb.Progress{Elicitation: e})
+}
+
+// ask is tell for a request of any kind (q: a Progress carrying it, or neither for a report);
+// a sampling request goes only to a caller that answers sampling.
+func (h *progressHub) ask(conn *serverConn, msg string, q *pb.Progress) (release func(), ok bool) {
 	h.mu.Lock()
 	var only *progressSink
 	for _, s := range h.calls {
@@ -371,16 +395,16 @@ func (h *progressHub) tell(conn *serverConn, msg string, e *pb.Elicitation) (rel
 		}
 		only = s
 	}
-	if only == nil || only.fn == nil {
+	if only == nil || only.fn == nil || q.GetSampling() != nil && !only.sampling {
 		h.mu.Unlock()
 		return nil, false
 	}
 	fn, last, clock := only.fn, max(only.last, 0), only.clock
 	h.mu.Unlock()
 	release = func() {}
-	if e != nil {
+	if q.GetElicitation() != nil || q.GetSampling() != nil {
 		release = clock.hold()
 	}
-	fn(&pb.Progress{Progress: last, Message: strings.TrimSpace(msg), Elicitation: e})
+	fn(&pb.Progress{Progress: last, Message: strings.TrimSpace(msg), Elicitation: q.GetElicitation(), Sampling: q.GetSampling()})
 	return release, true
 }

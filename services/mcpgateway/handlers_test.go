@@ -58,7 +58,7 @@ func TestProgressHub(t *testing.T) {
 	token, done := h.register(c, func(p *pb.Progress) {
 		got = append(got, p.GetProgress())
 		told = append(told, p.GetMessage())
-	}, nil)
+	}, nil, false)
 	h.deliver(c, token, 1, 3, "a")
 	h.deliver(c, token, 0.5, 3, "backwards") // dropped: progress must increase
 	h.deliver(c, "unknown", 2, 3, "")        // dropped: not a call's token
@@ -70,7 +70,7 @@ func TestProgressHub(t *testing.T) {
 	}
 	// A second call of c in flight, which nobody waits for: a server's request could be
 	// either's, so nobody is told.
-	silent, quiet := h.register(c, nil, nil)
+	silent, quiet := h.register(c, nil, nil, false)
 	if silent != "" {
 		t.Errorf("a call nobody listens to got token %q", silent)
 	}
@@ -96,7 +96,7 @@ func TestElicitLimits(t *testing.T) {
 		if p.GetElicitation() != nil {
 			shown++
 		}
-	}, nil)
+	}, nil, false)
 	defer done()
 	props := map[string]any{}
 	for i := range 2000 {
@@ -126,7 +126,7 @@ func TestElicitPendingLimit(t *testing.T) {
 		if e := p.GetElicitation(); e != nil {
 			shown <- e.GetId()
 		}
-	}, nil)
+	}, nil, false)
 	defer done()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

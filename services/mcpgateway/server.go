@@ -143,7 +143,11 @@ func (s *Server) callToolStream(req *pb.CallToolStreamRequest, stream pb.MCPGate
 	var mu sync.Mutex // guards stream sends and ended
 	ended := false
 	resp, err := s.g.CallToolProgress(stream.Context(), call, func(p *pb.Progress) {
-		if !mu.TryLock() {
+		// A request for the caller (elicitation, sampling) is never dropped: the server waits
+		// for its answer. They are few (maxElicitPending per server).
+		if p.GetElicitation() != nil || p.GetSampling() != nil {
+			mu.Lock()
+		} else if !mu.TryLock() {
 			return
 		}
 		defer mu.Unlock()
@@ -296,7 +300,11 @@ func (s *Server) AnswerElicitation(ctx context.Context, req *pb.AnswerElicitatio
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	if err := s.g.elicits.answer(ctx, req.GetId(), req.GetAction(), req.GetContent()); err != nil {
+	// Checked here, so an invalid answer is refused as such on whichever replica it reaches.
+	if _, err := parseElicitAnswer(req.GetAction(), req.GetContent()); err != nil {
+		return nil, err
+	}
+	if err := s.g.elicits.answer(ctx, req.GetId(), RelayedAnswer{Kind: kindElicitation, Action: req.GetAction(), Content: req.GetContent()}); err != nil {
 		return nil, err
 	}
 	return &pb.AnswerElicitationResponse{}, nil

@@ -53,6 +53,7 @@ type fileServer struct {
 		Allow     bool  `json:"allow"`
 		MaxTokens int32 `json:"maxTokens"`
 		PerMinute int32 `json:"perMinute"`
+		AskCaller bool  `json:"askCaller"`
 	} `json:"sampling"`
 	OAuth *struct {
 		TokenURL        string   `json:"tokenUrl"`
@@ -252,7 +253,7 @@ func (fs fileServer) spec(name string, getenv func(string) string) (*pb.ServerSp
 		spec.Roots = append(spec.Roots, &pb.Root{Uri: expandEnv(r.URI, getenv), Name: r.Name})
 	}
 	if sp := fs.Sampling; sp != nil {
-		spec.Sampling = &pb.SamplingPolicy{Allow: sp.Allow, MaxTokens: sp.MaxTokens, PerMinute: sp.PerMinute}
+		spec.Sampling = &pb.SamplingPolicy{Allow: sp.Allow, MaxTokens: sp.MaxTokens, PerMinute: sp.PerMinute, AskCaller: sp.AskCaller}
 	}
 	timeout, err := parseTimeout(fs.CallTimeout)
 	if err == nil && timeout == 0 {

@@ -83,9 +83,9 @@ func TestParseServers(t *testing.T) {
 		{
 			name: "roots, sampling and OAuth",
 			in: `{"mcpServers": {"r": {"url": "https://mcp.example.com/mcp", "roots": [{"uri": "file:///srv/data", "name": "data"}],
-				"sampling": {"allow": true, "maxTokens": 200, "perMinute": 5},
+				"sampling": {"allow": true, "maxTokens": 200, "perMinute": 5, "askCaller": true},
 				"oauth": {"tokenUrl": "https://auth.example.com/token", "clientId": "hermes", "clientSecretEnv": "R_SECRET", "scopes": ["mcp"]}}}}`,
-			want: []*pb.ServerSpec{{Name: "r", Roots: []*pb.Root{{Uri: "file:///srv/data", Name: "data"}}, Sampling: &pb.SamplingPolicy{Allow: true, MaxTokens: 200, PerMinute: 5},
+			want: []*pb.ServerSpec{{Name: "r", Roots: []*pb.Root{{Uri: "file:///srv/data", Name: "data"}}, Sampling: &pb.SamplingPolicy{Allow: true, MaxTokens: 200, PerMinute: 5, AskCaller: true},
 				Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: "https://mcp.example.com/mcp", Headers: map[string]string{},
 					Oauth: &pb.OAuthClientCredentials{TokenUrl: "https://auth.example.com/token", ClientId: "hermes", ClientSecretEnv: "R_SECRET", Scopes: []string{"mcp"}}}}}},
 		},

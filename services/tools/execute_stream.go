@@ -29,7 +29,11 @@ func (s *Service) ExecuteToolStream(req *toolsv1.ExecuteToolStreamRequest, strea
 	var mu sync.Mutex // guards stream sends and ended
 	ended := false
 	ctx := withProgress(stream.Context(), func(p *toolsv1.ToolProgress) {
-		if !mu.TryLock() {
+		// A request for the caller (elicitation, sampling) is never dropped: the server waits
+		// for its answer. They are few (the gateway bounds those waiting per server).
+		if p.GetElicitation() != nil || p.GetSampling() != nil {
+			mu.Lock()
+		} else if !mu.TryLock() {
 			return
 		}
 		defer mu.Unlock()

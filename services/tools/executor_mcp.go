@@ -62,7 +62,10 @@ func (x *mcpExecutor) attempt(ctx context.Context, c *call) ([]byte, error) {
 	}
 	// The user travels with the call: a server with per-user OAuth is called with that user's
 	// own connection only.
-	req := &mcpgatewayv1.CallToolRequest{Server: m.GetServer(), Tool: m.GetTool(), Arguments: string(c.args), UserId: c.req.GetUserId()}
+	// A caller that answers sampling (Hermes' MCP endpoint for a client with the capability)
+	// is asked through the stream's progress events, so only a streamed call says so.
+	req := &mcpgatewayv1.CallToolRequest{Server: m.GetServer(), Tool: m.GetTool(), Arguments: string(c.args), UserId: c.req.GetUserId(),
+		AnswersSampling: c.req.GetAnswersSampling() && progressFrom(ctx) != nil}
 	if c.req.GetMaxOutputBytes() > 0 {
 		// A caller that passes output on (Hermes' MCP endpoint) gets it whole up to its limit,
 		// not cut to the gateway's cap for text a model reads.
@@ -162,12 +165,30 @@ func callGateway(ctx context.Context, client MCPCaller, req *mcpgatewayv1.CallTo
 				}
 				tp.Elicitation = &toolsv1.Elicitation{Id: e.GetId(), Server: e.GetServer(), Message: e.GetMessage(), RequestedSchema: e.GetRequestedSchema(), Url: e.GetUrl(), ExpiresAt: e.GetExpiresAt()}
 			}
+			if sm := p.GetSampling(); sm != nil {
+				// The gateway's clock stands still while the caller's model answers, as for a
+				// person's answer.
+				if exp := sm.GetExpiresAt(); exp != nil {
+					dl.pushBack(min(time.Until(exp.AsTime()), maxElicitHold))
+				}
+				tp.Sampling = toolSampling(sm)
+			}
 			progress(tp)
 		}
 		if r := ev.GetResponse(); r != nil {
 			return r, nil
 		}
 	}
+}
+
+// toolSampling is a gateway's sampling request as the tool service passes it on.
+func toolSampling(s *mcpgatewayv1.Sampling) *toolsv1.Sampling {
+	out := &toolsv1.Sampling{Id: s.GetId(), Server: s.GetServer(), SystemPrompt: s.GetSystemPrompt(), MaxTokens: s.GetMaxTokens(),
+		Temperature: s.Temperature, StopSequences: s.GetStopSequences(), ExpiresAt: s.GetExpiresAt()}
+	for _, m := range s.GetMessages() {
+		out.Messages = append(out.Messages, &toolsv1.SamplingMessage{Role: m.GetRole(), Text: m.GetText()})
+	}
+	return out
 }
 
 // maxElicitHold bounds how far one request for user input pushes a call's deadline back,

@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/hermes-agent/hermes/internal/testenv"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 	"github.com/hermes-agent/hermes/services/mcpgateway/mcpgatewaytest"
 )
 
@@ -21,7 +25,9 @@ import (
 // and the pending ones) against Hermes' Streamable HTTP endpoint, with the suite's fixture
 // tools registered from testdata/conformance/tools.yaml (webhook tools whose endpoint is the
 // fixture server below) and its resources and prompts served from
-// testdata/conformance/catalog.yaml. The suite compares its results with
+// testdata/conformance/catalog.yaml; the sampling scenario's tool test_sampling is the tool
+// sampling of the MCP server "test" (conformanceSamplingServer) behind Hermes' gateway, which
+// passes its sampling request to the suite's client. The suite compares its results with
 // testdata/conformance/baseline.yml and exits non-zero on a failure that is not listed there
 // and on a listed one that now passes, so the baseline (and CONFORMANCE.md) stays the true
 // record of what passes.
@@ -71,7 +77,48 @@ func startConformanceHermes(t *testing.T) *hermes {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startHermes(t, t.TempDir(), "--tools-file="+toolsFile, "--mcp-catalog="+catalog, "--mcpgateway.mcp-progress-interval=50ms")
+	// The sampling fixture is an MCP server behind the gateway, configured as an operator would:
+	// its sampling requests go to the MCP client that called the tool (askCaller), never to a
+	// model of Hermes' (allow is off, and the test's Hermes has none).
+	servers := filepath.Join(t.TempDir(), "servers.json")
+	cfg := fmt.Sprintf(`{"mcpServers": {"test": {"url": %q, "sampling": {"askCaller": true}}}}`, conformanceSamplingServer(t))
+	if err := os.WriteFile(servers, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := startHermes(t, t.TempDir(), "--tools-file="+toolsFile, "--mcp-catalog="+catalog, "--mcpgateway.mcp-progress-interval=50ms", "--mcp-servers="+servers)
+	testenv.WaitFor(t, 30*time.Second, "the gateway to register test_sampling", func() bool {
+		_, err := h.tools.GetTool(context.Background(), &toolsv1.GetToolRequest{Name: "test_sampling"})
+		return err == nil
+	})
+	return h
+}
+
+// conformanceSamplingServer serves the MCP server "test" of the sampling scenario over
+// Streamable HTTP and returns its URL: its tool sampling asks the client's model for a
+// completion of the prompt it is given (sampling/createMessage) and returns the completion,
+// as the suite's reference server does.
+func conformanceSamplingServer(t *testing.T) string {
+	t.Helper()
+	srv := mcp.NewServer(&mcp.Implementation{Name: "conformance-sampling", Version: "1"}, nil)
+	type args struct {
+		Prompt string `json:"prompt" jsonschema:"the prompt to send to the model"`
+	}
+	mcp.AddTool(srv, &mcp.Tool{Name: "sampling", Description: "Asks the MCP client's model to complete the prompt (MCP sampling) and returns the completion."},
+		func(ctx context.Context, req *mcp.CallToolRequest, a args) (*mcp.CallToolResult, any, error) {
+			res, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 100,
+				Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: a.Prompt}}}})
+			if err != nil {
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "sampling failed: " + err.Error()}}}, nil, nil
+			}
+			text, ok := res.Content.(*mcp.TextContent)
+			if !ok {
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "sampling answered without text"}}}, nil, nil
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "LLM response: " + text.Text}}}, nil, nil
+		})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	return hs.URL
 }
 
 // Fixture content of the suite's tools.

@@ -23,6 +23,7 @@ import (
 type ToolClient interface {
 	ListTools(ctx context.Context, in *toolsv1.ListToolsRequest, opts ...grpc.CallOption) (*toolsv1.ListToolsResponse, error)
 	ExecuteTool(ctx context.Context, in *toolsv1.ExecuteToolRequest, opts ...grpc.CallOption) (*toolsv1.ExecuteToolResponse, error)
+	ExecuteToolStream(ctx context.Context, in *toolsv1.ExecuteToolStreamRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[toolsv1.ExecuteToolStreamResponse], error)
 }
 
 // Options configure a Server.
@@ -30,6 +31,11 @@ type Options struct {
 	// Tools returns the tool service client; it is called on every use, so the connection can
 	// be made lazily.
 	Tools func() (ToolClient, error)
+	// Gateway returns the MCP gateway client that takes the answers of the endpoint's clients
+	// to the sampling (and elicitation) requests of MCP servers behind it; nil: a client's
+	// sampling capability is not used, and such requests go to Hermes' model or are refused
+	// as the server's spec says.
+	Gateway func() (Answers, error)
 	// Logger receives the endpoint's logs; nil means slog.Default().
 	Logger *slog.Logger
 	// Version is reported in serverInfo.
@@ -330,7 +336,14 @@ func (s *Server) handler(name string) mcp.ToolHandler {
 		// The user is the one the listener authenticated for this request (callUser), never one
 		// the client names: a server with per-user OAuth is called with that user's account.
 		user := callUser(req)
-		resp, err := c.ExecuteTool(ctx, &toolsv1.ExecuteToolRequest{Name: name, Arguments: args, UserId: user, MaxOutputBytes: int32(min(s.cfg.MaxResultBytes, 1<<30))})
+		in := &toolsv1.ExecuteToolRequest{Name: name, Arguments: args, UserId: user, MaxOutputBytes: int32(min(s.cfg.MaxResultBytes, 1<<30))}
+		var resp *toolsv1.ExecuteToolResponse
+		if gw := s.samplingClient(req); gw != nil {
+			// The client declared sampling: a server behind the gateway may ask its model.
+			resp, err = s.executeAsking(ctx, c, req, in, gw)
+		} else {
+			resp, err = c.ExecuteTool(ctx, in)
+		}
 		rep.finish(resp.GetResult(), err)
 		if err != nil {
 			return serviceError(err), nil

@@ -110,7 +110,8 @@ type ServerSpec struct {
 	ProtocolVersion string `protobuf:"bytes,8,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
 	// Extra tool groups its tools join in the tool service, besides the prefix.
 	Groups []string `protobuf:"bytes,9,rep,name=groups,proto3" json:"groups,omitempty"`
-	// Whether the server may ask Hermes' model for completions (MCP sampling); unset: it may not.
+	// Whether and how the server's requests for completions (MCP sampling) are answered; unset:
+	// they are refused.
 	Sampling *SamplingPolicy `protobuf:"bytes,10,opt,name=sampling,proto3" json:"sampling,omitempty"`
 	// The roots (file:// URIs) the server is told it may work in; empty declares no roots
 	// capability.
@@ -269,15 +270,22 @@ func (*ServerSpec_Stdio) isServerSpec_Transport() {}
 
 func (*ServerSpec_Http) isServerSpec_Transport() {}
 
-// SamplingPolicy is an operator's permission for a server to use Hermes' model.
+// SamplingPolicy is an operator's permission for a server to ask for completions (MCP
+// sampling): from Hermes' model, or from the model of the MCP client that called the tool.
 type SamplingPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Answer the server's sampling/createMessage requests; otherwise they are refused.
+	// Hermes' model may answer the server's sampling/createMessage requests (with ask_caller: the
+	// requests no caller takes); otherwise they are refused (JSON-RPC error -32001).
 	Allow bool `protobuf:"varint,1,opt,name=allow,proto3" json:"allow,omitempty"`
 	// Cap on max_tokens of one request; 0 means 1024.
 	MaxTokens int32 `protobuf:"varint,2,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
 	// Requests allowed per minute; 0 means 10.
-	PerMinute     int32 `protobuf:"varint,3,opt,name=per_minute,json=perMinute,proto3" json:"per_minute,omitempty"`
+	PerMinute int32 `protobuf:"varint,3,opt,name=per_minute,json=perMinute,proto3" json:"per_minute,omitempty"`
+	// Pass the server's requests to the caller of its call in flight when that caller answers
+	// sampling (CallToolRequest.answers_sampling: Hermes' MCP endpoint, for a client that
+	// declared the sampling capability) as Progress.sampling, answered with AnswerSampling. A
+	// request no caller takes goes to Hermes' model when allow is set, and is refused otherwise.
+	AskCaller     bool `protobuf:"varint,4,opt,name=ask_caller,json=askCaller,proto3" json:"ask_caller,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -331,6 +339,13 @@ func (x *SamplingPolicy) GetPerMinute() int32 {
 		return x.PerMinute
 	}
 	return 0
+}
+
+func (x *SamplingPolicy) GetAskCaller() bool {
+	if x != nil {
+		return x.AskCaller
+	}
+	return false
 }
 
 // Root is a directory or file a server may work in.
@@ -1442,9 +1457,12 @@ type CallToolRequest struct {
 	MaxOutputBytes int32 `protobuf:"varint,6,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
 	// The user the call is made for. A server with user_oauth is called with this user's
 	// connection only; without one the call fails with the URL to connect.
-	UserId        string `protobuf:"bytes,7,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	UserId string `protobuf:"bytes,7,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// The caller answers the server's sampling requests (Progress.sampling, with AnswerSampling)
+	// when the server's spec sets sampling.ask_caller. Only CallToolStream reads it.
+	AnswersSampling bool `protobuf:"varint,8,opt,name=answers_sampling,json=answersSampling,proto3" json:"answers_sampling,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CallToolRequest) Reset() {
@@ -1524,6 +1542,13 @@ func (x *CallToolRequest) GetUserId() string {
 		return x.UserId
 	}
 	return ""
+}
+
+func (x *CallToolRequest) GetAnswersSampling() bool {
+	if x != nil {
+		return x.AnswersSampling
+	}
+	return false
 }
 
 // Content describes one content block of a tool result that is not text.
@@ -1927,7 +1952,10 @@ type Progress struct {
 	// What the tool is doing (cleaned).
 	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	// Set when the server asks the user for input; the call waits for the answer.
-	Elicitation   *Elicitation `protobuf:"bytes,4,opt,name=elicitation,proto3" json:"elicitation,omitempty"`
+	Elicitation *Elicitation `protobuf:"bytes,4,opt,name=elicitation,proto3" json:"elicitation,omitempty"`
+	// Set when the server asks the caller for a completion (only to callers that answer
+	// sampling); the call waits for the answer.
+	Sampling      *Sampling `protobuf:"bytes,5,opt,name=sampling,proto3" json:"sampling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1986,6 +2014,13 @@ func (x *Progress) GetMessage() string {
 func (x *Progress) GetElicitation() *Elicitation {
 	if x != nil {
 		return x.Elicitation
+	}
+	return nil
+}
+
+func (x *Progress) GetSampling() *Sampling {
+	if x != nil {
+		return x.Sampling
 	}
 	return nil
 }
@@ -2184,6 +2219,293 @@ func (*AnswerElicitationResponse) Descriptor() ([]byte, []int) {
 	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{26}
 }
 
+// Sampling is an MCP server's request for a completion (sampling/createMessage), made while one
+// of its tools runs, for the caller's model. Answer it with AnswerSampling before expires_at;
+// unanswered, the server gets an error. Only text messages are passed on (at most 64 messages,
+// 64 KiB of text with the system prompt).
+type Sampling struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id to answer with: unguessable, and sent only to whoever waits for the call.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The MCP server that asks.
+	Server string `protobuf:"bytes,2,opt,name=server,proto3" json:"server,omitempty"`
+	// The conversation to complete, oldest first.
+	Messages []*SamplingMessage `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
+	// The system prompt the server asks for, if any.
+	SystemPrompt string `protobuf:"bytes,4,opt,name=system_prompt,json=systemPrompt,proto3" json:"system_prompt,omitempty"`
+	// The most tokens the completion may have (the server's, capped by the spec's max_tokens).
+	MaxTokens int32 `protobuf:"varint,5,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	// The server's sampling temperature, when it gave one.
+	Temperature *float64 `protobuf:"fixed64,6,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
+	// Sequences that end the completion.
+	StopSequences []string `protobuf:"bytes,7,rep,name=stop_sequences,json=stopSequences,proto3" json:"stop_sequences,omitempty"`
+	// When an unanswered request fails.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Sampling) Reset() {
+	*x = Sampling{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Sampling) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Sampling) ProtoMessage() {}
+
+func (x *Sampling) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Sampling.ProtoReflect.Descriptor instead.
+func (*Sampling) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *Sampling) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Sampling) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *Sampling) GetMessages() []*SamplingMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *Sampling) GetSystemPrompt() string {
+	if x != nil {
+		return x.SystemPrompt
+	}
+	return ""
+}
+
+func (x *Sampling) GetMaxTokens() int32 {
+	if x != nil {
+		return x.MaxTokens
+	}
+	return 0
+}
+
+func (x *Sampling) GetTemperature() float64 {
+	if x != nil && x.Temperature != nil {
+		return *x.Temperature
+	}
+	return 0
+}
+
+func (x *Sampling) GetStopSequences() []string {
+	if x != nil {
+		return x.StopSequences
+	}
+	return nil
+}
+
+func (x *Sampling) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+// SamplingMessage is one message of a sampling request.
+type SamplingMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "user" or "assistant".
+	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	// The message's text.
+	Text          string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SamplingMessage) Reset() {
+	*x = SamplingMessage{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SamplingMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SamplingMessage) ProtoMessage() {}
+
+func (x *SamplingMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SamplingMessage.ProtoReflect.Descriptor instead.
+func (*SamplingMessage) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SamplingMessage) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *SamplingMessage) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+// AnswerSamplingRequest is the input of AnswerSampling.
+type AnswerSamplingRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sampling.id. Required.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The completion's text (at most 64 KiB), unless error is set.
+	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// The model that produced it (at most 256 bytes).
+	Model string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	// Why the completion ended: "endTurn", "stopSequence", "maxTokens" or empty.
+	StopReason string `protobuf:"bytes,4,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
+	// Set when the caller could not or would not sample (its client lacks the capability, its
+	// user refused): the server gets a JSON-RPC error with this message (at most 1 KiB).
+	Error         string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnswerSamplingRequest) Reset() {
+	*x = AnswerSamplingRequest{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnswerSamplingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnswerSamplingRequest) ProtoMessage() {}
+
+func (x *AnswerSamplingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnswerSamplingRequest.ProtoReflect.Descriptor instead.
+func (*AnswerSamplingRequest) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *AnswerSamplingRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AnswerSamplingRequest) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *AnswerSamplingRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *AnswerSamplingRequest) GetStopReason() string {
+	if x != nil {
+		return x.StopReason
+	}
+	return ""
+}
+
+func (x *AnswerSamplingRequest) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// AnswerSamplingResponse is the output of AnswerSampling.
+type AnswerSamplingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnswerSamplingResponse) Reset() {
+	*x = AnswerSamplingResponse{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnswerSamplingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnswerSamplingResponse) ProtoMessage() {}
+
+func (x *AnswerSamplingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnswerSamplingResponse.ProtoReflect.Descriptor instead.
+func (*AnswerSamplingResponse) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{30}
+}
+
 // Resource is a resource a server offers.
 type Resource struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2203,7 +2525,7 @@ type Resource struct {
 
 func (x *Resource) Reset() {
 	*x = Resource{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2215,7 +2537,7 @@ func (x *Resource) String() string {
 func (*Resource) ProtoMessage() {}
 
 func (x *Resource) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2228,7 +2550,7 @@ func (x *Resource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resource.ProtoReflect.Descriptor instead.
 func (*Resource) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{27}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Resource) GetUri() string {
@@ -2279,7 +2601,7 @@ type ListResourcesRequest struct {
 
 func (x *ListResourcesRequest) Reset() {
 	*x = ListResourcesRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2291,7 +2613,7 @@ func (x *ListResourcesRequest) String() string {
 func (*ListResourcesRequest) ProtoMessage() {}
 
 func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2304,7 +2626,7 @@ func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesRequest.ProtoReflect.Descriptor instead.
 func (*ListResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{28}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListResourcesRequest) GetServer() string {
@@ -2334,7 +2656,7 @@ type ListResourcesResponse struct {
 
 func (x *ListResourcesResponse) Reset() {
 	*x = ListResourcesResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2668,7 @@ func (x *ListResourcesResponse) String() string {
 func (*ListResourcesResponse) ProtoMessage() {}
 
 func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2681,7 @@ func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesResponse.ProtoReflect.Descriptor instead.
 func (*ListResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{29}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListResourcesResponse) GetResources() []*Resource {
@@ -2389,7 +2711,7 @@ type ReadResourceRequest struct {
 
 func (x *ReadResourceRequest) Reset() {
 	*x = ReadResourceRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2401,7 +2723,7 @@ func (x *ReadResourceRequest) String() string {
 func (*ReadResourceRequest) ProtoMessage() {}
 
 func (x *ReadResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2414,7 +2736,7 @@ func (x *ReadResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResourceRequest.ProtoReflect.Descriptor instead.
 func (*ReadResourceRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{30}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReadResourceRequest) GetServer() string {
@@ -2452,7 +2774,7 @@ type ResourceContent struct {
 
 func (x *ResourceContent) Reset() {
 	*x = ResourceContent{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2464,7 +2786,7 @@ func (x *ResourceContent) String() string {
 func (*ResourceContent) ProtoMessage() {}
 
 func (x *ResourceContent) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2477,7 +2799,7 @@ func (x *ResourceContent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceContent.ProtoReflect.Descriptor instead.
 func (*ResourceContent) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{31}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ResourceContent) GetUri() string {
@@ -2533,7 +2855,7 @@ type ReadResourceResponse struct {
 
 func (x *ReadResourceResponse) Reset() {
 	*x = ReadResourceResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2545,7 +2867,7 @@ func (x *ReadResourceResponse) String() string {
 func (*ReadResourceResponse) ProtoMessage() {}
 
 func (x *ReadResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2558,7 +2880,7 @@ func (x *ReadResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResourceResponse.ProtoReflect.Descriptor instead.
 func (*ReadResourceResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{32}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReadResourceResponse) GetContents() []*ResourceContent {
@@ -2583,7 +2905,7 @@ type Prompt struct {
 
 func (x *Prompt) Reset() {
 	*x = Prompt{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2595,7 +2917,7 @@ func (x *Prompt) String() string {
 func (*Prompt) ProtoMessage() {}
 
 func (x *Prompt) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2608,7 +2930,7 @@ func (x *Prompt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Prompt.ProtoReflect.Descriptor instead.
 func (*Prompt) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{33}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Prompt) GetName() string {
@@ -2647,7 +2969,7 @@ type PromptArgument struct {
 
 func (x *PromptArgument) Reset() {
 	*x = PromptArgument{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2659,7 +2981,7 @@ func (x *PromptArgument) String() string {
 func (*PromptArgument) ProtoMessage() {}
 
 func (x *PromptArgument) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2672,7 +2994,7 @@ func (x *PromptArgument) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptArgument.ProtoReflect.Descriptor instead.
 func (*PromptArgument) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{34}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PromptArgument) GetName() string {
@@ -2709,7 +3031,7 @@ type ListPromptsRequest struct {
 
 func (x *ListPromptsRequest) Reset() {
 	*x = ListPromptsRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +3043,7 @@ func (x *ListPromptsRequest) String() string {
 func (*ListPromptsRequest) ProtoMessage() {}
 
 func (x *ListPromptsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +3056,7 @@ func (x *ListPromptsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPromptsRequest.ProtoReflect.Descriptor instead.
 func (*ListPromptsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{35}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListPromptsRequest) GetServer() string {
@@ -2764,7 +3086,7 @@ type ListPromptsResponse struct {
 
 func (x *ListPromptsResponse) Reset() {
 	*x = ListPromptsResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2776,7 +3098,7 @@ func (x *ListPromptsResponse) String() string {
 func (*ListPromptsResponse) ProtoMessage() {}
 
 func (x *ListPromptsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2789,7 +3111,7 @@ func (x *ListPromptsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPromptsResponse.ProtoReflect.Descriptor instead.
 func (*ListPromptsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{36}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListPromptsResponse) GetPrompts() []*Prompt {
@@ -2821,7 +3143,7 @@ type GetPromptRequest struct {
 
 func (x *GetPromptRequest) Reset() {
 	*x = GetPromptRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2833,7 +3155,7 @@ func (x *GetPromptRequest) String() string {
 func (*GetPromptRequest) ProtoMessage() {}
 
 func (x *GetPromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2846,7 +3168,7 @@ func (x *GetPromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromptRequest.ProtoReflect.Descriptor instead.
 func (*GetPromptRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{37}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetPromptRequest) GetServer() string {
@@ -2883,7 +3205,7 @@ type PromptMessage struct {
 
 func (x *PromptMessage) Reset() {
 	*x = PromptMessage{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2895,7 +3217,7 @@ func (x *PromptMessage) String() string {
 func (*PromptMessage) ProtoMessage() {}
 
 func (x *PromptMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2908,7 +3230,7 @@ func (x *PromptMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptMessage.ProtoReflect.Descriptor instead.
 func (*PromptMessage) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{38}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PromptMessage) GetRole() string {
@@ -2938,7 +3260,7 @@ type GetPromptResponse struct {
 
 func (x *GetPromptResponse) Reset() {
 	*x = GetPromptResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2950,7 +3272,7 @@ func (x *GetPromptResponse) String() string {
 func (*GetPromptResponse) ProtoMessage() {}
 
 func (x *GetPromptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2963,7 +3285,7 @@ func (x *GetPromptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromptResponse.ProtoReflect.Descriptor instead.
 func (*GetPromptResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{39}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetPromptResponse) GetDescription() string {
@@ -2997,7 +3319,7 @@ type ResourceTemplate struct {
 
 func (x *ResourceTemplate) Reset() {
 	*x = ResourceTemplate{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3331,7 @@ func (x *ResourceTemplate) String() string {
 func (*ResourceTemplate) ProtoMessage() {}
 
 func (x *ResourceTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3344,7 @@ func (x *ResourceTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceTemplate.ProtoReflect.Descriptor instead.
 func (*ResourceTemplate) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{40}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ResourceTemplate) GetUriTemplate() string {
@@ -3066,7 +3388,7 @@ type ListResourceTemplatesRequest struct {
 
 func (x *ListResourceTemplatesRequest) Reset() {
 	*x = ListResourceTemplatesRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3078,7 +3400,7 @@ func (x *ListResourceTemplatesRequest) String() string {
 func (*ListResourceTemplatesRequest) ProtoMessage() {}
 
 func (x *ListResourceTemplatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3091,7 +3413,7 @@ func (x *ListResourceTemplatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourceTemplatesRequest.ProtoReflect.Descriptor instead.
 func (*ListResourceTemplatesRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{41}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListResourceTemplatesRequest) GetServer() string {
@@ -3121,7 +3443,7 @@ type ListResourceTemplatesResponse struct {
 
 func (x *ListResourceTemplatesResponse) Reset() {
 	*x = ListResourceTemplatesResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3133,7 +3455,7 @@ func (x *ListResourceTemplatesResponse) String() string {
 func (*ListResourceTemplatesResponse) ProtoMessage() {}
 
 func (x *ListResourceTemplatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3146,7 +3468,7 @@ func (x *ListResourceTemplatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourceTemplatesResponse.ProtoReflect.Descriptor instead.
 func (*ListResourceTemplatesResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{42}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListResourceTemplatesResponse) GetTemplates() []*ResourceTemplate {
@@ -3176,7 +3498,7 @@ type WatchResourceRequest struct {
 
 func (x *WatchResourceRequest) Reset() {
 	*x = WatchResourceRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[43]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3188,7 +3510,7 @@ func (x *WatchResourceRequest) String() string {
 func (*WatchResourceRequest) ProtoMessage() {}
 
 func (x *WatchResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[43]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3201,7 +3523,7 @@ func (x *WatchResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourceRequest.ProtoReflect.Descriptor instead.
 func (*WatchResourceRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{43}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WatchResourceRequest) GetServer() string {
@@ -3232,7 +3554,7 @@ type WatchResourceResponse struct {
 
 func (x *WatchResourceResponse) Reset() {
 	*x = WatchResourceResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[44]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3244,7 +3566,7 @@ func (x *WatchResourceResponse) String() string {
 func (*WatchResourceResponse) ProtoMessage() {}
 
 func (x *WatchResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[44]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3257,7 +3579,7 @@ func (x *WatchResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourceResponse.ProtoReflect.Descriptor instead.
 func (*WatchResourceResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{44}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WatchResourceResponse) GetUri() string {
@@ -3298,7 +3620,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[45]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3310,7 +3632,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[45]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3323,7 +3645,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{45}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CompleteRequest) GetServer() string {
@@ -3412,7 +3734,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[46]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3424,7 +3746,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[46]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3437,7 +3759,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{46}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CompleteResponse) GetValues() []string {
@@ -3474,7 +3796,7 @@ type ConnectServerRequest struct {
 
 func (x *ConnectServerRequest) Reset() {
 	*x = ConnectServerRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[47]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3486,7 +3808,7 @@ func (x *ConnectServerRequest) String() string {
 func (*ConnectServerRequest) ProtoMessage() {}
 
 func (x *ConnectServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[47]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3499,7 +3821,7 @@ func (x *ConnectServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectServerRequest.ProtoReflect.Descriptor instead.
 func (*ConnectServerRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{47}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ConnectServerRequest) GetServer() string {
@@ -3529,7 +3851,7 @@ type ConnectServerResponse struct {
 
 func (x *ConnectServerResponse) Reset() {
 	*x = ConnectServerResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[48]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3541,7 +3863,7 @@ func (x *ConnectServerResponse) String() string {
 func (*ConnectServerResponse) ProtoMessage() {}
 
 func (x *ConnectServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[48]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3554,7 +3876,7 @@ func (x *ConnectServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectServerResponse.ProtoReflect.Descriptor instead.
 func (*ConnectServerResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{48}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ConnectServerResponse) GetAuthorizationUrl() string {
@@ -3584,7 +3906,7 @@ type DisconnectServerRequest struct {
 
 func (x *DisconnectServerRequest) Reset() {
 	*x = DisconnectServerRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[49]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3596,7 +3918,7 @@ func (x *DisconnectServerRequest) String() string {
 func (*DisconnectServerRequest) ProtoMessage() {}
 
 func (x *DisconnectServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[49]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3609,7 +3931,7 @@ func (x *DisconnectServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectServerRequest.ProtoReflect.Descriptor instead.
 func (*DisconnectServerRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{49}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DisconnectServerRequest) GetServer() string {
@@ -3639,7 +3961,7 @@ type DisconnectServerResponse struct {
 
 func (x *DisconnectServerResponse) Reset() {
 	*x = DisconnectServerResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[50]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3651,7 +3973,7 @@ func (x *DisconnectServerResponse) String() string {
 func (*DisconnectServerResponse) ProtoMessage() {}
 
 func (x *DisconnectServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[50]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3664,7 +3986,7 @@ func (x *DisconnectServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectServerResponse.ProtoReflect.Descriptor instead.
 func (*DisconnectServerResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{50}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DisconnectServerResponse) GetDisconnected() bool {
@@ -3700,7 +4022,7 @@ type CompleteAuthorizationRequest struct {
 
 func (x *CompleteAuthorizationRequest) Reset() {
 	*x = CompleteAuthorizationRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[51]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3712,7 +4034,7 @@ func (x *CompleteAuthorizationRequest) String() string {
 func (*CompleteAuthorizationRequest) ProtoMessage() {}
 
 func (x *CompleteAuthorizationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[51]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3725,7 +4047,7 @@ func (x *CompleteAuthorizationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteAuthorizationRequest.ProtoReflect.Descriptor instead.
 func (*CompleteAuthorizationRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{51}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CompleteAuthorizationRequest) GetState() string {
@@ -3776,7 +4098,7 @@ type CompleteAuthorizationResponse struct {
 
 func (x *CompleteAuthorizationResponse) Reset() {
 	*x = CompleteAuthorizationResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[52]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3788,7 +4110,7 @@ func (x *CompleteAuthorizationResponse) String() string {
 func (*CompleteAuthorizationResponse) ProtoMessage() {}
 
 func (x *CompleteAuthorizationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[52]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3801,7 +4123,7 @@ func (x *CompleteAuthorizationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteAuthorizationResponse.ProtoReflect.Descriptor instead.
 func (*CompleteAuthorizationResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{52}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CompleteAuthorizationResponse) GetServer() string {
@@ -3838,13 +4160,15 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	" \x01(\v2$.hermes.mcpgateway.v1.SamplingPolicyR\bsampling\x120\n" +
 	"\x05roots\x18\v \x03(\v2\x1a.hermes.mcpgateway.v1.RootR\x05roots\x12 \n" +
 	"\velicitation\x18\f \x01(\tR\velicitationB\v\n" +
-	"\ttransport\"d\n" +
+	"\ttransport\"\x83\x01\n" +
 	"\x0eSamplingPolicy\x12\x14\n" +
 	"\x05allow\x18\x01 \x01(\bR\x05allow\x12\x1d\n" +
 	"\n" +
 	"max_tokens\x18\x02 \x01(\x05R\tmaxTokens\x12\x1d\n" +
 	"\n" +
-	"per_minute\x18\x03 \x01(\x05R\tperMinute\",\n" +
+	"per_minute\x18\x03 \x01(\x05R\tperMinute\x12\x1d\n" +
+	"\n" +
+	"ask_caller\x18\x04 \x01(\bR\taskCaller\",\n" +
 	"\x04Root\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\xd8\x01\n" +
@@ -3929,7 +4253,7 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x10ListToolsRequest\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\"H\n" +
 	"\x11ListToolsResponse\x123\n" +
-	"\x05tools\x18\x01 \x03(\v2\x1d.hermes.mcpgateway.v1.MCPToolR\x05tools\"\xe7\x01\n" +
+	"\x05tools\x18\x01 \x03(\v2\x1d.hermes.mcpgateway.v1.MCPToolR\x05tools\"\x92\x02\n" +
 	"\x0fCallToolRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12\x12\n" +
@@ -3937,7 +4261,8 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\targuments\x18\x04 \x01(\tR\targuments\x123\n" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12(\n" +
 	"\x10max_output_bytes\x18\x06 \x01(\x05R\x0emaxOutputBytes\x12\x17\n" +
-	"\auser_id\x18\a \x01(\tR\x06userId\"\xa2\x01\n" +
+	"\auser_id\x18\a \x01(\tR\x06userId\x12)\n" +
+	"\x10answers_sampling\x18\b \x01(\bR\x0fanswersSampling\"\xa2\x01\n" +
 	"\aContent\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x1b\n" +
 	"\tmime_type\x18\x02 \x01(\tR\bmimeType\x12\x10\n" +
@@ -3970,12 +4295,13 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x16CallToolStreamResponse\x12<\n" +
 	"\bprogress\x18\x01 \x01(\v2\x1e.hermes.mcpgateway.v1.ProgressH\x00R\bprogress\x12D\n" +
 	"\bresponse\x18\x02 \x01(\v2&.hermes.mcpgateway.v1.CallToolResponseH\x00R\bresponseB\a\n" +
-	"\x05event\"\x9b\x01\n" +
+	"\x05event\"\xd7\x01\n" +
 	"\bProgress\x12\x1a\n" +
 	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12C\n" +
-	"\velicitation\x18\x04 \x01(\v2!.hermes.mcpgateway.v1.ElicitationR\velicitation\"\xc7\x01\n" +
+	"\velicitation\x18\x04 \x01(\v2!.hermes.mcpgateway.v1.ElicitationR\velicitation\x12:\n" +
+	"\bsampling\x18\x05 \x01(\v2\x1e.hermes.mcpgateway.v1.SamplingR\bsampling\"\xc7\x01\n" +
 	"\vElicitation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12\x18\n" +
@@ -3988,7 +4314,30 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06action\x18\x02 \x01(\tR\x06action\x12\x18\n" +
 	"\acontent\x18\x03 \x01(\tR\acontent\"\x1b\n" +
-	"\x19AnswerElicitationResponse\"\x83\x01\n" +
+	"\x19AnswerElicitationResponse\"\xd2\x02\n" +
+	"\bSampling\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06server\x18\x02 \x01(\tR\x06server\x12A\n" +
+	"\bmessages\x18\x03 \x03(\v2%.hermes.mcpgateway.v1.SamplingMessageR\bmessages\x12#\n" +
+	"\rsystem_prompt\x18\x04 \x01(\tR\fsystemPrompt\x12\x1d\n" +
+	"\n" +
+	"max_tokens\x18\x05 \x01(\x05R\tmaxTokens\x12%\n" +
+	"\vtemperature\x18\x06 \x01(\x01H\x00R\vtemperature\x88\x01\x01\x12%\n" +
+	"\x0estop_sequences\x18\a \x03(\tR\rstopSequences\x129\n" +
+	"\n" +
+	"expires_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAtB\x0e\n" +
+	"\f_temperature\"9\n" +
+	"\x0fSamplingMessage\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\"\x88\x01\n" +
+	"\x15AnswerSamplingRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12\x14\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x12\x1f\n" +
+	"\vstop_reason\x18\x04 \x01(\tR\n" +
+	"stopReason\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\x18\n" +
+	"\x16AnswerSamplingResponse\"\x83\x01\n" +
 	"\bResource\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
@@ -4100,7 +4449,7 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x18SERVER_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17SERVER_STATE_CONNECTING\x10\x01\x12\x16\n" +
 	"\x12SERVER_STATE_READY\x10\x02\x12\x17\n" +
-	"\x13SERVER_STATE_FAILED\x10\x032\x97\x0e\n" +
+	"\x13SERVER_STATE_FAILED\x10\x032\x84\x0f\n" +
 	"\x11MCPGatewayService\x12\\\n" +
 	"\tAddServer\x12&.hermes.mcpgateway.v1.AddServerRequest\x1a'.hermes.mcpgateway.v1.AddServerResponse\x12e\n" +
 	"\fRemoveServer\x12).hermes.mcpgateway.v1.RemoveServerRequest\x1a*.hermes.mcpgateway.v1.RemoveServerResponse\x12b\n" +
@@ -4115,7 +4464,8 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x15ListResourceTemplates\x122.hermes.mcpgateway.v1.ListResourceTemplatesRequest\x1a3.hermes.mcpgateway.v1.ListResourceTemplatesResponse\x12j\n" +
 	"\rWatchResource\x12*.hermes.mcpgateway.v1.WatchResourceRequest\x1a+.hermes.mcpgateway.v1.WatchResourceResponse0\x01\x12Y\n" +
 	"\bComplete\x12%.hermes.mcpgateway.v1.CompleteRequest\x1a&.hermes.mcpgateway.v1.CompleteResponse\x12t\n" +
-	"\x11AnswerElicitation\x12..hermes.mcpgateway.v1.AnswerElicitationRequest\x1a/.hermes.mcpgateway.v1.AnswerElicitationResponse\x12h\n" +
+	"\x11AnswerElicitation\x12..hermes.mcpgateway.v1.AnswerElicitationRequest\x1a/.hermes.mcpgateway.v1.AnswerElicitationResponse\x12k\n" +
+	"\x0eAnswerSampling\x12+.hermes.mcpgateway.v1.AnswerSamplingRequest\x1a,.hermes.mcpgateway.v1.AnswerSamplingResponse\x12h\n" +
 	"\rConnectServer\x12*.hermes.mcpgateway.v1.ConnectServerRequest\x1a+.hermes.mcpgateway.v1.ConnectServerResponse\x12q\n" +
 	"\x10DisconnectServer\x12-.hermes.mcpgateway.v1.DisconnectServerRequest\x1a..hermes.mcpgateway.v1.DisconnectServerResponse\x12\x80\x01\n" +
 	"\x15CompleteAuthorization\x122.hermes.mcpgateway.v1.CompleteAuthorizationRequest\x1a3.hermes.mcpgateway.v1.CompleteAuthorizationResponseBHZFgithub.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1;mcpgatewayv1b\x06proto3"
@@ -4133,7 +4483,7 @@ func file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP() []byte {
 }
 
 var file_hermes_mcpgateway_v1_mcpgateway_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_hermes_mcpgateway_v1_mcpgateway_proto_goTypes = []any{
 	(ServerState)(0),                      // 0: hermes.mcpgateway.v1.ServerState
 	(*ServerSpec)(nil),                    // 1: hermes.mcpgateway.v1.ServerSpec
@@ -4163,113 +4513,122 @@ var file_hermes_mcpgateway_v1_mcpgateway_proto_goTypes = []any{
 	(*Elicitation)(nil),                   // 25: hermes.mcpgateway.v1.Elicitation
 	(*AnswerElicitationRequest)(nil),      // 26: hermes.mcpgateway.v1.AnswerElicitationRequest
 	(*AnswerElicitationResponse)(nil),     // 27: hermes.mcpgateway.v1.AnswerElicitationResponse
-	(*Resource)(nil),                      // 28: hermes.mcpgateway.v1.Resource
-	(*ListResourcesRequest)(nil),          // 29: hermes.mcpgateway.v1.ListResourcesRequest
-	(*ListResourcesResponse)(nil),         // 30: hermes.mcpgateway.v1.ListResourcesResponse
-	(*ReadResourceRequest)(nil),           // 31: hermes.mcpgateway.v1.ReadResourceRequest
-	(*ResourceContent)(nil),               // 32: hermes.mcpgateway.v1.ResourceContent
-	(*ReadResourceResponse)(nil),          // 33: hermes.mcpgateway.v1.ReadResourceResponse
-	(*Prompt)(nil),                        // 34: hermes.mcpgateway.v1.Prompt
-	(*PromptArgument)(nil),                // 35: hermes.mcpgateway.v1.PromptArgument
-	(*ListPromptsRequest)(nil),            // 36: hermes.mcpgateway.v1.ListPromptsRequest
-	(*ListPromptsResponse)(nil),           // 37: hermes.mcpgateway.v1.ListPromptsResponse
-	(*GetPromptRequest)(nil),              // 38: hermes.mcpgateway.v1.GetPromptRequest
-	(*PromptMessage)(nil),                 // 39: hermes.mcpgateway.v1.PromptMessage
-	(*GetPromptResponse)(nil),             // 40: hermes.mcpgateway.v1.GetPromptResponse
-	(*ResourceTemplate)(nil),              // 41: hermes.mcpgateway.v1.ResourceTemplate
-	(*ListResourceTemplatesRequest)(nil),  // 42: hermes.mcpgateway.v1.ListResourceTemplatesRequest
-	(*ListResourceTemplatesResponse)(nil), // 43: hermes.mcpgateway.v1.ListResourceTemplatesResponse
-	(*WatchResourceRequest)(nil),          // 44: hermes.mcpgateway.v1.WatchResourceRequest
-	(*WatchResourceResponse)(nil),         // 45: hermes.mcpgateway.v1.WatchResourceResponse
-	(*CompleteRequest)(nil),               // 46: hermes.mcpgateway.v1.CompleteRequest
-	(*CompleteResponse)(nil),              // 47: hermes.mcpgateway.v1.CompleteResponse
-	(*ConnectServerRequest)(nil),          // 48: hermes.mcpgateway.v1.ConnectServerRequest
-	(*ConnectServerResponse)(nil),         // 49: hermes.mcpgateway.v1.ConnectServerResponse
-	(*DisconnectServerRequest)(nil),       // 50: hermes.mcpgateway.v1.DisconnectServerRequest
-	(*DisconnectServerResponse)(nil),      // 51: hermes.mcpgateway.v1.DisconnectServerResponse
-	(*CompleteAuthorizationRequest)(nil),  // 52: hermes.mcpgateway.v1.CompleteAuthorizationRequest
-	(*CompleteAuthorizationResponse)(nil), // 53: hermes.mcpgateway.v1.CompleteAuthorizationResponse
-	nil,                                   // 54: hermes.mcpgateway.v1.StdioTransport.EnvEntry
-	nil,                                   // 55: hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
-	nil,                                   // 56: hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
-	nil,                                   // 57: hermes.mcpgateway.v1.CompleteRequest.ContextEntry
-	(*durationpb.Duration)(nil),           // 58: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),         // 59: google.protobuf.Timestamp
+	(*Sampling)(nil),                      // 28: hermes.mcpgateway.v1.Sampling
+	(*SamplingMessage)(nil),               // 29: hermes.mcpgateway.v1.SamplingMessage
+	(*AnswerSamplingRequest)(nil),         // 30: hermes.mcpgateway.v1.AnswerSamplingRequest
+	(*AnswerSamplingResponse)(nil),        // 31: hermes.mcpgateway.v1.AnswerSamplingResponse
+	(*Resource)(nil),                      // 32: hermes.mcpgateway.v1.Resource
+	(*ListResourcesRequest)(nil),          // 33: hermes.mcpgateway.v1.ListResourcesRequest
+	(*ListResourcesResponse)(nil),         // 34: hermes.mcpgateway.v1.ListResourcesResponse
+	(*ReadResourceRequest)(nil),           // 35: hermes.mcpgateway.v1.ReadResourceRequest
+	(*ResourceContent)(nil),               // 36: hermes.mcpgateway.v1.ResourceContent
+	(*ReadResourceResponse)(nil),          // 37: hermes.mcpgateway.v1.ReadResourceResponse
+	(*Prompt)(nil),                        // 38: hermes.mcpgateway.v1.Prompt
+	(*PromptArgument)(nil),                // 39: hermes.mcpgateway.v1.PromptArgument
+	(*ListPromptsRequest)(nil),            // 40: hermes.mcpgateway.v1.ListPromptsRequest
+	(*ListPromptsResponse)(nil),           // 41: hermes.mcpgateway.v1.ListPromptsResponse
+	(*GetPromptRequest)(nil),              // 42: hermes.mcpgateway.v1.GetPromptRequest
+	(*PromptMessage)(nil),                 // 43: hermes.mcpgateway.v1.PromptMessage
+	(*GetPromptResponse)(nil),             // 44: hermes.mcpgateway.v1.GetPromptResponse
+	(*ResourceTemplate)(nil),              // 45: hermes.mcpgateway.v1.ResourceTemplate
+	(*ListResourceTemplatesRequest)(nil),  // 46: hermes.mcpgateway.v1.ListResourceTemplatesRequest
+	(*ListResourceTemplatesResponse)(nil), // 47: hermes.mcpgateway.v1.ListResourceTemplatesResponse
+	(*WatchResourceRequest)(nil),          // 48: hermes.mcpgateway.v1.WatchResourceRequest
+	(*WatchResourceResponse)(nil),         // 49: hermes.mcpgateway.v1.WatchResourceResponse
+	(*CompleteRequest)(nil),               // 50: hermes.mcpgateway.v1.CompleteRequest
+	(*CompleteResponse)(nil),              // 51: hermes.mcpgateway.v1.CompleteResponse
+	(*ConnectServerRequest)(nil),          // 52: hermes.mcpgateway.v1.ConnectServerRequest
+	(*ConnectServerResponse)(nil),         // 53: hermes.mcpgateway.v1.ConnectServerResponse
+	(*DisconnectServerRequest)(nil),       // 54: hermes.mcpgateway.v1.DisconnectServerRequest
+	(*DisconnectServerResponse)(nil),      // 55: hermes.mcpgateway.v1.DisconnectServerResponse
+	(*CompleteAuthorizationRequest)(nil),  // 56: hermes.mcpgateway.v1.CompleteAuthorizationRequest
+	(*CompleteAuthorizationResponse)(nil), // 57: hermes.mcpgateway.v1.CompleteAuthorizationResponse
+	nil,                                   // 58: hermes.mcpgateway.v1.StdioTransport.EnvEntry
+	nil,                                   // 59: hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
+	nil,                                   // 60: hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
+	nil,                                   // 61: hermes.mcpgateway.v1.CompleteRequest.ContextEntry
+	(*durationpb.Duration)(nil),           // 62: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),         // 63: google.protobuf.Timestamp
 }
 var file_hermes_mcpgateway_v1_mcpgateway_proto_depIdxs = []int32{
 	4,  // 0: hermes.mcpgateway.v1.ServerSpec.stdio:type_name -> hermes.mcpgateway.v1.StdioTransport
 	5,  // 1: hermes.mcpgateway.v1.ServerSpec.http:type_name -> hermes.mcpgateway.v1.HTTPTransport
-	58, // 2: hermes.mcpgateway.v1.ServerSpec.call_timeout:type_name -> google.protobuf.Duration
+	62, // 2: hermes.mcpgateway.v1.ServerSpec.call_timeout:type_name -> google.protobuf.Duration
 	2,  // 3: hermes.mcpgateway.v1.ServerSpec.sampling:type_name -> hermes.mcpgateway.v1.SamplingPolicy
 	3,  // 4: hermes.mcpgateway.v1.ServerSpec.roots:type_name -> hermes.mcpgateway.v1.Root
-	54, // 5: hermes.mcpgateway.v1.StdioTransport.env:type_name -> hermes.mcpgateway.v1.StdioTransport.EnvEntry
-	55, // 6: hermes.mcpgateway.v1.HTTPTransport.headers:type_name -> hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
+	58, // 5: hermes.mcpgateway.v1.StdioTransport.env:type_name -> hermes.mcpgateway.v1.StdioTransport.EnvEntry
+	59, // 6: hermes.mcpgateway.v1.HTTPTransport.headers:type_name -> hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
 	7,  // 7: hermes.mcpgateway.v1.HTTPTransport.oauth:type_name -> hermes.mcpgateway.v1.OAuthClientCredentials
 	6,  // 8: hermes.mcpgateway.v1.HTTPTransport.user_oauth:type_name -> hermes.mcpgateway.v1.OAuthAuthorizationCode
 	1,  // 9: hermes.mcpgateway.v1.Server.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
 	0,  // 10: hermes.mcpgateway.v1.Server.state:type_name -> hermes.mcpgateway.v1.ServerState
 	9,  // 11: hermes.mcpgateway.v1.Server.skipped_tools:type_name -> hermes.mcpgateway.v1.SkippedTool
-	59, // 12: hermes.mcpgateway.v1.Server.connected_at:type_name -> google.protobuf.Timestamp
-	59, // 13: hermes.mcpgateway.v1.Server.next_retry_at:type_name -> google.protobuf.Timestamp
+	63, // 12: hermes.mcpgateway.v1.Server.connected_at:type_name -> google.protobuf.Timestamp
+	63, // 13: hermes.mcpgateway.v1.Server.next_retry_at:type_name -> google.protobuf.Timestamp
 	1,  // 14: hermes.mcpgateway.v1.AddServerRequest.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
 	8,  // 15: hermes.mcpgateway.v1.AddServerResponse.server:type_name -> hermes.mcpgateway.v1.Server
 	8,  // 16: hermes.mcpgateway.v1.ListServersResponse.servers:type_name -> hermes.mcpgateway.v1.Server
 	10, // 17: hermes.mcpgateway.v1.ListToolsResponse.tools:type_name -> hermes.mcpgateway.v1.MCPTool
-	58, // 18: hermes.mcpgateway.v1.CallToolRequest.timeout:type_name -> google.protobuf.Duration
+	62, // 18: hermes.mcpgateway.v1.CallToolRequest.timeout:type_name -> google.protobuf.Duration
 	20, // 19: hermes.mcpgateway.v1.CallToolResponse.contents:type_name -> hermes.mcpgateway.v1.Content
-	58, // 20: hermes.mcpgateway.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
+	62, // 20: hermes.mcpgateway.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
 	19, // 21: hermes.mcpgateway.v1.CallToolStreamRequest.request:type_name -> hermes.mcpgateway.v1.CallToolRequest
 	24, // 22: hermes.mcpgateway.v1.CallToolStreamResponse.progress:type_name -> hermes.mcpgateway.v1.Progress
 	21, // 23: hermes.mcpgateway.v1.CallToolStreamResponse.response:type_name -> hermes.mcpgateway.v1.CallToolResponse
 	25, // 24: hermes.mcpgateway.v1.Progress.elicitation:type_name -> hermes.mcpgateway.v1.Elicitation
-	59, // 25: hermes.mcpgateway.v1.Elicitation.expires_at:type_name -> google.protobuf.Timestamp
-	28, // 26: hermes.mcpgateway.v1.ListResourcesResponse.resources:type_name -> hermes.mcpgateway.v1.Resource
-	32, // 27: hermes.mcpgateway.v1.ReadResourceResponse.contents:type_name -> hermes.mcpgateway.v1.ResourceContent
-	35, // 28: hermes.mcpgateway.v1.Prompt.arguments:type_name -> hermes.mcpgateway.v1.PromptArgument
-	34, // 29: hermes.mcpgateway.v1.ListPromptsResponse.prompts:type_name -> hermes.mcpgateway.v1.Prompt
-	56, // 30: hermes.mcpgateway.v1.GetPromptRequest.arguments:type_name -> hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
-	39, // 31: hermes.mcpgateway.v1.GetPromptResponse.messages:type_name -> hermes.mcpgateway.v1.PromptMessage
-	41, // 32: hermes.mcpgateway.v1.ListResourceTemplatesResponse.templates:type_name -> hermes.mcpgateway.v1.ResourceTemplate
-	57, // 33: hermes.mcpgateway.v1.CompleteRequest.context:type_name -> hermes.mcpgateway.v1.CompleteRequest.ContextEntry
-	11, // 34: hermes.mcpgateway.v1.MCPGatewayService.AddServer:input_type -> hermes.mcpgateway.v1.AddServerRequest
-	13, // 35: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:input_type -> hermes.mcpgateway.v1.RemoveServerRequest
-	15, // 36: hermes.mcpgateway.v1.MCPGatewayService.ListServers:input_type -> hermes.mcpgateway.v1.ListServersRequest
-	17, // 37: hermes.mcpgateway.v1.MCPGatewayService.ListTools:input_type -> hermes.mcpgateway.v1.ListToolsRequest
-	19, // 38: hermes.mcpgateway.v1.MCPGatewayService.CallTool:input_type -> hermes.mcpgateway.v1.CallToolRequest
-	29, // 39: hermes.mcpgateway.v1.MCPGatewayService.ListResources:input_type -> hermes.mcpgateway.v1.ListResourcesRequest
-	31, // 40: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:input_type -> hermes.mcpgateway.v1.ReadResourceRequest
-	36, // 41: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:input_type -> hermes.mcpgateway.v1.ListPromptsRequest
-	38, // 42: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:input_type -> hermes.mcpgateway.v1.GetPromptRequest
-	22, // 43: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:input_type -> hermes.mcpgateway.v1.CallToolStreamRequest
-	42, // 44: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:input_type -> hermes.mcpgateway.v1.ListResourceTemplatesRequest
-	44, // 45: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:input_type -> hermes.mcpgateway.v1.WatchResourceRequest
-	46, // 46: hermes.mcpgateway.v1.MCPGatewayService.Complete:input_type -> hermes.mcpgateway.v1.CompleteRequest
-	26, // 47: hermes.mcpgateway.v1.MCPGatewayService.AnswerElicitation:input_type -> hermes.mcpgateway.v1.AnswerElicitationRequest
-	48, // 48: hermes.mcpgateway.v1.MCPGatewayService.ConnectServer:input_type -> hermes.mcpgateway.v1.ConnectServerRequest
-	50, // 49: hermes.mcpgateway.v1.MCPGatewayService.DisconnectServer:input_type -> hermes.mcpgateway.v1.DisconnectServerRequest
-	52, // 50: hermes.mcpgateway.v1.MCPGatewayService.CompleteAuthorization:input_type -> hermes.mcpgateway.v1.CompleteAuthorizationRequest
-	12, // 51: hermes.mcpgateway.v1.MCPGatewayService.AddServer:output_type -> hermes.mcpgateway.v1.AddServerResponse
-	14, // 52: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:output_type -> hermes.mcpgateway.v1.RemoveServerResponse
-	16, // 53: hermes.mcpgateway.v1.MCPGatewayService.ListServers:output_type -> hermes.mcpgateway.v1.ListServersResponse
-	18, // 54: hermes.mcpgateway.v1.MCPGatewayService.ListTools:output_type -> hermes.mcpgateway.v1.ListToolsResponse
-	21, // 55: hermes.mcpgateway.v1.MCPGatewayService.CallTool:output_type -> hermes.mcpgateway.v1.CallToolResponse
-	30, // 56: hermes.mcpgateway.v1.MCPGatewayService.ListResources:output_type -> hermes.mcpgateway.v1.ListResourcesResponse
-	33, // 57: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:output_type -> hermes.mcpgateway.v1.ReadResourceResponse
-	37, // 58: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:output_type -> hermes.mcpgateway.v1.ListPromptsResponse
-	40, // 59: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:output_type -> hermes.mcpgateway.v1.GetPromptResponse
-	23, // 60: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:output_type -> hermes.mcpgateway.v1.CallToolStreamResponse
-	43, // 61: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:output_type -> hermes.mcpgateway.v1.ListResourceTemplatesResponse
-	45, // 62: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:output_type -> hermes.mcpgateway.v1.WatchResourceResponse
-	47, // 63: hermes.mcpgateway.v1.MCPGatewayService.Complete:output_type -> hermes.mcpgateway.v1.CompleteResponse
-	27, // 64: hermes.mcpgateway.v1.MCPGatewayService.AnswerElicitation:output_type -> hermes.mcpgateway.v1.AnswerElicitationResponse
-	49, // 65: hermes.mcpgateway.v1.MCPGatewayService.ConnectServer:output_type -> hermes.mcpgateway.v1.ConnectServerResponse
-	51, // 66: hermes.mcpgateway.v1.MCPGatewayService.DisconnectServer:output_type -> hermes.mcpgateway.v1.DisconnectServerResponse
-	53, // 67: hermes.mcpgateway.v1.MCPGatewayService.CompleteAuthorization:output_type -> hermes.mcpgateway.v1.CompleteAuthorizationResponse
-	51, // [51:68] is the sub-list for method output_type
-	34, // [34:51] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	28, // 25: hermes.mcpgateway.v1.Progress.sampling:type_name -> hermes.mcpgateway.v1.Sampling
+	63, // 26: hermes.mcpgateway.v1.Elicitation.expires_at:type_name -> google.protobuf.Timestamp
+	29, // 27: hermes.mcpgateway.v1.Sampling.messages:type_name -> hermes.mcpgateway.v1.SamplingMessage
+	63, // 28: hermes.mcpgateway.v1.Sampling.expires_at:type_name -> google.protobuf.Timestamp
+	32, // 29: hermes.mcpgateway.v1.ListResourcesResponse.resources:type_name -> hermes.mcpgateway.v1.Resource
+	36, // 30: hermes.mcpgateway.v1.ReadResourceResponse.contents:type_name -> hermes.mcpgateway.v1.ResourceContent
+	39, // 31: hermes.mcpgateway.v1.Prompt.arguments:type_name -> hermes.mcpgateway.v1.PromptArgument
+	38, // 32: hermes.mcpgateway.v1.ListPromptsResponse.prompts:type_name -> hermes.mcpgateway.v1.Prompt
+	60, // 33: hermes.mcpgateway.v1.GetPromptRequest.arguments:type_name -> hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
+	43, // 34: hermes.mcpgateway.v1.GetPromptResponse.messages:type_name -> hermes.mcpgateway.v1.PromptMessage
+	45, // 35: hermes.mcpgateway.v1.ListResourceTemplatesResponse.templates:type_name -> hermes.mcpgateway.v1.ResourceTemplate
+	61, // 36: hermes.mcpgateway.v1.CompleteRequest.context:type_name -> hermes.mcpgateway.v1.CompleteRequest.ContextEntry
+	11, // 37: hermes.mcpgateway.v1.MCPGatewayService.AddServer:input_type -> hermes.mcpgateway.v1.AddServerRequest
+	13, // 38: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:input_type -> hermes.mcpgateway.v1.RemoveServerRequest
+	15, // 39: hermes.mcpgateway.v1.MCPGatewayService.ListServers:input_type -> hermes.mcpgateway.v1.ListServersRequest
+	17, // 40: hermes.mcpgateway.v1.MCPGatewayService.ListTools:input_type -> hermes.mcpgateway.v1.ListToolsRequest
+	19, // 41: hermes.mcpgateway.v1.MCPGatewayService.CallTool:input_type -> hermes.mcpgateway.v1.CallToolRequest
+	33, // 42: hermes.mcpgateway.v1.MCPGatewayService.ListResources:input_type -> hermes.mcpgateway.v1.ListResourcesRequest
+	35, // 43: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:input_type -> hermes.mcpgateway.v1.ReadResourceRequest
+	40, // 44: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:input_type -> hermes.mcpgateway.v1.ListPromptsRequest
+	42, // 45: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:input_type -> hermes.mcpgateway.v1.GetPromptRequest
+	22, // 46: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:input_type -> hermes.mcpgateway.v1.CallToolStreamRequest
+	46, // 47: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:input_type -> hermes.mcpgateway.v1.ListResourceTemplatesRequest
+	48, // 48: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:input_type -> hermes.mcpgateway.v1.WatchResourceRequest
+	50, // 49: hermes.mcpgateway.v1.MCPGatewayService.Complete:input_type -> hermes.mcpgateway.v1.CompleteRequest
+	26, // 50: hermes.mcpgateway.v1.MCPGatewayService.AnswerElicitation:input_type -> hermes.mcpgateway.v1.AnswerElicitationRequest
+	30, // 51: hermes.mcpgateway.v1.MCPGatewayService.AnswerSampling:input_type -> hermes.mcpgateway.v1.AnswerSamplingRequest
+	52, // 52: hermes.mcpgateway.v1.MCPGatewayService.ConnectServer:input_type -> hermes.mcpgateway.v1.ConnectServerRequest
+	54, // 53: hermes.mcpgateway.v1.MCPGatewayService.DisconnectServer:input_type -> hermes.mcpgateway.v1.DisconnectServerRequest
+	56, // 54: hermes.mcpgateway.v1.MCPGatewayService.CompleteAuthorization:input_type -> hermes.mcpgateway.v1.CompleteAuthorizationRequest
+	12, // 55: hermes.mcpgateway.v1.MCPGatewayService.AddServer:output_type -> hermes.mcpgateway.v1.AddServerResponse
+	14, // 56: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:output_type -> hermes.mcpgateway.v1.RemoveServerResponse
+	16, // 57: hermes.mcpgateway.v1.MCPGatewayService.ListServers:output_type -> hermes.mcpgateway.v1.ListServersResponse
+	18, // 58: hermes.mcpgateway.v1.MCPGatewayService.ListTools:output_type -> hermes.mcpgateway.v1.ListToolsResponse
+	21, // 59: hermes.mcpgateway.v1.MCPGatewayService.CallTool:output_type -> hermes.mcpgateway.v1.CallToolResponse
+	34, // 60: hermes.mcpgateway.v1.MCPGatewayService.ListResources:output_type -> hermes.mcpgateway.v1.ListResourcesResponse
+	37, // 61: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:output_type -> hermes.mcpgateway.v1.ReadResourceResponse
+	41, // 62: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:output_type -> hermes.mcpgateway.v1.ListPromptsResponse
+	44, // 63: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:output_type -> hermes.mcpgateway.v1.GetPromptResponse
+	23, // 64: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:output_type -> hermes.mcpgateway.v1.CallToolStreamResponse
+	47, // 65: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:output_type -> hermes.mcpgateway.v1.ListResourceTemplatesResponse
+	49, // 66: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:output_type -> hermes.mcpgateway.v1.WatchResourceResponse
+	51, // 67: hermes.mcpgateway.v1.MCPGatewayService.Complete:output_type -> hermes.mcpgateway.v1.CompleteResponse
+	27, // 68: hermes.mcpgateway.v1.MCPGatewayService.AnswerElicitation:output_type -> hermes.mcpgateway.v1.AnswerElicitationResponse
+	31, // 69: hermes.mcpgateway.v1.MCPGatewayService.AnswerSampling:output_type -> hermes.mcpgateway.v1.AnswerSamplingResponse
+	53, // 70: hermes.mcpgateway.v1.MCPGatewayService.ConnectServer:output_type -> hermes.mcpgateway.v1.ConnectServerResponse
+	55, // 71: hermes.mcpgateway.v1.MCPGatewayService.DisconnectServer:output_type -> hermes.mcpgateway.v1.DisconnectServerResponse
+	57, // 72: hermes.mcpgateway.v1.MCPGatewayService.CompleteAuthorization:output_type -> hermes.mcpgateway.v1.CompleteAuthorizationResponse
+	55, // [55:73] is the sub-list for method output_type
+	37, // [37:55] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_hermes_mcpgateway_v1_mcpgateway_proto_init() }
@@ -4285,7 +4644,8 @@ func file_hermes_mcpgateway_v1_mcpgateway_proto_init() {
 		(*CallToolStreamResponse_Progress)(nil),
 		(*CallToolStreamResponse_Response)(nil),
 	}
-	file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[45].OneofWrappers = []any{
+	file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27].OneofWrappers = []any{}
+	file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[49].OneofWrappers = []any{
 		(*CompleteRequest_Prompt)(nil),
 		(*CompleteRequest_ResourceTemplate)(nil),
 	}
@@ -4295,7 +4655,7 @@ func file_hermes_mcpgateway_v1_mcpgateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc), len(file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   57,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

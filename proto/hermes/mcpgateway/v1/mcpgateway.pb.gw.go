@@ -617,6 +617,45 @@ func local_request_MCPGatewayService_AnswerElicitation_0(ctx context.Context, ma
 	return msg, metadata, err
 }
 
+func request_MCPGatewayService_AnswerSampling_0(ctx context.Context, marshaler runtime.Marshaler, client MCPGatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq AnswerSamplingRequest
+		metadata runtime.ServerMetadata
+	)
+	dec := marshaler.NewDecoder(req.Body)
+	if err := dec.Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if td, ok := dec.(interface{ Token() (json.Token, error) }); ok {
+		if _, err := td.Token(); !errors.Is(err, io.EOF) {
+			return nil, metadata, status.Error(codes.InvalidArgument, "unexpected data after request body")
+		}
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.AnswerSampling(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_MCPGatewayService_AnswerSampling_0(ctx context.Context, marshaler runtime.Marshaler, server MCPGatewayServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq AnswerSamplingRequest
+		metadata runtime.ServerMetadata
+	)
+	dec := marshaler.NewDecoder(req.Body)
+	if err := dec.Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if td, ok := dec.(interface{ Token() (json.Token, error) }); ok {
+		if _, err := td.Token(); !errors.Is(err, io.EOF) {
+			return nil, metadata, status.Error(codes.InvalidArgument, "unexpected data after request body")
+		}
+	}
+	msg, err := server.AnswerSampling(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_MCPGatewayService_ConnectServer_0(ctx context.Context, marshaler runtime.Marshaler, client MCPGatewayServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq ConnectServerRequest
@@ -1026,6 +1065,26 @@ func RegisterMCPGatewayServiceHandlerServer(ctx context.Context, mux *runtime.Se
 		}
 		forward_MCPGatewayService_AnswerElicitation_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_MCPGatewayService_AnswerSampling_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/hermes.mcpgateway.v1.MCPGatewayService/AnswerSampling", runtime.WithHTTPPathPattern("/hermes.mcpgateway.v1.MCPGatewayService/AnswerSampling"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_MCPGatewayService_AnswerSampling_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_MCPGatewayService_AnswerSampling_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_MCPGatewayService_ConnectServer_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1364,6 +1423,23 @@ func RegisterMCPGatewayServiceHandlerClient(ctx context.Context, mux *runtime.Se
 		}
 		forward_MCPGatewayService_AnswerElicitation_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_MCPGatewayService_AnswerSampling_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/hermes.mcpgateway.v1.MCPGatewayService/AnswerSampling", runtime.WithHTTPPathPattern("/hermes.mcpgateway.v1.MCPGatewayService/AnswerSampling"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_MCPGatewayService_AnswerSampling_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_MCPGatewayService_AnswerSampling_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_MCPGatewayService_ConnectServer_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1433,6 +1509,7 @@ var (
 	pattern_MCPGatewayService_WatchResource_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"hermes.mcpgateway.v1.MCPGatewayService", "WatchResource"}, ""))
 	pattern_MCPGatewayService_Complete_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"hermes.mcpgateway.v1.MCPGatewayService", "Complete"}, ""))
 	pattern_MCPGatewayService_AnswerElicitation_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"hermes.mcpgateway.v1.MCPGatewayService", "AnswerElicitation"}, ""))
+	pattern_MCPGatewayService_AnswerSampling_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"hermes.mcpgateway.v1.MCPGatewayService", "AnswerSampling"}, ""))
 	pattern_MCPGatewayService_ConnectServer_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "mcp", "servers", "server"}, "connect"))
 	pattern_MCPGatewayService_DisconnectServer_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "mcp", "servers", "server"}, "disconnect"))
 	pattern_MCPGatewayService_CompleteAuthorization_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2, 2, 3}, []string{"v1", "mcp", "oauth", "callback"}, ""))
@@ -1453,6 +1530,7 @@ var (
 	forward_MCPGatewayService_WatchResource_0         = runtime.ForwardResponseStream
 	forward_MCPGatewayService_Complete_0              = runtime.ForwardResponseMessage
 	forward_MCPGatewayService_AnswerElicitation_0     = runtime.ForwardResponseMessage
+	forward_MCPGatewayService_AnswerSampling_0        = runtime.ForwardResponseMessage
 	forward_MCPGatewayService_ConnectServer_0         = runtime.ForwardResponseMessage
 	forward_MCPGatewayService_DisconnectServer_0      = runtime.ForwardResponseMessage
 	forward_MCPGatewayService_CompleteAuthorization_0 = runtime.ForwardResponseMessage

@@ -33,6 +33,7 @@ const (
 	MCPGatewayService_WatchResource_FullMethodName         = "/hermes.mcpgateway.v1.MCPGatewayService/WatchResource"
 	MCPGatewayService_Complete_FullMethodName              = "/hermes.mcpgateway.v1.MCPGatewayService/Complete"
 	MCPGatewayService_AnswerElicitation_FullMethodName     = "/hermes.mcpgateway.v1.MCPGatewayService/AnswerElicitation"
+	MCPGatewayService_AnswerSampling_FullMethodName        = "/hermes.mcpgateway.v1.MCPGatewayService/AnswerSampling"
 	MCPGatewayService_ConnectServer_FullMethodName         = "/hermes.mcpgateway.v1.MCPGatewayService/ConnectServer"
 	MCPGatewayService_DisconnectServer_FullMethodName      = "/hermes.mcpgateway.v1.MCPGatewayService/DisconnectServer"
 	MCPGatewayService_CompleteAuthorization_FullMethodName = "/hermes.mcpgateway.v1.MCPGatewayService/CompleteAuthorization"
@@ -79,6 +80,10 @@ type MCPGatewayServiceClient interface {
 	// AnswerElicitation answers a server's request for user input that reached a call in flight
 	// as Progress.elicitation; any replica forwards it to the one that holds the call.
 	AnswerElicitation(ctx context.Context, in *AnswerElicitationRequest, opts ...grpc.CallOption) (*AnswerElicitationResponse, error)
+	// AnswerSampling answers a server's request for a completion that reached a call in flight as
+	// Progress.sampling (the caller's MCP client sampled its own model); any replica forwards it
+	// to the one that holds the call.
+	AnswerSampling(ctx context.Context, in *AnswerSamplingRequest, opts ...grpc.CallOption) (*AnswerSamplingResponse, error)
 	// ConnectServer starts connecting the user's own account to a server with user_oauth: it
 	// returns the authorization URL the user opens, or connected when the user already has a
 	// connection.
@@ -258,6 +263,16 @@ func (c *mCPGatewayServiceClient) AnswerElicitation(ctx context.Context, in *Ans
 	return out, nil
 }
 
+func (c *mCPGatewayServiceClient) AnswerSampling(ctx context.Context, in *AnswerSamplingRequest, opts ...grpc.CallOption) (*AnswerSamplingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AnswerSamplingResponse)
+	err := c.cc.Invoke(ctx, MCPGatewayService_AnswerSampling_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *mCPGatewayServiceClient) ConnectServer(ctx context.Context, in *ConnectServerRequest, opts ...grpc.CallOption) (*ConnectServerResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ConnectServerResponse)
@@ -329,6 +344,10 @@ type MCPGatewayServiceServer interface {
 	// AnswerElicitation answers a server's request for user input that reached a call in flight
 	// as Progress.elicitation; any replica forwards it to the one that holds the call.
 	AnswerElicitation(context.Context, *AnswerElicitationRequest) (*AnswerElicitationResponse, error)
+	// AnswerSampling answers a server's request for a completion that reached a call in flight as
+	// Progress.sampling (the caller's MCP client sampled its own model); any replica forwards it
+	// to the one that holds the call.
+	AnswerSampling(context.Context, *AnswerSamplingRequest) (*AnswerSamplingResponse, error)
 	// ConnectServer starts connecting the user's own account to a server with user_oauth: it
 	// returns the authorization URL the user opens, or connected when the user already has a
 	// connection.
@@ -391,6 +410,9 @@ func (UnimplementedMCPGatewayServiceServer) Complete(context.Context, *CompleteR
 }
 func (UnimplementedMCPGatewayServiceServer) AnswerElicitation(context.Context, *AnswerElicitationRequest) (*AnswerElicitationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AnswerElicitation not implemented")
+}
+func (UnimplementedMCPGatewayServiceServer) AnswerSampling(context.Context, *AnswerSamplingRequest) (*AnswerSamplingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AnswerSampling not implemented")
 }
 func (UnimplementedMCPGatewayServiceServer) ConnectServer(context.Context, *ConnectServerRequest) (*ConnectServerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ConnectServer not implemented")
@@ -660,6 +682,24 @@ func _MCPGatewayService_AnswerElicitation_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MCPGatewayService_AnswerSampling_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AnswerSamplingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MCPGatewayServiceServer).AnswerSampling(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MCPGatewayService_AnswerSampling_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MCPGatewayServiceServer).AnswerSampling(ctx, req.(*AnswerSamplingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _MCPGatewayService_ConnectServer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ConnectServerRequest)
 	if err := dec(in); err != nil {
@@ -768,6 +808,10 @@ var MCPGatewayService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AnswerElicitation",
 			Handler:    _MCPGatewayService_AnswerElicitation_Handler,
+		},
+		{
+			MethodName: "AnswerSampling",
+			Handler:    _MCPGatewayService_AnswerSampling_Handler,
 		},
 		{
 			MethodName: "ConnectServer",

@@ -1098,8 +1098,13 @@ type ExecuteToolRequest struct {
 	// service's limit (tools.max-output-bytes); larger values are capped at
 	// tools.max-response-bytes.
 	MaxOutputBytes int32 `protobuf:"varint,7,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The caller answers sampling requests of the tool's MCP server (ToolProgress.sampling,
+	// answered with MCPGatewayService.AnswerSampling), for a server whose spec sets
+	// sampling.ask_caller: Hermes' MCP endpoint sets it for a client that declared sampling. Only
+	// ExecuteToolStream reads it.
+	AnswersSampling bool `protobuf:"varint,8,opt,name=answers_sampling,json=answersSampling,proto3" json:"answers_sampling,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ExecuteToolRequest) Reset() {
@@ -1179,6 +1184,13 @@ func (x *ExecuteToolRequest) GetMaxOutputBytes() int32 {
 		return x.MaxOutputBytes
 	}
 	return 0
+}
+
+func (x *ExecuteToolRequest) GetAnswersSampling() bool {
+	if x != nil {
+		return x.AnswersSampling
+	}
+	return false
 }
 
 // ExecuteToolResponse is the output of ExecuteTool.
@@ -1370,7 +1382,10 @@ type ToolProgress struct {
 	// What the tool is doing, for a person.
 	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	// Set when the tool (an MCP server) asks the user for input; the call waits for the answer.
-	Elicitation   *Elicitation `protobuf:"bytes,4,opt,name=elicitation,proto3" json:"elicitation,omitempty"`
+	Elicitation *Elicitation `protobuf:"bytes,4,opt,name=elicitation,proto3" json:"elicitation,omitempty"`
+	// Set when the tool (an MCP server) asks the caller for a completion (only with
+	// answers_sampling); the call waits for the answer.
+	Sampling      *Sampling `protobuf:"bytes,5,opt,name=sampling,proto3" json:"sampling,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1429,6 +1444,13 @@ func (x *ToolProgress) GetMessage() string {
 func (x *ToolProgress) GetElicitation() *Elicitation {
 	if x != nil {
 		return x.Elicitation
+	}
+	return nil
+}
+
+func (x *ToolProgress) GetSampling() *Sampling {
+	if x != nil {
+		return x.Sampling
 	}
 	return nil
 }
@@ -1526,6 +1548,172 @@ func (x *Elicitation) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// Sampling is an MCP server's request for a completion by the caller's model, made while one of
+// its tools runs (MCP sampling). Answer it with MCPGatewayService.AnswerSampling before
+// expires_at; unanswered, the server gets an error.
+type Sampling struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id to answer with: unguessable, and sent only to whoever waits for the call.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The MCP server that asks.
+	Server string `protobuf:"bytes,2,opt,name=server,proto3" json:"server,omitempty"`
+	// The conversation to complete, oldest first.
+	Messages []*SamplingMessage `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
+	// The system prompt the server asks for, if any.
+	SystemPrompt string `protobuf:"bytes,4,opt,name=system_prompt,json=systemPrompt,proto3" json:"system_prompt,omitempty"`
+	// The most tokens the completion may have.
+	MaxTokens int32 `protobuf:"varint,5,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	// The server's sampling temperature, when it gave one.
+	Temperature *float64 `protobuf:"fixed64,6,opt,name=temperature,proto3,oneof" json:"temperature,omitempty"`
+	// Sequences that end the completion.
+	StopSequences []string `protobuf:"bytes,7,rep,name=stop_sequences,json=stopSequences,proto3" json:"stop_sequences,omitempty"`
+	// When an unanswered request fails.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Sampling) Reset() {
+	*x = Sampling{}
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Sampling) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Sampling) ProtoMessage() {}
+
+func (x *Sampling) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Sampling.ProtoReflect.Descriptor instead.
+func (*Sampling) Descriptor() ([]byte, []int) {
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Sampling) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Sampling) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *Sampling) GetMessages() []*SamplingMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *Sampling) GetSystemPrompt() string {
+	if x != nil {
+		return x.SystemPrompt
+	}
+	return ""
+}
+
+func (x *Sampling) GetMaxTokens() int32 {
+	if x != nil {
+		return x.MaxTokens
+	}
+	return 0
+}
+
+func (x *Sampling) GetTemperature() float64 {
+	if x != nil && x.Temperature != nil {
+		return *x.Temperature
+	}
+	return 0
+}
+
+func (x *Sampling) GetStopSequences() []string {
+	if x != nil {
+		return x.StopSequences
+	}
+	return nil
+}
+
+func (x *Sampling) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+// SamplingMessage is one message of a sampling request.
+type SamplingMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "user" or "assistant".
+	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	// The message's text.
+	Text          string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SamplingMessage) Reset() {
+	*x = SamplingMessage{}
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SamplingMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SamplingMessage) ProtoMessage() {}
+
+func (x *SamplingMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SamplingMessage.ProtoReflect.Descriptor instead.
+func (*SamplingMessage) Descriptor() ([]byte, []int) {
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SamplingMessage) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *SamplingMessage) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
 // ToolError says why a call failed, in words a model can act on.
 type ToolError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1547,7 +1735,7 @@ type ToolError struct {
 
 func (x *ToolError) Reset() {
 	*x = ToolError{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1747,7 @@ func (x *ToolError) String() string {
 func (*ToolError) ProtoMessage() {}
 
 func (x *ToolError) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[20]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1760,7 @@ func (x *ToolError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolError.ProtoReflect.Descriptor instead.
 func (*ToolError) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{20}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ToolError) GetCode() ErrorCode {
@@ -1616,7 +1804,7 @@ type Violation struct {
 
 func (x *Violation) Reset() {
 	*x = Violation{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1628,7 +1816,7 @@ func (x *Violation) String() string {
 func (*Violation) ProtoMessage() {}
 
 func (x *Violation) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[21]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1641,7 +1829,7 @@ func (x *Violation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Violation.ProtoReflect.Descriptor instead.
 func (*Violation) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{21}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Violation) GetPointer() string {
@@ -1673,7 +1861,7 @@ type Coercion struct {
 
 func (x *Coercion) Reset() {
 	*x = Coercion{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[22]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +1873,7 @@ func (x *Coercion) String() string {
 func (*Coercion) ProtoMessage() {}
 
 func (x *Coercion) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[22]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +1886,7 @@ func (x *Coercion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Coercion.ProtoReflect.Descriptor instead.
 func (*Coercion) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{22}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Coercion) GetPointer() string {
@@ -1761,7 +1949,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[23]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1961,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[23]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1974,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{23}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ToolResult) GetSuccess() bool {
@@ -1904,7 +2092,7 @@ type Media struct {
 
 func (x *Media) Reset() {
 	*x = Media{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[24]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2104,7 @@ func (x *Media) String() string {
 func (*Media) ProtoMessage() {}
 
 func (x *Media) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[24]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2117,7 @@ func (x *Media) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Media.ProtoReflect.Descriptor instead.
 func (*Media) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{24}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Media) GetType() string {
@@ -1996,7 +2184,7 @@ type SelectToolsRequest struct {
 
 func (x *SelectToolsRequest) Reset() {
 	*x = SelectToolsRequest{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[25]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2196,7 @@ func (x *SelectToolsRequest) String() string {
 func (*SelectToolsRequest) ProtoMessage() {}
 
 func (x *SelectToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[25]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2209,7 @@ func (x *SelectToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectToolsRequest.ProtoReflect.Descriptor instead.
 func (*SelectToolsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{25}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SelectToolsRequest) GetText() string {
@@ -2060,7 +2248,7 @@ type SelectedTool struct {
 
 func (x *SelectedTool) Reset() {
 	*x = SelectedTool{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[26]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2260,7 @@ func (x *SelectedTool) String() string {
 func (*SelectedTool) ProtoMessage() {}
 
 func (x *SelectedTool) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[26]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2273,7 @@ func (x *SelectedTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectedTool.ProtoReflect.Descriptor instead.
 func (*SelectedTool) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{26}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SelectedTool) GetTool() *Tool {
@@ -2130,7 +2318,7 @@ type SelectToolsResponse struct {
 
 func (x *SelectToolsResponse) Reset() {
 	*x = SelectToolsResponse{}
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[27]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2142,7 +2330,7 @@ func (x *SelectToolsResponse) String() string {
 func (*SelectToolsResponse) ProtoMessage() {}
 
 func (x *SelectToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_tools_v1_tools_proto_msgTypes[27]
+	mi := &file_hermes_tools_v1_tools_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2155,7 +2343,7 @@ func (x *SelectToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SelectToolsResponse.ProtoReflect.Descriptor instead.
 func (*SelectToolsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{27}
+	return file_hermes_tools_v1_tools_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SelectToolsResponse) GetTools() []*SelectedTool {
@@ -2286,7 +2474,7 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"h\n" +
 	"\x11ListToolsResponse\x12+\n" +
 	"\x05tools\x18\x01 \x03(\v2\x15.hermes.tools.v1.ToolR\x05tools\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xea\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x95\x02\n" +
 	"\x12ExecuteToolRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\targuments\x18\x02 \x01(\tR\targuments\x12\x17\n" +
@@ -2295,7 +2483,8 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"session_id\x18\x04 \x01(\tR\tsessionId\x12\x17\n" +
 	"\auser_id\x18\x05 \x01(\tR\x06userId\x12'\n" +
 	"\x0fidempotency_key\x18\x06 \x01(\tR\x0eidempotencyKey\x12(\n" +
-	"\x10max_output_bytes\x18\a \x01(\x05R\x0emaxOutputBytes\"J\n" +
+	"\x10max_output_bytes\x18\a \x01(\x05R\x0emaxOutputBytes\x12)\n" +
+	"\x10answers_sampling\x18\b \x01(\bR\x0fanswersSampling\"J\n" +
 	"\x13ExecuteToolResponse\x123\n" +
 	"\x06result\x18\x01 \x01(\v2\x1b.hermes.tools.v1.ToolResultR\x06result\"Y\n" +
 	"\x18ExecuteToolStreamRequest\x12=\n" +
@@ -2303,12 +2492,13 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"\x19ExecuteToolStreamResponse\x12;\n" +
 	"\bprogress\x18\x01 \x01(\v2\x1d.hermes.tools.v1.ToolProgressH\x00R\bprogress\x12B\n" +
 	"\bresponse\x18\x02 \x01(\v2$.hermes.tools.v1.ExecuteToolResponseH\x00R\bresponseB\a\n" +
-	"\x05event\"\x9a\x01\n" +
+	"\x05event\"\xd1\x01\n" +
 	"\fToolProgress\x12\x1a\n" +
 	"\bprogress\x18\x01 \x01(\x01R\bprogress\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x01R\x05total\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12>\n" +
-	"\velicitation\x18\x04 \x01(\v2\x1c.hermes.tools.v1.ElicitationR\velicitation\"\xc7\x01\n" +
+	"\velicitation\x18\x04 \x01(\v2\x1c.hermes.tools.v1.ElicitationR\velicitation\x125\n" +
+	"\bsampling\x18\x05 \x01(\v2\x19.hermes.tools.v1.SamplingR\bsampling\"\xc7\x01\n" +
 	"\vElicitation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12\x18\n" +
@@ -2316,7 +2506,22 @@ const file_hermes_tools_v1_tools_proto_rawDesc = "" +
 	"\x10requested_schema\x18\x04 \x01(\tR\x0frequestedSchema\x12\x10\n" +
 	"\x03url\x18\x05 \x01(\tR\x03url\x129\n" +
 	"\n" +
-	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xbe\x01\n" +
+	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xcd\x02\n" +
+	"\bSampling\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06server\x18\x02 \x01(\tR\x06server\x12<\n" +
+	"\bmessages\x18\x03 \x03(\v2 .hermes.tools.v1.SamplingMessageR\bmessages\x12#\n" +
+	"\rsystem_prompt\x18\x04 \x01(\tR\fsystemPrompt\x12\x1d\n" +
+	"\n" +
+	"max_tokens\x18\x05 \x01(\x05R\tmaxTokens\x12%\n" +
+	"\vtemperature\x18\x06 \x01(\x01H\x00R\vtemperature\x88\x01\x01\x12%\n" +
+	"\x0estop_sequences\x18\a \x03(\tR\rstopSequences\x129\n" +
+	"\n" +
+	"expires_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAtB\x0e\n" +
+	"\f_temperature\"9\n" +
+	"\x0fSamplingMessage\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\"\xbe\x01\n" +
 	"\tToolError\x12.\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1a.hermes.tools.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12:\n" +
@@ -2402,7 +2607,7 @@ func file_hermes_tools_v1_tools_proto_rawDescGZIP() []byte {
 }
 
 var file_hermes_tools_v1_tools_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hermes_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_hermes_tools_v1_tools_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_hermes_tools_v1_tools_proto_goTypes = []any{
 	(ErrorCode)(0),                    // 0: hermes.tools.v1.ErrorCode
 	(*ToolSpec)(nil),                  // 1: hermes.tools.v1.ToolSpec
@@ -2425,68 +2630,73 @@ var file_hermes_tools_v1_tools_proto_goTypes = []any{
 	(*ExecuteToolStreamResponse)(nil), // 18: hermes.tools.v1.ExecuteToolStreamResponse
 	(*ToolProgress)(nil),              // 19: hermes.tools.v1.ToolProgress
 	(*Elicitation)(nil),               // 20: hermes.tools.v1.Elicitation
-	(*ToolError)(nil),                 // 21: hermes.tools.v1.ToolError
-	(*Violation)(nil),                 // 22: hermes.tools.v1.Violation
-	(*Coercion)(nil),                  // 23: hermes.tools.v1.Coercion
-	(*ToolResult)(nil),                // 24: hermes.tools.v1.ToolResult
-	(*Media)(nil),                     // 25: hermes.tools.v1.Media
-	(*SelectToolsRequest)(nil),        // 26: hermes.tools.v1.SelectToolsRequest
-	(*SelectedTool)(nil),              // 27: hermes.tools.v1.SelectedTool
-	(*SelectToolsResponse)(nil),       // 28: hermes.tools.v1.SelectToolsResponse
-	nil,                               // 29: hermes.tools.v1.ToolSpec.LabelsEntry
-	nil,                               // 30: hermes.tools.v1.HTTPExecutor.HeadersEntry
-	(*durationpb.Duration)(nil),       // 31: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 32: google.protobuf.Timestamp
+	(*Sampling)(nil),                  // 21: hermes.tools.v1.Sampling
+	(*SamplingMessage)(nil),           // 22: hermes.tools.v1.SamplingMessage
+	(*ToolError)(nil),                 // 23: hermes.tools.v1.ToolError
+	(*Violation)(nil),                 // 24: hermes.tools.v1.Violation
+	(*Coercion)(nil),                  // 25: hermes.tools.v1.Coercion
+	(*ToolResult)(nil),                // 26: hermes.tools.v1.ToolResult
+	(*Media)(nil),                     // 27: hermes.tools.v1.Media
+	(*SelectToolsRequest)(nil),        // 28: hermes.tools.v1.SelectToolsRequest
+	(*SelectedTool)(nil),              // 29: hermes.tools.v1.SelectedTool
+	(*SelectToolsResponse)(nil),       // 30: hermes.tools.v1.SelectToolsResponse
+	nil,                               // 31: hermes.tools.v1.ToolSpec.LabelsEntry
+	nil,                               // 32: hermes.tools.v1.HTTPExecutor.HeadersEntry
+	(*durationpb.Duration)(nil),       // 33: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 34: google.protobuf.Timestamp
 }
 var file_hermes_tools_v1_tools_proto_depIdxs = []int32{
-	31, // 0: hermes.tools.v1.ToolSpec.timeout:type_name -> google.protobuf.Duration
+	33, // 0: hermes.tools.v1.ToolSpec.timeout:type_name -> google.protobuf.Duration
 	3,  // 1: hermes.tools.v1.ToolSpec.http:type_name -> hermes.tools.v1.HTTPExecutor
 	4,  // 2: hermes.tools.v1.ToolSpec.mcp:type_name -> hermes.tools.v1.MCPExecutor
 	5,  // 3: hermes.tools.v1.ToolSpec.builtin:type_name -> hermes.tools.v1.BuiltinExecutor
-	29, // 4: hermes.tools.v1.ToolSpec.labels:type_name -> hermes.tools.v1.ToolSpec.LabelsEntry
-	31, // 5: hermes.tools.v1.ToolSpec.attempt_timeout:type_name -> google.protobuf.Duration
+	31, // 4: hermes.tools.v1.ToolSpec.labels:type_name -> hermes.tools.v1.ToolSpec.LabelsEntry
+	33, // 5: hermes.tools.v1.ToolSpec.attempt_timeout:type_name -> google.protobuf.Duration
 	2,  // 6: hermes.tools.v1.ToolSpec.annotations:type_name -> hermes.tools.v1.ToolAnnotations
-	30, // 7: hermes.tools.v1.HTTPExecutor.headers:type_name -> hermes.tools.v1.HTTPExecutor.HeadersEntry
+	32, // 7: hermes.tools.v1.HTTPExecutor.headers:type_name -> hermes.tools.v1.HTTPExecutor.HeadersEntry
 	1,  // 8: hermes.tools.v1.Tool.spec:type_name -> hermes.tools.v1.ToolSpec
-	32, // 9: hermes.tools.v1.Tool.created_at:type_name -> google.protobuf.Timestamp
-	32, // 10: hermes.tools.v1.Tool.updated_at:type_name -> google.protobuf.Timestamp
+	34, // 9: hermes.tools.v1.Tool.created_at:type_name -> google.protobuf.Timestamp
+	34, // 10: hermes.tools.v1.Tool.updated_at:type_name -> google.protobuf.Timestamp
 	1,  // 11: hermes.tools.v1.RegisterToolRequest.spec:type_name -> hermes.tools.v1.ToolSpec
 	6,  // 12: hermes.tools.v1.RegisterToolResponse.tool:type_name -> hermes.tools.v1.Tool
 	6,  // 13: hermes.tools.v1.GetToolResponse.tool:type_name -> hermes.tools.v1.Tool
 	6,  // 14: hermes.tools.v1.ListToolsResponse.tools:type_name -> hermes.tools.v1.Tool
-	24, // 15: hermes.tools.v1.ExecuteToolResponse.result:type_name -> hermes.tools.v1.ToolResult
+	26, // 15: hermes.tools.v1.ExecuteToolResponse.result:type_name -> hermes.tools.v1.ToolResult
 	15, // 16: hermes.tools.v1.ExecuteToolStreamRequest.request:type_name -> hermes.tools.v1.ExecuteToolRequest
 	19, // 17: hermes.tools.v1.ExecuteToolStreamResponse.progress:type_name -> hermes.tools.v1.ToolProgress
 	16, // 18: hermes.tools.v1.ExecuteToolStreamResponse.response:type_name -> hermes.tools.v1.ExecuteToolResponse
 	20, // 19: hermes.tools.v1.ToolProgress.elicitation:type_name -> hermes.tools.v1.Elicitation
-	32, // 20: hermes.tools.v1.Elicitation.expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 21: hermes.tools.v1.ToolError.code:type_name -> hermes.tools.v1.ErrorCode
-	22, // 22: hermes.tools.v1.ToolError.violations:type_name -> hermes.tools.v1.Violation
-	21, // 23: hermes.tools.v1.ToolResult.error:type_name -> hermes.tools.v1.ToolError
-	31, // 24: hermes.tools.v1.ToolResult.duration:type_name -> google.protobuf.Duration
-	23, // 25: hermes.tools.v1.ToolResult.coercions:type_name -> hermes.tools.v1.Coercion
-	25, // 26: hermes.tools.v1.ToolResult.media:type_name -> hermes.tools.v1.Media
-	6,  // 27: hermes.tools.v1.SelectedTool.tool:type_name -> hermes.tools.v1.Tool
-	27, // 28: hermes.tools.v1.SelectToolsResponse.tools:type_name -> hermes.tools.v1.SelectedTool
-	7,  // 29: hermes.tools.v1.ToolService.RegisterTool:input_type -> hermes.tools.v1.RegisterToolRequest
-	9,  // 30: hermes.tools.v1.ToolService.UnregisterTool:input_type -> hermes.tools.v1.UnregisterToolRequest
-	11, // 31: hermes.tools.v1.ToolService.GetTool:input_type -> hermes.tools.v1.GetToolRequest
-	13, // 32: hermes.tools.v1.ToolService.ListTools:input_type -> hermes.tools.v1.ListToolsRequest
-	15, // 33: hermes.tools.v1.ToolService.ExecuteTool:input_type -> hermes.tools.v1.ExecuteToolRequest
-	26, // 34: hermes.tools.v1.ToolService.SelectTools:input_type -> hermes.tools.v1.SelectToolsRequest
-	17, // 35: hermes.tools.v1.ToolService.ExecuteToolStream:input_type -> hermes.tools.v1.ExecuteToolStreamRequest
-	8,  // 36: hermes.tools.v1.ToolService.RegisterTool:output_type -> hermes.tools.v1.RegisterToolResponse
-	10, // 37: hermes.tools.v1.ToolService.UnregisterTool:output_type -> hermes.tools.v1.UnregisterToolResponse
-	12, // 38: hermes.tools.v1.ToolService.GetTool:output_type -> hermes.tools.v1.GetToolResponse
-	14, // 39: hermes.tools.v1.ToolService.ListTools:output_type -> hermes.tools.v1.ListToolsResponse
-	16, // 40: hermes.tools.v1.ToolService.ExecuteTool:output_type -> hermes.tools.v1.ExecuteToolResponse
-	28, // 41: hermes.tools.v1.ToolService.SelectTools:output_type -> hermes.tools.v1.SelectToolsResponse
-	18, // 42: hermes.tools.v1.ToolService.ExecuteToolStream:output_type -> hermes.tools.v1.ExecuteToolStreamResponse
-	36, // [36:43] is the sub-list for method output_type
-	29, // [29:36] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	21, // 20: hermes.tools.v1.ToolProgress.sampling:type_name -> hermes.tools.v1.Sampling
+	34, // 21: hermes.tools.v1.Elicitation.expires_at:type_name -> google.protobuf.Timestamp
+	22, // 22: hermes.tools.v1.Sampling.messages:type_name -> hermes.tools.v1.SamplingMessage
+	34, // 23: hermes.tools.v1.Sampling.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 24: hermes.tools.v1.ToolError.code:type_name -> hermes.tools.v1.ErrorCode
+	24, // 25: hermes.tools.v1.ToolError.violations:type_name -> hermes.tools.v1.Violation
+	23, // 26: hermes.tools.v1.ToolResult.error:type_name -> hermes.tools.v1.ToolError
+	33, // 27: hermes.tools.v1.ToolResult.duration:type_name -> google.protobuf.Duration
+	25, // 28: hermes.tools.v1.ToolResult.coercions:type_name -> hermes.tools.v1.Coercion
+	27, // 29: hermes.tools.v1.ToolResult.media:type_name -> hermes.tools.v1.Media
+	6,  // 30: hermes.tools.v1.SelectedTool.tool:type_name -> hermes.tools.v1.Tool
+	29, // 31: hermes.tools.v1.SelectToolsResponse.tools:type_name -> hermes.tools.v1.SelectedTool
+	7,  // 32: hermes.tools.v1.ToolService.RegisterTool:input_type -> hermes.tools.v1.RegisterToolRequest
+	9,  // 33: hermes.tools.v1.ToolService.UnregisterTool:input_type -> hermes.tools.v1.UnregisterToolRequest
+	11, // 34: hermes.tools.v1.ToolService.GetTool:input_type -> hermes.tools.v1.GetToolRequest
+	13, // 35: hermes.tools.v1.ToolService.ListTools:input_type -> hermes.tools.v1.ListToolsRequest
+	15, // 36: hermes.tools.v1.ToolService.ExecuteTool:input_type -> hermes.tools.v1.ExecuteToolRequest
+	28, // 37: hermes.tools.v1.ToolService.SelectTools:input_type -> hermes.tools.v1.SelectToolsRequest
+	17, // 38: hermes.tools.v1.ToolService.ExecuteToolStream:input_type -> hermes.tools.v1.ExecuteToolStreamRequest
+	8,  // 39: hermes.tools.v1.ToolService.RegisterTool:output_type -> hermes.tools.v1.RegisterToolResponse
+	10, // 40: hermes.tools.v1.ToolService.UnregisterTool:output_type -> hermes.tools.v1.UnregisterToolResponse
+	12, // 41: hermes.tools.v1.ToolService.GetTool:output_type -> hermes.tools.v1.GetToolResponse
+	14, // 42: hermes.tools.v1.ToolService.ListTools:output_type -> hermes.tools.v1.ListToolsResponse
+	16, // 43: hermes.tools.v1.ToolService.ExecuteTool:output_type -> hermes.tools.v1.ExecuteToolResponse
+	30, // 44: hermes.tools.v1.ToolService.SelectTools:output_type -> hermes.tools.v1.SelectToolsResponse
+	18, // 45: hermes.tools.v1.ToolService.ExecuteToolStream:output_type -> hermes.tools.v1.ExecuteToolStreamResponse
+	39, // [39:46] is the sub-list for method output_type
+	32, // [32:39] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_hermes_tools_v1_tools_proto_init() }
@@ -2504,13 +2714,14 @@ func file_hermes_tools_v1_tools_proto_init() {
 		(*ExecuteToolStreamResponse_Progress)(nil),
 		(*ExecuteToolStreamResponse_Response)(nil),
 	}
+	file_hermes_tools_v1_tools_proto_msgTypes[20].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hermes_tools_v1_tools_proto_rawDesc), len(file_hermes_tools_v1_tools_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
