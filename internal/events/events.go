@@ -216,7 +216,8 @@ func PublishTurnFinished(ctx context.Context, js jetstream.JetStream, n Names, e
 	for _, opt := range opts {
 		opt(&o)
 	}
-	data, err := o.data, error(nil)
+	data := o.data
+	var err error
 	if data == nil {
 		if data, err = MarshalTurnFinished(ev); err != nil {
 			return err
