@@ -98,8 +98,8 @@ func (a *App) initOrchestrator(ctx context.Context) error {
 		return err
 	}
 	names := a.EventNames()
-	deps.Publish = func(ctx context.Context, ev *eventsv1.TurnFinished) error {
-		return events.PublishTurnFinished(ctx, js, names, ev, events.SignWith(keys))
+	deps.Publish = func(ctx context.Context, ev *eventsv1.TurnFinished, data []byte) error {
+		return events.PublishTurnFinished(ctx, js, names, ev, events.SignWith(keys), events.Encoded(data))
 	}
 
 	svc, err := orchestrator.NewService(cfg, deps)

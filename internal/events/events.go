@@ -197,10 +197,17 @@ func UnmarshalTurnFinished(data []byte) (*eventsv1.TurnFinished, error) {
 // PublishOption changes how PublishTurnFinished publishes.
 type PublishOption func(*publishOptions)
 
-type publishOptions struct{ keys *Keyring }
+type publishOptions struct {
+	keys *Keyring
+	data []byte
+}
 
 // SignWith signs the event with the keyring's first key (the extractor refuses unsigned events).
 func SignWith(k *Keyring) PublishOption { return func(o *publishOptions) { o.keys = k } }
+
+// Encoded publishes data, the event's encoding by MarshalTurnFinished made before (a turn's
+// outbox entry), instead of encoding the event again.
+func Encoded(data []byte) PublishOption { return func(o *publishOptions) { o.data = data } }
 
 // PublishTurnFinished publishes the event with the turn id as Nats-Msg-Id, retrying with
 // backoff until ctx ends; JetStream de-duplication makes the retries safe.
@@ -209,9 +216,12 @@ func PublishTurnFinished(ctx context.Context, js jetstream.JetStream, n Names, e
 	for _, opt := range opts {
 		opt(&o)
 	}
-	data, err := MarshalTurnFinished(ev)
-	if err != nil {
-		return err
+	data := o.data
+	var err error
+	if data == nil {
+		if data, err = MarshalTurnFinished(ev); err != nil {
+			return err
+		}
 	}
 	subject := n.TurnFinishedSubject(ev.GetUserId())
 	header := nats.Header{"Content-Type": []string{turnFinishedContentType}}

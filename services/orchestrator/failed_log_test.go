@@ -53,7 +53,7 @@ func TestFailedTurnIsLoggedAtWarn(t *testing.T) {
 		}}
 		svc, err := NewService(Config{Stream: true}, Options{
 			Session: newFakeSession(), Tools: &fakeTools{}, Model: m, Tokenizer: tok, Store: store,
-			Publish: func(context.Context, *eventsv1.TurnFinished) error { return nil },
+			Publish: func(context.Context, *eventsv1.TurnFinished, []byte) error { return nil },
 			Logger:  slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		})
 		if err != nil {

@@ -231,7 +231,21 @@ func newLoopWith(t *testing.T, cfg Config, sessions sessionv1.SessionServiceClie
 	}
 	l.svc, err = NewService(cfg, Options{
 		Session: sessions, Tools: l.tools, Model: l.model, Tokenizer: tok, Store: svcStore,
-		Publish: func(_ context.Context, ev *eventsv1.TurnFinished) error { l.published <- ev; return nil },
+		Publish: func(_ context.Context, ev *eventsv1.TurnFinished, data []byte) error {
+			// What goes out is data when given (the outbox entry's encoding): the tests read it.
+			if data != nil {
+				sent := &eventsv1.TurnFinished{}
+				if err := proto.Unmarshal(data, sent); err != nil {
+					return err
+				}
+				if !proto.Equal(sent, ev) {
+					return fmt.Errorf("encoding %v of event %v", sent, ev)
+				}
+				ev = sent
+			}
+			l.published <- ev
+			return nil
+		},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -83,7 +83,7 @@ func (s *Service) reapTurn(ctx context.Context, turnID string) (bool, error) {
 		"turn", rec.GetId(), "session", rec.GetSessionId(), "user", rec.GetUserId(), "started", rec.GetStartedAt().AsTime())
 	s.met.turnFinished(ctx, rec.GetStatus(), rec.GetFinishedAt().AsTime().Sub(rec.GetStartedAt().AsTime()), rec.GetUsage())
 	if f.Event != nil {
-		s.publishNow(ctx, f.Event)
+		s.publishNow(ctx, f.Event, f.publishedData())
 	}
 	return true, nil
 }

@@ -255,7 +255,7 @@ func newReplica(t *testing.T, store Store, sessions *fakeSession, reply func(ctx
 	}}
 	r.svc, err = NewService(Config{}, Options{
 		Session: sessions, Tools: tools, Model: r.model, Tokenizer: tok, Store: store,
-		Publish: func(_ context.Context, ev *eventsv1.TurnFinished) error {
+		Publish: func(_ context.Context, ev *eventsv1.TurnFinished, _ []byte) error {
 			if r.dead.Load() {
 				return errDead
 			}

@@ -90,14 +90,15 @@ func (s *Service) publishClaimed(ctx context.Context, ev *eventsv1.TurnFinished)
 		defer cancel()
 		_, _ = leases.Release(rctx, key, s.replica)
 	}()
-	return true, s.publish(ctx, ev)
+	return true, s.publish(ctx, ev, nil)
 }
 
-// publish publishes an outbox entry within the publish timeout and deletes it.
-func (s *Service) publish(ctx context.Context, ev *eventsv1.TurnFinished) error {
+// publish publishes an outbox entry within the publish timeout and deletes it; data is its
+// encoding, or nil.
+func (s *Service) publish(ctx context.Context, ev *eventsv1.TurnFinished, data []byte) error {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
 	defer cancel()
-	if err := s.deps.Publish(pctx, ev); err != nil {
+	if err := s.deps.Publish(pctx, ev, data); err != nil {
 		return err
 	}
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
@@ -114,12 +115,12 @@ func (s *Service) publish(ctx context.Context, ev *eventsv1.TurnFinished) error 
 // It takes no claim on the entry: the drainers that might publish it too read the outbox every
 // outboxInterval, and a publish repeated meanwhile is dropped by JetStream's de-duplication by
 // turn id — a claim would cost two store round trips on every turn to save that rare duplicate.
-func (s *Service) publishNow(ctx context.Context, ev *eventsv1.TurnFinished) {
+func (s *Service) publishNow(ctx context.Context, ev *eventsv1.TurnFinished, data []byte) {
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
 		pctx := trace.ContextWithSpanContext(s.bgCtx, trace.SpanContextFromContext(ctx))
-		if err := s.publish(pctx, ev); err != nil {
+		if err := s.publish(pctx, ev, data); err != nil {
 			s.log.Warn("turn.finished not published yet; it stays in the outbox and is retried", "turn", ev.GetTurnId(), "error", err)
 		}
 	}()

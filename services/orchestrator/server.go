@@ -48,8 +48,9 @@ const (
 	maxToolGroups        = 32
 )
 
-// PublishFunc publishes a turn.finished event; it retries until ctx ends.
-type PublishFunc func(ctx context.Context, ev *eventsv1.TurnFinished) error
+// PublishFunc publishes a turn.finished event; it retries until ctx ends. data is the event's
+// protobuf encoding when the caller has it (the one stored in the outbox), nil otherwise.
+type PublishFunc func(ctx context.Context, ev *eventsv1.TurnFinished, data []byte) error
 
 // Options are the services and backends the orchestrator works with.
 type Options struct {

@@ -68,6 +68,8 @@ type Finish struct {
 	MaxPending  int
 	// Event goes to the outbox; nil when events are not published.
 	Event *eventsv1.TurnFinished
+	// eventData is Event's encoding, made once (encode) for the outbox and the publish after it.
+	eventData []byte
 	// Lease, when set, is the session lease the turn holds (in the store's Leases): the store
 	// releases it after the writes, in the same round trip where it can, so the session's next
 	// turn reads them. It is released even when the writes fail.
@@ -79,18 +81,23 @@ type HeldLease struct {
 	Key, Owner string
 }
 
-// encode returns the record's and the event's protobuf (nil without an event).
+// encode returns the record's and the event's protobuf (nil without an event). The event's is
+// kept for the publish (publishedData): the bytes are only read, by the store and the publisher.
 func (f *Finish) encode() (record, event []byte, err error) {
 	if record, err = proto.Marshal(f.Turn); err != nil {
 		return nil, nil, err
 	}
-	if f.Event != nil {
-		if event, err = proto.Marshal(f.Event); err != nil {
+	if f.Event != nil && f.eventData == nil {
+		if f.eventData, err = proto.Marshal(f.Event); err != nil {
 			return nil, nil, err
 		}
 	}
-	return record, event, nil
+	return record, f.eventData, nil
 }
+
+// publishedData is the event's encoding as the store wrote it to the outbox, nil when the store
+// did not encode it.
+func (f *Finish) publishedData() []byte { return f.eventData }
 
 // mergePending is the pending list a Finish leaves.
 func (f *Finish) mergePending(prev []Pending) []Pending {

@@ -407,13 +407,24 @@ func putTurn(tx *bolt.Tx, turn *orchestratorv1.Turn, v []byte) error {
 	if err := turns.Put([]byte(turn.GetId()), v); err != nil {
 		return err
 	}
-	if err := tx.Bucket(bucketSessionTurns).Put(sessionTurnKey(turn.GetSessionId(), turn.GetStartedAt().AsTime(), turn.GetId()), nil); err != nil {
+	if err := putAbsent(tx.Bucket(bucketSessionTurns), sessionTurnKey(turn.GetSessionId(), turn.GetStartedAt().AsTime(), turn.GetId())); err != nil {
 		return err
 	}
 	if turn.GetStatus() == orchestratorv1.TurnStatus_TURN_STATUS_RUNNING {
 		return tx.Bucket(bucketRunning).Put([]byte(turn.GetId()), []byte(turn.GetSessionId()))
 	}
 	return tx.Bucket(bucketRunning).Delete([]byte(turn.GetId()))
+}
+
+// putAbsent puts key with an empty value into b unless it is there already. A turn's index
+// entry is the same for its RUNNING record and its end, and bbolt rewrites the page of a key
+// put again even when nothing changes: the end's commit would copy the entry's leaf and branch
+// for nothing.
+func putAbsent(b *bolt.Bucket, key []byte) error {
+	if k, _ := b.Cursor().Seek(key); bytes.Equal(k, key) {
+		return nil
+	}
+	return b.Put(key, nil)
 }
 
 // PutTurn implements Store: one group-committed write, so the record survives a crash.

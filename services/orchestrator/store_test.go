@@ -500,3 +500,71 @@ func TestBoltTaskStepsAreKeys(t *testing.T) {
 		t.Errorf("after DeleteSession: %d step keys, %d-byte entry; want none", steps, meta)
 	}
 }
+
+// TestBoltTurnEndKeepsItsIndexPage: a turn's end does not rewrite the page of its session_turns
+// entry, which its RUNNING record put already (bbolt copies a page on every Put, even of an
+// unchanged key); an end without a RUNNING record before it still adds the entry.
+func TestBoltTurnEndKeepsItsIndexPage(t *testing.T) {
+	ctx := context.Background()
+	s, err := OpenBoltStore(filepath.Join(t.TempDir(), "orchestrator.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// Enough entries for session_turns to have pages of its own (a small bucket is inline).
+	const n = 300
+	for i := range n {
+		rec := finished(fmt.Sprintf("T%04d", i), "s1", int64(1000+i))
+		rec.Status = orchestratorv1.TurnStatus_TURN_STATUS_RUNNING
+		if err := s.PutTurn(ctx, rec, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := func() uint64 {
+		t.Helper()
+		var pg uint64
+		if err := s.db.View(func(tx *bolt.Tx) error {
+			pg = uint64(tx.Bucket(bucketSessionTurns).Root())
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return pg
+	}
+	before := root()
+	if before == 0 {
+		t.Fatal("session_turns is inline; the test needs more entries")
+	}
+	if err := s.FinishTurn(ctx, &Finish{Turn: finished("T0150", "s1", 1150), TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if got := root(); got != before {
+		t.Errorf("session_turns' root page %d → %d: the end rewrote the bucket", before, got)
+	}
+	// An end with no RUNNING record before it.
+	if err := s.FinishTurn(ctx, &Finish{Turn: finished("T9999", "s1", 9999), TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	cursor := ""
+	for {
+		page, next, err := s.ListTurns(ctx, "s1", cursor, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rec := range page {
+			ids = append(ids, rec.GetId())
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	want := []string{"T9999"}
+	for i := n - 1; i >= 0; i-- {
+		want = append(want, fmt.Sprintf("T%04d", i))
+	}
+	if diff := cmp.Diff(want, ids); diff != "" {
+		t.Errorf("ListTurns, newest first (-want +got):\n%s", diff)
+	}
+}

@@ -490,7 +490,7 @@ func (t *turn) finish(ctx context.Context, err error) {
 	}
 	t.em.send(final)
 	if f.Event != nil && stored {
-		t.s.publishNow(ctx, f.Event)
+		t.s.publishNow(ctx, f.Event, f.publishedData())
 	}
 }
 
