@@ -22,10 +22,12 @@ import (
 // stay in the page cache, so the ones serving needs come back on their next use as minor
 // faults, and the rest stop counting against the process.
 //
-// Only mappings that are read-only and hold no anonymous pages are released: for a private
-// file mapping that was never written, MADV_DONTNEED changes nothing but residency. A mapping
-// written at load time (a RELRO segment the dynamic loader relocated) holds anonymous copies
-// that DONTNEED would discard, so it is left alone.
+// Only mappings that are read-only and hold no anonymous pages, resident or swapped out, are
+// released: for a private file mapping that was never written, MADV_DONTNEED changes nothing
+// but residency. A mapping written at load time (a RELRO segment the dynamic loader relocated)
+// holds anonymous copies that DONTNEED would discard (from swap too: a swapped-out copy is in
+// Swap, not Anonymous), so it is left alone, as is any mapping whose smaps entry does not say
+// both counts.
 func releaseStartupPages() (int64, error) {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
@@ -58,19 +60,21 @@ type pageRange struct {
 }
 
 // releasableRanges reads /proc/PID/smaps and returns the mappings of the file exe that are
-// read-only (no w in the permissions) and hold no anonymous pages.
+// read-only (no w in the permissions) and hold no anonymous pages: their Anonymous and Swap
+// fields are both present and 0.
 func releasableRanges(r io.Reader, exe string) ([]pageRange, error) {
 	var (
 		out  []pageRange
 		cur  pageRange
 		keep bool // cur is a read-only mapping of exe
-		anon bool // cur holds anonymous pages
+		// noAnon and noSwap: cur's Anonymous and Swap fields were read, and are 0.
+		noAnon, noSwap bool
 	)
 	flush := func() {
-		if keep && !anon {
+		if keep && noAnon && noSwap {
 			out = append(out, cur)
 		}
-		keep, anon = false, false
+		keep, noAnon, noSwap = false, false, false
 	}
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
@@ -91,7 +95,9 @@ func releasableRanges(r io.Reader, exe string) ([]pageRange, error) {
 				}
 				cur.rss = kb << 10
 			case "Anonymous":
-				anon = fields[1] != "0"
+				noAnon = fields[1] == "0"
+			case "Swap":
+				noSwap = fields[1] == "0"
 			}
 			continue
 		}

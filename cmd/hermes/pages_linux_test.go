@@ -11,7 +11,7 @@ func TestReleasableRanges(t *testing.T) {
 	const exe = "/usr/local/bin/hermes"
 	// Field lines as the kernel writes them, trimmed to what the parser reads.
 	fieldLines := func(rss, anon string) string {
-		return "Size:              23556 kB\nRss:   " + rss + " kB\nPss:   " + rss + " kB\nAnonymous:  " + anon + " kB\nVmFlags: rd ex mr mw me\n"
+		return "Size:              23556 kB\nRss:   " + rss + " kB\nPss:   " + rss + " kB\nAnonymous:  " + anon + " kB\nSwap:  0 kB\nVmFlags: rd ex mr mw me\n"
 	}
 	for _, tc := range []struct {
 		name  string
@@ -39,6 +39,21 @@ func TestReleasableRanges(t *testing.T) {
 			want: []pageRange{{start: 0x400000, end: 0x1b01000, rss: 100 << 10}},
 		},
 		{
+			// The relocated copies swapped out: Anonymous is 0, Swap is not. DONTNEED would
+			// discard the swap entries and the next fault would read the unrelocated file.
+			name: "a read-only mapping with swapped-out anonymous pages is kept",
+			smaps: "00400000-01b01000 r-xp 00000000 fd:01 123 " + exe + "\n" + fieldLines("100", "0") +
+				"01b01000-01b02000 r--p 01701000 fd:01 123 " + exe + "\nRss: 0 kB\nAnonymous: 0 kB\nSwap: 4 kB\n",
+			want: []pageRange{{start: 0x400000, end: 0x1b01000, rss: 100 << 10}},
+		},
+		{
+			// A kernel (or sandbox) that does not report the counts: nothing says the mapping
+			// holds no anonymous pages.
+			name: "a mapping without Anonymous or Swap fields is kept",
+			smaps: "00400000-01b01000 r-xp 00000000 fd:01 123 " + exe + "\nRss: 100 kB\nSwap: 0 kB\n" +
+				"01b01000-01b02000 r--p 01701000 fd:01 123 " + exe + "\nRss: 4 kB\nAnonymous: 0 kB\n",
+		},
+		{
 			name: "other files and anonymous mappings are kept",
 			smaps: "7f1e1395a000-7f1e13ab0000 r-xp 00028000 fd:01 9 /usr/lib/x86_64-linux-gnu/libc.so.6\n" + fieldLines("920", "0") +
 				"7f1dc4200000-7f1ec4200000 r--s 00000000 fd:01 10 /data/session.db\n" + fieldLines("2816", "0") +
@@ -60,7 +75,7 @@ func TestReleasableRanges(t *testing.T) {
 
 func TestReleasableRangesPathWithSpaces(t *testing.T) {
 	const exe = "/opt/my apps/hermes"
-	got, err := releasableRanges(strings.NewReader("00400000-00401000 r-xp 00000000 fd:01 123 "+exe+"\nRss: 4 kB\nAnonymous: 0 kB\n"), exe)
+	got, err := releasableRanges(strings.NewReader("00400000-00401000 r-xp 00000000 fd:01 123 "+exe+"\nRss: 4 kB\nAnonymous: 0 kB\nSwap: 0 kB\n"), exe)
 	if err != nil {
 		t.Fatal(err)
 	}
