@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,7 +29,11 @@ const (
 	defaultSamplingTokens = 1024
 	defaultSamplingRate   = 10 // per minute
 	maxSamplingMessages   = 64
-	maxSamplingText       = 64 << 10
+	// maxSamplingText bounds the bytes of a request's text: its messages, system prompt and
+	// stop sequences (passed on to a caller with ask_caller).
+	maxSamplingText = 64 << 10
+	// maxSamplingStops bounds a request's stop sequences.
+	maxSamplingStops = 32
 )
 
 // subscriptionAcks passes the server's notifications/subscriptions/acknowledged to the resource
@@ -39,6 +44,18 @@ func (c *serverConn) subscriptionAcks(next mcp.MethodHandler) mcp.MethodHandler 
 			if p, ok := req.GetParams().(*mcp.SubscriptionsAcknowledgedParams); ok && p != nil {
 				c.g.watches.acked(c, p.Notifications.ResourceSubscriptions)
 			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// nullMessages refuses a sampling request with a null message ("messages": [null]) before the
+// SDK's handler, which would dereference it (go-sdk v1.8.0, CreateMessageWithToolsParams.toBase)
+// and bring the whole process down: a server could end every call of every user.
+func (c *serverConn) nullMessages(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if p, ok := req.GetParams().(*mcp.CreateMessageWithToolsParams); ok && p != nil && slices.Contains(p.Messages, nil) {
+			return nil, rpcError(jsonrpc.CodeInvalidParams, "sampling request with a null message")
 		}
 		return next(ctx, method, req)
 	}
@@ -189,6 +206,9 @@ func (c *serverConn) sample(ctx context.Context, p *mcp.CreateMessageParams, lim
 	if len(p.Messages) > maxSamplingMessages {
 		return nil, rpcError(jsonrpc.CodeInvalidParams, fmt.Sprintf("sampling request has %d messages; at most %d are accepted", len(p.Messages), maxSamplingMessages))
 	}
+	if len(p.StopSequences) > maxSamplingStops {
+		return nil, rpcError(jsonrpc.CodeInvalidParams, fmt.Sprintf("sampling request has %d stop sequences; at most %d are accepted", len(p.StopSequences), maxSamplingStops))
+	}
 	if !limit.allow(time.Now()) {
 		return nil, rpcError(codeSamplingRateLimited, fmt.Sprintf("sampling is refused: this server may ask at most %d times a minute; try again later", limit.perMinute))
 	}
@@ -205,8 +225,11 @@ func (c *serverConn) sample(ctx context.Context, p *mcp.CreateMessageParams, lim
 		req.Messages = append(req.Messages, model.Message{Role: model.RoleSystem, Content: p.SystemPrompt})
 		size += len(p.SystemPrompt)
 	}
+	for _, stop := range p.StopSequences {
+		size += len(stop)
+	}
 	for _, m := range p.Messages {
-		t, ok := m.Content.(*mcp.TextContent)
+		t, ok := m.Content.(*mcp.TextContent) // no nil message: nullMessages
 		if !ok {
 			return nil, rpcError(jsonrpc.CodeInvalidParams, "sampling is refused: only text messages are supported")
 		}

@@ -44,12 +44,22 @@ func samplingUpstream(t *testing.T) string {
 	type args struct {
 		Prompt   string `json:"prompt"`
 		Messages int    `json:"messages,omitempty"`
+		// Stops stop sequences of Stop's text; NullMessage adds a message sent as null.
+		Stops       int    `json:"stops,omitempty"`
+		Stop        string `json:"stop,omitempty"`
+		NullMessage bool   `json:"null_message,omitempty"`
 	}
 	mcp.AddTool(srv, &mcp.Tool{Name: "ask", Description: "Asks the client's model to complete the prompt."},
 		func(ctx context.Context, req *mcp.CallToolRequest, a args) (*mcp.CallToolResult, any, error) {
 			p := &mcp.CreateMessageParams{MaxTokens: 5000, SystemPrompt: "be brief", Temperature: 0.5}
 			for range max(a.Messages, 1) {
 				p.Messages = append(p.Messages, &mcp.SamplingMessage{Role: "user", Content: &mcp.TextContent{Text: a.Prompt}})
+			}
+			for range a.Stops {
+				p.StopSequences = append(p.StopSequences, a.Stop)
+			}
+			if a.NullMessage {
+				p.Messages = append(p.Messages, nil)
 			}
 			res, err := req.Session.CreateMessage(ctx, p)
 			if err != nil {
@@ -210,14 +220,20 @@ func TestSamplingThroughEndpoint(t *testing.T) {
 		capable  bool
 		messages int
 		prompt   string
+		stops    int    // stop sequences of stop's text
+		stop     string //
+		null     bool   // a message sent as null
 		want     want
 	}{
-		{"client answers", &pb.SamplingPolicy{AskCaller: true, MaxTokens: 200}, true, 1, "What is 2+2?", want{"LLM response: client says: What is 2+2? [be brief, 200 tokens] (client-model)", false, 1}},
-		{"client preferred to Hermes' model", &pb.SamplingPolicy{AskCaller: true, Allow: true}, true, 1, "hi", want{"LLM response: client says: hi [be brief, 1024 tokens] (client-model)", false, 1}},
-		{"no capability, no model allowed", &pb.SamplingPolicy{AskCaller: true}, false, 1, "hi", want{"code -32001: sampling is refused: no caller of this call answers sampling", true, 0}},
-		{"no capability, Hermes' model allowed", &pb.SamplingPolicy{AskCaller: true, Allow: true}, false, 1, "hi", want{"LLM response: from Hermes (hermes-model)", false, 0}},
-		{"too many messages", &pb.SamplingPolicy{AskCaller: true}, true, maxSamplingMessages + 1, "hi", want{"code -32602: sampling request has 65 messages; at most 64 are accepted", true, 0}},
-		{"too much text", &pb.SamplingPolicy{AskCaller: true}, true, 2, strings.Repeat("x", maxSamplingText/2+1), want{"code -32602: sampling request has 65546 bytes of text; at most 65536", true, 0}},
+		{"client answers", &pb.SamplingPolicy{AskCaller: true, MaxTokens: 200}, true, 1, "What is 2+2?", 0, "", false, want{"LLM response: client says: What is 2+2? [be brief, 200 tokens] (client-model)", false, 1}},
+		{"client preferred to Hermes' model", &pb.SamplingPolicy{AskCaller: true, Allow: true}, true, 1, "hi", 0, "", false, want{"LLM response: client says: hi [be brief, 1024 tokens] (client-model)", false, 1}},
+		{"no capability, no model allowed", &pb.SamplingPolicy{AskCaller: true}, false, 1, "hi", 0, "", false, want{"code -32001: sampling is refused: no caller of this call answers sampling", true, 0}},
+		{"no capability, Hermes' model allowed", &pb.SamplingPolicy{AskCaller: true, Allow: true}, false, 1, "hi", 0, "", false, want{"LLM response: from Hermes (hermes-model)", false, 0}},
+		{"too many messages", &pb.SamplingPolicy{AskCaller: true}, true, maxSamplingMessages + 1, "hi", 0, "", false, want{"code -32602: sampling request has 65 messages; at most 64 are accepted", true, 0}},
+		{"too much text", &pb.SamplingPolicy{AskCaller: true}, true, 2, strings.Repeat("x", maxSamplingText/2+1), 0, "", false, want{"code -32602: sampling request has 65546 bytes of text; at most 65536", true, 0}},
+		{"too many stop sequences", &pb.SamplingPolicy{AskCaller: true}, true, 1, "hi", 33, "x", false, want{"code -32602: sampling request has 33 stop sequences; at most 32 are accepted", true, 0}},
+		{"stop sequences count as text", &pb.SamplingPolicy{AskCaller: true}, true, 1, "hi", 2, strings.Repeat("x", maxSamplingText/2), false, want{"code -32602: sampling request has 65546 bytes of text; at most 65536", true, 0}},
+		{"a null message", &pb.SamplingPolicy{AskCaller: true, Allow: true}, true, 1, "hi", 0, "", true, want{"code -32602: sampling request with a null message", true, 0}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -232,7 +248,7 @@ func TestSamplingThroughEndpoint(t *testing.T) {
 						Content: &mcp.TextContent{Text: "client says: " + text + " [" + r.Params.SystemPrompt + ", " + strconv.FormatInt(r.Params.MaxTokens, 10) + " tokens]"}}, nil
 				}
 			}
-			got, isErr := callText(t, s.client(t, sample), map[string]any{"prompt": tc.prompt, "messages": tc.messages})
+			got, isErr := callText(t, s.client(t, sample), map[string]any{"prompt": tc.prompt, "messages": tc.messages, "stops": tc.stops, "stop": tc.stop, "null_message": tc.null})
 			if !strings.Contains(got, tc.want.contains) || isErr != tc.want.isError || asked.Load() != tc.want.asked {
 				t.Errorf("result %q (isError %v), client asked %d times; want it to contain %q (isError %v), asked %d", got, isErr, asked.Load(), tc.want.contains, tc.want.isError, tc.want.asked)
 			}
