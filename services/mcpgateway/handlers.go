@@ -344,6 +344,9 @@ type progressSink struct {
 	clock    *callClock
 	last     float64
 	sampling bool
+	// ended is closed when the call ends: a request shown to its caller stops waiting then,
+	// since the answer can no longer come through the call.
+	ended chan struct{}
 }
 
 func newProgressHub() *progressHub { return &progressHub{calls: map[string]*progressSink{}} }
@@ -355,7 +358,8 @@ func (h *progressHub) register(conn *serverConn, fn func(*pb.Progress), clock *c
 	h.mu.Lock()
 	h.next++
 	token := "hermes-progress-" + strconv.FormatInt(h.next, 10)
-	h.calls[token] = &progressSink{conn: conn, fn: fn, clock: clock, last: -1, sampling: sampling && fn != nil}
+	s := &progressSink{conn: conn, fn: fn, clock: clock, last: -1, sampling: sampling && fn != nil, ended: make(chan struct{})}
+	h.calls[token] = s
 	h.mu.Unlock()
 	sent := token
 	if fn == nil {
@@ -363,7 +367,10 @@ func (h *progressHub) register(conn *serverConn, fn func(*pb.Progress), clock *c
 	}
 	return sent, func() {
 		h.mu.Lock()
-		delete(h.calls, token)
+		if h.calls[token] == s {
+			delete(h.calls, token)
+			close(s.ended)
+		}
 		h.mu.Unlock()
 	}
 }
@@ -389,7 +396,7 @@ func (h *progressHub) deliver(conn *serverConn, token any, progress, total float
 
 // broadcast tells the caller of conn's call what the server did (sampling, elicitation).
 func (h *progressHub) broadcast(conn *serverConn, msg string) {
-	if release, ok := h.tell(conn, msg, nil); ok {
+	if release, _, ok := h.tell(conn, msg, nil); ok {
 		release()
 	}
 }
@@ -398,14 +405,15 @@ func (h *progressHub) broadcast(conn *serverConn, msg string) {
 // waits for conn's call, and reports whether someone got it. A server's request names no call,
 // so it goes to a caller only when conn has one call in flight: with two, it may be the other
 // call's — another user's — and telling the wrong one would show them its text, and let them
-// answer it. With a request for input, the call's clock stands still until release is called.
-func (h *progressHub) tell(conn *serverConn, msg string, e *pb.Elicitation) (release func(), ok bool) {
+// answer it. With a request for input, the call's clock stands still until release is called;
+// ended is closed when the call ends.
+func (h *progressHub) tell(conn *serverConn, msg string, e *pb.Elicitation) (release func(), ended <-chan struct{}, ok bool) {
 	return h.ask(conn, msg, &pb.Progress{Elicitation: e})
 }
 
 // ask is tell for a request of any kind (q: a Progress carrying it, or neither for a report);
 // a sampling request goes only to a caller that answers sampling.
-func (h *progressHub) ask(conn *serverConn, msg string, q *pb.Progress) (release func(), ok bool) {
+func (h *progressHub) ask(conn *serverConn, msg string, q *pb.Progress) (release func(), ended <-chan struct{}, ok bool) {
 	h.mu.Lock()
 	var only *progressSink
 	for _, s := range h.calls {
@@ -414,20 +422,20 @@ func (h *progressHub) ask(conn *serverConn, msg string, q *pb.Progress) (release
 		}
 		if only != nil {
 			h.mu.Unlock()
-			return nil, false
+			return nil, nil, false
 		}
 		only = s
 	}
 	if only == nil || only.fn == nil || q.GetSampling() != nil && !only.sampling {
 		h.mu.Unlock()
-		return nil, false
+		return nil, nil, false
 	}
-	fn, last, clock := only.fn, max(only.last, 0), only.clock
+	fn, last, clock, ended := only.fn, max(only.last, 0), only.clock, only.ended
 	h.mu.Unlock()
 	release = func() {}
 	if q.GetElicitation() != nil || q.GetSampling() != nil {
 		release = clock.hold()
 	}
 	fn(&pb.Progress{Progress: last, Message: strings.TrimSpace(msg), Elicitation: q.GetElicitation(), Sampling: q.GetSampling()})
-	return release, true
+	return release, ended, true
 }

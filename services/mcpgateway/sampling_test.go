@@ -37,10 +37,20 @@ import (
 
 // samplingUpstream is an MCP server over Streamable HTTP whose tool ask asks the client's model
 // (sampling/createMessage) to complete its prompt, count times (more than maxSamplingMessages
-// makes an oversize request), and returns "LLM response: <completion>" or the error it got.
-func samplingUpstream(t *testing.T) string {
+// makes an oversize request), and returns "LLM response: <completion>" or the error it got. Its
+// tool ask_detached asks outside its call's context (a server that does not cancel its request
+// when its call is cancelled) and sends the error it got to the channel returned.
+func samplingUpstream(t *testing.T) (string, <-chan string) {
 	t.Helper()
 	srv := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, nil)
+	detached := make(chan string, 1)
+	mcp.AddTool(srv, &mcp.Tool{Name: "ask_detached", Description: "Asks the client's model, not cancelled with the call."},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			_, err := req.Session.CreateMessage(context.WithoutCancel(ctx), &mcp.CreateMessageParams{MaxTokens: 10,
+				Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "hi"}}}})
+			detached <- fmt.Sprint(err)
+			return &mcp.CallToolResult{}, nil, nil
+		})
 	type args struct {
 		Prompt   string `json:"prompt"`
 		Messages int    `json:"messages,omitempty"`
@@ -83,7 +93,7 @@ func samplingUpstream(t *testing.T) string {
 		})
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	t.Cleanup(hs.Close)
-	return hs.URL
+	return hs.URL, detached
 }
 
 // samplingStack is the whole path of a sampling request from an MCP server behind the gateway
@@ -94,6 +104,8 @@ type samplingStack struct {
 	g      *Gateway
 	tools  toolsv1.ToolServiceClient
 	mcpURL string
+	// detached is the error the upstream's ask_detached got.
+	detached <-chan string
 }
 
 type fixedModel struct{ text string }
@@ -113,7 +125,7 @@ func startSamplingStackSpec(t *testing.T, cfg Config, spec *pb.ServerSpec, opts 
 	t.Helper()
 	s := &samplingStack{}
 	// Started first so that it closes last, after the gateway's connection to it.
-	upstream := samplingUpstream(t)
+	upstream, detached := samplingUpstream(t)
 	var gwc atomic.Pointer[pb.MCPGatewayServiceClient]
 	tok, err := tokenizer.New("o200k_base")
 	if err != nil {
@@ -151,7 +163,7 @@ func startSamplingStackSpec(t *testing.T, cfg Config, spec *pb.ServerSpec, opts 
 	}
 	hs := httptest.NewServer(ep.HTTPHandler())
 	t.Cleanup(hs.Close)
-	s.mcpURL = hs.URL
+	s.mcpURL, s.detached = hs.URL, detached
 	spec.Name, spec.Transport = "up", &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: upstream}}
 	if _, err := s.gw.AddServer(context.Background(), &pb.AddServerRequest{Spec: spec}); err != nil {
 		t.Fatal(err)
@@ -325,6 +337,52 @@ func TestSamplingDeadline(t *testing.T) {
 	case <-ended:
 	case <-time.After(10 * time.Second):
 		t.Error("the client's sampling request was not cancelled at its deadline")
+	}
+}
+
+// TestSamplingCallEnds: a request shown to the caller of a call stops waiting when that call
+// ends (its client cancelled it), though the server does not cancel the request: the server gets
+// the error at once, not at the expiry, and its request no longer counts against
+// maxElicitPending.
+func TestSamplingCallEnds(t *testing.T) {
+	cfg := testConfig()
+	cfg.ElicitTimeout = time.Hour
+	s := startSamplingStack(t, cfg, &pb.SamplingPolicy{AskCaller: true}, Options{})
+	testenv.WaitFor(t, 30*time.Second, "up_ask_detached in the tool service", func() bool {
+		_, err := s.tools.GetTool(context.Background(), &toolsv1.GetToolRequest{Name: "up_ask_detached"})
+		return err == nil
+	})
+	asked, unblock := make(chan struct{}, 1), make(chan struct{})
+	defer close(unblock) // before the client's session closes, which waits for its handler
+	cs := s.client(t, func(ctx context.Context, _ *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+		asked <- struct{}{}
+		select {
+		case <-ctx.Done():
+		case <-unblock:
+		}
+		return nil, errors.New("not answered")
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	called := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "up_ask_detached"})
+		called <- err
+	}()
+	select {
+	case <-asked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the client was not asked for a completion")
+	}
+	cancel()
+	<-called
+	select {
+	case got := <-s.detached:
+		if want := "the call ended before its caller answered"; !strings.Contains(got, want) {
+			t.Errorf("the server's request ended with %q; want it to contain %q", got, want)
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("the server's request still waits after its call ended")
 	}
 }
 
