@@ -99,15 +99,17 @@ type waitOutcome int
 const (
 	waitNotShown waitOutcome = iota // nobody could be asked
 	waitAnswered
-	waitExpired  // nobody answered in time
-	waitCanceled // the server's request ended
+	waitExpired   // nobody answered in time
+	waitCanceled  // the server's request ended
+	waitCallEnded // the call whose caller was asked ended: no answer can come
 )
 
 // await registers a request of kind for conn, shows it to the caller with show (which returns
-// the function that ends the showing, and false when nobody can be asked) and waits up to wait
-// for an answer. A server has at most maxElicitPending requests waiting at once.
+// the function that ends the showing, a channel closed when the caller's call ends, and false
+// when nobody can be asked) and waits up to wait for an answer, while the call lasts. A server
+// has at most maxElicitPending requests waiting at once.
 func (h *elicitHub) await(ctx context.Context, c *serverConn, kind string, check func(RelayedAnswer) error, wait time.Duration,
-	show func(id string) (release func(), ok bool)) (RelayedAnswer, waitOutcome) {
+	show func(id string) (release func(), callEnded <-chan struct{}, ok bool)) (RelayedAnswer, waitOutcome) {
 	var raw [16]byte
 	_, _ = rand.Read(raw[:])
 	id := hex.EncodeToString(raw[:])
@@ -136,7 +138,7 @@ func (h *elicitHub) await(ctx context.Context, c *serverConn, kind string, check
 			defer stop()
 		}
 	}
-	release, ok := show(id)
+	release, callEnded, ok := show(id)
 	if !ok {
 		return RelayedAnswer{}, waitNotShown
 	}
@@ -150,6 +152,8 @@ func (h *elicitHub) await(ctx context.Context, c *serverConn, kind string, check
 		return RelayedAnswer{}, waitExpired
 	case <-ctx.Done():
 		return RelayedAnswer{}, waitCanceled
+	case <-callEnded:
+		return RelayedAnswer{}, waitCallEnded
 	}
 }
 
@@ -174,15 +178,15 @@ func (h *elicitHub) ask(ctx context.Context, c *serverConn, p *mcp.ElicitParams,
 		_, err := parseElicitAnswer(a.Action, a.Content)
 		return err
 	}
-	a, outcome := h.await(ctx, c, kindElicitation, check, wait, func(id string) (func(), bool) {
+	a, outcome := h.await(ctx, c, kindElicitation, check, wait, func(id string) (func(), <-chan struct{}, bool) {
 		e.Id = id
 		// The call's timeout stands still while a person is asked (up to wait), so the call
 		// neither times out for want of an answer nor loses the time the person took.
-		release, told := c.g.progress.tell(c, "the server asks for input: "+msg, e)
+		release, ended, told := c.g.progress.tell(c, "the server asks for input: "+msg, e)
 		if told {
 			c.g.log.Info("MCP server asked for user input (elicitation); passed to the caller", "server", c.spec.GetName(), "elicitation", id, "message", abbreviate(msg, 200))
 		}
-		return release, told
+		return release, ended, told
 	})
 	switch outcome {
 	case waitAnswered:
@@ -195,7 +199,7 @@ func (h *elicitHub) ask(ctx context.Context, c *serverConn, p *mcp.ElicitParams,
 	case waitExpired:
 		c.g.progress.broadcast(c, "nobody answered the server's request for input in time; declined")
 		return &mcp.ElicitResult{Action: "decline", Meta: mcp.Meta{"reason": fmt.Sprintf("nobody answered within %s", wait)}}, true
-	case waitCanceled:
+	case waitCanceled, waitCallEnded:
 		return &mcp.ElicitResult{Action: "cancel"}, true
 	}
 	return nil, false

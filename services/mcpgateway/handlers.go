@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,7 +29,11 @@ const (
 	defaultSamplingTokens = 1024
 	defaultSamplingRate   = 10 // per minute
 	maxSamplingMessages   = 64
-	maxSamplingText       = 64 << 10
+	// maxSamplingText bounds the bytes of a request's text: its messages, system prompt and
+	// stop sequences (passed on to a caller with ask_caller).
+	maxSamplingText = 64 << 10
+	// maxSamplingStops bounds a request's stop sequences.
+	maxSamplingStops = 32
 )
 
 // subscriptionAcks passes the server's notifications/subscriptions/acknowledged to the resource
@@ -39,6 +44,18 @@ func (c *serverConn) subscriptionAcks(next mcp.MethodHandler) mcp.MethodHandler 
 			if p, ok := req.GetParams().(*mcp.SubscriptionsAcknowledgedParams); ok && p != nil {
 				c.g.watches.acked(c, p.Notifications.ResourceSubscriptions)
 			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// nullMessages refuses a sampling request with a null message ("messages": [null]) before the
+// SDK's handler, which would dereference it (go-sdk v1.8.0, CreateMessageWithToolsParams.toBase)
+// and bring the whole process down: a server could end every call of every user.
+func (c *serverConn) nullMessages(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if p, ok := req.GetParams().(*mcp.CreateMessageWithToolsParams); ok && p != nil && slices.Contains(p.Messages, nil) {
+			return nil, rpcError(jsonrpc.CodeInvalidParams, "sampling request with a null message")
 		}
 		return next(ctx, method, req)
 	}
@@ -189,6 +206,9 @@ func (c *serverConn) sample(ctx context.Context, p *mcp.CreateMessageParams, lim
 	if len(p.Messages) > maxSamplingMessages {
 		return nil, rpcError(jsonrpc.CodeInvalidParams, fmt.Sprintf("sampling request has %d messages; at most %d are accepted", len(p.Messages), maxSamplingMessages))
 	}
+	if len(p.StopSequences) > maxSamplingStops {
+		return nil, rpcError(jsonrpc.CodeInvalidParams, fmt.Sprintf("sampling request has %d stop sequences; at most %d are accepted", len(p.StopSequences), maxSamplingStops))
+	}
 	if !limit.allow(time.Now()) {
 		return nil, rpcError(codeSamplingRateLimited, fmt.Sprintf("sampling is refused: this server may ask at most %d times a minute; try again later", limit.perMinute))
 	}
@@ -205,8 +225,11 @@ func (c *serverConn) sample(ctx context.Context, p *mcp.CreateMessageParams, lim
 		req.Messages = append(req.Messages, model.Message{Role: model.RoleSystem, Content: p.SystemPrompt})
 		size += len(p.SystemPrompt)
 	}
+	for _, stop := range p.StopSequences {
+		size += len(stop)
+	}
 	for _, m := range p.Messages {
-		t, ok := m.Content.(*mcp.TextContent)
+		t, ok := m.Content.(*mcp.TextContent) // no nil message: nullMessages
 		if !ok {
 			return nil, rpcError(jsonrpc.CodeInvalidParams, "sampling is refused: only text messages are supported")
 		}
@@ -321,6 +344,9 @@ type progressSink struct {
 	clock    *callClock
 	last     float64
 	sampling bool
+	// ended is closed when the call ends: a request shown to its caller stops waiting then,
+	// since the answer can no longer come through the call.
+	ended chan struct{}
 }
 
 func newProgressHub() *progressHub { return &progressHub{calls: map[string]*progressSink{}} }
@@ -332,7 +358,8 @@ func (h *progressHub) register(conn *serverConn, fn func(*pb.Progress), clock *c
 	h.mu.Lock()
 	h.next++
 	token := "hermes-progress-" + strconv.FormatInt(h.next, 10)
-	h.calls[token] = &progressSink{conn: conn, fn: fn, clock: clock, last: -1, sampling: sampling && fn != nil}
+	s := &progressSink{conn: conn, fn: fn, clock: clock, last: -1, sampling: sampling && fn != nil, ended: make(chan struct{})}
+	h.calls[token] = s
 	h.mu.Unlock()
 	sent := token
 	if fn == nil {
@@ -340,7 +367,10 @@ func (h *progressHub) register(conn *serverConn, fn func(*pb.Progress), clock *c
 	}
 	return sent, func() {
 		h.mu.Lock()
-		delete(h.calls, token)
+		if h.calls[token] == s {
+			delete(h.calls, token)
+			close(s.ended)
+		}
 		h.mu.Unlock()
 	}
 }
@@ -366,7 +396,7 @@ func (h *progressHub) deliver(conn *serverConn, token any, progress, total float
 
 // broadcast tells the caller of conn's call what the server did (sampling, elicitation).
 func (h *progressHub) broadcast(conn *serverConn, msg string) {
-	if release, ok := h.tell(conn, msg, nil); ok {
+	if release, _, ok := h.tell(conn, msg, nil); ok {
 		release()
 	}
 }
@@ -375,14 +405,15 @@ func (h *progressHub) broadcast(conn *serverConn, msg string) {
 // waits for conn's call, and reports whether someone got it. A server's request names no call,
 // so it goes to a caller only when conn has one call in flight: with two, it may be the other
 // call's — another user's — and telling the wrong one would show them its text, and let them
-// answer it. With a request for input, the call's clock stands still until release is called.
-func (h *progressHub) tell(conn *serverConn, msg string, e *pb.Elicitation) (release func(), ok bool) {
+// answer it. With a request for input, the call's clock stands still until release is called;
+// ended is closed when the call ends.
+func (h *progressHub) tell(conn *serverConn, msg string, e *pb.Elicitation) (release func(), ended <-chan struct{}, ok bool) {
 	return h.ask(conn, msg, &pb.Progress{Elicitation: e})
 }
 
 // ask is tell for a request of any kind (q: a Progress carrying it, or neither for a report);
 // a sampling request goes only to a caller that answers sampling.
-func (h *progressHub) ask(conn *serverConn, msg string, q *pb.Progress) (release func(), ok bool) {
+func (h *progressHub) ask(conn *serverConn, msg string, q *pb.Progress) (release func(), ended <-chan struct{}, ok bool) {
 	h.mu.Lock()
 	var only *progressSink
 	for _, s := range h.calls {
@@ -391,20 +422,20 @@ func (h *progressHub) ask(conn *serverConn, msg string, q *pb.Progress) (release
 		}
 		if only != nil {
 			h.mu.Unlock()
-			return nil, false
+			return nil, nil, false
 		}
 		only = s
 	}
 	if only == nil || only.fn == nil || q.GetSampling() != nil && !only.sampling {
 		h.mu.Unlock()
-		return nil, false
+		return nil, nil, false
 	}
-	fn, last, clock := only.fn, max(only.last, 0), only.clock
+	fn, last, clock, ended := only.fn, max(only.last, 0), only.clock, only.ended
 	h.mu.Unlock()
 	release = func() {}
 	if q.GetElicitation() != nil || q.GetSampling() != nil {
 		release = clock.hold()
 	}
 	fn(&pb.Progress{Progress: last, Message: strings.TrimSpace(msg), Elicitation: q.GetElicitation(), Sampling: q.GetSampling()})
-	return release, true
+	return release, ended, true
 }

@@ -77,13 +77,13 @@ func (h *elicitHub) askSample(ctx context.Context, c *serverConn, p *mcp.CreateM
 		_, err := parseSamplingAnswer(a.Content)
 		return err
 	}
-	a, outcome := h.await(ctx, c, kindSampling, check, wait, func(id string) (func(), bool) {
+	a, outcome := h.await(ctx, c, kindSampling, check, wait, func(id string) (func(), <-chan struct{}, bool) {
 		s.Id = id
-		release, told := c.g.progress.ask(c, fmt.Sprintf("the server asks the caller's model for a completion (%d messages)", len(p.Messages)), &pb.Progress{Sampling: s})
+		release, ended, told := c.g.progress.ask(c, fmt.Sprintf("the server asks the caller's model for a completion (%d messages)", len(p.Messages)), &pb.Progress{Sampling: s})
 		if told {
 			c.g.log.Info("MCP server asked for a completion (sampling); passed to the caller", "server", c.spec.GetName(), "sampling", id, "messages", len(p.Messages))
 		}
-		return release, told
+		return release, ended, told
 	})
 	switch outcome {
 	case waitAnswered:
@@ -106,6 +106,8 @@ func (h *elicitHub) askSample(ctx context.Context, c *serverConn, p *mcp.CreateM
 		return nil, rpcError(codeSamplingRefused, fmt.Sprintf("sampling is refused: the caller did not answer within %s", wait.Round(time.Millisecond))), true
 	case waitCanceled:
 		return nil, rpcError(codeSamplingRefused, "sampling is refused: the request ended before the caller answered"), true
+	case waitCallEnded:
+		return nil, rpcError(codeSamplingRefused, "sampling is refused: the call ended before its caller answered"), true
 	}
 	return nil, nil, false
 }

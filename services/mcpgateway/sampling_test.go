@@ -37,19 +37,39 @@ import (
 
 // samplingUpstream is an MCP server over Streamable HTTP whose tool ask asks the client's model
 // (sampling/createMessage) to complete its prompt, count times (more than maxSamplingMessages
-// makes an oversize request), and returns "LLM response: <completion>" or the error it got.
-func samplingUpstream(t *testing.T) string {
+// makes an oversize request), and returns "LLM response: <completion>" or the error it got. Its
+// tool ask_detached asks outside its call's context (a server that does not cancel its request
+// when its call is cancelled) and sends the error it got to the channel returned.
+func samplingUpstream(t *testing.T) (string, <-chan string) {
 	t.Helper()
 	srv := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, nil)
+	detached := make(chan string, 1)
+	mcp.AddTool(srv, &mcp.Tool{Name: "ask_detached", Description: "Asks the client's model, not cancelled with the call."},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			_, err := req.Session.CreateMessage(context.WithoutCancel(ctx), &mcp.CreateMessageParams{MaxTokens: 10,
+				Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "hi"}}}})
+			detached <- fmt.Sprint(err)
+			return &mcp.CallToolResult{}, nil, nil
+		})
 	type args struct {
 		Prompt   string `json:"prompt"`
 		Messages int    `json:"messages,omitempty"`
+		// Stops stop sequences of Stop's text; NullMessage adds a message sent as null.
+		Stops       int    `json:"stops,omitempty"`
+		Stop        string `json:"stop,omitempty"`
+		NullMessage bool   `json:"null_message,omitempty"`
 	}
 	mcp.AddTool(srv, &mcp.Tool{Name: "ask", Description: "Asks the client's model to complete the prompt."},
 		func(ctx context.Context, req *mcp.CallToolRequest, a args) (*mcp.CallToolResult, any, error) {
 			p := &mcp.CreateMessageParams{MaxTokens: 5000, SystemPrompt: "be brief", Temperature: 0.5}
 			for range max(a.Messages, 1) {
 				p.Messages = append(p.Messages, &mcp.SamplingMessage{Role: "user", Content: &mcp.TextContent{Text: a.Prompt}})
+			}
+			for range a.Stops {
+				p.StopSequences = append(p.StopSequences, a.Stop)
+			}
+			if a.NullMessage {
+				p.Messages = append(p.Messages, nil)
 			}
 			res, err := req.Session.CreateMessage(ctx, p)
 			if err != nil {
@@ -73,7 +93,7 @@ func samplingUpstream(t *testing.T) string {
 		})
 	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
 	t.Cleanup(hs.Close)
-	return hs.URL
+	return hs.URL, detached
 }
 
 // samplingStack is the whole path of a sampling request from an MCP server behind the gateway
@@ -84,6 +104,8 @@ type samplingStack struct {
 	g      *Gateway
 	tools  toolsv1.ToolServiceClient
 	mcpURL string
+	// detached is the error the upstream's ask_detached got.
+	detached <-chan string
 }
 
 type fixedModel struct{ text string }
@@ -103,7 +125,7 @@ func startSamplingStackSpec(t *testing.T, cfg Config, spec *pb.ServerSpec, opts 
 	t.Helper()
 	s := &samplingStack{}
 	// Started first so that it closes last, after the gateway's connection to it.
-	upstream := samplingUpstream(t)
+	upstream, detached := samplingUpstream(t)
 	var gwc atomic.Pointer[pb.MCPGatewayServiceClient]
 	tok, err := tokenizer.New("o200k_base")
 	if err != nil {
@@ -141,7 +163,7 @@ func startSamplingStackSpec(t *testing.T, cfg Config, spec *pb.ServerSpec, opts 
 	}
 	hs := httptest.NewServer(ep.HTTPHandler())
 	t.Cleanup(hs.Close)
-	s.mcpURL = hs.URL
+	s.mcpURL, s.detached = hs.URL, detached
 	spec.Name, spec.Transport = "up", &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: upstream}}
 	if _, err := s.gw.AddServer(context.Background(), &pb.AddServerRequest{Spec: spec}); err != nil {
 		t.Fatal(err)
@@ -210,14 +232,20 @@ func TestSamplingThroughEndpoint(t *testing.T) {
 		capable  bool
 		messages int
 		prompt   string
+		stops    int    // stop sequences of stop's text
+		stop     string //
+		null     bool   // a message sent as null
 		want     want
 	}{
-		{"client answers", &pb.SamplingPolicy{AskCaller: true, MaxTokens: 200}, true, 1, "What is 2+2?", want{"LLM response: client says: What is 2+2? [be brief, 200 tokens] (client-model)", false, 1}},
-		{"client preferred to Hermes' model", &pb.SamplingPolicy{AskCaller: true, Allow: true}, true, 1, "hi", want{"LLM response: client says: hi [be brief, 1024 tokens] (client-model)", false, 1}},
-		{"no capability, no model allowed", &pb.SamplingPolicy{AskCaller: true}, false, 1, "hi", want{"code -32001: sampling is refused: no caller of this call answers sampling", true, 0}},
-		{"no capability, Hermes' model allowed", &pb.SamplingPolicy{AskCaller: true, Allow: true}, false, 1, "hi", want{"LLM response: from Hermes (hermes-model)", false, 0}},
-		{"too many messages", &pb.SamplingPolicy{AskCaller: true}, true, maxSamplingMessages + 1, "hi", want{"code -32602: sampling request has 65 messages; at most 64 are accepted", true, 0}},
-		{"too much text", &pb.SamplingPolicy{AskCaller: true}, true, 2, strings.Repeat("x", maxSamplingText/2+1), want{"code -32602: sampling request has 65546 bytes of text; at most 65536", true, 0}},
+		{"client answers", &pb.SamplingPolicy{AskCaller: true, MaxTokens: 200}, true, 1, "What is 2+2?", 0, "", false, want{"LLM response: client says: What is 2+2? [be brief, 200 tokens] (client-model)", false, 1}},
+		{"client preferred to Hermes' model", &pb.SamplingPolicy{AskCaller: true, Allow: true}, true, 1, "hi", 0, "", false, want{"LLM response: client says: hi [be brief, 1024 tokens] (client-model)", false, 1}},
+		{"no capability, no model allowed", &pb.SamplingPolicy{AskCaller: true}, false, 1, "hi", 0, "", false, want{"code -32001: sampling is refused: no caller of this call answers sampling", true, 0}},
+		{"no capability, Hermes' model allowed", &pb.SamplingPolicy{AskCaller: true, Allow: true}, false, 1, "hi", 0, "", false, want{"LLM response: from Hermes (hermes-model)", false, 0}},
+		{"too many messages", &pb.SamplingPolicy{AskCaller: true}, true, maxSamplingMessages + 1, "hi", 0, "", false, want{"code -32602: sampling request has 65 messages; at most 64 are accepted", true, 0}},
+		{"too much text", &pb.SamplingPolicy{AskCaller: true}, true, 2, strings.Repeat("x", maxSamplingText/2+1), 0, "", false, want{"code -32602: sampling request has 65546 bytes of text; at most 65536", true, 0}},
+		{"too many stop sequences", &pb.SamplingPolicy{AskCaller: true}, true, 1, "hi", 33, "x", false, want{"code -32602: sampling request has 33 stop sequences; at most 32 are accepted", true, 0}},
+		{"stop sequences count as text", &pb.SamplingPolicy{AskCaller: true}, true, 1, "hi", 2, strings.Repeat("x", maxSamplingText/2), false, want{"code -32602: sampling request has 65546 bytes of text; at most 65536", true, 0}},
+		{"a null message", &pb.SamplingPolicy{AskCaller: true, Allow: true}, true, 1, "hi", 0, "", true, want{"code -32602: sampling request with a null message", true, 0}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -232,7 +260,7 @@ func TestSamplingThroughEndpoint(t *testing.T) {
 						Content: &mcp.TextContent{Text: "client says: " + text + " [" + r.Params.SystemPrompt + ", " + strconv.FormatInt(r.Params.MaxTokens, 10) + " tokens]"}}, nil
 				}
 			}
-			got, isErr := callText(t, s.client(t, sample), map[string]any{"prompt": tc.prompt, "messages": tc.messages})
+			got, isErr := callText(t, s.client(t, sample), map[string]any{"prompt": tc.prompt, "messages": tc.messages, "stops": tc.stops, "stop": tc.stop, "null_message": tc.null})
 			if !strings.Contains(got, tc.want.contains) || isErr != tc.want.isError || asked.Load() != tc.want.asked {
 				t.Errorf("result %q (isError %v), client asked %d times; want it to contain %q (isError %v), asked %d", got, isErr, asked.Load(), tc.want.contains, tc.want.isError, tc.want.asked)
 			}
@@ -309,6 +337,52 @@ func TestSamplingDeadline(t *testing.T) {
 	case <-ended:
 	case <-time.After(10 * time.Second):
 		t.Error("the client's sampling request was not cancelled at its deadline")
+	}
+}
+
+// TestSamplingCallEnds: a request shown to the caller of a call stops waiting when that call
+// ends (its client cancelled it), though the server does not cancel the request: the server gets
+// the error at once, not at the expiry, and its request no longer counts against
+// maxElicitPending.
+func TestSamplingCallEnds(t *testing.T) {
+	cfg := testConfig()
+	cfg.ElicitTimeout = time.Hour
+	s := startSamplingStack(t, cfg, &pb.SamplingPolicy{AskCaller: true}, Options{})
+	testenv.WaitFor(t, 30*time.Second, "up_ask_detached in the tool service", func() bool {
+		_, err := s.tools.GetTool(context.Background(), &toolsv1.GetToolRequest{Name: "up_ask_detached"})
+		return err == nil
+	})
+	asked, unblock := make(chan struct{}, 1), make(chan struct{})
+	defer close(unblock) // before the client's session closes, which waits for its handler
+	cs := s.client(t, func(ctx context.Context, _ *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+		asked <- struct{}{}
+		select {
+		case <-ctx.Done():
+		case <-unblock:
+		}
+		return nil, errors.New("not answered")
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	called := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "up_ask_detached"})
+		called <- err
+	}()
+	select {
+	case <-asked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the client was not asked for a completion")
+	}
+	cancel()
+	<-called
+	select {
+	case got := <-s.detached:
+		if want := "the call ended before its caller answered"; !strings.Contains(got, want) {
+			t.Errorf("the server's request ended with %q; want it to contain %q", got, want)
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("the server's request still waits after its call ended")
 	}
 }
 

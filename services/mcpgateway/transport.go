@@ -50,7 +50,7 @@ func (c *serverConn) connect(pin string) (*live, error) {
 // newClient is the SDK client of a session with the server.
 func (c *serverConn) newClient() *mcp.Client {
 	client := mcp.NewClient(&mcp.Implementation{Name: "hermes", Version: c.g.version}, c.clientOptions())
-	client.AddReceivingMiddleware(c.subscriptionAcks)
+	client.AddReceivingMiddleware(c.subscriptionAcks, c.nullMessages)
 	if roots := c.roots(); len(roots) > 0 {
 		client.AddRoots(roots...)
 	}
