@@ -2221,8 +2221,8 @@ func (*AnswerElicitationResponse) Descriptor() ([]byte, []int) {
 
 // Sampling is an MCP server's request for a completion (sampling/createMessage), made while one
 // of its tools runs, for the caller's model. Answer it with AnswerSampling before expires_at;
-// unanswered, the server gets an error. Only text messages are passed on (at most 64 messages,
-// 64 KiB of text with the system prompt).
+// unanswered, the server gets an error. Only text messages are passed on (at most 64 messages
+// and 32 stop sequences; at most 64 KiB of text with the system prompt and the stop sequences).
 type Sampling struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The id to answer with: unguessable, and sent only to whoever waits for the call.
