@@ -20,14 +20,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hermes-agent/hermes/internal/auth"
-	"github.com/hermes-agent/hermes/internal/egress"
-	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/testenv"
-	"github.com/hermes-agent/hermes/internal/tokenizer"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 	"github.com/hermes-agent/hermes/services/mcpgateway/endpoint"
-	"github.com/hermes-agent/hermes/services/tools"
 )
 
 // The API keys of the endpoint tests.
@@ -71,27 +67,7 @@ func startOAuthStackRelay(t *testing.T, epCfg endpoint.Config, viaNATS bool) *oa
 
 	// The tool service, whose MCP tools go to the gateway; the gateway registers its tools there.
 	var gw atomic.Pointer[pb.MCPGatewayServiceClient]
-	tok, err := tokenizer.New("o200k_base")
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := tools.OpenBoltStore(filepath.Join(t.TempDir(), "tools.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
-	eg, err := egress.New([]string{"127.0.0.1:*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := tools.NewService(tools.DefaultConfig(), tools.Options{Store: store, Tokenizer: tok, Logger: testLogger(t), Egress: eg,
-		MCP: func() (tools.MCPCaller, error) { return *gw.Load(), nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := rpc.NewServer(rpc.ServerOptions{Logger: testLogger(t), ShutdownTimeout: time.Second})
-	srv.Register(&toolsv1.ToolService_ServiceDesc, svc)
-	s.tools = toolsv1.NewToolServiceClient(testenv.Serve(t, srv))
+	s.tools = startToolService(t, &gw)
 
 	var ep atomic.Pointer[endpoint.Server]
 	cfg := testConfig()

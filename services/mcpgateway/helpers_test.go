@@ -6,17 +6,23 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/hermes-agent/hermes/internal/egress"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/testenv"
+	"github.com/hermes-agent/hermes/internal/tokenizer"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 	"github.com/hermes-agent/hermes/services/mcpgateway/mcpgatewaytest"
+	"github.com/hermes-agent/hermes/services/tools"
 )
 
 // testConfig reconnects fast and gives up hung servers quickly, so the staying-up tests run in
@@ -145,4 +151,31 @@ func processGone(pid int) bool {
 	}
 	fields := strings.Fields(string(stat))
 	return len(fields) > 2 && fields[2] == "Z"
+}
+
+// startToolService serves a tool service (bbolt registry, egress to loopback) whose MCP tools
+// go to the gateway gw holds once it is stored; the gateway registers its tools there.
+func startToolService(t *testing.T, gw *atomic.Pointer[pb.MCPGatewayServiceClient]) toolsv1.ToolServiceClient {
+	t.Helper()
+	tok, err := tokenizer.New("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := tools.OpenBoltStore(filepath.Join(t.TempDir(), "tools.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	eg, err := egress.New([]string{"127.0.0.1:*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := tools.NewService(tools.DefaultConfig(), tools.Options{Store: store, Tokenizer: tok, Logger: testLogger(t), Egress: eg,
+		MCP: func() (tools.MCPCaller, error) { return *gw.Load(), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := rpc.NewServer(rpc.ServerOptions{Logger: testLogger(t), ShutdownTimeout: time.Second})
+	srv.Register(&toolsv1.ToolService_ServiceDesc, svc)
+	return toolsv1.NewToolServiceClient(testenv.Serve(t, srv))
 }

@@ -24,15 +24,12 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/hermes-agent/hermes/internal/auth"
-	"github.com/hermes-agent/hermes/internal/egress"
 	"github.com/hermes-agent/hermes/internal/model"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/testenv"
-	"github.com/hermes-agent/hermes/internal/tokenizer"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 	"github.com/hermes-agent/hermes/services/mcpgateway/endpoint"
-	"github.com/hermes-agent/hermes/services/tools"
 )
 
 // samplingUpstream is an MCP server over Streamable HTTP whose tool ask asks the client's model
@@ -127,27 +124,7 @@ func startSamplingStackSpec(t *testing.T, cfg Config, spec *pb.ServerSpec, opts 
 	// Started first so that it closes last, after the gateway's connection to it.
 	upstream, detached := samplingUpstream(t)
 	var gwc atomic.Pointer[pb.MCPGatewayServiceClient]
-	tok, err := tokenizer.New("o200k_base")
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := tools.OpenBoltStore(filepath.Join(t.TempDir(), "tools.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
-	eg, err := egress.New([]string{"127.0.0.1:*"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := tools.NewService(tools.DefaultConfig(), tools.Options{Store: store, Tokenizer: tok, Logger: testLogger(t), Egress: eg,
-		MCP: func() (tools.MCPCaller, error) { return *gwc.Load(), nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := rpc.NewServer(rpc.ServerOptions{Logger: testLogger(t), ShutdownTimeout: time.Second})
-	srv.Register(&toolsv1.ToolService_ServiceDesc, svc)
-	s.tools = toolsv1.NewToolServiceClient(testenv.Serve(t, srv))
+	s.tools = startToolService(t, &gwc)
 	opts.Registry = NewToolServiceRegistry(func() (toolsv1.ToolServiceClient, error) { return s.tools, nil })
 	s.gw, s.g = startGateway(t, cfg, opts)
 	gwc.Store(&s.gw)
