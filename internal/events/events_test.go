@@ -38,6 +38,28 @@ func TestUserToken(t *testing.T) {
 	}
 }
 
+// testStream connects to the NATS server at url and makes a stream of random names, deleted
+// with the connection when the test ends; ctx ends then too (at most 10 s).
+func testStream(t *testing.T, url string) (context.Context, jetstream.JetStream, Names, jetstream.Stream) {
+	t.Helper()
+	nc, js, err := Connect(url, "events-test", nil)
+	if err != nil {
+		t.Fatalf("NATS: %v (start nats-server -js)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	names := randomNames(t)
+	t.Cleanup(func() {
+		cancel()
+		_ = js.DeleteStream(context.Background(), names.Stream)
+		nc.Close()
+	})
+	st, err := EnsureStream(ctx, js, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, js, names, st
+}
+
 func randomNames(t *testing.T) Names {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
@@ -59,19 +81,7 @@ func TestPublishDeduplicates(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			nc, js, err := Connect(url(t), "events-test", nil)
-			if err != nil {
-				t.Fatalf("NATS: %v (start nats-server -js)", err)
-			}
-			defer nc.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			names := randomNames(t)
-			st, err := EnsureStream(ctx, js, names)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = js.DeleteStream(context.Background(), names.Stream) }()
+			ctx, js, names, st := testStream(t, url(t))
 			ev := &eventsv1.TurnFinished{TurnId: "turn-1", SessionId: "s", UserId: "a.b", Messages: []*eventsv1.TurnMessage{{Message: &sessionv1.Message{Content: "hi"}}}}
 			for range 2 {
 				if err := PublishTurnFinished(ctx, js, names, ev); err != nil {
@@ -231,19 +241,7 @@ func TestPublishRetrySpreadAndCap(t *testing.T) {
 // TestPublishEncoded: an event published with the encoding made before (the outbox entry's)
 // carries those very bytes, signed over them, and decodes to the event.
 func TestPublishEncoded(t *testing.T) {
-	nc, js, err := Connect("nats://127.0.0.1:4222", "events-test", nil)
-	if err != nil {
-		t.Fatalf("NATS: %v (start nats-server -js)", err)
-	}
-	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	names := randomNames(t)
-	st, err := EnsureStream(ctx, js, names)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = js.DeleteStream(context.Background(), names.Stream) }()
+	ctx, js, names, st := testStream(t, "nats://127.0.0.1:4222")
 	keys, err := ParseKeyring("events-test-key-0123456789abcdef0123456789")
 	if err != nil {
 		t.Fatal(err)
