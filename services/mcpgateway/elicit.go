@@ -122,14 +122,22 @@ func (h *elicitHub) await(ctx context.Context, c *serverConn, kind string, check
 	h.pending[id] = w
 	h.perConn[c]++
 	h.mu.Unlock()
-	defer func() {
+	// remove ends the request's registration once; an answer delivered before it (deliver sends
+	// under mu while the request is registered) is in w.ch afterwards, and taken.
+	removed := false
+	remove := func() {
 		h.mu.Lock()
+		defer h.mu.Unlock()
+		if removed {
+			return
+		}
+		removed = true
 		delete(h.pending, id)
 		if h.perConn[c]--; h.perConn[c] <= 0 {
 			delete(h.perConn, c)
 		}
-		h.mu.Unlock()
-	}()
+	}
+	defer remove()
 	if h.relay != nil {
 		stop, err := h.relay.Listen(id, func(a RelayedAnswer) error { return h.deliver(id, a) })
 		if err != nil {
@@ -145,15 +153,24 @@ func (h *elicitHub) await(ctx context.Context, c *serverConn, kind string, check
 	defer release()
 	t := time.NewTimer(wait)
 	defer t.Stop()
+	var outcome waitOutcome
 	select {
 	case a := <-w.ch:
 		return a, waitAnswered
 	case <-t.C:
-		return RelayedAnswer{}, waitExpired
+		outcome = waitExpired
 	case <-ctx.Done():
-		return RelayedAnswer{}, waitCanceled
+		outcome = waitCanceled
 	case <-callEnded:
-		return RelayedAnswer{}, waitCallEnded
+		outcome = waitCallEnded
+	}
+	// An answer its sender was told was accepted is used, even when it came as the wait ended.
+	remove()
+	select {
+	case a := <-w.ch:
+		return a, waitAnswered
+	default:
+		return RelayedAnswer{}, outcome
 	}
 }
 
@@ -228,6 +245,13 @@ func (h *elicitHub) deliver(id string, a RelayedAnswer) error {
 	}
 	if err := w.check(a); err != nil {
 		return err
+	}
+	// Sent while the request is still registered, so that await, which ends the registration
+	// before it gives up, finds every answer accepted here.
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.pending[id] != w {
+		return errclass.Errorf(errclass.NotFound, "%s %s: nothing waits for it (answered, expired, or unknown)", a.Kind, id)
 	}
 	select {
 	case w.ch <- a:

@@ -517,3 +517,40 @@ func TestAnswerSamplingPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestAwaitUsesEveryAcceptedAnswer: an answer whose sender was told it was accepted is the one
+// the request uses, even when it arrives as the wait ends (found in review: the answer could be
+// accepted into the request's buffer after its wait had given up, and the server was told the
+// request expired). Many requests whose wait ends as their answer arrives.
+func TestAwaitUsesEveryAcceptedAnswer(t *testing.T) {
+	h := newElicitHub(nil)
+	c := &serverConn{}
+	var accepted, used, lost int
+	for i := range 3000 {
+		ids := make(chan string, 1)
+		done := make(chan waitOutcome, 1)
+		go func() {
+			_, outcome := h.await(context.Background(), c, kindSampling, func(RelayedAnswer) error { return nil }, time.Duration(i%50)*time.Microsecond,
+				func(id string) (func(), <-chan struct{}, bool) { ids <- id; return func() {}, nil, true })
+			done <- outcome
+		}()
+		err := h.deliver(<-ids, RelayedAnswer{Kind: kindSampling, Content: `{"text":"hi"}`})
+		outcome := <-done
+		if err == nil {
+			accepted++
+			if outcome != waitAnswered {
+				lost++
+			}
+		}
+		if outcome == waitAnswered {
+			used++
+		}
+	}
+	if lost > 0 || used != accepted {
+		t.Errorf("%d answers accepted, %d used; %d accepted answers lost to an expired wait", accepted, used, lost)
+	}
+	if accepted == 0 {
+		t.Error("no answer arrived in time: the test checks nothing")
+	}
+	t.Logf("%d of 3000 answers arrived in time", accepted)
+}
