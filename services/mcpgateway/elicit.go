@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/hermes-agent/hermes/internal/errclass"
+	"github.com/hermes-agent/hermes/internal/rpc"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
 )
 
@@ -63,6 +65,19 @@ const (
 	kindElicitation = "elicitation"
 	kindSampling    = "sampling"
 )
+
+// checkRequestID refuses an answer's id that is not one await could have made (32 lowercase hex
+// characters): the id names a NATS subject on its way to the request's replica, where an id of
+// any other shape could only ever be unknown.
+func checkRequestID(v *rpc.Violations, id string) {
+	v.Required("id", id)
+	if id == "" {
+		return
+	}
+	if _, err := hex.DecodeString(id); err != nil || len(id) != 32 || strings.ToLower(id) != id {
+		v.Add("id", "must be the 32 lowercase hex characters of the request's id")
+	}
+}
 
 // elicitAnswer is an answer on its way to the waiting request.
 type elicitAnswer struct {

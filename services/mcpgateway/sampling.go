@@ -141,8 +141,7 @@ func checkSamplingAnswer(a samplingAnswer) error {
 // AnswerSampling implements MCPGatewayService.
 func (s *Server) AnswerSampling(ctx context.Context, req *pb.AnswerSamplingRequest) (*pb.AnswerSamplingResponse, error) {
 	var v rpc.Violations
-	v.Required("id", req.GetId())
-	v.MaxLen("id", req.GetId(), 64)
+	checkRequestID(&v, req.GetId())
 	if err := v.Err(); err != nil {
 		return nil, err
 	}

@@ -412,9 +412,20 @@ func TestAnswerSampling(t *testing.T) {
 		code   codes.Code
 	}{
 		{"unknown id", func() error {
-			_, err := s.gw.AnswerSampling(ctx, &pb.AnswerSamplingRequest{Id: sm.GetId() + "x", Text: "forged"})
+			// Well-formed, one character off the real id.
+			forged := []byte(sm.GetId())
+			if forged[0] == '0' {
+				forged[0] = '1'
+			} else {
+				forged[0] = '0'
+			}
+			_, err := s.gw.AnswerSampling(ctx, &pb.AnswerSamplingRequest{Id: string(forged), Text: "forged"})
 			return err
 		}, codes.NotFound},
+		{"malformed id", func() error {
+			_, err := s.gw.AnswerSampling(ctx, &pb.AnswerSamplingRequest{Id: sm.GetId() + "x", Text: "forged"})
+			return err
+		}, codes.InvalidArgument},
 		{"elicitation answer to a sampling id", func() error {
 			_, err := s.gw.AnswerElicitation(ctx, &pb.AnswerElicitationRequest{Id: sm.GetId(), Action: "accept"})
 			return err
@@ -511,7 +522,7 @@ func TestAnswerSamplingPolicy(t *testing.T) {
 		if tc.key != "" {
 			ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", tc.key)
 		}
-		_, err := client.AnswerSampling(ctx, &pb.AnswerSamplingRequest{Id: "0123456789abcdef", Text: "words"})
+		_, err := client.AnswerSampling(ctx, &pb.AnswerSamplingRequest{Id: "0123456789abcdef0123456789abcdef", Text: "words"})
 		if got := status.Code(err); got != tc.want {
 			t.Errorf("key %q: %v (%v); want %v", tc.key, got, err, tc.want)
 		}
@@ -553,4 +564,31 @@ func TestAwaitUsesEveryAcceptedAnswer(t *testing.T) {
 		t.Error("no answer arrived in time: the test checks nothing")
 	}
 	t.Logf("%d of 3000 answers arrived in time", accepted)
+}
+
+// TestCheckRequestID: an answer's id must have the shape of the ids requests are given; any other
+// id (a NATS wildcard or token separator among them) is refused as invalid before it names a
+// subject.
+func TestCheckRequestID(t *testing.T) {
+	for _, tc := range []struct {
+		id   string
+		want bool
+	}{
+		{"0123456789abcdef0123456789abcdef", true},
+		{"", false},
+		{"0123456789abcdef", false},
+		{"0123456789ABCDEF0123456789ABCDEF", false},
+		{"0123456789abcdef0123456789abcdeg", false},
+		{"0123456789abcdef0123456789abcdef00", false},
+		{"*", false},
+		{">", false},
+		{"0123456789abcdef.123456789abcdef", false},
+		{"0123456789abcdef 123456789abcdef", false},
+	} {
+		var v rpc.Violations
+		checkRequestID(&v, tc.id)
+		if got := v.Err() == nil; got != tc.want {
+			t.Errorf("id %q accepted: %v, want %v (%v)", tc.id, got, tc.want, v.Err())
+		}
+	}
 }

@@ -293,8 +293,7 @@ func (s *Server) WatchResource(req *pb.WatchResourceRequest, stream pb.MCPGatewa
 // AnswerElicitation implements MCPGatewayService.
 func (s *Server) AnswerElicitation(ctx context.Context, req *pb.AnswerElicitationRequest) (*pb.AnswerElicitationResponse, error) {
 	var v rpc.Violations
-	v.Required("id", req.GetId())
-	v.MaxLen("id", req.GetId(), 64)
+	checkRequestID(&v, req.GetId())
 	v.Required("action", req.GetAction())
 	v.MaxLen("content", req.GetContent(), maxElicitContent)
 	if err := v.Err(); err != nil {
