@@ -69,7 +69,9 @@ func (c *utf8Codec) take(msg any) (string, bool) {
 	return f.(string), true
 }
 
-func (c *utf8Codec) invalid(field string) error {
+// invalidUTF8Error is the refusal of a request whose string field is not valid UTF-8, from the
+// network (checkUTF8Unary) or in process (LocalUnary).
+func invalidUTF8Error(field string) error {
 	return status.Errorf(codes.InvalidArgument, "invalid request: %s is not valid UTF-8", field)
 }
 
@@ -138,7 +140,7 @@ func toValidUTF8(b []byte) string { return strings.ToValidUTF8(string(b), "\uFFF
 func (c *utf8Codec) checkUTF8Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if field, bad := c.take(req); bad {
-			return nil, c.invalid(field)
+			return nil, invalidUTF8Error(field)
 		}
 		return handler(ctx, req)
 	}
@@ -161,7 +163,7 @@ func (s *utf8Stream) RecvMsg(m any) error {
 		return err
 	}
 	if field, bad := s.c.take(m); bad {
-		return s.c.invalid(field)
+		return invalidUTF8Error(field)
 	}
 	return nil
 }

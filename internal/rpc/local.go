@@ -35,7 +35,7 @@ func LocalUnary[Req, Resp proto.Message](s *Server, method string, handler func(
 		// A request from the network was checked by the codec, one through the channel is
 		// cloned unchecked; this one is checked where the codec would have checked it.
 		if field := invalidUTF8(r.ProtoReflect(), "", 0); field != "" {
-			return nil, status.Errorf(codes.InvalidArgument, "invalid request: %s is not valid UTF-8", field)
+			return nil, invalidUTF8Error(field)
 		}
 		return handler(ctx, r)
 	}

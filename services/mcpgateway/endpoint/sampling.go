@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/hermes-agent/hermes/internal/errclass"
 	mcpgatewayv1 "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
@@ -90,10 +91,7 @@ func (s *Server) executeAsking(ctx context.Context, c ToolClient, req *mcp.CallT
 // forwardSampling asks the client for the completion a server asked for, until the request's
 // expiry, and passes the answer (or why there is none) to the gateway.
 func (s *Server) forwardSampling(ctx context.Context, ss *mcp.ServerSession, sm *toolsv1.Sampling, gw Answers) {
-	sctx, cancel := context.WithCancel(ctx)
-	if exp := sm.GetExpiresAt(); exp != nil {
-		sctx, cancel = context.WithDeadline(ctx, exp.AsTime())
-	}
+	sctx, cancel := untilExpiry(ctx, sm.GetExpiresAt())
 	defer cancel()
 	p := &mcp.CreateMessageParams{MaxTokens: int64(sm.GetMaxTokens()), SystemPrompt: sm.GetSystemPrompt(), StopSequences: sm.GetStopSequences(),
 		Temperature: sm.GetTemperature(), Messages: make([]*mcp.SamplingMessage, 0, len(sm.GetMessages()))}
@@ -140,10 +138,7 @@ func (s *Server) forwardSampling(ctx context.Context, ss *mcp.ServerSession, sm 
 func (s *Server) forwardElicitation(ctx context.Context, ss *mcp.ServerSession, e *toolsv1.Elicitation, gw Answers) {
 	ans := &mcpgatewayv1.AnswerElicitationRequest{Id: e.GetId(), Action: "decline"}
 	if params, ok := elicitParams(ss, e); ok {
-		ectx, cancel := context.WithCancel(ctx)
-		if exp := e.GetExpiresAt(); exp != nil {
-			ectx, cancel = context.WithDeadline(ctx, exp.AsTime())
-		}
+		ectx, cancel := untilExpiry(ctx, e.GetExpiresAt())
 		res, err := ss.Elicit(ectx, params)
 		cancel()
 		if err == nil && res != nil {
@@ -161,6 +156,14 @@ func (s *Server) forwardElicitation(ctx context.Context, ss *mcp.ServerSession, 
 		_, err := gw.AnswerElicitation(actx, ans)
 		return err
 	})
+}
+
+// untilExpiry is ctx ending at a request's expiry too, when it has one.
+func untilExpiry(ctx context.Context, exp *timestamppb.Timestamp) (context.Context, context.CancelFunc) {
+	if exp == nil {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, exp.AsTime())
 }
 
 // elicitParams is a server's request for input as the client's elicitation/create, when the
