@@ -172,9 +172,32 @@ func runSystem(ctx context.Context, c config, kind string, repeat int, strace bo
 		names = []string{phaseSeq}
 	}
 	for _, name := range names {
+		// With -pprof, the concurrent phase is profiled too (CPU, from its start for
+		// -pprof-seconds; allocations as two snapshots around it).
+		var cpuProf sync.WaitGroup
+		var cpuErr error
+		base := ""
+		if prof != nil && name == phaseConc {
+			base = filepath.Join(prof.dir, fmt.Sprintf("%s-conc%d", tag, c.concSess))
+			if err := prof.get(ctx, "allocs", base+"-allocs0.pb.gz"); err != nil {
+				return nil, err
+			}
+			cpuProf.Go(func() {
+				cpuErr = prof.get(ctx, fmt.Sprintf("profile?seconds=%d", prof.seconds), base+"-cpu.pb.gz")
+			})
+		}
 		p, err := runPhase(ctx, c, sys, name, tag, &calls)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", kind, name, err)
+		}
+		if base != "" {
+			if err := prof.get(ctx, "allocs", base+"-allocs1.pb.gz"); err != nil {
+				return nil, err
+			}
+			cpuProf.Wait()
+			if cpuErr != nil {
+				return nil, cpuErr
+			}
 		}
 		r.phases[name] = p
 		cpu := fmt.Sprintf("CPU/turn %5.1f ms", msf(p.serverCPU()/time.Duration(max(p.turns, 1))))
