@@ -373,7 +373,9 @@ func TestFillComplete(t *testing.T) {
 				return
 			}
 			out, filled, decisions, names := fillMissing(tc.schema, tc.args,
-				func(name string, prop propertySchema) []fillOption { return memoryOptions(withMemory, name, prop, true) },
+				func(name string, prop propertySchema) []fillOption {
+					return memoryOptions(withMemory, name, prop, true)
+				},
 				func(_ string, _ json.RawMessage, opts []fillOption, _ map[string]json.RawMessage) fillDecision {
 					return fillDecision{outcome: fillFilled, option: &opts[0], by: "test"}
 				})
