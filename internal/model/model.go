@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -146,6 +147,24 @@ type Client struct {
 	bodies sync.Pool
 	// streams recycles the buffers of answer streams (*eventBufs).
 	streams sync.Pool
+	// wires recycles the wire form of requests (*wireScratch): a long session's request has
+	// dozens of messages, a slice of them built for every call.
+	wires sync.Pool
+}
+
+// wireScratch is the reusable backing of a request's wire form.
+type wireScratch struct {
+	msgs  []wireMessage
+	calls []wireToolCall
+	tools []wireTool
+}
+
+// reset clears what the scratch refers to (the request's strings) and empties it.
+func (w *wireScratch) reset() {
+	clear(w.msgs)
+	clear(w.calls)
+	clear(w.tools)
+	w.msgs, w.calls, w.tools = w.msgs[:0], w.calls[:0], w.tools[:0]
 }
 
 // maxPooledBody is the largest request body kept for reuse; larger ones (images) go to the GC.
@@ -402,7 +421,16 @@ func (c *Client) encode(req Request, stream bool) ([]byte, error) {
 
 // encodeTo is encode into buf.
 func (c *Client) encodeTo(buf *bytes.Buffer, req Request, stream bool) error {
-	w := wireRequest{Model: req.Model, Messages: make([]wireMessage, len(req.Messages))}
+	ws, _ := c.wires.Get().(*wireScratch)
+	if ws == nil {
+		ws = &wireScratch{}
+	}
+	defer func() {
+		ws.reset()
+		c.wires.Put(ws)
+	}()
+	ws.msgs = slices.Grow(ws.msgs, len(req.Messages))[:len(req.Messages)]
+	w := wireRequest{Model: req.Model, Messages: ws.msgs}
 	if w.Model == "" {
 		w.Model = c.model
 	}
@@ -437,11 +465,12 @@ func (c *Client) encodeTo(buf *bytes.Buffer, req Request, stream bool) error {
 				wm.Content = &m.Content
 			}
 			if len(m.ToolCalls) > 0 {
-				wm.ToolCalls = make([]wireToolCall, len(m.ToolCalls))
-				for j, tc := range m.ToolCalls {
-					wm.ToolCalls[j] = wireToolCall{ID: tc.ID, Type: "function", Function: wireFunction{Name: tc.Name, Arguments: tc.Arguments}}
+				from := len(ws.calls)
+				for _, tc := range m.ToolCalls {
+					ws.calls = append(ws.calls, wireToolCall{ID: tc.ID, Type: "function", Function: wireFunction{Name: tc.Name, Arguments: tc.Arguments}})
 					size += len(tc.ID) + len(tc.Name) + len(tc.Arguments) + 64
 				}
+				wm.ToolCalls = ws.calls[from:len(ws.calls):len(ws.calls)]
 			}
 		default:
 			return fmt.Errorf("messages[%d]: unknown role %q", i, m.Role)
@@ -450,7 +479,8 @@ func (c *Client) encodeTo(buf *bytes.Buffer, req Request, stream bool) error {
 		size += len(m.Content) + len(m.ToolCallID) + 48
 	}
 	if len(req.Tools) > 0 {
-		w.Tools = make([]wireTool, len(req.Tools))
+		ws.tools = slices.Grow(ws.tools, len(req.Tools))[:len(req.Tools)]
+		w.Tools = ws.tools
 	}
 	for i, t := range req.Tools {
 		params, err := objectParams(t.Parameters)

@@ -44,8 +44,16 @@ func NewTransport(o PoolOptions) *http.Transport {
 	t.MaxConnsPerHost = o.MaxConnsPerHost
 	t.IdleConnTimeout = 90 * time.Second
 	t.ExpectContinueTimeout = time.Second
+	// A request body is copied into the connection's write buffer whole when it fits: with
+	// net/http's 4 KB, the rest of a 10–30 KB chat request went through net's generic copy,
+	// which allocated a buffer of its size for every call.
+	t.WriteBufferSize = requestBufferSize
 	return t
 }
+
+// requestBufferSize is the write buffer of a model connection: a long session's chat request
+// fits, and the buffer lives as long as its connection.
+const requestBufferSize = 32 << 10
 
 // sharedClient is the process's one pool of model connections, as http.DefaultClient is for
 // net/http: every Client built without Config.HTTPClient (the chat model, the extraction model,

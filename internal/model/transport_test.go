@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -257,5 +259,47 @@ func TestTransportSpeaksHTTP2OverTLS(t *testing.T) {
 	}
 	if len(protos) != 8 {
 		t.Errorf("%d requests arrived, want 8", len(protos))
+	}
+}
+
+// TestRequestFitsWriteBuffer: a 20 KB chat request goes through the connection's write buffer
+// whole; with net/http's 4 KB buffer the rest of it was copied through a buffer of its size
+// allocated for every call.
+func TestRequestFitsWriteBuffer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"x","model":"m","choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}`)
+	}))
+	defer srv.Close()
+	req := model.Request{Messages: []model.Message{{Role: model.RoleUser, Content: strings.Repeat("a long session's context. ", 800)}}}
+	// allocated is the bytes a call allocates, over calls made after a first that dialled.
+	allocated := func(tr *http.Transport) uint64 {
+		defer tr.CloseIdleConnections()
+		c, err := model.New(model.Config{BaseURL: srv.URL, Model: "m", MaxRetries: -1, HTTPClient: &http.Client{Transport: tr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		call := func() {
+			if _, err := c.Complete(context.Background(), req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		call()
+		const calls = 40
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range calls {
+			call()
+		}
+		runtime.ReadMemStats(&after)
+		return (after.TotalAlloc - before.TotalAlloc) / calls
+	}
+	small := model.NewTransport(model.PoolOptions{})
+	small.WriteBufferSize = 4 << 10
+	withSmall, with := allocated(small), allocated(model.NewTransport(model.PoolOptions{}))
+	t.Logf("a 20 KB request: %d bytes allocated a call, %d with a 4 KB write buffer", with, withSmall)
+	if with+12<<10 > withSmall {
+		t.Errorf("a call allocates %d bytes, %d with a 4 KB write buffer: want at least 12 KB less", with, withSmall)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -315,22 +316,43 @@ func renderTaskState(st TaskState, maxSteps int) (string, int) {
 	if len(done) == 0 && len(st.Pending) == 0 {
 		return "", 0
 	}
+	// Written piece by piece into a buffer of about the block's size: it is rendered every turn.
+	size := len(taskStateHeading) + 96
+	for _, s := range done {
+		size += 16 + len(s.Tool) + min(len(s.Arguments), 204) + len(s.Result)
+	}
+	for _, p := range st.Pending {
+		size += 3 + len(p.What)
+	}
 	var b strings.Builder
+	b.Grow(size)
 	b.WriteString(taskStateHeading)
 	if len(done) > 0 {
 		if hidden := len(st.Done) - len(done); hidden > 0 {
-			fmt.Fprintf(&b, "\nSteps done (%d of %d shown; do not repeat them, reuse their results):", len(done), len(st.Done))
+			b.WriteString("\nSteps done (")
+			b.WriteString(strconv.Itoa(len(done)))
+			b.WriteString(" of ")
+			b.WriteString(strconv.Itoa(len(st.Done)))
+			b.WriteString(" shown; do not repeat them, reuse their results):")
 		} else {
 			b.WriteString("\nSteps done (do not repeat them, reuse their results):")
 		}
 		for i, s := range done {
-			fmt.Fprintf(&b, "\n%d. %s %s → %s", i+1, s.Tool, clip(s.Arguments, 200), s.Result)
+			b.WriteString("\n")
+			b.WriteString(strconv.Itoa(i + 1))
+			b.WriteString(". ")
+			b.WriteString(s.Tool)
+			b.WriteString(" ")
+			b.WriteString(clip(s.Arguments, 200))
+			b.WriteString(" → ")
+			b.WriteString(s.Result)
 		}
 	}
 	if len(st.Pending) > 0 {
 		b.WriteString("\nPending:")
 		for _, p := range st.Pending {
-			fmt.Fprintf(&b, "\n- %s", p.What)
+			b.WriteString("\n- ")
+			b.WriteString(p.What)
 		}
 	}
 	return b.String(), len(done)

@@ -325,3 +325,93 @@ func TestTaskLinesCount(t *testing.T) {
 		t.Errorf("%d lines memoized for 30 steps; the step numbers should not be part of the key", n)
 	}
 }
+
+// renderTaskStateFmt is renderTaskState as it was written with fmt, the reference its
+// allocation-lean form must match byte for byte.
+func renderTaskStateFmt(st TaskState, maxSteps int) (string, int) {
+	done := pickSteps(st.Done, maxSteps)
+	if len(done) == 0 && len(st.Pending) == 0 {
+		return "", 0
+	}
+	var b strings.Builder
+	b.WriteString(taskStateHeading)
+	if len(done) > 0 {
+		if hidden := len(st.Done) - len(done); hidden > 0 {
+			fmt.Fprintf(&b, "\nSteps done (%d of %d shown; do not repeat them, reuse their results):", len(done), len(st.Done))
+		} else {
+			b.WriteString("\nSteps done (do not repeat them, reuse their results):")
+		}
+		for i, s := range done {
+			fmt.Fprintf(&b, "\n%d. %s %s → %s", i+1, s.Tool, clipRunes(s.Arguments, 200), s.Result)
+		}
+	}
+	if len(st.Pending) > 0 {
+		b.WriteString("\nPending:")
+		for _, p := range st.Pending {
+			fmt.Fprintf(&b, "\n- %s", p.What)
+		}
+	}
+	return b.String(), len(done)
+}
+
+// clipRunes is clip without its shortcut for short text.
+func clipRunes(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}
+
+func TestRenderTaskStateMatchesFmt(t *testing.T) {
+	steps := func(n int, args string) []Step {
+		var out []Step
+		for i := range n {
+			out = append(out, Step{Tool: fmt.Sprintf("tool_%d", i%4), Arguments: fmt.Sprintf(`{"n":%d,"a":%q}`, i, args), Result: fmt.Sprintf("result %d ✓", i)})
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		st   TaskState
+		max  int
+	}{
+		{"empty", TaskState{}, 12},
+		{"all shown", TaskState{Done: steps(3, "x")}, 12},
+		{"some hidden, pending", TaskState{Done: steps(30, "y"), Pending: []Pending{{What: "book a table"}, {What: "支付"}}}, 12},
+		{"pending only", TaskState{Pending: []Pending{{What: "call back"}}}, 12},
+		{"long arguments are clipped by characters", TaskState{Done: steps(2, strings.Repeat("北京", 150))}, 12},
+		{"arguments of exactly 200 bytes", TaskState{Done: []Step{{Tool: "t", Arguments: strings.Repeat("a", 200), Result: "r"}}}, 12},
+		{"arguments of 201 bytes, 200 characters", TaskState{Done: []Step{{Tool: "t", Arguments: "é" + strings.Repeat("a", 199), Result: "r"}}}, 12},
+		{"more than a hundred steps shown", TaskState{Done: steps(150, "z")}, 200},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			want, wantN := renderTaskStateFmt(tc.st, tc.max)
+			got, n := renderTaskState(tc.st, tc.max)
+			if diff := cmp.Diff(want, got); diff != "" || n != wantN {
+				t.Errorf("shown %d, want %d; text (-fmt +ours):\n%s", n, wantN, diff)
+			}
+		})
+	}
+}
+
+// BenchmarkRenderTaskState renders a long session's task state (12 of 200 steps shown), as
+// every turn does; fmt is the reference's cost.
+func BenchmarkRenderTaskState(b *testing.B) {
+	var st TaskState
+	for i := range 200 {
+		st.Done = append(st.Done, Step{Tool: "calculator", Arguments: fmt.Sprintf(`{"expression":"%d+%d"}`, i, i), Result: fmt.Sprint(2 * i)})
+	}
+	for _, impl := range []struct {
+		name   string
+		render func(TaskState, int) (string, int)
+	}{{"fmt", renderTaskStateFmt}, {"lean", renderTaskState}} {
+		b.Run(impl.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				impl.render(st, 12)
+			}
+		})
+	}
+}

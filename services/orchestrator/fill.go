@@ -18,6 +18,34 @@ type inputSchema struct {
 	Properties map[string]json.RawMessage `json:"properties"`
 }
 
+// complete reports, decoding only the schema's required list and the names of the arguments,
+// that args is an object with every required argument, or that the schema requires none: then
+// fillFromMemory has nothing to do (every call of a turn's tools, nearly always). Any other case,
+// malformed input included, takes the full decoding.
+func complete(schema, args string) bool {
+	var s struct {
+		Required []string `json:"required"`
+	}
+	if json.Unmarshal([]byte(schema), &s) != nil || len(s.Required) == 0 {
+		return true // the full decoding fails too, or finds nothing required
+	}
+	var present map[string]skipJSON
+	if json.Unmarshal([]byte(args), &present) != nil || present == nil {
+		return false
+	}
+	for _, name := range s.Required {
+		if _, ok := present[name]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// skipJSON takes any JSON value and keeps nothing of it.
+type skipJSON struct{}
+
+func (*skipJSON) UnmarshalJSON([]byte) error { return nil }
+
 type propertySchema struct {
 	Type        json.RawMessage   `json:"type"`
 	Enum        []json.RawMessage `json:"enum"`
@@ -89,6 +117,15 @@ type fillDecision struct {
 // returned unchanged (the tool service reports them to the model). It returns the arguments,
 // what was filled, and a decision for every missing argument that had a remembered value or not.
 func fillFromMemory(schema, args string, options func(name string, prop propertySchema) []fillOption,
+	decide func(name string, prop json.RawMessage, opts []fillOption, present map[string]json.RawMessage) fillDecision) (string, []*orchestratorv1.FilledArgument, []fillDecision, []string) {
+	if complete(schema, args) {
+		return args, nil, nil, nil
+	}
+	return fillMissing(schema, args, options, decide)
+}
+
+// fillMissing is fillFromMemory's full decoding.
+func fillMissing(schema, args string, options func(name string, prop propertySchema) []fillOption,
 	decide func(name string, prop json.RawMessage, opts []fillOption, present map[string]json.RawMessage) fillDecision) (string, []*orchestratorv1.FilledArgument, []fillDecision, []string) {
 	var s inputSchema
 	if json.Unmarshal([]byte(schema), &s) != nil || len(s.Required) == 0 {

@@ -336,3 +336,52 @@ func sameJSON(a, b any) bool {
 		return a == b
 	}
 }
+
+// TestFillComplete checks the shortcut of fillFromMemory: where complete says there is nothing
+// to fill, the full decoding returns the arguments untouched with no decision; and it says so
+// only then.
+func TestFillComplete(t *testing.T) {
+	withMemory := []*memoryv1.RecalledMemory{recalled("m1", map[string]string{"restaurant_name": "蜀香园", "party_size": "4", "time": "18:00", "q": "x"})}
+	tests := []struct {
+		name, schema, args string
+		complete           bool
+	}{
+		{"every required argument present", reservationSchema, `{"restaurant_name":"a","time":"t","party_size":2}`, true},
+		{"present as null", reservationSchema, `{"restaurant_name":null,"time":null,"party_size":null}`, true},
+		{"one missing", reservationSchema, `{"restaurant_name":"a","time":"t"}`, false},
+		{"names differ in case", reservationSchema, `{"Restaurant_name":"a","time":"t","party_size":2}`, false},
+		{"duplicate names", `{"required":["q"]}`, `{"q":1,"q":2}`, true},
+		{"nothing required", `{"type":"object","properties":{"q":{"type":"string"}}}`, `{}`, true},
+		{"required is empty", `{"required":[]}`, `{}`, true},
+		{"schema not JSON", `{"required":`, `{}`, true},
+		{"schema's required not a list", `{"required":"q"}`, `{}`, true},
+		{"schema's properties not an object", `{"required":["q"],"properties":[1]}`, `{}`, false},
+		{"schema null", `null`, `{}`, true},
+		{"arguments empty", reservationSchema, ``, false},
+		{"arguments blank", `{"required":["q"]}`, " \n", false},
+		{"arguments null", reservationSchema, `null`, false},
+		{"arguments a list", reservationSchema, `[1]`, false},
+		{"arguments broken", reservationSchema, `{"time":`, false},
+		{"arguments with spaces around", `{"required":["q"]}`, " {\"q\": [1, {\"x\": null}]} ", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := complete(tc.schema, tc.args); got != tc.complete {
+				t.Fatalf("complete = %v, want %v", got, tc.complete)
+			}
+			if !tc.complete {
+				return
+			}
+			out, filled, decisions, names := fillMissing(tc.schema, tc.args,
+				func(name string, prop propertySchema) []fillOption {
+					return memoryOptions(withMemory, name, prop, true)
+				},
+				func(_ string, _ json.RawMessage, opts []fillOption, _ map[string]json.RawMessage) fillDecision {
+					return fillDecision{outcome: fillFilled, option: &opts[0], by: "test"}
+				})
+			if out != tc.args || filled != nil || decisions != nil || names != nil {
+				t.Errorf("the full decoding did something: %q, %v, %v, %v", out, filled, decisions, names)
+			}
+		})
+	}
+}

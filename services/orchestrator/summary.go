@@ -106,6 +106,9 @@ func parseSummary(text string) summaryDoc {
 
 // clip shortens s to n runes, marking the cut.
 func clip(s string, n int) string {
+	if len(s) <= n {
+		return s // no more bytes, so no more characters, than n
+	}
 	r := []rune(s)
 	if len(r) <= n {
 		return s

@@ -134,7 +134,16 @@ func isResult(m *sessionv1.Message) bool {
 // tool_result per call: results already there stay, a result found elsewhere is moved next to
 // its call, a missing one is synthesized; results whose call is not in msgs, and second results
 // for one call, are dropped, as are tool_calls whose id was already used.
+// A window that needs no repair, every turn's usual case, is returned as it is (msgs itself).
 func repairPairs(msgs []*sessionv1.Message, count func(string) int32) ([]*sessionv1.Message, []*sessionv1.Repair) {
+	if wellPaired(msgs) {
+		return msgs, nil
+	}
+	return repairAll(msgs, count)
+}
+
+// repairAll is repairPairs' full pass.
+func repairAll(msgs []*sessionv1.Message, count func(string) int32) ([]*sessionv1.Message, []*sessionv1.Repair) {
 	p := newPairRepair(msgs, count)
 	for i := 0; i < len(msgs); {
 		m := msgs[i]
@@ -154,6 +163,47 @@ func repairPairs(msgs []*sessionv1.Message, count func(string) int32) ([]*sessio
 		}
 	}
 	return p.out, p.repairs
+}
+
+// maxQuickCalls bounds the tool calls wellPaired checks; a window with more takes the full pass.
+const maxQuickCalls = 64
+
+// wellPaired reports, without allocating, whether repairPairs would leave msgs as they are:
+// every run of tool_calls is followed right away by exactly one result for each of its calls
+// (in any order), no other result stands anywhere, and no call id repeats.
+func wellPaired(msgs []*sessionv1.Message) bool {
+	var ids [maxQuickCalls]string
+	n := 0
+	for i := 0; i < len(msgs); {
+		if isResult(msgs[i]) {
+			return false
+		}
+		if !isCall(msgs[i]) {
+			i++
+			continue
+		}
+		start := n
+		for ; i < len(msgs) && isCall(msgs[i]); i++ {
+			id := msgs[i].GetToolCallId()
+			if n == maxQuickCalls || slices.Contains(ids[:n], id) {
+				return false
+			}
+			ids[n] = id
+			n++
+		}
+		var answered uint64 // bit j: the run's call j has its result
+		for ; i < len(msgs) && isResult(msgs[i]); i++ {
+			j := slices.Index(ids[start:n], msgs[i].GetToolCallId())
+			if j < 0 || answered&(1<<j) != 0 {
+				return false
+			}
+			answered |= 1 << j
+		}
+		if answered != 1<<(n-start)-1 {
+			return false
+		}
+	}
+	return true
 }
 
 // pairRepair is the state of one repairPairs pass over msgs.

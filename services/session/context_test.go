@@ -2,6 +2,8 @@ package session
 
 import (
 	"fmt"
+	mrand "math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -482,5 +484,64 @@ func checkBudgetAndBlocks(t *testing.T, all []*sessionv1.Message, a *assembled, 
 		if m.GetSeq() <= summarySeq || m.GetSeq() >= start || (i > 0 && m.GetSeq() <= a.evicted[i-1].GetSeq()) {
 			t.Fatalf("evicted %v with the summary through %d and the window at %d", seqList(a.evicted), summarySeq, start)
 		}
+	}
+}
+
+// TestWellPaired checks the quick check against the full pass on random windows of calls,
+// results and other messages over a few call ids: a window it passes is one the full pass
+// leaves exactly as it is, and every window the full pass leaves as it is passes (below the
+// quick check's bound on calls).
+func TestWellPaired(t *testing.T) {
+	rng := mrand.New(mrand.NewPCG(25, 34))
+	ids := []string{"a", "b", "c", "d", "e", "f", ""}
+	passed, changed := 0, 0
+	for range 20000 {
+		// Steps of calls with their results (shuffled), often well formed, with ids that may
+		// repeat across steps, and stray messages of every kind between them.
+		var msgs []*sessionv1.Message
+		for range rng.IntN(6) {
+			switch rng.IntN(6) {
+			case 0:
+				msgs = append(msgs, user("u"))
+			case 1:
+				msgs = append(msgs, assistant("x"))
+			case 2:
+				msgs = append(msgs, result(ids[rng.IntN(len(ids))]))
+			default:
+				run := rng.Perm(len(ids))[:1+rng.IntN(3)]
+				for _, j := range run {
+					msgs = append(msgs, call(ids[j]))
+				}
+				rng.Shuffle(len(run), func(a, b int) { run[a], run[b] = run[b], run[a] })
+				for _, j := range run[:len(run)-rng.IntN(2)] {
+					msgs = append(msgs, result(ids[j]))
+				}
+			}
+		}
+		numbered(msgs...)
+		full, repairs := repairAll(msgs, func(string) int32 { return 1 })
+		same := len(repairs) == 0 && slices.Equal(full, msgs)
+		if got := wellPaired(msgs); got != same {
+			t.Fatalf("wellPaired(%v) = %v; the full pass leaves it as it is: %v (%v, repairs %v)", seqs(msgs), got, same, seqs(full), repairs)
+		}
+		if same {
+			passed++
+		} else {
+			changed++
+		}
+	}
+	// The quick check's bound: more calls than it tracks take the full pass.
+	var many []*sessionv1.Message
+	for i := range maxQuickCalls + 1 {
+		many = append(many, call(fmt.Sprint(i)), result(fmt.Sprint(i)))
+	}
+	if wellPaired(many) {
+		t.Errorf("wellPaired passed %d calls, more than its bound %d", maxQuickCalls+1, maxQuickCalls)
+	}
+	if got, repairs := repairPairs(many, func(string) int32 { return 1 }); len(repairs) != 0 || !slices.Equal(got, many) {
+		t.Errorf("a long intact window changed: %d repairs", len(repairs))
+	}
+	if passed < 2000 || changed < 2000 {
+		t.Errorf("%d of the random windows were intact, %d repaired: the test covers too little", passed, changed)
 	}
 }

@@ -317,7 +317,9 @@ func durability(ctx context.Context) context.Context {
 
 // InProcessHandover names the methods whose responses an in-process caller may take without a
 // copy (internal/rpc): AppendMessages builds its response from messages the store decoded or
-// built for this call and keeps none of them (a deferred write re-applies its own copies).
+// built for this call (a deferred write re-applies its own copies). The context's messages may
+// be the bolt store's decoded ones, shared with later loads (decodedCache): the caller only
+// reads them, as the orchestrator does.
 func (s *Service) InProcessHandover() []string { return []string{"AppendMessages"} }
 
 // AppendMessages implements SessionServiceServer.

@@ -65,6 +65,9 @@ type BoltStore struct {
 	flusherDone chan struct{}
 	flushed     func(error) // flushOptions.done
 
+	// decoded keeps the messages of recent context loads, so a turn decodes only its new ones.
+	decoded *decodedCache
+
 	// mu guards pending and postings: the committed entries of unindexed (by their key) that
 	// are not yet in index, and how many postings they hold. Entries are immutable once added.
 	// Resets of timer happen under it. It is never held across a transaction.
@@ -130,6 +133,7 @@ func openBoltStore(path string, o flushOptions) (*BoltStore, error) {
 		stop:        make(chan struct{}),
 		flusherDone: make(chan struct{}),
 		pending:     map[uint64]*pendingEntry{},
+		decoded:     newDecodedCache(defaultDecodedBytes),
 	}
 	b.timer.Stop()
 	// The entries of a process that ended before flushing them.
@@ -541,7 +545,7 @@ func (b *BoltStore) appendLoad(ctx context.Context, userID, sessionID string, ba
 		if err != nil || w == nil {
 			return out, nil, entries, err
 		}
-		d, err := loadContextTx(tx, sessionID, w.turns, w.maxEvicted)
+		d, err := b.loadContextTx(tx, sessionID, w.turns, w.maxEvicted)
 		return out, d, entries, err
 	}
 	var err error
@@ -738,14 +742,15 @@ func (ab appendBuckets) put(st *sessionv1.SessionState, userID, sessionID string
 	return e, raw, nil
 }
 
-// messageRange returns the messages with from <= seq <= to.
-func messageRange(msgs *bolt.Bucket, from, to int64) ([]*sessionv1.Message, error) {
+// messageRange returns the messages with from <= seq <= to, decoded through ds (nil: decoded
+// anew).
+func messageRange(msgs *bolt.Bucket, from, to int64, ds *decodedSession) ([]*sessionv1.Message, error) {
 	var out []*sessionv1.Message
 	c := msgs.Cursor()
 	for k, v := c.Seek(seqKey(max(from, 1))); k != nil && keySeq(k) <= to; k, v = c.Next() {
-		m := &sessionv1.Message{}
-		if err := proto.Unmarshal(v, m); err != nil {
-			return nil, fmt.Errorf("decode message %d: %w", keySeq(k), err)
+		m, err := ds.decode(keySeq(k), v)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, m)
 	}
@@ -761,7 +766,7 @@ func (b *BoltStore) ListMessages(_ context.Context, sessionID string, afterSeq i
 			return ErrNotFound
 		}
 		var err error
-		out, err = messageRange(sb.Bucket(bMsgs), afterSeq+1, afterSeq+int64(limit))
+		out, err = messageRange(sb.Bucket(bMsgs), afterSeq+1, afterSeq+int64(limit), nil)
 		return err
 	})
 	return out, err
@@ -779,7 +784,7 @@ func (b *BoltStore) LoadContext(_ context.Context, sessionID string, turns, maxE
 	var d *ContextData
 	err := b.db.View(func(tx *bolt.Tx) error {
 		var err error
-		d, err = loadContextTx(tx, sessionID, turns, maxEvicted)
+		d, err = b.loadContextTx(tx, sessionID, turns, maxEvicted)
 		return err
 	})
 	if err != nil {
@@ -788,9 +793,11 @@ func (b *BoltStore) LoadContext(_ context.Context, sessionID string, turns, maxE
 	return d, nil
 }
 
-// loadContextTx is LoadContext's reading, in tx.
-func loadContextTx(tx *bolt.Tx, sessionID string, turns, maxEvicted int) (*ContextData, error) {
+// loadContextTx is LoadContext's reading, in tx. Its messages come from the decoded cache where
+// their stored bytes are unchanged.
+func (b *BoltStore) loadContextTx(tx *bolt.Tx, sessionID string, turns, maxEvicted int) (*ContextData, error) {
 	d := &ContextData{}
+	ds := b.decoded.take(sessionID)
 	err := func() error {
 		s, err := getSession(tx, sessionID)
 		if err != nil {
@@ -822,14 +829,14 @@ func loadContextTx(tx *bolt.Tx, sessionID string, turns, maxEvicted int) (*Conte
 			start = 1
 		}
 		last := s.GetState().GetLastSeq()
-		if d.Window, err = messageRange(msgs, start, last); err != nil {
+		if d.Window, err = messageRange(msgs, start, last, ds); err != nil {
 			return err
 		}
 		sc := sb.Bucket(bSticky).Cursor()
 		for k, _ := sc.First(); k != nil && keySeq(k) < start; k, _ = sc.Next() {
-			m := &sessionv1.Message{}
-			if err := proto.Unmarshal(msgs.Get(k), m); err != nil {
-				return fmt.Errorf("decode sticky message: %w", err)
+			m, err := ds.decode(keySeq(k), msgs.Get(k))
+			if err != nil {
+				return fmt.Errorf("sticky: %w", err)
 			}
 			d.Sticky = append(d.Sticky, m)
 		}
@@ -838,7 +845,7 @@ func loadContextTx(tx *bolt.Tx, sessionID string, turns, maxEvicted int) (*Conte
 			from = d.Summary.ThroughSeq + 1
 		}
 		to := min(start-1, from+int64(maxEvicted)-1)
-		if d.Evicted, err = messageRange(msgs, from, to); err != nil {
+		if d.Evicted, err = messageRange(msgs, from, to, ds); err != nil {
 			return err
 		}
 		d.EvictedMore = to < start-1
@@ -847,6 +854,7 @@ func loadContextTx(tx *bolt.Tx, sessionID string, turns, maxEvicted int) (*Conte
 	if err != nil {
 		return nil, err
 	}
+	b.decoded.keep(ds)
 	return d, nil
 }
 
@@ -920,7 +928,7 @@ func (b *BoltStore) Search(_ context.Context, userID string, terms []string, ses
 			if sb == nil {
 				return nil
 			}
-			msgs, err := messageRange(sb.Bucket(bMsgs), seq-int64(neighbors), seq+int64(neighbors))
+			msgs, err := messageRange(sb.Bucket(bMsgs), seq-int64(neighbors), seq+int64(neighbors), nil)
 			if err != nil {
 				return err
 			}

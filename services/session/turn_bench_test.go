@@ -1,0 +1,79 @@
+package session
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/hermes-agent/hermes/internal/boltstore"
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+)
+
+// monolithTurn writes a turn's session messages as the monolith's orchestrator does: the user
+// message with its context load, the tool call and its result, the answer, all deferred, then
+// the commit of the turn's record (here an empty write).
+func monolithTurn(tb testing.TB, s *BoltStore, sid string, i int) {
+	tb.Helper()
+	dctx := metadata.NewIncomingContext(ctx, metadata.Pairs(boltstore.DeferHeader, "next-commit"))
+	turn := fmt.Sprintf("01JF%022d", i)
+	msg := func(role sessionv1.Role, kind sessionv1.MessageKind, text, cid string) AppendItem {
+		return AppendItem{
+			Message: &sessionv1.Message{Id: newID(time.Now()), Role: role, Kind: kind, Content: text, ClientId: turn + cid, TokenCount: int32(len(text) / 4), Metadata: map[string]string{"turn_id": turn}},
+			Terms:   textTerms(text),
+		}
+	}
+	if _, _, err := s.AppendLoad(dctx, "alice", sid, []AppendItem{msg(sessionv1.Role_ROLE_USER, sessionv1.MessageKind_MESSAGE_KIND_TEXT, fmt.Sprintf("what is %d plus %d, please", i, i), ":user")}, nil, 12, 200); err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.group.Update(func(*bolt.Tx) error { return nil }); err != nil {
+		tb.Fatal(err)
+	}
+	step := []AppendItem{
+		msg(sessionv1.Role_ROLE_ASSISTANT, sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL, fmt.Sprintf(`{"expression":"%d+%d"}`, i, i), ":1:call:0"),
+		msg(sessionv1.Role_ROLE_TOOL, sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, fmt.Sprintf(`{"result":%d}`, 2*i), ":1:result:0"),
+	}
+	if _, err := s.Append(dctx, "alice", sid, step, nil); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := s.Append(dctx, "alice", sid, []AppendItem{msg(sessionv1.Role_ROLE_ASSISTANT, sessionv1.MessageKind_MESSAGE_KIND_TEXT, fmt.Sprintf("%d plus %d is %d.", i, i, 2*i), ":answer")}, nil); err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.group.Update(func(*bolt.Tx) error { return nil }); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// BenchmarkBoltMonolithTurn measures the session store's share of a monolith turn (two commits,
+// four messages, one context load) in a session of 1,000 turns: run with -benchmem.
+func BenchmarkBoltMonolithTurn(b *testing.B) {
+	s := openBolt(b, filepath.Join(b.TempDir(), "s.db"), flushOptions{delay: defaultFlushDelay, postings: defaultFlushPostings})
+	defer s.Close()
+	s.group = boltstore.NewGroupDelay(s.db, time.Hour)
+	sid := newSession(b, s, "alice", time.Now()).GetId()
+	i := 0
+	for ; i < 1000; i++ {
+		monolithTurn(b, s, sid, i)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		monolithTurn(b, s, sid, i)
+		i++
+	}
+	b.StopTimer()
+	_ = s.db.View(func(tx *bolt.Tx) error {
+		sb := tx.Bucket(sessionBucketName(sid))
+		for _, n := range [][]byte{bMsgs, bClientIDs, bTurns, bSticky} {
+			st := sb.Bucket(n).Stats()
+			b.Logf("%s: keys %d depth %d branch pages %d leaf pages %d leaf inuse %d", n, st.KeyN, st.Depth, st.BranchPageN, st.LeafPageN, st.LeafInuse)
+		}
+		for _, n := range [][]byte{bSessions, bUserSessions, bUnindexed, bIndex} {
+			st := tx.Bucket(n).Stats()
+			b.Logf("%s: keys %d depth %d branch pages %d leaf pages %d", n, st.KeyN, st.Depth, st.BranchPageN, st.LeafPageN)
+		}
+		return nil
+	})
+}
