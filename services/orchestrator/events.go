@@ -42,11 +42,12 @@ func clipBytes(text string, n int) string {
 // rememberCue finds a request to remember something, which lets the extractor use tool results.
 var rememberCue = regexp.MustCompile(`(?i)\bremember\b|记住|记下|别忘|記住|記下`)
 
-// emitter numbers events, sends them to the client and keeps them for the turn record. Tool
-// calls run concurrently, so sends are serialized.
+// emitter numbers events, sends them to the client and keeps them for the turn record. The
+// events before the final one are sent, in order, by a goroutine of their own (sender), so
+// that the turn does not wait for the stream's sends (encoding, framing) on its way to the
+// final event; the final event is sent by the turn once they were (send).
 type emitter struct {
-	// mu guards seq, events, gone, holding and queue, and is held across sendFn so that sends
-	// are serialized.
+	// mu guards seq, events, gone, holding, queue, out and sending.
 	mu     sync.Mutex
 	seq    int32
 	sendFn func(*orchestratorv1.TurnEvent) error
@@ -56,6 +57,11 @@ type emitter struct {
 	// client before the turn's RUNNING record is stored.
 	holding bool
 	queue   []*orchestratorv1.TurnEvent
+	// out is what the sender is to send next; sending says the sender runs (it ends when out is
+	// empty), and idle is closed when it ended (nil while none ran or it runs).
+	out     []*orchestratorv1.TurnEvent
+	sending bool
+	idle    chan struct{}
 }
 
 // emit numbers an event, keeps it and sends it (or queues it, while holding).
@@ -99,11 +105,21 @@ func (e *emitter) hold(ev *orchestratorv1.TurnEvent) {
 	e.add(ev)
 }
 
-// send sends an event that hold kept.
+// send sends the final event, which hold kept, once the events before it were sent; nothing
+// is sent after it (the stream ends with it).
 func (e *emitter) send(ev *orchestratorv1.TurnEvent) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.deliver(ev)
+	for e.sending {
+		idle := e.idle
+		e.mu.Unlock()
+		<-idle
+		e.mu.Lock()
+	}
+	if !e.gone {
+		_ = e.sendFn(ev)
+	}
+	e.gone = true
 }
 
 func (e *emitter) add(ev *orchestratorv1.TurnEvent) {
@@ -113,13 +129,43 @@ func (e *emitter) add(ev *orchestratorv1.TurnEvent) {
 	e.events = append(e.events, ev)
 }
 
+// deliver hands ev to the sender, starting it when it does not run; e.mu is held.
 func (e *emitter) deliver(ev *orchestratorv1.TurnEvent) {
 	if e.gone {
 		return
 	}
-	if err := e.sendFn(ev); err != nil {
-		// The client went away; its context is cancelled, which ends the turn.
-		e.gone = true
+	e.out = append(e.out, ev)
+	if !e.sending {
+		e.sending, e.idle = true, make(chan struct{})
+		go e.sender()
+	}
+}
+
+// sender sends what deliver handed over, in order, until there is nothing left.
+func (e *emitter) sender() {
+	var batch []*orchestratorv1.TurnEvent
+	for {
+		e.mu.Lock()
+		// The batch sent is reused for the next one: out is not read outside this loop.
+		batch, e.out = e.out, batch[:0]
+		if len(batch) == 0 || e.gone {
+			e.out = nil
+			e.sending = false
+			close(e.idle)
+			e.mu.Unlock()
+			return
+		}
+		e.mu.Unlock()
+		for i, ev := range batch {
+			if err := e.sendFn(ev); err != nil {
+				// The client went away; its context is cancelled, which ends the turn.
+				e.mu.Lock()
+				e.gone = true
+				e.mu.Unlock()
+				break
+			}
+			batch[i] = nil
+		}
 	}
 }
 
