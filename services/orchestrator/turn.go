@@ -528,7 +528,6 @@ func (t *turn) finish(ctx context.Context, err error) {
 	}
 
 	usage := t.usage.proto()
-	t.s.met.turnFinished(sctx, st, t.s.now().Sub(t.started), usage)
 	var final *orchestratorv1.TurnEvent
 	if st == orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED {
 		final = &orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Completed{Completed: &orchestratorv1.TurnCompleted{
@@ -551,6 +550,9 @@ func (t *turn) finish(ctx context.Context, err error) {
 		t.s.log.Warn("turn record, task state and outbox entry not stored", "turn", t.id, "error", err)
 	}
 	t.em.send(final)
+	// After the final event, which the client waits for, and before the stream ends: the
+	// duration is the turn's as the client saw it.
+	t.s.met.turnFinished(sctx, st, t.s.now().Sub(t.started), usage)
 	if f.Event != nil && stored {
 		t.s.publishNow(ctx, f.Event, f.publishedData())
 	}
