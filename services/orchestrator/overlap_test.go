@@ -23,18 +23,22 @@ type gatedSteps struct {
 	*fakeSession
 	gate chan struct{}
 	fail error
-	// ended is closed when the step's append returned.
-	ended chan struct{}
+	// entered is closed when the step's append began, ended when it returned.
+	entered, ended chan struct{}
 }
 
 func (g *gatedSteps) AppendMessages(ctx context.Context, req *sessionv1.AppendMessagesRequest, opts ...grpc.CallOption) (*sessionv1.AppendMessagesResponse, error) {
 	for _, m := range req.GetMessages() {
 		if m.GetKind() == sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT {
 			defer close(g.ended)
+			close(g.entered)
 			select {
 			case <-g.gate:
 			case <-ctx.Done(): // the turn's deadline: a turn whose model call waits for this write
-				return nil, ctx.Err()
+			}
+			// A store that honours its caller's cancellation.
+			if err := ctx.Err(); err != nil {
+				return nil, err
 			}
 			if g.fail != nil {
 				return nil, g.fail
@@ -77,11 +81,13 @@ func eventKinds(evs []*orchestratorv1.TurnEvent) []string {
 // events in the same order: the second step's context event after the write, counting the
 // step's stored messages, before that step's text. A write that fails fails the turn with its
 // error, as it did when the write came first: no event of the second step, one model call
-// counted, no answer stored.
+// counted, no answer stored. A turn cancelled during the call keeps the step stored, as it did
+// when the write ended before the call began, and counts the call.
 func TestLoopStepWriteOverlapsModelCall(t *testing.T) {
 	cases := []struct {
 		name      string
 		fail      error
+		cancel    bool
 		wantKinds []string
 		wantCode  string
 		wantCalls int32
@@ -102,22 +108,47 @@ func TestLoopStepWriteOverlapsModelCall(t *testing.T) {
 			wantCalls: 1,
 			wantLog:   []sessionv1.MessageKind{sessionv1.MessageKind_MESSAGE_KIND_TEXT},
 		},
+		{
+			name:      "the turn is cancelled during the call",
+			cancel:    true,
+			wantKinds: []string{"started", "context 1", "tool call", "tool result", "context 2", "failed"},
+			wantCode:  "CANCELLED",
+			wantCalls: 2,
+			wantLog: []sessionv1.MessageKind{sessionv1.MessageKind_MESSAGE_KIND_TEXT, sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL,
+				sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT},
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				g := &gatedSteps{fakeSession: newFakeSession(), gate: make(chan struct{}), fail: c.fail, ended: make(chan struct{})}
+				g := &gatedSteps{fakeSession: newFakeSession(), gate: make(chan struct{}), fail: c.fail, entered: make(chan struct{}), ended: make(chan struct{})}
 				var once sync.Once
+				client, cancelTurn := context.WithCancel(context.Background())
+				defer cancelTurn()
 				l := newLoopOn(t, Config{}, g, func(ctx context.Context, req model.Request) (*model.Response, error) {
 					if last := req.Messages[len(req.Messages)-1]; last.Role == model.RoleTool {
+						if c.cancel {
+							// The step's write is under way when the cancellation reaches the
+							// turn (and so this call).
+							<-g.entered
+							cancelTurn()
+							<-ctx.Done()
+						}
 						once.Do(func() { close(g.gate) })
 						// The answer comes after the write ended, so that a failed write is
 						// known before it: what the client sees does not depend on timing.
 						<-g.ended
+						if err := ctx.Err(); err != nil {
+							return nil, err
+						}
 					}
 					return toolThenAnswer(ctx, req)
 				})
-				st := l.run(t, "s1", "what is 6*7?", nil)
+				st := &fakeStream{ctx: client}
+				if err := l.svc.RunTurn(&orchestratorv1.RunTurnRequest{SessionId: "s1", UserId: "u", Text: "what is 6*7?",
+					Options: &orchestratorv1.TurnOptions{SkipMemory: true}}, st); err != nil {
+					t.Fatalf("RunTurn: %v", err)
+				}
 				st.mu.Lock()
 				events := st.events
 				st.mu.Unlock()

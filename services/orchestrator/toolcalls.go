@@ -136,30 +136,39 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 			t.blocks.currentTokens += m.GetTokenCount()
 		}
 		t.recordSteps(outs)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return t.checkFailures(outs)
+		return nil
 	}
 	t.addStep(resp.Content, outs, content)
 	if ctx.Err() != nil || !allSucceeded(outs) {
 		// A failed call may end the turn here (checkFailures): the next model call must not be
 		// made before that is known.
-		return stored(t.append(ctx, msgs))
+		if err := stored(t.append(ctx, msgs)); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return t.checkFailures(outs)
 	}
 	// The step's write runs while the next model call is made, which needs only the step's
 	// messages (addStep); the next step waits for it before its first event (awaitStep), and
-	// the turn's end before anything it stores.
+	// the turn's end before anything it stores. The turn's end does not cut it short: the step
+	// was stored before the next call began, so a turn cancelled during that call keeps it.
 	done := make(chan struct{})
 	var out []*sessionv1.Message
 	var aerr error
 	go func() {
 		defer close(done)
-		out, aerr = t.append(ctx, msgs)
+		wctx, cancel := detached(ctx)
+		defer cancel()
+		out, aerr = t.append(wctx, msgs)
 	}()
 	t.storing = func() error {
 		<-done
-		return stored(out, aerr)
+		if err := stored(out, aerr); err != nil {
+			return err
+		}
+		return t.checkFailures(outs) // every call succeeded: it only clears their failures
 	}
 	return nil
 }
