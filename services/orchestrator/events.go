@@ -47,7 +47,7 @@ var rememberCue = regexp.MustCompile(`(?i)\bremember\b|记住|记下|别忘|記�
 // that the turn does not wait for the stream's sends (encoding, framing) on its way to the
 // final event; the final event is sent by the turn once they were (send).
 type emitter struct {
-	// mu guards seq, events, gone, holding, queue, out and sending.
+	// mu guards seq, events, gone, holding, queue, out, sending and busy.
 	mu     sync.Mutex
 	seq    int32
 	sendFn func(*orchestratorv1.TurnEvent) error
@@ -57,11 +57,12 @@ type emitter struct {
 	// client before the turn's RUNNING record is stored.
 	holding bool
 	queue   []*orchestratorv1.TurnEvent
-	// out is what the sender is to send next; sending says the sender runs (it ends when out is
-	// empty), and idle is closed when it ended (nil while none ran or it runs).
+	// out is what the sender is to send next; sending says a sender goroutine runs (it ends
+	// when out is empty or the final event went out); busy, while the sender sends a batch it
+	// took from out, is closed when that batch was sent.
 	out     []*orchestratorv1.TurnEvent
 	sending bool
-	idle    chan struct{}
+	busy    chan struct{}
 }
 
 // emit numbers an event, keeps it and sends it (or queues it, while holding).
@@ -106,20 +107,24 @@ func (e *emitter) hold(ev *orchestratorv1.TurnEvent) {
 }
 
 // send sends the final event, which hold kept, once the events before it were sent; nothing
-// is sent after it (the stream ends with it).
+// is sent after it (the stream ends with it). It waits for the batch the sender is sending;
+// what the sender has not taken yet it sends itself rather than wait for the sender to run.
 func (e *emitter) send(ev *orchestratorv1.TurnEvent) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for e.sending {
-		idle := e.idle
+	for e.busy != nil {
+		busy := e.busy
 		e.mu.Unlock()
-		<-idle
+		<-busy
 		e.mu.Lock()
 	}
-	if !e.gone {
-		_ = e.sendFn(ev)
+	for _, q := range append(e.out, ev) {
+		if !e.gone && e.sendFn(q) != nil {
+			e.gone = true
+		}
 	}
-	e.gone = true
+	e.out = nil
+	e.gone = true // a sender still to run finds nothing to do
 }
 
 func (e *emitter) add(ev *orchestratorv1.TurnEvent) {
@@ -136,36 +141,36 @@ func (e *emitter) deliver(ev *orchestratorv1.TurnEvent) {
 	}
 	e.out = append(e.out, ev)
 	if !e.sending {
-		e.sending, e.idle = true, make(chan struct{})
+		e.sending = true
 		go e.sender()
 	}
 }
 
 // sender sends what deliver handed over, in order, until there is nothing left.
 func (e *emitter) sender() {
-	var batch []*orchestratorv1.TurnEvent
 	for {
 		e.mu.Lock()
-		// The batch sent is reused for the next one: out is not read outside this loop.
-		batch, e.out = e.out, batch[:0]
-		if len(batch) == 0 || e.gone {
-			e.out = nil
-			e.sending = false
-			close(e.idle)
+		if len(e.out) == 0 || e.gone {
+			e.out, e.sending = nil, false
 			e.mu.Unlock()
 			return
 		}
+		batch, busy := e.out, make(chan struct{})
+		e.out, e.busy = nil, busy
 		e.mu.Unlock()
-		for i, ev := range batch {
+		gone := false
+		for _, ev := range batch {
 			if err := e.sendFn(ev); err != nil {
 				// The client went away; its context is cancelled, which ends the turn.
-				e.mu.Lock()
-				e.gone = true
-				e.mu.Unlock()
+				gone = true
 				break
 			}
-			batch[i] = nil
 		}
+		e.mu.Lock()
+		e.gone = e.gone || gone
+		e.busy = nil
+		close(busy)
+		e.mu.Unlock()
 	}
 }
 

@@ -192,7 +192,8 @@ func TestLoopStepWriteOverlapsModelCall(t *testing.T) {
 
 // TestEmitterSendsOffTheTurn: the turn's emits return while the stream's send of an earlier
 // event is still blocked (the emitter would wait here for ever if the turn sent them itself);
-// the events reach the stream in order, the final one last, and nothing after it.
+// the events reach the stream in order, the final one last (the events the sender had not taken
+// yet are sent with it), and nothing after it.
 func TestEmitterSendsOffTheTurn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		unblock := make(chan struct{})
