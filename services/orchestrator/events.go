@@ -42,11 +42,12 @@ func clipBytes(text string, n int) string {
 // rememberCue finds a request to remember something, which lets the extractor use tool results.
 var rememberCue = regexp.MustCompile(`(?i)\bremember\b|记住|记下|别忘|記住|記下`)
 
-// emitter numbers events, sends them to the client and keeps them for the turn record. Tool
-// calls run concurrently, so sends are serialized.
+// emitter numbers events, sends them to the client and keeps them for the turn record. The
+// events before the final one are sent, in order, by a goroutine of their own (sender), so
+// that the turn does not wait for the stream's sends (encoding, framing) on its way to the
+// final event; the final event is sent by the turn once they were (send).
 type emitter struct {
-	// mu guards seq, events, gone, holding and queue, and is held across sendFn so that sends
-	// are serialized.
+	// mu guards seq, events, gone, holding, queue, out, sending and busy.
 	mu     sync.Mutex
 	seq    int32
 	sendFn func(*orchestratorv1.TurnEvent) error
@@ -56,6 +57,12 @@ type emitter struct {
 	// client before the turn's RUNNING record is stored.
 	holding bool
 	queue   []*orchestratorv1.TurnEvent
+	// out is what the sender is to send next; sending says a sender goroutine runs (it ends
+	// when out is empty or the final event went out); busy, while the sender sends a batch it
+	// took from out, is closed when that batch was sent.
+	out     []*orchestratorv1.TurnEvent
+	sending bool
+	busy    chan struct{}
 }
 
 // emit numbers an event, keeps it and sends it (or queues it, while holding).
@@ -99,11 +106,25 @@ func (e *emitter) hold(ev *orchestratorv1.TurnEvent) {
 	e.add(ev)
 }
 
-// send sends an event that hold kept.
+// send sends the final event, which hold kept, once the events before it were sent; nothing
+// is sent after it (the stream ends with it). It waits for the batch the sender is sending;
+// what the sender has not taken yet it sends itself rather than wait for the sender to run.
 func (e *emitter) send(ev *orchestratorv1.TurnEvent) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.deliver(ev)
+	for e.busy != nil {
+		busy := e.busy
+		e.mu.Unlock()
+		<-busy
+		e.mu.Lock()
+	}
+	for _, q := range append(e.out, ev) {
+		if !e.gone && e.sendFn(q) != nil {
+			e.gone = true
+		}
+	}
+	e.out = nil
+	e.gone = true // a sender still to run finds nothing to do
 }
 
 func (e *emitter) add(ev *orchestratorv1.TurnEvent) {
@@ -113,13 +134,43 @@ func (e *emitter) add(ev *orchestratorv1.TurnEvent) {
 	e.events = append(e.events, ev)
 }
 
+// deliver hands ev to the sender, starting it when it does not run; e.mu is held.
 func (e *emitter) deliver(ev *orchestratorv1.TurnEvent) {
 	if e.gone {
 		return
 	}
-	if err := e.sendFn(ev); err != nil {
-		// The client went away; its context is cancelled, which ends the turn.
-		e.gone = true
+	e.out = append(e.out, ev)
+	if !e.sending {
+		e.sending = true
+		go e.sender()
+	}
+}
+
+// sender sends what deliver handed over, in order, until there is nothing left.
+func (e *emitter) sender() {
+	for {
+		e.mu.Lock()
+		if len(e.out) == 0 || e.gone {
+			e.out, e.sending = nil, false
+			e.mu.Unlock()
+			return
+		}
+		batch, busy := e.out, make(chan struct{})
+		e.out, e.busy = nil, busy
+		e.mu.Unlock()
+		gone := false
+		for _, ev := range batch {
+			if err := e.sendFn(ev); err != nil {
+				// The client went away; its context is cancelled, which ends the turn.
+				gone = true
+				break
+			}
+		}
+		e.mu.Lock()
+		e.gone = e.gone || gone
+		e.busy = nil
+		close(busy)
+		e.mu.Unlock()
 	}
 }
 

@@ -67,21 +67,14 @@ func (ga *gathering) loadTaskState(t *turn) {
 }
 
 // prepare builds the context (BuildContext, with the summary extended for evicted messages)
-// while the gathering started with the turn finishes, and assembles the blocks.
+// while the gathering started with the turn finishes, and assembles the blocks: those of the
+// context first, while the gathering may still run, then those of what it fetched.
 func (t *turn) prepare(ctx context.Context, ga *gathering) error {
 	built, err := t.buildContext(ctx)
-	if gerr := ga.g.Wait(); err == nil {
-		err = gerr
-	}
 	if err != nil {
+		_ = ga.g.Wait()
 		return err
 	}
-	if ga.memories != nil {
-		t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Memories{Memories: ga.memories}})
-	}
-	state := ga.state
-	t.hadPending = len(state.Pending) > 0
-
 	b := &t.blocks
 	b.systemPrompt = t.s.cfg.SystemPrompt
 	b.counted = map[string]int32{t.s.cfg.SystemPrompt: t.s.promptTokens}
@@ -95,12 +88,8 @@ func (t *turn) prepare(ctx context.Context, ga *gathering) error {
 			b.systemPrompt += "\n\n" + sp
 		}
 	}
-	b.memory = t.memText
 	b.pinned = renderPinned(built.GetPinned())
 	b.summary = renderSummary(built.GetSummary())
-	var shown int
-	b.taskState, shown = renderTaskState(state, t.s.cfg.TaskStateContextSteps)
-	b.counted[b.taskState] = t.s.taskLines.count(t.s.deps.Tokenizer, b.taskState)
 	var history, current []*sessionv1.Message
 	for _, m := range built.GetWindow() {
 		if m.GetSeq() < t.userMsg.GetSeq() {
@@ -118,6 +107,19 @@ func (t *turn) prepare(ctx context.Context, ga *gathering) error {
 	for _, m := range current {
 		b.currentTokens += m.GetTokenCount()
 	}
+	if err := ga.g.Wait(); err != nil {
+		return err
+	}
+	if ga.memories != nil {
+		t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Memories{Memories: ga.memories}})
+	}
+	state := ga.state
+	t.hadPending = len(state.Pending) > 0
+
+	b.memory = t.memText
+	var shown int
+	b.taskState, shown = renderTaskState(state, t.s.cfg.TaskStateContextSteps)
+	b.counted[b.taskState] = t.s.taskLines.count(t.s.deps.Tokenizer, b.taskState)
 	b.tools = t.mtools
 	for _, tool := range t.tools {
 		b.toolTokens += toolSchemaTokens(t.s.deps.Tokenizer, tool)

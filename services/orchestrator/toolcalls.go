@@ -128,19 +128,70 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 		msgs = append(msgs, &sessionv1.NewMessage{Role: sessionv1.Role_ROLE_TOOL, Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT,
 			Content: content[i], ToolCallId: o.call.ID, ToolName: o.call.Name, ClientId: fmt.Sprintf("%s:%d:result:%d", t.id, step, i), Metadata: md})
 	}
-	stored, err := t.append(ctx, msgs)
-	if err != nil {
-		return err
-	}
-	for _, m := range stored {
-		t.blocks.currentTokens += m.GetTokenCount()
+	stored := func(out []*sessionv1.Message, err error) error {
+		if err != nil {
+			return err
+		}
+		for _, m := range out {
+			t.blocks.currentTokens += m.GetTokenCount()
+		}
+		t.recordSteps(outs)
+		return nil
 	}
 	t.addStep(resp.Content, outs, content)
-	t.recordSteps(outs)
-	if ctx.Err() != nil {
-		return ctx.Err()
+	if ctx.Err() != nil || !allSucceeded(outs) {
+		// A failed call may end the turn here (checkFailures): the next model call must not be
+		// made before that is known.
+		if err := stored(t.append(ctx, msgs)); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return t.checkFailures(outs)
 	}
-	return t.checkFailures(outs)
+	// The step's write runs while the next model call is made, which needs only the step's
+	// messages (addStep); the next step waits for it before its first event (awaitStep), and
+	// the turn's end before anything it stores. The turn's end does not cut it short: the step
+	// was stored before the next call began, so a turn cancelled during that call keeps it.
+	done := make(chan struct{})
+	var out []*sessionv1.Message
+	var aerr error
+	go func() {
+		defer close(done)
+		wctx, cancel := detached(ctx)
+		defer cancel()
+		out, aerr = t.append(wctx, msgs)
+	}()
+	t.storing = func() error {
+		<-done
+		if err := stored(out, aerr); err != nil {
+			return err
+		}
+		return t.checkFailures(outs) // every call succeeded: it only clears their failures
+	}
+	return nil
+}
+
+// allSucceeded reports whether every call of a step succeeded.
+func allSucceeded(outs []*outcome) bool {
+	for _, o := range outs {
+		if !o.result.GetSuccess() {
+			return false
+		}
+	}
+	return true
+}
+
+// awaitStep waits for the write of the previous step, if it still runs (runTools), and returns
+// what storing it returned. Only the turn's goroutine calls it.
+func (t *turn) awaitStep() error {
+	f := t.storing
+	if f == nil {
+		return nil
+	}
+	t.storing = nil
+	return f()
 }
 
 // startCall fills missing required arguments from memory where the user's message allows it

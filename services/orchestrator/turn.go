@@ -97,6 +97,9 @@ type turn struct {
 	// lastStep is the current-turn messages of the latest tool step and its calls' ids, which
 	// stay the provider's until the next step is added (see runTools).
 	lastStep stepIDs
+	// storing, when not nil, waits for the write of the latest tool step, which runs while the
+	// next model call is made (runTools, awaitStep); the turn goroutine's own.
+	storing func() error
 	// failures counts, per tool and error code, the failures in a row.
 	failures map[string]int
 	// unresolved holds this turn's failed calls whose tool did not succeed afterwards.
@@ -266,15 +269,15 @@ func (t *turn) loop(ctx context.Context, ga *gathering) error {
 // reports whether the turn has its final answer.
 func (t *turn) step(ctx context.Context, step int32) (bool, error) {
 	msgs := t.blocks.messages()
-	tokens := t.blocks.breakdown(t.s.deps.Tokenizer)
-	info := proto.Clone(t.ctxInfo).(*orchestratorv1.ContextAssembled)
-	info.Step, info.Tokens = step, tokens
-	t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Context{Context: info}})
-
-	resp, err := t.callModel(ctx, step, msgs, int(tokens.GetTotal()))
+	a := &announcement{t: t, step: step}
+	if t.storing == nil {
+		_ = a.emit() // nothing to wait for: it cannot fail
+	}
+	resp, err := t.callModel(ctx, step, msgs, a)
 	if err != nil {
 		return false, err
 	}
+	tokens := a.tokens
 	// The tokenizer counts only what the provider did not report.
 	completion := 0
 	if !resp.Usage.Reported {
@@ -293,12 +296,58 @@ func (t *turn) step(ctx context.Context, step int32) (bool, error) {
 	return false, t.runTools(ctx, step, resp)
 }
 
+// announcement is a step's context event. It counts the previous step's messages as the
+// session stored them, so it goes out once that write ended (it may still run: runTools), and
+// before anything the step's model call emits: the client sees the events in the same order
+// either way.
+type announcement struct {
+	t    *turn
+	step int32
+	// tokens is the context's breakdown, set when the event was emitted; err is the previous
+	// step's write's error, which the step returns.
+	tokens *orchestratorv1.TokenBreakdown
+	err    error
+}
+
+// emit emits the event the first time it is called and returns the previous step's write's
+// error every time.
+func (a *announcement) emit() error {
+	if a.tokens != nil || a.err != nil {
+		return a.err
+	}
+	t := a.t
+	if a.err = t.awaitStep(); a.err != nil {
+		return a.err
+	}
+	a.tokens = t.blocks.breakdown(t.s.deps.Tokenizer)
+	info := proto.Clone(t.ctxInfo).(*orchestratorv1.ContextAssembled)
+	info.Step, info.Tokens = a.step, a.tokens
+	t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Context{Context: info}})
+	return nil
+}
+
 // callModel makes the step's model call. A call that the turn's end cut off still counts, with
 // the prompt's estimate and the tokens of the text streamed until then: the provider was asked
 // and bills what it produced.
-func (t *turn) callModel(ctx context.Context, step int32, msgs []model.Message, promptEstimate int) (*model.Response, error) {
+//
+// a is emitted before the call's first event, and after the call at the latest. If it fails
+// (the previous step's write failed) the call is cancelled, not counted, and the write's error
+// is the step's: the turn ends as it would have, had the call waited for the write.
+func (t *turn) callModel(ctx context.Context, step int32, msgs []model.Message, a *announcement) (*model.Response, error) {
 	ctx, span := t.s.tracer.Start(ctx, "orchestrator.model", trace.WithAttributes(attribute.Int("hermes.step", int(step)), attribute.String("hermes.model", t.model)))
 	defer span.End()
+	callCtx, cancel := ctx, context.CancelFunc(func() {})
+	if t.storing != nil {
+		callCtx, cancel = context.WithCancel(ctx)
+	}
+	defer cancel()
+	announced := func() bool {
+		if a.emit() != nil {
+			cancel()
+			return false
+		}
+		return true
+	}
 	req := model.Request{Model: t.model, Messages: msgs, Tools: t.mtools}
 	var (
 		resp     *model.Response
@@ -306,21 +355,28 @@ func (t *turn) callModel(ctx context.Context, step int32, msgs []model.Message, 
 		streamed strings.Builder
 	)
 	if t.s.cfg.Stream {
-		resp, err = t.s.deps.Model.Stream(ctx, req, func(d string) {
+		resp, err = t.s.deps.Model.Stream(callCtx, req, func(d string) {
+			if !announced() {
+				return
+			}
 			streamed.WriteString(d)
 			t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Delta{Delta: &orchestratorv1.TextDelta{Text: d, Step: step}}})
 		})
 	} else {
-		resp, err = t.s.deps.Model.Complete(ctx, req)
-		if err == nil && resp.Content != "" {
-			t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Delta{Delta: &orchestratorv1.TextDelta{Text: resp.Content, Step: step}}})
-		}
+		resp, err = t.s.deps.Model.Complete(callCtx, req)
+	}
+	if !announced() {
+		span.SetStatus(otelcodes.Error, a.err.Error())
+		return nil, a.err
+	}
+	if !t.s.cfg.Stream && err == nil && resp.Content != "" {
+		t.em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Delta{Delta: &orchestratorv1.TextDelta{Text: resp.Content, Step: step}}})
 	}
 	if err != nil {
 		span.SetStatus(otelcodes.Error, err.Error())
 		if ctx.Err() != nil {
 			t.mu.Lock()
-			t.usage.add(model.Usage{}, promptEstimate, t.s.deps.Tokenizer.Count(streamed.String()))
+			t.usage.add(model.Usage{}, int(a.tokens.GetTotal()), t.s.deps.Tokenizer.Count(streamed.String()))
 			t.mu.Unlock()
 		}
 		return nil, modelError(ctx, err)
@@ -418,6 +474,12 @@ func (t *turn) finish(ctx context.Context, err error) {
 	if err == nil {
 		err = t.recordErr
 	}
+	// A step's write that still runs (runTools: the loop ended before the next model call) ends
+	// before the closing message and the end are stored; its failure is the turn's, as it was
+	// when the write came first.
+	if serr := t.awaitStep(); serr != nil {
+		err = serr
+	}
 	st := orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED
 	var code codes.Code
 	var msg, by string
@@ -466,7 +528,6 @@ func (t *turn) finish(ctx context.Context, err error) {
 	}
 
 	usage := t.usage.proto()
-	t.s.met.turnFinished(sctx, st, t.s.now().Sub(t.started), usage)
 	var final *orchestratorv1.TurnEvent
 	if st == orchestratorv1.TurnStatus_TURN_STATUS_COMPLETED {
 		final = &orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Completed{Completed: &orchestratorv1.TurnCompleted{
@@ -489,6 +550,9 @@ func (t *turn) finish(ctx context.Context, err error) {
 		t.s.log.Warn("turn record, task state and outbox entry not stored", "turn", t.id, "error", err)
 	}
 	t.em.send(final)
+	// After the final event, which the client waits for, and before the stream ends: the
+	// duration is the turn's as the client saw it.
+	t.s.met.turnFinished(sctx, st, t.s.now().Sub(t.started), usage)
 	if f.Event != nil && stored {
 		t.s.publishNow(ctx, f.Event, f.publishedData())
 	}

@@ -1,0 +1,230 @@
+package orchestrator
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/hermes-agent/hermes/internal/model"
+	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+)
+
+// gatedSteps is a session whose append of a tool step (it holds a tool result) waits until gate
+// is closed, then fails with fail when set.
+type gatedSteps struct {
+	*fakeSession
+	gate chan struct{}
+	fail error
+	// entered is closed when the step's append began, ended when it returned.
+	entered, ended chan struct{}
+}
+
+func (g *gatedSteps) AppendMessages(ctx context.Context, req *sessionv1.AppendMessagesRequest, opts ...grpc.CallOption) (*sessionv1.AppendMessagesResponse, error) {
+	for _, m := range req.GetMessages() {
+		if m.GetKind() == sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT {
+			defer close(g.ended)
+			close(g.entered)
+			select {
+			case <-g.gate:
+			case <-ctx.Done(): // the turn's deadline: a turn whose model call waits for this write
+			}
+			// A store that honours its caller's cancellation.
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			if g.fail != nil {
+				return nil, g.fail
+			}
+			break
+		}
+	}
+	return g.fakeSession.AppendMessages(ctx, req, opts...)
+}
+
+// eventKinds names a stream's events in order, with the step of context and delta events.
+func eventKinds(evs []*orchestratorv1.TurnEvent) []string {
+	var out []string
+	for _, ev := range evs {
+		switch e := ev.GetEvent().(type) {
+		case *orchestratorv1.TurnEvent_Started:
+			out = append(out, "started")
+		case *orchestratorv1.TurnEvent_Context:
+			out = append(out, "context "+string(rune('0'+e.Context.GetStep())))
+		case *orchestratorv1.TurnEvent_ToolCall:
+			out = append(out, "tool call")
+		case *orchestratorv1.TurnEvent_ToolResult:
+			out = append(out, "tool result")
+		case *orchestratorv1.TurnEvent_Delta:
+			out = append(out, "delta "+string(rune('0'+e.Delta.GetStep())))
+		case *orchestratorv1.TurnEvent_Completed:
+			out = append(out, "completed")
+		case *orchestratorv1.TurnEvent_Failed:
+			out = append(out, "failed")
+		default:
+			out = append(out, "other")
+		}
+	}
+	return out
+}
+
+// TestLoopStepWriteOverlapsModelCall: a tool step's write runs while the next model call is
+// made (the session's append of the step waits here until the model has the second request:
+// the turn would never end if the call waited for the write), and the client sees the same
+// events in the same order: the second step's context event after the write, counting the
+// step's stored messages, before that step's text. A write that fails fails the turn with its
+// error, as it did when the write came first: no event of the second step, one model call
+// counted, no answer stored. A turn cancelled during the call keeps the step stored, as it did
+// when the write ended before the call began, and counts the call.
+func TestLoopStepWriteOverlapsModelCall(t *testing.T) {
+	cases := []struct {
+		name      string
+		fail      error
+		cancel    bool
+		wantKinds []string
+		wantCode  string
+		wantCalls int32
+		wantLog   []sessionv1.MessageKind
+	}{
+		{
+			name:      "stored",
+			wantKinds: []string{"started", "context 1", "tool call", "tool result", "context 2", "delta 2", "completed"},
+			wantCalls: 2,
+			wantLog: []sessionv1.MessageKind{sessionv1.MessageKind_MESSAGE_KIND_TEXT, sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL,
+				sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, sessionv1.MessageKind_MESSAGE_KIND_TEXT},
+		},
+		{
+			name:      "the write fails",
+			fail:      status.Error(codes.Unavailable, "disk gone"),
+			wantKinds: []string{"started", "context 1", "tool call", "tool result", "failed"},
+			wantCode:  "UNAVAILABLE",
+			wantCalls: 1,
+			wantLog:   []sessionv1.MessageKind{sessionv1.MessageKind_MESSAGE_KIND_TEXT},
+		},
+		{
+			name:      "the turn is cancelled during the call",
+			cancel:    true,
+			wantKinds: []string{"started", "context 1", "tool call", "tool result", "context 2", "failed"},
+			wantCode:  "CANCELLED",
+			wantCalls: 2,
+			wantLog: []sessionv1.MessageKind{sessionv1.MessageKind_MESSAGE_KIND_TEXT, sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL,
+				sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := &gatedSteps{fakeSession: newFakeSession(), gate: make(chan struct{}), fail: c.fail, entered: make(chan struct{}), ended: make(chan struct{})}
+				var once sync.Once
+				client, cancelTurn := context.WithCancel(context.Background())
+				defer cancelTurn()
+				l := newLoopOn(t, Config{}, g, func(ctx context.Context, req model.Request) (*model.Response, error) {
+					if last := req.Messages[len(req.Messages)-1]; last.Role == model.RoleTool {
+						if c.cancel {
+							// The step's write is under way when the cancellation reaches the
+							// turn (and so this call).
+							<-g.entered
+							cancelTurn()
+							<-ctx.Done()
+						}
+						once.Do(func() { close(g.gate) })
+						// The answer comes after the write ended, so that a failed write is
+						// known before it: what the client sees does not depend on timing.
+						<-g.ended
+						if err := ctx.Err(); err != nil {
+							return nil, err
+						}
+					}
+					return toolThenAnswer(ctx, req)
+				})
+				st := &fakeStream{ctx: client}
+				if err := l.svc.RunTurn(&orchestratorv1.RunTurnRequest{SessionId: "s1", UserId: "u", Text: "what is 6*7?",
+					Options: &orchestratorv1.TurnOptions{SkipMemory: true}}, st); err != nil {
+					t.Fatalf("RunTurn: %v", err)
+				}
+				st.mu.Lock()
+				events := st.events
+				st.mu.Unlock()
+				if diff := cmp.Diff(c.wantKinds, eventKinds(events)); diff != "" {
+					t.Errorf("events (-want +got):\n%s", diff)
+				}
+				for i, ev := range events {
+					if ev.GetSeq() != int32(i+1) {
+						t.Errorf("event %d has seq %d", i, ev.GetSeq())
+					}
+					// The user message and the step's call and result, 10 tokens each (fakeSession).
+					if cx := ev.GetContext(); cx.GetStep() == 2 && cx.GetTokens().GetCurrentMessage() != 30 {
+						t.Errorf("step 2's context counts %d tokens of the current turn, want 30", cx.GetTokens().GetCurrentMessage())
+					}
+				}
+				if f := st.final().GetFailed(); f.GetCode() != c.wantCode {
+					t.Errorf("final event %v, want code %q", st.final(), c.wantCode)
+				}
+				id := events[0].GetStarted().GetTurnId()
+				rec, err := l.store.GetTurn(context.Background(), id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rec.GetUsage().GetModelCalls() != c.wantCalls {
+					t.Errorf("the record counts %d model calls, want %d", rec.GetUsage().GetModelCalls(), c.wantCalls)
+				}
+				if got := rec.GetEvents()[len(rec.GetEvents())-1]; !proto.Equal(got, st.final()) {
+					t.Errorf("the record's last event %v, want the final event %v", got, st.final())
+				}
+				var kinds []sessionv1.MessageKind
+				for _, m := range g.messages("s1") {
+					kinds = append(kinds, m.GetKind())
+				}
+				if diff := cmp.Diff(c.wantLog, kinds); diff != "" {
+					t.Errorf("session log (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
+
+// TestEmitterSendsOffTheTurn: the turn's emits return while the stream's send of an earlier
+// event is still blocked (the emitter would wait here for ever if the turn sent them itself);
+// the events reach the stream in order, the final one last (the events the sender had not taken
+// yet are sent with it), and nothing after it.
+func TestEmitterSendsOffTheTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		unblock := make(chan struct{})
+		var mu sync.Mutex
+		var sent []int32
+		em := &emitter{sendFn: func(ev *orchestratorv1.TurnEvent) error {
+			if ev.GetSeq() == 1 {
+				<-unblock
+			}
+			mu.Lock()
+			sent = append(sent, ev.GetSeq())
+			mu.Unlock()
+			return nil
+		}}
+		em.emit(&orchestratorv1.TurnEvent{})
+		synctest.Wait() // the first send is blocked
+		em.emit(&orchestratorv1.TurnEvent{})
+		em.emit(&orchestratorv1.TurnEvent{})
+		final := &orchestratorv1.TurnEvent{}
+		em.hold(final)
+		close(unblock)
+		em.send(final)
+		em.emit(&orchestratorv1.TurnEvent{}) // after the final event: kept, not sent
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if diff := cmp.Diff([]int32{1, 2, 3, 4}, sent); diff != "" {
+			t.Errorf("sent (-want +got):\n%s", diff)
+		}
+		if n := len(em.recorded()); n != 5 {
+			t.Errorf("%d events kept, want 5", n)
+		}
+	})
+}
