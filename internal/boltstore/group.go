@@ -21,16 +21,24 @@ import (
 // keeps open, and made durable by the next commit (of an Update, or at most the group's delay
 // later). A turn uses it for the steps whose durability its own final write provides: their
 // fsyncs are that write's. Until then readers (View) do not see a deferred write, and a crash
-// loses it.
+// loses it. Deferred writes that arrive while the transaction is busy (a commit's fsyncs, another
+// write) queue up and are applied together by one of their callers, or by the next commit before
+// it commits: under load, one goroutine applies many in a row instead of the lock passing from
+// goroutine to goroutine through the scheduler, and the commit covers them.
 type Group struct {
 	db    *bolt.DB
 	delay time.Duration
 
-	// mu guards queue and leading; it is never held across a commit, nor with txMu.
+	// mu guards queue, leading, deferQueue and applying; it is never held across a commit. It
+	// may be taken while txMu is held, never the other way round.
 	mu sync.Mutex
 	// queue holds the writes waiting for the next commit; leading says a caller is committing.
 	queue   []*groupWrite
 	leading bool
+	// deferQueue holds the deferred writes waiting to be applied; applying says a caller is
+	// applying them (or waiting for the transaction to do so).
+	deferQueue []*deferWrite
+	applying   bool
 
 	// txMu guards open, deferred and timer: the write transaction that holds the deferred
 	// writes (nil when none), those writes (to apply again when open must be rolled back), and
@@ -47,6 +55,13 @@ type Group struct {
 type groupWrite struct {
 	fn func(*bolt.Tx) error
 	// done receives the write's outcome, or errLead when its caller is to commit the queue.
+	done chan error
+}
+
+// deferWrite is a deferred write waiting to be applied.
+type deferWrite struct {
+	fn func(*bolt.Tx, bool) error
+	// done receives the write's outcome, or errLead when its caller is to apply the queue.
 	done chan error
 }
 
@@ -102,24 +117,67 @@ func (g *Group) Update(fn func(*bolt.Tx) error) error {
 // delay later. fn must only change the database through tx. It may run again after Defer
 // returned, with again true, when the open transaction is rolled back for another write's
 // failure: then it must leave alone the variables and arguments its caller reads or changes.
+//
+// fn may run on another caller's goroutine (the one applying the queued writes, or a commit's):
+// what it sets, its caller reads once Defer returned.
 func (g *Group) Defer(fn func(tx *bolt.Tx, again bool) error) error {
+	d := &deferWrite{fn: fn, done: make(chan error, 1)}
+	g.mu.Lock()
+	if g.applying {
+		g.deferQueue = append(g.deferQueue, d)
+		g.mu.Unlock()
+		err := <-d.done
+		if err != errLead {
+			return err
+		}
+	} else {
+		g.applying = true
+		g.mu.Unlock()
+	}
+	// This caller applies its own write and those queued so far, then hands the task to a
+	// caller still waiting, if any (a commit may have applied them meanwhile).
 	g.txMu.Lock()
-	defer g.txMu.Unlock()
-	tx, err := g.openTx()
-	if err != nil {
-		return err
+	g.applyDeferred(d)
+	g.txMu.Unlock()
+	g.mu.Lock()
+	if len(g.deferQueue) > 0 {
+		next := g.deferQueue[0]
+		g.deferQueue = g.deferQueue[1:]
+		next.done <- errLead
+	} else {
+		g.applying = false
 	}
-	if err := fn(tx, false); err != nil {
-		// bbolt cannot undo part of a transaction: it is rolled back whole, and the deferred
-		// writes before this one are applied again by the next openTx.
-		g.rollback()
-		return err
+	g.mu.Unlock()
+	return <-d.done
+}
+
+// applyDeferred applies own (when not nil) and the queued deferred writes in the open
+// transaction and tells each caller its outcome. txMu is held.
+func (g *Group) applyDeferred(own *deferWrite) {
+	g.mu.Lock()
+	batch := g.deferQueue
+	g.deferQueue = nil
+	g.mu.Unlock()
+	if own != nil {
+		batch = append([]*deferWrite{own}, batch...)
 	}
-	g.deferred = append(g.deferred, fn)
-	if g.timer == nil {
+	for _, d := range batch {
+		tx, err := g.openTx()
+		if err == nil {
+			if err = d.fn(tx, false); err != nil {
+				// bbolt cannot undo part of a transaction: it is rolled back whole, and the
+				// deferred writes before this one are applied again by the next openTx.
+				g.rollback()
+			}
+		}
+		if err == nil {
+			g.deferred = append(g.deferred, d.fn)
+		}
+		d.done <- err
+	}
+	if len(g.deferred) > 0 && g.timer == nil {
 		g.timer = time.AfterFunc(g.delay, g.Sync)
 	}
-	return nil
 }
 
 // Sync commits the deferred writes, if any; stores call it before closing the file.
@@ -184,6 +242,8 @@ func (g *Group) rollback() {
 func (g *Group) commit(batch []*groupWrite) {
 	g.txMu.Lock()
 	defer g.txMu.Unlock()
+	// The deferred writes waiting for the transaction go first: this commit makes them durable.
+	g.applyDeferred(nil)
 	for len(batch) > 0 {
 		tx, err := g.openTx()
 		if err != nil {
