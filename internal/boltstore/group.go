@@ -22,27 +22,31 @@ import (
 // later). A turn uses it for the steps whose durability its own final write provides: their
 // fsyncs are that write's. Until then readers (View) do not see a deferred write, and a crash
 // loses it. Deferred writes that arrive while the transaction is busy (a commit's fsyncs, another
-// write) queue up and are applied together by one of their callers, or by the next commit before
-// it commits: under load, one goroutine applies many in a row instead of the lock passing from
-// goroutine to goroutine through the scheduler, and the commit covers them.
+// write) queue up, and whoever holds the transaction applies them before letting it go: the
+// next commit before it commits, a commit after its fsyncs, a deferred write after its own. Under
+// load one running goroutine applies many in a row, where a lock would pass from waiter to waiter
+// through the scheduler, each waking in turn (a convoy: most of the waiting at 64 turns at once).
 type Group struct {
 	db    *bolt.DB
 	delay time.Duration
 
-	// mu guards queue, leading, deferQueue and applying; it is never held across a commit. It
-	// may be taken while txMu is held, never the other way round.
+	// mu guards queue, leading and deferQueue; it is never held across a commit. It may be
+	// taken while txMu is held, never the other way round.
 	mu sync.Mutex
 	// queue holds the writes waiting for the next commit; leading says a caller is committing.
 	queue   []*groupWrite
 	leading bool
-	// deferQueue holds the deferred writes waiting to be applied; applying says a caller is
-	// applying them (or waiting for the transaction to do so).
+	// deferQueue holds the deferred writes waiting for the transaction.
 	deferQueue []*deferWrite
-	applying   bool
+	// later holds the writes for the next commit (Later), laterTimer the timer that commits
+	// them when no Update does.
+	later      []func(*bolt.Tx) error
+	laterTimer *time.Timer
 
 	// txMu guards open, deferred and timer: the write transaction that holds the deferred
 	// writes (nil when none), those writes (to apply again when open must be rolled back), and
-	// the timer that commits them. It is held across the work on open, including its commit.
+	// the timer that commits them. It is held across the work on open, including its commit,
+	// and released through unlockTx.
 	txMu     sync.Mutex
 	open     *bolt.Tx
 	deferred []func(*bolt.Tx, bool) error
@@ -61,7 +65,7 @@ type groupWrite struct {
 // deferWrite is a deferred write waiting to be applied.
 type deferWrite struct {
 	fn func(*bolt.Tx, bool) error
-	// done receives the write's outcome, or errLead when its caller is to apply the queue.
+	// done receives the write's outcome.
 	done chan error
 }
 
@@ -123,44 +127,39 @@ func (g *Group) Update(fn func(*bolt.Tx) error) error {
 func (g *Group) Defer(fn func(tx *bolt.Tx, again bool) error) error {
 	d := &deferWrite{fn: fn, done: make(chan error, 1)}
 	g.mu.Lock()
-	if g.applying {
-		g.deferQueue = append(g.deferQueue, d)
-		g.mu.Unlock()
-		err := <-d.done
-		if err != errLead {
-			return err
-		}
-	} else {
-		g.applying = true
-		g.mu.Unlock()
-	}
-	// This caller applies its own write and those queued so far, then hands the task to a
-	// caller still waiting, if any (a commit may have applied them meanwhile).
-	g.txMu.Lock()
-	g.applyDeferred(d)
-	g.txMu.Unlock()
-	g.mu.Lock()
-	if len(g.deferQueue) > 0 {
-		next := g.deferQueue[0]
-		g.deferQueue = g.deferQueue[1:]
-		next.done <- errLead
-	} else {
-		g.applying = false
-	}
+	g.deferQueue = append(g.deferQueue, d)
 	g.mu.Unlock()
+	// Whoever holds the transaction now applies the write before letting it go.
+	if g.txMu.TryLock() {
+		g.applyDeferred()
+		g.unlockTx()
+	}
 	return <-d.done
 }
 
-// applyDeferred applies own (when not nil) and the queued deferred writes in the open
-// transaction and tells each caller its outcome. txMu is held.
-func (g *Group) applyDeferred(own *deferWrite) {
+// unlockTx releases txMu, then applies the deferred writes queued meanwhile if it gets txMu
+// again; when it does not, the caller that has it does. A write queued while txMu is held is
+// thus never left waiting for a later caller.
+func (g *Group) unlockTx() {
+	for {
+		g.txMu.Unlock()
+		g.mu.Lock()
+		pending := len(g.deferQueue) > 0
+		g.mu.Unlock()
+		if !pending || !g.txMu.TryLock() {
+			return
+		}
+		g.applyDeferred()
+	}
+}
+
+// applyDeferred applies the queued deferred writes in the open transaction and tells each
+// caller its outcome. txMu is held.
+func (g *Group) applyDeferred() {
 	g.mu.Lock()
 	batch := g.deferQueue
 	g.deferQueue = nil
 	g.mu.Unlock()
-	if own != nil {
-		batch = append([]*deferWrite{own}, batch...)
-	}
 	for _, d := range batch {
 		tx, err := g.openTx()
 		if err == nil {
@@ -180,7 +179,22 @@ func (g *Group) applyDeferred(own *deferWrite) {
 	}
 }
 
-// Sync commits the deferred writes, if any; stores call it before closing the file.
+// Later runs fn in the next commit's transaction, just before it commits, and returns at once.
+// It is for writes no caller waits on, and that read what they write when they run (a counter's
+// value as it is then): many changes then cost one write, and no caller waits for the
+// transaction. The next commit is an Update's, or the group's own at most its delay later. A fn
+// that fails is dropped (and logged), its write lost as in a crash; fn must only change the
+// database through tx.
+func (g *Group) Later(fn func(tx *bolt.Tx) error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.later = append(g.later, fn)
+	if g.laterTimer == nil {
+		g.laterTimer = time.AfterFunc(g.delay, g.Sync)
+	}
+}
+
+// Sync commits the deferred and later writes, if any; stores call it before closing the file.
 func (g *Group) Sync() {
 	g.txMu.Lock()
 	pending := len(g.deferred) > 0
@@ -189,7 +203,10 @@ func (g *Group) Sync() {
 		g.timer.Stop()
 		g.timer = nil
 	}
-	g.txMu.Unlock()
+	g.unlockTx()
+	g.mu.Lock()
+	pending = pending || len(g.later) > 0
+	g.mu.Unlock()
 	if !pending {
 		return
 	}
@@ -241,9 +258,17 @@ func (g *Group) rollback() {
 // and the others run again without it.
 func (g *Group) commit(batch []*groupWrite) {
 	g.txMu.Lock()
-	defer g.txMu.Unlock()
+	defer g.unlockTx()
+	g.mu.Lock()
+	later := g.later
+	g.later = nil
+	if g.laterTimer != nil {
+		g.laterTimer.Stop()
+		g.laterTimer = nil
+	}
+	g.mu.Unlock()
 	// The deferred writes waiting for the transaction go first: this commit makes them durable.
-	g.applyDeferred(nil)
+	g.applyDeferred()
 	for len(batch) > 0 {
 		tx, err := g.openTx()
 		if err != nil {
@@ -265,6 +290,14 @@ func (g *Group) commit(batch []*groupWrite) {
 			batch = append(batch[:failed:failed], batch[failed+1:]...)
 			continue
 		}
+		// The deferred writes queued while the batch ran, and the later ones, are covered by
+		// this commit too. A failing one rolls the transaction back: the others run again.
+		if g.applyDeferred(); g.open != tx {
+			continue
+		}
+		if !g.applyLater(tx, &later) {
+			continue
+		}
 		g.open = nil
 		err = tx.Commit()
 		if err != nil && len(g.deferred) > 0 {
@@ -281,12 +314,41 @@ func (g *Group) commit(batch []*groupWrite) {
 		return
 	}
 	// Every write failed: the deferred ones still wait in a transaction of their own, which
-	// their timer commits.
+	// their timer commits; the later ones wait for the next commit.
+	if len(later) > 0 {
+		g.mu.Lock()
+		g.later = append(later, g.later...)
+		if g.laterTimer == nil {
+			g.laterTimer = time.AfterFunc(g.delay, g.Sync)
+		}
+		g.mu.Unlock()
+	}
+}
+
+// applyLater runs the later writes in tx. When one fails it is dropped from later, tx is
+// rolled back, and applyLater reports false. txMu is held.
+func (g *Group) applyLater(tx *bolt.Tx, later *[]func(*bolt.Tx) error) bool {
+	for i, fn := range *later {
+		if err := fn(tx); err != nil {
+			slog.Error("a later write lost: it failed", "error", err)
+			*later = append((*later)[:i:i], (*later)[i+1:]...)
+			g.rollback()
+			return false
+		}
+	}
+	return true
 }
 
 // Commits is how many write transactions the group has begun (each committed or rolled back),
 // for tests and measurements.
 func (g *Group) Commits() int64 { return g.commits.Load() }
+
+// deferQueued is how many deferred writes wait for the transaction, for tests.
+func (g *Group) deferQueued() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.deferQueue)
+}
 
 // queued is how many writes wait for a commit, for tests.
 func (g *Group) queued() int {
