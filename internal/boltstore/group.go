@@ -36,6 +36,8 @@ type Group struct {
 	// queue holds the writes waiting for the next commit; leading says a caller is committing.
 	queue   []*groupWrite
 	leading bool
+	// committers counts the commits that took their batch and wait for txMu (at most one).
+	committers int
 	// deferQueue holds the deferred writes waiting for the transaction.
 	deferQueue []*deferWrite
 	// later holds the writes for the next commit (Later), laterTimer the timer that commits
@@ -104,6 +106,7 @@ func (g *Group) Update(fn func(*bolt.Tx) error) error {
 	g.mu.Lock()
 	batch := g.queue
 	g.queue = nil
+	g.committers++
 	g.mu.Unlock()
 	g.commit(batch)
 	g.mu.Lock()
@@ -139,12 +142,14 @@ func (g *Group) Defer(fn func(tx *bolt.Tx, again bool) error) error {
 
 // unlockTx releases txMu, then applies the deferred writes queued meanwhile if it gets txMu
 // again; when it does not, the caller that has it does. A write queued while txMu is held is
-// thus never left waiting for a later caller.
+// thus never left waiting for a later caller. When a commit is coming (writes wait for one), it
+// is left to that commit, which applies them first: applying the writes that keep arriving here
+// would hold the commit back, and the turns waiting for it.
 func (g *Group) unlockTx() {
 	for {
 		g.txMu.Unlock()
 		g.mu.Lock()
-		pending := len(g.deferQueue) > 0
+		pending := len(g.deferQueue) > 0 && len(g.queue) == 0 && g.committers == 0
 		g.mu.Unlock()
 		if !pending || !g.txMu.TryLock() {
 			return
@@ -260,6 +265,7 @@ func (g *Group) commit(batch []*groupWrite) {
 	g.txMu.Lock()
 	defer g.unlockTx()
 	g.mu.Lock()
+	g.committers--
 	later := g.later
 	g.later = nil
 	if g.laterTimer != nil {
