@@ -249,6 +249,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		_ = lis.Close()
 		return nil, err
 	}
+	a.setContentionRates()
 	return a, nil
 }
 

@@ -58,7 +58,17 @@ func (a *App) startPprof() error {
 	}()
 	a.pprofAddr = lis.Addr().String()
 	a.log.Info("profiler serving", "addr", a.pprofAddr)
-	// The rates are the runtime's, for the whole process: set while the profiler serves.
+	a.onClose(func() { _ = srv.Close() })
+	return nil
+}
+
+// setContentionRates turns the block and mutex profiles on as configured, while the profiler
+// serves. The rates are the runtime's, for the whole process; New sets them last, because the
+// embedded NATS server sets the block rate (to its own option, 0) when it starts.
+func (a *App) setContentionRates() {
+	if a.cfg.PprofListen == "" {
+		return
+	}
 	if a.cfg.PprofBlockRate > 0 {
 		runtime.SetBlockProfileRate(a.cfg.PprofBlockRate)
 		a.onClose(func() { runtime.SetBlockProfileRate(0) })
@@ -67,8 +77,6 @@ func (a *App) startPprof() error {
 		prev := runtime.SetMutexProfileFraction(a.cfg.PprofMutexFraction)
 		a.onClose(func() { runtime.SetMutexProfileFraction(prev) })
 	}
-	a.onClose(func() { _ = srv.Close() })
-	return nil
 }
 
 // PprofAddr is the profiler's address, empty when it is off.

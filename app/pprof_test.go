@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestPprofListen: the profiler is off by default and serves /debug/pprof/ with the flag.
@@ -47,23 +48,27 @@ func TestPprofListen(t *testing.T) {
 }
 
 // TestPprofContention: --pprof-mutex-fraction and --pprof-block-rate turn the contention
-// profiles on while the profiler serves, and off again when the process stops; negative
+// profiles on while the profiler serves (also in a process whose embedded NATS server, which
+// sets the block rate when it starts, runs), and off again when the process stops; negative
 // rates are refused.
 func TestPprofContention(t *testing.T) {
 	for _, tc := range []struct {
 		args     []string
-		fraction int // the mutex profile's fraction while running
+		fraction int  // the mutex profile's fraction while running
+		blocks   bool // a blocking event is recorded while running
 		wantErr  bool
 	}{
-		{args: []string{"--pprof-listen=127.0.0.1:0"}, fraction: 0},
-		{args: []string{"--pprof-listen=127.0.0.1:0", "--pprof-mutex-fraction=5", "--pprof-block-rate=1000"}, fraction: 5},
-		{args: []string{"--pprof-mutex-fraction=5"}, fraction: 0}, // no profiler: nothing set
-		{args: []string{"--pprof-listen=127.0.0.1:0", "--pprof-block-rate=-1"}, wantErr: true},
+		{args: []string{"--target=session", "--pprof-listen=127.0.0.1:0"}},
+		// The block profile keeps what it recorded: the row with the embedded NATS server first.
+		{args: []string{"--target=memory", "--model-base-url=http://127.0.0.1:9/v1", "--model=m", "--pprof-listen=127.0.0.1:0", "--pprof-mutex-fraction=5", "--pprof-block-rate=1"}, fraction: 5, blocks: true},
+		{args: []string{"--target=session", "--pprof-listen=127.0.0.1:0", "--pprof-mutex-fraction=5", "--pprof-block-rate=1"}, fraction: 5, blocks: true},
+		{args: []string{"--target=session", "--pprof-mutex-fraction=5"}}, // no profiler: nothing set
+		{args: []string{"--target=session", "--pprof-listen=127.0.0.1:0", "--pprof-block-rate=-1"}, wantErr: true},
 	} {
 		var cfg Config
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
 		cfg.RegisterFlags(fs)
-		args := append([]string{"--target=session", "--listen=127.0.0.1:0", "--data-dir=" + t.TempDir()}, tc.args...)
+		args := append([]string{"--listen=127.0.0.1:0", "--data-dir=" + t.TempDir()}, tc.args...)
 		if err := fs.Parse(args); err != nil {
 			t.Fatal(err)
 		}
@@ -77,19 +82,26 @@ func TestPprofContention(t *testing.T) {
 		if got := runtime.SetMutexProfileFraction(-1); got != tc.fraction {
 			t.Errorf("args %v: mutex profile fraction %d while running, want %d", tc.args, got, tc.fraction)
 		}
+		// A receive from a timer's channel blocks until it fires: a blocking event.
+		<-time.After(time.Millisecond)
 		if a.PprofAddr() != "" {
 			for _, p := range []string{"block", "mutex"} {
 				resp, err := http.Get("http://" + a.PprofAddr() + "/debug/pprof/" + p + "?debug=1")
 				if err != nil {
 					t.Fatal(err)
 				}
+				body, _ := io.ReadAll(resp.Body)
 				_ = resp.Body.Close()
 				if resp.StatusCode != http.StatusOK {
 					t.Errorf("args %v: %s profile: %d", tc.args, p, resp.StatusCode)
 				}
+				if got := strings.Contains(string(body), "TestPprofContention"); p == "block" && got != tc.blocks {
+					t.Errorf("args %v: the test's blocking event in the block profile: %v, want %v", tc.args, got, tc.blocks)
+				}
 			}
 		}
 		_ = a.Stop()
+		runtime.SetBlockProfileRate(0) // a row without the flag must not see an earlier row's events
 		if got := runtime.SetMutexProfileFraction(-1); got != 0 {
 			t.Errorf("args %v: mutex profile fraction %d after stop, want 0", tc.args, got)
 		}
