@@ -281,7 +281,8 @@ func (g *Group) commit(batch []*groupWrite) {
 			for _, w := range batch {
 				w.done <- err
 			}
-			return
+			batch = nil
+			break
 		}
 		failed := -1
 		for i, w := range batch {
@@ -319,8 +320,9 @@ func (g *Group) commit(batch []*groupWrite) {
 		}
 		return
 	}
-	// Every write failed: the deferred ones still wait in a transaction of their own, which
-	// their timer commits; the later ones wait for the next commit.
+	// Every write failed (or no transaction began): the deferred ones still wait in a
+	// transaction of their own, which their timer commits; the later ones wait for the next
+	// commit.
 	if len(later) > 0 {
 		g.mu.Lock()
 		g.later = append(later, g.later...)
