@@ -85,6 +85,8 @@ type Config struct {
 	Version string
 	// PprofListen is the profiler's HTTP address; empty disables it.
 	PprofListen string
+	// PprofBlockRate and PprofMutexFraction enable the block and mutex profiles (0: off).
+	PprofBlockRate, PprofMutexFraction int
 
 	Session      session.Config
 	Tools        tools.Config
@@ -247,6 +249,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 		_ = lis.Close()
 		return nil, err
 	}
+	a.setContentionRates()
 	return a, nil
 }
 

@@ -137,7 +137,9 @@ func runSystem(ctx context.Context, c config, kind string, repeat int, strace bo
 		if err != nil {
 			return nil, err
 		}
-		e.env = append(e.env, "HERMES_PPROF_LISTEN="+addr)
+		// The contention profiles too: blocking sampled once per 100 µs blocked, one contended
+		// mutex in 10 (a binary without these flags ignores the variables).
+		e.env = append(e.env, "HERMES_PPROF_LISTEN="+addr, "HERMES_PPROF_BLOCK_RATE=100000", "HERMES_PPROF_MUTEX_FRACTION=10")
 		prof = &profiler{addr: addr, dir: c.pprofDir, seconds: c.pprofSeconds}
 	}
 	sys, err := startSystem(ctx, kind, e)
@@ -185,6 +187,14 @@ func runSystem(ctx context.Context, c config, kind string, repeat int, strace bo
 			cpuProf.Go(func() {
 				cpuErr = prof.get(ctx, fmt.Sprintf("profile?seconds=%d", prof.seconds), base+"-cpu.pb.gz")
 			})
+			// Where goroutines wait (off CPU), over the same window; empty where the rates are off.
+			for _, what := range []string{"block", "mutex"} {
+				cpuProf.Go(func() {
+					if err := prof.get(ctx, fmt.Sprintf("%s?seconds=%d", what, prof.seconds), base+"-"+what+".pb.gz"); err != nil {
+						fmt.Fprintf(log, "  %s profile: %v\n", what, err)
+					}
+				})
+			}
 		}
 		p, err := runPhase(ctx, c, sys, name, tag, &calls)
 		if err != nil {

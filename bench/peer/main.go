@@ -54,7 +54,7 @@ func main() {
 	flag.IntVar(&c.longSessions, "long-sessions", 1, "long phase: sessions, run round-robin")
 	flag.IntVar(&c.longWindow, "long-window", 25, "long phase: turns per session in one measured window")
 	flag.BoolVar(&c.longOnly, "long-only", false, "run only the warm-up and the long phase")
-	flag.StringVar(&c.pprofDir, "pprof", "", "directory for CPU and allocation profiles of Hermes monolithic's concurrent phase and its first and last long-phase windows (hermes serve --pprof-listen)")
+	flag.StringVar(&c.pprofDir, "pprof", "", "directory for CPU and allocation profiles of Hermes monolithic's concurrent phase (block and mutex profiles too) and its first and last long-phase windows (hermes serve --pprof-listen)")
 	flag.IntVar(&c.pprofSeconds, "pprof-seconds", 10, "length of a profiled window's CPU profile; the window should end within it")
 	flag.BoolVar(&keep, "keep", false, "keep the temporary directory (logs, data, strace output)")
 	flag.Parse()

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -235,6 +237,184 @@ func TestGroupDefer(t *testing.T) {
 	}
 	testenv.WaitFor(t, 30*time.Second, "the deferred write to be committed after a failed Update", func() bool {
 		return len(stored()) == 6
+	})
+}
+
+// TestGroupDeferQueued: a deferred write that arrives while a commit holds the transaction
+// waits for no lock: the commit applies it and covers it (the Update that returns has it on
+// disk), and its caller gets what its write saw.
+func TestGroupDeferQueued(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "q.db"), nil, []byte("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	g := NewGroup(db)
+	g.delay = time.Hour
+	stored := func() []string {
+		var keys []string
+		_ = db.View(func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte("b")).ForEach(func(k, _ []byte) error { keys = append(keys, string(k)); return nil })
+		})
+		return keys
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	updated := make(chan error, 1)
+	go func() {
+		updated <- g.Update(func(tx *bolt.Tx) error {
+			once.Do(func() { close(started); <-release })
+			return tx.Bucket([]byte("b")).Put([]byte("u"), []byte("v"))
+		})
+	}()
+	<-started
+	var seen bool
+	deferred := make(chan error, 1)
+	go func() {
+		deferred <- g.Defer(func(tx *bolt.Tx, again bool) error {
+			b := tx.Bucket([]byte("b"))
+			if !again {
+				seen = b.Get([]byte("u")) != nil
+			}
+			return b.Put([]byte("d"), []byte("v"))
+		})
+	}()
+	testenv.WaitFor(t, 30*time.Second, "the deferred write to queue behind the commit", func() bool {
+		return g.deferQueued() == 1
+	})
+	close(release)
+	if err := <-updated; err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"d", "u"}, stored()); diff != "" {
+		t.Errorf("after the Update (-want +got):\n%s", diff)
+	}
+	if err := <-deferred; err != nil || !seen {
+		t.Errorf("Defer: %v, saw the Update's write: %v, want true", err, seen)
+	}
+}
+
+// TestGroupDeferConcurrent: deferred writes and commits from many goroutines at once are each
+// applied once, in some order (each sees the count the ones before it left), and all of them
+// are on disk after Sync.
+func TestGroupDeferConcurrent(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "c.db"), nil, []byte("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	g := NewGroup(db)
+	const workers, each = 16, 20
+	seen := make([][]int, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				err := g.Defer(func(tx *bolt.Tx, again bool) error {
+					b := tx.Bucket([]byte("b"))
+					n := 0
+					if v := b.Get([]byte("n")); v != nil {
+						n, _ = strconv.Atoi(string(v))
+					}
+					if !again {
+						seen[w] = append(seen[w], n)
+					}
+					return b.Put([]byte("n"), []byte(strconv.Itoa(n+1)))
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if i%5 == 0 {
+					if err := g.Update(func(tx *bolt.Tx) error {
+						return tx.Bucket([]byte("b")).Put(fmt.Appendf(nil, "u%d-%d", w, i), []byte("v"))
+					}); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	g.Sync()
+	var all []int
+	for _, s := range seen {
+		all = append(all, s...)
+	}
+	slices.Sort(all)
+	want := make([]int, workers*each)
+	for i := range want {
+		want[i] = i
+	}
+	if diff := cmp.Diff(want, all); diff != "" {
+		t.Errorf("counts the deferred writes saw (-want +got):\n%s", diff)
+	}
+	var n, keys int
+	_ = db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("b"))
+		n, _ = strconv.Atoi(string(b.Get([]byte("n"))))
+		keys = b.Stats().KeyN
+		return nil
+	})
+	if n != workers*each || keys != 1+workers*each/5 {
+		t.Errorf("on disk: count %d, %d keys; want %d, %d", n, keys, workers*each, 1+workers*each/5)
+	}
+}
+
+// TestGroupLater: a later write waits for the next commit (an Update's, the timer's, Sync's),
+// reads its value when it runs, is dropped alone when it fails, and outlives a failed Update.
+func TestGroupLater(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "l.db"), nil, []byte("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	g := NewGroup(db)
+	g.delay = time.Hour
+	stored := func() map[string]string {
+		out := map[string]string{}
+		_ = db.View(func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte("b")).ForEach(func(k, v []byte) error { out[string(k)] = string(v); return nil })
+		})
+		return out
+	}
+	put := func(k string, v *string) func(*bolt.Tx) error {
+		return func(tx *bolt.Tx) error { return tx.Bucket([]byte("b")).Put([]byte(k), []byte(*v)) }
+	}
+	update := func(k string) error {
+		return g.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("b")).Put([]byte(k), []byte("u")) })
+	}
+	v := "old"
+	g.Later(put("l1", &v))
+	g.Later(func(*bolt.Tx) error { return errors.New("refused") })
+	v = "new" // the value when the write runs is the one stored
+	if got := stored(); len(got) != 0 {
+		t.Errorf("a later write visible before a commit: %v", got)
+	}
+	if err := update("u1"); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]string{"l1": "new", "u1": "u"}, stored()); diff != "" {
+		t.Errorf("after an Update (-want +got):\n%s", diff)
+	}
+	// A failed Update leaves the later write for the next commit: Sync's.
+	g.Later(put("l2", &v))
+	if err := g.Update(func(*bolt.Tx) error { return errors.New("refused") }); err == nil {
+		t.Error("a failing Update reported no error")
+	}
+	if _, ok := stored()["l2"]; ok {
+		t.Error("a later write committed by a failed Update")
+	}
+	g.Sync()
+	if _, ok := stored()["l2"]; !ok {
+		t.Error("a later write not committed by Sync")
+	}
+	// Without an Update, the group commits it after its delay.
+	g.delay = 10 * time.Millisecond
+	g.Later(put("l3", &v))
+	testenv.WaitFor(t, 30*time.Second, "the later write to be committed", func() bool {
+		_, ok := stored()["l3"]
+		return ok
 	})
 }
 

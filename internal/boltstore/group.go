@@ -21,20 +21,34 @@ import (
 // keeps open, and made durable by the next commit (of an Update, or at most the group's delay
 // later). A turn uses it for the steps whose durability its own final write provides: their
 // fsyncs are that write's. Until then readers (View) do not see a deferred write, and a crash
-// loses it.
+// loses it. Deferred writes that arrive while the transaction is busy (a commit's fsyncs, another
+// write) queue up, and whoever holds the transaction applies them before letting it go: the
+// next commit before it commits, a commit after its fsyncs, a deferred write after its own. Under
+// load one running goroutine applies many in a row, where a lock would pass from waiter to waiter
+// through the scheduler, each waking in turn (a convoy: most of the waiting at 64 turns at once).
 type Group struct {
 	db    *bolt.DB
 	delay time.Duration
 
-	// mu guards queue and leading; it is never held across a commit, nor with txMu.
+	// mu guards queue, leading and deferQueue; it is never held across a commit. It may be
+	// taken while txMu is held, never the other way round.
 	mu sync.Mutex
 	// queue holds the writes waiting for the next commit; leading says a caller is committing.
 	queue   []*groupWrite
 	leading bool
+	// committers counts the commits that took their batch and wait for txMu (at most one).
+	committers int
+	// deferQueue holds the deferred writes waiting for the transaction.
+	deferQueue []*deferWrite
+	// later holds the writes for the next commit (Later), laterTimer the timer that commits
+	// them when no Update does.
+	later      []func(*bolt.Tx) error
+	laterTimer *time.Timer
 
 	// txMu guards open, deferred and timer: the write transaction that holds the deferred
 	// writes (nil when none), those writes (to apply again when open must be rolled back), and
-	// the timer that commits them. It is held across the work on open, including its commit.
+	// the timer that commits them. It is held across the work on open, including its commit,
+	// and released through unlockTx.
 	txMu     sync.Mutex
 	open     *bolt.Tx
 	deferred []func(*bolt.Tx, bool) error
@@ -47,6 +61,13 @@ type Group struct {
 type groupWrite struct {
 	fn func(*bolt.Tx) error
 	// done receives the write's outcome, or errLead when its caller is to commit the queue.
+	done chan error
+}
+
+// deferWrite is a deferred write waiting to be applied.
+type deferWrite struct {
+	fn func(*bolt.Tx, bool) error
+	// done receives the write's outcome.
 	done chan error
 }
 
@@ -85,6 +106,7 @@ func (g *Group) Update(fn func(*bolt.Tx) error) error {
 	g.mu.Lock()
 	batch := g.queue
 	g.queue = nil
+	g.committers++
 	g.mu.Unlock()
 	g.commit(batch)
 	g.mu.Lock()
@@ -102,27 +124,82 @@ func (g *Group) Update(fn func(*bolt.Tx) error) error {
 // delay later. fn must only change the database through tx. It may run again after Defer
 // returned, with again true, when the open transaction is rolled back for another write's
 // failure: then it must leave alone the variables and arguments its caller reads or changes.
+//
+// fn may run on another caller's goroutine (the one applying the queued writes, or a commit's):
+// what it sets, its caller reads once Defer returned.
 func (g *Group) Defer(fn func(tx *bolt.Tx, again bool) error) error {
-	g.txMu.Lock()
-	defer g.txMu.Unlock()
-	tx, err := g.openTx()
-	if err != nil {
-		return err
+	d := &deferWrite{fn: fn, done: make(chan error, 1)}
+	g.mu.Lock()
+	g.deferQueue = append(g.deferQueue, d)
+	g.mu.Unlock()
+	// Whoever holds the transaction now applies the write before letting it go.
+	if g.txMu.TryLock() {
+		g.applyDeferred()
+		g.unlockTx()
 	}
-	if err := fn(tx, false); err != nil {
-		// bbolt cannot undo part of a transaction: it is rolled back whole, and the deferred
-		// writes before this one are applied again by the next openTx.
-		g.rollback()
-		return err
-	}
-	g.deferred = append(g.deferred, fn)
-	if g.timer == nil {
-		g.timer = time.AfterFunc(g.delay, g.Sync)
-	}
-	return nil
+	return <-d.done
 }
 
-// Sync commits the deferred writes, if any; stores call it before closing the file.
+// unlockTx releases txMu, then applies the deferred writes queued meanwhile if it gets txMu
+// again; when it does not, the caller that has it does. A write queued while txMu is held is
+// thus never left waiting for a later caller. When a commit is coming (writes wait for one), it
+// is left to that commit, which applies them first: applying the writes that keep arriving here
+// would hold the commit back, and the turns waiting for it.
+func (g *Group) unlockTx() {
+	for {
+		g.txMu.Unlock()
+		g.mu.Lock()
+		pending := len(g.deferQueue) > 0 && len(g.queue) == 0 && g.committers == 0
+		g.mu.Unlock()
+		if !pending || !g.txMu.TryLock() {
+			return
+		}
+		g.applyDeferred()
+	}
+}
+
+// applyDeferred applies the queued deferred writes in the open transaction and tells each
+// caller its outcome. txMu is held.
+func (g *Group) applyDeferred() {
+	g.mu.Lock()
+	batch := g.deferQueue
+	g.deferQueue = nil
+	g.mu.Unlock()
+	for _, d := range batch {
+		tx, err := g.openTx()
+		if err == nil {
+			if err = d.fn(tx, false); err != nil {
+				// bbolt cannot undo part of a transaction: it is rolled back whole, and the
+				// deferred writes before this one are applied again by the next openTx.
+				g.rollback()
+			}
+		}
+		if err == nil {
+			g.deferred = append(g.deferred, d.fn)
+		}
+		d.done <- err
+	}
+	if len(g.deferred) > 0 && g.timer == nil {
+		g.timer = time.AfterFunc(g.delay, g.Sync)
+	}
+}
+
+// Later runs fn in the next commit's transaction, just before it commits, and returns at once.
+// It is for writes no caller waits on, and that read what they write when they run (a counter's
+// value as it is then): many changes then cost one write, and no caller waits for the
+// transaction. The next commit is an Update's, or the group's own at most its delay later. A fn
+// that fails is dropped (and logged), its write lost as in a crash; fn must only change the
+// database through tx.
+func (g *Group) Later(fn func(tx *bolt.Tx) error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.later = append(g.later, fn)
+	if g.laterTimer == nil {
+		g.laterTimer = time.AfterFunc(g.delay, g.Sync)
+	}
+}
+
+// Sync commits the deferred and later writes, if any; stores call it before closing the file.
 func (g *Group) Sync() {
 	g.txMu.Lock()
 	pending := len(g.deferred) > 0
@@ -131,7 +208,10 @@ func (g *Group) Sync() {
 		g.timer.Stop()
 		g.timer = nil
 	}
-	g.txMu.Unlock()
+	g.unlockTx()
+	g.mu.Lock()
+	pending = pending || len(g.later) > 0
+	g.mu.Unlock()
 	if !pending {
 		return
 	}
@@ -183,14 +263,26 @@ func (g *Group) rollback() {
 // and the others run again without it.
 func (g *Group) commit(batch []*groupWrite) {
 	g.txMu.Lock()
-	defer g.txMu.Unlock()
+	defer g.unlockTx()
+	g.mu.Lock()
+	g.committers--
+	later := g.later
+	g.later = nil
+	if g.laterTimer != nil {
+		g.laterTimer.Stop()
+		g.laterTimer = nil
+	}
+	g.mu.Unlock()
+	// The deferred writes waiting for the transaction go first: this commit makes them durable.
+	g.applyDeferred()
 	for len(batch) > 0 {
 		tx, err := g.openTx()
 		if err != nil {
 			for _, w := range batch {
 				w.done <- err
 			}
-			return
+			batch = nil
+			break
 		}
 		failed := -1
 		for i, w := range batch {
@@ -203,6 +295,14 @@ func (g *Group) commit(batch []*groupWrite) {
 			g.rollback()
 			batch[failed].done <- err
 			batch = append(batch[:failed:failed], batch[failed+1:]...)
+			continue
+		}
+		// The deferred writes queued while the batch ran, and the later ones, are covered by
+		// this commit too. A failing one rolls the transaction back: the others run again.
+		if g.applyDeferred(); g.open != tx {
+			continue
+		}
+		if !g.applyLater(tx, &later) {
 			continue
 		}
 		g.open = nil
@@ -220,13 +320,43 @@ func (g *Group) commit(batch []*groupWrite) {
 		}
 		return
 	}
-	// Every write failed: the deferred ones still wait in a transaction of their own, which
-	// their timer commits.
+	// Every write failed (or no transaction began): the deferred ones still wait in a
+	// transaction of their own, which their timer commits; the later ones wait for the next
+	// commit.
+	if len(later) > 0 {
+		g.mu.Lock()
+		g.later = append(later, g.later...)
+		if g.laterTimer == nil {
+			g.laterTimer = time.AfterFunc(g.delay, g.Sync)
+		}
+		g.mu.Unlock()
+	}
+}
+
+// applyLater runs the later writes in tx. When one fails it is dropped from later, tx is
+// rolled back, and applyLater reports false. txMu is held.
+func (g *Group) applyLater(tx *bolt.Tx, later *[]func(*bolt.Tx) error) bool {
+	for i, fn := range *later {
+		if err := fn(tx); err != nil {
+			slog.Error("a later write lost: it failed", "error", err)
+			*later = append((*later)[:i:i], (*later)[i+1:]...)
+			g.rollback()
+			return false
+		}
+	}
+	return true
 }
 
 // Commits is how many write transactions the group has begun (each committed or rolled back),
 // for tests and measurements.
 func (g *Group) Commits() int64 { return g.commits.Load() }
+
+// deferQueued is how many deferred writes wait for the transaction, for tests.
+func (g *Group) deferQueued() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.deferQueue)
+}
 
 // queued is how many writes wait for a commit, for tests.
 func (g *Group) queued() int {

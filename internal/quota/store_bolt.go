@@ -9,7 +9,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/hermes-agent/hermes/internal/boltstore"
-	"github.com/hermes-agent/hermes/internal/errclass"
 )
 
 var countersBucket = []byte("counters")
@@ -21,11 +20,13 @@ const fileDelay = time.Second
 // themselves within minutes), counters (sessions, stored bytes, tokens of the day) in memory too
 // and written to a bbolt file, so a restart does not reset them.
 //
-// A counter's change is a deferred write (boltstore.Group.Defer), not a commit of its own: every
-// appended batch counts its bytes twice (the user's and the session's), which cost two commits,
-// four fsyncs, per append. In the session store's file (OpenBoltStoreOn) the changes are
-// committed with the session's own writes; in a file of their own, together at most a second
-// after the first of them, and at Close. A crash loses the changes not yet committed, which is
+// A counter's change is not a commit of its own: every appended batch counts its bytes twice
+// (the user's and the session's), which cost two commits, four fsyncs, per append. The changed
+// counters are written by the file's next commit (boltstore.Group.Later), each once with its
+// value then, and no caller waits for the write transaction (at 64 turns at once, waiting for it
+// behind the commits' fsyncs was two thirds of the turns' waits for the session file). In the
+// session store's file (OpenBoltStoreOn) they are committed with the session's own writes; in a
+// file of their own, together at most a second after the first of them, and at Close. A crash loses the changes not yet committed, which is
 // within what the counters already allow: a session's bytes are counted after its append, in
 // another write, so a crash between the two drifts them too.
 type BoltStore struct {
@@ -33,6 +34,9 @@ type BoltStore struct {
 	db     *bolt.DB
 	group  *boltstore.Group
 	ownsDB bool
+	// dirty holds the keys changed since the last flush, guarded by MemoryStore.mu; a flush is
+	// waiting for the next commit while it is not empty.
+	dirty map[string]struct{}
 }
 
 // OpenBoltStore opens (or creates) the counters' file at path.
@@ -66,7 +70,7 @@ func OpenBoltStoreOn(db *bolt.DB, g *boltstore.Group) (*BoltStore, error) {
 // newBoltStore drops the counters that expired (the tokens of past days) and loads the others
 // into memory, where they are counted from now on.
 func newBoltStore(db *bolt.DB, g *boltstore.Group, owns bool) (*BoltStore, error) {
-	b := &BoltStore{MemoryStore: newMemoryStore(), db: db, group: g, ownsDB: owns}
+	b := &BoltStore{MemoryStore: newMemoryStore(), db: db, group: g, ownsDB: owns, dirty: map[string]struct{}{}}
 	now := time.Now()
 	err := g.Update(func(tx *bolt.Tx) error {
 		clear(b.counters)
@@ -130,7 +134,7 @@ func counterOf(v []byte) (memCounter, bool) {
 func (b *BoltStore) Add(ctx context.Context, key string, n, limit int64, ttl time.Duration) (int64, bool, error) {
 	v, ok, err := b.MemoryStore.Add(ctx, key, n, limit, ttl)
 	if err == nil && ok && (n != 0 || ttl > 0) {
-		err = b.write(key)
+		b.write(key)
 	}
 	return v, ok, err
 }
@@ -139,32 +143,54 @@ func (b *BoltStore) Add(ctx context.Context, key string, n, limit int64, ttl tim
 func (b *BoltStore) Drain(ctx context.Context, key string) (int64, error) {
 	v, err := b.MemoryStore.Drain(ctx, key)
 	if err == nil {
-		err = b.write(key)
+		b.write(key)
 	}
 	return v, err
 }
 
-// write stores key's counter as memory has it when the write is applied (so of two changes
-// applied in either order the later value stays): its value, or its deletion when it is gone or
-// 0 without expiry.
-func (b *BoltStore) write(key string) error {
-	err := b.group.Defer(func(tx *bolt.Tx, _ bool) error {
-		b.mu.Lock()
-		c, ok := b.counters[key]
-		b.mu.Unlock()
-		bk := tx.Bucket(countersBucket)
-		if !ok || (c.v == 0 && c.expires.IsZero()) {
-			return bk.Delete([]byte(key))
+// write marks key's counter for the next commit, which stores it as memory has it then.
+func (b *BoltStore) write(key string) {
+	b.mu.Lock()
+	first := len(b.dirty) == 0
+	b.dirty[key] = struct{}{}
+	b.mu.Unlock()
+	if first {
+		b.group.Later(b.flush)
+	}
+}
+
+// flush stores the changed counters as memory has them now: each one's value, or its deletion
+// when it is gone or 0 without expiry.
+func (b *BoltStore) flush(tx *bolt.Tx) error {
+	type change struct {
+		key string
+		c   memCounter
+		ok  bool
+	}
+	b.mu.Lock()
+	changes := make([]change, 0, len(b.dirty))
+	for k := range b.dirty {
+		c, ok := b.counters[k]
+		changes = append(changes, change{k, c, ok})
+	}
+	clear(b.dirty)
+	b.mu.Unlock()
+	bk := tx.Bucket(countersBucket)
+	for _, ch := range changes {
+		var err error
+		if !ch.ok || (ch.c.v == 0 && ch.c.expires.IsZero()) {
+			err = bk.Delete([]byte(ch.key))
+		} else {
+			buf := make([]byte, 16)
+			binary.BigEndian.PutUint64(buf[:8], uint64(ch.c.v))
+			if !ch.c.expires.IsZero() {
+				binary.BigEndian.PutUint64(buf[8:], uint64(ch.c.expires.UnixNano()))
+			}
+			err = bk.Put([]byte(ch.key), buf)
 		}
-		buf := make([]byte, 16)
-		binary.BigEndian.PutUint64(buf[:8], uint64(c.v))
-		if !c.expires.IsZero() {
-			binary.BigEndian.PutUint64(buf[8:], uint64(c.expires.UnixNano()))
+		if err != nil {
+			return fmt.Errorf("quota: write counter: %w", err)
 		}
-		return bk.Put([]byte(key), buf)
-	})
-	if err != nil {
-		return errclass.Mark(errclass.Unavailable, "quota: bolt", err)
 	}
 	return nil
 }
