@@ -168,8 +168,11 @@ type oauthEndpoint struct {
 	TokenURL      string           `json:"token_url"`
 	RevocationURL string           `json:"revocation_url,omitempty"`
 	Issuer        string           `json:"issuer,omitempty"`
-	Resource      string           `json:"resource"`
-	Scopes        []string         `json:"scopes,omitempty"`
+	// IssRequired: the metadata advertised authorization_response_iss_parameter_supported, so
+	// an authorization response without iss is refused (checkIss).
+	IssRequired bool     `json:"iss_required,omitempty"`
+	Resource    string   `json:"resource"`
+	Scopes      []string `json:"scopes,omitempty"`
 }
 
 func (e *oauthEndpoint) config(redirect string) *oauth2.Config {
@@ -422,6 +425,7 @@ func (c *serverConn) discoverEndpoint(ctx context.Context) (*oauthEndpoint, erro
 		TokenURL:      asm.TokenEndpoint,
 		RevocationURL: asm.RevocationEndpoint,
 		Issuer:        asm.Issuer,
+		IssRequired:   asm.AuthorizationResponseIssParameterSupported,
 		Resource:      cmpOr(prm.Resource, ht.GetUrl()),
 	}
 	for _, u := range []string{ep.AuthURL, ep.TokenURL} {
@@ -457,6 +461,7 @@ func (c *serverConn) discoverEndpoint(ctx context.Context) (*oauthEndpoint, erro
 		}
 		reg, err := oauthex.RegisterClient(ctx, asm.RegistrationEndpoint, &oauthex.ClientRegistrationMetadata{
 			RedirectURIs:            []string{g.cfg.OAuthRedirectURL},
+			ApplicationType:         applicationType(g.cfg.OAuthRedirectURL),
 			ClientName:              "Hermes",
 			GrantTypes:              []string{"authorization_code", "refresh_token"},
 			ResponseTypes:           []string{"code"},
@@ -820,8 +825,8 @@ func (g *Gateway) CompleteAuthorization(ctx context.Context, req *pb.CompleteAut
 	if req.GetCode() == "" {
 		return "", errclass.Errorf(errclass.Invalid, "the authorization response has no code")
 	}
-	if iss := req.GetIss(); iss != "" && st.Endpoint.Issuer != "" && iss != st.Endpoint.Issuer {
-		return "", errclass.Errorf(errclass.Invalid, "the authorization response comes from another issuer than the server's")
+	if err := checkIss(&st.Endpoint, req.GetIss()); err != nil {
+		return "", err
 	}
 	c, err := g.server(st.Server)
 	if err != nil {
@@ -1441,6 +1446,7 @@ func ClientMetadataHandler(cfg Config) http.Handler {
 		"grant_types":                []string{"authorization_code", "refresh_token"},
 		"response_types":             []string{"code"},
 		"token_endpoint_auth_method": "none",
+		"application_type":           applicationType(cfg.OAuthRedirectURL),
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
