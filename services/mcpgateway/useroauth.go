@@ -396,15 +396,17 @@ func cachedDiscovery[T any](ctx context.Context, g *Gateway, key string, discove
 func (c *serverConn) discover(ctx context.Context) (*oauthEndpoint, error) {
 	c.oauthMu.Lock()
 	defer c.oauthMu.Unlock()
-	if c.oauthEP != nil {
+	if c.oauthEP != nil && !c.asw.stale.Load() {
 		return c.oauthEP, nil
 	}
+	c.asw.stale.Store(false) // a refusal from now on asks again
 	ht := c.spec.GetHttp()
 	ep, err := cachedDiscovery(ctx, c.g, "user\x00"+c.spec.Name+"\x00"+ht.GetUrl(), c.discoverEndpoint)
 	if err != nil {
 		return nil, err
 	}
 	c.oauthEP = ep
+	c.asw.discovered(ep.Issuer)
 	return ep, nil
 }
 
@@ -455,6 +457,8 @@ func (c *serverConn) discoverEndpoint(ctx context.Context) (*oauthEndpoint, erro
 		// authorization server fetches it, so nothing is registered. A public client.
 		ep.ClientID = md
 		ep.AuthStyle = oauth2.AuthStyleInParams
+	} else if reg, ok := c.asw.registration(asm.Issuer, asm.RegistrationEndpoint); ok {
+		ep.ClientID, ep.ClientSecret, ep.AuthStyle = reg.ClientID, reg.ClientSecret, reg.AuthStyle
 	} else {
 		if asm.RegistrationEndpoint == "" {
 			return nil, errors.New("the authorization server offers no dynamic client registration: configure a client_id registered with it in user_oauth")
@@ -476,6 +480,7 @@ func (c *serverConn) discoverEndpoint(ctx context.Context) (*oauthEndpoint, erro
 		if reg.ClientSecret != "" && reg.TokenEndpointAuthMethod != "client_secret_post" {
 			ep.AuthStyle = oauth2.AuthStyleInHeader
 		}
+		c.asw.remember(asm.Issuer, asm.RegistrationEndpoint, oauthRegistration{ClientID: ep.ClientID, ClientSecret: ep.ClientSecret, AuthStyle: ep.AuthStyle})
 	}
 	return ep, nil
 }
@@ -1155,7 +1160,7 @@ func (s *sharedTokens) Token() (*oauth2.Token, error) {
 		s.cur.mu.Lock()
 		s.cur.conn, s.cur.sealed = nil, nil
 		s.cur.mu.Unlock()
-		if tok, err := s.cur.Token(); err == nil {
+		if tok, err := s.cur.Token(); err == nil && s.usable(s.cur) {
 			return tok, nil
 		}
 		s.cur = nil
@@ -1168,7 +1173,7 @@ func (s *sharedTokens) Token() (*oauth2.Token, error) {
 	}
 	for _, u := range users {
 		t := &userTokens{g: g, server: s.c.spec.Name, user: u}
-		if tok, err := t.Token(); err == nil {
+		if tok, err := t.Token(); err == nil && s.usable(t) {
 			s.cur = t
 			return tok, nil
 		}
@@ -1349,6 +1354,11 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 	if err != nil {
 		return nil, failed(codeUnavailable, "the store of MCP connections is unavailable: "+abbreviate(err.Error(), 300))
 	}
+	if conn != nil && c.asw.movedFrom(conn.Endpoint.Issuer) {
+		// Made with the authorization server the server named before (SEP-2352).
+		_, _ = g.conns.DeleteConnectionIf(ctx, c.spec.Name, user, sealed)
+		conn = nil
+	}
 	if conn == nil {
 		return nil, g.connectPrompt(ctx, c, user)
 	}
@@ -1367,6 +1377,7 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 	if err != nil {
 		if errors.Is(err, errNotConnected) || f.Get() {
 			if f.Get() {
+				c.asw.stale.Store(true) // the server may have moved to another authorization server
 				// A token the server refuses was revoked or lost its grant: connect again.
 				// Only that record goes: one stored meanwhile (a reconnect) stays.
 				if cur := tokens.current(); cur != nil {
