@@ -28,6 +28,8 @@ var conformanceNextScenarios = []string{
 	"auth/authorization-server-migration",
 	"auth/iss-supported", "auth/iss-not-advertised", "auth/iss-supported-missing", "auth/iss-wrong-issuer",
 	"auth/iss-unexpected", "auth/iss-normalized",
+	// SEP-1932 (DPoP), an extension: used where the metadata advertises ES256.
+	"auth/dpop", "auth/dpop-nonce",
 }
 
 // TestConformanceClientNext runs conformanceNextScenarios with the suite's next release

@@ -170,9 +170,11 @@ type oauthEndpoint struct {
 	Issuer        string           `json:"issuer,omitempty"`
 	// IssRequired: the metadata advertised authorization_response_iss_parameter_supported, so
 	// an authorization response without iss is refused (checkIss).
-	IssRequired bool     `json:"iss_required,omitempty"`
-	Resource    string   `json:"resource"`
-	Scopes      []string `json:"scopes,omitempty"`
+	IssRequired bool `json:"iss_required,omitempty"`
+	// DPoP: the metadata advertised DPoP with ES256, so tokens are bound to a key (dpop.go).
+	DPoP     bool     `json:"dpop,omitempty"`
+	Resource string   `json:"resource"`
+	Scopes   []string `json:"scopes,omitempty"`
 }
 
 func (e *oauthEndpoint) config(redirect string) *oauth2.Config {
@@ -202,6 +204,8 @@ type authState struct {
 type userConnection struct {
 	Endpoint oauthEndpoint `json:"endpoint"`
 	Token    oauth2.Token  `json:"token"`
+	// DPoPKey is the key the tokens are bound to (SEC 1 DER), when Endpoint.DPoP.
+	DPoPKey []byte `json:"dpop_key,omitempty"`
 }
 
 func stateID(state string) string {
@@ -415,7 +419,8 @@ func (c *serverConn) discoverEndpoint(ctx context.Context) (*oauthEndpoint, erro
 	g, ht := c.g, c.spec.GetHttp()
 	uo := ht.GetUserOauth()
 	client := g.tokenClient()
-	challenges, prm, asm, err := discoverAuthServer(ctx, client, ht.GetUrl(), g.version)
+	capture := &metaCapture{base: client.Transport}
+	challenges, prm, asm, err := discoverAuthServer(ctx, &http.Client{Transport: capture}, ht.GetUrl(), g.version)
 	if err != nil {
 		return nil, err
 	}
@@ -428,6 +433,7 @@ func (c *serverConn) discoverEndpoint(ctx context.Context) (*oauthEndpoint, erro
 		RevocationURL: asm.RevocationEndpoint,
 		Issuer:        asm.Issuer,
 		IssRequired:   asm.AuthorizationResponseIssParameterSupported,
+		DPoP:          capture.dpopFor(asm.Issuer),
 		Resource:      cmpOr(prm.Resource, ht.GetUrl()),
 	}
 	for _, u := range []string{ep.AuthURL, ep.TokenURL} {
@@ -840,7 +846,11 @@ func (g *Gateway) CompleteAuthorization(ctx context.Context, req *pb.CompleteAut
 	if c.spec.GetHttp().GetUrl() != st.URL || c.spec.GetHttp().GetUserOauth() == nil {
 		return "", errclass.Errorf(errclass.Precondition, "the MCP server %q changed while the user authorized; connect again", st.Server)
 	}
-	hctx := context.WithValue(ctx, oauth2.HTTPClient, g.tokenClient())
+	hc, dpopKey, err := g.exchangeClient(&st.Endpoint)
+	if err != nil {
+		return "", err
+	}
+	hctx := context.WithValue(ctx, oauth2.HTTPClient, hc)
 	tok, err := st.Endpoint.config(g.cfg.OAuthRedirectURL).Exchange(hctx, req.GetCode(),
 		oauth2.VerifierOption(st.Verifier),
 		oauth2.SetAuthURLParam("resource", st.Endpoint.Resource))
@@ -851,7 +861,7 @@ func (g *Gateway) CompleteAuthorization(ctx context.Context, req *pb.CompleteAut
 		}
 		return "", errclass.Mark(errclass.Precondition, "OAuth token exchange", terr)
 	}
-	if err := g.saveConnection(ctx, st.Server, st.User, &userConnection{Endpoint: st.Endpoint, Token: *tok}); err != nil {
+	if err := g.saveConnection(ctx, st.Server, st.User, &userConnection{Endpoint: st.Endpoint, Token: *tok, DPoPKey: dpopKey}); err != nil {
 		return "", err
 	}
 	c.dropUserSession(st.User)
@@ -1037,7 +1047,7 @@ var errRecordChanged = errors.New("the stored connection changed")
 // refresh gets a new token with the connection's refresh token and stores it over the record
 // it was read from. errRecordChanged (with t reloaded) when another writer got there first.
 func (t *userTokens) refresh(ctx context.Context) (*oauth2.Token, error) {
-	hctx := context.WithValue(ctx, oauth2.HTTPClient, t.g.tokenClient())
+	hctx := context.WithValue(ctx, oauth2.HTTPClient, t.g.connClient(t.conn))
 	old := t.conn.Token
 	old.AccessToken = "" // force the refresh
 	tok, err := t.conn.Endpoint.config(t.g.cfg.OAuthRedirectURL).TokenSource(hctx, &old).Token()
@@ -1369,7 +1379,7 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 	}
 	f, up := &sticky{}, &scopeChallenge{}
 	tokens := &userTokens{g: g, server: c.spec.Name, user: user, conn: conn, sealed: sealed, ended: f}
-	rt := &unauthorizedWatch{f: f, stepUp: up, base: &oauth2.Transport{Source: tokens, Base: &headerTransport{base: g.httpBase, header: header}}}
+	rt := &unauthorizedWatch{f: f, stepUp: up, base: &oauth2.Transport{Source: tokens, Base: tokens.dpop(&headerTransport{base: g.httpBase, header: header})}}
 	hc := &http.Client{Transport: rt}
 	cctx, cancel := context.WithTimeout(ctx, min(timeout, g.cfg.ConnectTimeout))
 	defer cancel()

@@ -93,7 +93,7 @@ type sharedRefusal struct {
 func (t *sharedRefusal) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(r)
 	if err == nil && resp.StatusCode == http.StatusUnauthorized {
-		if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && tok != "" {
+		if _, tok, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && tok != "" {
 			t.s.refused(tok)
 		}
 	}
