@@ -157,6 +157,7 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 	if us != nil && us.unauthorized.Get() {
 		// The server refused the user's token (revoked at the provider, or the grant ended).
 		c.dropUserSession(req.GetUserId())
+		c.asw.stale.Store(true) // the server may have moved to another authorization server
 		_, _ = g.conns.DeleteConnection(ctx, c.spec.Name, req.GetUserId())
 		return g.connectPrompt(ctx, c, req.GetUserId()), nil
 	}

@@ -97,6 +97,8 @@ type serverConn struct {
 	oauthMu sync.Mutex
 	// oauthEP is the discovered authorization server and client of a per-user OAuth server.
 	oauthEP *oauthEndpoint
+	// asw: the authorization server's changes (SEP-2352) and the registrations made.
+	asw authServerWatch
 }
 
 // live is one connected session.

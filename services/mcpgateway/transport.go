@@ -125,7 +125,7 @@ func (c *serverConn) transport() (mcp.Transport, *exec.Cmd, sideChannel, error) 
 	if ht.GetUserOauth() != nil {
 		// The shared session only lists the tools, with a connected user's token; every call
 		// goes through the calling user's own session (userLive).
-		rt = &oauth2.Transport{Source: c.shared, Base: rt}
+		rt = &oauth2.Transport{Source: c.shared, Base: c.shared.transport(rt)}
 	}
 	client := &http.Client{Transport: rt}
 	side := &httpSide{client: client, url: ht.Url, notify: c.sideNotification}

@@ -168,8 +168,13 @@ type oauthEndpoint struct {
 	TokenURL      string           `json:"token_url"`
 	RevocationURL string           `json:"revocation_url,omitempty"`
 	Issuer        string           `json:"issuer,omitempty"`
-	Resource      string           `json:"resource"`
-	Scopes        []string         `json:"scopes,omitempty"`
+	// IssRequired: the metadata advertised authorization_response_iss_parameter_supported, so
+	// an authorization response without iss is refused (checkIss).
+	IssRequired bool `json:"iss_required,omitempty"`
+	// DPoP: the metadata advertised DPoP with ES256, so tokens are bound to a key (dpop.go).
+	DPoP     bool     `json:"dpop,omitempty"`
+	Resource string   `json:"resource"`
+	Scopes   []string `json:"scopes,omitempty"`
 }
 
 func (e *oauthEndpoint) config(redirect string) *oauth2.Config {
@@ -199,6 +204,8 @@ type authState struct {
 type userConnection struct {
 	Endpoint oauthEndpoint `json:"endpoint"`
 	Token    oauth2.Token  `json:"token"`
+	// DPoPKey is the key the tokens are bound to (SEC 1 DER), when Endpoint.DPoP.
+	DPoPKey []byte `json:"dpop_key,omitempty"`
 }
 
 func stateID(state string) string {
@@ -393,15 +400,17 @@ func cachedDiscovery[T any](ctx context.Context, g *Gateway, key string, discove
 func (c *serverConn) discover(ctx context.Context) (*oauthEndpoint, error) {
 	c.oauthMu.Lock()
 	defer c.oauthMu.Unlock()
-	if c.oauthEP != nil {
+	if c.oauthEP != nil && !c.asw.stale.Load() {
 		return c.oauthEP, nil
 	}
+	c.asw.stale.Store(false) // a refusal from now on asks again
 	ht := c.spec.GetHttp()
 	ep, err := cachedDiscovery(ctx, c.g, "user\x00"+c.spec.Name+"\x00"+ht.GetUrl(), c.discoverEndpoint)
 	if err != nil {
 		return nil, err
 	}
 	c.oauthEP = ep
+	c.asw.discovered(ep.Issuer)
 	return ep, nil
 }
 
@@ -410,7 +419,8 @@ func (c *serverConn) discoverEndpoint(ctx context.Context) (*oauthEndpoint, erro
 	g, ht := c.g, c.spec.GetHttp()
 	uo := ht.GetUserOauth()
 	client := g.tokenClient()
-	challenges, prm, asm, err := discoverAuthServer(ctx, client, ht.GetUrl(), g.version)
+	capture := &metaCapture{base: client.Transport}
+	challenges, prm, asm, err := discoverAuthServer(ctx, &http.Client{Transport: capture}, ht.GetUrl(), g.version)
 	if err != nil {
 		return nil, err
 	}
@@ -422,6 +432,8 @@ func (c *serverConn) discoverEndpoint(ctx context.Context) (*oauthEndpoint, erro
 		TokenURL:      asm.TokenEndpoint,
 		RevocationURL: asm.RevocationEndpoint,
 		Issuer:        asm.Issuer,
+		IssRequired:   asm.AuthorizationResponseIssParameterSupported,
+		DPoP:          capture.dpopFor(asm.Issuer),
 		Resource:      cmpOr(prm.Resource, ht.GetUrl()),
 	}
 	for _, u := range []string{ep.AuthURL, ep.TokenURL} {
@@ -451,12 +463,15 @@ func (c *serverConn) discoverEndpoint(ctx context.Context) (*oauthEndpoint, erro
 		// authorization server fetches it, so nothing is registered. A public client.
 		ep.ClientID = md
 		ep.AuthStyle = oauth2.AuthStyleInParams
+	} else if reg, ok := c.asw.registration(asm.Issuer, asm.RegistrationEndpoint); ok {
+		ep.ClientID, ep.ClientSecret, ep.AuthStyle = reg.ClientID, reg.ClientSecret, reg.AuthStyle
 	} else {
 		if asm.RegistrationEndpoint == "" {
 			return nil, errors.New("the authorization server offers no dynamic client registration: configure a client_id registered with it in user_oauth")
 		}
 		reg, err := oauthex.RegisterClient(ctx, asm.RegistrationEndpoint, &oauthex.ClientRegistrationMetadata{
 			RedirectURIs:            []string{g.cfg.OAuthRedirectURL},
+			ApplicationType:         applicationType(g.cfg.OAuthRedirectURL),
 			ClientName:              "Hermes",
 			GrantTypes:              []string{"authorization_code", "refresh_token"},
 			ResponseTypes:           []string{"code"},
@@ -471,6 +486,7 @@ func (c *serverConn) discoverEndpoint(ctx context.Context) (*oauthEndpoint, erro
 		if reg.ClientSecret != "" && reg.TokenEndpointAuthMethod != "client_secret_post" {
 			ep.AuthStyle = oauth2.AuthStyleInHeader
 		}
+		c.asw.remember(asm.Issuer, asm.RegistrationEndpoint, oauthRegistration{ClientID: ep.ClientID, ClientSecret: ep.ClientSecret, AuthStyle: ep.AuthStyle})
 	}
 	return ep, nil
 }
@@ -820,8 +836,8 @@ func (g *Gateway) CompleteAuthorization(ctx context.Context, req *pb.CompleteAut
 	if req.GetCode() == "" {
 		return "", errclass.Errorf(errclass.Invalid, "the authorization response has no code")
 	}
-	if iss := req.GetIss(); iss != "" && st.Endpoint.Issuer != "" && iss != st.Endpoint.Issuer {
-		return "", errclass.Errorf(errclass.Invalid, "the authorization response comes from another issuer than the server's")
+	if err := checkIss(&st.Endpoint, req.GetIss()); err != nil {
+		return "", err
 	}
 	c, err := g.server(st.Server)
 	if err != nil {
@@ -830,7 +846,11 @@ func (g *Gateway) CompleteAuthorization(ctx context.Context, req *pb.CompleteAut
 	if c.spec.GetHttp().GetUrl() != st.URL || c.spec.GetHttp().GetUserOauth() == nil {
 		return "", errclass.Errorf(errclass.Precondition, "the MCP server %q changed while the user authorized; connect again", st.Server)
 	}
-	hctx := context.WithValue(ctx, oauth2.HTTPClient, g.tokenClient())
+	hc, dpopKey, err := g.exchangeClient(&st.Endpoint)
+	if err != nil {
+		return "", err
+	}
+	hctx := context.WithValue(ctx, oauth2.HTTPClient, hc)
 	tok, err := st.Endpoint.config(g.cfg.OAuthRedirectURL).Exchange(hctx, req.GetCode(),
 		oauth2.VerifierOption(st.Verifier),
 		oauth2.SetAuthURLParam("resource", st.Endpoint.Resource))
@@ -841,7 +861,7 @@ func (g *Gateway) CompleteAuthorization(ctx context.Context, req *pb.CompleteAut
 		}
 		return "", errclass.Mark(errclass.Precondition, "OAuth token exchange", terr)
 	}
-	if err := g.saveConnection(ctx, st.Server, st.User, &userConnection{Endpoint: st.Endpoint, Token: *tok}); err != nil {
+	if err := g.saveConnection(ctx, st.Server, st.User, &userConnection{Endpoint: st.Endpoint, Token: *tok, DPoPKey: dpopKey}); err != nil {
 		return "", err
 	}
 	c.dropUserSession(st.User)
@@ -1027,7 +1047,7 @@ var errRecordChanged = errors.New("the stored connection changed")
 // refresh gets a new token with the connection's refresh token and stores it over the record
 // it was read from. errRecordChanged (with t reloaded) when another writer got there first.
 func (t *userTokens) refresh(ctx context.Context) (*oauth2.Token, error) {
-	hctx := context.WithValue(ctx, oauth2.HTTPClient, t.g.tokenClient())
+	hctx := context.WithValue(ctx, oauth2.HTTPClient, t.g.connClient(t.conn))
 	old := t.conn.Token
 	old.AccessToken = "" // force the refresh
 	tok, err := t.conn.Endpoint.config(t.g.cfg.OAuthRedirectURL).TokenSource(hctx, &old).Token()
@@ -1150,7 +1170,7 @@ func (s *sharedTokens) Token() (*oauth2.Token, error) {
 		s.cur.mu.Lock()
 		s.cur.conn, s.cur.sealed = nil, nil
 		s.cur.mu.Unlock()
-		if tok, err := s.cur.Token(); err == nil {
+		if tok, err := s.cur.Token(); err == nil && s.usable(s.cur) {
 			return tok, nil
 		}
 		s.cur = nil
@@ -1163,7 +1183,7 @@ func (s *sharedTokens) Token() (*oauth2.Token, error) {
 	}
 	for _, u := range users {
 		t := &userTokens{g: g, server: s.c.spec.Name, user: u}
-		if tok, err := t.Token(); err == nil {
+		if tok, err := t.Token(); err == nil && s.usable(t) {
 			s.cur = t
 			return tok, nil
 		}
@@ -1344,6 +1364,11 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 	if err != nil {
 		return nil, failed(codeUnavailable, "the store of MCP connections is unavailable: "+abbreviate(err.Error(), 300))
 	}
+	if conn != nil && c.asw.movedFrom(conn.Endpoint.Issuer) {
+		// Made with the authorization server the server named before (SEP-2352).
+		_, _ = g.conns.DeleteConnectionIf(ctx, c.spec.Name, user, sealed)
+		conn = nil
+	}
 	if conn == nil {
 		return nil, g.connectPrompt(ctx, c, user)
 	}
@@ -1354,7 +1379,7 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 	}
 	f, up := &sticky{}, &scopeChallenge{}
 	tokens := &userTokens{g: g, server: c.spec.Name, user: user, conn: conn, sealed: sealed, ended: f}
-	rt := &unauthorizedWatch{f: f, stepUp: up, base: &oauth2.Transport{Source: tokens, Base: &headerTransport{base: g.httpBase, header: header}}}
+	rt := &unauthorizedWatch{f: f, stepUp: up, base: &oauth2.Transport{Source: tokens, Base: tokens.dpop(&headerTransport{base: g.httpBase, header: header})}}
 	hc := &http.Client{Transport: rt}
 	cctx, cancel := context.WithTimeout(ctx, min(timeout, g.cfg.ConnectTimeout))
 	defer cancel()
@@ -1362,6 +1387,7 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 	if err != nil {
 		if errors.Is(err, errNotConnected) || f.Get() {
 			if f.Get() {
+				c.asw.stale.Store(true) // the server may have moved to another authorization server
 				// A token the server refuses was revoked or lost its grant: connect again.
 				// Only that record goes: one stored meanwhile (a reconnect) stays.
 				if cur := tokens.current(); cur != nil {
@@ -1441,6 +1467,7 @@ func ClientMetadataHandler(cfg Config) http.Handler {
 		"grant_types":                []string{"authorization_code", "refresh_token"},
 		"response_types":             []string{"code"},
 		"token_endpoint_auth_method": "none",
+		"application_type":           applicationType(cfg.OAuthRedirectURL),
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

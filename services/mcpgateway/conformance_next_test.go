@@ -1,0 +1,74 @@
+package mcpgateway
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermes-agent/hermes/services/mcpgateway/mcpgatewaytest"
+)
+
+// conformanceNextScenarios are the client scenarios of the suite's next release
+// (0.2.0-alpha.12, the 2026-07-28 specification) the gateway passes with neither FAILURE nor
+// WARNING. CONFORMANCE.md lists the ones left out and why.
+var conformanceNextScenarios = []string{
+	"initialize", "tools_call", "sse-retry", "elicitation-sep1034-client-defaults", "json-schema-ref-no-deref",
+	"auth/client-credentials-basic", "auth/client-credentials-jwt",
+	"auth/metadata-default", "auth/metadata-var1", "auth/metadata-var2", "auth/metadata-var3", "auth/basic-cimd",
+	"auth/scope-from-www-authenticate", "auth/scope-from-scopes-supported", "auth/scope-omitted-when-undefined",
+	"auth/scope-step-up", "auth/scope-retry-limit",
+	"auth/token-endpoint-auth-basic", "auth/token-endpoint-auth-post", "auth/token-endpoint-auth-none", "auth/pre-registration",
+	"auth/2025-03-26-oauth-metadata-backcompat", "auth/2025-03-26-oauth-endpoint-fallback",
+	"auth/resource-mismatch", "auth/metadata-issuer-mismatch", "auth/offline-access-scope", "auth/offline-access-not-supported",
+	// SEP-837 (application_type), SEP-2352 (a new authorization server), SEP-2468 (iss).
+	"auth/authorization-server-migration",
+	"auth/iss-supported", "auth/iss-not-advertised", "auth/iss-supported-missing", "auth/iss-wrong-issuer",
+	"auth/iss-unexpected", "auth/iss-normalized",
+	// SEP-1932 (DPoP), an extension: used where the metadata advertises ES256.
+	"auth/dpop", "auth/dpop-nonce",
+}
+
+// TestConformanceClientNext runs conformanceNextScenarios with the suite's next release
+// (installed as conformance-next), the client command being TestConformanceClientHelper as
+// in TestConformanceClient. HERMES_CONFORMANCE_NEXT_SCENARIOS=a,b runs a subset.
+func TestConformanceClientNext(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the conformance suite takes a few seconds; skipped with -short")
+	}
+	dir := mcpgatewaytest.NPMDir(t)
+	suite := filepath.Join(dir, "node_modules/conformance-next/dist/index.js")
+	if _, err := os.Stat(suite); err != nil {
+		t.Fatalf("the suite's next release is not installed (npm ci in %s): %v", dir, err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scenarios := conformanceNextScenarios
+	if s := os.Getenv("HERMES_CONFORMANCE_NEXT_SCENARIOS"); s != "" {
+		scenarios = strings.Split(s, ",")
+	}
+	for _, scenario := range scenarios {
+		t.Run(scenario, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, mcpgatewaytest.ConformanceNode(t), suite,
+				"client", "--scenario", scenario, "-o", t.TempDir(),
+				"--command", self+" -test.run=^TestConformanceClientHelper$ -test.count=1 --")
+			cmd.Env = append(os.Environ(), "HERMES_CONFORMANCE_CLIENT=1")
+			out, err := cmd.CombinedOutput()
+			if err != nil || strings.Contains(string(out), "FAILURE") || strings.Contains(string(out), "WARNING") {
+				t.Fatalf("scenario %s: %v\n%s", scenario, err, out)
+			}
+			for _, l := range strings.Split(string(out), "\n") {
+				if strings.Contains(l, "Passed:") {
+					t.Log(strings.TrimSpace(l))
+				}
+			}
+		})
+	}
+}
