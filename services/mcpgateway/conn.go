@@ -97,6 +97,8 @@ type serverConn struct {
 	oauthMu sync.Mutex
 	// oauthEP is the discovered authorization server and client of a per-user OAuth server.
 	oauthEP *oauthEndpoint
+	// enterpriseEP is the discovered endpoints of an enterprise_oauth server (guarded by oauthMu).
+	enterpriseEP *enterpriseEndpoint
 }
 
 // live is one connected session.

@@ -38,6 +38,9 @@ func ValidateSpec(v *rpc.Violations, field string, s *pb.ServerSpec) {
 	if o := s.GetHttp().GetUserOauth(); o != nil {
 		validateUserOAuth(v, field+".http.user_oauth", s.GetHttp(), o)
 	}
+	if o := s.GetHttp().GetEnterpriseOauth(); o != nil {
+		validateEnterpriseOAuth(v, field+".http.enterprise_oauth", s.GetHttp(), o)
+	}
 }
 
 // validateUserOAuth checks an HTTP transport's per-user OAuth block; field is the path of the
