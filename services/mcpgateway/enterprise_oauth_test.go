@@ -341,7 +341,9 @@ func TestEnterpriseOAuthRefusals(t *testing.T) {
 		{name: "expired ID token", idToken: f.idToken("alice@corp", time.Now().Add(-time.Minute)), code: codes.InvalidArgument, say: "expired"},
 		{name: "IdP issues an access token", idToken: good, idp: func(a map[string]any) { a["issued_token_type"] = "urn:ietf:params:oauth:token-type:access_token" }, code: codes.Unavailable, say: "not an identity assertion grant", exchanges: 1},
 		{name: "IdP grant is a bearer token", idToken: good, idp: func(a map[string]any) { a["token_type"] = "Bearer" }, code: codes.Unavailable, say: "not N_A", exchanges: 1},
-		{name: "IdP grant is not an ID-JAG", idToken: good, idp: func(a map[string]any) { a["access_token"] = fakeJWT(map[string]any{"typ": "JWT"}, map[string]any{"sub": "alice"}) }, code: codes.Unavailable, say: typIDJAG, exchanges: 1},
+		{name: "IdP grant is not an ID-JAG", idToken: good, idp: func(a map[string]any) {
+			a["access_token"] = fakeJWT(map[string]any{"typ": "JWT"}, map[string]any{"sub": "alice"})
+		}, code: codes.Unavailable, say: typIDJAG, exchanges: 1},
 		{name: "IdP grant oversize", idToken: good, idp: func(a map[string]any) { a["access_token"] = big }, code: codes.Unavailable, say: "longer than", exchanges: 1},
 		{name: "IdP refuses", idToken: good, idp: func(a map[string]any) { delete(a, "access_token") }, code: codes.Unavailable, say: "no access_token", exchanges: 1},
 		{name: "AS issues a DPoP token", idToken: good, as: func(a map[string]any) { a["token_type"] = "DPoP" }, code: codes.Unavailable, say: "bearer tokens only", exchanges: 1},
