@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,8 @@ func TestConformanceClientHelper(t *testing.T) {
 		IdpIDToken       string `json:"idp_id_token"`
 		IdpIssuer        string `json:"idp_issuer"`
 		IdpTokenEndpoint string `json:"idp_token_endpoint"`
+		// Workload identity federation: the workload's JWT.
+		ValidJWT string `json:"valid_jwt"`
 	}
 	_ = json.Unmarshal([]byte(os.Getenv("MCP_CONFORMANCE_CONTEXT")), &conf)
 	getenv := func(k string) string {
@@ -55,12 +58,14 @@ func TestConformanceClientHelper(t *testing.T) {
 			return conf.ClientSecret
 		case "CONFORMANCE_PRIVATE_KEY":
 			return conf.PrivateKeyPEM
+		case "CONFORMANCE_WORKLOAD_JWT":
+			return conf.ValidJWT
 		}
 		return os.Getenv(k)
 	}
 	cfg := testConfig()
 	enterprise := conf.IdpIDToken != ""
-	authCode := strings.HasPrefix(scenario, "auth/") && !strings.HasPrefix(scenario, "auth/client-credentials") && !enterprise
+	authCode := strings.HasPrefix(scenario, "auth/") && !strings.HasPrefix(scenario, "auth/client-credentials") && !enterprise && scenario != "auth/wif-jwt-bearer"
 	var key []byte
 	if enterprise {
 		key, _ = ParseOAuthKey(rand.Text() + rand.Text())
@@ -76,7 +81,7 @@ func TestConformanceClientHelper(t *testing.T) {
 		}
 		key, _ = ParseOAuthKey(rand.Text() + rand.Text())
 	}
-	g := New(cfg, Options{Logger: testLogger(t), Getenv: getenv, Secrets: secretenv.New([]string{"CONFORMANCE_CLIENT_SECRET", "CONFORMANCE_PRIVATE_KEY"}, nil), OAuthKey: key})
+	g := New(cfg, Options{Logger: testLogger(t), Getenv: getenv, Secrets: secretenv.New([]string{"CONFORMANCE_CLIENT_SECRET", "CONFORMANCE_PRIVATE_KEY", "CONFORMANCE_WORKLOAD_JWT"}, nil), OAuthKey: key})
 	defer g.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -99,6 +104,8 @@ func TestConformanceClientHelper(t *testing.T) {
 	switch {
 	case scenario == "elicitation-sep1034-client-defaults":
 		spec.Elicitation = "defaults"
+	case scenario == "auth/wif-jwt-bearer":
+		spec.GetHttp().Oauth = &pb.OAuthClientCredentials{ClientId: conf.ClientID, AssertionEnv: "CONFORMANCE_WORKLOAD_JWT"}
 	case scenario == "auth/client-credentials-jwt":
 		spec.GetHttp().Oauth = &pb.OAuthClientCredentials{ClientId: conf.ClientID, PrivateKeyEnv: "CONFORMANCE_PRIVATE_KEY"}
 	case strings.HasPrefix(scenario, "auth/client-credentials"):
@@ -219,14 +226,32 @@ func TestConformanceClient(t *testing.T) {
 		// Enterprise-managed authorization (enterprise_oauth, SEP-990): the helper connects a
 		// user with the suite's ID token.
 		"auth/cross-app-access-complete-flow"}
+	// Scenarios of the suite's next release only (conformance-next), run with it.
+	next := []string{"auth/enterprise-managed-authorization", "auth/wif-jwt-bearer"}
 	if s := os.Getenv("HERMES_CONFORMANCE_SCENARIOS"); s != "" {
-		scenarios = strings.Split(s, ",") // a subset, to reproduce one scenario
+		// A subset, to reproduce one scenario; a scenario of the next release runs with it.
+		var cur, nxt []string
+		for _, sc := range strings.Split(s, ",") {
+			if slices.Contains(next, sc) {
+				nxt = append(nxt, sc)
+			} else {
+				cur = append(cur, sc)
+			}
+		}
+		scenarios, next = cur, nxt
 	}
-	for _, scenario := range scenarios {
+	suite := map[string]string{}
+	for _, sc := range scenarios {
+		suite[sc] = "node_modules/@modelcontextprotocol/conformance/dist/index.js"
+	}
+	for _, sc := range next {
+		suite[sc] = "node_modules/conformance-next/dist/index.js"
+	}
+	for _, scenario := range append(scenarios, next...) {
 		t.Run(scenario, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, mcpgatewaytest.ConformanceNode(t), filepath.Join(dir, "node_modules/@modelcontextprotocol/conformance/dist/index.js"),
+			cmd := exec.CommandContext(ctx, mcpgatewaytest.ConformanceNode(t), filepath.Join(dir, suite[scenario]),
 				"client", "--scenario", scenario, "-o", t.TempDir(),
 				"--command", self+" -test.run=^TestConformanceClientHelper$ -test.count=1 --")
 			cmd.Env = append(os.Environ(), "HERMES_CONFORMANCE_CLIENT=1")

@@ -149,6 +149,8 @@ func validateOAuth(v *rpc.Violations, field string, o *pb.OAuthClientCredentials
 		v.Add(field+".client_id", "is required, at most %d bytes", maxPattern)
 	}
 	switch pk := o.GetPrivateKeyEnv(); {
+	case o.GetAssertionEnv() != "":
+		validateWIF(v, field, o)
 	case pk != "" && o.GetClientSecretEnv() != "":
 		v.Add(field+".private_key_env", "cannot be combined with client_secret_env: the client authenticates with one of them")
 	case pk != "" && !isEnvName(pk):

@@ -774,6 +774,13 @@ type OAuthClientCredentials struct {
 	// a signed JWT assertion (private_key_jwt, RFC 7523) instead of a secret. Not with
 	// client_secret_env.
 	PrivateKeyEnv string `protobuf:"bytes,6,opt,name=private_key_env,json=privateKeyEnv,proto3" json:"private_key_env,omitempty"`
+	// Name of an environment variable of the gateway process holding a JWT that is the grant
+	// itself (workload identity federation: RFC 7523 section 2.1, grant_type
+	// urn:ietf:params:oauth:grant-type:jwt-bearer) instead of the client credentials grant;
+	// read again for each token request, so a rotated token is picked up. The client
+	// authenticates with client_secret_env when set, else sends only its id. Not with
+	// private_key_env.
+	AssertionEnv  string `protobuf:"bytes,7,opt,name=assertion_env,json=assertionEnv,proto3" json:"assertion_env,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -846,6 +853,13 @@ func (x *OAuthClientCredentials) GetAuthMethod() string {
 func (x *OAuthClientCredentials) GetPrivateKeyEnv() string {
 	if x != nil {
 		return x.PrivateKeyEnv
+	}
+	return ""
+}
+
+func (x *OAuthClientCredentials) GetAssertionEnv() string {
+	if x != nil {
+		return x.AssertionEnv
 	}
 	return ""
 }
@@ -4332,7 +4346,7 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x16OAuthAuthorizationCode\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12*\n" +
 	"\x11client_secret_env\x18\x02 \x01(\tR\x0fclientSecretEnv\x12\x16\n" +
-	"\x06scopes\x18\x03 \x03(\tR\x06scopes\"\xdf\x01\n" +
+	"\x06scopes\x18\x03 \x03(\tR\x06scopes\"\x84\x02\n" +
 	"\x16OAuthClientCredentials\x12\x1b\n" +
 	"\ttoken_url\x18\x01 \x01(\tR\btokenUrl\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12*\n" +
@@ -4340,7 +4354,8 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x06scopes\x18\x04 \x03(\tR\x06scopes\x12\x1f\n" +
 	"\vauth_method\x18\x05 \x01(\tR\n" +
 	"authMethod\x12&\n" +
-	"\x0fprivate_key_env\x18\x06 \x01(\tR\rprivateKeyEnv\"\x80\x05\n" +
+	"\x0fprivate_key_env\x18\x06 \x01(\tR\rprivateKeyEnv\x12#\n" +
+	"\rassertion_env\x18\a \x01(\tR\fassertionEnv\"\x80\x05\n" +
 	"\x06Server\x124\n" +
 	"\x04spec\x18\x01 \x01(\v2 .hermes.mcpgateway.v1.ServerSpecR\x04spec\x127\n" +
 	"\x05state\x18\x02 \x01(\x0e2!.hermes.mcpgateway.v1.ServerStateR\x05state\x12\x1d\n" +
