@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -45,6 +46,10 @@ type fakeEnterprise struct {
 	issued    []string          // every token issued (ID-JAGs too), for the leak checks
 	exchanges []map[string]string
 	basicAuth []string // client ids of the JWT bearer grants' Basic authentication
+	grants    []string // grant_type of every request to the authorization server
+	// workload makes the authorization server take any JWT as the grant (workload identity
+	// federation), not only ID-JAGs.
+	workload bool
 }
 
 const (
@@ -98,12 +103,13 @@ func newFakeEnterprise(t *testing.T) *fakeEnterprise {
 		defer f.mu.Unlock()
 		id, secret, _ := r.BasicAuth()
 		f.basicAuth = append(f.basicAuth, id)
+		f.grants = append(f.grants, r.PostForm.Get("grant_type"))
 		var header map[string]any
 		var claims struct {
 			Sub string `json:"sub"`
 		}
 		if id != fakeASClient || secret != fakeASSecret || r.PostForm.Get("grant_type") != grantJWTBearer ||
-			jwtParts(r.PostForm.Get("assertion"), &header, &claims) != nil || header["typ"] != typIDJAG {
+			jwtParts(r.PostForm.Get("assertion"), &header, &claims) != nil || header["typ"] != typIDJAG && !f.workload || claims.Sub == "refused" {
 			writeJSONStatus(w, http.StatusBadRequest, map[string]string{"error": "invalid_grant"})
 			return
 		}
@@ -424,6 +430,68 @@ func TestValidateEnterpriseOAuth(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("%v does not name %s", err, w)
 				}
+			}
+		})
+	}
+}
+
+// TestWorkloadIdentity: with assertion_env the gateway presents the workload's JWT (from the
+// operator's environment) as a JWT bearer grant and calls with the token; an expired workload
+// token is not sent; a refused grant is reported, never retried as another grant type.
+func TestWorkloadIdentity(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		sub      string
+		exp      time.Duration
+		ready    bool
+		say      string
+		requests int // requests expected at the token endpoint by the first attempt's end
+	}{
+		{name: "valid", sub: "workload-1", exp: time.Hour, ready: true, requests: 1},
+		{name: "expired", sub: "workload-1", exp: -time.Minute, say: "expired"},
+		{name: "refused", sub: "refused", exp: time.Hour, say: "invalid_grant", requests: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeEnterprise(t)
+			f.workload = true
+			mcpURL := enterpriseMCP(t, f).URL + "/mcp"
+			jwt := fakeJWT(map[string]any{"alg": "ES256"}, map[string]any{"iss": "https://platform.example", "sub": tc.sub, "aud": f.srv.URL, "exp": time.Now().Add(tc.exp).Unix()})
+			getenv := func(k string) string {
+				switch k {
+				case "DOCS_SECRET":
+					return fakeASSecret
+				case "WORKLOAD_JWT":
+					return jwt
+				}
+				return ""
+			}
+			logs := &syncBuffer{}
+			client, _ := startGateway(t, testConfig(), Options{Getenv: getenv, Secrets: secretenv.New([]string{"DOCS_SECRET", "WORKLOAD_JWT"}, nil),
+				Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+			spec := &pb.ServerSpec{Name: "docs", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: mcpURL,
+				Oauth: &pb.OAuthClientCredentials{ClientId: fakeASClient, ClientSecretEnv: "DOCS_SECRET", AssertionEnv: "WORKLOAD_JWT"}}}}
+			resp, err := client.AddServer(context.Background(), &pb.AddServerRequest{Spec: spec, Wait: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := resp.GetServer()
+			if ready := srv.GetState() == pb.ServerState_SERVER_STATE_READY; ready != tc.ready || !strings.Contains(srv.GetLastError(), tc.say) {
+				t.Fatalf("server %s (%s), want ready %v saying %q", srv.GetState(), srv.GetLastError(), tc.ready, tc.say)
+			}
+			f.mu.Lock()
+			grants := slices.Clone(f.grants)
+			f.mu.Unlock()
+			if len(grants) < tc.requests || len(grants) > 0 && slices.IndexFunc(grants, func(g string) bool { return g != grantJWTBearer }) >= 0 || tc.requests == 0 && len(grants) > 0 {
+				t.Fatalf("grant types at the token endpoint: %q, want %d JWT bearer grants", grants, tc.requests)
+			}
+			if tc.ready {
+				r, err := client.CallTool(context.Background(), &pb.CallToolRequest{Server: "docs", Tool: "whoami"})
+				if err != nil || r.GetOutput() != "account "+tc.sub {
+					t.Fatalf("call: %v %v", r, err)
+				}
+			}
+			if strings.Contains(logs.String(), jwt) || strings.Contains(srv.GetLastError(), jwt) {
+				t.Fatal("the workload token is in the logs or the server's state")
 			}
 		})
 	}

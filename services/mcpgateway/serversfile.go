@@ -62,6 +62,7 @@ type fileServer struct {
 		Scopes          []string `json:"scopes"`
 		AuthMethod      string   `json:"authMethod"`
 		PrivateKeyEnv   string   `json:"privateKeyEnv"`
+		AssertionEnv    string   `json:"assertionEnv"`
 	} `json:"oauth"`
 	// UserOAuth: each user connects their own account (authorization code flow).
 	UserOAuth *struct {
@@ -302,7 +303,7 @@ func (fs fileServer) spec(name string, getenv func(string) string) (*pb.ServerSp
 			h.Headers[k] = x(v)
 		}
 		if o := fs.OAuth; o != nil {
-			h.Oauth = &pb.OAuthClientCredentials{TokenUrl: x(o.TokenURL), ClientId: x(o.ClientID), ClientSecretEnv: o.ClientSecretEnv, Scopes: o.Scopes, AuthMethod: o.AuthMethod, PrivateKeyEnv: o.PrivateKeyEnv}
+			h.Oauth = &pb.OAuthClientCredentials{TokenUrl: x(o.TokenURL), ClientId: x(o.ClientID), ClientSecretEnv: o.ClientSecretEnv, Scopes: o.Scopes, AuthMethod: o.AuthMethod, PrivateKeyEnv: o.PrivateKeyEnv, AssertionEnv: o.AssertionEnv}
 		}
 		if o := fs.UserOAuth; o != nil {
 			h.UserOauth = &pb.OAuthAuthorizationCode{ClientId: x(o.ClientID), ClientSecretEnv: o.ClientSecretEnv, Scopes: o.Scopes}
