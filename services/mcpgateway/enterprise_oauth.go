@@ -227,9 +227,10 @@ type tokenAnswer struct {
 	Scope           string `json:"scope"`
 }
 
-// tokenRequest posts form to a token endpoint with the client's authentication and returns
-// its answer. A refusal names the error code only: the body may echo what was sent.
-func (g *Gateway) tokenRequest(ctx context.Context, tokenURL, clientID, secret string, style oauth2.AuthStyle, form url.Values) (*tokenAnswer, error) {
+// tokenRequest posts form to a token endpoint of who ("the identity provider") with the
+// client's authentication and returns its answer. A refusal names the error code only: the
+// body may echo what was sent.
+func (g *Gateway) tokenRequest(ctx context.Context, who, tokenURL, clientID, secret string, style oauth2.AuthStyle, form url.Values) (*tokenAnswer, error) {
 	if secret == "" || style == oauth2.AuthStyleInParams {
 		form.Set("client_id", clientID)
 		if secret != "" {
@@ -259,19 +260,19 @@ func (g *Gateway) tokenRequest(ctx context.Context, tokenURL, clientID, secret s
 			Error string `json:"error"`
 		}
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return nil, errclass.Errorf(errclass.Precondition, "the token endpoint refused: %s", abbreviate(e.Error, 100))
+			return nil, errclass.Errorf(errclass.Precondition, "%s refused the token request: %s", who, abbreviate(e.Error, 100))
 		}
-		return nil, errclass.Errorf(errclass.Unavailable, "the token endpoint answered HTTP %d", resp.StatusCode)
+		return nil, errclass.Errorf(errclass.Unavailable, "%s answered the token request with HTTP %d", who, resp.StatusCode)
 	}
 	var a tokenAnswer
 	if err := json.Unmarshal(body, &a); err != nil {
-		return nil, errclass.Errorf(errclass.Unavailable, "the token endpoint's answer is not a JSON token response")
+		return nil, errclass.Errorf(errclass.Unavailable, "%s's answer is not a JSON token response", who)
 	}
 	if a.AccessToken == "" {
-		return nil, errclass.Errorf(errclass.Unavailable, "the token endpoint's answer has no access_token")
+		return nil, errclass.Errorf(errclass.Unavailable, "%s's answer has no access_token", who)
 	}
 	if len(a.AccessToken) > maxIssuedToken || len(a.RefreshToken) > maxIssuedToken {
-		return nil, errclass.Errorf(errclass.Unavailable, "the token endpoint issued a token longer than %d KiB", maxIssuedToken>>10)
+		return nil, errclass.Errorf(errclass.Unavailable, "%s issued a token longer than %d KiB", who, maxIssuedToken>>10)
 	}
 	return &a, nil
 }
@@ -279,7 +280,7 @@ func (g *Gateway) tokenRequest(ctx context.Context, tokenURL, clientID, secret s
 // exchangeIDToken turns the user's ID token into an ID-JAG for the server's authorization
 // server (RFC 8693 token exchange at the IdP), checked to be one.
 func (g *Gateway) exchangeIDToken(ctx context.Context, ep *enterpriseEndpoint, idToken string) (string, error) {
-	a, err := g.tokenRequest(ctx, ep.idpTokenURL, ep.idpClientID, ep.idpSecret, ep.idpAuthStyle, url.Values{
+	a, err := g.tokenRequest(ctx, "the identity provider", ep.idpTokenURL, ep.idpClientID, ep.idpSecret, ep.idpAuthStyle, url.Values{
 		"grant_type":           {grantTokenExchange},
 		"requested_token_type": {tokenTypeIDJAG},
 		"subject_token":        {idToken},
@@ -313,7 +314,7 @@ func (g *Gateway) redeemIDJAG(ctx context.Context, ep *enterpriseEndpoint, jag s
 	if len(ep.as.Scopes) > 0 {
 		form.Set("scope", strings.Join(ep.as.Scopes, " "))
 	}
-	a, err := g.tokenRequest(ctx, ep.as.TokenURL, ep.as.ClientID, ep.as.ClientSecret, ep.as.AuthStyle, form)
+	a, err := g.tokenRequest(ctx, "the authorization server", ep.as.TokenURL, ep.as.ClientID, ep.as.ClientSecret, ep.as.AuthStyle, form)
 	if err != nil {
 		return nil, fmt.Errorf("the authorization server's JWT bearer grant: %w", err)
 	}

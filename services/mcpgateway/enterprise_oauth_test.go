@@ -95,6 +95,11 @@ func newFakeEnterprise(t *testing.T) *fakeEnterprise {
 		if f.idpAnswer != nil {
 			f.idpAnswer(a)
 		}
+		if code, ok := a["status"].(int); ok {
+			// A refusal whose description echoes the subject token, as some providers' do.
+			writeJSONStatus(w, code, map[string]any{"error": a["error"], "error_description": "bad token " + r.PostForm.Get("subject_token")})
+			return
+		}
 		writeJSON(w, a)
 	})
 	mux.HandleFunc("/token", func(w http.ResponseWriter, r *http.Request) {
@@ -351,7 +356,9 @@ func TestEnterpriseOAuthRefusals(t *testing.T) {
 			a["access_token"] = fakeJWT(map[string]any{"typ": "JWT"}, map[string]any{"sub": "alice"})
 		}, code: codes.Unavailable, say: typIDJAG, exchanges: 1},
 		{name: "IdP grant oversize", idToken: good, idp: func(a map[string]any) { a["access_token"] = big }, code: codes.Unavailable, say: "longer than", exchanges: 1},
-		{name: "IdP refuses", idToken: good, idp: func(a map[string]any) { delete(a, "access_token") }, code: codes.Unavailable, say: "no access_token", exchanges: 1},
+		{name: "IdP answers without a token", idToken: good, idp: func(a map[string]any) { delete(a, "access_token") }, code: codes.Unavailable, say: "no access_token", exchanges: 1},
+		{name: "IdP refuses", idToken: good, idp: func(a map[string]any) { a["status"], a["error"] = http.StatusBadRequest, "invalid_grant" },
+			code: codes.FailedPrecondition, say: "the identity provider refused the token request: invalid_grant", exchanges: 1},
 		{name: "AS issues a DPoP token", idToken: good, as: func(a map[string]any) { a["token_type"] = "DPoP" }, code: codes.Unavailable, say: "bearer tokens only", exchanges: 1},
 		{name: "AS token oversize", idToken: good, as: func(a map[string]any) { a["access_token"] = big }, code: codes.Unavailable, say: "longer than", exchanges: 1},
 		{name: "AS refresh token oversize", idToken: good, as: func(a map[string]any) { a["refresh_token"] = big }, code: codes.Unavailable, say: "longer than", exchanges: 1},

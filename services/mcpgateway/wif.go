@@ -87,7 +87,7 @@ func (w *wifGrant) token(extra []string) (*oauth2.Token, []string, error) {
 	if len(scopes) > 0 {
 		form.Set("scope", strings.Join(scopes, " "))
 	}
-	a, err := g.tokenRequest(ctx, tokenURL, w.o.GetClientId(), w.secret, style, form)
+	a, err := g.tokenRequest(ctx, "the authorization server", tokenURL, w.o.GetClientId(), w.secret, style, form)
 	if err != nil {
 		return nil, nil, fmt.Errorf("OAuth JWT bearer grant with the workload token: %w", err)
 	}
