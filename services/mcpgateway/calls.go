@@ -96,7 +96,7 @@ func (g *Gateway) callTool(ctx context.Context, req *pb.CallToolRequest, onProgr
 	start := time.Now()
 	var l *live
 	var us *userSession // the calling user's own session, for a per-user OAuth server
-	if c.spec.GetHttp().GetUserOauth() != nil {
+	if perUserOAuth(c.spec.GetHttp()) {
 		var resp *pb.CallToolResponse
 		if us, resp = g.userLive(ctx, c, req.GetUserId(), timeout); resp != nil {
 			if ctx.Err() != nil {

@@ -42,6 +42,13 @@ func TestConformanceClientHelper(t *testing.T) {
 		ClientID      string `json:"client_id"`
 		ClientSecret  string `json:"client_secret"`
 		PrivateKeyPEM string `json:"private_key_pem"`
+		// Enterprise-managed authorization (SEP-990): the IdP, and the user's ID token.
+		IdpClientID      string `json:"idp_client_id"`
+		IdpIDToken       string `json:"idp_id_token"`
+		IdpIssuer        string `json:"idp_issuer"`
+		IdpTokenEndpoint string `json:"idp_token_endpoint"`
+		// Workload identity federation: the workload's JWT.
+		ValidJWT string `json:"valid_jwt"`
 	}
 	_ = json.Unmarshal([]byte(os.Getenv("MCP_CONFORMANCE_CONTEXT")), &conf)
 	getenv := func(k string) string {
@@ -50,12 +57,18 @@ func TestConformanceClientHelper(t *testing.T) {
 			return conf.ClientSecret
 		case "CONFORMANCE_PRIVATE_KEY":
 			return conf.PrivateKeyPEM
+		case "CONFORMANCE_WORKLOAD_JWT":
+			return conf.ValidJWT
 		}
 		return os.Getenv(k)
 	}
 	cfg := testConfig()
-	authCode := strings.HasPrefix(scenario, "auth/") && !strings.HasPrefix(scenario, "auth/client-credentials")
+	enterprise := conf.IdpIDToken != ""
+	authCode := strings.HasPrefix(scenario, "auth/") && !strings.HasPrefix(scenario, "auth/client-credentials") && !enterprise && scenario != "auth/wif-jwt-bearer"
 	var key []byte
+	if enterprise {
+		key, _ = ParseOAuthKey(rand.Text() + rand.Text())
+	}
 	if authCode {
 		// The suite's authorization server redirects at once; the helper plays the browser and
 		// reads the redirect, so the redirect URI is never dialled.
@@ -67,11 +80,17 @@ func TestConformanceClientHelper(t *testing.T) {
 		}
 		key, _ = ParseOAuthKey(rand.Text() + rand.Text())
 	}
-	g := New(cfg, Options{Logger: testLogger(t), Getenv: getenv, Secrets: secretenv.New([]string{"CONFORMANCE_CLIENT_SECRET", "CONFORMANCE_PRIVATE_KEY"}, nil), OAuthKey: key})
+	g := New(cfg, Options{Logger: testLogger(t), Getenv: getenv, Secrets: secretenv.New([]string{"CONFORMANCE_CLIENT_SECRET", "CONFORMANCE_PRIVATE_KEY", "CONFORMANCE_WORKLOAD_JWT"}, nil), OAuthKey: key})
 	defer g.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	spec := &pb.ServerSpec{Name: "conformance", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: url}}}
+	if enterprise {
+		spec.GetHttp().EnterpriseOauth = &pb.OAuthEnterprise{IdpIssuer: conf.IdpIssuer, IdpTokenUrl: conf.IdpTokenEndpoint, IdpClientId: conf.IdpClientID,
+			ClientId: conf.ClientID, ClientSecretEnv: "CONFORMANCE_CLIENT_SECRET"}
+		conformanceEnterprise(ctx, t, g, spec, conf.IdpIDToken)
+		return
+	}
 	if authCode {
 		uo := &pb.OAuthAuthorizationCode{ClientId: conf.ClientID}
 		if conf.ClientID != "" && conf.ClientSecret != "" {
@@ -84,6 +103,8 @@ func TestConformanceClientHelper(t *testing.T) {
 	switch {
 	case scenario == "elicitation-sep1034-client-defaults":
 		spec.Elicitation = "defaults"
+	case scenario == "auth/wif-jwt-bearer":
+		spec.GetHttp().Oauth = &pb.OAuthClientCredentials{ClientId: conf.ClientID, AssertionEnv: "CONFORMANCE_WORKLOAD_JWT"}
 	case scenario == "auth/client-credentials-jwt":
 		spec.GetHttp().Oauth = &pb.OAuthClientCredentials{ClientId: conf.ClientID, PrivateKeyEnv: "CONFORMANCE_PRIVATE_KEY"}
 	case strings.HasPrefix(scenario, "auth/client-credentials"):
@@ -152,6 +173,26 @@ func conformanceUserOAuth(ctx context.Context, t *testing.T, g *Gateway, spec *p
 	}
 }
 
+// conformanceEnterprise connects a user with their ID token (as the user's application would,
+// through ConnectServer) and calls the server's first tool as that user.
+func conformanceEnterprise(ctx context.Context, t *testing.T, g *Gateway, spec *pb.ServerSpec, idToken string) {
+	if _, err := g.AddServer(ctx, spec, false); err != nil {
+		t.Fatalf("add: %v", err)
+	}
+	if err := g.ConnectEnterprise(ctx, "conformance", "user-1", idToken); err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	testenv.WaitFor(t, 15*time.Second, "the server's tools", func() bool {
+		tools, _ := g.Tools("conformance")
+		return len(tools) > 0
+	})
+	tools, _ := g.Tools("conformance")
+	r, err := g.CallTool(ctx, &pb.CallToolRequest{Name: tools[0].GetName(), Arguments: `{}`, UserId: "user-1"})
+	if err != nil || !r.GetSuccess() {
+		t.Fatalf("%s: %v %v", tools[0].GetName(), r, err)
+	}
+}
+
 // conformanceConsent opens authURL as the user's browser would (the suite's authorization
 // server approves at once) and hands the redirect to the callback's handler.
 func conformanceConsent(ctx context.Context, t *testing.T, g *Gateway, authURL string) {
@@ -189,7 +230,10 @@ func TestConformanceClient(t *testing.T) {
 		"auth/scope-omitted-when-undefined", "auth/scope-retry-limit", "auth/token-endpoint-auth-basic", "auth/token-endpoint-auth-post",
 		"auth/token-endpoint-auth-none", "auth/resource-mismatch", "auth/pre-registration",
 		"auth/2025-03-26-oauth-metadata-backcompat", "auth/2025-03-26-oauth-endpoint-fallback",
-		"auth/scope-step-up", "auth/basic-cimd"}
+		"auth/scope-step-up", "auth/basic-cimd",
+		// Enterprise-managed authorization (enterprise_oauth, SEP-990): the helper connects a
+		// user with the suite's ID token.
+		"auth/cross-app-access-complete-flow"}
 	if s := os.Getenv("HERMES_CONFORMANCE_SCENARIOS"); s != "" {
 		scenarios = strings.Split(s, ",") // a subset, to reproduce one scenario
 	}

@@ -30,6 +30,9 @@ var conformanceNextScenarios = []string{
 	"auth/iss-unexpected", "auth/iss-normalized",
 	// SEP-1932 (DPoP), an extension: used where the metadata advertises ES256.
 	"auth/dpop", "auth/dpop-nonce",
+	// Enterprise-managed authorization (SEP-990, enterprise_oauth) and workload identity
+	// federation (http.oauth.assertion_env).
+	"auth/enterprise-managed-authorization", "auth/wif-jwt-bearer",
 }
 
 // TestConformanceClientNext runs conformanceNextScenarios with the suite's next release

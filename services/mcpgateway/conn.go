@@ -99,6 +99,8 @@ type serverConn struct {
 	oauthEP *oauthEndpoint
 	// asw: the authorization server's changes (SEP-2352) and the registrations made.
 	asw authServerWatch
+	// enterpriseEP is the discovered endpoints of an enterprise_oauth server (guarded by oauthMu).
+	enterpriseEP *enterpriseEndpoint
 }
 
 // live is one connected session.

@@ -52,6 +52,17 @@ func (c *serverConn) oauthClient(o *pb.OAuthClientCredentials, base http.RoundTr
 		src := &jwtClientCredentials{c: c, o: o, key: signer}
 		return stepUpClient(src.token, base), nil, nil
 	}
+	if o.GetAssertionEnv() != "" {
+		// Workload identity federation (wif.go): the workload's JWT is the grant.
+		w := &wifGrant{c: c, o: o}
+		if env := o.GetClientSecretEnv(); env != "" {
+			var err error
+			if w.secret, err = c.g.powers.secret(env, c.g.getenv); err != nil {
+				return nil, nil, fmt.Errorf("OAuth client secret: %w", err)
+			}
+		}
+		return stepUpClient(w.token, base), nil, nil
+	}
 	secret, err := c.g.powers.secret(o.GetClientSecretEnv(), c.g.getenv)
 	if err != nil {
 		return nil, nil, fmt.Errorf("OAuth client secret: %w", err)

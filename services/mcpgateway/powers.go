@@ -53,7 +53,8 @@ func secretVars(s *pb.ServerSpec) []string {
 		if e := ht.GetBearerTokenEnv(); e != "" {
 			out = append(out, e)
 		}
-		for _, e := range []string{ht.GetOauth().GetClientSecretEnv(), ht.GetOauth().GetPrivateKeyEnv(), ht.GetUserOauth().GetClientSecretEnv()} {
+		for _, e := range []string{ht.GetOauth().GetClientSecretEnv(), ht.GetOauth().GetPrivateKeyEnv(), ht.GetOauth().GetAssertionEnv(), ht.GetUserOauth().GetClientSecretEnv(),
+			ht.GetEnterpriseOauth().GetClientSecretEnv(), ht.GetEnterpriseOauth().GetIdpClientSecretEnv()} {
 			if e != "" {
 				out = append(out, e)
 			}

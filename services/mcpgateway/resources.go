@@ -44,7 +44,7 @@ func request[T any](ctx context.Context, g *Gateway, server string, cap capabili
 	if err != nil {
 		return zero, err
 	}
-	if c.spec.GetHttp().GetUserOauth() != nil {
+	if perUserOAuth(c.spec.GetHttp()) {
 		// The shared session holds a connected user's token: what it reads is that user's.
 		return zero, errclass.Errorf(errclass.Precondition, "MCP server %q is called with each user's own account; its %s are not served to everyone", server, cap.what)
 	}

@@ -355,6 +355,17 @@ func (s *Server) ConnectServer(ctx context.Context, req *pb.ConnectServerRequest
 	if err := checkServerUser(req.GetServer(), req.GetUserId()); err != nil {
 		return nil, err
 	}
+	if tok := req.GetIdToken(); tok != "" {
+		var v rpc.Violations
+		v.MaxLen("id_token", tok, maxIDToken)
+		if err := v.Err(); err != nil {
+			return nil, err
+		}
+		if err := s.g.ConnectEnterprise(ctx, req.GetServer(), req.GetUserId(), tok); err != nil {
+			return nil, err
+		}
+		return &pb.ConnectServerResponse{Connected: true}, nil
+	}
 	u, connected, err := s.g.ConnectServer(ctx, req.GetServer(), req.GetUserId())
 	if err != nil {
 		return nil, err

@@ -62,6 +62,7 @@ type fileServer struct {
 		Scopes          []string `json:"scopes"`
 		AuthMethod      string   `json:"authMethod"`
 		PrivateKeyEnv   string   `json:"privateKeyEnv"`
+		AssertionEnv    string   `json:"assertionEnv"`
 	} `json:"oauth"`
 	// UserOAuth: each user connects their own account (authorization code flow).
 	UserOAuth *struct {
@@ -69,6 +70,16 @@ type fileServer struct {
 		ClientSecretEnv string   `json:"clientSecretEnv"`
 		Scopes          []string `json:"scopes"`
 	} `json:"userOauth"`
+	// EnterpriseOAuth: each user connects with their identity at the enterprise's IdP (SEP-990).
+	EnterpriseOAuth *struct {
+		IdpIssuer          string   `json:"idpIssuer"`
+		IdpTokenURL        string   `json:"idpTokenUrl"`
+		IdpClientID        string   `json:"idpClientId"`
+		IdpClientSecretEnv string   `json:"idpClientSecretEnv"`
+		ClientID           string   `json:"clientId"`
+		ClientSecretEnv    string   `json:"clientSecretEnv"`
+		Scopes             []string `json:"scopes"`
+	} `json:"enterpriseOauth"`
 }
 
 // badEntry is an entry of the servers file that cannot be used, and why.
@@ -292,10 +303,14 @@ func (fs fileServer) spec(name string, getenv func(string) string) (*pb.ServerSp
 			h.Headers[k] = x(v)
 		}
 		if o := fs.OAuth; o != nil {
-			h.Oauth = &pb.OAuthClientCredentials{TokenUrl: x(o.TokenURL), ClientId: x(o.ClientID), ClientSecretEnv: o.ClientSecretEnv, Scopes: o.Scopes, AuthMethod: o.AuthMethod, PrivateKeyEnv: o.PrivateKeyEnv}
+			h.Oauth = &pb.OAuthClientCredentials{TokenUrl: x(o.TokenURL), ClientId: x(o.ClientID), ClientSecretEnv: o.ClientSecretEnv, Scopes: o.Scopes, AuthMethod: o.AuthMethod, PrivateKeyEnv: o.PrivateKeyEnv, AssertionEnv: o.AssertionEnv}
 		}
 		if o := fs.UserOAuth; o != nil {
 			h.UserOauth = &pb.OAuthAuthorizationCode{ClientId: x(o.ClientID), ClientSecretEnv: o.ClientSecretEnv, Scopes: o.Scopes}
+		}
+		if o := fs.EnterpriseOAuth; o != nil {
+			h.EnterpriseOauth = &pb.OAuthEnterprise{IdpIssuer: x(o.IdpIssuer), IdpTokenUrl: x(o.IdpTokenURL), IdpClientId: x(o.IdpClientID), IdpClientSecretEnv: o.IdpClientSecretEnv,
+				ClientId: x(o.ClientID), ClientSecretEnv: o.ClientSecretEnv, Scopes: o.Scopes}
 		}
 		spec.Transport = &pb.ServerSpec_Http{Http: h}
 	case "stdio":

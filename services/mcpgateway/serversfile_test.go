@@ -89,6 +89,19 @@ func TestParseServers(t *testing.T) {
 				Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: "https://mcp.example.com/mcp", Headers: map[string]string{},
 					Oauth: &pb.OAuthClientCredentials{TokenUrl: "https://auth.example.com/token", ClientId: "hermes", ClientSecretEnv: "R_SECRET", Scopes: []string{"mcp"}}}}}},
 		},
+		{
+			name: "enterprise-managed authorization and workload identity",
+			in: `{"mcpServers": {"e": {"url": "https://mcp.example.com/mcp", "enterpriseOauth": {"idpIssuer": "https://idp.example.com", "idpTokenUrl": "https://idp.example.com/token",
+				"idpClientId": "hermes-idp", "idpClientSecretEnv": "IDP_SECRET", "clientId": "hermes", "clientSecretEnv": "E_SECRET", "scopes": ["read"]}},
+				"w": {"url": "https://w.example.com/mcp", "oauth": {"clientId": "wl", "assertionEnv": "WORKLOAD_JWT"}}}}`,
+			want: []*pb.ServerSpec{
+				{Name: "e", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: "https://mcp.example.com/mcp", Headers: map[string]string{},
+					EnterpriseOauth: &pb.OAuthEnterprise{IdpIssuer: "https://idp.example.com", IdpTokenUrl: "https://idp.example.com/token", IdpClientId: "hermes-idp",
+						IdpClientSecretEnv: "IDP_SECRET", ClientId: "hermes", ClientSecretEnv: "E_SECRET", Scopes: []string{"read"}}}}},
+				{Name: "w", Transport: &pb.ServerSpec_Http{Http: &pb.HTTPTransport{Url: "https://w.example.com/mcp", Headers: map[string]string{},
+					Oauth: &pb.OAuthClientCredentials{ClientId: "wl", AssertionEnv: "WORKLOAD_JWT"}}}},
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

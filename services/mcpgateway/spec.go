@@ -38,6 +38,9 @@ func ValidateSpec(v *rpc.Violations, field string, s *pb.ServerSpec) {
 	if o := s.GetHttp().GetUserOauth(); o != nil {
 		validateUserOAuth(v, field+".http.user_oauth", s.GetHttp(), o)
 	}
+	if o := s.GetHttp().GetEnterpriseOauth(); o != nil {
+		validateEnterpriseOAuth(v, field+".http.enterprise_oauth", s.GetHttp(), o)
+	}
 }
 
 // validateUserOAuth checks an HTTP transport's per-user OAuth block; field is the path of the
@@ -146,6 +149,8 @@ func validateOAuth(v *rpc.Violations, field string, o *pb.OAuthClientCredentials
 		v.Add(field+".client_id", "is required, at most %d bytes", maxPattern)
 	}
 	switch pk := o.GetPrivateKeyEnv(); {
+	case o.GetAssertionEnv() != "":
+		validateWIF(v, field, o)
 	case pk != "" && o.GetClientSecretEnv() != "":
 		v.Add(field+".private_key_env", "cannot be combined with client_secret_env: the client authenticates with one of them")
 	case pk != "" && !isEnvName(pk):

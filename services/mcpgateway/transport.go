@@ -122,7 +122,7 @@ func (c *serverConn) transport() (mcp.Transport, *exec.Cmd, sideChannel, error) 
 			return nil, nil, nil, err
 		}
 	}
-	if ht.GetUserOauth() != nil {
+	if perUserOAuth(ht) {
 		// The shared session only lists the tools, with a connected user's token; every call
 		// goes through the calling user's own session (userLive).
 		rt = &oauth2.Transport{Source: c.shared, Base: c.shared.transport(rt)}

@@ -798,16 +798,19 @@ func (g *Gateway) ConnectServer(ctx context.Context, server, user string) (authU
 	if err != nil {
 		return "", false, err
 	}
-	if c.spec.GetHttp().GetUserOauth() == nil {
-		return "", false, errclass.Errorf(errclass.Precondition, "MCP server %q does not use per-user OAuth (user_oauth); there is nothing to connect", server)
+	if !perUserOAuth(c.spec.GetHttp()) {
+		return "", false, errclass.Errorf(errclass.Precondition, "MCP server %q does not use per-user OAuth (user_oauth or enterprise_oauth); there is nothing to connect", server)
 	}
-	if why := g.oauthReady(); why != "" {
+	if why := g.perUserReady(c.spec.GetHttp()); why != "" {
 		return "", false, errclass.Errorf(errclass.Precondition, "%s", why)
 	}
 	if conn, err := g.loadConnection(ctx, server, user); err != nil {
 		return "", false, err
 	} else if conn != nil {
 		return "", true, nil
+	}
+	if c.spec.GetHttp().GetEnterpriseOauth() != nil {
+		return "", false, errclass.Errorf(errclass.Precondition, "MCP server %q connects users through their identity provider: give the user's ID token (id_token)", server)
 	}
 	u, err := g.startAuthorization(ctx, c, user)
 	return u, false, err
@@ -918,7 +921,11 @@ func (g *Gateway) saveConnection(ctx context.Context, server, user string, conn 
 // DisconnectServer forgets user's connection to server and revokes its tokens where the
 // authorization server offers revocation.
 func (g *Gateway) DisconnectServer(ctx context.Context, server, user string) (disconnected, revoked bool, err error) {
-	if why := g.oauthReady(); why != "" {
+	ready := g.oauthReady
+	if c, err := g.server(server); err == nil {
+		ready = func() string { return g.perUserReady(c.spec.GetHttp()) }
+	}
+	if why := ready(); why != "" {
 		return false, false, errclass.Errorf(errclass.Precondition, "%s", why)
 	}
 	conn, err := g.loadConnection(ctx, server, user)
@@ -1161,7 +1168,7 @@ func (s *sharedTokens) Token() (*oauth2.Token, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	g := s.c.g
-	if why := g.oauthReady(); why != "" {
+	if why := g.perUserReady(s.c.spec.GetHttp()); why != "" {
 		return nil, errors.New(why)
 	}
 	if s.cur != nil {
@@ -1276,6 +1283,10 @@ func unionScopes(a, b []string) []string {
 // the server asks for. Their current connection stays until the new one lands. When the
 // connection already has every scope asked for, asking again would loop: the call fails.
 func (g *Gateway) stepUpPrompt(ctx context.Context, c *serverConn, user string, challenged []string) *pb.CallToolResponse {
+	if c.spec.GetHttp().GetEnterpriseOauth() != nil {
+		// The scopes of an enterprise connection are the operator's (enterprise_oauth.scopes).
+		return failed(codeRejected, fmt.Sprintf("the MCP server %q refused the call for want of the scopes %q, which its enterprise_oauth configuration does not ask for", c.spec.Name, strings.Join(challenged, " ")))
+	}
 	conn, err := g.loadConnection(ctx, c.spec.Name, user)
 	if err != nil {
 		return failed(codeUnavailable, "the store of MCP connections is unavailable: "+abbreviate(err.Error(), 300))
@@ -1324,6 +1335,9 @@ func (c *serverConn) closeUserSessions() {
 // connectPrompt is the result of a call by a user without a connection: the URL to connect,
 // in words the model can pass on.
 func (g *Gateway) connectPrompt(ctx context.Context, c *serverConn, user string) *pb.CallToolResponse {
+	if c.spec.GetHttp().GetEnterpriseOauth() != nil {
+		return enterprisePrompt(c)
+	}
 	u, err := g.startAuthorization(ctx, c, user)
 	if err != nil {
 		return failed(codeUnavailable, fmt.Sprintf("the MCP server %q needs the user's own account, and starting the connection failed: %s", c.spec.Name, abbreviate(err.Error(), 500)))
@@ -1340,7 +1354,7 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 	if user == "" {
 		return nil, failed(codeAuthRequired, fmt.Sprintf("the MCP server %q is called with each user's own account, and this call names no user", c.spec.Name))
 	}
-	if why := g.oauthReady(); why != "" {
+	if why := g.perUserReady(c.spec.GetHttp()); why != "" {
 		return nil, failed(codeUnavailable, fmt.Sprintf("the MCP server %q cannot be called: %s", c.spec.Name, why))
 	}
 	c.mu.Lock()

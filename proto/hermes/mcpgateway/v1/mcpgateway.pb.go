@@ -491,9 +491,15 @@ type HTTPTransport struct {
 	// Each user connects their own account with the OAuth 2.0 authorization code flow (PKCE):
 	// calls use the calling user's token, and a user without a connection gets the URL to
 	// connect. Not with oauth.
-	UserOauth     *OAuthAuthorizationCode `protobuf:"bytes,5,opt,name=user_oauth,json=userOauth,proto3" json:"user_oauth,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	UserOauth *OAuthAuthorizationCode `protobuf:"bytes,5,opt,name=user_oauth,json=userOauth,proto3" json:"user_oauth,omitempty"`
+	// Each user connects with their own identity at the enterprise's identity provider
+	// (Enterprise-Managed Authorization, SEP-990): the user's ID token is exchanged at the IdP
+	// for an identity assertion grant (ID-JAG, RFC 8693), which the gateway presents at the
+	// server's authorization server (JWT bearer grant, RFC 7523). Calls use the calling user's
+	// token. Not with oauth, user_oauth or bearer_token_env.
+	EnterpriseOauth *OAuthEnterprise `protobuf:"bytes,6,opt,name=enterprise_oauth,json=enterpriseOauth,proto3" json:"enterprise_oauth,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *HTTPTransport) Reset() {
@@ -561,6 +567,118 @@ func (x *HTTPTransport) GetUserOauth() *OAuthAuthorizationCode {
 	return nil
 }
 
+func (x *HTTPTransport) GetEnterpriseOauth() *OAuthEnterprise {
+	if x != nil {
+		return x.EnterpriseOauth
+	}
+	return nil
+}
+
+// OAuthEnterprise configures Enterprise-Managed Authorization (SEP-990, the MCP extension
+// io.modelcontextprotocol/enterprise-managed-authorization). The server's authorization server
+// is discovered from its protected resource metadata (RFC 9728) and its own metadata (RFC 8414).
+type OAuthEnterprise struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The identity provider's issuer (http or https). Required.
+	IdpIssuer string `protobuf:"bytes,1,opt,name=idp_issuer,json=idpIssuer,proto3" json:"idp_issuer,omitempty"`
+	// The identity provider's token endpoint (http or https); empty discovers it from the
+	// issuer's metadata (RFC 8414, OpenID discovery).
+	IdpTokenUrl string `protobuf:"bytes,2,opt,name=idp_token_url,json=idpTokenUrl,proto3" json:"idp_token_url,omitempty"`
+	// The gateway's client id at the identity provider. Required.
+	IdpClientId string `protobuf:"bytes,3,opt,name=idp_client_id,json=idpClientId,proto3" json:"idp_client_id,omitempty"`
+	// Name of an environment variable of the gateway process holding the client's secret at the
+	// identity provider; empty for a public client.
+	IdpClientSecretEnv string `protobuf:"bytes,4,opt,name=idp_client_secret_env,json=idpClientSecretEnv,proto3" json:"idp_client_secret_env,omitempty"`
+	// The gateway's client id at the MCP server's authorization server. Required.
+	ClientId string `protobuf:"bytes,5,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// Name of an environment variable of the gateway process holding that client's secret;
+	// empty for a public client.
+	ClientSecretEnv string `protobuf:"bytes,6,opt,name=client_secret_env,json=clientSecretEnv,proto3" json:"client_secret_env,omitempty"`
+	// Scopes to ask the authorization server for; empty asks for none.
+	Scopes        []string `protobuf:"bytes,7,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OAuthEnterprise) Reset() {
+	*x = OAuthEnterprise{}
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OAuthEnterprise) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OAuthEnterprise) ProtoMessage() {}
+
+func (x *OAuthEnterprise) ProtoReflect() protoreflect.Message {
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OAuthEnterprise.ProtoReflect.Descriptor instead.
+func (*OAuthEnterprise) Descriptor() ([]byte, []int) {
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *OAuthEnterprise) GetIdpIssuer() string {
+	if x != nil {
+		return x.IdpIssuer
+	}
+	return ""
+}
+
+func (x *OAuthEnterprise) GetIdpTokenUrl() string {
+	if x != nil {
+		return x.IdpTokenUrl
+	}
+	return ""
+}
+
+func (x *OAuthEnterprise) GetIdpClientId() string {
+	if x != nil {
+		return x.IdpClientId
+	}
+	return ""
+}
+
+func (x *OAuthEnterprise) GetIdpClientSecretEnv() string {
+	if x != nil {
+		return x.IdpClientSecretEnv
+	}
+	return ""
+}
+
+func (x *OAuthEnterprise) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *OAuthEnterprise) GetClientSecretEnv() string {
+	if x != nil {
+		return x.ClientSecretEnv
+	}
+	return ""
+}
+
+func (x *OAuthEnterprise) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
 // OAuthAuthorizationCode configures per-user OAuth (authorization code with PKCE, RFC 6749
 // section 4.1, RFC 7636). The authorization server is discovered from the server's protected
 // resource metadata (RFC 9728) and its own metadata (RFC 8414, OpenID discovery); the redirect
@@ -582,7 +700,7 @@ type OAuthAuthorizationCode struct {
 
 func (x *OAuthAuthorizationCode) Reset() {
 	*x = OAuthAuthorizationCode{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[5]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +712,7 @@ func (x *OAuthAuthorizationCode) String() string {
 func (*OAuthAuthorizationCode) ProtoMessage() {}
 
 func (x *OAuthAuthorizationCode) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[5]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +725,7 @@ func (x *OAuthAuthorizationCode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OAuthAuthorizationCode.ProtoReflect.Descriptor instead.
 func (*OAuthAuthorizationCode) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{5}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *OAuthAuthorizationCode) GetClientId() string {
@@ -656,13 +774,20 @@ type OAuthClientCredentials struct {
 	// a signed JWT assertion (private_key_jwt, RFC 7523) instead of a secret. Not with
 	// client_secret_env.
 	PrivateKeyEnv string `protobuf:"bytes,6,opt,name=private_key_env,json=privateKeyEnv,proto3" json:"private_key_env,omitempty"`
+	// Name of an environment variable of the gateway process holding a JWT that is the grant
+	// itself (workload identity federation: RFC 7523 section 2.1, grant_type
+	// urn:ietf:params:oauth:grant-type:jwt-bearer) instead of the client credentials grant;
+	// read again for each token request, so a rotated token is picked up. The client
+	// authenticates with client_secret_env when set, else sends only its id. Not with
+	// private_key_env.
+	AssertionEnv  string `protobuf:"bytes,7,opt,name=assertion_env,json=assertionEnv,proto3" json:"assertion_env,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OAuthClientCredentials) Reset() {
 	*x = OAuthClientCredentials{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[6]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +799,7 @@ func (x *OAuthClientCredentials) String() string {
 func (*OAuthClientCredentials) ProtoMessage() {}
 
 func (x *OAuthClientCredentials) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[6]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +812,7 @@ func (x *OAuthClientCredentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OAuthClientCredentials.ProtoReflect.Descriptor instead.
 func (*OAuthClientCredentials) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{6}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *OAuthClientCredentials) GetTokenUrl() string {
@@ -732,6 +857,13 @@ func (x *OAuthClientCredentials) GetPrivateKeyEnv() string {
 	return ""
 }
 
+func (x *OAuthClientCredentials) GetAssertionEnv() string {
+	if x != nil {
+		return x.AssertionEnv
+	}
+	return ""
+}
+
 // Server is an MCP server known to the gateway.
 type Server struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -772,7 +904,7 @@ type Server struct {
 
 func (x *Server) Reset() {
 	*x = Server{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[7]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +916,7 @@ func (x *Server) String() string {
 func (*Server) ProtoMessage() {}
 
 func (x *Server) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[7]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +929,7 @@ func (x *Server) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Server.ProtoReflect.Descriptor instead.
 func (*Server) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{7}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Server) GetSpec() *ServerSpec {
@@ -920,7 +1052,7 @@ type SkippedTool struct {
 
 func (x *SkippedTool) Reset() {
 	*x = SkippedTool{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[8]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1064,7 @@ func (x *SkippedTool) String() string {
 func (*SkippedTool) ProtoMessage() {}
 
 func (x *SkippedTool) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[8]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1077,7 @@ func (x *SkippedTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SkippedTool.ProtoReflect.Descriptor instead.
 func (*SkippedTool) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{8}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SkippedTool) GetOriginalName() string {
@@ -993,7 +1125,7 @@ type MCPTool struct {
 
 func (x *MCPTool) Reset() {
 	*x = MCPTool{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[9]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1137,7 @@ func (x *MCPTool) String() string {
 func (*MCPTool) ProtoMessage() {}
 
 func (x *MCPTool) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[9]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1150,7 @@ func (x *MCPTool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MCPTool.ProtoReflect.Descriptor instead.
 func (*MCPTool) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{9}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MCPTool) GetName() string {
@@ -1083,7 +1215,7 @@ type AddServerRequest struct {
 
 func (x *AddServerRequest) Reset() {
 	*x = AddServerRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[10]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1227,7 @@ func (x *AddServerRequest) String() string {
 func (*AddServerRequest) ProtoMessage() {}
 
 func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[10]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1240,7 @@ func (x *AddServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerRequest.ProtoReflect.Descriptor instead.
 func (*AddServerRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{10}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AddServerRequest) GetSpec() *ServerSpec {
@@ -1136,7 +1268,7 @@ type AddServerResponse struct {
 
 func (x *AddServerResponse) Reset() {
 	*x = AddServerResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[11]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1280,7 @@ func (x *AddServerResponse) String() string {
 func (*AddServerResponse) ProtoMessage() {}
 
 func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[11]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1293,7 @@ func (x *AddServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddServerResponse.ProtoReflect.Descriptor instead.
 func (*AddServerResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{11}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AddServerResponse) GetServer() *Server {
@@ -1182,7 +1314,7 @@ type RemoveServerRequest struct {
 
 func (x *RemoveServerRequest) Reset() {
 	*x = RemoveServerRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[12]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1326,7 @@ func (x *RemoveServerRequest) String() string {
 func (*RemoveServerRequest) ProtoMessage() {}
 
 func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[12]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1339,7 @@ func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{12}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RemoveServerRequest) GetName() string {
@@ -1228,7 +1360,7 @@ type RemoveServerResponse struct {
 
 func (x *RemoveServerResponse) Reset() {
 	*x = RemoveServerResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[13]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1372,7 @@ func (x *RemoveServerResponse) String() string {
 func (*RemoveServerResponse) ProtoMessage() {}
 
 func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[13]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1385,7 @@ func (x *RemoveServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerResponse.ProtoReflect.Descriptor instead.
 func (*RemoveServerResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{13}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RemoveServerResponse) GetRemovedTools() int32 {
@@ -1272,7 +1404,7 @@ type ListServersRequest struct {
 
 func (x *ListServersRequest) Reset() {
 	*x = ListServersRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[14]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1416,7 @@ func (x *ListServersRequest) String() string {
 func (*ListServersRequest) ProtoMessage() {}
 
 func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[14]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1429,7 @@ func (x *ListServersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersRequest.ProtoReflect.Descriptor instead.
 func (*ListServersRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{14}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{15}
 }
 
 // ListServersResponse is the output of ListServers.
@@ -1311,7 +1443,7 @@ type ListServersResponse struct {
 
 func (x *ListServersResponse) Reset() {
 	*x = ListServersResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[15]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1455,7 @@ func (x *ListServersResponse) String() string {
 func (*ListServersResponse) ProtoMessage() {}
 
 func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[15]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1468,7 @@ func (x *ListServersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServersResponse.ProtoReflect.Descriptor instead.
 func (*ListServersResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{15}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListServersResponse) GetServers() []*Server {
@@ -1357,7 +1489,7 @@ type ListToolsRequest struct {
 
 func (x *ListToolsRequest) Reset() {
 	*x = ListToolsRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[16]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1501,7 @@ func (x *ListToolsRequest) String() string {
 func (*ListToolsRequest) ProtoMessage() {}
 
 func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[16]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1514,7 @@ func (x *ListToolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsRequest.ProtoReflect.Descriptor instead.
 func (*ListToolsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{16}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListToolsRequest) GetServer() string {
@@ -1403,7 +1535,7 @@ type ListToolsResponse struct {
 
 func (x *ListToolsResponse) Reset() {
 	*x = ListToolsResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[17]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +1547,7 @@ func (x *ListToolsResponse) String() string {
 func (*ListToolsResponse) ProtoMessage() {}
 
 func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[17]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +1560,7 @@ func (x *ListToolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListToolsResponse.ProtoReflect.Descriptor instead.
 func (*ListToolsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{17}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListToolsResponse) GetTools() []*MCPTool {
@@ -1467,7 +1599,7 @@ type CallToolRequest struct {
 
 func (x *CallToolRequest) Reset() {
 	*x = CallToolRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[18]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1611,7 @@ func (x *CallToolRequest) String() string {
 func (*CallToolRequest) ProtoMessage() {}
 
 func (x *CallToolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[18]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1624,7 @@ func (x *CallToolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolRequest.ProtoReflect.Descriptor instead.
 func (*CallToolRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{18}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CallToolRequest) GetName() string {
@@ -1576,7 +1708,7 @@ type Content struct {
 
 func (x *Content) Reset() {
 	*x = Content{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[19]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1720,7 @@ func (x *Content) String() string {
 func (*Content) ProtoMessage() {}
 
 func (x *Content) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[19]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1733,7 @@ func (x *Content) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Content.ProtoReflect.Descriptor instead.
 func (*Content) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{19}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Content) GetType() string {
@@ -1697,7 +1829,7 @@ type CallToolResponse struct {
 
 func (x *CallToolResponse) Reset() {
 	*x = CallToolResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[20]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1841,7 @@ func (x *CallToolResponse) String() string {
 func (*CallToolResponse) ProtoMessage() {}
 
 func (x *CallToolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[20]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1854,7 @@ func (x *CallToolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolResponse.ProtoReflect.Descriptor instead.
 func (*CallToolResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{20}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CallToolResponse) GetSuccess() bool {
@@ -1820,7 +1952,7 @@ type CallToolStreamRequest struct {
 
 func (x *CallToolStreamRequest) Reset() {
 	*x = CallToolStreamRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[21]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +1964,7 @@ func (x *CallToolStreamRequest) String() string {
 func (*CallToolStreamRequest) ProtoMessage() {}
 
 func (x *CallToolStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[21]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +1977,7 @@ func (x *CallToolStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolStreamRequest.ProtoReflect.Descriptor instead.
 func (*CallToolStreamRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{21}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CallToolStreamRequest) GetRequest() *CallToolRequest {
@@ -1871,7 +2003,7 @@ type CallToolStreamResponse struct {
 
 func (x *CallToolStreamResponse) Reset() {
 	*x = CallToolStreamResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[22]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +2015,7 @@ func (x *CallToolStreamResponse) String() string {
 func (*CallToolStreamResponse) ProtoMessage() {}
 
 func (x *CallToolStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[22]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2028,7 @@ func (x *CallToolStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallToolStreamResponse.ProtoReflect.Descriptor instead.
 func (*CallToolStreamResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{22}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CallToolStreamResponse) GetEvent() isCallToolStreamResponse_Event {
@@ -1962,7 +2094,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[23]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1974,7 +2106,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[23]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1987,7 +2119,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{23}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Progress) GetProgress() float64 {
@@ -2048,7 +2180,7 @@ type Elicitation struct {
 
 func (x *Elicitation) Reset() {
 	*x = Elicitation{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[24]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2192,7 @@ func (x *Elicitation) String() string {
 func (*Elicitation) ProtoMessage() {}
 
 func (x *Elicitation) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[24]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2205,7 @@ func (x *Elicitation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Elicitation.ProtoReflect.Descriptor instead.
 func (*Elicitation) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{24}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Elicitation) GetId() string {
@@ -2133,7 +2265,7 @@ type AnswerElicitationRequest struct {
 
 func (x *AnswerElicitationRequest) Reset() {
 	*x = AnswerElicitationRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[25]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2145,7 +2277,7 @@ func (x *AnswerElicitationRequest) String() string {
 func (*AnswerElicitationRequest) ProtoMessage() {}
 
 func (x *AnswerElicitationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[25]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2158,7 +2290,7 @@ func (x *AnswerElicitationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerElicitationRequest.ProtoReflect.Descriptor instead.
 func (*AnswerElicitationRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{25}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AnswerElicitationRequest) GetId() string {
@@ -2191,7 +2323,7 @@ type AnswerElicitationResponse struct {
 
 func (x *AnswerElicitationResponse) Reset() {
 	*x = AnswerElicitationResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[26]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2335,7 @@ func (x *AnswerElicitationResponse) String() string {
 func (*AnswerElicitationResponse) ProtoMessage() {}
 
 func (x *AnswerElicitationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[26]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2348,7 @@ func (x *AnswerElicitationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerElicitationResponse.ProtoReflect.Descriptor instead.
 func (*AnswerElicitationResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{26}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{27}
 }
 
 // Sampling is an MCP server's request for a completion (sampling/createMessage), made while one
@@ -2247,7 +2379,7 @@ type Sampling struct {
 
 func (x *Sampling) Reset() {
 	*x = Sampling{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2259,7 +2391,7 @@ func (x *Sampling) String() string {
 func (*Sampling) ProtoMessage() {}
 
 func (x *Sampling) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2272,7 +2404,7 @@ func (x *Sampling) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sampling.ProtoReflect.Descriptor instead.
 func (*Sampling) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{27}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Sampling) GetId() string {
@@ -2344,7 +2476,7 @@ type SamplingMessage struct {
 
 func (x *SamplingMessage) Reset() {
 	*x = SamplingMessage{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2356,7 +2488,7 @@ func (x *SamplingMessage) String() string {
 func (*SamplingMessage) ProtoMessage() {}
 
 func (x *SamplingMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2369,7 +2501,7 @@ func (x *SamplingMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingMessage.ProtoReflect.Descriptor instead.
 func (*SamplingMessage) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{28}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SamplingMessage) GetRole() string {
@@ -2406,7 +2538,7 @@ type AnswerSamplingRequest struct {
 
 func (x *AnswerSamplingRequest) Reset() {
 	*x = AnswerSamplingRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2550,7 @@ func (x *AnswerSamplingRequest) String() string {
 func (*AnswerSamplingRequest) ProtoMessage() {}
 
 func (x *AnswerSamplingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[29]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2563,7 @@ func (x *AnswerSamplingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerSamplingRequest.ProtoReflect.Descriptor instead.
 func (*AnswerSamplingRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{29}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AnswerSamplingRequest) GetId() string {
@@ -2478,7 +2610,7 @@ type AnswerSamplingResponse struct {
 
 func (x *AnswerSamplingResponse) Reset() {
 	*x = AnswerSamplingResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2490,7 +2622,7 @@ func (x *AnswerSamplingResponse) String() string {
 func (*AnswerSamplingResponse) ProtoMessage() {}
 
 func (x *AnswerSamplingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[30]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2635,7 @@ func (x *AnswerSamplingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerSamplingResponse.ProtoReflect.Descriptor instead.
 func (*AnswerSamplingResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{30}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{31}
 }
 
 // Resource is a resource a server offers.
@@ -2525,7 +2657,7 @@ type Resource struct {
 
 func (x *Resource) Reset() {
 	*x = Resource{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2669,7 @@ func (x *Resource) String() string {
 func (*Resource) ProtoMessage() {}
 
 func (x *Resource) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[31]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2682,7 @@ func (x *Resource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resource.ProtoReflect.Descriptor instead.
 func (*Resource) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{31}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Resource) GetUri() string {
@@ -2601,7 +2733,7 @@ type ListResourcesRequest struct {
 
 func (x *ListResourcesRequest) Reset() {
 	*x = ListResourcesRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2613,7 +2745,7 @@ func (x *ListResourcesRequest) String() string {
 func (*ListResourcesRequest) ProtoMessage() {}
 
 func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[32]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2626,7 +2758,7 @@ func (x *ListResourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesRequest.ProtoReflect.Descriptor instead.
 func (*ListResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{32}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListResourcesRequest) GetServer() string {
@@ -2656,7 +2788,7 @@ type ListResourcesResponse struct {
 
 func (x *ListResourcesResponse) Reset() {
 	*x = ListResourcesResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +2800,7 @@ func (x *ListResourcesResponse) String() string {
 func (*ListResourcesResponse) ProtoMessage() {}
 
 func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[33]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +2813,7 @@ func (x *ListResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourcesResponse.ProtoReflect.Descriptor instead.
 func (*ListResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{33}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListResourcesResponse) GetResources() []*Resource {
@@ -2711,7 +2843,7 @@ type ReadResourceRequest struct {
 
 func (x *ReadResourceRequest) Reset() {
 	*x = ReadResourceRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2723,7 +2855,7 @@ func (x *ReadResourceRequest) String() string {
 func (*ReadResourceRequest) ProtoMessage() {}
 
 func (x *ReadResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[34]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2736,7 +2868,7 @@ func (x *ReadResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResourceRequest.ProtoReflect.Descriptor instead.
 func (*ReadResourceRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{34}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReadResourceRequest) GetServer() string {
@@ -2774,7 +2906,7 @@ type ResourceContent struct {
 
 func (x *ResourceContent) Reset() {
 	*x = ResourceContent{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2786,7 +2918,7 @@ func (x *ResourceContent) String() string {
 func (*ResourceContent) ProtoMessage() {}
 
 func (x *ResourceContent) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[35]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2799,7 +2931,7 @@ func (x *ResourceContent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceContent.ProtoReflect.Descriptor instead.
 func (*ResourceContent) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{35}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ResourceContent) GetUri() string {
@@ -2855,7 +2987,7 @@ type ReadResourceResponse struct {
 
 func (x *ReadResourceResponse) Reset() {
 	*x = ReadResourceResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2867,7 +2999,7 @@ func (x *ReadResourceResponse) String() string {
 func (*ReadResourceResponse) ProtoMessage() {}
 
 func (x *ReadResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[36]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2880,7 +3012,7 @@ func (x *ReadResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResourceResponse.ProtoReflect.Descriptor instead.
 func (*ReadResourceResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{36}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReadResourceResponse) GetContents() []*ResourceContent {
@@ -2905,7 +3037,7 @@ type Prompt struct {
 
 func (x *Prompt) Reset() {
 	*x = Prompt{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2917,7 +3049,7 @@ func (x *Prompt) String() string {
 func (*Prompt) ProtoMessage() {}
 
 func (x *Prompt) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[37]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2930,7 +3062,7 @@ func (x *Prompt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Prompt.ProtoReflect.Descriptor instead.
 func (*Prompt) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{37}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Prompt) GetName() string {
@@ -2969,7 +3101,7 @@ type PromptArgument struct {
 
 func (x *PromptArgument) Reset() {
 	*x = PromptArgument{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2981,7 +3113,7 @@ func (x *PromptArgument) String() string {
 func (*PromptArgument) ProtoMessage() {}
 
 func (x *PromptArgument) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[38]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2994,7 +3126,7 @@ func (x *PromptArgument) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptArgument.ProtoReflect.Descriptor instead.
 func (*PromptArgument) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{38}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PromptArgument) GetName() string {
@@ -3031,7 +3163,7 @@ type ListPromptsRequest struct {
 
 func (x *ListPromptsRequest) Reset() {
 	*x = ListPromptsRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3043,7 +3175,7 @@ func (x *ListPromptsRequest) String() string {
 func (*ListPromptsRequest) ProtoMessage() {}
 
 func (x *ListPromptsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[39]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3056,7 +3188,7 @@ func (x *ListPromptsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPromptsRequest.ProtoReflect.Descriptor instead.
 func (*ListPromptsRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{39}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListPromptsRequest) GetServer() string {
@@ -3086,7 +3218,7 @@ type ListPromptsResponse struct {
 
 func (x *ListPromptsResponse) Reset() {
 	*x = ListPromptsResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3098,7 +3230,7 @@ func (x *ListPromptsResponse) String() string {
 func (*ListPromptsResponse) ProtoMessage() {}
 
 func (x *ListPromptsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[40]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3111,7 +3243,7 @@ func (x *ListPromptsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPromptsResponse.ProtoReflect.Descriptor instead.
 func (*ListPromptsResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{40}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListPromptsResponse) GetPrompts() []*Prompt {
@@ -3143,7 +3275,7 @@ type GetPromptRequest struct {
 
 func (x *GetPromptRequest) Reset() {
 	*x = GetPromptRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3287,7 @@ func (x *GetPromptRequest) String() string {
 func (*GetPromptRequest) ProtoMessage() {}
 
 func (x *GetPromptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[41]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3300,7 @@ func (x *GetPromptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromptRequest.ProtoReflect.Descriptor instead.
 func (*GetPromptRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{41}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetPromptRequest) GetServer() string {
@@ -3205,7 +3337,7 @@ type PromptMessage struct {
 
 func (x *PromptMessage) Reset() {
 	*x = PromptMessage{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3217,7 +3349,7 @@ func (x *PromptMessage) String() string {
 func (*PromptMessage) ProtoMessage() {}
 
 func (x *PromptMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[42]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3230,7 +3362,7 @@ func (x *PromptMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromptMessage.ProtoReflect.Descriptor instead.
 func (*PromptMessage) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{42}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PromptMessage) GetRole() string {
@@ -3260,7 +3392,7 @@ type GetPromptResponse struct {
 
 func (x *GetPromptResponse) Reset() {
 	*x = GetPromptResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[43]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3272,7 +3404,7 @@ func (x *GetPromptResponse) String() string {
 func (*GetPromptResponse) ProtoMessage() {}
 
 func (x *GetPromptResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[43]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3285,7 +3417,7 @@ func (x *GetPromptResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPromptResponse.ProtoReflect.Descriptor instead.
 func (*GetPromptResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{43}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetPromptResponse) GetDescription() string {
@@ -3319,7 +3451,7 @@ type ResourceTemplate struct {
 
 func (x *ResourceTemplate) Reset() {
 	*x = ResourceTemplate{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[44]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3463,7 @@ func (x *ResourceTemplate) String() string {
 func (*ResourceTemplate) ProtoMessage() {}
 
 func (x *ResourceTemplate) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[44]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3476,7 @@ func (x *ResourceTemplate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceTemplate.ProtoReflect.Descriptor instead.
 func (*ResourceTemplate) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{44}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ResourceTemplate) GetUriTemplate() string {
@@ -3388,7 +3520,7 @@ type ListResourceTemplatesRequest struct {
 
 func (x *ListResourceTemplatesRequest) Reset() {
 	*x = ListResourceTemplatesRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[45]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3400,7 +3532,7 @@ func (x *ListResourceTemplatesRequest) String() string {
 func (*ListResourceTemplatesRequest) ProtoMessage() {}
 
 func (x *ListResourceTemplatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[45]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3413,7 +3545,7 @@ func (x *ListResourceTemplatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourceTemplatesRequest.ProtoReflect.Descriptor instead.
 func (*ListResourceTemplatesRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{45}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListResourceTemplatesRequest) GetServer() string {
@@ -3443,7 +3575,7 @@ type ListResourceTemplatesResponse struct {
 
 func (x *ListResourceTemplatesResponse) Reset() {
 	*x = ListResourceTemplatesResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[46]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3455,7 +3587,7 @@ func (x *ListResourceTemplatesResponse) String() string {
 func (*ListResourceTemplatesResponse) ProtoMessage() {}
 
 func (x *ListResourceTemplatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[46]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3468,7 +3600,7 @@ func (x *ListResourceTemplatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResourceTemplatesResponse.ProtoReflect.Descriptor instead.
 func (*ListResourceTemplatesResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{46}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListResourceTemplatesResponse) GetTemplates() []*ResourceTemplate {
@@ -3498,7 +3630,7 @@ type WatchResourceRequest struct {
 
 func (x *WatchResourceRequest) Reset() {
 	*x = WatchResourceRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[47]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3510,7 +3642,7 @@ func (x *WatchResourceRequest) String() string {
 func (*WatchResourceRequest) ProtoMessage() {}
 
 func (x *WatchResourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[47]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3523,7 +3655,7 @@ func (x *WatchResourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourceRequest.ProtoReflect.Descriptor instead.
 func (*WatchResourceRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{47}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WatchResourceRequest) GetServer() string {
@@ -3554,7 +3686,7 @@ type WatchResourceResponse struct {
 
 func (x *WatchResourceResponse) Reset() {
 	*x = WatchResourceResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[48]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3566,7 +3698,7 @@ func (x *WatchResourceResponse) String() string {
 func (*WatchResourceResponse) ProtoMessage() {}
 
 func (x *WatchResourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[48]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3579,7 +3711,7 @@ func (x *WatchResourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResourceResponse.ProtoReflect.Descriptor instead.
 func (*WatchResourceResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{48}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WatchResourceResponse) GetUri() string {
@@ -3620,7 +3752,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[49]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3632,7 +3764,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[49]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3645,7 +3777,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{49}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CompleteRequest) GetServer() string {
@@ -3734,7 +3866,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[50]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3746,7 +3878,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[50]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3759,7 +3891,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{50}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CompleteResponse) GetValues() []string {
@@ -3789,14 +3921,17 @@ type ConnectServerRequest struct {
 	// The server's name. Required.
 	Server string `protobuf:"bytes,1,opt,name=server,proto3" json:"server,omitempty"`
 	// The user who connects; a user key's own user when empty.
-	UserId        string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	UserId string `protobuf:"bytes,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// The user's ID token from the identity provider, for a server with enterprise_oauth (a JWT
+	// of at most 16 KiB); the gateway exchanges it and keeps only the resulting access token.
+	IdToken       string `protobuf:"bytes,3,opt,name=id_token,json=idToken,proto3" json:"id_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ConnectServerRequest) Reset() {
 	*x = ConnectServerRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[51]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3808,7 +3943,7 @@ func (x *ConnectServerRequest) String() string {
 func (*ConnectServerRequest) ProtoMessage() {}
 
 func (x *ConnectServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[51]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3821,7 +3956,7 @@ func (x *ConnectServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectServerRequest.ProtoReflect.Descriptor instead.
 func (*ConnectServerRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{51}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ConnectServerRequest) GetServer() string {
@@ -3834,6 +3969,13 @@ func (x *ConnectServerRequest) GetServer() string {
 func (x *ConnectServerRequest) GetUserId() string {
 	if x != nil {
 		return x.UserId
+	}
+	return ""
+}
+
+func (x *ConnectServerRequest) GetIdToken() string {
+	if x != nil {
+		return x.IdToken
 	}
 	return ""
 }
@@ -3851,7 +3993,7 @@ type ConnectServerResponse struct {
 
 func (x *ConnectServerResponse) Reset() {
 	*x = ConnectServerResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[52]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3863,7 +4005,7 @@ func (x *ConnectServerResponse) String() string {
 func (*ConnectServerResponse) ProtoMessage() {}
 
 func (x *ConnectServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[52]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3876,7 +4018,7 @@ func (x *ConnectServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectServerResponse.ProtoReflect.Descriptor instead.
 func (*ConnectServerResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{52}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ConnectServerResponse) GetAuthorizationUrl() string {
@@ -3906,7 +4048,7 @@ type DisconnectServerRequest struct {
 
 func (x *DisconnectServerRequest) Reset() {
 	*x = DisconnectServerRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[53]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3918,7 +4060,7 @@ func (x *DisconnectServerRequest) String() string {
 func (*DisconnectServerRequest) ProtoMessage() {}
 
 func (x *DisconnectServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[53]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3931,7 +4073,7 @@ func (x *DisconnectServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectServerRequest.ProtoReflect.Descriptor instead.
 func (*DisconnectServerRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{53}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DisconnectServerRequest) GetServer() string {
@@ -3961,7 +4103,7 @@ type DisconnectServerResponse struct {
 
 func (x *DisconnectServerResponse) Reset() {
 	*x = DisconnectServerResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[54]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3973,7 +4115,7 @@ func (x *DisconnectServerResponse) String() string {
 func (*DisconnectServerResponse) ProtoMessage() {}
 
 func (x *DisconnectServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[54]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3986,7 +4128,7 @@ func (x *DisconnectServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisconnectServerResponse.ProtoReflect.Descriptor instead.
 func (*DisconnectServerResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{54}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DisconnectServerResponse) GetDisconnected() bool {
@@ -4022,7 +4164,7 @@ type CompleteAuthorizationRequest struct {
 
 func (x *CompleteAuthorizationRequest) Reset() {
 	*x = CompleteAuthorizationRequest{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[55]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4034,7 +4176,7 @@ func (x *CompleteAuthorizationRequest) String() string {
 func (*CompleteAuthorizationRequest) ProtoMessage() {}
 
 func (x *CompleteAuthorizationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[55]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4047,7 +4189,7 @@ func (x *CompleteAuthorizationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteAuthorizationRequest.ProtoReflect.Descriptor instead.
 func (*CompleteAuthorizationRequest) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{55}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CompleteAuthorizationRequest) GetState() string {
@@ -4098,7 +4240,7 @@ type CompleteAuthorizationResponse struct {
 
 func (x *CompleteAuthorizationResponse) Reset() {
 	*x = CompleteAuthorizationResponse{}
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[56]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4110,7 +4252,7 @@ func (x *CompleteAuthorizationResponse) String() string {
 func (*CompleteAuthorizationResponse) ProtoMessage() {}
 
 func (x *CompleteAuthorizationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[56]
+	mi := &file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4123,7 +4265,7 @@ func (x *CompleteAuthorizationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteAuthorizationResponse.ProtoReflect.Descriptor instead.
 func (*CompleteAuthorizationResponse) Descriptor() ([]byte, []int) {
-	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{56}
+	return file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CompleteAuthorizationResponse) GetServer() string {
@@ -4180,21 +4322,31 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"workingDir\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe4\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb6\x03\n" +
 	"\rHTTPTransport\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12J\n" +
 	"\aheaders\x18\x02 \x03(\v20.hermes.mcpgateway.v1.HTTPTransport.HeadersEntryR\aheaders\x12(\n" +
 	"\x10bearer_token_env\x18\x03 \x01(\tR\x0ebearerTokenEnv\x12B\n" +
 	"\x05oauth\x18\x04 \x01(\v2,.hermes.mcpgateway.v1.OAuthClientCredentialsR\x05oauth\x12K\n" +
 	"\n" +
-	"user_oauth\x18\x05 \x01(\v2,.hermes.mcpgateway.v1.OAuthAuthorizationCodeR\tuserOauth\x1a:\n" +
+	"user_oauth\x18\x05 \x01(\v2,.hermes.mcpgateway.v1.OAuthAuthorizationCodeR\tuserOauth\x12P\n" +
+	"\x10enterprise_oauth\x18\x06 \x01(\v2%.hermes.mcpgateway.v1.OAuthEnterpriseR\x0fenterpriseOauth\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"y\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8c\x02\n" +
+	"\x0fOAuthEnterprise\x12\x1d\n" +
+	"\n" +
+	"idp_issuer\x18\x01 \x01(\tR\tidpIssuer\x12\"\n" +
+	"\ridp_token_url\x18\x02 \x01(\tR\vidpTokenUrl\x12\"\n" +
+	"\ridp_client_id\x18\x03 \x01(\tR\vidpClientId\x121\n" +
+	"\x15idp_client_secret_env\x18\x04 \x01(\tR\x12idpClientSecretEnv\x12\x1b\n" +
+	"\tclient_id\x18\x05 \x01(\tR\bclientId\x12*\n" +
+	"\x11client_secret_env\x18\x06 \x01(\tR\x0fclientSecretEnv\x12\x16\n" +
+	"\x06scopes\x18\a \x03(\tR\x06scopes\"y\n" +
 	"\x16OAuthAuthorizationCode\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12*\n" +
 	"\x11client_secret_env\x18\x02 \x01(\tR\x0fclientSecretEnv\x12\x16\n" +
-	"\x06scopes\x18\x03 \x03(\tR\x06scopes\"\xdf\x01\n" +
+	"\x06scopes\x18\x03 \x03(\tR\x06scopes\"\x84\x02\n" +
 	"\x16OAuthClientCredentials\x12\x1b\n" +
 	"\ttoken_url\x18\x01 \x01(\tR\btokenUrl\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12*\n" +
@@ -4202,7 +4354,8 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x06scopes\x18\x04 \x03(\tR\x06scopes\x12\x1f\n" +
 	"\vauth_method\x18\x05 \x01(\tR\n" +
 	"authMethod\x12&\n" +
-	"\x0fprivate_key_env\x18\x06 \x01(\tR\rprivateKeyEnv\"\x80\x05\n" +
+	"\x0fprivate_key_env\x18\x06 \x01(\tR\rprivateKeyEnv\x12#\n" +
+	"\rassertion_env\x18\a \x01(\tR\fassertionEnv\"\x80\x05\n" +
 	"\x06Server\x124\n" +
 	"\x04spec\x18\x01 \x01(\v2 .hermes.mcpgateway.v1.ServerSpecR\x04spec\x127\n" +
 	"\x05state\x18\x02 \x01(\x0e2!.hermes.mcpgateway.v1.ServerStateR\x05state\x12\x1d\n" +
@@ -4423,10 +4576,11 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x10CompleteResponse\x12\x16\n" +
 	"\x06values\x18\x01 \x03(\tR\x06values\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x05R\x05total\x12\x19\n" +
-	"\bhas_more\x18\x03 \x01(\bR\ahasMore\"G\n" +
+	"\bhas_more\x18\x03 \x01(\bR\ahasMore\"b\n" +
 	"\x14ConnectServerRequest\x12\x16\n" +
 	"\x06server\x18\x01 \x01(\tR\x06server\x12\x17\n" +
-	"\auser_id\x18\x02 \x01(\tR\x06userId\"b\n" +
+	"\auser_id\x18\x02 \x01(\tR\x06userId\x12\x19\n" +
+	"\bid_token\x18\x03 \x01(\tR\aidToken\"b\n" +
 	"\x15ConnectServerResponse\x12+\n" +
 	"\x11authorization_url\x18\x01 \x01(\tR\x10authorizationUrl\x12\x1c\n" +
 	"\tconnected\x18\x02 \x01(\bR\tconnected\"J\n" +
@@ -4483,7 +4637,7 @@ func file_hermes_mcpgateway_v1_mcpgateway_proto_rawDescGZIP() []byte {
 }
 
 var file_hermes_mcpgateway_v1_mcpgateway_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_hermes_mcpgateway_v1_mcpgateway_proto_goTypes = []any{
 	(ServerState)(0),                      // 0: hermes.mcpgateway.v1.ServerState
 	(*ServerSpec)(nil),                    // 1: hermes.mcpgateway.v1.ServerSpec
@@ -4491,144 +4645,146 @@ var file_hermes_mcpgateway_v1_mcpgateway_proto_goTypes = []any{
 	(*Root)(nil),                          // 3: hermes.mcpgateway.v1.Root
 	(*StdioTransport)(nil),                // 4: hermes.mcpgateway.v1.StdioTransport
 	(*HTTPTransport)(nil),                 // 5: hermes.mcpgateway.v1.HTTPTransport
-	(*OAuthAuthorizationCode)(nil),        // 6: hermes.mcpgateway.v1.OAuthAuthorizationCode
-	(*OAuthClientCredentials)(nil),        // 7: hermes.mcpgateway.v1.OAuthClientCredentials
-	(*Server)(nil),                        // 8: hermes.mcpgateway.v1.Server
-	(*SkippedTool)(nil),                   // 9: hermes.mcpgateway.v1.SkippedTool
-	(*MCPTool)(nil),                       // 10: hermes.mcpgateway.v1.MCPTool
-	(*AddServerRequest)(nil),              // 11: hermes.mcpgateway.v1.AddServerRequest
-	(*AddServerResponse)(nil),             // 12: hermes.mcpgateway.v1.AddServerResponse
-	(*RemoveServerRequest)(nil),           // 13: hermes.mcpgateway.v1.RemoveServerRequest
-	(*RemoveServerResponse)(nil),          // 14: hermes.mcpgateway.v1.RemoveServerResponse
-	(*ListServersRequest)(nil),            // 15: hermes.mcpgateway.v1.ListServersRequest
-	(*ListServersResponse)(nil),           // 16: hermes.mcpgateway.v1.ListServersResponse
-	(*ListToolsRequest)(nil),              // 17: hermes.mcpgateway.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),             // 18: hermes.mcpgateway.v1.ListToolsResponse
-	(*CallToolRequest)(nil),               // 19: hermes.mcpgateway.v1.CallToolRequest
-	(*Content)(nil),                       // 20: hermes.mcpgateway.v1.Content
-	(*CallToolResponse)(nil),              // 21: hermes.mcpgateway.v1.CallToolResponse
-	(*CallToolStreamRequest)(nil),         // 22: hermes.mcpgateway.v1.CallToolStreamRequest
-	(*CallToolStreamResponse)(nil),        // 23: hermes.mcpgateway.v1.CallToolStreamResponse
-	(*Progress)(nil),                      // 24: hermes.mcpgateway.v1.Progress
-	(*Elicitation)(nil),                   // 25: hermes.mcpgateway.v1.Elicitation
-	(*AnswerElicitationRequest)(nil),      // 26: hermes.mcpgateway.v1.AnswerElicitationRequest
-	(*AnswerElicitationResponse)(nil),     // 27: hermes.mcpgateway.v1.AnswerElicitationResponse
-	(*Sampling)(nil),                      // 28: hermes.mcpgateway.v1.Sampling
-	(*SamplingMessage)(nil),               // 29: hermes.mcpgateway.v1.SamplingMessage
-	(*AnswerSamplingRequest)(nil),         // 30: hermes.mcpgateway.v1.AnswerSamplingRequest
-	(*AnswerSamplingResponse)(nil),        // 31: hermes.mcpgateway.v1.AnswerSamplingResponse
-	(*Resource)(nil),                      // 32: hermes.mcpgateway.v1.Resource
-	(*ListResourcesRequest)(nil),          // 33: hermes.mcpgateway.v1.ListResourcesRequest
-	(*ListResourcesResponse)(nil),         // 34: hermes.mcpgateway.v1.ListResourcesResponse
-	(*ReadResourceRequest)(nil),           // 35: hermes.mcpgateway.v1.ReadResourceRequest
-	(*ResourceContent)(nil),               // 36: hermes.mcpgateway.v1.ResourceContent
-	(*ReadResourceResponse)(nil),          // 37: hermes.mcpgateway.v1.ReadResourceResponse
-	(*Prompt)(nil),                        // 38: hermes.mcpgateway.v1.Prompt
-	(*PromptArgument)(nil),                // 39: hermes.mcpgateway.v1.PromptArgument
-	(*ListPromptsRequest)(nil),            // 40: hermes.mcpgateway.v1.ListPromptsRequest
-	(*ListPromptsResponse)(nil),           // 41: hermes.mcpgateway.v1.ListPromptsResponse
-	(*GetPromptRequest)(nil),              // 42: hermes.mcpgateway.v1.GetPromptRequest
-	(*PromptMessage)(nil),                 // 43: hermes.mcpgateway.v1.PromptMessage
-	(*GetPromptResponse)(nil),             // 44: hermes.mcpgateway.v1.GetPromptResponse
-	(*ResourceTemplate)(nil),              // 45: hermes.mcpgateway.v1.ResourceTemplate
-	(*ListResourceTemplatesRequest)(nil),  // 46: hermes.mcpgateway.v1.ListResourceTemplatesRequest
-	(*ListResourceTemplatesResponse)(nil), // 47: hermes.mcpgateway.v1.ListResourceTemplatesResponse
-	(*WatchResourceRequest)(nil),          // 48: hermes.mcpgateway.v1.WatchResourceRequest
-	(*WatchResourceResponse)(nil),         // 49: hermes.mcpgateway.v1.WatchResourceResponse
-	(*CompleteRequest)(nil),               // 50: hermes.mcpgateway.v1.CompleteRequest
-	(*CompleteResponse)(nil),              // 51: hermes.mcpgateway.v1.CompleteResponse
-	(*ConnectServerRequest)(nil),          // 52: hermes.mcpgateway.v1.ConnectServerRequest
-	(*ConnectServerResponse)(nil),         // 53: hermes.mcpgateway.v1.ConnectServerResponse
-	(*DisconnectServerRequest)(nil),       // 54: hermes.mcpgateway.v1.DisconnectServerRequest
-	(*DisconnectServerResponse)(nil),      // 55: hermes.mcpgateway.v1.DisconnectServerResponse
-	(*CompleteAuthorizationRequest)(nil),  // 56: hermes.mcpgateway.v1.CompleteAuthorizationRequest
-	(*CompleteAuthorizationResponse)(nil), // 57: hermes.mcpgateway.v1.CompleteAuthorizationResponse
-	nil,                                   // 58: hermes.mcpgateway.v1.StdioTransport.EnvEntry
-	nil,                                   // 59: hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
-	nil,                                   // 60: hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
-	nil,                                   // 61: hermes.mcpgateway.v1.CompleteRequest.ContextEntry
-	(*durationpb.Duration)(nil),           // 62: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),         // 63: google.protobuf.Timestamp
+	(*OAuthEnterprise)(nil),               // 6: hermes.mcpgateway.v1.OAuthEnterprise
+	(*OAuthAuthorizationCode)(nil),        // 7: hermes.mcpgateway.v1.OAuthAuthorizationCode
+	(*OAuthClientCredentials)(nil),        // 8: hermes.mcpgateway.v1.OAuthClientCredentials
+	(*Server)(nil),                        // 9: hermes.mcpgateway.v1.Server
+	(*SkippedTool)(nil),                   // 10: hermes.mcpgateway.v1.SkippedTool
+	(*MCPTool)(nil),                       // 11: hermes.mcpgateway.v1.MCPTool
+	(*AddServerRequest)(nil),              // 12: hermes.mcpgateway.v1.AddServerRequest
+	(*AddServerResponse)(nil),             // 13: hermes.mcpgateway.v1.AddServerResponse
+	(*RemoveServerRequest)(nil),           // 14: hermes.mcpgateway.v1.RemoveServerRequest
+	(*RemoveServerResponse)(nil),          // 15: hermes.mcpgateway.v1.RemoveServerResponse
+	(*ListServersRequest)(nil),            // 16: hermes.mcpgateway.v1.ListServersRequest
+	(*ListServersResponse)(nil),           // 17: hermes.mcpgateway.v1.ListServersResponse
+	(*ListToolsRequest)(nil),              // 18: hermes.mcpgateway.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),             // 19: hermes.mcpgateway.v1.ListToolsResponse
+	(*CallToolRequest)(nil),               // 20: hermes.mcpgateway.v1.CallToolRequest
+	(*Content)(nil),                       // 21: hermes.mcpgateway.v1.Content
+	(*CallToolResponse)(nil),              // 22: hermes.mcpgateway.v1.CallToolResponse
+	(*CallToolStreamRequest)(nil),         // 23: hermes.mcpgateway.v1.CallToolStreamRequest
+	(*CallToolStreamResponse)(nil),        // 24: hermes.mcpgateway.v1.CallToolStreamResponse
+	(*Progress)(nil),                      // 25: hermes.mcpgateway.v1.Progress
+	(*Elicitation)(nil),                   // 26: hermes.mcpgateway.v1.Elicitation
+	(*AnswerElicitationRequest)(nil),      // 27: hermes.mcpgateway.v1.AnswerElicitationRequest
+	(*AnswerElicitationResponse)(nil),     // 28: hermes.mcpgateway.v1.AnswerElicitationResponse
+	(*Sampling)(nil),                      // 29: hermes.mcpgateway.v1.Sampling
+	(*SamplingMessage)(nil),               // 30: hermes.mcpgateway.v1.SamplingMessage
+	(*AnswerSamplingRequest)(nil),         // 31: hermes.mcpgateway.v1.AnswerSamplingRequest
+	(*AnswerSamplingResponse)(nil),        // 32: hermes.mcpgateway.v1.AnswerSamplingResponse
+	(*Resource)(nil),                      // 33: hermes.mcpgateway.v1.Resource
+	(*ListResourcesRequest)(nil),          // 34: hermes.mcpgateway.v1.ListResourcesRequest
+	(*ListResourcesResponse)(nil),         // 35: hermes.mcpgateway.v1.ListResourcesResponse
+	(*ReadResourceRequest)(nil),           // 36: hermes.mcpgateway.v1.ReadResourceRequest
+	(*ResourceContent)(nil),               // 37: hermes.mcpgateway.v1.ResourceContent
+	(*ReadResourceResponse)(nil),          // 38: hermes.mcpgateway.v1.ReadResourceResponse
+	(*Prompt)(nil),                        // 39: hermes.mcpgateway.v1.Prompt
+	(*PromptArgument)(nil),                // 40: hermes.mcpgateway.v1.PromptArgument
+	(*ListPromptsRequest)(nil),            // 41: hermes.mcpgateway.v1.ListPromptsRequest
+	(*ListPromptsResponse)(nil),           // 42: hermes.mcpgateway.v1.ListPromptsResponse
+	(*GetPromptRequest)(nil),              // 43: hermes.mcpgateway.v1.GetPromptRequest
+	(*PromptMessage)(nil),                 // 44: hermes.mcpgateway.v1.PromptMessage
+	(*GetPromptResponse)(nil),             // 45: hermes.mcpgateway.v1.GetPromptResponse
+	(*ResourceTemplate)(nil),              // 46: hermes.mcpgateway.v1.ResourceTemplate
+	(*ListResourceTemplatesRequest)(nil),  // 47: hermes.mcpgateway.v1.ListResourceTemplatesRequest
+	(*ListResourceTemplatesResponse)(nil), // 48: hermes.mcpgateway.v1.ListResourceTemplatesResponse
+	(*WatchResourceRequest)(nil),          // 49: hermes.mcpgateway.v1.WatchResourceRequest
+	(*WatchResourceResponse)(nil),         // 50: hermes.mcpgateway.v1.WatchResourceResponse
+	(*CompleteRequest)(nil),               // 51: hermes.mcpgateway.v1.CompleteRequest
+	(*CompleteResponse)(nil),              // 52: hermes.mcpgateway.v1.CompleteResponse
+	(*ConnectServerRequest)(nil),          // 53: hermes.mcpgateway.v1.ConnectServerRequest
+	(*ConnectServerResponse)(nil),         // 54: hermes.mcpgateway.v1.ConnectServerResponse
+	(*DisconnectServerRequest)(nil),       // 55: hermes.mcpgateway.v1.DisconnectServerRequest
+	(*DisconnectServerResponse)(nil),      // 56: hermes.mcpgateway.v1.DisconnectServerResponse
+	(*CompleteAuthorizationRequest)(nil),  // 57: hermes.mcpgateway.v1.CompleteAuthorizationRequest
+	(*CompleteAuthorizationResponse)(nil), // 58: hermes.mcpgateway.v1.CompleteAuthorizationResponse
+	nil,                                   // 59: hermes.mcpgateway.v1.StdioTransport.EnvEntry
+	nil,                                   // 60: hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
+	nil,                                   // 61: hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
+	nil,                                   // 62: hermes.mcpgateway.v1.CompleteRequest.ContextEntry
+	(*durationpb.Duration)(nil),           // 63: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),         // 64: google.protobuf.Timestamp
 }
 var file_hermes_mcpgateway_v1_mcpgateway_proto_depIdxs = []int32{
 	4,  // 0: hermes.mcpgateway.v1.ServerSpec.stdio:type_name -> hermes.mcpgateway.v1.StdioTransport
 	5,  // 1: hermes.mcpgateway.v1.ServerSpec.http:type_name -> hermes.mcpgateway.v1.HTTPTransport
-	62, // 2: hermes.mcpgateway.v1.ServerSpec.call_timeout:type_name -> google.protobuf.Duration
+	63, // 2: hermes.mcpgateway.v1.ServerSpec.call_timeout:type_name -> google.protobuf.Duration
 	2,  // 3: hermes.mcpgateway.v1.ServerSpec.sampling:type_name -> hermes.mcpgateway.v1.SamplingPolicy
 	3,  // 4: hermes.mcpgateway.v1.ServerSpec.roots:type_name -> hermes.mcpgateway.v1.Root
-	58, // 5: hermes.mcpgateway.v1.StdioTransport.env:type_name -> hermes.mcpgateway.v1.StdioTransport.EnvEntry
-	59, // 6: hermes.mcpgateway.v1.HTTPTransport.headers:type_name -> hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
-	7,  // 7: hermes.mcpgateway.v1.HTTPTransport.oauth:type_name -> hermes.mcpgateway.v1.OAuthClientCredentials
-	6,  // 8: hermes.mcpgateway.v1.HTTPTransport.user_oauth:type_name -> hermes.mcpgateway.v1.OAuthAuthorizationCode
-	1,  // 9: hermes.mcpgateway.v1.Server.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
-	0,  // 10: hermes.mcpgateway.v1.Server.state:type_name -> hermes.mcpgateway.v1.ServerState
-	9,  // 11: hermes.mcpgateway.v1.Server.skipped_tools:type_name -> hermes.mcpgateway.v1.SkippedTool
-	63, // 12: hermes.mcpgateway.v1.Server.connected_at:type_name -> google.protobuf.Timestamp
-	63, // 13: hermes.mcpgateway.v1.Server.next_retry_at:type_name -> google.protobuf.Timestamp
-	1,  // 14: hermes.mcpgateway.v1.AddServerRequest.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
-	8,  // 15: hermes.mcpgateway.v1.AddServerResponse.server:type_name -> hermes.mcpgateway.v1.Server
-	8,  // 16: hermes.mcpgateway.v1.ListServersResponse.servers:type_name -> hermes.mcpgateway.v1.Server
-	10, // 17: hermes.mcpgateway.v1.ListToolsResponse.tools:type_name -> hermes.mcpgateway.v1.MCPTool
-	62, // 18: hermes.mcpgateway.v1.CallToolRequest.timeout:type_name -> google.protobuf.Duration
-	20, // 19: hermes.mcpgateway.v1.CallToolResponse.contents:type_name -> hermes.mcpgateway.v1.Content
-	62, // 20: hermes.mcpgateway.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
-	19, // 21: hermes.mcpgateway.v1.CallToolStreamRequest.request:type_name -> hermes.mcpgateway.v1.CallToolRequest
-	24, // 22: hermes.mcpgateway.v1.CallToolStreamResponse.progress:type_name -> hermes.mcpgateway.v1.Progress
-	21, // 23: hermes.mcpgateway.v1.CallToolStreamResponse.response:type_name -> hermes.mcpgateway.v1.CallToolResponse
-	25, // 24: hermes.mcpgateway.v1.Progress.elicitation:type_name -> hermes.mcpgateway.v1.Elicitation
-	28, // 25: hermes.mcpgateway.v1.Progress.sampling:type_name -> hermes.mcpgateway.v1.Sampling
-	63, // 26: hermes.mcpgateway.v1.Elicitation.expires_at:type_name -> google.protobuf.Timestamp
-	29, // 27: hermes.mcpgateway.v1.Sampling.messages:type_name -> hermes.mcpgateway.v1.SamplingMessage
-	63, // 28: hermes.mcpgateway.v1.Sampling.expires_at:type_name -> google.protobuf.Timestamp
-	32, // 29: hermes.mcpgateway.v1.ListResourcesResponse.resources:type_name -> hermes.mcpgateway.v1.Resource
-	36, // 30: hermes.mcpgateway.v1.ReadResourceResponse.contents:type_name -> hermes.mcpgateway.v1.ResourceContent
-	39, // 31: hermes.mcpgateway.v1.Prompt.arguments:type_name -> hermes.mcpgateway.v1.PromptArgument
-	38, // 32: hermes.mcpgateway.v1.ListPromptsResponse.prompts:type_name -> hermes.mcpgateway.v1.Prompt
-	60, // 33: hermes.mcpgateway.v1.GetPromptRequest.arguments:type_name -> hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
-	43, // 34: hermes.mcpgateway.v1.GetPromptResponse.messages:type_name -> hermes.mcpgateway.v1.PromptMessage
-	45, // 35: hermes.mcpgateway.v1.ListResourceTemplatesResponse.templates:type_name -> hermes.mcpgateway.v1.ResourceTemplate
-	61, // 36: hermes.mcpgateway.v1.CompleteRequest.context:type_name -> hermes.mcpgateway.v1.CompleteRequest.ContextEntry
-	11, // 37: hermes.mcpgateway.v1.MCPGatewayService.AddServer:input_type -> hermes.mcpgateway.v1.AddServerRequest
-	13, // 38: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:input_type -> hermes.mcpgateway.v1.RemoveServerRequest
-	15, // 39: hermes.mcpgateway.v1.MCPGatewayService.ListServers:input_type -> hermes.mcpgateway.v1.ListServersRequest
-	17, // 40: hermes.mcpgateway.v1.MCPGatewayService.ListTools:input_type -> hermes.mcpgateway.v1.ListToolsRequest
-	19, // 41: hermes.mcpgateway.v1.MCPGatewayService.CallTool:input_type -> hermes.mcpgateway.v1.CallToolRequest
-	33, // 42: hermes.mcpgateway.v1.MCPGatewayService.ListResources:input_type -> hermes.mcpgateway.v1.ListResourcesRequest
-	35, // 43: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:input_type -> hermes.mcpgateway.v1.ReadResourceRequest
-	40, // 44: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:input_type -> hermes.mcpgateway.v1.ListPromptsRequest
-	42, // 45: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:input_type -> hermes.mcpgateway.v1.GetPromptRequest
-	22, // 46: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:input_type -> hermes.mcpgateway.v1.CallToolStreamRequest
-	46, // 47: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:input_type -> hermes.mcpgateway.v1.ListResourceTemplatesRequest
-	48, // 48: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:input_type -> hermes.mcpgateway.v1.WatchResourceRequest
-	50, // 49: hermes.mcpgateway.v1.MCPGatewayService.Complete:input_type -> hermes.mcpgateway.v1.CompleteRequest
-	26, // 50: hermes.mcpgateway.v1.MCPGatewayService.AnswerElicitation:input_type -> hermes.mcpgateway.v1.AnswerElicitationRequest
-	30, // 51: hermes.mcpgateway.v1.MCPGatewayService.AnswerSampling:input_type -> hermes.mcpgateway.v1.AnswerSamplingRequest
-	52, // 52: hermes.mcpgateway.v1.MCPGatewayService.ConnectServer:input_type -> hermes.mcpgateway.v1.ConnectServerRequest
-	54, // 53: hermes.mcpgateway.v1.MCPGatewayService.DisconnectServer:input_type -> hermes.mcpgateway.v1.DisconnectServerRequest
-	56, // 54: hermes.mcpgateway.v1.MCPGatewayService.CompleteAuthorization:input_type -> hermes.mcpgateway.v1.CompleteAuthorizationRequest
-	12, // 55: hermes.mcpgateway.v1.MCPGatewayService.AddServer:output_type -> hermes.mcpgateway.v1.AddServerResponse
-	14, // 56: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:output_type -> hermes.mcpgateway.v1.RemoveServerResponse
-	16, // 57: hermes.mcpgateway.v1.MCPGatewayService.ListServers:output_type -> hermes.mcpgateway.v1.ListServersResponse
-	18, // 58: hermes.mcpgateway.v1.MCPGatewayService.ListTools:output_type -> hermes.mcpgateway.v1.ListToolsResponse
-	21, // 59: hermes.mcpgateway.v1.MCPGatewayService.CallTool:output_type -> hermes.mcpgateway.v1.CallToolResponse
-	34, // 60: hermes.mcpgateway.v1.MCPGatewayService.ListResources:output_type -> hermes.mcpgateway.v1.ListResourcesResponse
-	37, // 61: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:output_type -> hermes.mcpgateway.v1.ReadResourceResponse
-	41, // 62: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:output_type -> hermes.mcpgateway.v1.ListPromptsResponse
-	44, // 63: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:output_type -> hermes.mcpgateway.v1.GetPromptResponse
-	23, // 64: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:output_type -> hermes.mcpgateway.v1.CallToolStreamResponse
-	47, // 65: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:output_type -> hermes.mcpgateway.v1.ListResourceTemplatesResponse
-	49, // 66: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:output_type -> hermes.mcpgateway.v1.WatchResourceResponse
-	51, // 67: hermes.mcpgateway.v1.MCPGatewayService.Complete:output_type -> hermes.mcpgateway.v1.CompleteResponse
-	27, // 68: hermes.mcpgateway.v1.MCPGatewayService.AnswerElicitation:output_type -> hermes.mcpgateway.v1.AnswerElicitationResponse
-	31, // 69: hermes.mcpgateway.v1.MCPGatewayService.AnswerSampling:output_type -> hermes.mcpgateway.v1.AnswerSamplingResponse
-	53, // 70: hermes.mcpgateway.v1.MCPGatewayService.ConnectServer:output_type -> hermes.mcpgateway.v1.ConnectServerResponse
-	55, // 71: hermes.mcpgateway.v1.MCPGatewayService.DisconnectServer:output_type -> hermes.mcpgateway.v1.DisconnectServerResponse
-	57, // 72: hermes.mcpgateway.v1.MCPGatewayService.CompleteAuthorization:output_type -> hermes.mcpgateway.v1.CompleteAuthorizationResponse
-	55, // [55:73] is the sub-list for method output_type
-	37, // [37:55] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	59, // 5: hermes.mcpgateway.v1.StdioTransport.env:type_name -> hermes.mcpgateway.v1.StdioTransport.EnvEntry
+	60, // 6: hermes.mcpgateway.v1.HTTPTransport.headers:type_name -> hermes.mcpgateway.v1.HTTPTransport.HeadersEntry
+	8,  // 7: hermes.mcpgateway.v1.HTTPTransport.oauth:type_name -> hermes.mcpgateway.v1.OAuthClientCredentials
+	7,  // 8: hermes.mcpgateway.v1.HTTPTransport.user_oauth:type_name -> hermes.mcpgateway.v1.OAuthAuthorizationCode
+	6,  // 9: hermes.mcpgateway.v1.HTTPTransport.enterprise_oauth:type_name -> hermes.mcpgateway.v1.OAuthEnterprise
+	1,  // 10: hermes.mcpgateway.v1.Server.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
+	0,  // 11: hermes.mcpgateway.v1.Server.state:type_name -> hermes.mcpgateway.v1.ServerState
+	10, // 12: hermes.mcpgateway.v1.Server.skipped_tools:type_name -> hermes.mcpgateway.v1.SkippedTool
+	64, // 13: hermes.mcpgateway.v1.Server.connected_at:type_name -> google.protobuf.Timestamp
+	64, // 14: hermes.mcpgateway.v1.Server.next_retry_at:type_name -> google.protobuf.Timestamp
+	1,  // 15: hermes.mcpgateway.v1.AddServerRequest.spec:type_name -> hermes.mcpgateway.v1.ServerSpec
+	9,  // 16: hermes.mcpgateway.v1.AddServerResponse.server:type_name -> hermes.mcpgateway.v1.Server
+	9,  // 17: hermes.mcpgateway.v1.ListServersResponse.servers:type_name -> hermes.mcpgateway.v1.Server
+	11, // 18: hermes.mcpgateway.v1.ListToolsResponse.tools:type_name -> hermes.mcpgateway.v1.MCPTool
+	63, // 19: hermes.mcpgateway.v1.CallToolRequest.timeout:type_name -> google.protobuf.Duration
+	21, // 20: hermes.mcpgateway.v1.CallToolResponse.contents:type_name -> hermes.mcpgateway.v1.Content
+	63, // 21: hermes.mcpgateway.v1.CallToolResponse.duration:type_name -> google.protobuf.Duration
+	20, // 22: hermes.mcpgateway.v1.CallToolStreamRequest.request:type_name -> hermes.mcpgateway.v1.CallToolRequest
+	25, // 23: hermes.mcpgateway.v1.CallToolStreamResponse.progress:type_name -> hermes.mcpgateway.v1.Progress
+	22, // 24: hermes.mcpgateway.v1.CallToolStreamResponse.response:type_name -> hermes.mcpgateway.v1.CallToolResponse
+	26, // 25: hermes.mcpgateway.v1.Progress.elicitation:type_name -> hermes.mcpgateway.v1.Elicitation
+	29, // 26: hermes.mcpgateway.v1.Progress.sampling:type_name -> hermes.mcpgateway.v1.Sampling
+	64, // 27: hermes.mcpgateway.v1.Elicitation.expires_at:type_name -> google.protobuf.Timestamp
+	30, // 28: hermes.mcpgateway.v1.Sampling.messages:type_name -> hermes.mcpgateway.v1.SamplingMessage
+	64, // 29: hermes.mcpgateway.v1.Sampling.expires_at:type_name -> google.protobuf.Timestamp
+	33, // 30: hermes.mcpgateway.v1.ListResourcesResponse.resources:type_name -> hermes.mcpgateway.v1.Resource
+	37, // 31: hermes.mcpgateway.v1.ReadResourceResponse.contents:type_name -> hermes.mcpgateway.v1.ResourceContent
+	40, // 32: hermes.mcpgateway.v1.Prompt.arguments:type_name -> hermes.mcpgateway.v1.PromptArgument
+	39, // 33: hermes.mcpgateway.v1.ListPromptsResponse.prompts:type_name -> hermes.mcpgateway.v1.Prompt
+	61, // 34: hermes.mcpgateway.v1.GetPromptRequest.arguments:type_name -> hermes.mcpgateway.v1.GetPromptRequest.ArgumentsEntry
+	44, // 35: hermes.mcpgateway.v1.GetPromptResponse.messages:type_name -> hermes.mcpgateway.v1.PromptMessage
+	46, // 36: hermes.mcpgateway.v1.ListResourceTemplatesResponse.templates:type_name -> hermes.mcpgateway.v1.ResourceTemplate
+	62, // 37: hermes.mcpgateway.v1.CompleteRequest.context:type_name -> hermes.mcpgateway.v1.CompleteRequest.ContextEntry
+	12, // 38: hermes.mcpgateway.v1.MCPGatewayService.AddServer:input_type -> hermes.mcpgateway.v1.AddServerRequest
+	14, // 39: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:input_type -> hermes.mcpgateway.v1.RemoveServerRequest
+	16, // 40: hermes.mcpgateway.v1.MCPGatewayService.ListServers:input_type -> hermes.mcpgateway.v1.ListServersRequest
+	18, // 41: hermes.mcpgateway.v1.MCPGatewayService.ListTools:input_type -> hermes.mcpgateway.v1.ListToolsRequest
+	20, // 42: hermes.mcpgateway.v1.MCPGatewayService.CallTool:input_type -> hermes.mcpgateway.v1.CallToolRequest
+	34, // 43: hermes.mcpgateway.v1.MCPGatewayService.ListResources:input_type -> hermes.mcpgateway.v1.ListResourcesRequest
+	36, // 44: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:input_type -> hermes.mcpgateway.v1.ReadResourceRequest
+	41, // 45: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:input_type -> hermes.mcpgateway.v1.ListPromptsRequest
+	43, // 46: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:input_type -> hermes.mcpgateway.v1.GetPromptRequest
+	23, // 47: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:input_type -> hermes.mcpgateway.v1.CallToolStreamRequest
+	47, // 48: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:input_type -> hermes.mcpgateway.v1.ListResourceTemplatesRequest
+	49, // 49: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:input_type -> hermes.mcpgateway.v1.WatchResourceRequest
+	51, // 50: hermes.mcpgateway.v1.MCPGatewayService.Complete:input_type -> hermes.mcpgateway.v1.CompleteRequest
+	27, // 51: hermes.mcpgateway.v1.MCPGatewayService.AnswerElicitation:input_type -> hermes.mcpgateway.v1.AnswerElicitationRequest
+	31, // 52: hermes.mcpgateway.v1.MCPGatewayService.AnswerSampling:input_type -> hermes.mcpgateway.v1.AnswerSamplingRequest
+	53, // 53: hermes.mcpgateway.v1.MCPGatewayService.ConnectServer:input_type -> hermes.mcpgateway.v1.ConnectServerRequest
+	55, // 54: hermes.mcpgateway.v1.MCPGatewayService.DisconnectServer:input_type -> hermes.mcpgateway.v1.DisconnectServerRequest
+	57, // 55: hermes.mcpgateway.v1.MCPGatewayService.CompleteAuthorization:input_type -> hermes.mcpgateway.v1.CompleteAuthorizationRequest
+	13, // 56: hermes.mcpgateway.v1.MCPGatewayService.AddServer:output_type -> hermes.mcpgateway.v1.AddServerResponse
+	15, // 57: hermes.mcpgateway.v1.MCPGatewayService.RemoveServer:output_type -> hermes.mcpgateway.v1.RemoveServerResponse
+	17, // 58: hermes.mcpgateway.v1.MCPGatewayService.ListServers:output_type -> hermes.mcpgateway.v1.ListServersResponse
+	19, // 59: hermes.mcpgateway.v1.MCPGatewayService.ListTools:output_type -> hermes.mcpgateway.v1.ListToolsResponse
+	22, // 60: hermes.mcpgateway.v1.MCPGatewayService.CallTool:output_type -> hermes.mcpgateway.v1.CallToolResponse
+	35, // 61: hermes.mcpgateway.v1.MCPGatewayService.ListResources:output_type -> hermes.mcpgateway.v1.ListResourcesResponse
+	38, // 62: hermes.mcpgateway.v1.MCPGatewayService.ReadResource:output_type -> hermes.mcpgateway.v1.ReadResourceResponse
+	42, // 63: hermes.mcpgateway.v1.MCPGatewayService.ListPrompts:output_type -> hermes.mcpgateway.v1.ListPromptsResponse
+	45, // 64: hermes.mcpgateway.v1.MCPGatewayService.GetPrompt:output_type -> hermes.mcpgateway.v1.GetPromptResponse
+	24, // 65: hermes.mcpgateway.v1.MCPGatewayService.CallToolStream:output_type -> hermes.mcpgateway.v1.CallToolStreamResponse
+	48, // 66: hermes.mcpgateway.v1.MCPGatewayService.ListResourceTemplates:output_type -> hermes.mcpgateway.v1.ListResourceTemplatesResponse
+	50, // 67: hermes.mcpgateway.v1.MCPGatewayService.WatchResource:output_type -> hermes.mcpgateway.v1.WatchResourceResponse
+	52, // 68: hermes.mcpgateway.v1.MCPGatewayService.Complete:output_type -> hermes.mcpgateway.v1.CompleteResponse
+	28, // 69: hermes.mcpgateway.v1.MCPGatewayService.AnswerElicitation:output_type -> hermes.mcpgateway.v1.AnswerElicitationResponse
+	32, // 70: hermes.mcpgateway.v1.MCPGatewayService.AnswerSampling:output_type -> hermes.mcpgateway.v1.AnswerSamplingResponse
+	54, // 71: hermes.mcpgateway.v1.MCPGatewayService.ConnectServer:output_type -> hermes.mcpgateway.v1.ConnectServerResponse
+	56, // 72: hermes.mcpgateway.v1.MCPGatewayService.DisconnectServer:output_type -> hermes.mcpgateway.v1.DisconnectServerResponse
+	58, // 73: hermes.mcpgateway.v1.MCPGatewayService.CompleteAuthorization:output_type -> hermes.mcpgateway.v1.CompleteAuthorizationResponse
+	56, // [56:74] is the sub-list for method output_type
+	38, // [38:56] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_hermes_mcpgateway_v1_mcpgateway_proto_init() }
@@ -4640,12 +4796,12 @@ func file_hermes_mcpgateway_v1_mcpgateway_proto_init() {
 		(*ServerSpec_Stdio)(nil),
 		(*ServerSpec_Http)(nil),
 	}
-	file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[22].OneofWrappers = []any{
+	file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[23].OneofWrappers = []any{
 		(*CallToolStreamResponse_Progress)(nil),
 		(*CallToolStreamResponse_Response)(nil),
 	}
-	file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[27].OneofWrappers = []any{}
-	file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[49].OneofWrappers = []any{
+	file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[28].OneofWrappers = []any{}
+	file_hermes_mcpgateway_v1_mcpgateway_proto_msgTypes[50].OneofWrappers = []any{
 		(*CompleteRequest_Prompt)(nil),
 		(*CompleteRequest_ResourceTemplate)(nil),
 	}
@@ -4655,7 +4811,7 @@ func file_hermes_mcpgateway_v1_mcpgateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc), len(file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   61,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

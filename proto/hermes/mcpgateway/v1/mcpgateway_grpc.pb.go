@@ -86,7 +86,9 @@ type MCPGatewayServiceClient interface {
 	AnswerSampling(ctx context.Context, in *AnswerSamplingRequest, opts ...grpc.CallOption) (*AnswerSamplingResponse, error)
 	// ConnectServer starts connecting the user's own account to a server with user_oauth: it
 	// returns the authorization URL the user opens, or connected when the user already has a
-	// connection.
+	// connection. For a server with enterprise_oauth the request carries the user's identity
+	// token (id_token): the gateway exchanges it and stores the user's access token, never
+	// returned.
 	ConnectServer(ctx context.Context, in *ConnectServerRequest, opts ...grpc.CallOption) (*ConnectServerResponse, error)
 	// DisconnectServer forgets the user's connection to a server and revokes its tokens at the
 	// authorization server (RFC 7009) when it offers revocation.
@@ -350,7 +352,9 @@ type MCPGatewayServiceServer interface {
 	AnswerSampling(context.Context, *AnswerSamplingRequest) (*AnswerSamplingResponse, error)
 	// ConnectServer starts connecting the user's own account to a server with user_oauth: it
 	// returns the authorization URL the user opens, or connected when the user already has a
-	// connection.
+	// connection. For a server with enterprise_oauth the request carries the user's identity
+	// token (id_token): the gateway exchanges it and stores the user's access token, never
+	// returned.
 	ConnectServer(context.Context, *ConnectServerRequest) (*ConnectServerResponse, error)
 	// DisconnectServer forgets the user's connection to a server and revokes its tokens at the
 	// authorization server (RFC 7009) when it offers revocation.
