@@ -189,7 +189,9 @@ func (g *Group) applyDeferred() {
 // value as it is then): many changes then cost one write, and no caller waits for the
 // transaction. The next commit is an Update's, or the group's own at most its delay later. A fn
 // that fails is dropped (and logged), its write lost as in a crash; fn must only change the
-// database through tx.
+// database through tx. fn may run more than once: when a write after it in its commit fails,
+// the transaction is rolled back and fn runs again in the next one, where it must write again
+// what it wrote in the first.
 func (g *Group) Later(fn func(tx *bolt.Tx) error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
