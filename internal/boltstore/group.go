@@ -8,6 +8,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Group runs the write transactions of concurrent callers in shared commits (group commit):
@@ -277,13 +278,14 @@ func (g *Group) commit(batch []*groupWrite) {
 	g.mu.Unlock()
 	// The deferred writes waiting for the transaction go first: this commit makes them durable.
 	g.applyDeferred()
+	var beginErr error
 	for len(batch) > 0 {
 		tx, err := g.openTx()
 		if err != nil {
 			for _, w := range batch {
 				w.done <- err
 			}
-			batch = nil
+			batch, beginErr = nil, err
 			break
 		}
 		failed := -1
@@ -324,7 +326,12 @@ func (g *Group) commit(batch []*groupWrite) {
 	}
 	// Every write failed (or no transaction began): the deferred ones still wait in a
 	// transaction of their own, which their timer commits; the later ones wait for the next
-	// commit.
+	// commit. On a closed file no commit ever comes: they are lost, rather than tried by their
+	// timer for ever.
+	if len(later) > 0 && errors.Is(beginErr, berrors.ErrDatabaseNotOpen) {
+		slog.Error("later writes lost: the file is closed", "writes", len(later))
+		later = nil
+	}
 	if len(later) > 0 {
 		g.mu.Lock()
 		g.later = append(later, g.later...)
