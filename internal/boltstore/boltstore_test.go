@@ -529,3 +529,25 @@ func TestPages(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupLaterAfterClose: a later write made after the file was closed is dropped by the
+// commit that cannot begin, not queued again for a timer that would retry it forever.
+func TestGroupLaterAfterClose(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "c.db"), nil, []byte("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := NewGroup(db)
+	g.delay = time.Hour
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	g.Later(func(tx *bolt.Tx) error { return tx.Bucket([]byte("b")).Put([]byte("k"), []byte("v")) })
+	g.Sync()
+	g.mu.Lock()
+	queued, armed := len(g.later), g.laterTimer != nil
+	g.mu.Unlock()
+	if queued != 0 || armed {
+		t.Errorf("after a commit on the closed file: %d later writes queued, timer armed %t; want none", queued, armed)
+	}
+}

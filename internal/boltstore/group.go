@@ -8,6 +8,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Group runs the write transactions of concurrent callers in shared commits (group commit):
@@ -189,7 +190,9 @@ func (g *Group) applyDeferred() {
 // value as it is then): many changes then cost one write, and no caller waits for the
 // transaction. The next commit is an Update's, or the group's own at most its delay later. A fn
 // that fails is dropped (and logged), its write lost as in a crash; fn must only change the
-// database through tx.
+// database through tx. fn may run more than once: when a write after it in its commit fails,
+// the transaction is rolled back and fn runs again in the next one, where it must write again
+// what it wrote in the first.
 func (g *Group) Later(fn func(tx *bolt.Tx) error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -275,13 +278,14 @@ func (g *Group) commit(batch []*groupWrite) {
 	g.mu.Unlock()
 	// The deferred writes waiting for the transaction go first: this commit makes them durable.
 	g.applyDeferred()
+	var beginErr error
 	for len(batch) > 0 {
 		tx, err := g.openTx()
 		if err != nil {
 			for _, w := range batch {
 				w.done <- err
 			}
-			batch = nil
+			batch, beginErr = nil, err
 			break
 		}
 		failed := -1
@@ -322,7 +326,12 @@ func (g *Group) commit(batch []*groupWrite) {
 	}
 	// Every write failed (or no transaction began): the deferred ones still wait in a
 	// transaction of their own, which their timer commits; the later ones wait for the next
-	// commit.
+	// commit. On a closed file no commit ever comes: they are lost, rather than tried by their
+	// timer for ever.
+	if len(later) > 0 && errors.Is(beginErr, berrors.ErrDatabaseNotOpen) {
+		slog.Error("later writes lost: the file is closed", "writes", len(later))
+		later = nil
+	}
 	if len(later) > 0 {
 		g.mu.Lock()
 		g.later = append(later, g.later...)

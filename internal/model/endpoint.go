@@ -11,8 +11,10 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -75,7 +77,13 @@ func (e *Endpoint) BaseURL() string { return e.base }
 // PostJSON posts body to path (relative to the base URL) and decodes a 2xx answer into dst.
 // attempts is how many times the body was sent.
 func (e *Endpoint) PostJSON(ctx context.Context, path string, body []byte, dst any) (attempts int, err error) {
-	res, attempts, err := e.post(ctx, path, body, "application/json")
+	return e.postJSON(ctx, path, body, dst, nil)
+}
+
+// postJSON is PostJSON; released, when not nil, is called once the transport let go of body
+// (see post).
+func (e *Endpoint) postJSON(ctx context.Context, path string, body []byte, dst any, released func()) (attempts int, err error) {
+	res, attempts, err := e.post(ctx, path, body, "application/json", released)
 	if err != nil {
 		return attempts, err
 	}
@@ -98,8 +106,22 @@ func (e *Endpoint) PostJSON(ctx context.Context, path string, body []byte, dst a
 
 // post sends body until an answer is final: a 2xx response, whose body carries the attempt's
 // timeout and must be closed; an *APIError for any other status; or the transport's error.
-func (e *Endpoint) post(ctx context.Context, path string, body []byte, accept string) (res *http.Response, attempts int, err error) {
+//
+// released, when not nil, is called once post returned and the transport wrote every copy of
+// body it was given: an http.RoundTripper may still read a request body after RoundTrip
+// returned, whatever the answer (a server that answers before it read the request). Only then
+// may body's bytes be used again. A copy the transport never wrote (a failed connection) keeps
+// released from being called.
+func (e *Endpoint) post(ctx context.Context, path string, body []byte, accept string, released func()) (res *http.Response, attempts int, err error) {
 	url := e.url + path
+	var refs *bodyRefs
+	if released != nil {
+		refs = &bodyRefs{n: 1, released: released}
+		defer refs.drop()
+		// The body's reader is a known in-memory one (net/http then writes the request in one
+		// piece): its writes, not its Close, say when the transport is done with it.
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { refs.drop() }})
+	}
 	for attempt := 0; ; attempt++ {
 		actx, cancel := ctx, context.CancelFunc(func() {})
 		if e.timeout > 0 {
@@ -110,7 +132,11 @@ func (e *Endpoint) post(ctx context.Context, path string, body []byte, accept st
 			cancel()
 			return nil, attempts, err
 		}
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		refs.add()
+		req.GetBody = func() (io.ReadCloser, error) {
+			refs.add()
+			return io.NopCloser(bytes.NewReader(body)), nil
+		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", accept)
 		req.Header.Set("User-Agent", "hermes")
@@ -355,3 +381,31 @@ func (s *events) Err() error { return s.err }
 
 // Close closes the stream's body.
 func (s *events) Close() error { return s.rc.Close() }
+
+// bodyRefs counts the holders of a request body: the call (post) and each copy of it handed
+// to the transport, until the transport wrote it. The last to let go calls released. A nil
+// bodyRefs counts nothing.
+type bodyRefs struct {
+	mu       sync.Mutex
+	n        int
+	released func()
+}
+
+func (r *bodyRefs) add() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.n++
+	r.mu.Unlock()
+}
+
+func (r *bodyRefs) drop() {
+	r.mu.Lock()
+	r.n--
+	last := r.n == 0
+	r.mu.Unlock()
+	if last {
+		r.released()
+	}
+}

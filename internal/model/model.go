@@ -179,12 +179,10 @@ func (c *Client) body() *bytes.Buffer {
 	return new(bytes.Buffer)
 }
 
-// release returns a request body for reuse once its call is over, only when the endpoint
-// answered its one attempt successfully: an http.RoundTripper may still read a request body
-// after RoundTrip returned when the server answered before reading it all (an error status,
-// perhaps of an earlier attempt that was retried), so such a body is left to the GC.
-func (c *Client) release(b *bytes.Buffer, answered bool) {
-	if answered && b.Cap() <= maxPooledBody {
+// release returns a request body for reuse once nothing reads it: its encoding failed, or the
+// endpoint's transport let go of it (Endpoint.post), which may be after the call returned.
+func (c *Client) release(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledBody {
 		c.bodies.Put(b)
 	}
 }
@@ -209,12 +207,11 @@ func (c *Client) Complete(ctx context.Context, req Request) (out *Response, err 
 	defer func() { end(out, err) }()
 	body := c.body()
 	if err := c.encodeTo(body, req, false); err != nil {
-		c.release(body, true)
+		c.release(body)
 		return nil, err
 	}
 	var cc wireCompletion
-	attempts, err := c.ep.PostJSON(ctx, chatPath, body.Bytes(), &cc)
-	c.release(body, err == nil && attempts == 1)
+	_, err = c.ep.postJSON(ctx, chatPath, body.Bytes(), &cc, func() { c.release(body) })
 	if err := lenient(err); err != nil {
 		return nil, c.wrap(err)
 	}
@@ -242,17 +239,15 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 	defer func() { end(out, err) }()
 	body := c.body()
 	if err := c.encodeTo(body, req, true); err != nil {
-		c.release(body, true)
+		c.release(body)
 		return nil, err
 	}
 	// Retries and error statuses are handled before the response is handed over; the body then
 	// carries the per-attempt timeout and is read here event by event.
-	res, attempts, err := c.ep.post(ctx, chatPath, body.Bytes(), "text/event-stream")
+	res, _, err := c.ep.post(ctx, chatPath, body.Bytes(), "text/event-stream", func() { c.release(body) })
 	if err != nil {
 		return nil, c.wrap(err)
 	}
-	// A 2xx answer to the only attempt: the endpoint has read the request.
-	c.release(body, attempts == 1)
 	eb, _ := c.streams.Get().(*eventBufs)
 	events := newEvents(res.Body, eb)
 	defer func() {

@@ -266,6 +266,11 @@ func TestTransportSpeaksHTTP2OverTLS(t *testing.T) {
 // whole; with net/http's 4 KB buffer the rest of it was copied through a buffer of its size
 // allocated for every call.
 func TestRequestFitsWriteBuffer(t *testing.T) {
+	if raceEnabled {
+		// The request bodies the pool drops cost more than the write buffer saves: the
+		// comparison failed in several of ten runs.
+		t.Skip("allocations are not comparable under the race detector")
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")

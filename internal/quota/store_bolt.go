@@ -155,25 +155,33 @@ func (b *BoltStore) write(key string) {
 	b.dirty[key] = struct{}{}
 	b.mu.Unlock()
 	if first {
-		b.group.Later(b.flush)
+		// taken holds the keys the later write took from dirty: when its transaction is
+		// rolled back for another later write's failure, it runs again (boltstore.Group.Later)
+		// and must write them again, dirty no longer having them.
+		taken := map[string]struct{}{}
+		b.group.Later(func(tx *bolt.Tx) error { return b.flush(tx, taken) })
 	}
 }
 
 // flush stores the changed counters as memory has them now: each one's value, or its deletion
-// when it is gone or 0 without expiry.
-func (b *BoltStore) flush(tx *bolt.Tx) error {
+// when it is gone or 0 without expiry. It moves the keys from dirty into taken and writes all
+// of taken, so that it writes again what a run before it wrote in a transaction rolled back.
+func (b *BoltStore) flush(tx *bolt.Tx, taken map[string]struct{}) error {
 	type change struct {
 		key string
 		c   memCounter
 		ok  bool
 	}
 	b.mu.Lock()
-	changes := make([]change, 0, len(b.dirty))
 	for k := range b.dirty {
+		taken[k] = struct{}{}
+	}
+	clear(b.dirty)
+	changes := make([]change, 0, len(taken))
+	for k := range taken {
 		c, ok := b.counters[k]
 		changes = append(changes, change{k, c, ok})
 	}
-	clear(b.dirty)
 	b.mu.Unlock()
 	bk := tx.Bucket(countersBucket)
 	for _, ch := range changes {

@@ -2,6 +2,7 @@ package quota
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -219,6 +220,45 @@ func TestBoltWriteBehind(t *testing.T) {
 	}
 	if err := shared.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBoltFlushRunsAgain: the counters' write is a later write of the file's group, which runs
+// again when a later write after it in the same commit fails and the transaction is rolled back
+// (boltstore.Group.Later); the run that is committed still writes every changed counter.
+func TestBoltFlushRunsAgain(t *testing.T) {
+	ctx := context.Background()
+	db, err := boltstore.Open(filepath.Join(t.TempDir(), "shared.db"), nil, []byte("other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	g := boltstore.NewGroupDelay(db, time.Hour)
+	b, err := OpenBoltStoreOn(db, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.Add(ctx, "sessions:alice", 3, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Another user of the group whose later write fails: the commit is rolled back and the
+	// counters' write runs again.
+	g.Later(func(*bolt.Tx) error { return errors.New("refused") })
+	if err := g.Update(func(*bolt.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	_ = db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(countersBucket).ForEach(func(k, v []byte) error {
+			got[string(k)] = decodeCounter(v, time.Now())
+			return nil
+		})
+	})
+	if diff := cmp.Diff(map[string]int64{"sessions:alice": 3}, got); diff != "" {
+		t.Errorf("counters in the file after the commit (-want +got):\n%s", diff)
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
