@@ -229,6 +229,14 @@ func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		// Eight bytes at a time while none needs a look: a model request is mostly plain text,
+		// tens of kilobytes of it per call.
+		for i+8 <= len(s) && plain8(s[i:i+8]) {
+			i += 8
+		}
+		if i >= len(s) {
+			break
+		}
 		if c := s[i]; c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {
 				i++
@@ -274,4 +282,20 @@ func appendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// plain8 reports whether the eight bytes of s are all ASCII that a JSON string carries as it
+// is: none below 0x20, none a quote or a backslash, none 0x80 or above.
+func plain8(s string) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	x := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+	// Each term has a byte's high bit set where (and, past the first, perhaps above where) the
+	// byte is below 0x20, a quote, a backslash; x's own high bits are the bytes from 0x80.
+	control := (x - ones*0x20) &^ x
+	q := x ^ ones*'"'
+	quote := (q - ones) &^ q
+	bs := x ^ ones*'\\'
+	backslash := (bs - ones) &^ bs
+	return (x|control|quote|backslash)&highs == 0
 }

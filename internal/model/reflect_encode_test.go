@@ -311,3 +311,35 @@ func TestSchemasBounded(t *testing.T) {
 		t.Errorf("%d schemas remembered, want %d", len(s.m), maxSchemas)
 	}
 }
+
+// TestAppendStringMatchesJSON: every byte value at every position of strings around the
+// eight-byte steps, and random mixes, encode as encoding/json encodes them without HTML
+// escaping.
+func TestAppendStringMatchesJSON(t *testing.T) {
+	check := func(s string) {
+		t.Helper()
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		if got := string(appendString(nil, s)) + "\n"; got != want.String() {
+			t.Fatalf("appendString(%q) = %s, want %s", s, got, want.String())
+		}
+	}
+	for n := range 26 {
+		for pos := range n {
+			for c := range 256 {
+				b := []byte(strings.Repeat("abcdefgh", 4)[:n])
+				b[pos] = byte(c)
+				check(string(b))
+			}
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		s := randText(r)
+		check(strings.Repeat("plain text ", r.IntN(3)) + s + strings.Repeat("x", r.IntN(9)))
+	}
+}
