@@ -25,8 +25,7 @@ func (c *Client) encode(req Request, stream bool) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// encodeTo writes the request body into buf (which may hold a failed attempt's bytes when it
-// returns an error).
+// encodeTo appends the request body to buf; buf is unchanged when it returns an error.
 func (c *Client) encodeTo(buf *bytes.Buffer, req Request, stream bool) error {
 	// The checks come first, in the order the structs' encoding made them, so that an invalid
 	// request fails with the same error whatever else it holds.

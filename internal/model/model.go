@@ -4,9 +4,10 @@
 // tokens, and retries with backoff on 429 and 5xx.
 //
 // It speaks the wire format the official openai-go SDK speaks (encode_test.go compares the
-// bodies with the SDK's), with encoding/json over plain structs and its own small transport
-// (Endpoint): the SDK's reflection encoder and decoder re-validated every nested value, and its
-// client doubled the binary's size (see Endpoint).
+// bodies with the SDK's), writing requests by hand (encode.go), decoding answers with
+// encoding/json over plain structs, and with its own small transport (Endpoint): the SDK's
+// reflection encoder and decoder re-validated every nested value, and its client doubled the
+// binary's size (see Endpoint).
 package model
 
 import (
