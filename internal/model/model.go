@@ -4,20 +4,19 @@
 // tokens, and retries with backoff on 429 and 5xx.
 //
 // It speaks the wire format the official openai-go SDK speaks (encode_test.go compares the
-// bodies with the SDK's), with encoding/json over plain structs and its own small transport
-// (Endpoint): the SDK's reflection encoder and decoder re-validated every nested value, and its
-// client doubled the binary's size (see Endpoint).
+// bodies with the SDK's), writing requests by hand (encode.go), decoding answers with
+// encoding/json over plain structs, and with its own small transport (Endpoint): the SDK's
+// reflection encoder and decoder re-validated every nested value, and its client doubled the
+// binary's size (see Endpoint).
 package model
 
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -147,24 +146,8 @@ type Client struct {
 	bodies sync.Pool
 	// streams recycles the buffers of answer streams (*eventBufs).
 	streams sync.Pool
-	// wires recycles the wire form of requests (*wireScratch): a long session's request has
-	// dozens of messages, a slice of them built for every call.
-	wires sync.Pool
-}
-
-// wireScratch is the reusable backing of a request's wire form.
-type wireScratch struct {
-	msgs  []wireMessage
-	calls []wireToolCall
-	tools []wireTool
-}
-
-// reset clears what the scratch refers to (the request's strings) and empties it.
-func (w *wireScratch) reset() {
-	clear(w.msgs)
-	clear(w.calls)
-	clear(w.tools)
-	w.msgs, w.calls, w.tools = w.msgs[:0], w.calls[:0], w.tools[:0]
+	// schemas remembers the tools' parameters as the body sends them (encode.go).
+	schemas schemas
 }
 
 // maxPooledBody is the largest request body kept for reuse; larger ones (images) go to the GC.
@@ -351,34 +334,8 @@ func errorText(raw json.RawMessage) string {
 	return string(raw)
 }
 
-// The request body, in the shape openai-go sent it.
+// A tool call as the answers carry it (and as requests send it: encode.go).
 type (
-	wireRequest struct {
-		Model               string             `json:"model"`
-		Messages            []wireMessage      `json:"messages,omitempty"` // omitted when empty, as openai-go did
-		Tools               []wireTool         `json:"tools,omitempty"`
-		ParallelToolCalls   *bool              `json:"parallel_tool_calls,omitempty"`
-		ResponseFormat      *wireFormat        `json:"response_format,omitempty"`
-		MaxCompletionTokens int                `json:"max_completion_tokens,omitempty"`
-		Temperature         *float64           `json:"temperature,omitempty"`
-		Stream              bool               `json:"stream,omitempty"`
-		StreamOptions       *wireStreamOptions `json:"stream_options,omitempty"`
-	}
-	wireMessage struct {
-		Role Role `json:"role"`
-		// Content is a *string, or []wirePart for a user message with images.
-		Content    any            `json:"content,omitempty"`
-		ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
-		ToolCallID string         `json:"tool_call_id,omitempty"`
-	}
-	wirePart struct {
-		Type     string        `json:"type"`
-		Text     string        `json:"text,omitempty"`
-		ImageURL *wireImageURL `json:"image_url,omitempty"`
-	}
-	wireImageURL struct {
-		URL string `json:"url"`
-	}
 	wireToolCall struct {
 		ID       string       `json:"id"`
 		Type     string       `json:"type"`
@@ -388,126 +345,7 @@ type (
 		Name      string `json:"name"`
 		Arguments string `json:"arguments"`
 	}
-	wireTool struct {
-		Type     string      `json:"type"`
-		Function wireToolDef `json:"function"`
-	}
-	wireToolDef struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description,omitempty"`
-		Parameters  json.RawMessage `json:"parameters,omitempty"`
-	}
-	wireFormat struct {
-		Type string `json:"type"`
-	}
-	wireStreamOptions struct {
-		IncludeUsage bool `json:"include_usage"`
-	}
 )
-
-// encode builds the request body, in one pass of encoding/json (see the package comment).
-func (c *Client) encode(req Request, stream bool) ([]byte, error) {
-	var buf bytes.Buffer
-	if err := c.encodeTo(&buf, req, stream); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
-// encodeTo is encode into buf.
-func (c *Client) encodeTo(buf *bytes.Buffer, req Request, stream bool) error {
-	ws, _ := c.wires.Get().(*wireScratch)
-	if ws == nil {
-		ws = &wireScratch{}
-	}
-	defer func() {
-		ws.reset()
-		c.wires.Put(ws)
-	}()
-	ws.msgs = slices.Grow(ws.msgs, len(req.Messages))[:len(req.Messages)]
-	w := wireRequest{Model: req.Model, Messages: ws.msgs}
-	if w.Model == "" {
-		w.Model = c.model
-	}
-	size := 256
-	for i := range req.Messages {
-		m := &req.Messages[i]
-		wm := wireMessage{Role: m.Role}
-		switch m.Role {
-		case RoleUser:
-			wm.Content = &m.Content
-			if len(m.Images) > 0 {
-				parts := make([]wirePart, 0, len(m.Images)+1)
-				if m.Content != "" {
-					parts = append(parts, wirePart{Type: "text", Text: m.Content})
-				}
-				for _, img := range m.Images {
-					url := "data:" + img.MIMEType + ";base64," + base64.StdEncoding.EncodeToString(img.Data)
-					parts = append(parts, wirePart{Type: "image_url", ImageURL: &wireImageURL{URL: url}})
-					size += len(url) + 48
-				}
-				wm.Content = parts
-			}
-		case RoleSystem:
-			wm.Content = &m.Content
-		case RoleTool:
-			if m.ToolCallID == "" {
-				return fmt.Errorf("messages[%d]: a tool message needs the id of the call it answers", i)
-			}
-			wm.Content, wm.ToolCallID = &m.Content, m.ToolCallID
-		case RoleAssistant:
-			if m.Content != "" || len(m.ToolCalls) == 0 {
-				wm.Content = &m.Content
-			}
-			if len(m.ToolCalls) > 0 {
-				from := len(ws.calls)
-				for _, tc := range m.ToolCalls {
-					ws.calls = append(ws.calls, wireToolCall{ID: tc.ID, Type: "function", Function: wireFunction{Name: tc.Name, Arguments: tc.Arguments}})
-					size += len(tc.ID) + len(tc.Name) + len(tc.Arguments) + 64
-				}
-				wm.ToolCalls = ws.calls[from:len(ws.calls):len(ws.calls)]
-			}
-		default:
-			return fmt.Errorf("messages[%d]: unknown role %q", i, m.Role)
-		}
-		w.Messages[i] = wm
-		size += len(m.Content) + len(m.ToolCallID) + 48
-	}
-	if len(req.Tools) > 0 {
-		ws.tools = slices.Grow(ws.tools, len(req.Tools))[:len(req.Tools)]
-		w.Tools = ws.tools
-	}
-	for i, t := range req.Tools {
-		params, err := objectParams(t.Parameters)
-		if err != nil {
-			return fmt.Errorf("tools[%d] %s: parameters are not a JSON object: %w", i, t.Name, err)
-		}
-		w.Tools[i] = wireTool{Type: "function", Function: wireToolDef{Name: t.Name, Description: t.Description, Parameters: params}}
-		size += len(t.Name) + len(t.Description) + len(params) + 64
-	}
-	if len(req.Tools) > 0 && req.SerialToolCalls {
-		w.ParallelToolCalls = new(bool)
-	}
-	if req.JSON {
-		w.ResponseFormat = &wireFormat{Type: "json_object"}
-	}
-	if req.MaxTokens > 0 {
-		w.MaxCompletionTokens = req.MaxTokens
-	}
-	w.Temperature = req.Temperature
-	if stream {
-		w.Stream = true
-		w.StreamOptions = &wireStreamOptions{IncludeUsage: true}
-	}
-	// Escaped text would only grow; the endpoint decodes either form.
-	buf.Grow(size + size/8)
-	enc := json.NewEncoder(buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(&w); err != nil {
-		return fmt.Errorf("encoding the request: %w", err)
-	}
-	return nil
-}
 
 // objectParams checks that a tool's parameters are a JSON object (or null or absent, which send
 // none) and returns them for the body as they are.

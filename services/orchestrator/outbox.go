@@ -117,11 +117,11 @@ func (s *Service) publish(ctx context.Context, ev *eventsv1.TurnFinished, data [
 // turn id — a claim would cost two store round trips on every turn to save that rare duplicate.
 func (s *Service) publishNow(ctx context.Context, ev *eventsv1.TurnFinished, data []byte) {
 	s.bg.Add(1)
-	go func() {
+	s.workers.run(func() {
 		defer s.bg.Done()
 		pctx := trace.ContextWithSpanContext(s.bgCtx, trace.SpanContextFromContext(ctx))
 		if err := s.publish(pctx, ev, data); err != nil {
 			s.log.Warn("turn.finished not published yet; it stays in the outbox and is retried", "turn", ev.GetTurnId(), "error", err)
 		}
-	}()
+	})
 }

@@ -120,6 +120,8 @@ type Service struct {
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
+	// workers run turns' background work (workers.go).
+	workers *workers
 }
 
 // NewService returns the orchestrator.
@@ -150,6 +152,7 @@ func NewService(cfg Config, deps Options) (*Service, error) {
 		met:      newMetrics(),
 		bgCtx:    ctx,
 		bgCancel: cancel,
+		workers:  newWorkers(turnWorkers),
 	}
 	s.promptTokens = int32(deps.Tokenizer.CountMessage(cfg.SystemPrompt))
 	s.instructions = &serverInstructions{names: cfg.MCPInstructions, servers: deps.Gateway, now: deps.Now, log: log}
@@ -183,6 +186,7 @@ func (s *Service) Close(grace time.Duration) {
 		<-done
 	}
 	s.bgCancel()
+	s.workers.stop()
 }
 
 // validateRun checks a RunTurn request.

@@ -157,12 +157,12 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 	done := make(chan struct{})
 	var out []*sessionv1.Message
 	var aerr error
-	go func() {
+	t.s.workers.run(func() {
 		defer close(done)
 		wctx, cancel := detached(ctx)
 		defer cancel()
 		out, aerr = t.append(wctx, msgs)
-	}()
+	})
 	t.storing = func() error {
 		<-done
 		if err := stored(out, aerr); err != nil {

@@ -216,7 +216,7 @@ func (t *turn) run(parent context.Context, ga *gathering) error {
 // crash would leave without a record may run, since nothing would then end it as INTERRUPTED.
 func (t *turn) storeRecord(ctx context.Context, rec *orchestratorv1.Turn) {
 	t.recorded, t.released = make(chan struct{}), make(chan struct{})
-	go func() {
+	t.s.workers.run(func() {
 		defer close(t.released)
 		rctx, cancel := detached(ctx)
 		defer cancel()
@@ -229,7 +229,7 @@ func (t *turn) storeRecord(ctx context.Context, rec *orchestratorv1.Turn) {
 		// behind them (the emitter holds until release).
 		close(t.recorded)
 		t.em.release()
-	}()
+	})
 }
 
 // awaitRecord waits until the RUNNING record's write ended (or ctx did) and returns its error.
