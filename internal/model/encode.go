@@ -174,15 +174,21 @@ func appendMessage(b []byte, m *Message) []byte {
 	return append(b, '}')
 }
 
-// maxSchemas bounds the compacted tool schemas a client remembers (a deployment's tools are
-// a few dozen; beyond the bound schemas are compacted every call).
-const maxSchemas = 1024
+// maxSchemas and maxSchemaBytes bound the compacted tool schemas a client remembers, in number
+// and in bytes (text and compacted form): a deployment's tools are a few dozen, but callers
+// may register tools, each schema up to 256 KiB. Beyond the bounds schemas are compacted every
+// call.
+const (
+	maxSchemas     = 1024
+	maxSchemaBytes = 8 << 20
+)
 
 // schemas remembers tools' parameters compacted, by their text: a turn offers the same tools
 // to every call, and compacting (which validates) was half of the hand encoding's time.
 type schemas struct {
-	mu sync.RWMutex
-	m  map[string][]byte
+	mu    sync.RWMutex
+	m     map[string][]byte // guarded by mu
+	bytes int               // of m's keys and values; guarded by mu
 }
 
 // appendParams appends a tool's parameters, compacted, when they are a JSON object; null or
@@ -206,8 +212,9 @@ func (s *schemas) appendParams(b []byte, p json.RawMessage) ([]byte, error) {
 			if s.m == nil {
 				s.m = map[string][]byte{}
 			}
-			if len(s.m) < maxSchemas {
+			if n := len(p) + out.Len(); len(s.m) < maxSchemas && s.bytes+n <= maxSchemaBytes {
 				s.m[string(p)] = out.Bytes()
+				s.bytes += n
 			}
 			s.mu.Unlock()
 			b = append(b, `,"parameters":`...)

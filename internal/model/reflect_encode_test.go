@@ -310,6 +310,20 @@ func TestSchemasBounded(t *testing.T) {
 	if len(s.m) != maxSchemas {
 		t.Errorf("%d schemas remembered, want %d", len(s.m), maxSchemas)
 	}
+
+	// Large schemas stop at the byte bound, however few they are.
+	var big schemas
+	pad := strings.Repeat("x", 200<<10)
+	for i := range 64 {
+		p := json.RawMessage(fmt.Sprintf(`{"d":"%s","n":%d}`, pad, i))
+		got, err := big.appendParams(nil, p)
+		if err != nil || !bytes.Equal(got, append([]byte(`,"parameters":`), p...)) {
+			t.Fatalf("appendParams(big %d): %d bytes, %v", i, len(got), err)
+		}
+	}
+	if big.bytes > maxSchemaBytes || len(big.m) >= 64 {
+		t.Errorf("%d large schemas remembered in %d bytes, want at most %d bytes", len(big.m), big.bytes, maxSchemaBytes)
+	}
 }
 
 // TestAppendStringMatchesJSON: every byte value at every position of strings around the
