@@ -682,9 +682,7 @@ func resourceMetadataURLs(cs []oauthex.Challenge, serverURL string) []prmURL {
 		out = append(out, prmURL{mu.String(), serverURL})
 	}
 	mu.Path = "/.well-known/oauth-protected-resource"
-	root := *ru
-	root.Path, root.RawQuery = "", ""
-	return append(out, prmURL{mu.String(), root.String()})
+	return append(out, prmURL{mu.String(), resourceRoot(serverURL)})
 }
 
 // scopesOf returns the scope of a Bearer challenge.
@@ -806,7 +804,7 @@ func (g *Gateway) ConnectServer(ctx context.Context, server, user string) (authU
 	}
 	if conn, err := g.loadConnection(ctx, server, user); err != nil {
 		return "", false, err
-	} else if conn != nil {
+	} else if c.usableConn(conn) {
 		return "", true, nil
 	}
 	if c.spec.GetHttp().GetEnterpriseOauth() != nil {
@@ -1381,6 +1379,11 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 	if conn != nil && c.asw.movedFrom(conn.Endpoint.Issuer) {
 		// Made with the authorization server the server named before (SEP-2352).
 		_, _ = g.conns.DeleteConnectionIf(ctx, c.spec.Name, user, sealed)
+		conn = nil
+	}
+	if conn != nil && !madeFor(conn, c.spec.GetHttp().GetUrl()) {
+		// Made for a server that was at another URL under this name: its token is not for this
+		// one. Kept (the spec may change back); the user's new connection replaces it.
 		conn = nil
 	}
 	if conn == nil {

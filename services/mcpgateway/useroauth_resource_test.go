@@ -1,0 +1,134 @@
+package mcpgateway
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/hermes-agent/hermes/internal/testenv"
+	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
+)
+
+// authRecorder is an MCP server at /mcp that takes any bearer token and notes it: a host the
+// users' tokens were never issued for.
+type authRecorder struct {
+	srv *httptest.Server
+
+	mu   sync.Mutex // guards seen
+	seen []string
+}
+
+func newAuthRecorder(t *testing.T) *authRecorder {
+	a := &authRecorder{}
+	s := mcp.NewServer(&mcp.Implementation{Name: "other", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "whoami", Description: "the account"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "someone else's server"}}}, nil, nil
+	})
+	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		a.mu.Lock()
+		a.seen = append(a.seen, token)
+		a.mu.Unlock()
+		return &auth.TokenInfo{UserID: "anyone", Expiration: time.Now().Add(time.Hour)}, nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", auth.RequireBearerToken(verify, nil)(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)))
+	a.srv = httptest.NewServer(mux)
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+func (a *authRecorder) saw(token string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, h := range a.seen {
+		if strings.Contains(h, token) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestConnectionBoundToServerURL: a user's stored connection holds a token issued for the
+// server's resource. When the server named in a spec is replaced by one at another URL (the
+// operator removes and adds it again, or the store's or the servers file's spec changes), the
+// users' stored tokens must not follow the name to the new host: neither a user's call nor the
+// shared session's tools/list sends them there, and the user is asked to connect again. The
+// same URL added again keeps working.
+func TestConnectionBoundToServerURL(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		elsewhere   bool // re-added at another host
+		wantAccount bool // alice's call still runs with her account
+	}{
+		{name: "same URL", wantAccount: true},
+		{name: "another host", elsewhere: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			f := newFakeEnterprise(t)
+			other := newAuthRecorder(t)
+			client, g, _, _ := startEnterprise(t, f)
+			if _, err := client.ConnectServer(ctx, &pb.ConnectServerRequest{Server: "docs", UserId: "alice", IdToken: f.idToken("alice@corp", time.Now().Add(time.Hour))}); err != nil {
+				t.Fatal(err)
+			}
+			tools := func() bool {
+				tools, _ := g.Tools("docs")
+				return len(tools) == 1
+			}
+			testenv.WaitFor(t, 30*time.Second, "the docs tools", tools)
+			r, err := client.CallTool(ctx, &pb.CallToolRequest{Server: "docs", Tool: "whoami", UserId: "alice"})
+			if err != nil || r.GetOutput() != "account alice@corp" {
+				t.Fatalf("alice's call: %v %v", r, err)
+			}
+			f.mu.Lock()
+			var token string
+			for at := range f.access {
+				token = at
+			}
+			f.mu.Unlock()
+
+			g.mu.Lock()
+			url := g.servers["docs"].spec.GetHttp().GetUrl()
+			g.mu.Unlock()
+			if tc.elsewhere {
+				url = other.srv.URL + "/mcp"
+			}
+			if _, err := client.RemoveServer(ctx, &pb.RemoveServerRequest{Name: "docs"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := client.AddServer(ctx, &pb.AddServerRequest{Spec: enterpriseSpec(f, url), Wait: true}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantAccount {
+				testenv.WaitFor(t, 30*time.Second, "the docs tools", tools)
+			}
+			// With the first connection attempt over (Wait), a call runs if tools are listed.
+			r, err = client.CallTool(ctx, &pb.CallToolRequest{Server: "docs", Tool: "whoami", UserId: "alice"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantAccount {
+				if r.GetOutput() != "account alice@corp" {
+					t.Fatalf("alice's call after the server was added again: %v", r)
+				}
+				return
+			}
+			if other.saw(token) {
+				t.Fatal("alice's token, issued for the previous server, was sent to the server now at the name")
+			}
+			if r.GetSuccess() {
+				t.Fatalf("alice's call to the server at another host ran: %v", r)
+			}
+			if c, err := client.ConnectServer(ctx, &pb.ConnectServerRequest{Server: "docs", UserId: "alice"}); err == nil && c.GetConnected() {
+				t.Fatal("ConnectServer says alice is connected to the server at another host")
+			}
+		})
+	}
+}
