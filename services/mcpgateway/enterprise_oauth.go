@@ -348,6 +348,23 @@ func (g *Gateway) ConnectEnterprise(ctx context.Context, server, user, idToken s
 	if err := checkIDToken(idToken, o.GetIdpIssuer(), time.Now()); err != nil {
 		return err
 	}
+	c.mu.Lock()
+	busy := c.enterpriseBusy[user]
+	if !busy {
+		if c.enterpriseBusy == nil {
+			c.enterpriseBusy = map[string]bool{}
+		}
+		c.enterpriseBusy[user] = true
+	}
+	c.mu.Unlock()
+	if busy {
+		return errclass.Errorf(errclass.Exhausted, "this user is already connecting an account to MCP server %q; try again when that has finished", server)
+	}
+	defer func() {
+		c.mu.Lock()
+		delete(c.enterpriseBusy, user)
+		c.mu.Unlock()
+	}()
 	ep, err := c.discoverEnterprise(ctx)
 	if err != nil {
 		return errclass.Mark(errclass.Unavailable, "MCP OAuth discovery", err)

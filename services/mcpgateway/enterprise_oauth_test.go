@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -501,5 +503,79 @@ func TestWorkloadIdentity(t *testing.T) {
 				t.Fatal("the workload token is in the logs or the server's state")
 			}
 		})
+	}
+}
+
+// TestEnterpriseConnectOneAtATime: a user's ConnectServer with an ID token holds at most one
+// exchange in flight per server: while one waits at the IdP, a second of the same user is
+// refused at once (RESOURCE_EXHAUSTED) without a request to the IdP, so a user cannot have the
+// gateway send any number of token requests at once with the operator's client. Another user
+// is not held up, and the user connects again once the first has finished.
+func TestEnterpriseConnectOneAtATime(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeEnterprise(t)
+	// The IdP's token endpoint, held until released: it forwards to the fake IdP.
+	arrived, release := make(chan string, 4), make(chan struct{})
+	var alices atomic.Int32
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		var claims struct {
+			Sub string `json:"sub"`
+		}
+		_ = jwtParts(r.PostForm.Get("subject_token"), &map[string]any{}, &claims)
+		arrived <- claims.Sub
+		if claims.Sub == "alice@corp" && alices.Add(1) == 1 {
+			<-release
+		}
+		resp, err := http.PostForm(f.srv.URL+fakeIdPPath+"/token", r.PostForm)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer func() { _ = resp.Body.Close() }()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(idp.Close)
+	var released sync.Once
+	free := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(free) // before idp.Close, which waits for the held request
+	client, _, _, _ := startEnterprise(t, f)
+	if _, err := client.RemoveServer(ctx, &pb.RemoveServerRequest{Name: "docs"}); err != nil {
+		t.Fatal(err)
+	}
+	spec := enterpriseSpec(f, enterpriseMCP(t, f).URL+"/mcp")
+	spec.GetHttp().GetEnterpriseOauth().IdpTokenUrl = idp.URL
+	if _, err := client.AddServer(ctx, &pb.AddServerRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	connect := func(user, account string) error {
+		_, err := client.ConnectServer(ctx, &pb.ConnectServerRequest{Server: "docs", UserId: user, IdToken: f.idToken(account, time.Now().Add(time.Hour))})
+		return err
+	}
+	first := make(chan error, 1)
+	go func() { first <- connect("alice", "alice@corp") }()
+	if sub := <-arrived; sub != "alice@corp" {
+		t.Fatalf("the IdP got %q first", sub)
+	}
+	if err := connect("alice", "alice@corp"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("alice's second ConnectServer while the first is under way: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if err := connect("bob", "bob@corp"); err != nil {
+		t.Fatalf("bob's ConnectServer while alice's is under way: %v", err)
+	}
+	if sub := <-arrived; sub != "bob@corp" {
+		t.Fatalf("the IdP got %q, want bob's exchange only (alice's second is not sent)", sub)
+	}
+	free()
+	if err := <-first; err != nil {
+		t.Fatalf("alice's first ConnectServer: %v", err)
+	}
+	if err := connect("alice", "alice@corp"); err != nil {
+		t.Fatalf("alice's ConnectServer after the first finished: %v", err)
+	}
+	if sub := <-arrived; sub != "alice@corp" {
+		t.Fatalf("the IdP got %q", sub)
 	}
 }
