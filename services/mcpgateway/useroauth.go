@@ -862,6 +862,9 @@ func (g *Gateway) CompleteAuthorization(ctx context.Context, req *pb.CompleteAut
 		}
 		return "", errclass.Mark(errclass.Precondition, "OAuth token exchange", terr)
 	}
+	if err := checkIssuedToken(tok); err != nil {
+		return "", err
+	}
 	if err := g.saveConnection(ctx, st.Server, st.User, &userConnection{Endpoint: st.Endpoint, Token: *tok, DPoPKey: dpopKey}); err != nil {
 		return "", err
 	}
@@ -1046,6 +1049,16 @@ func (t *userTokens) Token() (*oauth2.Token, error) {
 	return nil, errclass.Errorf(errclass.Conflict, "the user's connection to MCP server %q kept changing while its token was refreshed; try again", t.server)
 }
 
+// checkIssuedToken refuses a token answer whose access or refresh token is longer than
+// maxIssuedToken, before it is stored in a user's connection (the answer's own bound,
+// maxOAuthResponse, is 16 times that, and each user has a record).
+func checkIssuedToken(tok *oauth2.Token) error {
+	if len(tok.AccessToken) > maxIssuedToken || len(tok.RefreshToken) > maxIssuedToken {
+		return errclass.Errorf(errclass.Unavailable, "the authorization server issued a token longer than %d KiB", maxIssuedToken>>10)
+	}
+	return nil
+}
+
 // errRecordChanged: the stored connection is not the one read any more; t holds the new one.
 var errRecordChanged = errors.New("the stored connection changed")
 
@@ -1073,6 +1086,9 @@ func (t *userTokens) refresh(ctx context.Context) (*oauth2.Token, error) {
 			return nil, t.forget(ctx, "the authorization server refused the refresh: "+t.g.tokenError(err).Error())
 		}
 		return nil, fmt.Errorf("refreshing the user's token: %w", t.g.tokenError(err))
+	}
+	if err := checkIssuedToken(tok); err != nil {
+		return nil, err // the connection stays as it was: nothing of this answer is stored
 	}
 	next := *t.conn
 	next.Token = *tok

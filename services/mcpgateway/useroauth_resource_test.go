@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/oauth2"
 
 	"github.com/hermes-agent/hermes/internal/testenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
@@ -128,6 +129,53 @@ func TestConnectionBoundToServerURL(t *testing.T) {
 			}
 			if c, err := client.ConnectServer(ctx, &pb.ConnectServerRequest{Server: "docs", UserId: "alice"}); err == nil && c.GetConnected() {
 				t.Fatal("ConnectServer says alice is connected to the server at another host")
+			}
+		})
+	}
+}
+
+// TestRefreshedTokenSizeLimit: a refresh answer whose access or refresh token is longer than
+// 16 KiB is refused and nothing of it is stored: the connection stays as it was.
+func TestRefreshedTokenSizeLimit(t *testing.T) {
+	long := strings.Repeat("x", maxIssuedToken+1)
+	for _, tc := range []struct {
+		name          string
+		access, renew string
+		ok            bool
+	}{
+		{name: "within the limit", access: "new-access", renew: "new-refresh", ok: true},
+		{name: "long access token", access: long, renew: "new-refresh"},
+		{name: "long refresh token", access: "new-access", renew: long},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			as := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				writeJSON(w, map[string]any{"access_token": tc.access, "refresh_token": tc.renew, "token_type": "Bearer", "expires_in": 3600})
+			}))
+			t.Cleanup(as.Close)
+			f := newFakeEnterprise(t)
+			_, g, _, _ := startEnterprise(t, f)
+			old := &userConnection{Endpoint: oauthEndpoint{ClientID: "c", TokenURL: as.URL, Resource: "https://mcp.example/mcp"},
+				Token: oauth2.Token{AccessToken: "old-access", RefreshToken: "old-refresh", TokenType: "Bearer", Expiry: time.Now().Add(-time.Hour)}}
+			if err := g.saveConnection(ctx, "docs", "alice", old); err != nil {
+				t.Fatal(err)
+			}
+			tok, err := (&userTokens{g: g, server: "docs", user: "alice"}).Token()
+			if tc.ok != (err == nil) {
+				t.Fatalf("refresh: %v, want ok %v", err, tc.ok)
+			}
+			stored, err := g.loadConnection(ctx, "docs", "alice")
+			if err != nil || stored == nil {
+				t.Fatalf("the stored connection: %v %v", stored, err)
+			}
+			if tc.ok {
+				if tok.AccessToken != tc.access || stored.Token.RefreshToken != tc.renew {
+					t.Fatalf("refreshed to %q, stored refresh token %q", tok.AccessToken, stored.Token.RefreshToken)
+				}
+				return
+			}
+			if stored.Token.AccessToken != "old-access" || stored.Token.RefreshToken != "old-refresh" {
+				t.Fatal("an oversized token answer was stored")
 			}
 		})
 	}
