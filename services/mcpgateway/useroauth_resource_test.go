@@ -2,6 +2,7 @@ package mcpgateway
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -178,5 +179,51 @@ func TestRefreshedTokenSizeLimit(t *testing.T) {
 				t.Fatal("an oversized token answer was stored")
 			}
 		})
+	}
+}
+
+// TestRegistrationsBounded: a server whose metadata names a new authorization server at every
+// discovery (a hostile one flipping at each refused token) makes the gateway keep at most
+// maxRegistrations registrations, and never hands one authorization server's client to
+// another.
+func TestRegistrationsBounded(t *testing.T) {
+	var w authServerWatch
+	for i := range 1000 {
+		iss := fmt.Sprintf("https://as%d.example", i)
+		if _, ok := w.registration(iss, iss+"/register"); ok {
+			t.Fatalf("a registration for %s before it registered", iss)
+		}
+		w.remember(iss, iss+"/register", oauthRegistration{ClientID: "client-of-" + iss})
+		if r, ok := w.registration(iss, iss+"/register"); !ok || r.ClientID != "client-of-"+iss {
+			t.Fatalf("the registration for %s: %v %v", iss, r, ok)
+		}
+		if _, ok := w.registration(iss, iss+"/other"); ok {
+			t.Fatalf("%s's registration given for another registration endpoint", iss)
+		}
+	}
+	if n := len(w.regs); n > maxRegistrations {
+		t.Fatalf("%d registrations kept, want at most %d", n, maxRegistrations)
+	}
+}
+
+// TestMadeFor: a connection serves the server URL its resource names, or every URL of the
+// origin its resource names; no other.
+func TestMadeFor(t *testing.T) {
+	for _, tc := range []struct {
+		resource, url string
+		want          bool
+	}{
+		{"https://mcp.example/mcp", "https://mcp.example/mcp", true},
+		{"https://mcp.example", "https://mcp.example/mcp", true},
+		{"https://mcp.example/mcp", "https://mcp.example/other", false},
+		{"https://mcp.example/mcp", "https://evil.example/mcp", false},
+		{"https://mcp.example", "https://mcp.example:8443/mcp", false},
+		{"https://mcp.example", "http://mcp.example/mcp", false},
+		{"", "https://mcp.example/mcp", false},
+	} {
+		conn := &userConnection{Endpoint: oauthEndpoint{Resource: tc.resource}}
+		if got := madeFor(conn, tc.url); got != tc.want {
+			t.Errorf("madeFor(resource %q, %q) = %v, want %v", tc.resource, tc.url, got, tc.want)
+		}
 	}
 }
