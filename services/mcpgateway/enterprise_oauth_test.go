@@ -352,6 +352,14 @@ func TestEnterpriseOAuthRefusals(t *testing.T) {
 		{name: "not a JWT", idToken: "opaque-token", code: codes.InvalidArgument, say: "not a JWT"},
 		{name: "another issuer", idToken: fakeJWT(map[string]any{}, map[string]any{"iss": "https://evil.example", "sub": "alice"}), code: codes.InvalidArgument, say: "not issued by"},
 		{name: "expired ID token", idToken: f.idToken("alice@corp", time.Now().Add(-time.Minute)), code: codes.InvalidArgument, say: "expired"},
+		// An ID token another application of the IdP received (its aud is that application),
+		// handed in as the user's: refused before the IdP sees it.
+		{name: "ID token of another client", idToken: fakeJWT(map[string]any{}, map[string]any{"iss": f.srv.URL + fakeIdPPath, "sub": "victim@corp", "aud": "some-other-app",
+			"exp": time.Now().Add(time.Hour).Unix()}), code: codes.InvalidArgument, say: "not issued to the gateway's client"},
+		{name: "ID token of other clients", idToken: fakeJWT(map[string]any{}, map[string]any{"iss": f.srv.URL + fakeIdPPath, "sub": "victim@corp", "aud": []string{"a", "b"},
+			"exp": time.Now().Add(time.Hour).Unix()}), code: codes.InvalidArgument, say: "not issued to the gateway's client"},
+		{name: "ID token without aud", idToken: fakeJWT(map[string]any{}, map[string]any{"iss": f.srv.URL + fakeIdPPath, "sub": "victim@corp",
+			"exp": time.Now().Add(time.Hour).Unix()}), code: codes.InvalidArgument, say: "not issued to the gateway's client"},
 		{name: "IdP issues an access token", idToken: good, idp: func(a map[string]any) { a["issued_token_type"] = "urn:ietf:params:oauth:token-type:access_token" }, code: codes.Unavailable, say: "not an identity assertion grant", exchanges: 1},
 		{name: "IdP grant is a bearer token", idToken: good, idp: func(a map[string]any) { a["token_type"] = "Bearer" }, code: codes.Unavailable, say: "not N_A", exchanges: 1},
 		{name: "IdP grant is not an ID-JAG", idToken: good, idp: func(a map[string]any) {
@@ -577,5 +585,35 @@ func TestEnterpriseConnectOneAtATime(t *testing.T) {
 	}
 	if sub := <-arrived; sub != "alice@corp" {
 		t.Fatalf("the IdP got %q", sub)
+	}
+}
+
+// TestCheckIDTokenAudience: an ID token's aud (a string or an array) must name the gateway's
+// client at the IdP.
+func TestCheckIDTokenAudience(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		name string
+		aud  any // nil: no aud
+		ok   bool
+	}{
+		{"the gateway's client", "hermes", true},
+		{"several, the gateway's among them", []string{"front-end", "hermes"}, true},
+		{"another client", "front-end", false},
+		{"several others", []string{"a", "b"}, false},
+		{"none", nil, false},
+		{"not a string", 42, false},
+		{"a prefix of the gateway's", "herm", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			claims := map[string]any{"iss": "https://idp.example", "exp": now.Add(time.Hour).Unix()}
+			if tc.aud != nil {
+				claims["aud"] = tc.aud
+			}
+			err := checkIDToken(fakeJWT(map[string]any{"alg": "ES256"}, claims), "https://idp.example", "hermes", now)
+			if (err == nil) != tc.ok {
+				t.Fatalf("checkIDToken: %v, want ok %v", err, tc.ok)
+			}
+		})
 	}
 }

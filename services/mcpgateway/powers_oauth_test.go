@@ -89,7 +89,7 @@ func FuzzJWTChecks(f *testing.F) {
 	f.Add("..")
 	f.Add("bnVsbA.bnVsbA.")
 	f.Fuzz(func(t *testing.T, tok string) {
-		if err := checkIDToken(tok, "https://idp.example", now); err == nil && len(tok) > maxIDToken {
+		if err := checkIDToken(tok, "https://idp.example", "hermes", now); err == nil && len(tok) > maxIDToken {
 			t.Fatalf("an ID token of %d bytes was accepted", len(tok))
 		}
 		if err := checkWorkloadJWT(tok, now); err == nil && len(tok) > maxIDToken {
