@@ -101,6 +101,10 @@ type serverConn struct {
 	asw authServerWatch
 	// enterpriseEP is the discovered endpoints of an enterprise_oauth server (guarded by oauthMu).
 	enterpriseEP *enterpriseEndpoint
+	// enterpriseBusy: the users whose ConnectServer with an ID token is under way (guarded by
+	// mu): one at a time per user, so a user cannot have the gateway send any number of token
+	// requests at once to the IdP with the operator's client.
+	enterpriseBusy map[string]bool
 }
 
 // live is one connected session.

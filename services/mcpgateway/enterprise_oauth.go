@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -192,23 +193,37 @@ func jwtParts(tok string, header, claims any) error {
 	return nil
 }
 
-// checkIDToken refuses what cannot be the user's ID token from the configured IdP before it
-// is sent anywhere: too large, not a JWT, another issuer's, or expired (the IdP would refuse
-// it; the user signs in again). Its signature is the IdP's to check.
-func checkIDToken(tok, issuer string, now time.Time) error {
+// checkIDToken refuses what cannot be the user's ID token from the configured IdP for the
+// gateway's client there before it is sent anywhere: too large, not a JWT, another issuer's,
+// issued to another client (aud without clientID: an ID token another application of the
+// IdP received, handed in as the user's; the IdP must refuse it too), or expired (the IdP
+// would refuse it; the user signs in again). Its signature is the IdP's to check.
+func checkIDToken(tok, issuer, clientID string, now time.Time) error {
 	if len(tok) > maxIDToken {
 		return errclass.Errorf(errclass.Invalid, "id_token is longer than %d bytes", maxIDToken)
 	}
 	var header map[string]any
 	var claims struct {
-		Iss string   `json:"iss"`
-		Exp *float64 `json:"exp"`
+		Iss string          `json:"iss"`
+		Aud json.RawMessage `json:"aud"`
+		Exp *float64        `json:"exp"`
 	}
 	if err := jwtParts(tok, &header, &claims); err != nil {
 		return errclass.Errorf(errclass.Invalid, "id_token is %s", err.Error())
 	}
 	if strings.TrimRight(claims.Iss, "/") != strings.TrimRight(issuer, "/") {
 		return errclass.Errorf(errclass.Invalid, "id_token was not issued by the server's identity provider")
+	}
+	// OpenID Connect Core section 2: aud is a string or an array of strings, and holds the
+	// client id of the party the token was issued to.
+	var auds []string
+	if one := ""; json.Unmarshal(claims.Aud, &one) == nil {
+		auds = []string{one}
+	} else if json.Unmarshal(claims.Aud, &auds) != nil {
+		auds = nil
+	}
+	if !slices.Contains(auds, clientID) {
+		return errclass.Errorf(errclass.Invalid, "id_token was not issued to the gateway's client at the identity provider (its aud does not name enterprise_oauth.idp_client_id)")
 	}
 	if claims.Exp != nil && now.After(time.Unix(int64(*claims.Exp), 0)) {
 		return errclass.Errorf(errclass.Invalid, "id_token has expired; the user signs in at the identity provider again")
@@ -345,9 +360,26 @@ func (g *Gateway) ConnectEnterprise(ctx context.Context, server, user, idToken s
 	if why := g.perUserReady(ht); why != "" {
 		return errclass.Errorf(errclass.Precondition, "%s", why)
 	}
-	if err := checkIDToken(idToken, o.GetIdpIssuer(), time.Now()); err != nil {
+	if err := checkIDToken(idToken, o.GetIdpIssuer(), o.GetIdpClientId(), time.Now()); err != nil {
 		return err
 	}
+	c.mu.Lock()
+	busy := c.enterpriseBusy[user]
+	if !busy {
+		if c.enterpriseBusy == nil {
+			c.enterpriseBusy = map[string]bool{}
+		}
+		c.enterpriseBusy[user] = true
+	}
+	c.mu.Unlock()
+	if busy {
+		return errclass.Errorf(errclass.Exhausted, "this user is already connecting an account to MCP server %q; try again when that has finished", server)
+	}
+	defer func() {
+		c.mu.Lock()
+		delete(c.enterpriseBusy, user)
+		c.mu.Unlock()
+	}()
 	ep, err := c.discoverEnterprise(ctx)
 	if err != nil {
 		return errclass.Mark(errclass.Unavailable, "MCP OAuth discovery", err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -350,6 +352,14 @@ func TestEnterpriseOAuthRefusals(t *testing.T) {
 		{name: "not a JWT", idToken: "opaque-token", code: codes.InvalidArgument, say: "not a JWT"},
 		{name: "another issuer", idToken: fakeJWT(map[string]any{}, map[string]any{"iss": "https://evil.example", "sub": "alice"}), code: codes.InvalidArgument, say: "not issued by"},
 		{name: "expired ID token", idToken: f.idToken("alice@corp", time.Now().Add(-time.Minute)), code: codes.InvalidArgument, say: "expired"},
+		// An ID token another application of the IdP received (its aud is that application),
+		// handed in as the user's: refused before the IdP sees it.
+		{name: "ID token of another client", idToken: fakeJWT(map[string]any{}, map[string]any{"iss": f.srv.URL + fakeIdPPath, "sub": "victim@corp", "aud": "some-other-app",
+			"exp": time.Now().Add(time.Hour).Unix()}), code: codes.InvalidArgument, say: "not issued to the gateway's client"},
+		{name: "ID token of other clients", idToken: fakeJWT(map[string]any{}, map[string]any{"iss": f.srv.URL + fakeIdPPath, "sub": "victim@corp", "aud": []string{"a", "b"},
+			"exp": time.Now().Add(time.Hour).Unix()}), code: codes.InvalidArgument, say: "not issued to the gateway's client"},
+		{name: "ID token without aud", idToken: fakeJWT(map[string]any{}, map[string]any{"iss": f.srv.URL + fakeIdPPath, "sub": "victim@corp",
+			"exp": time.Now().Add(time.Hour).Unix()}), code: codes.InvalidArgument, say: "not issued to the gateway's client"},
 		{name: "IdP issues an access token", idToken: good, idp: func(a map[string]any) { a["issued_token_type"] = "urn:ietf:params:oauth:token-type:access_token" }, code: codes.Unavailable, say: "not an identity assertion grant", exchanges: 1},
 		{name: "IdP grant is a bearer token", idToken: good, idp: func(a map[string]any) { a["token_type"] = "Bearer" }, code: codes.Unavailable, say: "not N_A", exchanges: 1},
 		{name: "IdP grant is not an ID-JAG", idToken: good, idp: func(a map[string]any) {
@@ -499,6 +509,110 @@ func TestWorkloadIdentity(t *testing.T) {
 			}
 			if strings.Contains(logs.String(), jwt) || strings.Contains(srv.GetLastError(), jwt) {
 				t.Fatal("the workload token is in the logs or the server's state")
+			}
+		})
+	}
+}
+
+// TestEnterpriseConnectOneAtATime: a user's ConnectServer with an ID token holds at most one
+// exchange in flight per server: while one waits at the IdP, a second of the same user is
+// refused at once (RESOURCE_EXHAUSTED) without a request to the IdP, so a user cannot have the
+// gateway send any number of token requests at once with the operator's client. Another user
+// is not held up, and the user connects again once the first has finished.
+func TestEnterpriseConnectOneAtATime(t *testing.T) {
+	ctx := context.Background()
+	f := newFakeEnterprise(t)
+	// The IdP's token endpoint, held until released: it forwards to the fake IdP.
+	arrived, release := make(chan string, 4), make(chan struct{})
+	var alices atomic.Int32
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		var claims struct {
+			Sub string `json:"sub"`
+		}
+		_ = jwtParts(r.PostForm.Get("subject_token"), &map[string]any{}, &claims)
+		arrived <- claims.Sub
+		if claims.Sub == "alice@corp" && alices.Add(1) == 1 {
+			<-release
+		}
+		resp, err := http.PostForm(f.srv.URL+fakeIdPPath+"/token", r.PostForm)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer func() { _ = resp.Body.Close() }()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(idp.Close)
+	var released sync.Once
+	free := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(free) // before idp.Close, which waits for the held request
+	client, _, _, _ := startEnterprise(t, f)
+	if _, err := client.RemoveServer(ctx, &pb.RemoveServerRequest{Name: "docs"}); err != nil {
+		t.Fatal(err)
+	}
+	spec := enterpriseSpec(f, enterpriseMCP(t, f).URL+"/mcp")
+	spec.GetHttp().GetEnterpriseOauth().IdpTokenUrl = idp.URL
+	if _, err := client.AddServer(ctx, &pb.AddServerRequest{Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	connect := func(user, account string) error {
+		_, err := client.ConnectServer(ctx, &pb.ConnectServerRequest{Server: "docs", UserId: user, IdToken: f.idToken(account, time.Now().Add(time.Hour))})
+		return err
+	}
+	first := make(chan error, 1)
+	go func() { first <- connect("alice", "alice@corp") }()
+	if sub := <-arrived; sub != "alice@corp" {
+		t.Fatalf("the IdP got %q first", sub)
+	}
+	if err := connect("alice", "alice@corp"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("alice's second ConnectServer while the first is under way: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if err := connect("bob", "bob@corp"); err != nil {
+		t.Fatalf("bob's ConnectServer while alice's is under way: %v", err)
+	}
+	if sub := <-arrived; sub != "bob@corp" {
+		t.Fatalf("the IdP got %q, want bob's exchange only (alice's second is not sent)", sub)
+	}
+	free()
+	if err := <-first; err != nil {
+		t.Fatalf("alice's first ConnectServer: %v", err)
+	}
+	if err := connect("alice", "alice@corp"); err != nil {
+		t.Fatalf("alice's ConnectServer after the first finished: %v", err)
+	}
+	if sub := <-arrived; sub != "alice@corp" {
+		t.Fatalf("the IdP got %q", sub)
+	}
+}
+
+// TestCheckIDTokenAudience: an ID token's aud (a string or an array) must name the gateway's
+// client at the IdP.
+func TestCheckIDTokenAudience(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		name string
+		aud  any // nil: no aud
+		ok   bool
+	}{
+		{"the gateway's client", "hermes", true},
+		{"several, the gateway's among them", []string{"front-end", "hermes"}, true},
+		{"another client", "front-end", false},
+		{"several others", []string{"a", "b"}, false},
+		{"none", nil, false},
+		{"not a string", 42, false},
+		{"a prefix of the gateway's", "herm", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			claims := map[string]any{"iss": "https://idp.example", "exp": now.Add(time.Hour).Unix()}
+			if tc.aud != nil {
+				claims["aud"] = tc.aud
+			}
+			err := checkIDToken(fakeJWT(map[string]any{"alg": "ES256"}, claims), "https://idp.example", "hermes", now)
+			if (err == nil) != tc.ok {
+				t.Fatalf("checkIDToken: %v, want ok %v", err, tc.ok)
 			}
 		})
 	}

@@ -682,9 +682,7 @@ func resourceMetadataURLs(cs []oauthex.Challenge, serverURL string) []prmURL {
 		out = append(out, prmURL{mu.String(), serverURL})
 	}
 	mu.Path = "/.well-known/oauth-protected-resource"
-	root := *ru
-	root.Path, root.RawQuery = "", ""
-	return append(out, prmURL{mu.String(), root.String()})
+	return append(out, prmURL{mu.String(), resourceRoot(serverURL)})
 }
 
 // scopesOf returns the scope of a Bearer challenge.
@@ -806,7 +804,7 @@ func (g *Gateway) ConnectServer(ctx context.Context, server, user string) (authU
 	}
 	if conn, err := g.loadConnection(ctx, server, user); err != nil {
 		return "", false, err
-	} else if conn != nil {
+	} else if c.usableConn(conn) {
 		return "", true, nil
 	}
 	if c.spec.GetHttp().GetEnterpriseOauth() != nil {
@@ -863,6 +861,9 @@ func (g *Gateway) CompleteAuthorization(ctx context.Context, req *pb.CompleteAut
 			return "", fmt.Errorf("OAuth token exchange: %w", terr)
 		}
 		return "", errclass.Mark(errclass.Precondition, "OAuth token exchange", terr)
+	}
+	if err := checkIssuedToken(tok); err != nil {
+		return "", err
 	}
 	if err := g.saveConnection(ctx, st.Server, st.User, &userConnection{Endpoint: st.Endpoint, Token: *tok, DPoPKey: dpopKey}); err != nil {
 		return "", err
@@ -1048,6 +1049,16 @@ func (t *userTokens) Token() (*oauth2.Token, error) {
 	return nil, errclass.Errorf(errclass.Conflict, "the user's connection to MCP server %q kept changing while its token was refreshed; try again", t.server)
 }
 
+// checkIssuedToken refuses a token answer whose access or refresh token is longer than
+// maxIssuedToken, before it is stored in a user's connection (the answer's own bound,
+// maxOAuthResponse, is 16 times that, and each user has a record).
+func checkIssuedToken(tok *oauth2.Token) error {
+	if len(tok.AccessToken) > maxIssuedToken || len(tok.RefreshToken) > maxIssuedToken {
+		return errclass.Errorf(errclass.Unavailable, "the authorization server issued a token longer than %d KiB", maxIssuedToken>>10)
+	}
+	return nil
+}
+
 // errRecordChanged: the stored connection is not the one read any more; t holds the new one.
 var errRecordChanged = errors.New("the stored connection changed")
 
@@ -1075,6 +1086,9 @@ func (t *userTokens) refresh(ctx context.Context) (*oauth2.Token, error) {
 			return nil, t.forget(ctx, "the authorization server refused the refresh: "+t.g.tokenError(err).Error())
 		}
 		return nil, fmt.Errorf("refreshing the user's token: %w", t.g.tokenError(err))
+	}
+	if err := checkIssuedToken(tok); err != nil {
+		return nil, err // the connection stays as it was: nothing of this answer is stored
 	}
 	next := *t.conn
 	next.Token = *tok
@@ -1381,6 +1395,11 @@ func (g *Gateway) userLive(ctx context.Context, c *serverConn, user string, time
 	if conn != nil && c.asw.movedFrom(conn.Endpoint.Issuer) {
 		// Made with the authorization server the server named before (SEP-2352).
 		_, _ = g.conns.DeleteConnectionIf(ctx, c.spec.Name, user, sealed)
+		conn = nil
+	}
+	if conn != nil && !madeFor(conn, c.spec.GetHttp().GetUrl()) {
+		// Made for a server that was at another URL under this name: its token is not for this
+		// one. Kept (the spec may change back); the user's new connection replaces it.
 		conn = nil
 	}
 	if conn == nil {

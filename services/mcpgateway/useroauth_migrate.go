@@ -3,6 +3,7 @@ package mcpgateway
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,6 +83,33 @@ func (w *authServerWatch) movedFrom(issuer string) bool {
 	return cur != nil && *cur != "" && issuer != "" && issuer != *cur
 }
 
+// resourceRoot is the origin of a server's URL as a resource identifier: the protected
+// resource metadata at the origin's well-known path names it (resourceMetadataURLs).
+func resourceRoot(serverURL string) string {
+	ru, err := url.Parse(serverURL)
+	if err != nil {
+		return ""
+	}
+	root := *ru
+	root.Path, root.RawQuery = "", ""
+	return root.String()
+}
+
+// madeFor reports whether conn was made for the server at serverURL: its resource (RFC 8707,
+// the token's audience) is that URL or its origin, as the discovery accepts. A server
+// replaced under its name by one at another URL (removed and added again, or its stored or
+// file spec changed) gets none of the previous server's tokens.
+func madeFor(conn *userConnection, serverURL string) bool {
+	r := conn.Endpoint.Resource
+	return r != "" && (r == serverURL || r == resourceRoot(serverURL))
+}
+
+// usableConn reports whether conn may carry the server's calls: made for the server's URL and
+// with the authorization server it names now.
+func (c *serverConn) usableConn(conn *userConnection) bool {
+	return conn != nil && madeFor(conn, c.spec.GetHttp().GetUrl()) && !c.asw.movedFrom(conn.Endpoint.Issuer)
+}
+
 // sharedRefusal watches the shared session's requests: a 401 to the lent user's token ends
 // that connection (as a 401 to a user's own session does, userLive) and makes the next
 // authorization discover again. It sits under the oauth2.Transport, so it sees the token sent.
@@ -132,10 +160,10 @@ func (s *sharedTokens) refused(token string) {
 	s.mu.Unlock()
 }
 
-// usable reports whether t's connection, just read, was made with the authorization server
-// the server names now (a connection of the previous one is not lent).
+// usable reports whether t's connection, just read, was made for the server's URL and with the
+// authorization server the server names now (any other connection is not lent).
 func (s *sharedTokens) usable(t *userTokens) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.conn != nil && !s.c.asw.movedFrom(t.conn.Endpoint.Issuer)
+	return s.c.usableConn(t.conn)
 }
