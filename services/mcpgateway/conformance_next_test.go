@@ -1,15 +1,9 @@
 package mcpgateway
 
 import (
-	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/hermes-agent/hermes/services/mcpgateway/mcpgatewaytest"
 )
 
 // conformanceNextScenarios are the client scenarios of the suite's next release
@@ -42,36 +36,9 @@ func TestConformanceClientNext(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the conformance suite takes a few seconds; skipped with -short")
 	}
-	dir := mcpgatewaytest.NPMDir(t)
-	suite := filepath.Join(dir, "node_modules/conformance-next/dist/index.js")
-	if _, err := os.Stat(suite); err != nil {
-		t.Fatalf("the suite's next release is not installed (npm ci in %s): %v", dir, err)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	scenarios := conformanceNextScenarios
 	if s := os.Getenv("HERMES_CONFORMANCE_NEXT_SCENARIOS"); s != "" {
 		scenarios = strings.Split(s, ",")
 	}
-	for _, scenario := range scenarios {
-		t.Run(scenario, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, mcpgatewaytest.ConformanceNode(t), suite,
-				"client", "--scenario", scenario, "-o", t.TempDir(),
-				"--command", self+" -test.run=^TestConformanceClientHelper$ -test.count=1 --")
-			cmd.Env = append(os.Environ(), "HERMES_CONFORMANCE_CLIENT=1")
-			out, err := cmd.CombinedOutput()
-			if err != nil || strings.Contains(string(out), "FAILURE") || strings.Contains(string(out), "WARNING") {
-				t.Fatalf("scenario %s: %v\n%s", scenario, err, out)
-			}
-			for _, l := range strings.Split(string(out), "\n") {
-				if strings.Contains(l, "Passed:") {
-					t.Log(strings.TrimSpace(l))
-				}
-			}
-		})
-	}
+	runConformanceClient(t, "conformance-next", scenarios)
 }
