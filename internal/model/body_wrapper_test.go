@@ -45,15 +45,19 @@ func TestBodyReleasedOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		wrap   func(http.RoundTripper) http.RoundTripper
+		h2     bool
 		pooled bool
 	}{
-		{"net/http", func(rt http.RoundTripper) http.RoundTripper { return rt }, true},
-		{"dumping", func(rt http.RoundTripper) http.RoundTripper { return &dumpingTransport{base: rt} }, false},
+		{"net/http", func(rt http.RoundTripper) http.RoundTripper { return rt }, false, true},
+		{"net/http h2", func(rt http.RoundTripper) http.RoundTripper { return rt }, true, true},
+		{"dumping", func(rt http.RoundTripper) http.RoundTripper { return &dumpingTransport{base: rt} }, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 100) + `"}]}`
 			var n atomic.Int32
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var proto atomic.Value
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				proto.Store(r.Proto)
 				got, _ := io.ReadAll(r.Body)
 				if string(got) != want {
 					http.Error(w, "a body not the call's: "+string(got), http.StatusBadRequest)
@@ -67,8 +71,15 @@ func TestBodyReleasedOnce(t *testing.T) {
 				w.Header().Set("Content-Type", "application/json")
 				_, _ = w.Write([]byte(`{"ok":true}`))
 			}))
-			defer srv.Close()
 			tr := NewTransport(PoolOptions{})
+			if tc.h2 {
+				srv.EnableHTTP2 = true
+				srv.StartTLS()
+				tr.TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+			} else {
+				srv.Start()
+			}
+			defer srv.Close()
 			defer tr.CloseIdleConnections()
 			ep := NewEndpoint(Config{BaseURL: srv.URL, MaxRetries: 1, HTTPClient: &http.Client{Transport: tc.wrap(tr)}})
 
@@ -81,6 +92,9 @@ func TestBodyReleasedOnce(t *testing.T) {
 			})
 			if err != nil || attempts != 2 || !dst.OK {
 				t.Fatalf("postJSON: %d attempts, %v, %+v", attempts, err, dst)
+			}
+			if proto := proto.Load(); tc.h2 != (proto == "HTTP/2.0") {
+				t.Fatalf("the requests went as %s", proto)
 			}
 			if tc.pooled {
 				// The transport may finish writing a copy just after the call returned.
