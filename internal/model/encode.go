@@ -212,7 +212,9 @@ func (s *schemas) appendParams(b []byte, p json.RawMessage) ([]byte, error) {
 			if s.m == nil {
 				s.m = map[string][]byte{}
 			}
-			if n := len(p) + out.Len(); len(s.m) < maxSchemas && s.bytes+n <= maxSchemaBytes {
+			// Another call may have remembered it since the look-up: its bytes count once.
+			_, had := s.m[string(p)]
+			if n := len(p) + out.Len(); !had && len(s.m) < maxSchemas && s.bytes+n <= maxSchemaBytes {
 				s.m[string(p)] = out.Bytes()
 				s.bytes += n
 			}

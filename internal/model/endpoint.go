@@ -37,6 +37,9 @@ type Endpoint struct {
 	retries int
 	timeout time.Duration
 	hc      *http.Client
+	// traced: hc's transport is net/http's, whose WroteRequest trace comes once for each copy
+	// of a request body it wrote (see post).
+	traced bool
 }
 
 // retryBackoff is the pause between attempts when the endpoint names none: 0.5 s doubling to
@@ -68,7 +71,9 @@ func NewEndpoint(cfg Config) *Endpoint {
 	if hc == nil {
 		hc = SharedHTTPClient()
 	}
-	return &Endpoint{base: cfg.BaseURL, url: strings.TrimRight(cfg.BaseURL, "/") + "/", key: cfg.APIKey, retries: retries, timeout: cfg.Timeout, hc: hc}
+	_, traced := hc.Transport.(*http.Transport)
+	traced = traced || hc.Transport == nil
+	return &Endpoint{base: cfg.BaseURL, url: strings.TrimRight(cfg.BaseURL, "/") + "/", key: cfg.APIKey, retries: retries, timeout: cfg.Timeout, hc: hc, traced: traced}
 }
 
 // BaseURL is the endpoint's base URL as configured.
@@ -111,11 +116,14 @@ func (e *Endpoint) postJSON(ctx context.Context, path string, body []byte, dst a
 // body it was given: an http.RoundTripper may still read a request body after RoundTrip
 // returned, whatever the answer (a server that answers before it read the request). Only then
 // may body's bytes be used again. A copy the transport never wrote (a failed connection) keeps
-// released from being called.
+// released from being called, and so does a transport other than net/http's: a RoundTripper
+// in front of it may have it write copies of its own (a retrying or a dumping wrapper), each
+// a WroteRequest that matches no copy counted here, and body was counted free while a retry
+// still read it, and released called twice.
 func (e *Endpoint) post(ctx context.Context, path string, body []byte, accept string, released func()) (res *http.Response, attempts int, err error) {
 	url := e.url + path
 	var refs *bodyRefs
-	if released != nil {
+	if released != nil && e.traced {
 		refs = &bodyRefs{n: 1, released: released}
 		defer refs.drop()
 		// The body's reader is a known in-memory one (net/http then writes the request in one

@@ -357,3 +357,45 @@ func TestAppendStringMatchesJSON(t *testing.T) {
 		check(strings.Repeat("plain text ", r.IntN(3)) + s + strings.Repeat("x", r.IntN(9)))
 	}
 }
+
+// FuzzEncodeMatchesReflect: TestEncodeMatchesReflect on fuzzed text in every string field,
+// fuzzed tool parameters and numbers, each request encoded twice (the second time with its
+// schemas remembered).
+func FuzzEncodeMatchesReflect(f *testing.F) {
+	f.Add("hello", `{"q":"x"}`, []byte(`{"type":"object"}`), 0.7, 10, uint8(0), uint64(1))
+	f.Add("a\u2028b\xff\x00\"\\", "not json {", []byte(" \n{ \"a\" : [1, 2.50, -0, 1e400] }"), math.Copysign(0, -1), -1, uint8(7), uint64(2))
+	f.Add("北京😀\xe2\x80", "", []byte(`null`), 1e21, 1<<40, uint8(255), uint64(3))
+	f.Add("", "\t", []byte(`[1]`), 1e-7, 0, uint8(12), uint64(4))
+	c := &Client{model: "default-model"}
+	f.Fuzz(func(t *testing.T, text, args string, params []byte, temp float64, maxTokens int, flags uint8, seed uint64) {
+		r := rand.New(rand.NewPCG(seed, uint64(flags)))
+		req := randRequest(r)
+		roles := []Role{RoleSystem, RoleUser, RoleAssistant, RoleTool, Role(text)}
+		m := Message{Role: roles[int(flags)%len(roles)], Content: text, ToolCallID: args,
+			ToolCalls: []ToolCall{{ID: text, Name: args, Arguments: args}},
+			Images:    []Image{{MIMEType: text, Data: []byte(args)}}}
+		if flags&8 != 0 {
+			m.Images = nil
+		}
+		req.Messages = append(req.Messages, m)
+		req.Tools = append(req.Tools, Tool{Name: text, Description: args, Parameters: json.RawMessage(params)})
+		if flags&16 != 0 {
+			req.Model = text
+		}
+		if flags&32 != 0 {
+			req.Temperature = &temp
+		}
+		req.MaxTokens = maxTokens
+		stream := flags&64 != 0
+		want, wantErr := c.reflectEncode(req, stream)
+		for range 2 {
+			got, gotErr := c.encode(req, stream)
+			if (wantErr == nil) != (gotErr == nil) || wantErr != nil && wantErr.Error() != gotErr.Error() {
+				t.Fatalf("%+v: error %v, want %v", req, gotErr, wantErr)
+			}
+			if wantErr == nil && !bytes.Equal(got, want) {
+				t.Fatalf("%+v:\n got %s\nwant %s", req, got, want)
+			}
+		}
+	})
+}
