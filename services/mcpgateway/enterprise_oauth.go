@@ -32,10 +32,10 @@ import (
 // and server, only for that user's calls); the ID token and the ID-JAG are never stored.
 
 const (
-	grantTokenExchange = "urn:ietf:params:oauth:grant-type:token-exchange"
-	grantJWTBearer     = "urn:ietf:params:oauth:grant-type:jwt-bearer"
-	tokenTypeIDToken   = "urn:ietf:params:oauth:token-type:id_token"
-	tokenTypeIDJAG     = "urn:ietf:params:oauth:token-type:id-jag"
+	grantTokenExchange = "urn:ietf:params:oauth:grant-type:token-exchange" // #nosec G101 -- a registered grant or token type URN, not a credential
+	grantJWTBearer     = "urn:ietf:params:oauth:grant-type:jwt-bearer"     // #nosec G101 -- a registered grant or token type URN, not a credential
+	tokenTypeIDToken   = "urn:ietf:params:oauth:token-type:id_token"       // #nosec G101 -- a registered grant or token type URN, not a credential
+	tokenTypeIDJAG     = "urn:ietf:params:oauth:token-type:id-jag"         // #nosec G101 -- a registered grant or token type URN, not a credential
 	// typIDJAG is the JOSE header typ of an ID-JAG (draft-ietf-oauth-identity-assertion-authz-grant).
 	typIDJAG = "oauth-id-jag+jwt"
 	// maxIDToken caps the ID token a user hands in (ConnectServerRequest.id_token): ID tokens
