@@ -159,25 +159,12 @@ func TestDeleteWhere(t *testing.T) {
 // deferred write that fails leaves the others; and that an Update failing in the same
 // transaction does not lose them (they are applied again).
 func TestGroupDefer(t *testing.T) {
-	db, err := Open(filepath.Join(t.TempDir(), "d.db"), nil, []byte("b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	g := NewGroup(db)
-	g.delay = time.Hour
-	stored := func() []string {
-		var keys []string
-		_ = db.View(func(tx *bolt.Tx) error {
-			return tx.Bucket([]byte("b")).ForEach(func(k, _ []byte) error { keys = append(keys, string(k)); return nil })
-		})
-		return keys
-	}
+	_, g, stored := openTestGroup(t)
 	put := func(k string) func(*bolt.Tx, bool) error {
 		return func(tx *bolt.Tx, _ bool) error { return tx.Bucket([]byte("b")).Put([]byte(k), []byte("v")) }
 	}
 	var seen int
-	err = g.Defer(func(tx *bolt.Tx, again bool) error {
+	err := g.Defer(func(tx *bolt.Tx, again bool) error {
 		b := tx.Bucket([]byte("b"))
 		if !again {
 			seen = b.Stats().KeyN // a result the caller reads
@@ -244,20 +231,7 @@ func TestGroupDefer(t *testing.T) {
 // waits for no lock: the commit applies it and covers it (the Update that returns has it on
 // disk), and its caller gets what its write saw.
 func TestGroupDeferQueued(t *testing.T) {
-	db, err := Open(filepath.Join(t.TempDir(), "q.db"), nil, []byte("b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	g := NewGroup(db)
-	g.delay = time.Hour
-	stored := func() []string {
-		var keys []string
-		_ = db.View(func(tx *bolt.Tx) error {
-			return tx.Bucket([]byte("b")).ForEach(func(k, _ []byte) error { keys = append(keys, string(k)); return nil })
-		})
-		return keys
-	}
+	_, g, stored := openTestGroup(t)
 	started, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	updated := make(chan error, 1)
@@ -549,5 +523,25 @@ func TestGroupLaterAfterClose(t *testing.T) {
 	g.mu.Unlock()
 	if queued != 0 || armed {
 		t.Errorf("after a commit on the closed file: %d later writes queued, timer armed %t; want none", queued, armed)
+	}
+}
+
+// openTestGroup opens a file with bucket "b" and a group on it that commits only when asked
+// (its timer an hour away); stored lists the bucket's committed keys.
+func openTestGroup(t *testing.T) (db *bolt.DB, g *Group, stored func() []string) {
+	t.Helper()
+	db, err := Open(filepath.Join(t.TempDir(), "g.db"), nil, []byte("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	g = NewGroup(db)
+	g.delay = time.Hour
+	return db, g, func() []string {
+		var keys []string
+		_ = db.View(func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte("b")).ForEach(func(k, _ []byte) error { keys = append(keys, string(k)); return nil })
+		})
+		return keys
 	}
 }
