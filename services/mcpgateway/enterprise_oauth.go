@@ -82,6 +82,7 @@ func validateEnterpriseOAuth(v *rpc.Violations, field string, ht *pb.HTTPTranspo
 		}
 	}
 	validateScopes(v, field+".scopes", o.GetScopes())
+	validateIssuerPin(v, field+".issuer", o.GetIssuer())
 }
 
 // perUserOAuth reports whether calls to the server use each calling user's own token.
@@ -131,6 +132,9 @@ func (c *serverConn) discoverEnterpriseEndpoint(ctx context.Context) (*enterpris
 	}
 	if asm.Issuer == "" || !isHTTPURL(asm.TokenEndpoint) {
 		return nil, errors.New("the authorization server's metadata names no issuer or no http(s) token endpoint")
+	}
+	if err := checkIssuerPin(o.GetIssuer(), asm.Issuer); err != nil {
+		return nil, err
 	}
 	ep := &enterpriseEndpoint{
 		idpTokenURL: o.GetIdpTokenUrl(),
@@ -382,7 +386,7 @@ func (g *Gateway) ConnectEnterprise(ctx context.Context, server, user, idToken s
 	}()
 	ep, err := c.discoverEnterprise(ctx)
 	if err != nil {
-		return errclass.Mark(errclass.Unavailable, "MCP OAuth discovery", err)
+		return discoveryError(err)
 	}
 	jag, err := g.exchangeIDToken(ctx, ep, idToken)
 	if err != nil {

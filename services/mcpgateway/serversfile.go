@@ -69,6 +69,7 @@ type fileServer struct {
 		ClientID        string   `json:"clientId"`
 		ClientSecretEnv string   `json:"clientSecretEnv"`
 		Scopes          []string `json:"scopes"`
+		Issuer          string   `json:"issuer"`
 	} `json:"userOauth"`
 	// EnterpriseOAuth: each user connects with their identity at the enterprise's IdP (SEP-990).
 	EnterpriseOAuth *struct {
@@ -79,6 +80,7 @@ type fileServer struct {
 		ClientID           string   `json:"clientId"`
 		ClientSecretEnv    string   `json:"clientSecretEnv"`
 		Scopes             []string `json:"scopes"`
+		Issuer             string   `json:"issuer"`
 	} `json:"enterpriseOauth"`
 }
 
@@ -306,11 +308,11 @@ func (fs fileServer) spec(name string, getenv func(string) string) (*pb.ServerSp
 			h.Oauth = &pb.OAuthClientCredentials{TokenUrl: x(o.TokenURL), ClientId: x(o.ClientID), ClientSecretEnv: o.ClientSecretEnv, Scopes: o.Scopes, AuthMethod: o.AuthMethod, PrivateKeyEnv: o.PrivateKeyEnv, AssertionEnv: o.AssertionEnv}
 		}
 		if o := fs.UserOAuth; o != nil {
-			h.UserOauth = &pb.OAuthAuthorizationCode{ClientId: x(o.ClientID), ClientSecretEnv: o.ClientSecretEnv, Scopes: o.Scopes}
+			h.UserOauth = &pb.OAuthAuthorizationCode{ClientId: x(o.ClientID), ClientSecretEnv: o.ClientSecretEnv, Scopes: o.Scopes, Issuer: x(o.Issuer)}
 		}
 		if o := fs.EnterpriseOAuth; o != nil {
 			h.EnterpriseOauth = &pb.OAuthEnterprise{IdpIssuer: x(o.IdpIssuer), IdpTokenUrl: x(o.IdpTokenURL), IdpClientId: x(o.IdpClientID), IdpClientSecretEnv: o.IdpClientSecretEnv,
-				ClientId: x(o.ClientID), ClientSecretEnv: o.ClientSecretEnv, Scopes: o.Scopes}
+				ClientId: x(o.ClientID), ClientSecretEnv: o.ClientSecretEnv, Scopes: o.Scopes, Issuer: x(o.Issuer)}
 		}
 		spec.Transport = &pb.ServerSpec_Http{Http: h}
 	case "stdio":

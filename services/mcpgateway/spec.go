@@ -61,6 +61,15 @@ func validateUserOAuth(v *rpc.Violations, field string, ht *pb.HTTPTransport, o 
 		}
 	}
 	validateScopes(v, field+".scopes", o.GetScopes())
+	validateIssuerPin(v, field+".issuer", o.GetIssuer())
+}
+
+// validateIssuerPin checks a configured authorization server issuer (user_oauth.issuer,
+// enterprise_oauth.issuer).
+func validateIssuerPin(v *rpc.Violations, field, issuer string) {
+	if issuer != "" && (len(issuer) > maxURL || !isHTTPURL(issuer)) {
+		v.Add(field, "must be an absolute http or https URL of at most %d bytes", maxURL)
+	}
 }
 
 // validateScopes checks a list of OAuth scope tokens.

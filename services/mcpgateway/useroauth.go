@@ -424,6 +424,9 @@ func (c *serverConn) discoverEndpoint(ctx context.Context) (*oauthEndpoint, erro
 	if err != nil {
 		return nil, err
 	}
+	if err := checkIssuerPin(uo.GetIssuer(), asm.Issuer); err != nil {
+		return nil, err
+	}
 	if len(asm.CodeChallengeMethodsSupported) > 0 && !slices.Contains(asm.CodeChallengeMethodsSupported, "S256") {
 		return nil, errors.New("the authorization server does not support PKCE with S256, which MCP requires")
 	}
@@ -489,6 +492,26 @@ func (c *serverConn) discoverEndpoint(ctx context.Context) (*oauthEndpoint, erro
 		c.asw.remember(asm.Issuer, asm.RegistrationEndpoint, oauthRegistration{ClientID: ep.ClientID, ClientSecret: ep.ClientSecret, AuthStyle: ep.AuthStyle})
 	}
 	return ep, nil
+}
+
+// checkIssuerPin refuses a discovered authorization server whose issuer is not the configured
+// one (pin; empty pins nothing): the configured client, its secret and the user's grants belong
+// to that authorization server, whatever the MCP server's metadata names now.
+func checkIssuerPin(pin, discovered string) error {
+	if pin != "" && discovered != pin {
+		return errclass.Errorf(errclass.Precondition, "the server's metadata names the authorization server %q, not the configured issuer %q: nothing is sent to it", abbreviate(discovered, 200), abbreviate(pin, 200))
+	}
+	return nil
+}
+
+// discoveryError classifies a failed OAuth discovery: an error that says what the caller can do
+// (a refused issuer, a reported limit) as it is, anything else as the backend's.
+func discoveryError(err error) error {
+	var pub *errclass.Error
+	if errors.As(err, &pub) {
+		return err
+	}
+	return errclass.Mark(errclass.Unavailable, "MCP OAuth discovery", err)
 }
 
 func cmpOr(a, b string) string {
@@ -719,7 +742,7 @@ func (g *Gateway) startAuthorizationScopes(ctx context.Context, c *serverConn, u
 	}
 	shared, err := c.discover(ctx)
 	if err != nil {
-		return "", errclass.Mark(errclass.Unavailable, "MCP OAuth discovery", err)
+		return "", discoveryError(err)
 	}
 	ep := new(*shared) // the discovered endpoint is shared by every user: never change it
 	if len(scopes) > 0 {

@@ -808,6 +808,10 @@ func TestValidateUserOAuth(t *testing.T) {
 		{"private key and secret", &pb.HTTPTransport{Url: "https://x.example/mcp", Oauth: &pb.OAuthClientCredentials{ClientId: "c", PrivateKeyEnv: "K", ClientSecretEnv: "S"}}, "cannot be combined with client_secret_env"},
 		{"private key with a secret method", &pb.HTTPTransport{Url: "https://x.example/mcp", Oauth: &pb.OAuthClientCredentials{ClientId: "c", PrivateKeyEnv: "K", AuthMethod: "client_secret_post"}}, "private_key_jwt"},
 		{"neither secret nor key", &pb.HTTPTransport{Url: "https://x.example/mcp", Oauth: &pb.OAuthClientCredentials{ClientId: "c"}}, "or set private_key_env"},
+		{"issuer pinned", &pb.HTTPTransport{Url: "https://x.example/mcp", UserOauth: &pb.OAuthAuthorizationCode{ClientId: "c", ClientSecretEnv: "S", Issuer: "https://as.example"}}, ""},
+		{"issuer not a URL", &pb.HTTPTransport{Url: "https://x.example/mcp", UserOauth: &pb.OAuthAuthorizationCode{Issuer: "as.example"}}, "user_oauth.issuer"},
+		{"issuer too long", &pb.HTTPTransport{Url: "https://x.example/mcp", UserOauth: &pb.OAuthAuthorizationCode{Issuer: "https://as.example/" + strings.Repeat("a", maxURL)}}, "user_oauth.issuer"},
+		{"enterprise issuer not a URL", &pb.HTTPTransport{Url: "https://x.example/mcp", EnterpriseOauth: &pb.OAuthEnterprise{IdpIssuer: "https://idp.example", IdpClientId: "i", ClientId: "c", Issuer: "ftp://as.example"}}, "enterprise_oauth.issuer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkSpec("spec", &pb.ServerSpec{Name: "s", Transport: &pb.ServerSpec_Http{Http: tc.ht}})

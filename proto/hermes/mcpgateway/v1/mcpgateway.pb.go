@@ -595,7 +595,11 @@ type OAuthEnterprise struct {
 	// empty for a public client.
 	ClientSecretEnv string `protobuf:"bytes,6,opt,name=client_secret_env,json=clientSecretEnv,proto3" json:"client_secret_env,omitempty"`
 	// Scopes to ask the authorization server for; empty asks for none.
-	Scopes        []string `protobuf:"bytes,7,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	Scopes []string `protobuf:"bytes,7,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	// The issuer of the MCP server's authorization server, where client_id is registered; when
+	// set, an authorization server discovered with another issuer is refused and nothing (the
+	// client secret, the ID-JAG) is sent to it. Empty trusts the server's metadata.
+	Issuer        string `protobuf:"bytes,8,opt,name=issuer,proto3" json:"issuer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -679,6 +683,13 @@ func (x *OAuthEnterprise) GetScopes() []string {
 	return nil
 }
 
+func (x *OAuthEnterprise) GetIssuer() string {
+	if x != nil {
+		return x.Issuer
+	}
+	return ""
+}
+
 // OAuthAuthorizationCode configures per-user OAuth (authorization code with PKCE, RFC 6749
 // section 4.1, RFC 7636). The authorization server is discovered from the server's protected
 // resource metadata (RFC 9728) and its own metadata (RFC 8414, OpenID discovery); the redirect
@@ -693,7 +704,11 @@ type OAuthAuthorizationCode struct {
 	ClientSecretEnv string `protobuf:"bytes,2,opt,name=client_secret_env,json=clientSecretEnv,proto3" json:"client_secret_env,omitempty"`
 	// Scopes to ask for; empty asks for those of the server's challenge (WWW-Authenticate), else
 	// those its metadata lists.
-	Scopes        []string `protobuf:"bytes,3,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	Scopes []string `protobuf:"bytes,3,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	// The issuer of the authorization server where client_id is registered; when set, an
+	// authorization server discovered with another issuer is refused and nothing (the client
+	// secret, a user's authorization) goes to it. Empty trusts the server's metadata.
+	Issuer        string `protobuf:"bytes,4,opt,name=issuer,proto3" json:"issuer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -747,6 +762,13 @@ func (x *OAuthAuthorizationCode) GetScopes() []string {
 		return x.Scopes
 	}
 	return nil
+}
+
+func (x *OAuthAuthorizationCode) GetIssuer() string {
+	if x != nil {
+		return x.Issuer
+	}
+	return ""
 }
 
 // OAuthClientCredentials gets an access token from a token endpoint with a client id and secret
@@ -4333,7 +4355,7 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x10enterprise_oauth\x18\x06 \x01(\v2%.hermes.mcpgateway.v1.OAuthEnterpriseR\x0fenterpriseOauth\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8c\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa4\x02\n" +
 	"\x0fOAuthEnterprise\x12\x1d\n" +
 	"\n" +
 	"idp_issuer\x18\x01 \x01(\tR\tidpIssuer\x12\"\n" +
@@ -4342,11 +4364,13 @@ const file_hermes_mcpgateway_v1_mcpgateway_proto_rawDesc = "" +
 	"\x15idp_client_secret_env\x18\x04 \x01(\tR\x12idpClientSecretEnv\x12\x1b\n" +
 	"\tclient_id\x18\x05 \x01(\tR\bclientId\x12*\n" +
 	"\x11client_secret_env\x18\x06 \x01(\tR\x0fclientSecretEnv\x12\x16\n" +
-	"\x06scopes\x18\a \x03(\tR\x06scopes\"y\n" +
+	"\x06scopes\x18\a \x03(\tR\x06scopes\x12\x16\n" +
+	"\x06issuer\x18\b \x01(\tR\x06issuer\"\x91\x01\n" +
 	"\x16OAuthAuthorizationCode\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12*\n" +
 	"\x11client_secret_env\x18\x02 \x01(\tR\x0fclientSecretEnv\x12\x16\n" +
-	"\x06scopes\x18\x03 \x03(\tR\x06scopes\"\x84\x02\n" +
+	"\x06scopes\x18\x03 \x03(\tR\x06scopes\x12\x16\n" +
+	"\x06issuer\x18\x04 \x01(\tR\x06issuer\"\x84\x02\n" +
 	"\x16OAuthClientCredentials\x12\x1b\n" +
 	"\ttoken_url\x18\x01 \x01(\tR\btokenUrl\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12*\n" +
