@@ -20,7 +20,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/auth"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -152,20 +151,7 @@ func (f *fakeEnterprise) idToken(account string, exp time.Time) string {
 // enterpriseMCP is an MCP server at /mcp that takes the fake authorization server's tokens; its
 // tool whoami answers with the token's account.
 func enterpriseMCP(t *testing.T, f *fakeEnterprise) *httptest.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "docs", Version: "1"}, nil)
-	mcp.AddTool(s, &mcp.Tool{Name: "whoami", Description: "the account"}, func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "account " + req.Extra.TokenInfo.UserID}}}, nil, nil
-	})
-	mux := http.NewServeMux()
-	var srv *httptest.Server
-	mux.HandleFunc("/.well-known/oauth-protected-resource/mcp", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, map[string]any{"resource": srv.URL + "/mcp", "authorization_servers": []string{f.srv.URL}})
-	})
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
-	mux.Handle("/mcp", auth.RequireBearerToken(f.verify, nil)(h))
-	srv = httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	return srv
+	return bearerMCP(t, func() string { return f.srv.URL }, f.verify, nil, nil)
 }
 
 func enterpriseSpec(f *fakeEnterprise, url string) *pb.ServerSpec {

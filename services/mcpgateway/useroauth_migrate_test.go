@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/hermes-agent/hermes/internal/testenv"
 	pb "github.com/hermes-agent/hermes/proto/hermes/mcpgateway/v1"
@@ -22,23 +21,10 @@ import (
 // movingMCP is protectedMCP whose authorization server is *cur: its protected resource
 // metadata names it, and only its tokens are accepted.
 func movingMCP(t *testing.T, cur *atomic.Pointer[fakeAS]) *httptest.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "docs", Version: "1"}, nil)
-	mcp.AddTool(s, &mcp.Tool{Name: "whoami", Description: "the account"}, func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "account " + req.Extra.TokenInfo.UserID}}}, nil, nil
-	})
-	mux := http.NewServeMux()
-	var srv *httptest.Server
-	mux.HandleFunc("/.well-known/oauth-protected-resource/mcp", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, map[string]any{"resource": srv.URL + "/mcp", "authorization_servers": []string{cur.Load().srv.URL}, "scopes_supported": []string{"docs:read"}})
-	})
 	verify := func(ctx context.Context, token string, r *http.Request) (*auth.TokenInfo, error) {
 		return cur.Load().verify(ctx, token, r)
 	}
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
-	mux.Handle("/mcp", auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{Scopes: []string{"docs:read"}})(h))
-	srv = httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	return srv
+	return bearerMCP(t, func() string { return cur.Load().srv.URL }, verify, []string{"docs:read"}, []string{"docs:read"})
 }
 
 // TestAuthorizationServerMigration: when a server's protected resource metadata names another

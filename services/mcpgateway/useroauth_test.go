@@ -185,6 +185,14 @@ func randomText() string { return rand.Text() }
 // protectedMCP is an MCP server at /mcp that requires the fake AS's tokens; its tool whoami
 // answers with the account of the token it was called with.
 func protectedMCP(t *testing.T, a *fakeAS) *httptest.Server {
+	return bearerMCP(t, func() string { return a.srv.URL }, a.verify, []string{"docs:read", "docs:write"}, []string{"docs:read"})
+}
+
+// bearerMCP is an MCP server at /mcp whose protected resource metadata names the authorization
+// server as returns (asked at each request) and scopesSupported (none: the key left out); /mcp
+// takes the tokens verify accepts, with the required scopes; its tool whoami answers with the
+// token's account.
+func bearerMCP(t *testing.T, as func() string, verify auth.TokenVerifier, scopesSupported, required []string) *httptest.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "docs", Version: "1"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "whoami", Description: "the account"}, func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "account " + req.Extra.TokenInfo.UserID}}}, nil, nil
@@ -192,10 +200,18 @@ func protectedMCP(t *testing.T, a *fakeAS) *httptest.Server {
 	mux := http.NewServeMux()
 	var srv *httptest.Server
 	mux.HandleFunc("/.well-known/oauth-protected-resource/mcp", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, map[string]any{"resource": srv.URL + "/mcp", "authorization_servers": []string{a.srv.URL}, "scopes_supported": []string{"docs:read", "docs:write"}})
+		prm := map[string]any{"resource": srv.URL + "/mcp", "authorization_servers": []string{as()}}
+		if scopesSupported != nil {
+			prm["scopes_supported"] = scopesSupported
+		}
+		writeJSON(w, prm)
 	})
+	var opts *auth.RequireBearerTokenOptions
+	if required != nil {
+		opts = &auth.RequireBearerTokenOptions{Scopes: required}
+	}
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
-	mux.Handle("/mcp", auth.RequireBearerToken(a.verify, &auth.RequireBearerTokenOptions{Scopes: []string{"docs:read"}})(h))
+	mux.Handle("/mcp", auth.RequireBearerToken(verify, opts)(h))
 	srv = httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
