@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,11 +66,11 @@ func dpopProof(key *ecdsa.PrivateKey, method, rawURL, accessToken, nonce string,
 	if i := strings.IndexAny(htu, "?#"); i >= 0 {
 		htu = htu[:i]
 	}
-	jti := make([]byte, 16)
-	if _, err := rand.Read(jti); err != nil {
+	jti, err := newJTI()
+	if err != nil {
 		return "", err
 	}
-	claims := map[string]any{"jti": hex.EncodeToString(jti), "htm": method, "htu": htu, "iat": now.Unix()}
+	claims := map[string]any{"jti": jti, "htm": method, "htu": htu, "iat": now.Unix()}
 	if accessToken != "" {
 		h := sha256.Sum256([]byte(accessToken))
 		claims["ath"] = base64.RawURLEncoding.EncodeToString(h[:])
@@ -79,18 +78,7 @@ func dpopProof(key *ecdsa.PrivateKey, method, rawURL, accessToken, nonce string,
 	if nonce != "" {
 		claims["nonce"] = nonce
 	}
-	header, _ := json.Marshal(map[string]any{"typ": "dpop+jwt", "alg": dpopAlg, "jwk": jwk})
-	body, _ := json.Marshal(claims)
-	signing := base64.RawURLEncoding.EncodeToString(header) + "." + base64.RawURLEncoding.EncodeToString(body)
-	digest := sha256.Sum256([]byte(signing))
-	r, s, err := ecdsa.Sign(rand.Reader, key, digest[:])
-	if err != nil {
-		return "", err
-	}
-	sig := make([]byte, 64) // r || s, not ASN.1 (RFC 7518 section 3.4)
-	r.FillBytes(sig[:32])
-	s.FillBytes(sig[32:])
-	return signing + "." + base64.RawURLEncoding.EncodeToString(sig), nil
+	return signJWS(key, map[string]any{"typ": "dpop+jwt", "jwk": jwk}, claims)
 }
 
 // dpopTransport adds a proof to each request. key gives the key for the access token the

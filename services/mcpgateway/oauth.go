@@ -313,20 +313,41 @@ func parseAssertionKey(text string) (crypto.Signer, error) {
 // signAssertion makes the client assertion JWT: iss and sub are the client id, aud the
 // authorization server, a five-minute lifetime and a random jti (RFC 7523 section 3).
 func signAssertion(key crypto.Signer, clientID, audience string, now time.Time) (string, error) {
-	alg := "RS256"
-	if _, ok := key.(*ecdsa.PrivateKey); ok {
-		alg = "ES256"
+	jti, err := newJTI()
+	if err != nil {
+		return "", err
 	}
+	return signJWS(key, map[string]any{"typ": "JWT"}, map[string]any{
+		"iss": clientID, "sub": clientID, "aud": audience,
+		"iat": now.Unix(), "exp": now.Add(5 * time.Minute).Unix(), "jti": jti,
+	})
+}
+
+// newJTI is a JWT id: 128 random bits in hex.
+func newJTI() (string, error) {
 	jti := make([]byte, 16)
 	if _, err := rand.Read(jti); err != nil {
 		return "", err
 	}
-	header, _ := json.Marshal(map[string]string{"alg": alg, "typ": "JWT"})
-	claims, _ := json.Marshal(map[string]any{
-		"iss": clientID, "sub": clientID, "aud": audience,
-		"iat": now.Unix(), "exp": now.Add(5 * time.Minute).Unix(), "jti": hex.EncodeToString(jti),
-	})
-	signing := base64.RawURLEncoding.EncodeToString(header) + "." + base64.RawURLEncoding.EncodeToString(claims)
+	return hex.EncodeToString(jti), nil
+}
+
+// signJWS signs claims as a compact JWS with key: ES256 for an EC P-256 key, RS256 for RSA;
+// header gets its alg.
+func signJWS(key crypto.Signer, header, claims map[string]any) (string, error) {
+	header["alg"] = "RS256"
+	if _, ok := key.(*ecdsa.PrivateKey); ok {
+		header["alg"] = "ES256"
+	}
+	h, err := json.Marshal(header)
+	if err != nil {
+		return "", err
+	}
+	c, err := json.Marshal(claims)
+	if err != nil {
+		return "", err
+	}
+	signing := base64.RawURLEncoding.EncodeToString(h) + "." + base64.RawURLEncoding.EncodeToString(c)
 	digest := sha256.Sum256([]byte(signing))
 	var sig []byte
 	switch k := key.(type) {
@@ -340,7 +361,6 @@ func signAssertion(key crypto.Signer, clientID, audience string, now time.Time) 
 		r.FillBytes(sig[:32])
 		s.FillBytes(sig[32:])
 	case *rsa.PrivateKey:
-		var err error
 		if sig, err = rsa.SignPKCS1v15(rand.Reader, k, crypto.SHA256, digest[:]); err != nil {
 			return "", err
 		}
