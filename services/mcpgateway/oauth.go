@@ -229,30 +229,12 @@ func (j *jwtClientCredentials) token(extra []string) (*oauth2.Token, []string, e
 		if tu := j.o.GetTokenUrl(); tu != "" {
 			j.tokenURL, j.audience, j.scopes = tu, tu, j.o.GetScopes()
 		} else {
-			type found struct {
-				challenges []oauthex.Challenge
-				prm        *oauthex.ProtectedResourceMetadata
-				asm        *oauthex.AuthServerMeta
-			}
-			u := j.c.spec.GetHttp().GetUrl()
-			// Remembered when it fails, as for per-user OAuth: each reconnect would repeat it.
-			f, err := cachedDiscovery(ctx, j.c.g, "jwt\x00"+j.c.spec.Name+"\x00"+u, func(ctx context.Context) (found, error) {
-				cs, prm, asm, err := discoverAuthServer(ctx, client, u, j.c.g.version)
-				return found{cs, prm, asm}, err
-			})
-			challenges, prm, asm := f.challenges, f.prm, f.asm
+			ep, err := j.c.discoverTokenEndpoint(ctx, "jwt", j.o.GetScopes())
 			if err != nil {
 				j.mu.Unlock()
-				return nil, nil, fmt.Errorf("OAuth discovery: %w", err)
+				return nil, nil, err
 			}
-			j.tokenURL, j.audience = asm.TokenEndpoint, cmpOr(asm.Issuer, asm.TokenEndpoint)
-			j.scopes = j.o.GetScopes()
-			if len(j.scopes) == 0 {
-				j.scopes = scopesOf(challenges)
-			}
-			if len(j.scopes) == 0 {
-				j.scopes = prm.ScopesSupported
-			}
+			j.tokenURL, j.audience, j.scopes = ep.url, cmpOr(ep.issuer, ep.url), ep.scopes
 		}
 	}
 	tokenURL, audience, scopes := j.tokenURL, j.audience, j.scopes
@@ -277,6 +259,37 @@ func (j *jwtClientCredentials) token(extra []string) (*oauth2.Token, []string, e
 		return nil, nil, fmt.Errorf("OAuth client credentials with a JWT assertion: %w", j.c.g.tokenError(err))
 	}
 	return tok, scopes, nil
+}
+
+// tokenEndpoint is what a grant of the gateway's own (client credentials, workload identity)
+// needs of the server's authorization server, discovered.
+type tokenEndpoint struct {
+	url, issuer string
+	methods     []string // token_endpoint_auth_methods_supported
+	scopes      []string // configured, else the server's challenge's, else its metadata's
+}
+
+// discoverTokenEndpoint discovers the server's authorization server's token endpoint as the MCP
+// authorization spec describes, remembered when it fails as for per-user OAuth (each reconnect
+// would repeat it); kind keeps the grants' discoveries apart.
+func (c *serverConn) discoverTokenEndpoint(ctx context.Context, kind string, configured []string) (tokenEndpoint, error) {
+	u := c.spec.GetHttp().GetUrl()
+	ep, err := cachedDiscovery(ctx, c.g, kind+"\x00"+c.spec.Name+"\x00"+u, func(ctx context.Context) (tokenEndpoint, error) {
+		cs, prm, asm, err := discoverAuthServer(ctx, c.g.tokenClient(), u, c.g.version)
+		if err != nil {
+			return tokenEndpoint{}, err
+		}
+		scopes := scopesOf(cs)
+		if len(scopes) == 0 {
+			scopes = prm.ScopesSupported
+		}
+		return tokenEndpoint{url: asm.TokenEndpoint, issuer: asm.Issuer, methods: asm.TokenEndpointAuthMethodsSupported, scopes: scopes}, nil
+	})
+	if err != nil {
+		return ep, fmt.Errorf("OAuth discovery: %w", err)
+	}
+	ep.scopes = cmpSlices(configured, ep.scopes)
+	return ep, nil
 }
 
 // parseAssertionKey reads a PEM private key: PKCS#8, SEC 1 (EC) or PKCS#1 (RSA); EC keys must

@@ -49,28 +49,16 @@ func (w *wifGrant) token(extra []string) (*oauth2.Token, []string, error) {
 				w.style = oauth2.AuthStyleInParams
 			}
 		} else {
-			u := w.c.spec.GetHttp().GetUrl()
-			f, err := cachedDiscovery(ctx, g, "wif\x00"+w.c.spec.Name+"\x00"+u, func(ctx context.Context) (*enterpriseEndpoint, error) {
-				cs, prm, asm, err := discoverAuthServer(ctx, g.tokenClient(), u, g.version)
-				if err != nil {
-					return nil, err
-				}
-				scopes := scopesOf(cs)
-				if len(scopes) == 0 {
-					scopes = prm.ScopesSupported
-				}
-				return &enterpriseEndpoint{as: oauthEndpoint{TokenURL: asm.TokenEndpoint, Scopes: scopes,
-					AuthStyle: authStyle(asm.TokenEndpointAuthMethodsSupported, w.secret != "")}}, nil
-			})
+			ep, err := w.c.discoverTokenEndpoint(ctx, "wif", w.o.GetScopes())
 			if err != nil {
 				w.mu.Unlock()
-				return nil, nil, fmt.Errorf("OAuth discovery: %w", err)
+				return nil, nil, err
 			}
-			if !isHTTPURL(f.as.TokenURL) {
+			if !isHTTPURL(ep.url) {
 				w.mu.Unlock()
 				return nil, nil, errclass.Errorf(errclass.Unavailable, "the authorization server's metadata names no http(s) token endpoint")
 			}
-			w.tokenURL, w.style, w.scopes = f.as.TokenURL, f.as.AuthStyle, cmpSlices(w.o.GetScopes(), f.as.Scopes)
+			w.tokenURL, w.style, w.scopes = ep.url, authStyle(ep.methods, w.secret != ""), ep.scopes
 		}
 	}
 	tokenURL, style, scopes := w.tokenURL, w.style, unionScopes(w.scopes, extra)
