@@ -553,12 +553,11 @@ func discoverAuthServer(ctx context.Context, client *http.Client, serverURL, ver
 	}
 	legacy := prm == nil
 	if legacy {
-		u, err := url.Parse(serverURL)
-		if err != nil {
-			return nil, nil, nil, err
+		root := resourceRoot(serverURL)
+		if root == "" {
+			return nil, nil, nil, fmt.Errorf("the server URL %q is not a URL", abbreviate(serverURL, 200))
 		}
-		u.Path, u.RawQuery = "", ""
-		prm = &oauthex.ProtectedResourceMetadata{AuthorizationServers: []string{u.String()}, Resource: serverURL}
+		prm = &oauthex.ProtectedResourceMetadata{AuthorizationServers: []string{root}, Resource: serverURL}
 	}
 	issuer := prm.AuthorizationServers[0]
 	var asm *oauthex.AuthServerMeta

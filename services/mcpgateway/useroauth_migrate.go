@@ -43,7 +43,7 @@ type oauthRegistration struct {
 }
 
 // maxRegistrations bounds the registrations kept per server: a server whose metadata names
-// ever new authorization servers registers again once the oldest are dropped.
+// ever new authorization servers drops one of those kept (any) for each new one.
 const maxRegistrations = 8
 
 func regKey(issuer, registrationEndpoint string) string {
