@@ -144,28 +144,19 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
 	// Keep the delivery alive while a slow model answers.
-	go func() {
-		t := time.NewTicker(max(c.cfg.ConsumerAckWait/3, 100*time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
+	alive := keepAlive(msg, max(c.cfg.ConsumerAckWait/3, 100*time.Millisecond))
 	_, err = c.svc.extract(ctx, ev)
 	// Another worker holds the turn (a redelivery racing a slow worker, or the claim of a
 	// worker that died, until its lease ends). Wait here, keeping the delivery alive, rather
 	// than spend deliveries on it.
 	for attempt := 0; errors.Is(err, errTurnBusy); attempt++ {
 		if !backoff.Sleep(ctx, busyRetry.Delay(attempt)) {
+			alive.stop()
 			return
 		}
 		_, err = c.svc.extract(ctx, ev)
 	}
+	alive.stop()
 	switch {
 	case err == nil:
 		// Not waiting for the server's confirmation (DoubleAck): the turn record is written, so
@@ -182,6 +173,42 @@ func (c *Consumer) handle(msg jetstream.Msg) {
 		c.log.Warn("memory extraction failed; will retry", "turn", ev.GetTurnId(), "delivery", md.NumDelivered, "retry_in", delay, "error", err)
 		_ = msg.NakWithDelay(delay)
 	}
+}
+
+// progress tells JetStream, every period until stop, that a delivery is still being worked on
+// (an in-progress ack, which restarts its ack wait). A timer rather than a goroutine per event:
+// the event's extraction is usually over long before the first period ends, and a goroutine
+// cost a start and a wake-up on every event.
+type progress struct {
+	mu      sync.Mutex
+	t       *time.Timer
+	stopped bool
+}
+
+// keepAlive starts the in-progress acks of msg.
+func keepAlive(msg jetstream.Msg, period time.Duration) *progress {
+	p := &progress{}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.t = time.AfterFunc(period, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.stopped {
+			return
+		}
+		_ = msg.InProgress()
+		p.t.Reset(period)
+	})
+	return p
+}
+
+// stop ends the in-progress acks: none is sent once stop has returned, so none follows the
+// delivery's ack, nak or termination.
+func (p *progress) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
+	p.t.Stop()
 }
 
 // busyRetry spaces the tries of a turn another worker holds.

@@ -312,3 +312,69 @@ func TestConsumerDeadLetters(t *testing.T) {
 		t.Errorf("memories of a poison turn: %v", mems)
 	}
 }
+
+// An extraction that outlasts the ack wait keeps its delivery: the in-progress acks restart the
+// ack wait, so JetStream does not hand the event to another worker meanwhile.
+func TestConsumerKeepsSlowExtractionAlive(t *testing.T) {
+	names, connect := testNATS(t)
+	var calls atomic.Int64
+	mc, _ := scriptedModel(t, oneMemoryPerTurn(&calls))
+	cfg := consumerConfig()
+	cfg.ExtractTimeout = 10 * time.Second
+	st := sharedStores(t, 0)
+	svc := newReplica(t, st, cfg, mc)
+	var slowed atomic.Int64
+	svc.beforeFinish = func(ctx context.Context, _ string) {
+		// The extraction takes 2.5 ack waits (the scenario, not synchronisation).
+		slowed.Add(1)
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * cfg.ConsumerAckWait / 2):
+		}
+	}
+	_, js := connect()
+	c, err := StartConsumer(ctxT(t), svc, js, names, testKeyring(t), testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(5 * time.Second)
+	publishTurns(t, js, names, "slow", 1)
+	cons, err := js.Consumer(ctxT(t), names.Stream, names.ExtractorConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *jetstream.ConsumerInfo
+	testenv.WaitFor(t, 20*time.Second, "the event acknowledged", func() bool {
+		info, err = cons.Info(ctxT(t))
+		return err == nil && info.AckFloor.Stream == 1 && info.NumAckPending == 0
+	})
+	// The consumer sequence counts deliveries, redeliveries included.
+	if info.Delivered.Consumer != 1 || slowed.Load() != 1 {
+		t.Errorf("%d deliveries, extraction finished %d times; want 1 and 1", info.Delivered.Consumer, slowed.Load())
+	}
+	if got := len(listAll(t, svc, "slow")); got != 1 {
+		t.Errorf("%d memories, want 1", got)
+	}
+}
+
+// The in-progress acks come every period and none once stop has returned.
+func TestKeepAliveStops(t *testing.T) {
+	m := &countingMsg{}
+	p := keepAlive(m, 5*time.Millisecond)
+	testenv.WaitFor(t, 10*time.Second, "three in-progress acks", func() bool { return m.n.Load() >= 3 })
+	p.stop()
+	n := m.n.Load()
+	// Ten periods for a timer that stop failed to end to fire (observation, not synchronisation).
+	time.Sleep(50 * time.Millisecond)
+	if got := m.n.Load(); got != n {
+		t.Errorf("%d in-progress acks after stop", got-n)
+	}
+}
+
+// countingMsg counts InProgress; the rest of jetstream.Msg is not used.
+type countingMsg struct {
+	jetstream.Msg
+	n atomic.Int64
+}
+
+func (m *countingMsg) InProgress() error { m.n.Add(1); return nil }
