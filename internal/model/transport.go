@@ -53,11 +53,16 @@ func NewTransport(o PoolOptions) *http.Transport {
 	t.MaxConnsPerHost = o.MaxConnsPerHost
 	t.IdleConnTimeout = 90 * time.Second
 	t.ExpectContinueTimeout = time.Second
-	// net/http's 4 KB write buffer, not one a long session's request fits whole: the buffer
-	// lives as long as its connection, and a process at 64 turns at once keeps 70–90 of them.
-	// The part of a request that does not fit goes through bodyCopyConn.ReadFrom.
+	// A request that fits the write buffer goes out in one write; the part of a longer one
+	// that does not fit goes through bodyCopyConn.ReadFrom, a second write. The buffer lives as
+	// long as its connection, and a process at 64 turns at once keeps 70–90 of them: 16 KB
+	// holds a short session's request, not a long one's (10–30 KB).
+	t.WriteBufferSize = requestBufferSize
 	return t
 }
+
+// requestBufferSize is the write buffer of a model connection.
+const requestBufferSize = 16 << 10
 
 // bodyCopyConn is a plain model connection whose ReadFrom copies a request body through a
 // pooled buffer. net/http's connection writer hands the part of a body that does not fit its
