@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -47,6 +48,7 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	runtime.MemProfileRate = memProfileRate(cfg.PprofListen, runtime.MemProfileRate)
 	log, err := telemetry.NewLogger(env.stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return errUsage{err.Error()}
@@ -82,6 +84,20 @@ func runServe(ctx context.Context, env *cliEnv, args []string) error {
 		log.Debug("startup pages released", "bytes", released)
 	}
 	return a.Run(ctx)
+}
+
+// memProfileRate is the runtime's heap profiling rate for a server whose profiler listens on
+// pprofListen, given the rate it runs at. Only the profiler serves the heap profile, so without
+// it sampling stops: each sampled allocation's stack is unwound and recorded in a bucket of the
+// profiler's, outside the heap, and the buckets and their 1.4 MB hash table stay resident (peak
+// RSS about 2 MiB lower at 64 turns at once with sampling off from the start, and within 1 MiB
+// of that when it stops here; issue 25, stop 36). The samples package initialisation took
+// stay, unread.
+func memProfileRate(pprofListen string, rate int) int {
+	if pprofListen == "" {
+		return 0
+	}
+	return rate
 }
 
 // redisLogger adapts slog to go-redis' logger interface.

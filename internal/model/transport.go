@@ -1,6 +1,8 @@
 package model
 
 import (
+	"context"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -35,7 +37,14 @@ func NewTransport(o PoolOptions) *http.Transport {
 		idle = DefaultMaxIdleConnsPerHost
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	dial := (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return bodyCopyConn{c}, nil
+	}
 	t.TLSHandshakeTimeout = 10 * time.Second
 	t.ForceAttemptHTTP2 = true
 	t.MaxIdleConnsPerHost = idle
@@ -44,16 +53,36 @@ func NewTransport(o PoolOptions) *http.Transport {
 	t.MaxConnsPerHost = o.MaxConnsPerHost
 	t.IdleConnTimeout = 90 * time.Second
 	t.ExpectContinueTimeout = time.Second
-	// A request body is copied into the connection's write buffer whole when it fits: with
-	// net/http's 4 KB, the rest of a 10–30 KB chat request went through net's generic copy,
-	// which allocated a buffer of its size for every call.
+	// A request that fits the write buffer goes out in one write; the part of a longer one
+	// that does not fit goes through bodyCopyConn.ReadFrom, a second write. The buffer lives as
+	// long as its connection, and a process at 64 turns at once keeps 70–90 of them: 16 KB
+	// holds a short session's request, not a long one's (10–30 KB).
 	t.WriteBufferSize = requestBufferSize
 	return t
 }
 
-// requestBufferSize is the write buffer of a model connection: a long session's chat request
-// fits, and the buffer lives as long as its connection.
-const requestBufferSize = 32 << 10
+// requestBufferSize is the write buffer of a model connection.
+const requestBufferSize = 16 << 10
+
+// bodyCopyConn is a plain model connection whose ReadFrom copies a request body through a
+// pooled buffer. net/http's connection writer hands the part of a body that does not fit its
+// write buffer to the connection's ReadFrom, and *net.TCPConn's (no splice or sendfile for a
+// body in memory) copied it through a buffer of its size allocated for every call. Behind TLS
+// the tls.Conn sits above this one and writes through Write.
+type bodyCopyConn struct{ net.Conn }
+
+// copyBufs holds the buffers bodyCopyConn copies through: a chat request of a long session
+// (10–30 KB) goes in one write.
+var copyBufs = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+// ReadFrom implements io.ReaderFrom.
+func (c bodyCopyConn) ReadFrom(r io.Reader) (int64, error) {
+	buf := copyBufs.Get().(*[32 << 10]byte)
+	defer copyBufs.Put(buf)
+	// The connection is wrapped so that io.CopyBuffer does not call TCPConn.ReadFrom (and
+	// its allocating copy) again.
+	return io.CopyBuffer(struct{ io.Writer }{c.Conn}, r, buf[:])
+}
 
 // sharedClient is the process's one pool of model connections, as http.DefaultClient is for
 // net/http: every Client built without Config.HTTPClient (the chat model, the extraction model,

@@ -183,6 +183,10 @@ func TestNewTransport(t *testing.T) {
 				tt.opts, tr.MaxIdleConnsPerHost, tr.MaxConnsPerHost, tr.ForceAttemptHTTP2, tr.Proxy != nil, tt.wantIdle, tt.wantConns)
 		}
 	}
+	// Every idle connection keeps its write buffer: not one a long session's request fits.
+	if n := model.NewTransport(model.PoolOptions{}).WriteBufferSize; n > 16<<10 {
+		t.Errorf("NewTransport: write buffer %d bytes, want at most 16 KB", n)
+	}
 	if model.SharedHTTPClient() != model.SharedHTTPClient() {
 		t.Error("SharedHTTPClient returned two clients; the process should have one pool")
 	}
@@ -262,10 +266,10 @@ func TestTransportSpeaksHTTP2OverTLS(t *testing.T) {
 	}
 }
 
-// TestRequestFitsWriteBuffer: a 20 KB chat request goes through the connection's write buffer
-// whole; with net/http's 4 KB buffer the rest of it was copied through a buffer of its size
-// allocated for every call.
-func TestRequestFitsWriteBuffer(t *testing.T) {
+// TestRequestBodyCopiedThroughPool: the part of a 30 KB chat request that does not fit the
+// connection's write buffer goes through a pooled buffer; over a plain *net.TCPConn it was
+// copied through a buffer of its size allocated for every call.
+func TestRequestBodyCopiedThroughPool(t *testing.T) {
 	if raceEnabled {
 		// The request bodies the pool drops cost more than the write buffer saves: the
 		// comparison failed in several of ten runs.
@@ -277,7 +281,7 @@ func TestRequestFitsWriteBuffer(t *testing.T) {
 		_, _ = io.WriteString(w, `{"id":"x","model":"m","choices":[{"message":{"content":"ok"},"finish_reason":"stop"}]}`)
 	}))
 	defer srv.Close()
-	req := model.Request{Messages: []model.Message{{Role: model.RoleUser, Content: strings.Repeat("a long session's context. ", 800)}}}
+	req := model.Request{Messages: []model.Message{{Role: model.RoleUser, Content: strings.Repeat("a long session's context. ", 1200)}}}
 	// allocated is the bytes a call allocates, over calls made after a first that dialled.
 	allocated := func(tr *http.Transport) uint64 {
 		defer tr.CloseIdleConnections()
@@ -300,11 +304,11 @@ func TestRequestFitsWriteBuffer(t *testing.T) {
 		runtime.ReadMemStats(&after)
 		return (after.TotalAlloc - before.TotalAlloc) / calls
 	}
-	small := model.NewTransport(model.PoolOptions{})
-	small.WriteBufferSize = 4 << 10
-	withSmall, with := allocated(small), allocated(model.NewTransport(model.PoolOptions{}))
-	t.Logf("a 20 KB request: %d bytes allocated a call, %d with a 4 KB write buffer", with, withSmall)
-	if with+12<<10 > withSmall {
-		t.Errorf("a call allocates %d bytes, %d with a 4 KB write buffer: want at least 12 KB less", with, withSmall)
+	plain := model.NewTransport(model.PoolOptions{})
+	plain.DialContext = (&net.Dialer{}).DialContext
+	withPlain, with := allocated(plain), allocated(model.NewTransport(model.PoolOptions{}))
+	t.Logf("a 30 KB request: %d bytes allocated a call, %d over plain TCP connections", with, withPlain)
+	if with+12<<10 > withPlain {
+		t.Errorf("a call allocates %d bytes, %d over plain TCP connections: want at least 12 KB less", with, withPlain)
 	}
 }

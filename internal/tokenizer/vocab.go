@@ -10,18 +10,19 @@ import (
 // The o200k_base vocabulary, held compactly. The library keeps it as a map from token to rank
 // built at first use: about 6.5 MB of live heap for the process's life, which the collector's
 // heap goal then doubles. Here the tokens stay in the binary's read-only data (paged in from the
-// file as touched) and the heap holds their offsets and an open-addressing table of ranks,
-// 1.8 MB. TestVocabMatchesLibrary checks the file against the library's table.
+// file as touched) and the heap holds an open-addressing table of where each token is, 2 MB.
+// Byte-pair encoding only compares ranks, and the tokens are stored in rank order, so a token's
+// place in the file stands for its rank: no table of ranks' offsets (0.8 MB more, issue 25,
+// stop 36). TestVocabMatchesLibrary checks the file against the library's table.
 
 //go:embed o200k_base.tokens
 var o200kTokens string
 
-// vocab finds a byte string's rank (token id).
+// vocab finds a byte string's token and orders tokens by rank.
 type vocab struct {
-	tokens  string   // the tokens in rank order, each after its uvarint length
-	offsets []uint32 // where rank r's length is in tokens
-	slots   []uint32 // rank+1 by hash, linear probing; 0 is empty
-	mask    uint32
+	tokens string   // the tokens in rank order, each after its uvarint length
+	slots  []uint32 // a token's offset in tokens +1, by hash, linear probing; 0 is empty
+	mask   uint32
 }
 
 // o200kVocab is built once, at the first o200k_base tokenizer.
@@ -34,27 +35,22 @@ func newVocab(tokens string) *vocab {
 		n, w := v.length(i)
 		i += w + n
 	}
-	v.offsets = make([]uint32, 0, ranks)
-	for i := 0; i < len(tokens); {
-		v.offsets = append(v.offsets, uint32(i))
-		n, w := v.length(i)
-		i += w + n
-	}
 	size := 1
 	for size < ranks+ranks/3 { // load at most 3/4
 		size <<= 1
 	}
 	v.slots, v.mask = make([]uint32, size), uint32(size-1)
-	for r := range ranks {
-		tok := v.token(r)
-		if tok == "" {
-			continue
+	for off := 0; off < len(tokens); {
+		tok := v.token(uint32(off))
+		n, w := v.length(off)
+		if tok != "" {
+			i := hash(tok) & v.mask
+			for v.slots[i] != 0 {
+				i = (i + 1) & v.mask
+			}
+			v.slots[i] = uint32(off) + 1
 		}
-		i := hash(tok) & v.mask
-		for v.slots[i] != 0 {
-			i = (i + 1) & v.mask
-		}
-		v.slots[i] = uint32(r) + 1
+		off += w + n
 	}
 	return v
 }
@@ -73,20 +69,22 @@ func (v *vocab) length(i int) (n, w int) {
 	return int(x), w
 }
 
-func (v *vocab) token(rank int) string {
-	i := int(v.offsets[rank])
+// token returns the token whose length is at tokens[off:].
+func (v *vocab) token(off uint32) string {
+	i := int(off)
 	n, w := v.length(i)
 	return v.tokens[i+w : i+w+n]
 }
 
-// rank returns s's rank, or false when s is not a token.
+// rank returns where s is in tokens, which orders tokens as their ranks do (not the rank
+// itself), or false when s is not a token.
 func (v *vocab) rank(s string) (uint32, bool) {
 	for i := hash(s) & v.mask; ; i = (i + 1) & v.mask {
 		r := v.slots[i]
 		if r == 0 {
 			return 0, false
 		}
-		if v.token(int(r-1)) == s {
+		if v.token(r-1) == s {
 			return r - 1, true
 		}
 	}

@@ -10,31 +10,38 @@ import (
 )
 
 // TestVocabMatchesLibrary: o200k_base.tokens holds the library's vocabulary, rank for rank, and
-// finds every token's rank.
+// finds every token, with a key (rank) that orders tokens as their ranks do.
 func TestVocabMatchesLibrary(t *testing.T) {
 	enc, err := tiktoken.Get(tiktoken.O200kBase)
 	if err != nil {
 		t.Fatal(err)
 	}
 	v := o200kVocab()
-	ranks := len(v.offsets)
-	for id := range ranks + 100 {
+	id, prev := 0, int64(-1)
+	for off := 0; off < len(v.tokens); id++ {
 		want, err := enc.Decode([]uint{uint(id)})
 		if err != nil {
 			want = ""
 		}
-		got := ""
-		if id < ranks {
-			got = v.token(id)
-		}
-		if got != want {
+		if got := v.token(uint32(off)); got != want {
 			t.Fatalf("rank %d: %q, library %q", id, got, want)
 		}
-		if want == "" {
-			continue
+		n, w := v.length(off)
+		if want != "" {
+			r, ok := v.rank(want)
+			if !ok || r != uint32(off) {
+				t.Fatalf("rank(%q) = %d, %v; want %d (rank %d)", want, r, ok, off, id)
+			}
+			if int64(r) <= prev {
+				t.Fatalf("rank(%q) = %d (rank %d), not above the previous token's %d", want, r, id, prev)
+			}
+			prev = int64(r)
 		}
-		if r, ok := v.rank(want); !ok || int(r) != id {
-			t.Fatalf("rank(%q) = %d, %v; want %d", want, r, ok, id)
+		off += w + n
+	}
+	for end := id + 100; id < end; id++ {
+		if want, err := enc.Decode([]uint{uint(id)}); err == nil && want != "" {
+			t.Fatalf("the library has rank %d (%q) past the file's tokens", id, want)
 		}
 	}
 	if _, ok := v.rank("not a token at all, surely"); ok {
