@@ -2,6 +2,7 @@ package mcpgateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -144,7 +145,7 @@ func (c *serverConn) discoverEnterpriseEndpoint(ctx context.Context) (*enterpris
 			TokenURL:      asm.TokenEndpoint,
 			RevocationURL: asm.RevocationEndpoint,
 			Issuer:        asm.Issuer,
-			Resource:      cmpOr(prm.Resource, ht.GetUrl()),
+			Resource:      cmp.Or(prm.Resource, ht.GetUrl()),
 			Scopes:        o.GetScopes(),
 		},
 	}
@@ -166,7 +167,7 @@ func (c *serverConn) discoverEnterpriseEndpoint(ctx context.Context) (*enterpris
 		case err != nil && ep.idpTokenURL == "":
 			return nil, fmt.Errorf("the identity provider's metadata: %w", err)
 		case idp != nil:
-			ep.idpTokenURL = cmpOr(ep.idpTokenURL, idp.TokenEndpoint)
+			ep.idpTokenURL = cmp.Or(ep.idpTokenURL, idp.TokenEndpoint)
 			ep.idpAuthStyle = authStyle(idp.TokenEndpointAuthMethodsSupported, ep.idpSecret != "")
 		case ep.idpSecret != "":
 			ep.idpAuthStyle = oauth2.AuthStyleInHeader

@@ -1,6 +1,7 @@
 package mcpgateway
 
 import (
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -234,7 +235,7 @@ func (j *jwtClientCredentials) token(extra []string) (*oauth2.Token, []string, e
 				j.mu.Unlock()
 				return nil, nil, err
 			}
-			j.tokenURL, j.audience, j.scopes = ep.url, cmpOr(ep.issuer, ep.url), ep.scopes
+			j.tokenURL, j.audience, j.scopes = ep.url, cmp.Or(ep.issuer, ep.url), ep.scopes
 		}
 	}
 	tokenURL, audience, scopes := j.tokenURL, j.audience, j.scopes

@@ -2,6 +2,7 @@ package mcpgateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
@@ -437,7 +438,7 @@ func (c *serverConn) discoverEndpoint(ctx context.Context) (*oauthEndpoint, erro
 		Issuer:        asm.Issuer,
 		IssRequired:   asm.AuthorizationResponseIssParameterSupported,
 		DPoP:          capture.dpopFor(asm.Issuer),
-		Resource:      cmpOr(prm.Resource, ht.GetUrl()),
+		Resource:      cmp.Or(prm.Resource, ht.GetUrl()),
 	}
 	for _, u := range []string{ep.AuthURL, ep.TokenURL} {
 		if !isHTTPURL(u) {
@@ -512,13 +513,6 @@ func discoveryError(err error) error {
 		return err
 	}
 	return errclass.Mark(errclass.Unavailable, "MCP OAuth discovery", err)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // authStyle picks how a preregistered client authenticates at the token endpoint.
