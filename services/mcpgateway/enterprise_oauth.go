@@ -291,10 +291,22 @@ func (g *Gateway) tokenRequest(ctx context.Context, who, tokenURL, clientID, sec
 	if a.AccessToken == "" {
 		return nil, errclass.Errorf(errclass.Unavailable, "%s's answer has no access_token", who)
 	}
-	if len(a.AccessToken) > maxIssuedToken || len(a.RefreshToken) > maxIssuedToken {
-		return nil, errclass.Errorf(errclass.Unavailable, "%s issued a token longer than %d KiB", who, maxIssuedToken>>10)
+	if err := checkTokenSizes(who, a.AccessToken, a.RefreshToken); err != nil {
+		return nil, err
 	}
 	return &a, nil
+}
+
+// bearer is the answer's token for the gateway to send, refused unless it is a bearer token.
+func (a *tokenAnswer) bearer() (*oauth2.Token, error) {
+	if !strings.EqualFold(a.TokenType, "bearer") {
+		return nil, errclass.Errorf(errclass.Unavailable, "the authorization server issued a token of type %q; the gateway sends bearer tokens only", abbreviate(a.TokenType, 40))
+	}
+	tok := &oauth2.Token{AccessToken: a.AccessToken, TokenType: "Bearer", RefreshToken: a.RefreshToken}
+	if a.ExpiresIn > 0 {
+		tok.Expiry = time.Now().Add(time.Duration(a.ExpiresIn) * time.Second)
+	}
+	return tok, nil
 }
 
 // exchangeIDToken turns the user's ID token into an ID-JAG for the server's authorization
@@ -338,14 +350,7 @@ func (g *Gateway) redeemIDJAG(ctx context.Context, ep *enterpriseEndpoint, jag s
 	if err != nil {
 		return nil, fmt.Errorf("the authorization server's JWT bearer grant: %w", err)
 	}
-	if !strings.EqualFold(a.TokenType, "bearer") {
-		return nil, errclass.Errorf(errclass.Unavailable, "the authorization server issued a token of type %q; the gateway sends bearer tokens only", abbreviate(a.TokenType, 40))
-	}
-	tok := &oauth2.Token{AccessToken: a.AccessToken, TokenType: "Bearer", RefreshToken: a.RefreshToken}
-	if a.ExpiresIn > 0 {
-		tok.Expiry = time.Now().Add(time.Duration(a.ExpiresIn) * time.Second)
-	}
-	return tok, nil
+	return a.bearer()
 }
 
 // ConnectEnterprise connects user's account to an enterprise_oauth server with their ID token:

@@ -1069,8 +1069,15 @@ func (t *userTokens) Token() (*oauth2.Token, error) {
 // maxIssuedToken, before it is stored in a user's connection (the answer's own bound,
 // maxOAuthResponse, is 16 times that, and each user has a record).
 func checkIssuedToken(tok *oauth2.Token) error {
-	if len(tok.AccessToken) > maxIssuedToken || len(tok.RefreshToken) > maxIssuedToken {
-		return errclass.Errorf(errclass.Unavailable, "the authorization server issued a token longer than %d KiB", maxIssuedToken>>10)
+	return checkTokenSizes("the authorization server", tok.AccessToken, tok.RefreshToken)
+}
+
+// checkTokenSizes refuses tokens that who issued longer than maxIssuedToken.
+func checkTokenSizes(who string, tokens ...string) error {
+	for _, t := range tokens {
+		if len(t) > maxIssuedToken {
+			return errclass.Errorf(errclass.Unavailable, "%s issued a token longer than %d KiB", who, maxIssuedToken>>10)
+		}
 	}
 	return nil
 }

@@ -79,13 +79,12 @@ func (w *wifGrant) token(extra []string) (*oauth2.Token, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("OAuth JWT bearer grant with the workload token: %w", err)
 	}
-	if !strings.EqualFold(a.TokenType, "bearer") {
-		return nil, nil, errclass.Errorf(errclass.Unavailable, "the authorization server issued a token of type %q; the gateway sends bearer tokens only", abbreviate(a.TokenType, 40))
+	tok, err := a.bearer()
+	if err != nil {
+		return nil, nil, err
 	}
-	tok := &oauth2.Token{AccessToken: a.AccessToken, TokenType: "Bearer"}
-	if a.ExpiresIn > 0 {
-		tok.Expiry = time.Now().Add(time.Duration(a.ExpiresIn) * time.Second)
-	}
+	// A new token comes from presenting the workload token again (token), never from a refresh.
+	tok.RefreshToken = ""
 	return tok, scopes, nil
 }
 
