@@ -263,11 +263,14 @@ func (t *userTokens) keyFor(token string) *ecdsa.PrivateKey {
 	if t.conn == nil || len(t.conn.DPoPKey) == 0 || token == "" || t.conn.Token.AccessToken != token {
 		return nil
 	}
-	key, err := parseDPoPKey(t.conn.DPoPKey)
-	if err != nil {
-		return nil
+	if !bytes.Equal(t.dpopDER, t.conn.DPoPKey) {
+		key, err := parseDPoPKey(t.conn.DPoPKey)
+		if err != nil {
+			return nil
+		}
+		t.dpopDER, t.dpopKey = t.conn.DPoPKey, key
 	}
-	return key
+	return t.dpopKey
 }
 
 // dpop wraps base of a user's session so that each request with a DPoP-bound token carries

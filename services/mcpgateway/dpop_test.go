@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/oauth2"
 )
 
 // decodeProof checks a proof's signature with the key its header names and returns its header
@@ -206,5 +207,41 @@ func TestAdvertisesDPoP(t *testing.T) {
 		if got := advertisesDPoP([]byte(doc)); got != want {
 			t.Errorf("advertisesDPoP(%s) = %v, want %v", doc, got, want)
 		}
+	}
+}
+
+// keyFor gives the connection's key for its own access token only, parses it once, and follows
+// a connection that changed to another key.
+func TestUserTokensKeyFor(t *testing.T) {
+	der1, err := newDPoPKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	der2, err := newDPoPKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ut := &userTokens{conn: &userConnection{Token: oauth2.Token{AccessToken: "at-1"}, DPoPKey: der1}}
+	if ut.keyFor("another") != nil || ut.keyFor("") != nil {
+		t.Error("a key for a token that is not the connection's")
+	}
+	k1 := ut.keyFor("at-1")
+	if k1 == nil {
+		t.Fatal("no key for the connection's token")
+	}
+	if want, _ := parseDPoPKey(der1); !k1.Equal(want) {
+		t.Error("the key is not the connection's")
+	}
+	if ut.keyFor("at-1") != k1 {
+		t.Error("the key was parsed again for the same connection")
+	}
+	ut.conn = &userConnection{Token: oauth2.Token{AccessToken: "at-2"}, DPoPKey: der2}
+	k2 := ut.keyFor("at-2")
+	if want, _ := parseDPoPKey(der2); k2 == nil || !k2.Equal(want) {
+		t.Error("the key of the changed connection is not its own")
+	}
+	ut.conn = &userConnection{Token: oauth2.Token{AccessToken: "at-3"}}
+	if ut.keyFor("at-3") != nil {
+		t.Error("a key for a connection without DPoP")
 	}
 }

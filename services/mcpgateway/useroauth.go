@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
@@ -938,11 +939,14 @@ func (g *Gateway) saveConnection(ctx context.Context, server, user string, conn 
 // DisconnectServer forgets user's connection to server and revokes its tokens where the
 // authorization server offers revocation.
 func (g *Gateway) DisconnectServer(ctx context.Context, server, user string) (disconnected, revoked bool, err error) {
-	ready := g.oauthReady
+	// A server no longer configured is readied as a user_oauth one: its record may remain.
+	var why string
 	if c, err := g.server(server); err == nil {
-		ready = func() string { return g.perUserReady(c.spec.GetHttp()) }
+		why = g.perUserReady(c.spec.GetHttp())
+	} else {
+		why = g.oauthReady()
 	}
-	if why := ready(); why != "" {
+	if why != "" {
 		return false, false, errclass.Errorf(errclass.Precondition, "%s", why)
 	}
 	conn, err := g.loadConnection(ctx, server, user)
@@ -1020,10 +1024,14 @@ type userTokens struct {
 	// ended, when set, is raised once the connection is gone (whatever error the SDK wraps
 	// errNotConnected in), so the caller asks the user to connect again.
 	ended *sticky
-	mu    sync.Mutex // guards conn, sealed
+	mu    sync.Mutex // guards conn, sealed, dpopDER, dpopKey
 	conn  *userConnection
 	// sealed is the stored record conn was read from (nil: read it again before use).
 	sealed []byte
+	// dpopKey is dpopDER parsed: the DPoP key of a connection, kept so that a request's proof
+	// does not parse it again (keyFor).
+	dpopDER []byte
+	dpopKey *ecdsa.PrivateKey
 }
 
 // maxRefreshRounds bounds the times one Token call reads a record again after losing a race
