@@ -293,6 +293,14 @@ func (c *serverConn) discoverTokenEndpoint(ctx context.Context, kind string, con
 	return ep, nil
 }
 
+// cmpSlices is a when it is not empty, else b.
+func cmpSlices(a, b []string) []string {
+	if len(a) > 0 {
+		return a
+	}
+	return b
+}
+
 // parseAssertionKey reads a PEM private key: PKCS#8, SEC 1 (EC) or PKCS#1 (RSA); EC keys must
 // be P-256 (ES256).
 func parseAssertionKey(text string) (crypto.Signer, error) {

@@ -88,14 +88,6 @@ func (w *wifGrant) token(extra []string) (*oauth2.Token, []string, error) {
 	return tok, scopes, nil
 }
 
-// cmpSlices is a when it is not empty, else b.
-func cmpSlices(a, b []string) []string {
-	if len(a) > 0 {
-		return a
-	}
-	return b
-}
-
 // checkWorkloadJWT refuses what cannot be a workload token before it is sent: too large, not a
 // JWT, or expired (the platform has not rotated it). Its signature is the authorization
 // server's to check.
