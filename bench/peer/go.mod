@@ -5,6 +5,7 @@ go 1.26.7
 replace github.com/hermes-agent/hermes => ../..
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/hermes-agent/hermes v0.0.0-00010101000000-000000000000
 	golang.org/x/sys v0.50.0
 	google.golang.org/grpc v1.85.0
@@ -20,7 +21,6 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
-	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/jsonschema-go v0.4.3 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.34.0 // indirect

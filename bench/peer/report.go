@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -198,14 +199,15 @@ func report(out io.Writer, c config, runs map[string][]*run, probes []*run) {
 		}
 	}
 	pairs = append(pairs, pair{hermesMicro, hermesMono}, pair{baseMicro, baseMono}, pair{hermesMono, baseMono}, pair{hermesMicro, baseMicro})
-	fmt.Fprintf(out, "\nRatios of the medians (below 1 is better for the first system, except turns/s):\n\n| ratio | p50 | p99 | turns/s | CPU per turn | RSS | anonymous RSS at the end |\n|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(out, "\nRatios of the medians (below 1 is better for the first system, except turns/s). At 1: the sequential phase; at %[1]d: the concurrent phase, %[1]d sessions at once; all: every phase's CPU over every phase's turns:\n\n| ratio | p50 at 1 | p99 at 1 | p50 at %[1]d | turns/s at %[1]d | CPU per turn at 1 | CPU per turn at %[1]d | CPU per turn, all | RSS | anonymous RSS at the end |\n|---|---|---|---|---|---|---|---|---|---|\n", c.concSess)
 	for _, p := range pairs {
 		ra, rb := runs[p.a], runs[p.b]
 		if len(ra) == 0 || len(rb) == 0 {
 			continue
 		}
-		fmt.Fprintf(out, "| %s / %s | %s | %s | %s | %s | %s | %s |\n", p.a, p.b,
-			ratio(over(ra, p50), over(rb, p50)), ratio(over(ra, p99), over(rb, p99)), ratio(over(ra, concRate), over(rb, concRate)),
+		fmt.Fprintf(out, "| %s / %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", p.a, p.b,
+			ratio(over(ra, p50), over(rb, p50)), ratio(over(ra, p99), over(rb, p99)), ratio(over(ra, concP50), over(rb, concP50)),
+			ratio(over(ra, concRate), over(rb, concRate)), ratio(over(ra, seqCPU), over(rb, seqCPU)), ratio(over(ra, concCPU), over(rb, concCPU)),
 			ratio(over(ra, allCPU), over(rb, allCPU)), ratio(over(ra, peakRSS), over(rb, peakRSS)), ratio(over(ra, anonRSS), over(rb, anonRSS)))
 	}
 
@@ -246,20 +248,26 @@ func report(out io.Writer, c config, runs map[string][]*run, probes []*run) {
 	targets(out, c, runs)
 }
 
-// targets checks issue 13's targets on the medians.
+// checklist collects the report's target lines: each met or not, or only measured.
+type checklist struct{ lines []string }
+
+func (l *checklist) check(ok bool, format string, args ...any) {
+	mark := "no"
+	if ok {
+		mark = "yes"
+	}
+	l.lines = append(l.lines, fmt.Sprintf("- %s: %s", mark, fmt.Sprintf(format, args...)))
+}
+
+func (l *checklist) info(format string, args ...any) {
+	l.lines = append(l.lines, "- measured: "+fmt.Sprintf(format, args...))
+}
+
+// targets checks issue 13's and issue 25's targets on the medians.
 func targets(out io.Writer, c config, runs map[string][]*run) {
 	mono, micro, mem, sql := runs[hermesMono], runs[hermesMicro], runs[adkMemory], runs[adkSQLite]
-	var lines []string
-	check := func(ok bool, format string, args ...any) {
-		mark := "no"
-		if ok {
-			mark = "yes"
-		}
-		lines = append(lines, fmt.Sprintf("- %s: %s", mark, fmt.Sprintf(format, args...)))
-	}
-	info := func(format string, args ...any) {
-		lines = append(lines, "- measured: "+fmt.Sprintf(format, args...))
-	}
+	var l checklist
+	check, info := l.check, l.info
 	if len(mono) > 0 && len(sql) > 0 {
 		for _, m := range []struct {
 			name   string
@@ -278,6 +286,7 @@ func targets(out io.Writer, c config, runs map[string][]*run) {
 		a, b := over(mono, allCPU), over(mem, allCPU)
 		check(a.med <= 2*b.med, "Hermes monolithic CPU per turn at most 2× adk-go in-memory: %.1f / %.1f = %s", a.med, b.med, ratio(a, b))
 		info("Hermes monolithic p50 against adk-go in-memory (as close as durability allows; see the sync calls): %s×", ratio(over(mono, p50), over(mem, p50)))
+		issue25(&l, c, mono, mem)
 	}
 	if len(mono) > 0 && len(micro) > 0 {
 		a, b := over(micro, p50), over(mono, p50)
@@ -291,7 +300,47 @@ func targets(out io.Writer, c config, runs map[string][]*run) {
 			}
 		}
 	}
-	if len(lines) > 0 {
-		fmt.Fprintf(out, "\nTargets of issue 13 on these medians:\n\n%s\n", strings.Join(lines, "\n"))
+	if len(l.lines) > 0 {
+		fmt.Fprintf(out, "\nTargets of issues 13 and 25 on these medians:\n\n%s\n", strings.Join(l.lines, "\n"))
 	}
+}
+
+// issue25 checks issue 25's targets against adk-go in memory, each at the concurrency it names:
+// concurrency 1 is the sequential phase, the others the concurrent phase (-conc-sessions).
+func issue25(l *checklist, c config, mono, mem []*run) {
+	check, info := l.check, l.info
+	type target struct {
+		name  string
+		f     metric
+		limit float64
+		at    string
+		// applies says whether the run's concurrent phase is one the target names.
+		applies bool
+	}
+	n := c.concSess
+	for _, t := range []target{
+		{"p50", p50, 1.2, "1", true},
+		{"CPU per turn", seqCPU, 1.2, "1", true},
+		{"CPU per turn", concCPU, 1.0, strconv.Itoa(n), n >= 8},
+		{"peak RSS", peakRSS, 1.5, "all phases", true},
+	} {
+		a, b := over(mono, t.f), over(mem, t.f)
+		if a.n == 0 || b.n == 0 {
+			continue
+		}
+		if !t.applies {
+			info("issue 25: Hermes monolithic %s at %s against adk-go in-memory: %s (the target applies at 8 and above)", t.name, t.at, ratio(a, b))
+			continue
+		}
+		check(a.med <= t.limit*b.med, "issue 25: Hermes monolithic %s at %s at most %.1f× adk-go in-memory: %.2f / %.2f = %s", t.name, t.at, t.limit, a.med, b.med, ratio(a, b))
+	}
+	a, b := over(mono, concRate), over(mem, concRate)
+	if a.n == 0 || b.n == 0 {
+		return
+	}
+	if n < 64 {
+		info("issue 25: Hermes monolithic turns/s at %d against adk-go in-memory: %s (the target, at least 0.9×, applies at 64)", n, ratio(a, b))
+		return
+	}
+	check(a.med >= 0.9*b.med, "issue 25: Hermes monolithic turns/s at %d at least 0.9× adk-go in-memory: %.0f / %.0f = %s", n, a.med, b.med, ratio(a, b))
 }
