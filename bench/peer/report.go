@@ -274,7 +274,8 @@ func targets(out io.Writer, c config, runs map[string][]*run) {
 			name   string
 			f      metric
 			higher bool
-		}{{"p50", p50, false}, {"p99", p99, false}, {"turns/s", concRate, true}, {"CPU per turn", allCPU, false}} {
+		}{{"p50 at 1", p50, false}, {"p99 at 1", p99, false}, {fmt.Sprintf("p50 at %d", c.concSess), concP50, false}, {fmt.Sprintf("p99 at %d", c.concSess), concP99, false},
+			{fmt.Sprintf("turns/s at %d", c.concSess), concRate, true}, {"CPU per turn at 1", seqCPU, false}, {fmt.Sprintf("CPU per turn at %d", c.concSess), concCPU, false}, {"CPU per turn, all phases", allCPU, false}} {
 			a, b := over(mono, m.f), over(sql, m.f)
 			ok := a.med < b.med
 			if m.higher {
