@@ -321,20 +321,20 @@ func issue25(l *checklist, c config, mono, mem []*run) {
 	}
 	n := c.concSess
 	for _, t := range []target{
-		{"p50", p50, 1.2, "1", true},
-		{"CPU per turn", seqCPU, 1.2, "1", true},
-		{"CPU per turn", concCPU, 1.0, strconv.Itoa(n), n >= 8},
-		{"peak RSS", peakRSS, 1.5, "all phases", true},
+		{"p50", p50, 1.2, "at 1", true},
+		{"CPU per turn", seqCPU, 1.2, "at 1", true},
+		{"CPU per turn", concCPU, 1.0, "at " + strconv.Itoa(n), n >= 8},
+		{"peak RSS", peakRSS, 1.5, "over all phases", true},
 	} {
 		a, b := over(mono, t.f), over(mem, t.f)
 		if a.n == 0 || b.n == 0 {
 			continue
 		}
 		if !t.applies {
-			info("issue 25: Hermes monolithic %s at %s against adk-go in-memory: %s (the target applies at 8 and above)", t.name, t.at, ratio(a, b))
+			info("issue 25: Hermes monolithic %s %s against adk-go in-memory: %s (the target applies at 8 and above)", t.name, t.at, ratio(a, b))
 			continue
 		}
-		check(a.med <= t.limit*b.med, "issue 25: Hermes monolithic %s at %s at most %.1f× adk-go in-memory: %.2f / %.2f = %s", t.name, t.at, t.limit, a.med, b.med, ratio(a, b))
+		check(a.med <= t.limit*b.med, "issue 25: Hermes monolithic %s %s at most %.1f× adk-go in-memory: %.2f / %.2f = %s", t.name, t.at, t.limit, a.med, b.med, ratio(a, b))
 	}
 	a, b := over(mono, concRate), over(mem, concRate)
 	if a.n == 0 || b.n == 0 {
