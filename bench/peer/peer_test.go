@@ -174,7 +174,7 @@ func TestIssue25Targets(t *testing.T) {
 		},
 		{
 			// The sequential phase's CPU is dearer than the concurrent one's: over all phases
-			// the ratio would be 1.14, which is neither target's figure.
+			// the ratio would be 1.12, which is neither target's figure.
 			name: "missed at 32", concSess: 32,
 			mono: mk(hermesMono, 7, 6.4, 2.5, 460, 90), mem: mk(adkMemory, 4, 4.0, 2.4, 580, 55),
 			want: []string{
