@@ -704,3 +704,112 @@ func TestLoopRunningRecordOverlaps(t *testing.T) {
 		})
 	}
 }
+
+// rpcTools is fakeTools offering one tool of the given spec that records which RPC each call
+// took; its stream sends one progress report before the result.
+type rpcTools struct {
+	fakeTools
+	spec          *toolsv1.ToolSpec
+	mu            sync.Mutex
+	unary, stream int
+}
+
+func (f *rpcTools) SelectTools(context.Context, *toolsv1.SelectToolsRequest, ...grpc.CallOption) (*toolsv1.SelectToolsResponse, error) {
+	return &toolsv1.SelectToolsResponse{Tools: []*toolsv1.SelectedTool{{Tool: &toolsv1.Tool{Spec: f.spec}}}, AllTools: true}, nil
+}
+
+func (f *rpcTools) ExecuteTool(ctx context.Context, req *toolsv1.ExecuteToolRequest, opts ...grpc.CallOption) (*toolsv1.ExecuteToolResponse, error) {
+	f.mu.Lock()
+	f.unary++
+	f.mu.Unlock()
+	return f.fakeTools.ExecuteTool(ctx, req, opts...)
+}
+
+func (f *rpcTools) ExecuteToolStream(ctx context.Context, req *toolsv1.ExecuteToolStreamRequest, _ ...grpc.CallOption) (grpc.ServerStreamingClient[toolsv1.ExecuteToolStreamResponse], error) {
+	f.mu.Lock()
+	f.stream++
+	f.mu.Unlock()
+	r, err := f.fakeTools.ExecuteTool(ctx, req.GetRequest())
+	if err != nil {
+		return nil, err
+	}
+	return &progressThenResult{evs: []*toolsv1.ExecuteToolStreamResponse{
+		{Event: &toolsv1.ExecuteToolStreamResponse_Progress{Progress: &toolsv1.ToolProgress{Progress: 1, Total: 2, Message: "half way"}}},
+		{Event: &toolsv1.ExecuteToolStreamResponse_Response{Response: r}},
+	}}, nil
+}
+
+// progressThenResult is a server stream of the given events.
+type progressThenResult struct {
+	grpc.ClientStream
+	evs []*toolsv1.ExecuteToolStreamResponse
+}
+
+func (s *progressThenResult) Recv() (*toolsv1.ExecuteToolStreamResponse, error) {
+	if len(s.evs) == 0 {
+		return nil, io.EOF
+	}
+	ev := s.evs[0]
+	s.evs = s.evs[1:]
+	return ev, nil
+}
+
+// TestToolCallRPC: a call of a tool that can report progress or ask the user (an MCP tool, or
+// one whose executor the turn does not know) goes through ExecuteToolStream, and its progress
+// reaches the turn's events; a builtin or HTTP tool, which only returns its result, takes the
+// unary ExecuteTool, which runs without a stream's goroutine and hand-offs in process.
+func TestToolCallRPC(t *testing.T) {
+	tests := []struct {
+		name     string
+		executor func(*toolsv1.ToolSpec)
+		want     [2]int // unary, stream calls
+	}{
+		{"builtin", func(s *toolsv1.ToolSpec) {
+			s.Executor = &toolsv1.ToolSpec_Builtin{Builtin: &toolsv1.BuiltinExecutor{Name: "calc"}}
+		}, [2]int{1, 0}},
+		{"http", func(s *toolsv1.ToolSpec) {
+			s.Executor = &toolsv1.ToolSpec_Http{Http: &toolsv1.HTTPExecutor{Url: "https://tools.example/calc"}}
+		}, [2]int{1, 0}},
+		{"mcp", func(s *toolsv1.ToolSpec) {
+			s.Executor = &toolsv1.ToolSpec_Mcp{Mcp: &toolsv1.MCPExecutor{Server: "github", Tool: "calc"}}
+		}, [2]int{0, 1}},
+		{"no executor", func(*toolsv1.ToolSpec) {}, [2]int{0, 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := newLoop(t, Config{}, toolThenAnswer)
+				spec := &toolsv1.ToolSpec{Name: "calc", Description: "calculator", InputSchema: `{"type":"object"}`}
+				tc.executor(spec)
+				tools := &rpcTools{fakeTools: *l.tools, spec: spec}
+				l.svc.deps.Tools = tools
+				st := l.run(t, "s1", "what is 6*7?", nil)
+				if st.final().GetCompleted() == nil {
+					t.Fatalf("final event %v", st.final())
+				}
+				tools.mu.Lock()
+				got := [2]int{tools.unary, tools.stream}
+				tools.mu.Unlock()
+				if diff := cmp.Diff(tc.want, got); diff != "" {
+					t.Errorf("calls (unary, stream) (-want +got):\n%s", diff)
+				}
+				progress := 0
+				result := false
+				for _, ev := range st.events {
+					if ev.GetToolProgress() != nil {
+						progress++
+					}
+					if r := ev.GetToolResult(); r != nil {
+						result = r.GetSuccess() && r.GetOutput() == `{"result":42}`
+					}
+				}
+				if progress != tc.want[1] {
+					t.Errorf("%d ToolProgress events, want %d", progress, tc.want[1])
+				}
+				if !result {
+					t.Error("no successful ToolResult event with the tool's output")
+				}
+			})
+		})
+	}
+}

@@ -219,10 +219,19 @@ func (t *turn) execute(ctx context.Context, o *outcome) *toolsv1.ToolResult {
 	ctx, span := t.s.tracer.Start(ctx, "orchestrator.tool", trace.WithAttributes(attribute.String("hermes.tool", o.call.Name)))
 	defer span.End()
 	start := time.Now()
-	resp, err := t.executeStream(ctx, o, &toolsv1.ExecuteToolRequest{
+	req := &toolsv1.ExecuteToolRequest{
 		Name: o.call.Name, Arguments: o.call.Arguments, CallId: o.call.ID,
 		SessionId: t.session, UserId: t.user, IdempotencyKey: o.started.GetIdempotencyKey(),
-	})
+	}
+	var resp *toolsv1.ExecuteToolResponse
+	var err error
+	if reportsProgress(t.byName[o.call.Name].GetSpec()) {
+		resp, err = t.executeStream(ctx, o, req)
+	} else {
+		// Nothing to stream: the unary call runs on this goroutine in process, where a stream
+		// takes a goroutine and a hand-off per message.
+		resp, err = t.s.deps.Tools.ExecuteTool(ctx, req)
+	}
 	switch {
 	case err == nil:
 		if !resp.GetResult().GetSuccess() {
@@ -247,6 +256,13 @@ const (
 	progressEvery     = 200 * time.Millisecond
 	maxProgressEvents = 100
 )
+
+// reportsProgress reports whether a tool's calls may send progress or ask the user something
+// (an MCP tool, or a tool this turn does not know): those run through ExecuteToolStream.
+// Builtin and HTTP tools only return their result.
+func reportsProgress(spec *toolsv1.ToolSpec) bool {
+	return spec.GetBuiltin() == nil && spec.GetHttp() == nil
+}
 
 // executeStream runs a call through ExecuteToolStream, emitting the progress the tool reports
 // as ToolProgress events.

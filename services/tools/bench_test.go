@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"io"
 	"encoding/json"
 	"net"
 	"testing"
@@ -216,4 +217,39 @@ func benchExecuteMCPInProcess(b *testing.B, local bool) {
 			b.Fatal(resp, err)
 		}
 	}
+}
+
+// BenchmarkExecuteBuiltinInProcessChannel is the calculator as the monolith's orchestrator calls
+// it: on the in-process channel, unary (what it uses for tools that report no progress) and
+// streaming (ExecuteToolStream, for MCP tools).
+func BenchmarkExecuteBuiltinInProcessChannel(b *testing.B) {
+	srv := rpc.NewServer(rpc.ServerOptions{Logger: quietLogger(), ShutdownTimeout: time.Second})
+	srv.Register(&toolsv1.ToolService_ServiceDesc, benchService(b, testBoltStore(b)))
+	c := toolsv1.NewToolServiceClient(srv.InProcess())
+	ctx := context.Background()
+	req := &toolsv1.ExecuteToolRequest{Name: "calculator", Arguments: benchExpression}
+	b.Run("unary", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if resp, err := c.ExecuteTool(ctx, req); err != nil || !resp.GetResult().GetSuccess() {
+				b.Fatal(resp, err)
+			}
+		}
+	})
+	b.Run("stream", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			stream, err := c.ExecuteToolStream(ctx, &toolsv1.ExecuteToolStreamRequest{Request: req})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ev, err := stream.Recv()
+			if err != nil || !ev.GetResponse().GetResult().GetSuccess() {
+				b.Fatal(ev, err)
+			}
+			if _, err := stream.Recv(); err != io.EOF {
+				b.Fatal(err)
+			}
+		}
+	})
 }
