@@ -2,8 +2,8 @@ package tools
 
 import (
 	"context"
-	"io"
 	"encoding/json"
+	"io"
 	"net"
 	"testing"
 	"time"
