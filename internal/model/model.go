@@ -247,15 +247,18 @@ func (c *Client) Stream(ctx context.Context, req Request, onDelta func(string)) 
 	var calls []*ToolCall
 	byIndex := map[int64]*ToolCall{}
 	var chunk wireChunk // one allocation for the stream, reset for every event
+	var dec chunkDecoder
 	for events.Next() {
 		data := events.Data()
 		if bytes.HasPrefix(data, []byte("[DONE]")) {
 			drain(res.Body)
 			break
 		}
-		chunk = wireChunk{}
-		if err := lenient(json.Unmarshal(data, &chunk)); err != nil {
-			return nil, c.wrap(fmt.Errorf("decoding a stream event: %w", err))
+		if chunk = (wireChunk{}); !dec.decode(data, &chunk) {
+			chunk = wireChunk{}
+			if err := lenient(json.Unmarshal(data, &chunk)); err != nil {
+				return nil, c.wrap(fmt.Errorf("decoding a stream event: %w", err))
+			}
 		}
 		if len(chunk.Error) > 0 {
 			// The SDK's message for an in-band error, so callers see what they saw before.
@@ -379,23 +382,25 @@ type (
 		Usage *wireUsage `json:"usage"`
 	}
 	wireChunk struct {
-		ID      string `json:"id"`
-		Model   string `json:"model"`
-		Choices []struct {
-			Index int64 `json:"index"`
-			Delta struct {
-				Content   string `json:"content"`
-				ToolCalls []struct {
-					Index    int64        `json:"index"`
-					ID       string       `json:"id"`
-					Function wireFunction `json:"function"`
-				} `json:"tool_calls"`
-			} `json:"delta"`
-			FinishReason string `json:"finish_reason"`
-		} `json:"choices"`
-		Usage *wireUsage `json:"usage"`
+		ID      string            `json:"id"`
+		Model   string            `json:"model"`
+		Choices []wireChunkChoice `json:"choices"`
+		Usage   *wireUsage        `json:"usage"`
 		// Error is set (even to null) when the event is an in-band error.
 		Error json.RawMessage `json:"error"`
+	}
+	wireChunkChoice struct {
+		Index int64 `json:"index"`
+		Delta struct {
+			Content   string          `json:"content"`
+			ToolCalls []wireDeltaCall `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason string `json:"finish_reason"`
+	}
+	wireDeltaCall struct {
+		Index    int64        `json:"index"`
+		ID       string       `json:"id"`
+		Function wireFunction `json:"function"`
 	}
 	wireUsage struct {
 		PromptTokens        int64 `json:"prompt_tokens"`
