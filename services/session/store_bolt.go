@@ -665,9 +665,13 @@ func openAppendBuckets(tx *bolt.Tx, sessionID string) appendBuckets {
 		unindexed: tx.Bucket(bUnindexed),
 	}
 	// Messages and the turn index are appended in key order: full pages instead of bbolt's
-	// half-full splits halve the pages a long session's writes walk and copy.
+	// half-full splits halve the pages a long session's writes walk and copy. So are the
+	// client ids of the orchestrator's writes, which begin with the turn's id (a ULID); a
+	// split then leaves the page that takes the next writes nearly empty, so each commit
+	// copies fewer keys (7% fewer bytes a turn in BenchmarkBoltMonolithTurn).
 	ab.msgs.FillPercent = appendFillPercent
 	ab.turns.FillPercent = appendFillPercent
+	ab.cids.FillPercent = appendFillPercent
 	return ab
 }
 
