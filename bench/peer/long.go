@@ -218,6 +218,68 @@ func reportLong(out io.Writer, c config, runs map[string][]*run) {
 			fmt.Fprintf(out, "| %s | %s | %s | %s |\n", s, f.name, strings.Join(cells, " | "), r)
 		}
 	}
+	reportLongRatios(out, c, runs, nwin)
+}
+
+// reportLongRatios prints Hermes monolithic against adk-go in memory per window and over the
+// whole long phase: CPU per turn and p50 of each, the ratio of their medians over the repeats.
+// adk-go sends a session's whole history with every turn; Hermes a bounded context.
+func reportLongRatios(out io.Writer, c config, runs map[string][]*run, nwin int) {
+	a, b := runs["hermes-mono"], runs["adk-memory"]
+	if len(a) == 0 || len(b) == 0 {
+		return
+	}
+	// at is a figure of the repeats' window wi, or of their whole phase when wi is -1.
+	at := func(rs []*run, wi int, f func([]window) float64) float64 {
+		var vs []float64
+		for _, r := range rs {
+			switch {
+			case wi < 0 && len(r.long) > 0:
+				vs = append(vs, f(r.long))
+			case wi >= 0 && wi < len(r.long):
+				vs = append(vs, f(r.long[wi:wi+1]))
+			}
+		}
+		return median(vs)
+	}
+	cpu := func(ws []window) float64 {
+		var d time.Duration
+		n := 0
+		for _, w := range ws {
+			d, n = d+w.cpu, n+w.turns
+		}
+		return msf(d) / float64(max(n, 1))
+	}
+	p50 := func(ws []window) float64 {
+		var lat []time.Duration
+		for _, w := range ws {
+			lat = append(lat, w.lat...)
+		}
+		return msf(pct(lat, 50))
+	}
+	fmt.Fprintf(out, "\nHermes monolithic / adk-go in memory, per window and over the whole phase:\n\n| figure |")
+	for wi := range nwin {
+		fmt.Fprintf(out, " %d–%d |", wi*c.longWindow+1, min((wi+1)*c.longWindow, c.longTurns))
+	}
+	fmt.Fprintf(out, " all |\n|---|%s---|\n", strings.Repeat("---|", nwin))
+	for _, f := range []struct {
+		name string
+		get  func([]window) float64
+	}{{"CPU per turn", cpu}, {"p50", p50}} {
+		fmt.Fprintf(out, "| %s |", f.name)
+		for wi := 0; wi <= nwin; wi++ {
+			i := wi
+			if wi == nwin {
+				i = -1
+			}
+			if x, y := at(a, i, f.get), at(b, i, f.get); y > 0 {
+				fmt.Fprintf(out, " %.2f |", x/y)
+			} else {
+				fmt.Fprintf(out, " — |")
+			}
+		}
+		fmt.Fprintln(out)
+	}
 }
 
 func median(vs []float64) float64 {

@@ -207,3 +207,34 @@ func TestIssue25Targets(t *testing.T) {
 		})
 	}
 }
+
+// TestLongRatios: the long phase's ratios are per window and over the whole phase, the whole
+// phase's CPU per turn being all its CPU over all its turns (not a mean of the windows').
+func TestLongRatios(t *testing.T) {
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	// win is a window of n turns at cpu ms a turn, each taking lat ms.
+	win := func(n int, cpu, lat float64) window {
+		w := window{turns: n, cpu: time.Duration(n) * ms(cpu)}
+		for range n {
+			w.lat = append(w.lat, ms(lat))
+		}
+		return w
+	}
+	runs := map[string][]*run{
+		hermesMono: {{long: []window{win(10, 5, 5), win(12, 5, 5)}}},
+		adkMemory:  {{long: []window{win(10, 2.5, 2), win(12, 7.5, 8)}}},
+	}
+	var out strings.Builder
+	reportLongRatios(&out, config{longTurns: 20, longWindow: 10}, runs, 2)
+	want := `
+Hermes monolithic / adk-go in memory, per window and over the whole phase:
+
+| figure | 1–10 | 11–20 | all |
+|---|---|---|---|
+| CPU per turn | 2.00 | 0.67 | 0.96 |
+| p50 | 2.50 | 0.62 | 0.62 |
+`
+	if diff := cmp.Diff(want, out.String()); diff != "" {
+		t.Errorf("report (-want +got):\n%s", diff)
+	}
+}
