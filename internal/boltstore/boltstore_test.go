@@ -545,3 +545,65 @@ func openTestGroup(t *testing.T) (db *bolt.DB, g *Group, stored func() []string)
 		return keys
 	}
 }
+
+// TestGroupDeferDurable: a DeferDurable write hears of the commit that puts it on disk (an
+// Update's, Sync's), also when the open transaction was rolled back and the write applied again
+// meanwhile, and not before.
+func TestGroupDeferDurable(t *testing.T) {
+	_, g, stored := openTestGroup(t)
+	put := func(k string) func(*bolt.Tx, bool) error {
+		return func(tx *bolt.Tx, _ bool) error { return tx.Bucket([]byte("b")).Put([]byte(k), []byte("v")) }
+	}
+	pending := func(name string, ch <-chan error) {
+		t.Helper()
+		select {
+		case err := <-ch:
+			t.Fatalf("%s: told %v before a commit", name, err)
+		default:
+		}
+	}
+	durable := func(name string, ch <-chan error, want []string) {
+		t.Helper()
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		default:
+			t.Fatalf("%s: not told of its commit", name)
+		}
+		if diff := cmp.Diff(want, stored()); diff != "" {
+			t.Errorf("%s: stored (-want +got):\n%s", name, diff)
+		}
+	}
+
+	a, err := g.DeferDurable(put("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending("a", a)
+	if got := stored(); len(got) != 0 {
+		t.Fatalf("a deferred write visible before its commit: %v", got)
+	}
+	if err := g.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("b")).Put([]byte("u"), []byte("v")) }); err != nil {
+		t.Fatal(err)
+	}
+	durable("a, by an Update", a, []string{"a", "u"})
+
+	b, err := g.DeferDurable(put("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A failing deferred write rolls the open transaction back: b is applied again and still
+	// hears of its commit.
+	if err := g.Defer(func(*bolt.Tx, bool) error { return errors.New("refused") }); err == nil {
+		t.Fatal("a failing deferred write reported no error")
+	}
+	pending("b", b)
+	g.Sync()
+	durable("b, by Sync after a rollback", b, []string{"a", "b", "u"})
+
+	if _, err := g.DeferDurable(func(*bolt.Tx, bool) error { return errors.New("refused") }); err == nil {
+		t.Error("a failing DeferDurable write reported no error")
+	}
+}

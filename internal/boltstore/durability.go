@@ -9,8 +9,8 @@ import (
 // DeferHeader is the gRPC metadata key by which a caller asks that its write to an embedded
 // store be made durable by the file's next commit (Group.Defer) rather than by a commit of its
 // own. The monolith's orchestrator sends it for a turn's session writes when the session store
-// shares its file: the turn's own next write (its RUNNING record, its final record) commits
-// them, so a turn with a tool call costs two commits instead of five. Only a privileged caller
+// shares its file: the file's next commit (at the latest the turn's final record) commits them,
+// so a turn with a tool call costs one or two commits instead of five. Only a privileged caller
 // (a Hermes service, an operator) is heard: the session service drops it from users' calls
 // (DropDefer), since an acknowledged write of theirs must be on disk. Stores on Redis ignore it.
 const DeferHeader = "hermes-durability"

@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -54,6 +55,9 @@ type Group struct {
 	open     *bolt.Tx
 	deferred []func(*bolt.Tx, bool) error
 	timer    *time.Timer
+	// waiting holds the channels of the deferred writes (DeferDurable) that wait to hear of
+	// the commit that makes them durable; txMu guards it too.
+	waiting []chan error
 
 	// commits counts transactions run, for tests.
 	commits atomic.Int64
@@ -70,6 +74,8 @@ type deferWrite struct {
 	fn func(*bolt.Tx, bool) error
 	// done receives the write's outcome.
 	done chan error
+	// durable, when not nil, receives the outcome of the commit that makes the write durable.
+	durable chan error
 }
 
 var errLead = errors.New("lead the next commit")
@@ -129,7 +135,22 @@ func (g *Group) Update(fn func(*bolt.Tx) error) error {
 // fn may run on another caller's goroutine (the one applying the queued writes, or a commit's):
 // what it sets, its caller reads once Defer returned.
 func (g *Group) Defer(fn func(tx *bolt.Tx, again bool) error) error {
-	d := &deferWrite{fn: fn, done: make(chan error, 1)}
+	return g.deferWrite(&deferWrite{fn: fn, done: make(chan error, 1)})
+}
+
+// DeferDurable is Defer for a caller that goes on at once but must learn when its write is on
+// disk: once the write is applied it returns a channel that receives the outcome of the commit
+// that makes it durable (nil: on disk). That commit is the next one, as for Defer; a caller that
+// cannot wait for it calls Sync.
+func (g *Group) DeferDurable(fn func(tx *bolt.Tx, again bool) error) (<-chan error, error) {
+	d := &deferWrite{fn: fn, done: make(chan error, 1), durable: make(chan error, 1)}
+	if err := g.deferWrite(d); err != nil {
+		return nil, err
+	}
+	return d.durable, nil
+}
+
+func (g *Group) deferWrite(d *deferWrite) error {
 	g.mu.Lock()
 	g.deferQueue = append(g.deferQueue, d)
 	g.mu.Unlock()
@@ -139,6 +160,14 @@ func (g *Group) Defer(fn func(tx *bolt.Tx, again bool) error) error {
 		g.unlockTx()
 	}
 	return <-d.done
+}
+
+// notify tells the deferred writes waiting for their commit its outcome. txMu is held.
+func (g *Group) notify(err error) {
+	for _, w := range g.waiting {
+		w <- err
+	}
+	g.waiting = nil
 }
 
 // unlockTx releases txMu, then applies the deferred writes queued meanwhile if it gets txMu
@@ -177,6 +206,9 @@ func (g *Group) applyDeferred() {
 		}
 		if err == nil {
 			g.deferred = append(g.deferred, d.fn)
+			if d.durable != nil {
+				g.waiting = append(g.waiting, d.durable)
+			}
 		}
 		d.done <- err
 	}
@@ -241,6 +273,7 @@ func (g *Group) openTx() (*bolt.Tx, error) {
 			slog.Error("deferred writes lost: applying them again failed", "error", err)
 			_ = tx.Rollback()
 			g.deferred = nil
+			g.notify(fmt.Errorf("deferred write lost: %w", err))
 			if tx, err = g.db.Begin(true); err != nil {
 				return nil, err
 			}
@@ -315,6 +348,7 @@ func (g *Group) commit(batch []*groupWrite) {
 			slog.Error("deferred writes lost: their commit failed", "error", err)
 		}
 		g.deferred = nil
+		g.notify(err)
 		if g.timer != nil {
 			g.timer.Stop()
 			g.timer = nil
@@ -328,9 +362,15 @@ func (g *Group) commit(batch []*groupWrite) {
 	// transaction of their own, which their timer commits; the later ones wait for the next
 	// commit. On a closed file no commit ever comes: they are lost, rather than tried by their
 	// timer for ever.
-	if len(later) > 0 && errors.Is(beginErr, berrors.ErrDatabaseNotOpen) {
-		slog.Error("later writes lost: the file is closed", "writes", len(later))
-		later = nil
+	if errors.Is(beginErr, berrors.ErrDatabaseNotOpen) {
+		if len(later) > 0 {
+			slog.Error("later writes lost: the file is closed", "writes", len(later))
+			later = nil
+		}
+		if len(g.waiting) > 0 {
+			g.deferred = nil
+			g.notify(beginErr)
+		}
 	}
 	if len(later) > 0 {
 		g.mu.Lock()

@@ -68,9 +68,9 @@ type Options struct {
 	// Publish is optional: without it no turn.finished events are sent.
 	Publish PublishFunc
 	// DeferSessionWrites says that Store shares the session store's file and group commit
-	// (the monolith): a turn's session writes are then sent with boltstore.DeferHeader and made
-	// durable by the turn's own next write of Store (its RUNNING record after the user message;
-	// its end after the steps, the summary and the answer), so a turn costs two commits.
+	// (the monolith): a turn's session writes are then sent with boltstore.DeferHeader, its
+	// RUNNING record is deferred too where Store can (PutTurnDeferred), and all are made durable
+	// by the file's next commit, at the latest the turn's end: a quick turn costs one commit.
 	DeferSessionWrites bool
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time

@@ -437,6 +437,23 @@ func (s *BoltStore) PutTurn(_ context.Context, turn *orchestratorv1.Turn, ttl ti
 	return s.group.Update(func(tx *bolt.Tx) error { return putTurn(tx, turn, v) })
 }
 
+// PutTurnDeferred writes a running turn's record into the file's open transaction and returns
+// once it is applied: GetTurn and the other readers see it after the commit that durable
+// receives the outcome of — the next one, whoever makes it (the turn's end, another turn's
+// write, the group's own at most its delay later), or SyncTurns'. A turn that ends within that
+// delay thus makes one commit instead of two.
+func (s *BoltStore) PutTurnDeferred(turn *orchestratorv1.Turn, ttl time.Duration) (durable <-chan error, err error) {
+	raw, err := proto.Marshal(turn)
+	if err != nil {
+		return nil, err
+	}
+	v := s.turnValue(raw, ttl)
+	return s.group.DeferDurable(func(tx *bolt.Tx, _ bool) error { return putTurn(tx, turn, v) })
+}
+
+// SyncTurns commits the deferred writes at once and returns when they are on disk.
+func (s *BoltStore) SyncTurns() { s.group.Sync() }
+
 // FinishTurn implements Store. The lease (in memory) is released after the commit.
 func (s *BoltStore) FinishTurn(ctx context.Context, f *Finish) error {
 	if f.Lease != nil {

@@ -55,10 +55,6 @@ func storedCallID(turnID string, step int32, i int) string {
 // text, every call and every result — in one append, so the log never holds a call without its
 // result. A client that goes away cancels the calls; they are stored with a "cancelled" result.
 func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) error {
-	// A tool's side effect never happens for a turn whose RUNNING record is not stored.
-	if err := t.awaitRecord(ctx); err != nil {
-		return err
-	}
 	calls := resp.ToolCalls
 	outs := make([]*outcome, len(calls))
 	seenIDs := map[string]bool{}
@@ -86,6 +82,14 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 			continue
 		}
 		run = append(run, o)
+	}
+	// A tool's side effect never happens for a turn whose RUNNING record is not on disk. A step
+	// whose calls all declare that they change nothing runs at once: a crash before the record
+	// leaves nothing for the sweep to end, and the step's write still lands after the record.
+	if !t.readOnly(run) {
+		if err := t.awaitRecord(ctx); err != nil {
+			return err
+		}
 	}
 	// The calls run at once; the last on this goroutine, which would only wait: a step's one
 	// call (the common case) then starts no goroutine, whose stack grew by copying through the
@@ -171,6 +175,17 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 		return t.checkFailures(outs) // every call succeeded: it only clears their failures
 	}
 	return nil
+}
+
+// readOnly reports whether every call of run is of a known tool whose annotations say it does
+// not modify its environment (the hint the tool service also trusts to retry a call).
+func (t *turn) readOnly(run []*outcome) bool {
+	for _, o := range run {
+		if !t.byName[o.call.Name].GetSpec().GetAnnotations().GetReadOnlyHint() {
+			return false
+		}
+	}
+	return true
 }
 
 // allSucceeded reports whether every call of a step succeeded.

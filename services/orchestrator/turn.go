@@ -108,11 +108,14 @@ type turn struct {
 	// remembered values.
 	fillDecisions map[string]fillDecision
 
-	// recorded is closed when the write of the RUNNING record ended, released when the events
-	// held back until then were sent; recordErr, set before both, is the turn's error if the
-	// write failed (storeRecord).
-	recorded, released chan struct{}
-	recordErr          error
+	// applied is closed when the RUNNING record is in the store's order of writes, so that what
+	// the turn writes next lands after it: stored, or, deferred into the file's open
+	// transaction (recordDeferred), applied there. recorded is closed when the record is on
+	// disk (the same moment when not deferred), released when the events held back until then
+	// were sent. applyErr, set before applied is closed, and recordErr, set before recorded is,
+	// are the turn's error if the write failed (storeRecord).
+	applied, recorded, released chan struct{}
+	applyErr, recordErr         error
 }
 
 func (s *Service) newTurn(req *orchestratorv1.RunTurnRequest, user string, send func(*orchestratorv1.TurnEvent) error) *turn {
@@ -170,8 +173,8 @@ func (t *turn) run(parent context.Context, ga *gathering) error {
 	stop := context.AfterFunc(ctx, ga.cancel)
 	defer stop()
 	ga.loadTaskState(t)
-	// Deferred where the store shares the session's file: the RUNNING record's commit below
-	// makes the message durable too, before the client hears of the turn.
+	// Deferred where the store shares the session's file: the commit that puts the RUNNING
+	// record below on disk makes the message durable too, before the client hears of the turn.
 	resp, err := t.s.deps.Session.AppendMessages(t.sessionWrite(ctx), &sessionv1.AppendMessagesRequest{
 		SessionId: t.session,
 		UserId:    t.user,
@@ -197,12 +200,12 @@ func (t *turn) run(parent context.Context, ga *gathering) error {
 	started := &orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Started{Started: &orchestratorv1.TurnStarted{
 		TurnId: t.id, SessionId: t.session, UserMessageSeq: t.userMsg.GetSeq(), Model: t.model, UserId: t.user,
 	}}}
-	// The RUNNING record (with TurnStarted in it) is stored before the client learns the turn's
-	// id: GetTurn and CancelTurn then always find the turn, and if this process dies, the sweep
-	// for orphaned turns finds it and ends it as INTERRUPTED (orphans.go). Its write (commit A
-	// in the monolith, which makes the deferred user message durable too) runs while the turn
-	// goes on with its first model call: the events wait for it, and a tool, a step's write and
-	// the turn's end wait for it (awaitRecord).
+	// The RUNNING record (with TurnStarted in it) is on disk before the client learns the
+	// turn's id: GetTurn and CancelTurn then always find the turn, and if this process dies, the
+	// sweep for orphaned turns finds it and ends it as INTERRUPTED (orphans.go). Its write runs
+	// while the turn goes on with its first model call: the events wait for it to be on disk,
+	// and so does a tool that may act (awaitRecord); a step's write and the turn's end come
+	// after it (awaitApplied). In the monolith it is deferred (storeRecord).
 	t.em.holdBack(started)
 	t.storeRecord(ctx, t.record(orchestratorv1.TurnStatus_TURN_STATUS_RUNNING))
 
@@ -211,19 +214,36 @@ func (t *turn) run(parent context.Context, ga *gathering) error {
 	return nil
 }
 
+// deferredRecorder is a Store that can write a turn's RUNNING record into the open transaction
+// of the file it shares with the session store (BoltStore).
+type deferredRecorder interface {
+	PutTurnDeferred(turn *orchestratorv1.Turn, ttl time.Duration) (durable <-chan error, err error)
+	SyncTurns()
+}
+
+// recordDeferred returns the store as a deferredRecorder when the turn's session writes are
+// deferred into the same file (Options.DeferSessionWrites): only then is a step written after a
+// deferred record committed with it or after it.
+func (t *turn) recordDeferred() (deferredRecorder, bool) {
+	d, ok := t.s.deps.Store.(deferredRecorder)
+	return d, ok && t.s.deps.DeferSessionWrites
+}
+
 // storeRecord writes the RUNNING record rec while the turn goes on, then sends the events held
-// back until then. If the write fails the turn fails (awaitRecord): no tool of a turn that a
-// crash would leave without a record may run, since nothing would then end it as INTERRUPTED.
+// back until it is on disk. If the write fails the turn fails (awaitApplied, awaitRecord): no
+// tool of a turn that a crash would leave without a record may run, since nothing would then
+// end it as INTERRUPTED. Where the record is deferred, the commit that puts it on disk is the
+// next one of the file: the turn's end, when the turn is quick, makes one commit instead of two;
+// a tool that acts on the world first commits it (awaitRecord).
 func (t *turn) storeRecord(ctx context.Context, rec *orchestratorv1.Turn) {
-	t.recorded, t.released = make(chan struct{}), make(chan struct{})
+	t.applied, t.recorded, t.released = make(chan struct{}), make(chan struct{}), make(chan struct{})
 	t.s.workers.run(func() {
 		defer close(t.released)
 		rctx, cancel := detached(ctx)
 		defer cancel()
-		if err := t.s.deps.Store.PutTurn(rctx, rec, t.s.cfg.TurnRetention); err != nil {
+		if err := t.putRecord(rctx, rec); err != nil {
 			t.s.log.Warn("turn record not stored", "turn", t.id, "error", err)
-			// Without the cause in the chain: a write that timed out is not the turn's deadline.
-			t.recordErr = errclass.New(errclass.Unavailable, "the turn's record could not be stored", nil)
+			t.recordErr = recordError()
 		}
 		// The turn goes on before the held events are sent: what it emits meanwhile is queued
 		// behind them (the emitter holds until release).
@@ -232,12 +252,68 @@ func (t *turn) storeRecord(ctx context.Context, rec *orchestratorv1.Turn) {
 	})
 }
 
-// awaitRecord waits until the RUNNING record's write ended (or ctx did) and returns its error.
+// recordError is the turn's error when its record could not be stored: without the cause in
+// the chain, as a write that timed out is not the turn's deadline.
+func recordError() error {
+	return errclass.New(errclass.Unavailable, "the turn's record could not be stored", nil)
+}
+
+// putRecord writes rec, closing t.applied once it is in the store's order of writes (with
+// t.applyErr set if it is not), and returns when it is on disk.
+func (t *turn) putRecord(ctx context.Context, rec *orchestratorv1.Turn) error {
+	d, ok := t.recordDeferred()
+	if !ok {
+		err := t.s.deps.Store.PutTurn(ctx, rec, t.s.cfg.TurnRetention)
+		if err != nil {
+			t.applyErr = recordError()
+		}
+		close(t.applied)
+		return err
+	}
+	durable, err := d.PutTurnDeferred(rec, t.s.cfg.TurnRetention)
+	if err != nil {
+		t.applyErr = recordError()
+		close(t.applied)
+		return err
+	}
+	close(t.applied)
+	select {
+	case err := <-durable:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// awaitApplied waits until the RUNNING record is in the store's order of writes (or ctx ended)
+// and returns its error: what the turn stores next then lands after it.
+func (t *turn) awaitApplied(ctx context.Context) error {
+	select {
+	case <-t.applied:
+		return t.applyErr
+	default:
+	}
+	select {
+	case <-t.applied:
+		return t.applyErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// awaitRecord waits until the RUNNING record is on disk (or ctx ended) and returns its error;
+// a deferred record is committed at once rather than when the file's next commit comes.
 func (t *turn) awaitRecord(ctx context.Context) error {
 	select {
 	case <-t.recorded:
 		return t.recordErr
 	default:
+	}
+	if err := t.awaitApplied(ctx); err != nil {
+		return err
+	}
+	if d, ok := t.recordDeferred(); ok {
+		d.SyncTurns()
 	}
 	select {
 	case <-t.recorded:
@@ -420,9 +496,9 @@ func (t *turn) storeAnswer(ctx context.Context, text string) error {
 }
 
 // sessionWrite is ctx for a session write of the turn. Where the store shares the session's
-// file (Options.DeferSessionWrites) the write is deferred: the turn's next write of the store
-// (its RUNNING record, its end) commits it, and with it every step is on disk before the client
-// hears the turn ended. A crash before that loses the deferred steps with the turn, which the
+// file (Options.DeferSessionWrites) the write is deferred: the file's next commit (at the latest
+// the turn's end) commits it, and with it every step is on disk before the client hears the
+// turn ended. A crash before that loses the deferred steps with the turn, which the
 // restarted process finds RUNNING (or not at all) and ends as INTERRUPTED.
 func (t *turn) sessionWrite(ctx context.Context) context.Context {
 	if t.s.deps.DeferSessionWrites {
@@ -439,8 +515,9 @@ func (t *turn) append(ctx context.Context, msgs []*sessionv1.NewMessage) ([]*ses
 		ctx, cancel = detached(ctx)
 		defer cancel()
 	}
-	// No step of the turn is stored before its record: a crash then finds the turn to end.
-	if err := t.awaitRecord(ctx); err != nil {
+	// No step of the turn is stored before its record: a crash then finds the turn to end. A
+	// deferred record is committed with the step, or before it.
+	if err := t.awaitApplied(ctx); err != nil {
 		return nil, err
 	}
 	var out []*sessionv1.Message
@@ -468,11 +545,12 @@ func (t *turn) finish(ctx context.Context, err error) {
 	sctx, cancel := detached(ctx)
 	defer cancel()
 	// The end is stored after the RUNNING record, never before it (which would overwrite it),
-	// and the events held back until the record was stored are sent before the final one. The
-	// record's write is bounded by its own detached context.
-	<-t.released
+	// and the events held back until the record was on disk are sent before the final one (a
+	// deferred record is committed with the end). The record's write is bounded by its own
+	// detached context.
+	<-t.applied
 	if err == nil {
-		err = t.recordErr
+		err = t.applyErr
 	}
 	// A step's write that still runs (runTools: the loop ended before the next model call) ends
 	// before the closing message and the end are stored; its failure is the turn's, as it was
@@ -549,6 +627,7 @@ func (t *turn) finish(ctx context.Context, err error) {
 	if err != nil {
 		t.s.log.Warn("turn record, task state and outbox entry not stored", "turn", t.id, "error", err)
 	}
+	<-t.released
 	t.em.send(final)
 	// After the final event, which the client waits for, and before the stream ends: the
 	// duration is the turn's as the client saw it.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/egress"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
@@ -213,6 +214,12 @@ func spec(name, description, schema string, timeout time.Duration, idempotent bo
 		Idempotent:  idempotent,
 		Groups:      groups,
 	}
+}
+
+// readOnly is the annotations of a builtin that changes nothing outside Hermes: the tool service
+// may retry it, and the orchestrator runs it before the turn's record is on disk.
+func readOnly() *toolsv1.ToolAnnotations {
+	return &toolsv1.ToolAnnotations{ReadOnlyHint: proto.Bool(true), DestructiveHint: proto.Bool(false), OpenWorldHint: proto.Bool(false)}
 }
 
 // httpNoRedirect is an http.Client option: a webhook's redirect is its answer, not followed,

@@ -36,6 +36,7 @@ func calculatorBuiltin() *Builtin {
 			return map[string]any{"expression": in.Expression, "result": json.Number(formatNumber(v))}, nil
 		})
 	b.Pure = true
+	b.Spec.Annotations = readOnly()
 	return b
 }
 

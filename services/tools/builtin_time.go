@@ -30,7 +30,7 @@ func currentTimeBuiltin() *Builtin {
 
 // currentTimeAt takes the clock as a parameter so tests can fix it.
 func currentTimeAt(now func() time.Time) *Builtin {
-	return newBuiltin(spec("current_time",
+	b := newBuiltin(spec("current_time",
 		"Get the current date and time in a time zone (IANA name such as Europe/Paris). Use it whenever the answer depends on today's date, the time, or the day of the week.",
 		derivedSchema, 2*time.Second, true, "time"),
 		map[string]lengths{"timezone": {max: 64}},
@@ -53,4 +53,6 @@ func currentTimeAt(now func() time.Time) *Builtin {
 				Unix:      t.Unix(),
 			}, nil
 		})
+	b.Spec.Annotations = readOnly()
+	return b
 }
