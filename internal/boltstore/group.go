@@ -367,10 +367,7 @@ func (g *Group) commit(batch []*groupWrite) {
 			slog.Error("later writes lost: the file is closed", "writes", len(later))
 			later = nil
 		}
-		if len(g.waiting) > 0 {
-			g.deferred = nil
-			g.notify(beginErr)
-		}
+		g.notify(beginErr) // nor will a commit come for the deferred writes
 	}
 	if len(later) > 0 {
 		g.mu.Lock()

@@ -552,6 +552,14 @@ func (t *turn) finish(ctx context.Context, err error) {
 	if err == nil {
 		err = t.applyErr
 	}
+	select {
+	case <-t.recorded:
+		// A deferred record's commit that failed lost the turn's deferred writes with it.
+		if err == nil {
+			err = t.recordErr
+		}
+	default:
+	}
 	// A step's write that still runs (runTools: the loop ended before the next model call) ends
 	// before the closing message and the end are stored; its failure is the turn's, as it was
 	// when the write came first.
