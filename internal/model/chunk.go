@@ -462,59 +462,14 @@ func (d *chunkDecoder) int(dst *int64) bool {
 	return true
 }
 
-// skip reads past one value of any type, checking its syntax as encoding/json does.
+// skip reads past one value of any type, checking its syntax as encoding/json does (and, in
+// objects, refusing what object refuses).
 func (d *chunkDecoder) skip(depth int) bool {
-	if depth > maxChunkDepth {
-		return false
-	}
 	switch c := d.peek(); c {
 	case '{':
-		d.pos++
-		if d.peek() == '}' {
-			d.pos++
-			return true
-		}
-		for {
-			if d.peek() != '"' || !d.skipString() {
-				return false
-			}
-			if d.peek() != ':' {
-				return false
-			}
-			d.pos++
-			if !d.skip(depth + 1) {
-				return false
-			}
-			switch d.peek() {
-			case ',':
-				d.pos++
-			case '}':
-				d.pos++
-				return true
-			default:
-				return false
-			}
-		}
+		return d.object(func([]byte) bool { return d.skip(depth + 1) }, depth)
 	case '[':
-		d.pos++
-		if d.peek() == ']' {
-			d.pos++
-			return true
-		}
-		for {
-			if !d.skip(depth + 1) {
-				return false
-			}
-			switch d.peek() {
-			case ',':
-				d.pos++
-			case ']':
-				d.pos++
-				return true
-			default:
-				return false
-			}
-		}
+		return d.array(func() {}, func() bool { return d.skip(depth + 1) }, depth)
 	case '"':
 		return d.skipString()
 	case 't':
