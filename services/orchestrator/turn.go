@@ -287,19 +287,7 @@ func (t *turn) putRecord(ctx context.Context, rec *orchestratorv1.Turn) error {
 
 // awaitApplied waits until the RUNNING record is in the store's order of writes (or ctx ended)
 // and returns its error: what the turn stores next then lands after it.
-func (t *turn) awaitApplied(ctx context.Context) error {
-	select {
-	case <-t.applied:
-		return t.applyErr
-	default:
-	}
-	select {
-	case <-t.applied:
-		return t.applyErr
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (t *turn) awaitApplied(ctx context.Context) error { return await(ctx, t.applied, &t.applyErr) }
 
 // awaitRecord waits until the RUNNING record is on disk (or ctx ended) and returns its error;
 // a deferred record is committed at once rather than when the file's next commit comes.
@@ -315,9 +303,20 @@ func (t *turn) awaitRecord(ctx context.Context) error {
 	if d, ok := t.recordDeferred(); ok {
 		d.SyncTurns()
 	}
+	return await(ctx, t.recorded, &t.recordErr)
+}
+
+// await waits until done is closed (or ctx ended) and returns *err, which is set before done is
+// closed. A closed done wins over an ended ctx.
+func await(ctx context.Context, done <-chan struct{}, err *error) error {
 	select {
-	case <-t.recorded:
-		return t.recordErr
+	case <-done:
+		return *err
+	default:
+	}
+	select {
+	case <-done:
+		return *err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
