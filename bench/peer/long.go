@@ -225,19 +225,17 @@ func reportLong(out io.Writer, c config, runs map[string][]*run) {
 // whole long phase: CPU per turn and p50 of each, the ratio of their medians over the repeats.
 // adk-go sends a session's whole history with every turn; Hermes a bounded context.
 func reportLongRatios(out io.Writer, c config, runs map[string][]*run, nwin int) {
-	a, b := runs["hermes-mono"], runs["adk-memory"]
+	a, b := runs[hermesMono], runs[adkMemory]
 	if len(a) == 0 || len(b) == 0 {
 		return
 	}
-	// at is a figure of the repeats' window wi, or of their whole phase when wi is -1.
-	at := func(rs []*run, wi int, f func([]window) float64) float64 {
+	// at is the median over the repeats of a figure of the windows [from, to) of each; a repeat
+	// with fewer windows is left out.
+	at := func(rs []*run, from, to int, f func([]window) float64) float64 {
 		var vs []float64
 		for _, r := range rs {
-			switch {
-			case wi < 0 && len(r.long) > 0:
-				vs = append(vs, f(r.long))
-			case wi >= 0 && wi < len(r.long):
-				vs = append(vs, f(r.long[wi:wi+1]))
+			if to <= len(r.long) {
+				vs = append(vs, f(r.long[from:to]))
 			}
 		}
 		return median(vs)
@@ -267,17 +265,17 @@ func reportLongRatios(out io.Writer, c config, runs map[string][]*run, nwin int)
 		get  func([]window) float64
 	}{{"CPU per turn", cpu}, {"p50", p50}} {
 		fmt.Fprintf(out, "| %s |", f.name)
-		for wi := 0; wi <= nwin; wi++ {
-			i := wi
-			if wi == nwin {
-				i = -1
-			}
-			if x, y := at(a, i, f.get), at(b, i, f.get); y > 0 {
+		cell := func(from, to int) {
+			if x, y := at(a, from, to, f.get), at(b, from, to, f.get); y > 0 {
 				fmt.Fprintf(out, " %.2f |", x/y)
 			} else {
 				fmt.Fprintf(out, " — |")
 			}
 		}
+		for wi := range nwin {
+			cell(wi, wi+1)
+		}
+		cell(0, nwin) // the whole phase
 		fmt.Fprintln(out)
 	}
 }

@@ -194,7 +194,7 @@ func (d *chunkDecoder) object(field func(key []byte) bool, depth int) bool {
 		if !ok {
 			return false
 		}
-		for _, s := range seen[:min(n, len(seen))] {
+		for _, s := range seen[:n] {
 			if bytes.Equal(s, key) {
 				return false
 			}

@@ -429,12 +429,20 @@ func putAbsent(b *bolt.Bucket, key []byte) error {
 
 // PutTurn implements Store: one group-committed write, so the record survives a crash.
 func (s *BoltStore) PutTurn(_ context.Context, turn *orchestratorv1.Turn, ttl time.Duration) error {
-	raw, err := proto.Marshal(turn)
+	v, err := s.encodeTurn(turn, ttl)
 	if err != nil {
 		return err
 	}
-	v := s.turnValue(raw, ttl)
 	return s.group.Update(func(tx *bolt.Tx) error { return putTurn(tx, turn, v) })
+}
+
+// encodeTurn is turn's stored value, kept for ttl.
+func (s *BoltStore) encodeTurn(turn *orchestratorv1.Turn, ttl time.Duration) ([]byte, error) {
+	raw, err := proto.Marshal(turn)
+	if err != nil {
+		return nil, err
+	}
+	return s.turnValue(raw, ttl), nil
 }
 
 // PutTurnDeferred writes a running turn's record into the file's open transaction and returns
@@ -443,11 +451,10 @@ func (s *BoltStore) PutTurn(_ context.Context, turn *orchestratorv1.Turn, ttl ti
 // write, the group's own at most its delay later), or SyncTurns'. A turn that ends within that
 // delay thus makes one commit instead of two.
 func (s *BoltStore) PutTurnDeferred(turn *orchestratorv1.Turn, ttl time.Duration) (durable <-chan error, err error) {
-	raw, err := proto.Marshal(turn)
+	v, err := s.encodeTurn(turn, ttl)
 	if err != nil {
 		return nil, err
 	}
-	v := s.turnValue(raw, ttl)
 	return s.group.DeferDurable(func(tx *bolt.Tx, _ bool) error { return putTurn(tx, turn, v) })
 }
 
