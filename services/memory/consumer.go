@@ -14,6 +14,7 @@ import (
 
 	"github.com/hermes-agent/hermes/internal/backoff"
 	"github.com/hermes-agent/hermes/internal/events"
+	"github.com/hermes-agent/hermes/internal/workpool"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 )
@@ -33,8 +34,10 @@ type Consumer struct {
 	cfg  Config
 	log  *slog.Logger
 
-	cc     jetstream.ConsumeContext
-	sem    chan struct{}
+	cc  jetstream.ConsumeContext
+	sem chan struct{}
+	// pool runs the extractions, one a message, at most len(sem) at once.
+	pool   *workpool.Pool
 	wg     sync.WaitGroup
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -74,7 +77,7 @@ func StartConsumer(ctx context.Context, svc *Service, js jetstream.JetStream, na
 	if err != nil {
 		return nil, fmt.Errorf("memory extractor consumer: %w", err)
 	}
-	c := &Consumer{svc: svc, js: js, names: names, keys: keys, cfg: cfg, log: log, sem: make(chan struct{}, workers)}
+	c := &Consumer{svc: svc, js: js, names: names, keys: keys, cfg: cfg, log: log, sem: make(chan struct{}, workers), pool: workpool.New(workers)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.cc, err = cons.Consume(c.dispatch,
 		// Messages buffered in the client age towards their ack wait: fetch only what the
@@ -108,10 +111,10 @@ func (c *Consumer) dispatch(msg jetstream.Msg) {
 	}
 	c.wg.Add(1)
 	c.stopMu.Unlock()
-	go func() {
+	c.pool.Go(func() {
 		defer func() { <-c.sem; c.wg.Done() }()
 		c.handle(msg)
-	}()
+	})
 }
 
 func (c *Consumer) handle(msg jetstream.Msg) {
@@ -275,12 +278,14 @@ func (c *Consumer) Stop(timeout time.Duration) {
 		<-done
 	}
 	c.cancel()
+	c.pool.Stop()
 }
 
 // kill stops at once without finishing anything (tests: a replica that dies mid-batch).
 func (c *Consumer) kill() {
 	c.cancel()
 	c.cc.Stop()
+	c.pool.Stop()
 }
 
 // extractable reports whether memories are extracted from a finished turn: only a completed one

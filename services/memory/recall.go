@@ -8,8 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
+	"github.com/hermes-agent/hermes/internal/workpool"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
@@ -152,7 +151,7 @@ type tierHit struct {
 func (s *Service) searchTiers(ctx context.Context, userID string, q SearchQuery) ([]tierHit, error) {
 	tiers := []memoryv1.Tier{memoryv1.Tier_TIER_EPISODIC, memoryv1.Tier_TIER_SEMANTIC}
 	results := make([][]Hit, len(tiers))
-	g, gctx := errgroup.WithContext(ctx)
+	g, gctx := workpool.NewGroup(ctx, s.pool)
 	for i, t := range tiers {
 		g.Go(func() error {
 			hits, err := s.tier(t).Search(gctx, userID, q)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hermes-agent/hermes/internal/model"
+	"github.com/hermes-agent/hermes/internal/workpool"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 )
 
@@ -53,15 +54,21 @@ type Service struct {
 	convs *conversationLinks
 
 	touches chan touchReq
-	wg      sync.WaitGroup
-	stop    chan struct{}
-	once    sync.Once
+	// pool runs a recall's searches of the two tiers.
+	pool *workpool.Pool
+	wg   sync.WaitGroup
+	stop chan struct{}
+	once sync.Once
 
 	// beforeFinish, when set (tests), runs after an extraction's memories are written and
 	// before its turn record is stored: the window in which a crash leaves written memories
 	// of an unacknowledged event.
 	beforeFinish func(ctx context.Context, turnID string)
 }
+
+// searchWorkers is how many goroutines a Service keeps for recalls' tier searches (two a
+// recall); more at once run on goroutines of their own.
+const searchWorkers = 32
 
 // NewService returns the service. Close stops its background work.
 func NewService(cfg Config, o Options) (*Service, error) {
@@ -77,7 +84,7 @@ func NewService(cfg Config, o Options) (*Service, error) {
 	s := &Service{
 		cfg: cfg, ep: o.Episodic, sem: o.Semantic, state: o.State, emb: o.Embedder, model: o.Model,
 		log: o.Logger, now: o.Now, touches: make(chan touchReq, 1024), stop: make(chan struct{}),
-		convs: newConversationLinks(),
+		convs: newConversationLinks(), pool: workpool.New(searchWorkers),
 	}
 	s.wg.Add(1)
 	go s.toucher()
@@ -88,6 +95,7 @@ func NewService(cfg Config, o Options) (*Service, error) {
 func (s *Service) Close() {
 	s.once.Do(func() {
 		close(s.stop)
+		s.pool.Stop()
 	})
 	s.wg.Wait()
 }

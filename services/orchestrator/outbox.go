@@ -117,7 +117,7 @@ func (s *Service) publish(ctx context.Context, ev *eventsv1.TurnFinished, data [
 // turn id — a claim would cost two store round trips on every turn to save that rare duplicate.
 func (s *Service) publishNow(ctx context.Context, ev *eventsv1.TurnFinished, data []byte) {
 	s.bg.Add(1)
-	s.workers.run(func() {
+	s.workers.Go(func() {
 		defer s.bg.Done()
 		pctx := trace.ContextWithSpanContext(s.bgCtx, trace.SpanContextFromContext(ctx))
 		if err := s.publish(pctx, ev, data); err != nil {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/hermes-agent/hermes/internal/textseg"
+	"github.com/hermes-agent/hermes/internal/workpool"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
@@ -22,7 +23,7 @@ import (
 // runs alongside taking the session's lease (tools, memories) and that append (the task state),
 // and prepare waits for it.
 type gathering struct {
-	g *group
+	g *workpool.Group
 	// ctx is g's: it ends when a fetch fails, on cancel, or with the turn (run ties it there).
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -38,9 +39,9 @@ type gathering struct {
 func (t *turn) gather(ctx context.Context) *gathering {
 	ga := &gathering{}
 	ctx, ga.cancel = context.WithCancel(ctx)
-	ga.g, ga.ctx = newGroup(ctx, t.s.workers)
-	ga.g.do(func() error { return t.loadTools(ga.ctx) })
-	ga.g.do(func() error {
+	ga.g, ga.ctx = workpool.NewGroup(ctx, t.s.workers)
+	ga.g.Go(func() error { return t.loadTools(ga.ctx) })
+	ga.g.Go(func() error {
 		ga.memories = t.recall(ga.ctx)
 		return nil
 	})
@@ -50,13 +51,13 @@ func (t *turn) gather(ctx context.Context) *gathering {
 // discard stops the gathering and waits for its fetches to end: the turn will not use them.
 func (ga *gathering) discard() {
 	ga.cancel()
-	_ = ga.g.wait()
+	_ = ga.g.Wait()
 }
 
 // loadTaskState adds the read of the session's task state to the gathering; the turn must hold
 // the session's lease, so that the previous turn's end is in what it reads.
 func (ga *gathering) loadTaskState(t *turn) {
-	ga.g.do(func() error {
+	ga.g.Go(func() error {
 		var err error
 		if ga.state, err = t.s.deps.Store.TaskState(ga.ctx, t.session); err != nil {
 			return fmt.Errorf("loading the task state: %w", err)
@@ -71,7 +72,7 @@ func (ga *gathering) loadTaskState(t *turn) {
 func (t *turn) prepare(ctx context.Context, ga *gathering) error {
 	built, err := t.buildContext(ctx)
 	if err != nil {
-		_ = ga.g.wait()
+		_ = ga.g.Wait()
 		return err
 	}
 	b := &t.blocks
@@ -106,7 +107,7 @@ func (t *turn) prepare(ctx context.Context, ga *gathering) error {
 	for _, m := range current {
 		b.currentTokens += m.GetTokenCount()
 	}
-	if err := ga.g.wait(); err != nil {
+	if err := ga.g.Wait(); err != nil {
 		return err
 	}
 	if ga.memories != nil {

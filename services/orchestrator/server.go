@@ -30,6 +30,7 @@ import (
 	"github.com/hermes-agent/hermes/internal/model"
 	"github.com/hermes-agent/hermes/internal/rpc"
 	"github.com/hermes-agent/hermes/internal/tokenizer"
+	"github.com/hermes-agent/hermes/internal/workpool"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
@@ -120,9 +121,14 @@ type Service struct {
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
-	// workers run turns' background work (workers.go).
-	workers *workers
+	// workers run turns' background work: the RUNNING record's and a step's writes, the
+	// gathering's fetches, the turn.finished publish.
+	workers *workpool.Pool
 }
+
+// turnWorkers is how many workers an orchestrator keeps: a turn runs up to five pieces of
+// background work at once, and a replica several turns.
+const turnWorkers = 64
 
 // NewService returns the orchestrator.
 func NewService(cfg Config, deps Options) (*Service, error) {
@@ -152,7 +158,7 @@ func NewService(cfg Config, deps Options) (*Service, error) {
 		met:      newMetrics(),
 		bgCtx:    ctx,
 		bgCancel: cancel,
-		workers:  newWorkers(turnWorkers),
+		workers:  workpool.New(turnWorkers),
 	}
 	s.promptTokens = int32(deps.Tokenizer.CountMessage(cfg.SystemPrompt))
 	s.instructions = &serverInstructions{names: cfg.MCPInstructions, servers: deps.Gateway, now: deps.Now, log: log}
@@ -186,7 +192,7 @@ func (s *Service) Close(grace time.Duration) {
 		<-done
 	}
 	s.bgCancel()
-	s.workers.stop()
+	s.workers.Stop()
 }
 
 // validateRun checks a RunTurn request.

@@ -161,7 +161,7 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 	done := make(chan struct{})
 	var out []*sessionv1.Message
 	var aerr error
-	t.s.workers.run(func() {
+	t.s.workers.Go(func() {
 		defer close(done)
 		wctx, cancel := detached(ctx)
 		defer cancel()

@@ -237,7 +237,7 @@ func (t *turn) recordDeferred() (deferredRecorder, bool) {
 // a tool that acts on the world first commits it (awaitRecord).
 func (t *turn) storeRecord(ctx context.Context, rec *orchestratorv1.Turn) {
 	t.applied, t.recorded, t.released = make(chan struct{}), make(chan struct{}), make(chan struct{})
-	t.s.workers.run(func() {
+	t.s.workers.Go(func() {
 		defer close(t.released)
 		rctx, cancel := detached(ctx)
 		defer cancel()
