@@ -127,8 +127,9 @@ type Service struct {
 }
 
 // turnWorkers is how many workers an orchestrator keeps: a turn runs up to five pieces of
-// background work at once, and a replica several turns.
-const turnWorkers = 64
+// background work at once, and a replica dozens of turns. An idle worker costs a few KiB once
+// the collector has shrunk its stack.
+const turnWorkers = 256
 
 // NewService returns the orchestrator.
 func NewService(cfg Config, deps Options) (*Service, error) {

