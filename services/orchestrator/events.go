@@ -65,10 +65,14 @@ type emitter struct {
 	busy    chan struct{}
 }
 
-// emit numbers an event, keeps it and sends it (or queues it, while holding).
+// emit numbers an event, keeps it and sends it (or queues it, while holding). A text delta
+// that finds the previous delta of its step still waiting to go out joins it (coalesce).
 func (e *emitter) emit(ev *orchestratorv1.TurnEvent) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.coalesce(ev) {
+		return
+	}
 	e.add(ev)
 	if e.holding {
 		e.queue = append(e.queue, ev)
@@ -125,6 +129,32 @@ func (e *emitter) send(ev *orchestratorv1.TurnEvent) {
 	}
 	e.out = nil
 	e.gone = true // a sender still to run finds nothing to do
+}
+
+// coalesce appends a text delta to the turn's last event when that is a delta of the same
+// step that has not gone to the client yet: held back before the RUNNING record, or not yet
+// taken by the sender. A client that reads slower than the model streams then gets fewer,
+// longer deltas with the same text, and every event sent still has the next seq; a model that
+// streams slower than the client reads is passed on delta by delta. e.mu is held.
+func (e *emitter) coalesce(ev *orchestratorv1.TurnEvent) bool {
+	d := ev.GetDelta()
+	if d == nil || len(e.events) == 0 {
+		return false
+	}
+	last := e.events[len(e.events)-1]
+	prev := last.GetDelta()
+	if prev == nil || prev.GetStep() != d.GetStep() {
+		return false
+	}
+	waiting := e.out
+	if e.holding {
+		waiting = e.queue
+	}
+	if len(waiting) == 0 || waiting[len(waiting)-1] != last {
+		return false
+	}
+	prev.Text += d.GetText()
+	return true
 }
 
 func (e *emitter) add(ev *orchestratorv1.TurnEvent) {

@@ -228,3 +228,68 @@ func TestEmitterSendsOffTheTurn(t *testing.T) {
 		}
 	})
 }
+
+// TestEmitterCoalescesWaitingDeltas: a text delta joins the previous delta of its step while
+// that one waits to go out (behind a blocked send, or held back before the RUNNING record);
+// the client gets every seq in order and the same text; deltas of another step, or after
+// another event, or after the previous one went out, stay apart.
+func TestEmitterCoalescesWaitingDeltas(t *testing.T) {
+	type sent struct {
+		Seq  int32
+		Text string
+	}
+	delta := func(step int32, text string) *orchestratorv1.TurnEvent {
+		return &orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Delta{Delta: &orchestratorv1.TextDelta{Text: text, Step: step}}}
+	}
+	other := func() *orchestratorv1.TurnEvent {
+		return &orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_ToolCall{ToolCall: &orchestratorv1.ToolCallStarted{}}}
+	}
+	synctest.Test(t, func(t *testing.T) {
+		unblock := make(chan struct{})
+		var mu sync.Mutex
+		var got []sent
+		em := &emitter{sendFn: func(ev *orchestratorv1.TurnEvent) error {
+			if ev.GetSeq() == 2 {
+				<-unblock
+			}
+			mu.Lock()
+			got = append(got, sent{ev.GetSeq(), ev.GetDelta().GetText()})
+			mu.Unlock()
+			return nil
+		}}
+		// Held back: the deltas queued before the record join.
+		em.holdBack(other())                 // 1
+		em.emit(delta(1, "held "))           // 2
+		em.emit(delta(1, "together"))        // joins 2
+		em.release()                         // the send of 2 blocks
+		synctest.Wait()                      //
+		em.emit(delta(1, "a"))               // 3
+		em.emit(delta(1, "b"))               // joins 3
+		em.emit(delta(2, "c"))               // 4: another step
+		em.emit(delta(2, "d"))               // joins 4
+		em.emit(other())                     // 5
+		em.emit(delta(2, "e"))               // 6: after another event
+		close(unblock)                       //
+		synctest.Wait()                      // everything went out
+		em.emit(delta(2, "f"))               // 7: 6 went out already
+		synctest.Wait()                      //
+		final := &orchestratorv1.TurnEvent{} //
+		em.hold(final)                       // 8
+		em.send(final)                       //
+		mu.Lock()
+		defer mu.Unlock()
+		want := []sent{{1, ""}, {2, "held together"}, {3, "ab"}, {4, "cd"}, {5, ""}, {6, "e"}, {7, "f"}, {8, ""}}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("sent (-want +got):\n%s", diff)
+		}
+		var texts []string
+		for _, ev := range em.recorded() {
+			if d := ev.GetDelta(); d != nil {
+				texts = append(texts, d.GetText())
+			}
+		}
+		if diff := cmp.Diff([]string{"held togetherab", "cd", "ef"}, texts); diff != "" { // the record joins a step's deltas anyway
+			t.Errorf("recorded deltas (-want +got):\n%s", diff)
+		}
+	})
+}
