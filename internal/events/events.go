@@ -147,20 +147,43 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, n Names) (jetstre
 // EnsureStreamReplicas is EnsureStream with the number of copies a NATS cluster keeps (1 for a
 // single server, 3 for a production cluster).
 func EnsureStreamReplicas(ctx context.Context, js jetstream.JetStream, n Names, replicas int) (jetstream.Stream, error) {
-	st, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Replicas:    max(replicas, 1),
-		Name:        n.Stream,
-		Description: "Hermes events: turn.finished for the memory extractor, and dead letters",
-		Subjects:    []string{n.TurnFinishedFilter(), n.DeadLetterFilter()},
-		Storage:     jetstream.FileStorage,
-		Retention:   jetstream.LimitsPolicy,
-		MaxAge:      7 * 24 * time.Hour,
-		Duplicates:  10 * time.Minute,
+	var st jetstream.Stream
+	err := RetryStartup(ctx, func() error {
+		var err error
+		st, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Replicas:    max(replicas, 1),
+			Name:        n.Stream,
+			Description: "Hermes events: turn.finished for the memory extractor, and dead letters",
+			Subjects:    []string{n.TurnFinishedFilter(), n.DeadLetterFilter()},
+			Storage:     jetstream.FileStorage,
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      7 * 24 * time.Hour,
+			Duplicates:  10 * time.Minute,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ensure stream %s: %w", n.Stream, err)
 	}
 	return st, nil
+}
+
+// startupRetry paces RetryStartup.
+var startupRetry = backoff.Policy{Initial: 20 * time.Millisecond, Max: time.Second, Jitter: 0.2}
+
+// RetryStartup runs op, a JetStream call a process makes as it starts (creating or updating
+// the stream, a durable consumer), again while the server answers it with an error status of
+// 500 or more, until ctx ends. Replicas that start together race on the stream: while one
+// creates or updates it, another's consumer creation can fail with "invalid stream" (500,
+// error code 10012), and the replica would exit. Any other error is returned at once.
+func RetryStartup(ctx context.Context, op func() error) error {
+	var err error
+	backoff.Until(ctx, startupRetry, func() bool {
+		err = op()
+		var apiErr *jetstream.APIError
+		return err == nil || !errors.As(err, &apiErr) || apiErr.Code < 500
+	})
+	return err
 }
 
 // turnFinishedContentType is the Content-Type header of a published turn.finished: binary

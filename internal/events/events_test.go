@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -270,5 +272,89 @@ func TestPublishEncoded(t *testing.T) {
 	}
 	if diff := cmp.Diff(ev, got, protocmp.Transform()); diff != "" {
 		t.Errorf("decoded event (-want +got):\n%s", diff)
+	}
+}
+
+// TestRetryStartup: a server error status (500 and up) is tried again until the call succeeds;
+// any other error, and the last error once ctx ends, is returned.
+func TestRetryStartup(t *testing.T) {
+	busy := &jetstream.APIError{Code: 500, ErrorCode: 10012, Description: "invalid stream"}
+	refused := &jetstream.APIError{Code: 400, ErrorCode: 10058, Description: "stream name already in use"}
+	other := errors.New("no responders")
+	for _, tc := range []struct {
+		name      string
+		errs      []error // what the calls return, in turn; nil after the last
+		wantCalls int
+		wantErr   error
+	}{
+		{"succeeds", nil, 1, nil},
+		{"server busy twice", []error{busy, fmt.Errorf("wrapped: %w", busy)}, 3, nil},
+		{"client error at once", []error{refused, nil}, 1, refused},
+		{"other error at once", []error{other}, 1, other},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			err := RetryStartup(context.Background(), func() error {
+				calls++
+				if calls <= len(tc.errs) {
+					return tc.errs[calls-1]
+				}
+				return nil
+			})
+			if calls != tc.wantCalls || !errors.Is(err, tc.wantErr) {
+				t.Errorf("%d calls, error %v; want %d, %v", calls, err, tc.wantCalls, tc.wantErr)
+			}
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := RetryStartup(ctx, func() error { return busy }); !errors.Is(err, busy) {
+		t.Errorf("with ctx ended: %v, want the last error", err)
+	}
+}
+
+// TestStartTogether replays replicas that start at once on a fresh stream (CI once saw a memory
+// replica exit on "invalid stream", a 500, while others created the stream): each connects,
+// ensures the stream and creates the durable consumer, as a process does when it starts; all
+// succeed. The race is rare: this run did not reproduce it here without the retry, and checks
+// that starting together works with it.
+func TestStartTogether(t *testing.T) {
+	nc, js, err := Connect("nats://127.0.0.1:4222", "events-test", nil)
+	if err != nil {
+		t.Fatalf("NATS: %v (start nats-server -js)", err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for round := range 10 {
+		names := randomNames(t)
+		const replicas = 6
+		errs := make(chan error, replicas)
+		for range replicas {
+			go func() {
+				nc, js, err := Connect("nats://127.0.0.1:4222", "events-test", nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer nc.Close()
+				if _, err := EnsureStream(ctx, js, names); err != nil {
+					errs <- err
+					return
+				}
+				errs <- RetryStartup(ctx, func() error {
+					_, err := js.CreateOrUpdateConsumer(ctx, names.Stream, jetstream.ConsumerConfig{
+						Durable: names.ExtractorConsumer, FilterSubject: names.TurnFinishedFilter(), AckPolicy: jetstream.AckExplicitPolicy,
+					})
+					return err
+				})
+			}()
+		}
+		for range replicas {
+			if err := <-errs; err != nil {
+				t.Errorf("round %d: %v", round, err)
+			}
+		}
+		_ = js.DeleteStream(context.Background(), names.Stream)
 	}
 }

@@ -64,15 +64,20 @@ func StartConsumer(ctx context.Context, svc *Service, js jetstream.JetStream, na
 	}
 	cfg := svc.cfg
 	workers := max(cfg.ConsumerWorkers, 1)
-	cons, err := js.CreateOrUpdateConsumer(ctx, names.Stream, jetstream.ConsumerConfig{
-		Durable:       names.ExtractorConsumer,
-		Description:   "Hermes memory extractor: explicit extraction from finished turns",
-		FilterSubject: names.TurnFinishedFilter(),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.ConsumerAckWait,
-		MaxDeliver:    max(cfg.ConsumerMaxDeliver, 1),
-		MaxAckPending: workers * 16,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
+	var cons jetstream.Consumer
+	err := events.RetryStartup(ctx, func() error {
+		var err error
+		cons, err = js.CreateOrUpdateConsumer(ctx, names.Stream, jetstream.ConsumerConfig{
+			Durable:       names.ExtractorConsumer,
+			Description:   "Hermes memory extractor: explicit extraction from finished turns",
+			FilterSubject: names.TurnFinishedFilter(),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       cfg.ConsumerAckWait,
+			MaxDeliver:    max(cfg.ConsumerMaxDeliver, 1),
+			MaxAckPending: workers * 16,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("memory extractor consumer: %w", err)
