@@ -1331,7 +1331,9 @@ func (x *MemoriesRecalled) GetError() string {
 	return ""
 }
 
-// TextDelta is a piece of the model's answer.
+// TextDelta is a piece of the model's answer. Pieces of one step that are still waiting to go
+// out when the next arrives (a client reading slower than the model streams) are sent joined, as
+// one TextDelta; their text, in order, is the same.
 type TextDelta struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The text.
