@@ -52,9 +52,12 @@ type contextBlocks struct {
 }
 
 // messages is the request's message list.
-func (b *contextBlocks) messages() []model.Message {
-	out := make([]model.Message, 0, 5+len(b.history)+len(b.current))
-	for _, s := range []string{b.systemPrompt, b.memory, b.pinned, b.summary, b.taskState} {
+func (b *contextBlocks) messages() []model.Message { return b.appendMessages(nil) }
+
+// appendMessages appends the request's message list to out.
+func (b *contextBlocks) appendMessages(out []model.Message) []model.Message {
+	out = slices.Grow(out, 5+len(b.history)+len(b.current))
+	for _, s := range [...]string{b.systemPrompt, b.memory, b.pinned, b.summary, b.taskState} {
 		if s != "" {
 			out = append(out, model.Message{Role: model.RoleSystem, Content: s})
 		}

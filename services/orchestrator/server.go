@@ -82,7 +82,8 @@ type Options struct {
 }
 
 // Model is what the orchestrator needs of a model endpoint; *model.Client is the production
-// one, and tests give the loop a fake.
+// one, and tests give the loop a fake. A request's message list is the caller's again once the
+// call returns (a turn rebuilds it in place for its next step).
 type Model interface {
 	// Model is the default model name.
 	Model() string

@@ -82,6 +82,9 @@ type turn struct {
 	byName   map[string]*toolsv1.Tool
 	mtools   []model.Tool
 	blocks   contextBlocks
+	// request is the model request's message list, rebuilt in place for each step: a step's
+	// call is over before the next builds it, and the client keeps none of it.
+	request  []model.Message
 	ctxInfo  *orchestratorv1.ContextAssembled
 	usage    usageAcc
 	answer   string
@@ -343,7 +346,8 @@ func (t *turn) loop(ctx context.Context, ga *gathering) error {
 // step makes one model call and, when it asks for tools, runs them and stores the step. It
 // reports whether the turn has its final answer.
 func (t *turn) step(ctx context.Context, step int32) (bool, error) {
-	msgs := t.blocks.messages()
+	t.request = t.blocks.appendMessages(t.request[:0])
+	msgs := t.request
 	a := &announcement{t: t, step: step}
 	if t.storing == nil {
 		_ = a.emit() // nothing to wait for: it cannot fail
