@@ -25,8 +25,13 @@ var (
 	reAgo       = regexp.MustCompile(`(?i)\b(\d+|a|an|one|two|three|four|five|six)\s+(day|week|month|year)s?\s+ago\b`)
 	reZhAgo     = regexp.MustCompile(`(\d+|[一二两三四五六七八九十])(天|周|个?星期|个月|年)[前以]`)
 	monthNames  = []string{"january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december"}
-	monthByName = map[string]time.Month{"january": 1, "february": 2, "march": 3, "april": 4, "may": 5, "june": 6, "july": 7,
-		"august": 8, "september": 9, "october": 10, "november": 11, "december": 12}
+	monthByName = func() map[string]time.Month {
+		m := make(map[string]time.Month, len(monthNames))
+		for i, name := range monthNames {
+			m[name] = time.Month(i + 1)
+		}
+		return m
+	}()
 	smallNumber = map[string]int{"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
 		"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10}
 )
@@ -62,8 +67,8 @@ func queryTimeWindow(query string, ref time.Time) (timeWindow, bool) {
 
 // find is re.FindStringSubmatch(s) where may(s), else nil. may is a cheap test that every string
 // re matches passes (TestTimeGuardsAdmitEveryMatch, FuzzTimeGuards): the patterns backtrack,
-// they run on every recall's query, and most queries name no date (the six cost 67 µs a
-// query unguarded).
+// they run on every recall's query, and most queries name no time (unguarded, the six took
+// 18 µs for a short English question and 87 µs a turn for the peer harness' Chinese one).
 func find(re *regexp.Regexp, may func(string) bool, s string) []string {
 	if !may(s) {
 		return nil
