@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync"
 	"unicode/utf8"
 
@@ -63,6 +64,11 @@ type emitter struct {
 	out     []*orchestratorv1.TurnEvent
 	sending bool
 	busy    chan struct{}
+	// joined is the waiting text delta that later deltas joined (coalesce), and join its text
+	// so far: the event gets it (flush) before it goes out or into the record, so that joining
+	// many small deltas copies each once.
+	joined *orchestratorv1.TextDelta
+	join   strings.Builder
 }
 
 // emit numbers an event, keeps it and sends it (or queues it, while holding). A text delta
@@ -122,6 +128,7 @@ func (e *emitter) send(ev *orchestratorv1.TurnEvent) {
 		<-busy
 		e.mu.Lock()
 	}
+	e.flush()
 	for _, q := range append(e.out, ev) {
 		if !e.gone && e.sendFn(q) != nil {
 			e.gone = true
@@ -153,8 +160,21 @@ func (e *emitter) coalesce(ev *orchestratorv1.TurnEvent) bool {
 	if len(waiting) == 0 || waiting[len(waiting)-1] != last {
 		return false
 	}
-	prev.Text += d.GetText()
+	if e.joined != prev {
+		e.flush()
+		e.joined = prev
+		e.join.WriteString(prev.GetText())
+	}
+	e.join.WriteString(d.GetText())
 	return true
+}
+
+// flush gives the joined delta its text; e.mu is held.
+func (e *emitter) flush() {
+	if e.joined != nil {
+		e.joined.Text = e.join.String()
+		e.joined, e.join = nil, strings.Builder{}
+	}
 }
 
 func (e *emitter) add(ev *orchestratorv1.TurnEvent) {
@@ -185,6 +205,7 @@ func (e *emitter) sender() {
 			e.mu.Unlock()
 			return
 		}
+		e.flush()
 		batch, busy := e.out, make(chan struct{})
 		e.out, e.busy = nil, busy
 		e.mu.Unlock()
@@ -209,6 +230,7 @@ func (e *emitter) sender() {
 func (e *emitter) recorded() []*orchestratorv1.TurnEvent {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.flush()
 	var out []*orchestratorv1.TurnEvent
 	for _, ev := range e.events {
 		if d := ev.GetDelta(); d != nil && len(out) > 0 {

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -258,24 +259,24 @@ func TestEmitterCoalescesWaitingDeltas(t *testing.T) {
 			return nil
 		}}
 		// Held back: the deltas queued before the record join.
-		em.holdBack(other())                 // 1
-		em.emit(delta(1, "held "))           // 2
-		em.emit(delta(1, "together"))        // joins 2
-		em.release()                         // the send of 2 blocks
-		synctest.Wait()                      //
-		em.emit(delta(1, "a"))               // 3
-		em.emit(delta(1, "b"))               // joins 3
-		em.emit(delta(2, "c"))               // 4: another step
-		em.emit(delta(2, "d"))               // joins 4
-		em.emit(other())                     // 5
-		em.emit(delta(2, "e"))               // 6: after another event
-		close(unblock)                       //
-		synctest.Wait()                      // everything went out
-		em.emit(delta(2, "f"))               // 7: 6 went out already
-		synctest.Wait()                      //
-		final := &orchestratorv1.TurnEvent{} //
-		em.hold(final)                       // 8
-		em.send(final)                       //
+		em.holdBack(other())          // 1
+		em.emit(delta(1, "held "))    // 2
+		em.emit(delta(1, "together")) // joins 2
+		em.release()                  // the send of 2 blocks
+		synctest.Wait()
+		em.emit(delta(1, "a")) // 3
+		em.emit(delta(1, "b")) // joins 3
+		em.emit(delta(2, "c")) // 4: another step
+		em.emit(delta(2, "d")) // joins 4
+		em.emit(other())       // 5
+		em.emit(delta(2, "e")) // 6: after another event
+		close(unblock)
+		synctest.Wait()        // everything went out
+		em.emit(delta(2, "f")) // 7: 6 went out already
+		synctest.Wait()
+		final := &orchestratorv1.TurnEvent{}
+		em.hold(final) // 8
+		em.send(final)
 		mu.Lock()
 		defer mu.Unlock()
 		want := []sent{{1, ""}, {2, "held together"}, {3, "ab"}, {4, "cd"}, {5, ""}, {6, "e"}, {7, "f"}, {8, ""}}
@@ -292,4 +293,25 @@ func TestEmitterCoalescesWaitingDeltas(t *testing.T) {
 			t.Errorf("recorded deltas (-want +got):\n%s", diff)
 		}
 	})
+}
+
+// BenchmarkEmitterJoin: one-token deltas emitted while the client reads nothing join into one
+// event at a constant cost a delta, whatever the answer's length (joining by string
+// concatenation copied the answer so far for every delta).
+func BenchmarkEmitterJoin(b *testing.B) {
+	for _, n := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			for b.Loop() {
+				em := &emitter{sendFn: func(*orchestratorv1.TurnEvent) error { return nil }}
+				em.holdBack(&orchestratorv1.TurnEvent{})
+				for range n {
+					em.emit(&orchestratorv1.TurnEvent{Event: &orchestratorv1.TurnEvent_Delta{Delta: &orchestratorv1.TextDelta{Text: "tok ", Step: 1}}})
+				}
+				if got := len(em.recorded()[1].GetDelta().GetText()); got != 4*n {
+					b.Fatalf("joined %d bytes, want %d", got, 4*n)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/delta")
+		})
+	}
 }
