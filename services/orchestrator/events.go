@@ -48,7 +48,7 @@ var rememberCue = regexp.MustCompile(`(?i)\bremember\b|记住|记下|别忘|記�
 // that the turn does not wait for the stream's sends (encoding, framing) on its way to the
 // final event; the final event is sent by the turn once they were (send).
 type emitter struct {
-	// mu guards seq, events, gone, holding, queue, out, sending and busy.
+	// mu guards seq, events, gone, holding, queue, out, sending, busy, joined and join.
 	mu     sync.Mutex
 	seq    int32
 	sendFn func(*orchestratorv1.TurnEvent) error
