@@ -256,9 +256,11 @@ func (t *turn) storeRecord(ctx context.Context, rec *orchestratorv1.Turn) {
 }
 
 // recordError is the turn's error when its record could not be stored: without the cause in
-// the chain, as a write that timed out is not the turn's deadline.
+// the chain, as a write that timed out is not the turn's deadline. Its message says what the
+// client can do (TestRedisRestartUnderLoad once saw a turn fail with only "could not be stored",
+// its store's connection cut by the restart).
 func recordError() error {
-	return errclass.New(errclass.Unavailable, "the turn's record could not be stored", nil)
+	return errclass.New(errclass.Unavailable, "the turn's record could not be stored: the turn store is unavailable; retry later", nil)
 }
 
 // putRecord writes rec, closing t.applied once it is in the store's order of writes (with
