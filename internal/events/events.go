@@ -15,6 +15,7 @@ import (
 	"maps"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -146,26 +147,58 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, n Names) (jetstre
 
 // EnsureStreamReplicas is EnsureStream with the number of copies a NATS cluster keeps (1 for a
 // single server, 3 for a production cluster).
+//
+// A stream that already has the settings Hermes relies on is left alone: replicas starting
+// together then send no update at all (concurrent updates of one stream are a known crash of
+// older NATS servers), and settings an operator added (a byte limit, placement) survive a
+// restart. A stream that differs in one of them is updated to Hermes' values.
 func EnsureStreamReplicas(ctx context.Context, js jetstream.JetStream, n Names, replicas int) (jetstream.Stream, error) {
+	want := streamConfig(n, replicas)
 	var st jetstream.Stream
 	err := RetryStartup(ctx, func() error {
 		var err error
-		st, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Replicas:    max(replicas, 1),
-			Name:        n.Stream,
-			Description: "Hermes events: turn.finished for the memory extractor, and dead letters",
-			Subjects:    []string{n.TurnFinishedFilter(), n.DeadLetterFilter()},
-			Storage:     jetstream.FileStorage,
-			Retention:   jetstream.LimitsPolicy,
-			MaxAge:      7 * 24 * time.Hour,
-			Duplicates:  10 * time.Minute,
-		})
+		st, err = js.Stream(ctx, n.Stream)
+		switch {
+		case err == nil && streamSettled(st.CachedInfo().Config, want):
+			return nil
+		case err == nil, errors.Is(err, jetstream.ErrStreamNotFound):
+			st, err = js.CreateOrUpdateStream(ctx, want)
+		}
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ensure stream %s: %w", n.Stream, err)
 	}
 	return st, nil
+}
+
+// streamConfig is the configuration of the events stream.
+func streamConfig(n Names, replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Replicas:    max(replicas, 1),
+		Name:        n.Stream,
+		Description: "Hermes events: turn.finished for the memory extractor, and dead letters",
+		Subjects:    []string{n.TurnFinishedFilter(), n.DeadLetterFilter()},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      7 * 24 * time.Hour,
+		Duplicates:  10 * time.Minute,
+	}
+}
+
+// streamSettled reports whether have has every setting of want that Hermes depends on: the
+// subjects it publishes to, the copies, storage, retention, age and de-duplication window.
+func streamSettled(have, want jetstream.StreamConfig) bool {
+	subjects := slices.Clone(have.Subjects)
+	slices.Sort(subjects)
+	wantSubjects := slices.Clone(want.Subjects)
+	slices.Sort(wantSubjects)
+	return slices.Equal(subjects, wantSubjects) &&
+		have.Replicas == want.Replicas &&
+		have.Storage == want.Storage &&
+		have.Retention == want.Retention &&
+		have.MaxAge == want.MaxAge &&
+		have.Duplicates == want.Duplicates
 }
 
 // startupRetry paces RetryStartup.

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -310,5 +311,65 @@ func TestRetryStartup(t *testing.T) {
 	defer cancel()
 	if err := RetryStartup(ctx, func() error { return busy }); !errors.Is(err, busy) {
 		t.Errorf("with ctx ended: %v, want the last error", err)
+	}
+}
+
+// TestEnsureStreamLeavesSettledStreamAlone runs EnsureStream over an existing stream: one with
+// Hermes' settings and a byte limit an operator added is not updated (the limit survives, so no
+// update reached the server), and one whose age limit differs is put back to Hermes' values.
+func TestEnsureStreamLeavesSettledStreamAlone(t *testing.T) {
+	ctx, js, names, st := testStream(t, "nats://127.0.0.1:4222")
+	cfg := st.CachedInfo().Config
+	cfg.MaxBytes = 1 << 30
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	st, err := EnsureStream(ctx, js, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().Config.MaxBytes; got != 1<<30 {
+		t.Errorf("after EnsureStream over a settled stream MaxBytes = %d, want the operator's %d", got, 1<<30)
+	}
+
+	cfg.MaxAge = time.Hour
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = EnsureStream(ctx, js, names); err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.MaxAge != 7*24*time.Hour {
+		t.Errorf("after EnsureStream over a changed stream MaxAge = %v, want 7 days", info.Config.MaxAge)
+	}
+}
+
+func TestStreamSettled(t *testing.T) {
+	want := streamConfig(DefaultNames(), 1)
+	for _, tc := range []struct {
+		name string
+		edit func(*jetstream.StreamConfig)
+		ok   bool
+	}{
+		{"same", func(*jetstream.StreamConfig) {}, true},
+		{"subjects in another order", func(c *jetstream.StreamConfig) { c.Subjects = []string{c.Subjects[1], c.Subjects[0]} }, true},
+		{"another description and a byte limit", func(c *jetstream.StreamConfig) { c.Description, c.MaxBytes = "ops", 1 << 20 }, true},
+		{"a subject missing", func(c *jetstream.StreamConfig) { c.Subjects = c.Subjects[:1] }, false},
+		{"three copies", func(c *jetstream.StreamConfig) { c.Replicas = 3 }, false},
+		{"memory storage", func(c *jetstream.StreamConfig) { c.Storage = jetstream.MemoryStorage }, false},
+		{"work-queue retention", func(c *jetstream.StreamConfig) { c.Retention = jetstream.WorkQueuePolicy }, false},
+		{"an hour's age", func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour }, false},
+		{"no de-duplication window", func(c *jetstream.StreamConfig) { c.Duplicates = 0 }, false},
+	} {
+		have := streamConfig(DefaultNames(), 1)
+		have.Subjects = slices.Clone(have.Subjects)
+		tc.edit(&have)
+		if got := streamSettled(have, want); got != tc.ok {
+			t.Errorf("%s: streamSettled = %v, want %v", tc.name, got, tc.ok)
+		}
 	}
 }
