@@ -357,7 +357,7 @@ func TestStreamSettled(t *testing.T) {
 	}{
 		{"same", func(*jetstream.StreamConfig) {}, true},
 		{"subjects in another order", func(c *jetstream.StreamConfig) { c.Subjects = []string{c.Subjects[1], c.Subjects[0]} }, true},
-		{"another description and a byte limit", func(c *jetstream.StreamConfig) { c.Description, c.MaxBytes = "ops", 1 << 20 }, true},
+		{"another description and a byte limit", func(c *jetstream.StreamConfig) { c.Description, c.MaxBytes = "ops", 1<<20 }, true},
 		{"a subject missing", func(c *jetstream.StreamConfig) { c.Subjects = c.Subjects[:1] }, false},
 		{"three copies", func(c *jetstream.StreamConfig) { c.Replicas = 3 }, false},
 		{"memory storage", func(c *jetstream.StreamConfig) { c.Storage = jetstream.MemoryStorage }, false},
