@@ -56,27 +56,36 @@ const (
 	HeaderOriginalSubj = "Hermes-Original-Subject"
 )
 
-// StartConsumer creates or updates the durable consumer and starts consuming. Events that keys
-// cannot verify, or whose subject is not their user's, write nothing: they are dead-lettered.
+// StartConsumer creates the durable consumer, or updates it where its settings differ, and
+// starts consuming. Events that keys cannot verify, or whose subject is not their user's, write
+// nothing: they are dead-lettered.
 func StartConsumer(ctx context.Context, svc *Service, js jetstream.JetStream, names events.Names, keys *events.Keyring, log *slog.Logger) (*Consumer, error) {
 	if keys == nil {
 		return nil, errors.New("memory extractor: no events key to verify turn.finished with")
 	}
 	cfg := svc.cfg
 	workers := max(cfg.ConsumerWorkers, 1)
+	want := jetstream.ConsumerConfig{
+		Durable:       names.ExtractorConsumer,
+		Description:   "Hermes memory extractor: explicit extraction from finished turns",
+		FilterSubject: names.TurnFinishedFilter(),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.ConsumerAckWait,
+		MaxDeliver:    max(cfg.ConsumerMaxDeliver, 1),
+		MaxAckPending: workers * 16,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
 	var cons jetstream.Consumer
 	err := events.RetryStartup(ctx, func() error {
+		// Replicas starting together find the consumer as they want it and send no update.
 		var err error
-		cons, err = js.CreateOrUpdateConsumer(ctx, names.Stream, jetstream.ConsumerConfig{
-			Durable:       names.ExtractorConsumer,
-			Description:   "Hermes memory extractor: explicit extraction from finished turns",
-			FilterSubject: names.TurnFinishedFilter(),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       cfg.ConsumerAckWait,
-			MaxDeliver:    max(cfg.ConsumerMaxDeliver, 1),
-			MaxAckPending: workers * 16,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
-		})
+		cons, err = js.Consumer(ctx, names.Stream, want.Durable)
+		switch {
+		case err == nil && consumerSettled(cons.CachedInfo().Config, want):
+			return nil
+		case err == nil, errors.Is(err, jetstream.ErrConsumerNotFound):
+			cons, err = js.CreateOrUpdateConsumer(ctx, names.Stream, want)
+		}
 		return err
 	})
 	if err != nil {
@@ -99,6 +108,21 @@ func StartConsumer(ctx context.Context, svc *Service, js jetstream.JetStream, na
 	}
 	log.Info("memory extractor consuming", "stream", names.Stream, "consumer", names.ExtractorConsumer, "subject", names.TurnFinishedFilter(), "workers", workers)
 	return c, nil
+}
+
+// consumerSettled reports whether have has the settings of want that extraction depends on:
+// what it receives, how it acknowledges and redelivers, and how many it may hold at once.
+func consumerSettled(have, want jetstream.ConsumerConfig) bool {
+	filter := have.FilterSubject
+	if filter == "" && len(have.FilterSubjects) == 1 {
+		filter = have.FilterSubjects[0]
+	}
+	return filter == want.FilterSubject &&
+		have.AckPolicy == want.AckPolicy &&
+		have.AckWait == want.AckWait &&
+		have.MaxDeliver == want.MaxDeliver &&
+		have.MaxAckPending == want.MaxAckPending &&
+		have.DeliverPolicy == want.DeliverPolicy
 }
 
 // dispatch runs in the consume goroutine: it blocks while every worker is busy.

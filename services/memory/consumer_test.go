@@ -378,3 +378,44 @@ type countingMsg struct {
 }
 
 func (m *countingMsg) InProgress() error { m.n.Add(1); return nil }
+
+// TestStartConsumerLeavesSettledConsumerAlone starts the extractor over a consumer that exists:
+// one with the extractor's settings and another description is not updated (the description
+// stays), and one whose ack wait differs is put back to the extractor's.
+func TestStartConsumerLeavesSettledConsumerAlone(t *testing.T) {
+	names, connect := testNATS(t)
+	mc, _ := scriptedModel(t, func(scripted.Request) scripted.Reply { return scripted.Text(`{"memories":[]}`) })
+	cfg := consumerConfig()
+	svc := newReplica(t, sharedStores(t, 0), cfg, mc)
+	_, js := connect()
+	start := func() jetstream.ConsumerConfig {
+		t.Helper()
+		c, err := StartConsumer(ctxT(t), svc, js, names, testKeyring(t), testLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Stop(5 * time.Second)
+		cons, err := js.Consumer(ctxT(t), names.Stream, names.ExtractorConsumer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cons.CachedInfo().Config
+	}
+	update := func(edit func(*jetstream.ConsumerConfig)) {
+		t.Helper()
+		c := start()
+		edit(&c)
+		if _, err := js.UpdateConsumer(ctxT(t), names.Stream, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	update(func(c *jetstream.ConsumerConfig) { c.Description = "tuned by an operator" })
+	if got := start().Description; got != "tuned by an operator" {
+		t.Errorf("a settled consumer was updated: description %q", got)
+	}
+	update(func(c *jetstream.ConsumerConfig) { c.AckWait = time.Hour })
+	if got := start().AckWait; got != cfg.ConsumerAckWait {
+		t.Errorf("ack wait %v after start, want the extractor's %v", got, cfg.ConsumerAckWait)
+	}
+}
