@@ -110,12 +110,25 @@ func (g *Group) Go(f func() error) {
 	g.wg.Add(1)
 	g.p.Go(func() {
 		defer g.wg.Done()
-		if err := f(); err != nil {
-			g.once.Do(func() {
-				g.err = err
-				g.cancel(err)
-			})
-		}
+		g.fail(f())
+	})
+}
+
+// Do runs f in the group on the calling goroutine, for the last of a batch the caller would
+// otherwise only wait for: its error counts as a Go function's does, and it costs no hand-off
+// to a worker and back.
+func (g *Group) Do(f func() error) {
+	g.fail(f())
+}
+
+// fail records err if it is the group's first.
+func (g *Group) fail(err error) {
+	if err == nil {
+		return
+	}
+	g.once.Do(func() {
+		g.err = err
+		g.cancel(err)
 	})
 }
 

@@ -130,6 +130,42 @@ func TestGroupLikeErrgroup(t *testing.T) {
 	}
 }
 
+// TestGroupDo checks that a function run by Do counts as one of the group's: its error, the
+// first, cancels the context and is Wait's; a Go function's earlier error wins over it.
+func TestGroupDo(t *testing.T) {
+	p := New(2)
+	defer p.Stop()
+	mine := errors.New("mine")
+	g, ctx := NewGroup(context.Background(), p)
+	ran := make(chan struct{})
+	g.Go(func() error {
+		<-ctx.Done() // ended by Do's error
+		close(ran)
+		return errors.New("later")
+	})
+	g.Do(func() error { return mine })
+	<-ran
+	if err := g.Wait(); err != mine {
+		t.Errorf("Wait() = %v, want %v", err, mine)
+	}
+
+	first := errors.New("first")
+	g, ctx = NewGroup(context.Background(), p)
+	g.Go(func() error { return first })
+	<-ctx.Done()
+	g.Do(func() error { return mine })
+	if err := g.Wait(); err != first {
+		t.Errorf("Wait() = %v, want the Go function's %v", err, first)
+	}
+
+	g, _ = NewGroup(context.Background(), p)
+	var did bool
+	g.Do(func() error { did = true; return nil })
+	if err := g.Wait(); err != nil || !did {
+		t.Errorf("Wait() = %v, did = %v; want nil, true", err, did)
+	}
+}
+
 //go:noinline
 func deep(n int) byte {
 	var buf [256]byte

@@ -118,6 +118,21 @@ func BenchmarkRecall(b *testing.B) {
 	}
 }
 
+// BenchmarkRecallNoMemories measures a recall for a user with no memories, every new user's
+// and many a turn's: both tiers are searched and find nothing, so what it shows is the
+// overhead around the searches.
+func BenchmarkRecallNoMemories(b *testing.B) {
+	svc, bs, _ := loadBench(b, 10)
+	defer func() { _ = bs.Close() }()
+	defer svc.Close()
+	ctx := context.Background()
+	for b.Loop() {
+		if _, err := svc.recall(ctx, recallParams{userID: "nobody", query: "请帮我算一下 3*4+5。", limit: 5, minSimilarity: svc.minSimilarity(), maxAge: 30 * 24 * time.Hour}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkExtract measures ExtractTurn end to end with the scripted model (a real
 // OpenAI-compatible HTTP server in process, through internal/model): the model call, parsing,
 // grounding, dedupe and contradiction checks, and the writes, on the embedded store.

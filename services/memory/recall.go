@@ -153,11 +153,16 @@ func (s *Service) searchTiers(ctx context.Context, userID string, q SearchQuery)
 	results := make([][]Hit, len(tiers))
 	g, gctx := workpool.NewGroup(ctx, s.pool)
 	for i, t := range tiers {
-		g.Go(func() error {
+		search := func() error {
 			hits, err := s.tier(t).Search(gctx, userID, q)
 			results[i] = hits
 			return err
-		})
+		}
+		if i == len(tiers)-1 {
+			g.Do(search) // this goroutine would only wait
+		} else {
+			g.Go(search)
+		}
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
