@@ -39,6 +39,8 @@ type config struct {
 	longOnly                            bool
 	pprofDir                            string
 	pprofSeconds                        int
+	// traceSeconds, with pprofDir, adds an execution trace of the concurrent phase's start.
+	traceSeconds int
 }
 
 // The phases of one system run.
@@ -187,6 +189,15 @@ func runSystem(ctx context.Context, c config, kind string, repeat int, strace bo
 			cpuProf.Go(func() {
 				cpuErr = prof.get(ctx, fmt.Sprintf("profile?seconds=%d", prof.seconds), base+"-cpu.pb.gz")
 			})
+			// An execution trace, for the goroutine wake-ups of a turn (bench/peer/wakeups). It
+			// slows the process: take CPU figures from a run without it.
+			if c.traceSeconds > 0 {
+				cpuProf.Go(func() {
+					if err := prof.get(ctx, fmt.Sprintf("trace?seconds=%d", c.traceSeconds), base+"-trace.out"); err != nil {
+						fmt.Fprintf(log, "  trace: %v\n", err)
+					}
+				})
+			}
 			// Where goroutines wait (off CPU), over the same window; empty where the rates are off.
 			for _, what := range []string{"block", "mutex"} {
 				cpuProf.Go(func() {

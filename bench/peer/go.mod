@@ -7,6 +7,7 @@ replace github.com/hermes-agent/hermes => ../..
 require (
 	github.com/google/go-cmp v0.7.0
 	github.com/hermes-agent/hermes v0.0.0-00010101000000-000000000000
+	golang.org/x/exp v0.0.0-20261120182113-8801fbdfac81
 	golang.org/x/sys v0.50.0
 	google.golang.org/grpc v1.85.0
 )

@@ -56,6 +56,7 @@ func main() {
 	flag.BoolVar(&c.longOnly, "long-only", false, "run only the warm-up and the long phase")
 	flag.StringVar(&c.pprofDir, "pprof", "", "directory for CPU and allocation profiles of Hermes monolithic's concurrent phase (block and mutex profiles too) and its first and last long-phase windows (hermes serve --pprof-listen)")
 	flag.IntVar(&c.pprofSeconds, "pprof-seconds", 10, "length of a profiled window's CPU profile; the window should end within it")
+	flag.IntVar(&c.traceSeconds, "trace-seconds", 0, "with -pprof: also an execution trace of this many seconds from the concurrent phase's start (read it with ./wakeups); 0: none")
 	flag.BoolVar(&keep, "keep", false, "keep the temporary directory (logs, data, strace output)")
 	flag.Parse()
 	log.SetFlags(0)
