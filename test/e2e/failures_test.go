@@ -153,7 +153,10 @@ func TestCancelledTurn(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var turnID string
+		// The turn's id comes with TurnStarted, sent before the tool runs; it is read before the
+		// client goes away, since a cancelled stream drops what it had not yet delivered (on a
+		// busy machine the reader may lag behind the tool's start).
+		ids := make(chan string, 1)
 		go func() {
 			for {
 				m, err := stream.Recv()
@@ -161,11 +164,17 @@ func TestCancelledTurn(t *testing.T) {
 					return
 				}
 				if st := m.GetEvent().GetStarted(); st != nil {
-					turnID = st.GetTurnId()
+					ids <- st.GetTurnId()
 				}
 			}
 		}()
 		<-started
+		var turnID string
+		select {
+		case turnID = <-ids:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no TurnStarted within 10s of the tool's start")
+		}
 		cancel()
 		var kinds []string
 		testenv.WaitFor(t, 10*time.Second, "the cancelled step to be stored", func() bool {
@@ -185,8 +194,15 @@ func TestCancelledTurn(t *testing.T) {
 			defer mu.Unlock()
 			return toolCtxDone
 		})
+		var lastSeen string
+		defer func() {
+			if t.Failed() {
+				t.Logf("turn %s, last GetTurn: %s", turnID, lastSeen)
+			}
+		}()
 		testenv.WaitFor(t, 10*time.Second, "a CANCELLED turn record", func() bool {
 			got, err := s.orch.GetTurn(context.Background(), &orchestratorv1.GetTurnRequest{TurnId: turnID, UserId: "u1"})
+			lastSeen = fmt.Sprintf("%v, %v", got.GetTurn().GetStatus(), err)
 			return err == nil && got.GetTurn().GetStatus() == orchestratorv1.TurnStatus_TURN_STATUS_CANCELLED
 		})
 		// The next turn sees a well-formed history and the unfinished request as pending.
