@@ -429,6 +429,82 @@ func TestLoopSummaryBackoff(t *testing.T) {
 	})
 }
 
+// renewLeases is a lease store whose renewals are counted and, while hold is open, wait: a
+// renewal under way when its turn ends.
+type renewLeases struct {
+	lease.Store
+	calls   *atomic.Int32
+	entered chan struct{}
+	hold    chan struct{}
+}
+
+func (l renewLeases) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	l.calls.Add(1)
+	l.entered <- struct{}{}
+	<-l.hold
+	return l.Store.Renew(ctx, key, owner, ttl)
+}
+
+type renewStore struct {
+	Store
+	leases lease.Store
+}
+
+func (s renewStore) Leases() lease.Store { return s.leases }
+
+// TestSessionHoldStop: a hold stopped before its first renewal never renews (a quick turn's end
+// waits for nothing); one stopped during a renewal returns once the renewal has ended, and no
+// renewal starts after it.
+func TestSessionHoldStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		entered, hold := make(chan struct{}, 1), make(chan struct{})
+		l := newLoopWith(t, Config{}, newFakeSession(), toolThenAnswer, func(s Store) Store {
+			return renewStore{Store: s, leases: renewLeases{Store: s.Leases(), calls: &calls, entered: entered, hold: hold}}
+		})
+		ctx := context.Background()
+
+		_, quick, err := l.svc.lockSession(ctx, "s1", "QUICK")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !quick.stop() {
+			t.Error("the first stop reported the hold ended already")
+		}
+		if quick.stop() {
+			t.Error("a second stop reported the hold still to end")
+		}
+		time.Sleep(3 * sessionLease)
+		if n := calls.Load(); n != 0 {
+			t.Errorf("a hold stopped before its first renewal renewed %d times", n)
+		}
+		_, _ = l.store.Leases().Release(ctx, sessionKey("s1"), "QUICK")
+
+		_, slow, err := l.svc.lockSession(ctx, "s1", "SLOW")
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(sessionLease / 3)
+		<-entered // the first renewal is under way
+		stopped := make(chan bool, 1)
+		go func() { stopped <- slow.stop() }()
+		synctest.Wait()
+		select {
+		case <-stopped:
+			t.Fatal("stop returned while a renewal was under way")
+		default:
+		}
+		close(hold)
+		if !<-stopped {
+			t.Error("stop reported the hold ended already")
+		}
+		time.Sleep(3 * sessionLease)
+		if n := calls.Load(); n != 1 {
+			t.Errorf("%d renewals, want 1: none after stop", n)
+		}
+	})
+}
+
 // TestLoopLeaseRenewalAndLoss: a turn longer than the session lease keeps it by renewing; a
 // turn whose lease passed to another turn (its renewals failed for a whole lease) stops.
 func TestLoopLeaseRenewalAndLoss(t *testing.T) {

@@ -314,54 +314,83 @@ func (s *Service) lockSession(ctx context.Context, session, turnID string) (cont
 		return nil, nil, fmt.Errorf("taking the session's lease: %w", err)
 	}
 	turnCtx, lost := context.WithCancelCause(ctx)
-	h := &sessionHold{s: s, ctx: ctx, lease: HeldLease{Key: key, Owner: turnID}, stopCh: make(chan struct{}), renewed: make(chan struct{})}
-	go func() {
-		defer close(h.renewed)
-		t := time.NewTicker(sessionLease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-h.stopCh:
-				return
-			case <-t.C:
-				// Renewal outlives a cancelled caller until release: the lease must not lapse
-				// while the turn still finishes its writes.
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionLease/3)
-				ok, err := leases.Renew(rctx, key, turnID, sessionLease)
-				cancel()
-				switch {
-				case err != nil:
-					s.log.Warn("session lease not renewed", "session", session, "turn", turnID, "error", err)
-				case !ok:
-					s.log.Error("session lease lost to another turn; cancelling this one", "session", session, "turn", turnID)
-					lost(errLeaseLost)
-					return
-				}
-			}
-		}
-	}()
+	h := &sessionHold{s: s, ctx: ctx, session: session, lease: HeldLease{Key: key, Owner: turnID}, lost: lost}
+	h.mu.Lock()
+	h.timer = time.AfterFunc(sessionLease/3, h.renew)
+	h.mu.Unlock()
 	return turnCtx, h, nil
 }
 
-// sessionHold is a turn's hold on its session's lease (lockSession).
+// sessionHold is a turn's hold on its session's lease (lockSession). The renewals run on a
+// timer rather than a goroutine of the turn's own: most turns end before the first renewal,
+// and stopping a timer that has not fired costs the turn's end no hand-off to another
+// goroutine and back.
 type sessionHold struct {
-	s     *Service
-	ctx   context.Context
-	lease HeldLease
-	// stopCh is closed (once, by stopOnce) to stop the renewals; renewed is closed when they
-	// have stopped.
-	stopCh   chan struct{}
-	renewed  chan struct{}
-	stopOnce sync.Once
+	s       *Service
+	ctx     context.Context
+	session string
+	lease   HeldLease
+	// lost ends the turn's context when a renewal finds the lease taken.
+	lost context.CancelCauseFunc
+
+	// mu guards timer, stopped and renewing.
+	mu    sync.Mutex
+	timer *time.Timer
+	// stopped is set by the first stop: no renewal starts after it.
+	stopped bool
+	// renewing is closed when the renewal under way ends; nil when none is.
+	renewing chan struct{}
+
 	// done is set once the lease is released or handed over.
 	done atomic.Bool
 }
 
-// stop ends the renewals and reports whether the hold was still the caller's to end (the first
-// call of release or handOver).
+// renew renews the lease (the timer's function) and sets the timer for the next renewal.
+// Renewal outlives a cancelled caller until release: the lease must not lapse while the turn
+// still finishes its writes.
+func (h *sessionHold) renew() {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	h.renewing = ch
+	h.mu.Unlock()
+	defer close(ch)
+
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), sessionLease/3)
+	ok, err := h.s.deps.Store.Leases().Renew(rctx, h.lease.Key, h.lease.Owner, sessionLease)
+	cancel()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.renewing = nil
+	switch {
+	case err != nil:
+		h.s.log.Warn("session lease not renewed", "session", h.session, "turn", h.lease.Owner, "error", err)
+	case !ok:
+		h.s.log.Error("session lease lost to another turn; cancelling this one", "session", h.session, "turn", h.lease.Owner)
+		h.lost(errLeaseLost)
+		return
+	}
+	if !h.stopped {
+		h.timer.Reset(sessionLease / 3)
+	}
+}
+
+// stop ends the renewals, waiting for one under way, and reports whether the hold was still
+// the caller's to end (the first call of release or handOver).
 func (h *sessionHold) stop() bool {
-	h.stopOnce.Do(func() { close(h.stopCh) })
-	<-h.renewed
+	h.mu.Lock()
+	if !h.stopped {
+		h.stopped = true
+		h.timer.Stop()
+	}
+	ch := h.renewing
+	h.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
 	return h.done.CompareAndSwap(false, true)
 }
 
