@@ -2,9 +2,10 @@
 //
 // A goroutine started per piece of work begins with a small stack and grows it by copying
 // through the in-process call chain (gRPC interceptors, services, bbolt): stack growth was 6%
-// of a sequential monolith turn's CPU, most of it in such goroutines. A worker keeps the stack it grew; the collector halves an idle
-// worker's stack at most once per cycle. Workers are handed work most recently idle first, so
-// the few that a light load needs stay warm, and the rest, idle, shrink.
+// of a sequential monolith turn's CPU, most of it in such goroutines. A worker keeps the stack
+// it grew; the collector halves an idle worker's stack at most once per cycle. Workers are
+// handed work most recently idle first, so the few that a light load needs stay warm, and the
+// rest, idle, shrink.
 package workpool
 
 import (

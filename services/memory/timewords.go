@@ -47,14 +47,14 @@ func queryTimeWindow(query string, ref time.Time) (timeWindow, bool) {
 	if w, ok := dateWindow(q, ref); ok {
 		return w, true
 	}
-	if m := find(reAgo, mayAgo, q); m != nil {
+	if m := find(reAgo, mayAgo(q), q); m != nil {
 		n, ok := smallNumber[m[1]]
 		if !ok {
 			n, _ = strconv.Atoi(m[1])
 		}
 		return agoWindow(day, n, m[2], m[0])
 	}
-	if m := find(reZhAgo, mayZhAgo, query); m != nil {
+	if m := find(reZhAgo, mayZhAgo(query), query); m != nil {
 		n, ok := smallNumber[m[1]]
 		if !ok {
 			n, _ = strconv.Atoi(m[1])
@@ -65,12 +65,13 @@ func queryTimeWindow(query string, ref time.Time) (timeWindow, bool) {
 	return relativeWindow(q, day)
 }
 
-// find is re.FindStringSubmatch(s) where may(s), else nil. may is a cheap test that every string
-// re matches passes (TestTimeGuardsAdmitEveryMatch, FuzzTimeGuards): the patterns backtrack,
-// they run on every recall's query, and most queries name no time (unguarded, the six took
-// 18 µs for a short English question and 87 µs a turn for the peer harness' Chinese one).
-func find(re *regexp.Regexp, may func(string) bool, s string) []string {
-	if !may(s) {
+// find is re.FindStringSubmatch(s) where may, else nil. may is a cheap guard's answer for s,
+// a guard that every string re matches passes (TestTimeGuardsAdmitEveryMatch, FuzzTimeGuards):
+// the patterns backtrack, they run on every recall's query, and most queries name no time
+// (unguarded, the six took 18 µs for a short English question and 87 µs a turn for the peer
+// harness' Chinese one).
+func find(re *regexp.Regexp, may bool, s string) []string {
+	if !may {
 		return nil
 	}
 	return re.FindStringSubmatch(s)
@@ -111,7 +112,7 @@ func dateWindow(q string, ref time.Time) (timeWindow, bool) {
 		from := time.Date(y, mo, 1, 0, 0, 0, 0, loc)
 		return daySpan(from, daysBetween(from, from.AddDate(0, 1, 0)), phrase)
 	}
-	if m := find(reISODate, mayISODate, q); m != nil {
+	if m := find(reISODate, mayISODate(q), q); m != nil {
 		y, _ := strconv.Atoi(m[1])
 		mo, _ := strconv.Atoi(m[2])
 		d, _ := strconv.Atoi(m[3])
@@ -119,7 +120,7 @@ func dateWindow(q string, ref time.Time) (timeWindow, bool) {
 			return daySpan(time.Date(y, time.Month(mo), d, 0, 0, 0, 0, loc), 1, m[0])
 		}
 	}
-	if m := find(reZhDate, mayZhDate, q); m != nil {
+	if m := find(reZhDate, mayZhDate(q), q); m != nil {
 		y := ref.Year()
 		if m[1] != "" {
 			y, _ = strconv.Atoi(m[1])
@@ -134,7 +135,7 @@ func dateWindow(q string, ref time.Time) (timeWindow, bool) {
 		}
 	}
 	named := mayMonthName(q)
-	if m := find(reEnDayMon, func(string) bool { return named }, q); m != nil {
+	if m := find(reEnDayMon, named, q); m != nil {
 		d, _ := strconv.Atoi(m[1])
 		y := ref.Year()
 		if m[3] != "" {
@@ -142,7 +143,7 @@ func dateWindow(q string, ref time.Time) (timeWindow, bool) {
 		}
 		return daySpan(time.Date(y, monthByName[m[2]], d, 0, 0, 0, 0, loc), 1, m[0])
 	}
-	if m := find(reEnMonDay, func(string) bool { return named }, q); m != nil && (m[2] != "" || m[3] != "") {
+	if m := find(reEnMonDay, named, q); m != nil && (m[2] != "" || m[3] != "") {
 		y := ref.Year()
 		if m[3] != "" {
 			y, _ = strconv.Atoi(m[3])

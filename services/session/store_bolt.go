@@ -219,8 +219,9 @@ func (b *BoltStore) flush() error {
 	if len(batch) == 0 {
 		return nil
 	}
-	// The postings go in in key order: each leaf of index is then materialized and searched
-	// from the root once per run of keys it holds, not once per posting.
+	// Both buckets are written in key order, unindexed's entries here and index's postings
+	// below: each leaf is then materialized and searched from the root once per run of keys it
+	// holds, not once per key.
 	slices.SortFunc(batch, func(a, b *pendingEntry) int { return cmp.Compare(a.key, b.key) })
 	postings := make([][]byte, 0, len(batch)*8)
 	err := b.group.Update(func(tx *bolt.Tx) error {
