@@ -18,6 +18,15 @@ import (
 // Open opens (or creates) the bbolt file at path with mode 0600 and creates the given buckets if
 // they are missing. opts may be nil; a zero Timeout becomes one second, so a file held by
 // another process is an error ("in use by another hermes process") rather than a hang.
+//
+// A file opened for writing keeps its free list in memory only (as etcd does): bbolt's default
+// writes the whole list of free pages with every commit, so once deleted data (a deleted
+// session, a pruned index) has left N free pages, every commit writes and syncs 8·N bytes more
+// (BenchmarkCommitAfterDelete: with 20,000 free pages a one-key commit took 2.4–2.5 ms, against
+// 1.0–1.3 ms without the list). The list is rebuilt by walking the file when it is opened
+// instead (about 0.35 s for 440 MB in the page cache), at open rather than on the first write.
+// Pages are still handed out lowest first (bbolt's array free list), which keeps a commit's
+// pages near each other. A file written either way opens with either setting.
 func Open(path string, opts *bolt.Options, buckets ...[]byte) (*bolt.DB, error) {
 	o := bolt.Options{}
 	if opts != nil {
@@ -25,6 +34,10 @@ func Open(path string, opts *bolt.Options, buckets ...[]byte) (*bolt.DB, error) 
 	}
 	if o.Timeout == 0 {
 		o.Timeout = time.Second
+	}
+	if !o.ReadOnly {
+		o.NoFreelistSync = true
+		o.PreLoadFreelist = true
 	}
 	db, err := bolt.Open(path, 0o600, &o)
 	if err != nil {

@@ -3,6 +3,7 @@ package session
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,10 +50,20 @@ func monolithTurn(tb testing.TB, s *BoltStore, sid string, i int) {
 
 // BenchmarkBoltMonolithTurn measures the session store's share of a monolith turn (two commits,
 // four messages, one context load) in a session of 1,000 turns: run with -benchmem. It reports
-// the pages written a turn (pwrites/turn, the meta pages included).
+// the pages written a turn (pwrites/turn, the meta pages included). In after-deletes, another
+// user's sessions (about 8 MB of messages) were deleted first, leaving their pages free in the
+// file, as in a store that has been in use for a while.
 func BenchmarkBoltMonolithTurn(b *testing.B) {
+	b.Run("fresh", func(b *testing.B) { benchMonolithTurn(b, false) })
+	b.Run("after-deletes", func(b *testing.B) { benchMonolithTurn(b, true) })
+}
+
+func benchMonolithTurn(b *testing.B, deletes bool) {
 	s := openBolt(b, filepath.Join(b.TempDir(), "s.db"), flushOptions{delay: defaultFlushDelay, postings: defaultFlushPostings})
 	defer s.Close()
+	if deletes {
+		deleteSessions(b, s, 4, 2000, 1000)
+	}
 	s.group = boltstore.NewGroupDelay(s.db, time.Hour)
 	sid := newSession(b, s, "alice", time.Now()).GetId()
 	i := 0
@@ -83,4 +94,34 @@ func BenchmarkBoltMonolithTurn(b *testing.B) {
 		}
 		return nil
 	})
+}
+
+// deleteSessions creates n sessions of bob's, each with msgs messages of size bytes (and their
+// search postings, flushed), then deletes them.
+func deleteSessions(b *testing.B, s *BoltStore, n, msgs, size int) {
+	b.Helper()
+	text := strings.Repeat("lorem ipsum dolor sit amet ", size/27+1)[:size]
+	for range n {
+		sid := newSession(b, s, "bob", time.Now()).GetId()
+		for i := 0; i < msgs; i += 50 {
+			items := make([]AppendItem, 50)
+			for j := range items {
+				items[j] = AppendItem{
+					Message: &sessionv1.Message{Id: newID(time.Now()), Role: sessionv1.Role_ROLE_USER, Kind: sessionv1.MessageKind_MESSAGE_KIND_TEXT, Content: text, ClientId: fmt.Sprintf("%s-%d", sid, i+j)},
+					Terms:   textTerms(text),
+				}
+			}
+			if _, err := s.Append(ctx, "bob", sid, items, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := s.flush(); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.DeleteSession(ctx, "bob", sid); err != nil {
+			b.Fatal(err)
+		}
+	}
+	st := s.db.Stats()
+	b.Logf("pages freed by the deletes: %d free, %d pending", st.FreePageN, st.PendingPageN)
 }
