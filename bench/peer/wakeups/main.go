@@ -9,6 +9,13 @@
 // With -turns (the turns inside the trace's window) the counts are also given per turn. The
 // groups put each wake-up under the first of its frames that names a part of the process (NATS,
 // the model's HTTP client, gRPC, the work pool, bbolt), else "other".
+//
+//	wakeups -waits [-timeline N] [-depth 4] [-top 40] TRACE
+//
+// With -waits it accounts instead for the time of the goroutines that serve RunTurn, from each
+// turn's start to its end: running, runnable, and waiting by the stack where they blocked (a
+// model call, a commit's fdatasync, a hand-off), per turn. That is a sequential turn's latency
+// as its handler lives it; -timeline prints each blocking event of the first N turns.
 package main
 
 import (
@@ -38,15 +45,27 @@ func main() {
 	turns := flag.Int("turns", 0, "turns inside the trace's window (0: no per-turn column)")
 	depth := flag.Int("depth", 6, "frames of the waking stack to show")
 	top := flag.Int("top", 40, "stacks to list")
+	waits := flag.Bool("waits", false, "account for the RunTurn handlers' time instead (see the package comment)")
+	timeline := flag.Int("timeline", 0, "with -waits: print the blocking events of the first N turns")
 	flag.Parse()
 	if flag.NArg() != 1 {
-		log.Fatal("usage: wakeups [-turns N] [-depth 6] [-top 40] TRACE")
+		log.Fatal("usage: wakeups [-turns N] [-depth 6] [-top 40] TRACE, or wakeups -waits [-timeline N] [-depth 4] [-top 40] TRACE")
 	}
 	f, err := os.Open(flag.Arg(0))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer f.Close()
+	if *waits {
+		d := *depth
+		if !isSet("depth") {
+			d = 4
+		}
+		if err := handlerWaits(f, os.Stdout, d, *top, *timeline); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	byStack, byGroup, total, err := count(f, *depth)
 	if err != nil {
 		log.Fatal(err)
@@ -105,11 +124,7 @@ func count(r io.Reader, depth int) (byStack, byGroup map[string]int, total int, 
 				}
 			}
 			if len(frames) < depth {
-				fn := fr.Func
-				if i := strings.LastIndex(fn, "/"); i >= 0 {
-					fn = fn[i+1:]
-				}
-				frames = append(frames, fn)
+				frames = append(frames, shortFunc(fr.Func))
 			}
 		}
 		key := strings.Join(frames, " < ")
@@ -122,21 +137,37 @@ func count(r io.Reader, depth int) (byStack, byGroup map[string]int, total int, 
 	}
 }
 
-type keyCount struct {
+type keyCount[N cmp.Ordered] struct {
 	key string
-	n   int
+	n   N
 }
 
-func sorted(m map[string]int, n int) []keyCount {
-	out := make([]keyCount, 0, len(m))
+// sorted returns m's n largest entries, largest first.
+func sorted[N cmp.Ordered](m map[string]N, n int) []keyCount[N] {
+	out := make([]keyCount[N], 0, len(m))
 	for k, v := range m {
-		out = append(out, keyCount{k, v})
+		out = append(out, keyCount[N]{k, v})
 	}
-	slices.SortFunc(out, func(a, b keyCount) int {
+	slices.SortFunc(out, func(a, b keyCount[N]) int {
 		if c := cmp.Compare(b.n, a.n); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.key, b.key)
 	})
 	return out[:min(n, len(out))]
+}
+
+// shortFunc is a function's name without its package path.
+func shortFunc(fn string) string {
+	if i := strings.LastIndex(fn, "/"); i >= 0 {
+		return fn[i+1:]
+	}
+	return fn
+}
+
+// isSet reports whether the flag was given.
+func isSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
