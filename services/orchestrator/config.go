@@ -56,7 +56,8 @@ type Config struct {
 	SummaryBackoff time.Duration
 	// TaskStateSteps is how many done steps the task state keeps.
 	TaskStateSteps int
-	// TaskStateContextSteps is how many of them go into the context.
+	// TaskStateContextSteps is how many of them go into the context, at most: steps whose call
+	// and result the conversation in the context still shows are not repeated there.
 	TaskStateContextSteps int
 	// TurnRetention is how long finished turn records are kept for GetTurn.
 	TurnRetention time.Duration
@@ -97,7 +98,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.SummaryFailures, "orchestrator.summary-failures", 3, "model failures in a row after which summaries back off to the extractive fallback")
 	fs.DurationVar(&c.SummaryBackoff, "orchestrator.summary-backoff", time.Minute, "first back-off after repeated summary failures; doubles up to 30m")
 	fs.IntVar(&c.TaskStateSteps, "orchestrator.task-state-steps", 200, "done steps kept in a session's task state")
-	fs.IntVar(&c.TaskStateContextSteps, "orchestrator.task-state-context-steps", 12, "most recent done steps shown to the model")
+	fs.IntVar(&c.TaskStateContextSteps, "orchestrator.task-state-context-steps", 12, "most done steps shown to the model in the task state (those the window shows are not repeated)")
 	fs.DurationVar(&c.TurnRetention, "orchestrator.turn-retention", 7*24*time.Hour, "how long finished turn records are kept for GetTurn")
 	fs.DurationVar(&c.PublishTimeout, "orchestrator.publish-timeout", 2*time.Minute, "how long a turn.finished publish is retried in the background")
 	fs.Func("orchestrator.models", "comma list of model names a turn may choose in its options besides --model (none by default)", func(v string) error {

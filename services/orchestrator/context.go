@@ -314,10 +314,29 @@ func renderSummary(s *sessionv1.Message) string {
 // renderTaskState shows done steps with their key results and what is pending. When there are
 // more steps than fit, steps of idempotent tools (the ones that must not run twice: payments,
 // orders, add-to-cart) are kept first, then the newest others; the shown steps stay in order.
-func renderTaskState(st TaskState, maxSteps int) (string, int) {
-	done := pickSteps(st.Done, maxSteps)
+// Steps whose call the conversation still shows with its result (seen, by call id) are left
+// out, and so are older records of the same call: the block is there for what trimming took out
+// of the window, and a step the model can read in the window would be in its context twice.
+func renderTaskState(st TaskState, maxSteps int, seen map[string]bool) (string, int) {
+	done := pickSteps(st.Done, maxSteps, seen)
 	if len(done) == 0 && len(st.Pending) == 0 {
 		return "", 0
+	}
+	// The steps the block could show: not a call the window answers, nor an older record of one.
+	candidates := len(st.Done)
+	if len(seen) > 0 {
+		type call struct{ tool, args string }
+		inWindow := make(map[call]bool, len(seen))
+		for _, s := range st.Done {
+			if seen[s.CallID] {
+				inWindow[call{s.Tool, s.Arguments}] = true
+			}
+		}
+		for _, s := range st.Done {
+			if inWindow[call{s.Tool, s.Arguments}] {
+				candidates--
+			}
+		}
 	}
 	// Written piece by piece into a buffer of about the block's size: it is rendered every turn.
 	size := len(taskStateHeading) + 96
@@ -331,11 +350,11 @@ func renderTaskState(st TaskState, maxSteps int) (string, int) {
 	b.Grow(size)
 	b.WriteString(taskStateHeading)
 	if len(done) > 0 {
-		if hidden := len(st.Done) - len(done); hidden > 0 {
+		if hidden := candidates - len(done); hidden > 0 {
 			b.WriteString("\nSteps done (")
 			b.WriteString(strconv.Itoa(len(done)))
 			b.WriteString(" of ")
-			b.WriteString(strconv.Itoa(len(st.Done)))
+			b.WriteString(strconv.Itoa(candidates))
 			b.WriteString(" shown; do not repeat them, reuse their results):")
 		} else {
 			b.WriteString("\nSteps done (do not repeat them, reuse their results):")
@@ -363,10 +382,11 @@ func renderTaskState(st TaskState, maxSteps int) (string, int) {
 
 // pickSteps chooses at most n steps: a step repeated with the same tool and arguments counts
 // once (its newest record), idempotent-tool steps first, then the newest others, in their order.
+// A call whose newest record is seen (its call id in seen) is not chosen.
 // It allocates only what it returns and compares a step with the newer ones only when it could
 // be chosen: a session keeps up to TaskStateSteps (200) steps while n is about a dozen, and a map
 // of all of them, built every turn, made the turn's cost grow with the session.
-func pickSteps(all []Step, n int) []Step {
+func pickSteps(all []Step, n int, seen map[string]bool) []Step {
 	if n <= 0 || len(all) == 0 {
 		return nil
 	}
@@ -382,7 +402,7 @@ func pickSteps(all []Step, n int) []Step {
 	picked := make([]int, 0, min(n, len(all)))
 	for _, idempotent := range []bool{true, false} {
 		for i := len(all) - 1; i >= 0 && len(picked) < n; i-- {
-			if (all[i].IdempotencyKey != "") == idempotent && newest(i) {
+			if (all[i].IdempotencyKey != "") == idempotent && !seen[all[i].CallID] && newest(i) {
 				picked = append(picked, i)
 			}
 		}

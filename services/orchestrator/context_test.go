@@ -70,7 +70,7 @@ func TestContextOrderAndBreakdown(t *testing.T) {
 		currentTokens: 5,
 		toolTokens:    40,
 	}
-	b.taskState, _ = renderTaskState(TaskState{Done: []Step{{Tool: "add", Arguments: `{"sku":"A1"}`, Result: "ok"}}}, 5)
+	b.taskState, _ = renderTaskState(TaskState{Done: []Step{{Tool: "add", Arguments: `{"sku":"A1"}`, Result: "ok"}}}, 5, nil)
 	msgs := b.messages()
 	var got []string
 	for _, m := range msgs {
@@ -105,6 +105,76 @@ func TestContextOrderAndBreakdown(t *testing.T) {
 	}
 }
 
+// TestTaskStateLeavesOutStepsInWindow: a step whose call the window still shows with its result
+// is not repeated in the task state, nor are older records of that call; a step trimmed out of
+// the window is, and so is the newest record of a call when only an older one is in the window.
+func TestTaskStateLeavesOutStepsInWindow(t *testing.T) {
+	step := func(id, tool, args string) Step {
+		return Step{Tool: tool, Arguments: args, Result: "r-" + id, CallID: id}
+	}
+	done := []Step{
+		step("c1", "add_to_cart", `{"sku":"A1"}`), // trimmed
+		step("c2", "weather", `{"city":"上海"}`),    // older record of c5's call
+		step("c3", "report", `{"day":1}`),         // in the window
+		step("c4", "weather", `{"city":"北京"}`),    // its result synthesized: unanswered
+		step("c5", "weather", `{"city":"上海"}`),    // in the window
+	}
+	window := []*sessionv1.Message{
+		{Kind: sessionv1.MessageKind_MESSAGE_KIND_TEXT, Content: "hi"},
+		{Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL, ToolCallId: "c3"},
+		{Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, ToolCallId: "c3", Content: "{}"},
+		{Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL, ToolCallId: "c5"},
+		{Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, ToolCallId: "c5", Content: "{}"},
+		// A result pair repair made up: the model saw no result of c4.
+		{Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL, ToolCallId: "c4"},
+		{Kind: sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, ToolCallId: "c4", Synthesized: true},
+	}
+	seen := answeredCalls(window)
+	if diff := cmp.Diff(map[string]bool{"c3": true, "c5": true}, seen); diff != "" {
+		t.Fatalf("answered calls (-want +got):\n%s", diff)
+	}
+	tests := []struct {
+		name      string
+		st        TaskState
+		max       int
+		wantShown int
+		want      []string // in the block
+		wantNot   []string
+	}{
+		{"trimmed and unanswered steps only", TaskState{Done: done}, 12, 2,
+			[]string{"Steps done (do not repeat", `add_to_cart {"sku":"A1"} → r-c1`, `weather {"city":"北京"} → r-c4`},
+			[]string{"r-c2", "r-c3", "r-c5"}},
+		{"the count leaves out what the window shows", TaskState{Done: done}, 1, 1,
+			[]string{"1 of 2 shown", "r-c4"}, []string{"r-c1", "r-c3"}},
+		{"every step in the window, something pending", TaskState{Done: done[2:3], Pending: []Pending{{What: "pay"}}}, 12, 0,
+			[]string{"Pending:\n- pay"}, []string{"Steps done", "r-c3"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			text, shown := renderTaskState(tc.st, tc.max, seen)
+			if shown != tc.wantShown {
+				t.Errorf("shown %d, want %d:\n%s", shown, tc.wantShown, text)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(text, w) {
+					t.Errorf("missing %q:\n%s", w, text)
+				}
+			}
+			for _, w := range tc.wantNot {
+				if strings.Contains(text, w) {
+					t.Errorf("has %q:\n%s", w, text)
+				}
+			}
+		})
+	}
+	if text, n := renderTaskState(TaskState{Done: done[2:3]}, 12, seen); text != "" || n != 0 {
+		t.Errorf("every step in the window and nothing pending: rendered %q", text)
+	}
+	if answeredCalls(window[:1]) != nil {
+		t.Error("a window without results should give no set")
+	}
+}
+
 func TestPickSteps(t *testing.T) {
 	mk := func(tool, args string, idem bool) Step {
 		s := Step{Tool: tool, Arguments: args}
@@ -122,21 +192,21 @@ func TestPickSteps(t *testing.T) {
 		mk("report", `3`, false),
 	}
 	var got []string
-	for _, s := range pickSteps(all, 3) {
+	for _, s := range pickSteps(all, 3, nil) {
 		got = append(got, s.Tool+" "+s.Arguments)
 	}
 	want := []string{`add_to_cart {"sku":"A1"}`, `pay {"order":1}`, `report 3`}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-	if n := len(pickSteps(all, 10)); n != 5 {
+	if n := len(pickSteps(all, 10, nil)); n != 5 {
 		t.Errorf("%d steps with room for all, want 5 (one duplicate dropped)", n)
 	}
-	text, shown := renderTaskState(TaskState{Done: all, Pending: []Pending{{What: "book a table"}}}, 3)
+	text, shown := renderTaskState(TaskState{Done: all, Pending: []Pending{{What: "book a table"}}}, 3, nil)
 	if shown != 3 || !strings.Contains(text, "3 of 6 shown") || !strings.Contains(text, "Pending:\n- book a table") {
 		t.Errorf("rendered %d:\n%s", shown, text)
 	}
-	if text, n := renderTaskState(TaskState{}, 3); text != "" || n != 0 {
+	if text, n := renderTaskState(TaskState{}, 3, nil); text != "" || n != 0 {
 		t.Errorf("empty task state rendered %q", text)
 	}
 }
@@ -315,7 +385,7 @@ func TestTaskLinesCount(t *testing.T) {
 		if i%7 == 3 {
 			st.Pending = append(st.Pending, Pending{What: fmt.Sprintf("book table %d", i)})
 		}
-		block, _ := renderTaskState(st, 12)
+		block, _ := renderTaskState(st, 12, nil)
 		got, whole := int(lines.count(tk, block)), tk.CountMessage(block)
 		if slack := strings.Count(block, "\n") + 1; got < whole-slack || got > whole+slack {
 			t.Errorf("after %d steps: %d tokens counted by line, %d whole; want within %d", i+1, got, whole, slack)
@@ -329,7 +399,7 @@ func TestTaskLinesCount(t *testing.T) {
 // renderTaskStateFmt is renderTaskState as it was written with fmt, the reference its
 // allocation-lean form must match byte for byte.
 func renderTaskStateFmt(st TaskState, maxSteps int) (string, int) {
-	done := pickSteps(st.Done, maxSteps)
+	done := pickSteps(st.Done, maxSteps, nil)
 	if len(done) == 0 && len(st.Pending) == 0 {
 		return "", 0
 	}
@@ -388,7 +458,7 @@ func TestRenderTaskStateMatchesFmt(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			want, wantN := renderTaskStateFmt(tc.st, tc.max)
-			got, n := renderTaskState(tc.st, tc.max)
+			got, n := renderTaskState(tc.st, tc.max, nil)
 			if diff := cmp.Diff(want, got); diff != "" || n != wantN {
 				t.Errorf("shown %d, want %d; text (-fmt +ours):\n%s", n, wantN, diff)
 			}
@@ -406,7 +476,7 @@ func BenchmarkRenderTaskState(b *testing.B) {
 	for _, impl := range []struct {
 		name   string
 		render func(TaskState, int) (string, int)
-	}{{"fmt", renderTaskStateFmt}, {"lean", renderTaskState}} {
+	}{{"fmt", renderTaskStateFmt}, {"lean", func(st TaskState, n int) (string, int) { return renderTaskState(st, n, nil) }}} {
 		b.Run(impl.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

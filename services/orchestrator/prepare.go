@@ -118,7 +118,7 @@ func (t *turn) prepare(ctx context.Context, ga *gathering) error {
 
 	b.memory = t.memText
 	var shown int
-	b.taskState, shown = renderTaskState(state, t.s.cfg.TaskStateContextSteps)
+	b.taskState, shown = renderTaskState(state, t.s.cfg.TaskStateContextSteps, answeredCalls(history))
 	b.counted[b.taskState] = t.s.taskLines.count(t.s.deps.Tokenizer, b.taskState)
 	b.tools = t.mtools
 	for _, tool := range t.tools {
@@ -353,4 +353,20 @@ func (sr *safetyRecall) merge(have []*memoryv1.RecalledMemory) []*memoryv1.Recal
 		out = append(out, m)
 	}
 	return out
+}
+
+// answeredCalls is the set of tool calls whose stored result msgs show (nil when none): a
+// result pair repair synthesized does not count, the model having seen no result.
+func answeredCalls(msgs []*sessionv1.Message) map[string]bool {
+	var seen map[string]bool
+	for _, m := range msgs {
+		if m.GetKind() != sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT || m.GetSynthesized() || m.GetToolCallId() == "" {
+			continue
+		}
+		if seen == nil {
+			seen = make(map[string]bool)
+		}
+		seen[m.GetToolCallId()] = true
+	}
+	return seen
 }

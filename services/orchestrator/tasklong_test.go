@@ -75,7 +75,7 @@ func TestPickStepsAgreesWithMap(t *testing.T) {
 	for trial := range 500 {
 		all := randomSteps(r, r.IntN(60))
 		n := r.IntN(15)
-		want, got := pickStepsByMap(all, n), pickSteps(all, n)
+		want, got := pickStepsByMap(all, n), pickSteps(all, n, nil)
 		if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b Step) bool { return a == b })); diff != "" {
 			t.Fatalf("trial %d, %d steps, n=%d (-map +pickSteps):\n%s", trial, len(all), n, diff)
 		}
@@ -134,7 +134,7 @@ func TestNumberShapeKeepsCount(t *testing.T) {
 
 // renderAndCount is what a turn does with its task state before the model call.
 func renderAndCount(lines *taskLines, tok *tokenizer.Tokenizer, st TaskState) int32 {
-	block, _ := renderTaskState(st, 12)
+	block, _ := renderTaskState(st, 12, nil)
 	return lines.count(tok, block)
 }
 
