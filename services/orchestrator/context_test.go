@@ -155,16 +155,7 @@ func TestTaskStateLeavesOutStepsInWindow(t *testing.T) {
 			if shown != tc.wantShown {
 				t.Errorf("shown %d, want %d:\n%s", shown, tc.wantShown, text)
 			}
-			for _, w := range tc.want {
-				if !strings.Contains(text, w) {
-					t.Errorf("missing %q:\n%s", w, text)
-				}
-			}
-			for _, w := range tc.wantNot {
-				if strings.Contains(text, w) {
-					t.Errorf("has %q:\n%s", w, text)
-				}
-			}
+			checkText(t, "the block", text, tc.want, tc.wantNot)
 		})
 	}
 	if text, n := renderTaskState(TaskState{Done: done[2:3]}, 12, seen); text != "" || n != 0 {
@@ -172,6 +163,22 @@ func TestTaskStateLeavesOutStepsInWindow(t *testing.T) {
 	}
 	if answeredCalls(window[:1]) != nil {
 		t.Error("a window without results should give no set")
+	}
+}
+
+// checkText fails t for each of want that text lacks and each of not that it has; what names
+// the text in the messages.
+func checkText(t *testing.T, what, text string, want, not []string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Errorf("%s lacks %q:\n%s", what, w, text)
+		}
+	}
+	for _, n := range not {
+		if strings.Contains(text, n) {
+			t.Errorf("%s has %q:\n%s", what, n, text)
+		}
 	}
 }
 

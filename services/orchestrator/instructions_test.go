@@ -70,16 +70,7 @@ func TestServerInstructions(t *testing.T) {
 				if !strings.HasPrefix(system, DefaultSystemPrompt) {
 					t.Errorf("system prompt %q does not start with the operator's", system)
 				}
-				for _, w := range tc.want {
-					if !strings.Contains(system, w) {
-						t.Errorf("system prompt lacks %q:\n%s", w, system)
-					}
-				}
-				for _, n := range tc.not {
-					if strings.Contains(system, n) {
-						t.Errorf("system prompt has %q:\n%s", n, system)
-					}
-				}
+				checkText(t, "system prompt", system, tc.want, tc.not)
 			})
 		})
 	}
