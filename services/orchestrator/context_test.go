@@ -107,7 +107,7 @@ func TestContextOrderAndBreakdown(t *testing.T) {
 
 // TestTaskStateLeavesOutStepsInWindow: a step whose call the window still shows with its result
 // is not repeated in the task state, nor are older records of that call; a step trimmed out of
-// the window is, and so is the newest record of a call when only an older one is in the window.
+// the window is, and so is one whose result in the window pair repair made up.
 func TestTaskStateLeavesOutStepsInWindow(t *testing.T) {
 	step := func(id, tool, args string) Step {
 		return Step{Tool: tool, Arguments: args, Result: "r-" + id, CallID: id}

@@ -51,7 +51,7 @@ func monolithTurn(tb testing.TB, s *BoltStore, sid string, i int) {
 // BenchmarkBoltMonolithTurn measures the session store's share of a monolith turn (two commits,
 // four messages, one context load) in a session of 1,000 turns: run with -benchmem. It reports
 // the pages written a turn (pwrites/turn, the meta pages included). In after-deletes, another
-// user's sessions (about 8 MB of messages) were deleted first, leaving their pages free in the
+// user's sessions (8 MB of message text) were deleted first, leaving their pages free in the
 // file, as in a store that has been in use for a while.
 func BenchmarkBoltMonolithTurn(b *testing.B) {
 	b.Run("fresh", func(b *testing.B) { benchMonolithTurn(b, false) })
