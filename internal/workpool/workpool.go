@@ -11,6 +11,7 @@ package workpool
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // Pool hands work to idle workers, starting up to max of them; work beyond that gets a
@@ -92,12 +93,29 @@ func (p *Pool) Stop() {
 
 // Group is errgroup.WithContext's behaviour on a pool: the first error cancels the context and
 // is what Wait returns; Wait cancels the context too.
+//
+// Wait runs, on the waiting goroutine, each function that no worker has started yet. A worker
+// handed a function is made runnable, and on a loaded machine it may wait for a processor
+// longer than the function takes: a turn's gathering (tools, memories, task state) waited on
+// two cores for workers that the previous turn's background work kept from running, while the
+// turn's own goroutine, which would only wait, sat idle. Whichever of the two claims a function
+// first runs it; the other skips it.
 type Group struct {
 	p      *Pool
 	cancel context.CancelCauseFunc
 	wg     sync.WaitGroup
 	once   sync.Once
 	err    error
+
+	mu sync.Mutex // guards tasks
+	// tasks are the functions given to Go, for Wait to run those not yet claimed.
+	tasks []*task
+}
+
+// task is a function of a group that runs once, on whichever goroutine claims it first.
+type task struct {
+	claimed atomic.Bool
+	f       func() error
 }
 
 // NewGroup returns a group whose functions run on p, and the context they share.
@@ -106,13 +124,24 @@ func NewGroup(ctx context.Context, p *Pool) (*Group, context.Context) {
 	return &Group{p: p, cancel: cancel}, ctx
 }
 
-// Go runs f in the group.
+// Go runs f in the group: on a worker, or on the goroutine that calls Wait if that gets to it
+// first.
 func (g *Group) Go(f func() error) {
+	t := &task{f: f}
 	g.wg.Add(1)
-	g.p.Go(func() {
-		defer g.wg.Done()
-		g.fail(f())
-	})
+	g.mu.Lock()
+	g.tasks = append(g.tasks, t)
+	g.mu.Unlock()
+	g.p.Go(func() { g.run(t) })
+}
+
+// run runs t unless another goroutine claimed it.
+func (g *Group) run(t *task) {
+	if !t.claimed.CompareAndSwap(false, true) {
+		return
+	}
+	defer g.wg.Done()
+	g.fail(t.f())
 }
 
 // Do runs f in the group on the calling goroutine, for the last of a batch the caller would
@@ -133,8 +162,19 @@ func (g *Group) fail(err error) {
 	})
 }
 
-// Wait waits for the group's functions and returns the first error.
+// Wait runs the functions no worker has started, waits for the rest and returns the first
+// error.
 func (g *Group) Wait() error {
+	for i := 0; ; i++ {
+		g.mu.Lock()
+		if i >= len(g.tasks) {
+			g.mu.Unlock()
+			break
+		}
+		t := g.tasks[i]
+		g.mu.Unlock()
+		g.run(t)
+	}
 	g.wg.Wait()
 	g.cancel(g.err)
 	return g.err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -163,6 +164,50 @@ func TestGroupDo(t *testing.T) {
 	g.Do(func() error { did = true; return nil })
 	if err := g.Wait(); err != nil || !did {
 		t.Errorf("Wait() = %v, did = %v; want nil, true", err, did)
+	}
+}
+
+// TestWaitRunsUnstarted: Wait runs a function whose worker has not got to it, on the waiting
+// goroutine; the worker, when it runs at last, skips it. The pool's one idle worker here is an
+// inbox nobody reads until the test does.
+func TestWaitRunsUnstarted(t *testing.T) {
+	inbox := make(chan func(), 1)
+	p := &Pool{max: 1, started: 1, idle: []chan func(){inbox}}
+	g, ctx := NewGroup(context.Background(), p)
+	want := errors.New("ran")
+	runs := 0
+	g.Go(func() error { runs++; return want })
+	if err := g.Wait(); err != want {
+		t.Errorf("Wait() = %v, want %v", err, want)
+	}
+	if context.Cause(ctx) != want {
+		t.Errorf("cause = %v, want %v", context.Cause(ctx), want)
+	}
+	(<-inbox)() // the worker's turn
+	if runs != 1 {
+		t.Errorf("the function ran %d times, want once", runs)
+	}
+}
+
+// TestGroupRunsEachOnce: with workers and the waiter claiming functions at once, each function
+// runs exactly once (run with -race).
+func TestGroupRunsEachOnce(t *testing.T) {
+	p := New(2)
+	defer p.Stop()
+	for range 200 {
+		g, _ := NewGroup(context.Background(), p)
+		var runs [4]atomic.Int32
+		for i := range runs {
+			g.Go(func() error { runs[i].Add(1); return nil })
+		}
+		if err := g.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range runs {
+			if n := runs[i].Load(); n != 1 {
+				t.Fatalf("function %d ran %d times, want once", i, n)
+			}
+		}
 	}
 }
 
