@@ -125,8 +125,13 @@ func consumerSettled(have, want jetstream.ConsumerConfig) bool {
 		have.DeliverPolicy == want.DeliverPolicy
 }
 
-// dispatch runs in the consume goroutine: it blocks while every worker is busy.
+// dispatch runs in the consume goroutine: it acknowledges an event that needs no extraction
+// itself (settled), and otherwise hands the event to a worker, blocking while every worker is
+// busy.
 func (c *Consumer) dispatch(msg jetstream.Msg) {
+	if c.settled(msg) {
+		return
+	}
 	select {
 	case c.sem <- struct{}{}:
 	case <-c.ctx.Done():
@@ -144,6 +149,33 @@ func (c *Consumer) dispatch(msg jetstream.Msg) {
 		defer func() { <-c.sem; c.wg.Done() }()
 		c.handle(msg)
 	})
+}
+
+// settled acknowledges an authentic event of a turn that did not complete or that the
+// prefilter skips — most turns, and a few tens of microseconds each — and reports whether it
+// did. Such an event then costs no hand-off to a worker and back, and takes no worker's place
+// from a turn that waits for the model. Everything else (an event to extract, or one that fails
+// a check and is refused or dead-lettered) is left for handle, which checks it again.
+func (c *Consumer) settled(msg jetstream.Msg) bool {
+	if _, err := msg.Metadata(); err != nil {
+		return false
+	}
+	if c.keys.Verify(msg.Subject(), msg.Headers(), msg.Data(), time.Now()) != nil {
+		return false
+	}
+	ev, err := events.UnmarshalTurnFinished(msg.Data())
+	if err != nil || msg.Subject() != c.names.TurnFinishedSubject(ev.GetUserId()) {
+		return false
+	}
+	if !extractable(ev) {
+		c.log.Debug("memory extractor: skipping a turn that did not complete", "turn", ev.GetTurnId(), "status", ev.GetStatus())
+	} else if !c.svc.prefiltered(c.ctx, ev, turnMaterial(ev)) {
+		return false
+	}
+	if err := msg.Ack(); err != nil {
+		c.log.Warn("memory extractor: ack", "turn", ev.GetTurnId(), "error", err)
+	}
+	return true
 }
 
 func (c *Consumer) handle(msg jetstream.Msg) {

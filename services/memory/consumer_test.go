@@ -17,6 +17,7 @@ import (
 	"github.com/hermes-agent/hermes/internal/testenv"
 	eventsv1 "github.com/hermes-agent/hermes/proto/hermes/events/v1"
 	memoryv1 "github.com/hermes-agent/hermes/proto/hermes/memory/v1"
+	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 )
 
 // testNATS connects to the real NATS JetStream at 127.0.0.1:4222 with a namespace of its own;
@@ -354,6 +355,75 @@ func TestConsumerKeepsSlowExtractionAlive(t *testing.T) {
 	}
 	if got := len(listAll(t, svc, "slow")); got != 1 {
 		t.Errorf("%d memories, want 1", got)
+	}
+}
+
+// TestConsumerSettlesSkippedTurnsWithoutAWorker: while the only worker waits on an extraction,
+// events that need none (the prefilter skips them, or the turn did not complete) are still
+// acknowledged at once, in the consume goroutine; they used to wait for the worker.
+func TestConsumerSettlesSkippedTurnsWithoutAWorker(t *testing.T) {
+	names, connect := testNATS(t)
+	var calls atomic.Int64
+	mc, _ := scriptedModel(t, oneMemoryPerTurn(&calls))
+	cfg := consumerConfig()
+	cfg.ConsumerWorkers = 1
+	cfg.ConsumerAckWait = 30 * time.Second
+	cfg.ExtractTimeout = 10 * time.Second
+	svc := newReplica(t, sharedStores(t, 0), cfg, mc)
+	busy, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	svc.beforeFinish = func(ctx context.Context, _ string) {
+		once.Do(func() { close(busy) })
+		select {
+		case <-ctx.Done():
+		case <-release:
+		}
+	}
+	_, js := connect()
+	c, err := StartConsumer(ctxT(t), svc, js, names, testKeyring(t), testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(5 * time.Second)
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	publishTurns(t, js, names, "settle", 1) // to extract: the worker holds it
+	<-busy
+	skipped := []*eventsv1.TurnFinished{
+		turn("settle", "s", userSays("请帮我算一下 12*7+3。")),
+		turn("settle", "s", userSays("Show me the menu")),
+	}
+	failed := turn("settle", "s", userSays("my name is Ada"))
+	failed.Status = orchestratorv1.TurnStatus_TURN_STATUS_FAILED
+	for _, tf := range append(skipped, failed) {
+		if err := events.PublishTurnFinished(ctxT(t), js, names, tf, events.SignWith(testKeyring(t))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons, err := js.Consumer(ctxT(t), names.Stream, names.ExtractorConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *jetstream.ConsumerInfo
+	testenv.WaitFor(t, 20*time.Second, "the three events that need no extraction acknowledged", func() bool {
+		info, err = cons.Info(ctxT(t))
+		return err == nil && info.Delivered.Stream == 4 && info.NumAckPending == 1
+	})
+	if info.AckFloor.Stream != 0 {
+		t.Errorf("ack floor %d, want 0: the first event is still being extracted", info.AckFloor.Stream)
+	}
+	close(release)
+	released = true
+	testenv.WaitFor(t, 20*time.Second, "every event acknowledged", func() bool {
+		info, err = cons.Info(ctxT(t))
+		return err == nil && info.AckFloor.Stream == 4 && info.NumAckPending == 0
+	})
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d extraction calls, want 1", n)
 	}
 }
 

@@ -239,13 +239,8 @@ func hasPreferenceCue(userText string) bool {
 func (s *Service) extract(ctx context.Context, turn *eventsv1.TurnFinished) (*memoryv1.ExtractTurnResponse, error) {
 	user, turnID := turn.GetUserId(), turn.GetTurnId()
 	mat := turnMaterial(turn)
-	if s.cfg.ExplicitEnabled && s.cfg.ExtractPrefilter {
-		// Deterministic on the event, so a redelivered turn is skipped again: no claim and no
-		// record are needed.
-		if ok, why := worthExtracting(mat, turn.GetRememberRequested()); !ok {
-			s.log.DebugContext(ctx, "extraction skipped: the turn states nothing about the user", "turn", turnID, "why", why)
-			return &memoryv1.ExtractTurnResponse{}, nil
-		}
+	if s.prefiltered(ctx, turn, mat) {
+		return &memoryv1.ExtractTurnResponse{}, nil
 	}
 	lease := max(s.cfg.ConsumerAckWait, s.cfg.ExtractTimeout*time.Duration(max(s.cfg.ExtractAttempts, 1)))
 	rec, busy, token, err := s.state.ClaimTurn(ctx, user, turnID, lease)
@@ -273,6 +268,20 @@ func (s *Service) extract(ctx context.Context, turn *eventsv1.TurnFinished) (*me
 		return nil, err
 	}
 	return resp, nil
+}
+
+// prefiltered reports whether the prefilter skips the turn: nothing to claim and no record to
+// write, since the decision is deterministic on the event and a redelivered turn is skipped
+// again.
+func (s *Service) prefiltered(ctx context.Context, turn *eventsv1.TurnFinished, mat material) bool {
+	if !s.cfg.ExplicitEnabled || !s.cfg.ExtractPrefilter {
+		return false
+	}
+	ok, why := worthExtracting(mat, turn.GetRememberRequested())
+	if !ok {
+		s.log.DebugContext(ctx, "extraction skipped: the turn states nothing about the user", "turn", turn.GetTurnId(), "why", why)
+	}
+	return !ok
 }
 
 // processed answers for a turn that was already extracted.
