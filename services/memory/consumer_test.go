@@ -144,13 +144,8 @@ func TestConsumerExtractsPublishedTurn(t *testing.T) {
 		t.Errorf("memory: %v", m)
 	}
 	// Acknowledged: nothing pending on the durable consumer.
-	cons, err := js.Consumer(ctxT(t), names.Stream, names.ExtractorConsumer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitFor(t, 10*time.Second, "the ack", func() bool {
-		info, err := cons.Info(context.Background())
-		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	waitExtractor(t, js, names, "the ack", func(info *jetstream.ConsumerInfo) bool {
+		return info.NumAckPending == 0 && info.NumPending == 0
 	})
 }
 
@@ -304,10 +299,8 @@ func TestConsumerDeadLetters(t *testing.T) {
 	if n := calls.Load(); n != 4 {
 		t.Errorf("%d model calls, want 2 deliveries x 2 attempts", n)
 	}
-	cons, _ := js.Consumer(ctxT(t), names.Stream, names.ExtractorConsumer)
-	testenv.WaitFor(t, 10*time.Second, "nothing pending", func() bool {
-		info, err := cons.Info(context.Background())
-		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	waitExtractor(t, js, names, "nothing pending", func(info *jetstream.ConsumerInfo) bool {
+		return info.NumAckPending == 0 && info.NumPending == 0
 	})
 	if mems := listAll(t, svc, "poison"); len(mems) != 0 {
 		t.Errorf("memories of a poison turn: %v", mems)
@@ -316,6 +309,22 @@ func TestConsumerDeadLetters(t *testing.T) {
 
 // An extraction that outlasts the ack wait keeps its delivery: the in-progress acks restart the
 // ack wait, so JetStream does not hand the event to another worker meanwhile.
+// waitExtractor waits until the extractor's durable consumer is as ok wants it, and returns
+// what it last read of it.
+func waitExtractor(t *testing.T, js jetstream.JetStream, names events.Names, what string, ok func(*jetstream.ConsumerInfo) bool) *jetstream.ConsumerInfo {
+	t.Helper()
+	cons, err := js.Consumer(ctxT(t), names.Stream, names.ExtractorConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *jetstream.ConsumerInfo
+	testenv.WaitFor(t, 20*time.Second, what, func() bool {
+		info, err = cons.Info(ctxT(t))
+		return err == nil && ok(info)
+	})
+	return info
+}
+
 func TestConsumerKeepsSlowExtractionAlive(t *testing.T) {
 	names, connect := testNATS(t)
 	var calls atomic.Int64
@@ -340,14 +349,8 @@ func TestConsumerKeepsSlowExtractionAlive(t *testing.T) {
 	}
 	defer c.Stop(5 * time.Second)
 	publishTurns(t, js, names, "slow", 1)
-	cons, err := js.Consumer(ctxT(t), names.Stream, names.ExtractorConsumer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var info *jetstream.ConsumerInfo
-	testenv.WaitFor(t, 20*time.Second, "the event acknowledged", func() bool {
-		info, err = cons.Info(ctxT(t))
-		return err == nil && info.AckFloor.Stream == 1 && info.NumAckPending == 0
+	info := waitExtractor(t, js, names, "the event acknowledged", func(info *jetstream.ConsumerInfo) bool {
+		return info.AckFloor.Stream == 1 && info.NumAckPending == 0
 	})
 	// The consumer sequence counts deliveries, redeliveries included.
 	if info.Delivered.Consumer != 1 || slowed.Load() != 1 {
@@ -404,23 +407,16 @@ func TestConsumerSettlesSkippedTurnsWithoutAWorker(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cons, err := js.Consumer(ctxT(t), names.Stream, names.ExtractorConsumer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var info *jetstream.ConsumerInfo
-	testenv.WaitFor(t, 20*time.Second, "the three events that need no extraction acknowledged", func() bool {
-		info, err = cons.Info(ctxT(t))
-		return err == nil && info.Delivered.Stream == 4 && info.NumAckPending == 1
+	info := waitExtractor(t, js, names, "the three events that need no extraction acknowledged", func(info *jetstream.ConsumerInfo) bool {
+		return info.Delivered.Stream == 4 && info.NumAckPending == 1
 	})
 	if info.AckFloor.Stream != 0 {
 		t.Errorf("ack floor %d, want 0: the first event is still being extracted", info.AckFloor.Stream)
 	}
 	close(release)
 	released = true
-	testenv.WaitFor(t, 20*time.Second, "every event acknowledged", func() bool {
-		info, err = cons.Info(ctxT(t))
-		return err == nil && info.AckFloor.Stream == 4 && info.NumAckPending == 0
+	waitExtractor(t, js, names, "every event acknowledged", func(info *jetstream.ConsumerInfo) bool {
+		return info.AckFloor.Stream == 4 && info.NumAckPending == 0
 	})
 	if n := calls.Load(); n != 1 {
 		t.Errorf("%d extraction calls, want 1", n)
