@@ -307,8 +307,6 @@ func TestConsumerDeadLetters(t *testing.T) {
 	}
 }
 
-// An extraction that outlasts the ack wait keeps its delivery: the in-progress acks restart the
-// ack wait, so JetStream does not hand the event to another worker meanwhile.
 // waitExtractor waits until the extractor's durable consumer is as ok wants it, and returns
 // what it last read of it.
 func waitExtractor(t *testing.T, js jetstream.JetStream, names events.Names, what string, ok func(*jetstream.ConsumerInfo) bool) *jetstream.ConsumerInfo {
@@ -325,6 +323,8 @@ func waitExtractor(t *testing.T, js jetstream.JetStream, names events.Names, wha
 	return info
 }
 
+// An extraction that outlasts the ack wait keeps its delivery: the in-progress acks restart the
+// ack wait, so JetStream does not hand the event to another worker meanwhile.
 func TestConsumerKeepsSlowExtractionAlive(t *testing.T) {
 	names, connect := testNATS(t)
 	var calls atomic.Int64
