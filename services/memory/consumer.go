@@ -125,11 +125,18 @@ func consumerSettled(have, want jetstream.ConsumerConfig) bool {
 		have.DeliverPolicy == want.DeliverPolicy
 }
 
-// dispatch runs in the consume goroutine: it acknowledges an event that needs no extraction
-// itself (settled), and otherwise hands the event to a worker, blocking while every worker is
-// busy.
+// dispatch runs in the consume goroutine. It checks the event (open) and acknowledges one
+// that needs no extraction itself — a turn that did not complete, or one the prefilter skips:
+// most turns, and a few tens of microseconds each. Such an event then costs no hand-off to a
+// worker and back, and takes no worker's place from a turn that waits for the model. Everything
+// else goes to a worker (blocking while every worker is busy): an event to extract, and one
+// that failed a check, which the worker refuses or dead-letters.
 func (c *Consumer) dispatch(msg jetstream.Msg) {
-	if c.settled(msg) {
+	md, ev, reject := c.open(msg)
+	if reject == nil && c.skips(ev) {
+		if err := msg.Ack(); err != nil {
+			c.log.Warn("memory extractor: ack", "turn", ev.GetTurnId(), "error", err)
+		}
 		return
 	}
 	select {
@@ -147,69 +154,60 @@ func (c *Consumer) dispatch(msg jetstream.Msg) {
 	c.stopMu.Unlock()
 	c.pool.Go(func() {
 		defer func() { <-c.sem; c.wg.Done() }()
-		c.handle(msg)
+		if reject != nil {
+			reject()
+			return
+		}
+		c.handle(msg, md, ev)
 	})
 }
 
-// settled acknowledges an authentic event of a turn that did not complete or that the
-// prefilter skips — most turns, and a few tens of microseconds each — and reports whether it
-// did. Such an event then costs no hand-off to a worker and back, and takes no worker's place
-// from a turn that waits for the model. Everything else (an event to extract, or one that fails
-// a check and is refused or dead-lettered) is left for handle, which checks it again.
-func (c *Consumer) settled(msg jetstream.Msg) bool {
-	if _, err := msg.Metadata(); err != nil {
-		return false
-	}
-	if c.keys.Verify(msg.Subject(), msg.Headers(), msg.Data(), time.Now()) != nil {
-		return false
-	}
-	ev, err := events.UnmarshalTurnFinished(msg.Data())
-	if err != nil || msg.Subject() != c.names.TurnFinishedSubject(ev.GetUserId()) {
-		return false
-	}
-	if !extractable(ev) {
-		c.log.Debug("memory extractor: skipping a turn that did not complete", "turn", ev.GetTurnId(), "status", ev.GetStatus())
-	} else if !c.svc.prefiltered(c.ctx, ev, turnMaterial(ev)) {
-		return false
-	}
-	if err := msg.Ack(); err != nil {
-		c.log.Warn("memory extractor: ack", "turn", ev.GetTurnId(), "error", err)
-	}
-	return true
-}
-
-func (c *Consumer) handle(msg jetstream.Msg) {
+// open reads a delivery's metadata and its event, verified and decoded. A delivery that fails
+// a check comes back with reject, which settles it: terminated (no metadata), refused (not
+// authentic, or on another user's subject) or dead-lettered (undecodable); nothing is written.
+func (c *Consumer) open(msg jetstream.Msg) (md *jetstream.MsgMetadata, ev *eventsv1.TurnFinished, reject func()) {
 	md, err := msg.Metadata()
 	if err != nil {
-		c.log.Warn("memory extractor: message without metadata", "error", err)
-		_ = msg.Term()
-		return
+		return nil, nil, func() {
+			c.log.Warn("memory extractor: message without metadata", "error", err)
+			_ = msg.Term()
+		}
 	}
 	if err := c.keys.Verify(msg.Subject(), msg.Headers(), msg.Data(), time.Now()); err != nil {
-		c.refuse(msg, md, err)
-		return
+		return md, nil, func() { c.refuse(msg, md, err) }
 	}
-	ev, err := events.UnmarshalTurnFinished(msg.Data())
+	ev, err = events.UnmarshalTurnFinished(msg.Data())
 	if err != nil {
-		c.deadLetter(msg, md, fmt.Errorf("undecodable event: %w", err))
-		return
+		return md, nil, func() { c.deadLetter(msg, md, fmt.Errorf("undecodable event: %w", err)) }
 	}
 	// The signature binds the subject; the subject must name the payload's user, or a signed
 	// event of one user could carry another user's id.
 	if want := c.names.TurnFinishedSubject(ev.GetUserId()); msg.Subject() != want {
-		c.refuse(msg, md, fmt.Errorf("%w: subject %s does not belong to the event's user (want %s)", events.ErrUnauthenticEvent, msg.Subject(), want))
-		return
+		return md, nil, func() {
+			c.refuse(msg, md, fmt.Errorf("%w: subject %s does not belong to the event's user (want %s)", events.ErrUnauthenticEvent, msg.Subject(), want))
+		}
 	}
+	return md, ev, nil
+}
+
+// skips reports whether an authentic event needs no extraction: its turn did not complete, or
+// the prefilter skips it.
+func (c *Consumer) skips(ev *eventsv1.TurnFinished) bool {
 	if !extractable(ev) {
 		c.log.Debug("memory extractor: skipping a turn that did not complete", "turn", ev.GetTurnId(), "status", ev.GetStatus())
-		_ = msg.Ack()
-		return
+		return true
 	}
+	return c.svc.prefiltered(c.ctx, ev, turnMaterial(ev))
+}
+
+// handle extracts the memories of an authentic event (open) and acknowledges it, or has it
+// redelivered or dead-lettered when extraction fails.
+func (c *Consumer) handle(msg jetstream.Msg, md *jetstream.MsgMetadata, ev *eventsv1.TurnFinished) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	defer cancel()
 	// Keep the delivery alive while a slow model answers.
 	alive := keepAlive(msg, max(c.cfg.ConsumerAckWait/3, 100*time.Millisecond))
-	_, err = c.svc.extract(ctx, ev)
+	_, err := c.svc.extract(ctx, ev)
 	// Another worker holds the turn (a redelivery racing a slow worker, or the claim of a
 	// worker that died, until its lease ends). Wait here, keeping the delivery alive, rather
 	// than spend deliveries on it.
