@@ -45,22 +45,42 @@ func main() {
 		return
 	}
 	if *addr != "" {
-		report("health check of "+*addr, *n, healthCheck(*addr))
-		return
-	}
-	for _, kind := range []string{"raw", "grpc", "h2c"} {
-		child, a, err := startServer(kind)
+		call, err := healthCheck(*addr)
+		if err == nil {
+			err = report("health check of "+*addr, *n, call)
+		}
 		if err != nil {
 			log.Fatal(err)
 		}
-		call := healthCheck(a)
-		if kind == "raw" {
-			call = pingPong(a)
+		return
+	}
+	for _, kind := range []string{"raw", "grpc", "h2c"} {
+		if err := measure(kind, *n); err != nil {
+			log.Fatal(err)
 		}
-		report(kind, *n, call)
+	}
+}
+
+// measure starts a server of kind as a child process, reports its round trips and stops it,
+// whether or not the measurement succeeded.
+func measure(kind string, n int) error {
+	child, a, err := startServer(kind)
+	if err != nil {
+		return err
+	}
+	defer func() {
 		_ = child.Process.Kill()
 		_ = child.Wait()
+	}()
+	dial := healthCheck
+	if kind == "raw" {
+		dial = pingPong
 	}
+	call, err := dial(a)
+	if err != nil {
+		return err
+	}
+	return report(kind, n, call)
 }
 
 func runServer(kind string) error {
@@ -115,22 +135,22 @@ func startServer(kind string) (*exec.Cmd, string, error) {
 	return cmd, strings.TrimSpace(line), nil
 }
 
-func healthCheck(addr string) func() error {
+func healthCheck(addr string) (func() error, error) {
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		log.Fatal(err)
+		return nil, err
 	}
 	h := healthpb.NewHealthClient(cc)
 	return func() error {
 		_, err := h.Check(context.Background(), &healthpb.HealthCheckRequest{})
 		return err
-	}
+	}, nil
 }
 
-func pingPong(addr string) func() error {
+func pingPong(addr string) (func() error, error) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
-		log.Fatal(err)
+		return nil, err
 	}
 	buf := make([]byte, 64)
 	return func() error {
@@ -139,17 +159,17 @@ func pingPong(addr string) func() error {
 		}
 		_, err := io.ReadFull(c, buf[:32])
 		return err
-	}
+	}, nil
 }
 
 // report makes 200 warm-up calls, then n measured ones, and prints their median and 90th
 // percentile.
-func report(name string, n int, call func() error) {
+func report(name string, n int, call func() error) error {
 	took := make([]time.Duration, 0, n)
 	for i := range n + 200 {
 		start := time.Now()
 		if err := call(); err != nil {
-			log.Fatalf("%s: %v", name, err)
+			return fmt.Errorf("%s: %w", name, err)
 		}
 		if i >= 200 {
 			took = append(took, time.Since(start))
@@ -160,6 +180,7 @@ func report(name string, n int, call func() error) {
 	}
 	slices.Sort(took)
 	fmt.Printf("%-40s p50 %7.1f µs   p90 %7.1f µs\n", name, us(took[len(took)/2]), us(took[len(took)*9/10]))
+	return nil
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
