@@ -84,6 +84,9 @@ type Server struct {
 	syncMu sync.Mutex
 	mu     sync.Mutex             // guards known; held briefly, never across a call
 	known  map[string]*servedTool // guarded by mu: tool name → what is served
+
+	// beforeAdd, when set (tests), runs in Sync between a tool's entry and its AddTool.
+	beforeAdd func(name string)
 }
 
 // servedTool is what the endpoint keeps of a tool it serves.
@@ -100,6 +103,8 @@ type servedTool struct {
 	// schemas, for asking the user for missing arguments.
 	required []string
 	props    map[string]json.RawMessage
+	// added: the SDK server has the tool (Server.mu guards it).
+	added bool
 }
 
 // New returns an endpoint; call Sync or Run to load the tools. It fails when the
@@ -153,7 +158,7 @@ func (s *Server) freshen(next mcp.MethodHandler) mcp.MethodHandler {
 		case "tools/list":
 			s.syncLogged(ctx)
 		case "tools/call":
-			if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil && s.served(r.Params.Name) == nil {
+			if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil && !s.added(r.Params.Name) {
 				s.syncLogged(ctx)
 			}
 		}
@@ -165,6 +170,16 @@ func (s *Server) served(name string) *servedTool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.known[name]
+}
+
+// added reports whether the SDK server has the tool: its entry is known and its AddTool done.
+// A Sync puts the entry in place before it adds the tool, so a call that arrives in between
+// must wait for that Sync (freshen's own Sync does, on syncMu), not go on to "unknown tool".
+func (s *Server) added(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.known[name]
+	return st != nil && st.added
 }
 
 func (s *Server) syncLogged(ctx context.Context) {
@@ -247,10 +262,16 @@ func (s *Server) Sync(ctx context.Context) error {
 		s.mu.Lock()
 		s.known[name] = st
 		s.mu.Unlock()
+		if s.beforeAdd != nil {
+			s.beforeAdd(name)
+		}
 		if err := s.addTool(tool); err != nil {
 			s.log.Warn("MCP endpoint: tool not served", "tool", name, "error", err)
 			continue
 		}
+		s.mu.Lock()
+		st.added = true
+		s.mu.Unlock()
 		known[name] = st
 	}
 	s.mu.Lock()

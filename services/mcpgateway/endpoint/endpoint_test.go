@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/yosida95/uritemplate/v3"
+	"google.golang.org/grpc"
 
 	"github.com/hermes-agent/hermes/internal/testenv"
 	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
@@ -481,4 +482,42 @@ func uritemplateMustNew(t *testing.T, s string) *uritemplate.Template {
 		t.Fatalf("an accepted template does not compile: %q: %v", s, err)
 	}
 	return ut
+}
+
+// listOnly is a tool service that lists tools and does nothing else.
+type listOnly struct {
+	ToolClient
+	tools []*toolsv1.Tool
+}
+
+func (l listOnly) ListTools(context.Context, *toolsv1.ListToolsRequest, ...grpc.CallOption) (*toolsv1.ListToolsResponse, error) {
+	return &toolsv1.ListToolsResponse{Tools: l.tools}, nil
+}
+
+// TestToolCallableOnlyOnceAdded replays a flaky "unknown tool" of a call that arrived while a
+// Sync had put the tool's entry in place but not yet added it to the SDK server: the call saw
+// the entry, skipped its own Sync and reached the SDK first. A tool counts as added (what a
+// call's freshen checks) only once the SDK has it.
+func TestToolCallableOnlyOnceAdded(t *testing.T) {
+	tool := &toolsv1.Tool{Version: 1, Spec: &toolsv1.ToolSpec{Name: "rows", InputSchema: `{"type":"object"}`}}
+	s, err := New(Options{
+		Tools:  func() (ToolClient, error) { return listOnly{tools: []*toolsv1.Tool{tool}}, nil },
+		Logger: testenv.Logger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var during []bool
+	s.beforeAdd = func(name string) {
+		during = append(during, s.served(name) != nil, s.added(name))
+	}
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]bool{true, false}, during); diff != "" {
+		t.Errorf("between the entry and AddTool, (known, added) (-want +got):\n%s", diff)
+	}
+	if !s.added("rows") {
+		t.Error("after Sync the tool is not counted as added")
+	}
 }
