@@ -269,13 +269,21 @@ func indexTurnID(k []byte) []byte {
 // taskMeta is a session's entry in the tasks bucket. Its done steps are keys First..Next-1 of
 // task_steps, so a finishing turn writes its own steps, not the whole list again (a session keeps
 // up to orchestrator.task-state-steps of them). Done is the format before that: the whole list in
-// this value; it moves into task_steps with the session's next write.
+// this value; it moves into task_steps with the session's next write. Stored, when set, is the
+// first key still in task_steps: the steps before First are deleted trimSteps at a time
+// (writeTask); unset, it is First.
 type taskMeta struct {
 	Pending []Pending `json:"pending,omitempty"`
 	First   uint64    `json:"first,omitempty"`
 	Next    uint64    `json:"next,omitempty"`
+	Stored  *uint64   `json:"stored,omitempty"`
 	Done    []Step    `json:"done,omitempty"`
 }
+
+// trimSteps is how many steps a session's task state drops at once. Deleting the oldest step
+// with each new one made every turn of a long session rewrite the leaf at its steps' head as
+// well as the one at their tail, and the branch above each (bench/README, issue 25, stop 44).
+const trimSteps = 64
 
 func loadTaskMeta(tb *bolt.Bucket, sid string) (taskMeta, error) {
 	var m taskMeta
@@ -327,15 +335,29 @@ func writeTask(tx *bolt.Tx, sid string, m taskMeta, f *Finish) (uint64, error) {
 		m.Next++
 	}
 	m.Done = nil
-	for keep := uint64(max(f.KeepSteps, 0)); keep > 0 && m.Next-m.First > keep; m.First++ {
-		if err := sb.Delete(stepKey(sid, m.First)); err != nil {
-			return 0, err
-		}
+	stored := m.First
+	if m.Stored != nil {
+		stored = min(*m.Stored, m.First)
+	}
+	if keep := uint64(max(f.KeepSteps, 0)); keep > 0 && m.Next-m.First > keep {
+		m.First = m.Next - keep
 	}
 	if f.SetPending {
 		m.Pending = f.mergePending(m.Pending)
 	}
-	if m.First == m.Next && len(m.Pending) == 0 {
+	empty := m.First == m.Next && len(m.Pending) == 0
+	if empty || m.First-stored >= trimSteps {
+		for ; stored < m.First; stored++ {
+			if err := sb.Delete(stepKey(sid, stored)); err != nil {
+				return 0, err
+			}
+		}
+	}
+	m.Stored = nil
+	if stored != m.First {
+		m.Stored = &stored
+	}
+	if empty {
 		// Nothing left: the next step starts the numbering again.
 		return 0, tb.Delete([]byte(sid))
 	}

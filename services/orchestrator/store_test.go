@@ -432,7 +432,7 @@ func TestBoltOutboxDeletesWithTheNextWrite(t *testing.T) {
 }
 
 // TestBoltTaskStepsAreKeys: a finishing turn writes its own steps, not the session's whole list;
-// the oldest beyond the limit are deleted; a task state in the old one-value format is read and
+// the oldest beyond the limit are deleted, trimSteps at a time, and never read; a task state in the old one-value format is read and
 // moved into the step keys by the next write; DeleteSession leaves no step behind.
 func TestBoltTaskStepsAreKeys(t *testing.T) {
 	ctx := context.Background()
@@ -465,30 +465,47 @@ func TestBoltTaskStepsAreKeys(t *testing.T) {
 		}
 		return steps, meta
 	}
-	for i := 3; i <= 40; i++ {
+	const last = 3 + 2*trimSteps + 40
+	trims := 0
+	prev := 0
+	for i := 3; i <= last; i++ {
 		f := &Finish{Turn: finished(fmt.Sprintf("t%d", i), "s1", int64(i)), TTL: time.Hour, Steps: []Step{step(i)}, KeepSteps: 10}
 		if err := s.FinishTurn(ctx, f); err != nil {
 			t.Fatal(err)
 		}
-		if i == 3 {
+		if i%7 == 3 {
 			s.cacheTask("s1", TaskState{}, 0, false) // the next read comes from the file
 		}
+		steps, meta := stats()
+		if steps < min(i, 10) || steps > 10+trimSteps || meta > 200 {
+			t.Fatalf("after step %d with 10 kept: %d step keys, a %d-byte session entry; want 10 to %d keys and a small entry", i, steps, meta, 10+trimSteps)
+		}
+		if steps < prev {
+			trims++
+		}
+		prev = steps
+		if i%5 != 0 {
+			continue
+		}
+		got, err := s.TaskState(ctx, "s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []Step
+		for j := max(i-9, 1); j <= i; j++ {
+			want = append(want, step(j))
+		}
+		if diff := cmp.Diff(want, got.Done); diff != "" {
+			t.Fatalf("after step %d, done steps read back (-want +got):\n%s", i, diff)
+		}
 	}
-	steps, meta := stats()
-	if steps != 10 || meta > 200 {
-		t.Errorf("after 40 steps with 10 kept: %d step keys, a %d-byte session entry; want 10 keys and a small entry", steps, meta)
+	if trims != 2 {
+		t.Errorf("the old steps were deleted %d times in %d steps, want 2 (%d at a time)", trims, last, trimSteps)
 	}
 	s.cacheTask("s1", TaskState{}, 0, false)
 	got, err := s.TaskState(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
-	}
-	var want []Step
-	for i := 31; i <= 40; i++ {
-		want = append(want, step(i))
-	}
-	if diff := cmp.Diff(want, got.Done); diff != "" {
-		t.Errorf("done steps read back (-want +got):\n%s", diff)
 	}
 	if len(got.Pending) != 1 {
 		t.Errorf("pending = %+v, want the old format's one item kept", got.Pending)

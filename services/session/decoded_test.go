@@ -176,7 +176,7 @@ func TestDecodedCache(t *testing.T) {
 			}
 			f.load("before")
 			err := f.s.group.Update(func(tx *bolt.Tx) error {
-				msgs := tx.Bucket(sessionBucketName(f.sid)).Bucket(bMsgs)
+				msgs := partsOf(tx.Bucket(sessionBucketName(f.sid))).msgs
 				k := seqKey(6)
 				m := &sessionv1.Message{}
 				if err := proto.Unmarshal(msgs.Get(k), m); err != nil {

@@ -37,8 +37,9 @@ import (
 //	unindexed       NextSequence (8 bytes big-endian) → pending postings of one message:
 //	                uvarint len(uid) uid  uvarint len(sid) sid  uvarint seq
 //	                then per term: uvarint len(term) term
-//	s/<sid>         m: seq → Message   c: client_id → seq   t: seq of user messages → nil
-//	                k: seq of sticky messages → nil
+//	s/<sid>         m seq → Message   c client_id → seq   t seq of user messages → nil
+//	                k seq of sticky messages → nil   (one-byte prefixes: store_bolt_parts.go)
+//	layout          sessions → 2 (the layout of the sessions' buckets)
 //
 // In the monolith the file also holds the orchestrator's buckets and the quota's counters
 // (File, orchestrator.OpenBoltStoreOn, quota.OpenBoltStoreOn), which commit through the same
@@ -101,10 +102,6 @@ var (
 	bUserSessions = []byte("user_sessions")
 	bIndex        = []byte("index")
 	bUnindexed    = []byte("unindexed")
-	bMsgs         = []byte("m")
-	bClientIDs    = []byte("c")
-	bTurns        = []byte("t")
-	bSticky       = []byte("k")
 )
 
 // present is the value of set-like buckets; a non-empty value keeps Get's nil meaning "absent".
@@ -125,9 +122,13 @@ type flushOptions struct {
 }
 
 func openBoltStore(path string, o flushOptions) (*BoltStore, error) {
-	db, err := boltstore.Open(path, nil, bSessions, bSummaries, bUserSessions, bIndex, bUnindexed)
+	db, err := boltstore.Open(path, nil, bSessions, bSummaries, bUserSessions, bIndex, bUnindexed, bLayout)
 	if err != nil {
 		return nil, err
+	}
+	if err := migrateLayout(db); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("move %s to the sessions' layout 2: %w", path, err)
 	}
 	b := &BoltStore{
 		db: db, group: boltstore.NewGroup(db),
@@ -420,14 +421,8 @@ func (b *BoltStore) CreateSession(_ context.Context, in *sessionv1.Session) erro
 		if err := putSession(tx, s); err != nil {
 			return err
 		}
-		sb, err := tx.CreateBucket(sessionBucketName(s.GetId()))
-		if err != nil {
+		if _, err := tx.CreateBucket(sessionBucketName(s.GetId())); err != nil {
 			return err
-		}
-		for _, name := range [][]byte{bMsgs, bClientIDs, bTurns, bSticky} {
-			if _, err := sb.CreateBucket(name); err != nil {
-				return err
-			}
 		}
 		return tx.Bucket(bUserSessions).Put(userSessionKey(s.GetUserId(), s.GetCreatedAt().AsTime().UnixMilli(), s.GetId()), present)
 	})
@@ -486,21 +481,20 @@ func (b *BoltStore) DeleteSession(_ context.Context, userID, id string) (int64, 
 		}
 		sb := tx.Bucket(sessionBucketName(id))
 		idx := tx.Bucket(bIndex)
-		err = sb.Bucket(bMsgs).ForEach(func(k, v []byte) error {
+		// Deleting from index while a cursor walks the session's bucket is safe: they are
+		// different buckets.
+		c := partsOf(sb).msgs.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
 			n++
 			m := &sessionv1.Message{}
 			if err := proto.Unmarshal(v, m); err != nil {
-				return nil
+				continue
 			}
 			for _, t := range textTerms(m.GetContent()) {
 				if err := idx.Delete(indexKey(userID, t, id, keySeq(k))); err != nil {
 					return err
 				}
 			}
-			return nil
-		})
-		if err != nil {
-			return err
 		}
 		// The session's postings not yet in index. The bucket is read rather than memory: an
 		// append committed just before may not have reached memory yet.
@@ -665,28 +659,19 @@ func appendTx(tx *bolt.Tx, userID, sessionID string, batch []AppendItem, expecte
 
 // appendBuckets are the buckets an Append writes in one transaction.
 type appendBuckets struct {
-	msgs, cids, turns, sticky *bolt.Bucket // the session's
-	unindexed                 *bolt.Bucket // the store's entries not yet in the search index
+	sessionParts              // the session's
+	unindexed    *bolt.Bucket // the store's entries not yet in the search index
 }
 
 func openAppendBuckets(tx *bolt.Tx, sessionID string) appendBuckets {
 	sb := tx.Bucket(sessionBucketName(sessionID))
-	ab := appendBuckets{
-		msgs:      sb.Bucket(bMsgs),
-		cids:      sb.Bucket(bClientIDs),
-		turns:     sb.Bucket(bTurns),
-		sticky:    sb.Bucket(bSticky),
-		unindexed: tx.Bucket(bUnindexed),
-	}
 	// Messages and the turn index are appended in key order: full pages instead of bbolt's
 	// half-full splits halve the pages a long session's writes walk and copy. So are the
 	// client ids of the orchestrator's writes, which begin with the turn's id (a ULID); a
 	// split then leaves the page that takes the next writes nearly empty, so each commit
 	// copies fewer keys (7% fewer bytes a turn in BenchmarkBoltMonolithTurn).
-	ab.msgs.FillPercent = appendFillPercent
-	ab.turns.FillPercent = appendFillPercent
-	ab.cids.FillPercent = appendFillPercent
-	return ab
+	sb.FillPercent = appendFillPercent
+	return appendBuckets{sessionParts: partsOf(sb), unindexed: tx.Bucket(bUnindexed)}
 }
 
 // known fills out.Messages with the stored message of each batch item whose client id was
@@ -762,7 +747,7 @@ func (ab appendBuckets) put(st *sessionv1.SessionState, userID, sessionID string
 
 // messageRange returns the messages with from <= seq <= to, decoded through ds (nil: decoded
 // anew).
-func messageRange(msgs *bolt.Bucket, from, to int64, ds *decodedSession) ([]*sessionv1.Message, error) {
+func messageRange(msgs part, from, to int64, ds *decodedSession) ([]*sessionv1.Message, error) {
 	var out []*sessionv1.Message
 	c := msgs.Cursor()
 	for k, v := c.Seek(seqKey(max(from, 1))); k != nil && keySeq(k) <= to; k, v = c.Next() {
@@ -784,7 +769,7 @@ func (b *BoltStore) ListMessages(_ context.Context, sessionID string, afterSeq i
 			return ErrNotFound
 		}
 		var err error
-		out, err = messageRange(sb.Bucket(bMsgs), afterSeq+1, afterSeq+int64(limit), nil)
+		out, err = messageRange(partsOf(sb).msgs, afterSeq+1, afterSeq+int64(limit), nil)
 		return err
 	})
 	return out, err
@@ -829,10 +814,10 @@ func (b *BoltStore) loadContextTx(tx *bolt.Tx, sessionID string, turns, maxEvict
 			}
 			d.Summary = summaryFromMessage(m)
 		}
-		sb := tx.Bucket(sessionBucketName(sessionID))
-		msgs := sb.Bucket(bMsgs)
+		ps := partsOf(tx.Bucket(sessionBucketName(sessionID)))
+		msgs := ps.msgs
 		start := int64(1)
-		c := sb.Bucket(bTurns).Cursor()
+		c := ps.turns.Cursor()
 		n := 0
 		for k, _ := c.Last(); k != nil; k, _ = c.Prev() {
 			n++
@@ -850,7 +835,7 @@ func (b *BoltStore) loadContextTx(tx *bolt.Tx, sessionID string, turns, maxEvict
 		if d.Window, err = messageRange(msgs, start, last, ds); err != nil {
 			return err
 		}
-		sc := sb.Bucket(bSticky).Cursor()
+		sc := ps.sticky.Cursor()
 		for k, _ := sc.First(); k != nil && keySeq(k) < start; k, _ = sc.Next() {
 			m, err := ds.decode(keySeq(k), msgs.Get(k))
 			if err != nil {
@@ -946,7 +931,7 @@ func (b *BoltStore) Search(_ context.Context, userID string, terms []string, ses
 			if sb == nil {
 				return nil
 			}
-			msgs, err := messageRange(sb.Bucket(bMsgs), seq-int64(neighbors), seq+int64(neighbors), nil)
+			msgs, err := messageRange(partsOf(sb).msgs, seq-int64(neighbors), seq+int64(neighbors), nil)
 			if err != nil {
 				return err
 			}

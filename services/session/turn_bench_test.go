@@ -83,12 +83,7 @@ func benchMonolithTurn(b *testing.B, deletes bool) {
 	d := after.Sub(&before)
 	b.ReportMetric(float64(d.GetWrite())/float64(b.N), "pwrites/turn")
 	_ = s.db.View(func(tx *bolt.Tx) error {
-		sb := tx.Bucket(sessionBucketName(sid))
-		for _, n := range [][]byte{bMsgs, bClientIDs, bTurns, bSticky} {
-			st := sb.Bucket(n).Stats()
-			b.Logf("%s: keys %d depth %d branch pages %d leaf pages %d leaf inuse %d", n, st.KeyN, st.Depth, st.BranchPageN, st.LeafPageN, st.LeafInuse)
-		}
-		for _, n := range [][]byte{bSessions, bUserSessions, bUnindexed, bIndex} {
+		for _, n := range [][]byte{sessionBucketName(sid), bSessions, bUserSessions, bUnindexed, bIndex} {
 			st := tx.Bucket(n).Stats()
 			b.Logf("%s: keys %d depth %d branch pages %d leaf pages %d", n, st.KeyN, st.Depth, st.BranchPageN, st.LeafPageN)
 		}

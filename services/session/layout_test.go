@@ -1,0 +1,156 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+)
+
+// layoutReads is what a store answers about layoutScript's sessions, and about appends after
+// it: one with a client id it has seen (deduplicated) and one new message.
+func layoutReads(t *testing.T, s Store) map[string]any {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]any{}
+	for _, ls := range layoutSessions {
+		msgs, err := s.ListMessages(ctx, ls.sid, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["messages "+ls.sid] = msgs
+		for _, w := range []struct{ turns, evicted int }{{1, 0}, {3, 4}, {100, 100}} {
+			d, err := s.LoadContext(ctx, ls.sid, w.turns, w.evicted)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Session.State.UpdatedAt = nil
+			out[fmt.Sprintf("context %s %d %d", ls.sid, w.turns, w.evicted)] = d
+		}
+		for _, terms := range [][]string{{"harbour"}, {"灯笼"}, {"answer", "copper"}, {"turn"}} {
+			res, err := s.Search(ctx, ls.uid, terms, "", 1, 20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out["search "+ls.uid+" "+terms[0]] = res
+		}
+	}
+	ls := layoutSessions[1]
+	seen := &sessionv1.Message{Role: sessionv1.Role_ROLE_USER, Kind: sessionv1.MessageKind_MESSAGE_KIND_TEXT, Content: "again", ClientId: "client-1-3"}
+	fresh := &sessionv1.Message{Role: sessionv1.Role_ROLE_USER, Kind: sessionv1.MessageKind_MESSAGE_KIND_TEXT, Content: "new", ClientId: "client-1-new", Id: "new"}
+	res, err := s.Append(ctx, ls.uid, ls.sid, []AppendItem{{Message: seen}, {Message: fresh}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.State.UpdatedAt = nil
+	out["append"] = res
+	d, err := s.LoadContext(ctx, ls.sid, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Session.State.UpdatedAt = nil
+	out["context after append"] = d
+	return out
+}
+
+// TestBoltLayout1Migrates opens a file the store of layout 1 wrote (four nested buckets a
+// session) and checks that the store answers as one that wrote layoutScript's sessions itself:
+// opened at once, and after a crash part way through the migration.
+func TestBoltLayout1Migrates(t *testing.T) {
+	fresh := openBolt(t, filepath.Join(t.TempDir(), "fresh.db"), manualFlush)
+	if err := layoutScript(context.Background(), fresh); err != nil {
+		t.Fatal(err)
+	}
+	want := layoutReads(t, fresh)
+	if err := fresh.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fixture, err := os.ReadFile("testdata/layout1.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		// before runs on the copied file before the store opens it.
+		before func(t *testing.T, path string)
+	}{
+		{"opened", func(*testing.T, string) {}},
+		{"crashed after one session", func(t *testing.T, path string) {
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucketIfNotExists(bLayout); return err }); err != nil {
+				t.Fatal(err)
+			}
+			more, err := migrateBatch(db, 1)
+			if err != nil || !more {
+				t.Fatalf("first batch: more %v, err %v; want more", more, err)
+			}
+			if n := oldSessions(t, db); n != len(layoutSessions)-1 {
+				t.Fatalf("after one batch %d sessions of layout 1, want %d", n, len(layoutSessions)-1)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "session.db")
+			if err := os.WriteFile(path, fixture, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			tc.before(t, path)
+			s := openBolt(t, path, manualFlush)
+			if n := oldSessions(t, s.db); n != 0 {
+				t.Errorf("%d sessions of layout 1 left", n)
+			}
+			if err := s.db.View(func(tx *bolt.Tx) error {
+				if v := tx.Bucket(bLayout).Get(layoutKey); !bytes.Equal(v, layoutValue) {
+					t.Errorf("layout %v, want %v", v, layoutValue)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			got := layoutReads(t, s)
+			if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+				t.Errorf("reads of the migrated file (-fresh +migrated):\n%s", diff)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// Opened again: layout 2 is recorded, nothing moves.
+			s = openBolt(t, path, manualFlush)
+			defer s.Close()
+			if _, err := s.ListMessages(context.Background(), layoutSessions[0].sid, 0, 1); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// oldSessions counts the sessions of layout 1 in db.
+func oldSessions(t *testing.T, db *bolt.DB) int {
+	t.Helper()
+	n := 0
+	if err := db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			if bytes.HasPrefix(name, []byte("s/")) && b.Bucket([]byte("m")) != nil {
+				n++
+			}
+			return nil
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -1,0 +1,195 @@
+package session
+
+import (
+	"bytes"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// A session's bucket (s/<sid>) holds four kinds of keys, each under a one-byte prefix:
+//
+//	c client_id → seq (8 bytes)   k seq → nil (sticky)   m seq → Message   t seq → nil (user turn)
+//
+// They were four nested buckets until layout 2. One B-tree costs a commit fewer pages: each
+// nested bucket a turn wrote cost its own leaf and the branches above it, and the session
+// bucket's leaf that holds their headers; one tree costs the leaves the keys land in and one
+// path of branches (bench/README, issue 25, stop 44).
+const (
+	partClientIDs byte = 'c'
+	partSticky    byte = 'k'
+	partMsgs      byte = 'm'
+	partTurns     byte = 't'
+)
+
+// part is one kind of key in a session's bucket: its keys are the bucket's under the prefix p,
+// without it.
+type part struct {
+	b *bolt.Bucket
+	p byte
+}
+
+func (p part) key(k []byte) []byte {
+	pk := make([]byte, 1+len(k))
+	pk[0] = p.p
+	copy(pk[1:], k)
+	return pk
+}
+
+// Get returns k's value, nil when absent.
+func (p part) Get(k []byte) []byte { return p.b.Get(p.key(k)) }
+
+// Put sets k's value (bbolt copies the key; v must stay unchanged until the commit).
+func (p part) Put(k, v []byte) error { return p.b.Put(p.key(k), v) }
+
+// Cursor returns a cursor over the part's keys, in order.
+func (p part) Cursor() partCursor { return partCursor{c: p.b.Cursor(), p: p.p} }
+
+// partCursor is a bolt.Cursor that sees one part's keys; each move returns nil, nil past them.
+type partCursor struct {
+	c *bolt.Cursor
+	p byte
+}
+
+func (c partCursor) own(k, v []byte) ([]byte, []byte) {
+	if len(k) < 2 || k[0] != c.p {
+		return nil, nil
+	}
+	return k[1:], v
+}
+
+// First moves to the part's first key.
+func (c partCursor) First() ([]byte, []byte) { return c.own(c.c.Seek([]byte{c.p})) }
+
+// Last moves to the part's last key.
+func (c partCursor) Last() ([]byte, []byte) {
+	k, _ := c.c.Seek([]byte{c.p + 1})
+	if k == nil {
+		return c.own(c.c.Last())
+	}
+	return c.own(c.c.Prev())
+}
+
+// Seek moves to the part's first key at or after k.
+func (c partCursor) Seek(k []byte) ([]byte, []byte) {
+	return c.own(c.c.Seek(part{p: c.p}.key(k)))
+}
+
+// Next moves to the part's next key.
+func (c partCursor) Next() ([]byte, []byte) { return c.own(c.c.Next()) }
+
+// Prev moves to the part's previous key.
+func (c partCursor) Prev() ([]byte, []byte) { return c.own(c.c.Prev()) }
+
+// sessionParts are a session's parts, in its bucket sb.
+type sessionParts struct {
+	msgs, cids, turns, sticky part
+}
+
+func partsOf(sb *bolt.Bucket) sessionParts {
+	return sessionParts{
+		msgs:   part{sb, partMsgs},
+		cids:   part{sb, partClientIDs},
+		turns:  part{sb, partTurns},
+		sticky: part{sb, partSticky},
+	}
+}
+
+// Layout 2 of the sessions' buckets: one tree each (above). The file records it in bLayout,
+// under layoutKey.
+var (
+	bLayout     = []byte("layout")
+	layoutKey   = []byte("sessions")
+	layoutValue = []byte{2}
+	// oldParts are layout 1's nested buckets and the prefixes their keys move under.
+	oldParts = []struct {
+		name []byte
+		p    byte
+	}{{[]byte("m"), partMsgs}, {[]byte("c"), partClientIDs}, {[]byte("t"), partTurns}, {[]byte("k"), partSticky}}
+)
+
+// migrateBytes bounds the data one transaction of the migration moves, so that a large file is
+// moved in commits of a bounded size (a session is never split across two).
+const migrateBytes = 16 << 20
+
+// migrateLayout moves the sessions of a file of layout 1 into layout 2, in transactions of about
+// migrateBytes, and then records layout 2. A crash part way leaves each session in one layout or
+// the other (a session moves in one transaction); the next open goes on where it stopped.
+func migrateLayout(db *bolt.DB) error {
+	done := false
+	if err := db.View(func(tx *bolt.Tx) error {
+		done = bytes.Equal(tx.Bucket(bLayout).Get(layoutKey), layoutValue)
+		return nil
+	}); err != nil || done {
+		return err
+	}
+	for {
+		more, err := migrateBatch(db, migrateBytes)
+		if err != nil || !more {
+			return err
+		}
+	}
+}
+
+// migrateBatch moves sessions of layout 1 in one transaction until limit bytes moved, and
+// records layout 2 when none is left; it reports whether some are.
+func migrateBatch(db *bolt.DB, limit int) (more bool, err error) {
+	prefix := []byte("s/")
+	err = db.Update(func(tx *bolt.Tx) error {
+		var old [][]byte
+		c := tx.Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			if v == nil && tx.Bucket(k).Bucket(oldParts[0].name) != nil {
+				old = append(old, bytes.Clone(k))
+			}
+		}
+		moved := 0
+		for _, name := range old {
+			if moved >= limit {
+				more = true
+				return nil
+			}
+			n, err := migrateSession(tx.Bucket(name))
+			if err != nil {
+				return fmt.Errorf("session bucket %s: %w", name, err)
+			}
+			moved += n
+		}
+		return tx.Bucket(bLayout).Put(layoutKey, layoutValue)
+	})
+	return more && err == nil, err
+}
+
+// migrateSession moves one session's nested buckets into prefixed keys of sb and returns the
+// bytes it moved.
+func migrateSession(sb *bolt.Bucket) (int, error) {
+	moved := 0
+	for _, o := range oldParts {
+		nb := sb.Bucket(o.name)
+		if nb == nil {
+			continue
+		}
+		// Collected first: sb must not change while a cursor walks a bucket inside it.
+		var kvs [][2][]byte
+		if err := nb.ForEach(func(k, v []byte) error {
+			if v == nil {
+				return fmt.Errorf("unexpected bucket %x in %s", k, o.name)
+			}
+			kvs = append(kvs, [2][]byte{bytes.Clone(k), bytes.Clone(v)})
+			moved += len(k) + len(v)
+			return nil
+		}); err != nil {
+			return 0, err
+		}
+		if err := sb.DeleteBucket(o.name); err != nil {
+			return 0, err
+		}
+		p := part{sb, o.p}
+		for _, kv := range kvs {
+			if err := p.Put(kv[0], kv[1]); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return moved, nil
+}
