@@ -58,11 +58,24 @@ func (c partCursor) own(k, v []byte) ([]byte, []byte) {
 	return k[1:], v
 }
 
+// seek moves to the part's first key at or after pk, a key with the part's prefix. The key that
+// is the prefix alone (a nested bucket of layout 1, while a session moves) is not the part's.
+func (c partCursor) seek(pk []byte) ([]byte, []byte) {
+	k, v := c.c.Seek(pk)
+	if len(k) == 1 && k[0] == c.p {
+		k, v = c.c.Next()
+	}
+	return c.own(k, v)
+}
+
 // First moves to the part's first key.
-func (c partCursor) First() ([]byte, []byte) { return c.own(c.c.Seek([]byte{c.p})) }
+func (c partCursor) First() ([]byte, []byte) { return c.seek([]byte{c.p}) }
 
 // Last moves to the part's last key.
 func (c partCursor) Last() ([]byte, []byte) {
+	if c.p == 0xff {
+		return c.own(c.c.Last())
+	}
 	k, _ := c.c.Seek([]byte{c.p + 1})
 	if k == nil {
 		return c.own(c.c.Last())
@@ -72,7 +85,7 @@ func (c partCursor) Last() ([]byte, []byte) {
 
 // Seek moves to the part's first key at or after k.
 func (c partCursor) Seek(k []byte) ([]byte, []byte) {
-	return c.own(c.c.Seek(part{p: c.p}.key(k)))
+	return c.seek(part{p: c.p}.key(k))
 }
 
 // Next moves to the part's next key.
