@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -144,7 +145,7 @@ func oldSessions(t *testing.T, db *bolt.DB) int {
 	n := 0
 	if err := db.View(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
-			if bytes.HasPrefix(name, []byte("s/")) && b.Bucket([]byte("m")) != nil {
+			if bytes.HasPrefix(name, []byte("s/")) && hasOldParts(b) {
 				n++
 			}
 			return nil
@@ -153,4 +154,47 @@ func oldSessions(t *testing.T, db *bolt.DB) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestBoltLayout1Refused: a layout-1 file whose session holds what the layout never wrote (a
+// bucket inside its messages) is not opened, and the migration leaves it as it was.
+func TestBoltLayout1Refused(t *testing.T) {
+	fixture, err := os.ReadFile("testdata/layout1.db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "session.db")
+	if err := os.WriteFile(path, fixture, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := sessionBucketName(layoutSessions[2].sid)
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.Bucket(bad).Bucket([]byte("m")).CreateBucket([]byte("odd"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := openBoltStore(path, manualFlush)
+	if err == nil {
+		s.Close()
+		t.Fatal("opened a file with a bucket inside a session's messages")
+	}
+	if !strings.Contains(err.Error(), string(bad)) {
+		t.Errorf("error %q does not name the session's bucket %s", err, bad)
+	}
+	db, err = bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if n := oldSessions(t, db); n != len(layoutSessions) {
+		t.Errorf("%d sessions of layout 1 after the refused migration, want all %d", n, len(layoutSessions))
+	}
 }

@@ -152,7 +152,7 @@ func migrateBatch(db *bolt.DB, limit int) (more bool, err error) {
 		var old [][]byte
 		c := tx.Cursor()
 		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			if v == nil && tx.Bucket(k).Bucket(oldParts[0].name) != nil {
+			if v == nil && hasOldParts(tx.Bucket(k)) {
 				old = append(old, bytes.Clone(k))
 			}
 		}
@@ -171,6 +171,16 @@ func migrateBatch(db *bolt.DB, limit int) (more bool, err error) {
 		return tx.Bucket(bLayout).Put(layoutKey, layoutValue)
 	})
 	return more && err == nil, err
+}
+
+// hasOldParts reports whether sb, a session's bucket, holds a nested bucket of layout 1.
+func hasOldParts(sb *bolt.Bucket) bool {
+	for _, o := range oldParts {
+		if sb.Bucket(o.name) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // migrateSession moves one session's nested buckets into prefixed keys of sb and returns the
