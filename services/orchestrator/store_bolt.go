@@ -347,11 +347,20 @@ func writeTask(tx *bolt.Tx, sid string, m taskMeta, f *Finish) (uint64, error) {
 	}
 	empty := m.First == m.Next && len(m.Pending) == 0
 	if empty || m.First-stored >= trimSteps {
-		for ; stored < m.First; stored++ {
-			if err := sb.Delete(stepKey(sid, stored)); err != nil {
+		// The keys are found by walking them, not by counting from stored: the loop is as long
+		// as the keys there are, whatever numbers a damaged entry holds.
+		var old [][]byte
+		end := stepKey(sid, m.First)
+		c := sb.Cursor()
+		for k, _ := c.Seek(stepKey(sid, stored)); k != nil && bytes.Compare(k, end) < 0; k, _ = c.Next() {
+			old = append(old, bytes.Clone(k))
+		}
+		for _, k := range old {
+			if err := sb.Delete(k); err != nil {
 				return 0, err
 			}
 		}
+		stored = m.First
 	}
 	m.Stored = nil
 	if stored != m.First {

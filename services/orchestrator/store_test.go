@@ -518,6 +518,54 @@ func TestBoltTaskStepsAreKeys(t *testing.T) {
 	}
 }
 
+// TestBoltTaskStepsDamagedEntry: a session's task entry read back with numbers no write of this
+// store makes (the first stored step far below the first kept one) costs a write no more than
+// the step keys there are, and leaves the newest steps.
+func TestBoltTaskStepsDamagedEntry(t *testing.T) {
+	ctx := context.Background()
+	s, err := OpenBoltStore(filepath.Join(t.TempDir(), "orchestrator.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const first = uint64(1) << 62
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		for i := range uint64(3) {
+			raw, err := json.Marshal(step(int(i)))
+			if err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketTaskSteps).Put(stepKey("s1", first+i), raw); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketTasks).Put([]byte("s1"), []byte(fmt.Sprintf(`{"first":%d,"next":%d,"stored":0}`, first+1, first+3)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- s.FinishTurn(ctx, &Finish{Turn: finished("t1", "s1", 1), TTL: time.Hour, Steps: []Step{step(3)}, KeepSteps: 2})
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("FinishTurn did not return: the trimming counted through the damaged range")
+	}
+	s.cacheTask("s1", TaskState{}, 0, false)
+	got, err := s.TaskState(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]Step{step(2), step(3)}, got.Done); diff != "" {
+		t.Errorf("done steps (-want +got):\n%s", diff)
+	}
+}
+
 // TestBoltTurnEndKeepsItsIndexPage: a turn's end does not rewrite the page of its session_turns
 // entry, which its RUNNING record put already (bbolt copies a page on every Put, even of an
 // unchanged key); an end without a RUNNING record before it still adds the entry.

@@ -665,11 +665,11 @@ type appendBuckets struct {
 
 func openAppendBuckets(tx *bolt.Tx, sessionID string) appendBuckets {
 	sb := tx.Bucket(sessionBucketName(sessionID))
-	// Messages and the turn index are appended in key order: full pages instead of bbolt's
-	// half-full splits halve the pages a long session's writes walk and copy. So are the
-	// client ids of the orchestrator's writes, which begin with the turn's id (a ULID); a
-	// split then leaves the page that takes the next writes nearly empty, so each commit
-	// copies fewer keys (7% fewer bytes a turn in BenchmarkBoltMonolithTurn).
+	// Each part's keys are appended in key order: messages, turn index and sticky marks by seq,
+	// and the client ids of the orchestrator's writes, which begin with the turn's id (a ULID).
+	// Full pages instead of bbolt's half-full splits halve the pages a long session's writes
+	// walk and copy, and a split leaves the page that takes the next writes nearly empty, so
+	// each commit copies fewer keys.
 	sb.FillPercent = appendFillPercent
 	return appendBuckets{sessionParts: partsOf(sb), unindexed: tx.Bucket(bUnindexed)}
 }
