@@ -436,11 +436,7 @@ func TestBoltOutboxDeletesWithTheNextWrite(t *testing.T) {
 // moved into the step keys by the next write; DeleteSession leaves no step behind.
 func TestBoltTaskStepsAreKeys(t *testing.T) {
 	ctx := context.Background()
-	s, err := OpenBoltStore(filepath.Join(t.TempDir(), "orchestrator.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := testBoltStore(t)
 	// The old format, written as a store before this change did.
 	legacy, err := json.Marshal(TaskState{Done: []Step{step(1), step(2)}, Pending: []Pending{{What: "pay", TurnID: "t", At: time.UnixMilli(5).UTC()}}})
 	if err != nil {
@@ -523,13 +519,9 @@ func TestBoltTaskStepsAreKeys(t *testing.T) {
 // the step keys there are, and leaves the newest steps.
 func TestBoltTaskStepsDamagedEntry(t *testing.T) {
 	ctx := context.Background()
-	s, err := OpenBoltStore(filepath.Join(t.TempDir(), "orchestrator.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := testBoltStore(t)
 	const first = uint64(1) << 62
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
 		for i := range uint64(3) {
 			raw, err := json.Marshal(step(int(i)))
 			if err != nil {
@@ -571,11 +563,7 @@ func TestBoltTaskStepsDamagedEntry(t *testing.T) {
 // unchanged key); an end without a RUNNING record before it still adds the entry.
 func TestBoltTurnEndKeepsItsIndexPage(t *testing.T) {
 	ctx := context.Background()
-	s, err := OpenBoltStore(filepath.Join(t.TempDir(), "orchestrator.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := testBoltStore(t)
 	// Enough entries for session_turns to have pages of its own (a small bucket is inline).
 	const n = 300
 	for i := range n {
@@ -632,4 +620,15 @@ func TestBoltTurnEndKeepsItsIndexPage(t *testing.T) {
 	if diff := cmp.Diff(want, ids); diff != "" {
 		t.Errorf("ListTurns, newest first (-want +got):\n%s", diff)
 	}
+}
+
+// testBoltStore opens a new bbolt store, closed at the test's end.
+func testBoltStore(t testing.TB) *BoltStore {
+	t.Helper()
+	s, err := OpenBoltStore(filepath.Join(t.TempDir(), "orchestrator.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
