@@ -23,7 +23,8 @@ var layoutSessions = []struct {
 // layoutScript writes the same sessions into any store, with fixed ids and times: messages of
 // every role and kind, client ids in the user's and the orchestrator's forms, sticky messages,
 // search terms in English and Chinese, and a summary. testdata/layout1.db is this script's
-// output as written by the store of layout 1 (9f31566), and closed.
+// output as written by the store of layout 1 (9f31566), closed, then compacted (`bbolt compact`,
+// which copies the buckets as they are).
 func layoutScript(ctx context.Context, s Store) error {
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	words := []string{"harbour", "lantern", "copper", "meadow", "港口", "灯笼", "铜", "草地"}
