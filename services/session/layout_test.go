@@ -198,3 +198,22 @@ func TestBoltLayout1Refused(t *testing.T) {
 		t.Errorf("%d sessions of layout 1 after the refused migration, want all %d", n, len(layoutSessions))
 	}
 }
+
+// TestBoltLayoutLaterRefused: a file a later release marked with another layout is not opened
+// (nor marked as layout 2).
+func TestBoltLayoutLaterRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "session.db")
+	s := openBolt(t, path, manualFlush)
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bLayout).Put(layoutKey, []byte{3}) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := openBoltStore(path, manualFlush); err == nil {
+		s.Close()
+		t.Fatal("opened a file of layout 3")
+	} else if !strings.Contains(err.Error(), "layout 03") {
+		t.Errorf("error %q does not name the layout", err)
+	}
+}
