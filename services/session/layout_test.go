@@ -71,6 +71,15 @@ func TestBoltLayout1Migrates(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := layoutReads(t, fresh)
+	for _, k := range []string{"search alice harbour", "search alice 灯笼", "search bob turn"} {
+		if res, _ := want[k].([]*SearchResult); len(res) == 0 {
+			t.Fatalf("%s: no results to compare", k)
+		}
+	}
+	if d := want["context 01JEXAMPLE0000000000000002 3 4"].(*ContextData); len(d.Sticky) == 0 || len(d.Window) == 0 || len(d.Evicted) == 0 || d.Summary == nil {
+		t.Fatalf("the second session's context lacks a part to compare: %d sticky, %d in the window, %d evicted, summary %v",
+			len(d.Sticky), len(d.Window), len(d.Evicted), d.Summary != nil)
+	}
 	if err := fresh.Close(); err != nil {
 		t.Fatal(err)
 	}
