@@ -41,6 +41,10 @@ func (a *App) sessionBoltFile() (*session.BoltStore, error) {
 	if err != nil {
 		return nil, err
 	}
+	_, group := bs.File()
+	if err := group.ObserveBusy("session.db"); err != nil {
+		a.log.Warn("session.db: no writer metric", "error", err)
+	}
 	a.sessionFile = bs
 	return bs, nil
 }

@@ -607,3 +607,30 @@ func TestGroupDeferDurable(t *testing.T) {
 		t.Error("a failing DeferDurable write reported no error")
 	}
 }
+
+// TestGroupBusy: the writer's busy time counts the time writes hold the transaction (an Update's
+// and a deferred one's, each made to take at least 3 ms) and no more than the wall time.
+func TestGroupBusy(t *testing.T) {
+	start := time.Now()
+	_, g, _ := openTestGroup(t)
+	if b := g.Busy(); b != 0 {
+		t.Fatalf("Busy of a new group = %v", b)
+	}
+	spin := func() {
+		for s := time.Now(); time.Since(s) < 3*time.Millisecond; {
+		}
+	}
+	if err := g.Update(func(*bolt.Tx) error { spin(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if b := g.Busy(); b < 3*time.Millisecond {
+		t.Errorf("Busy after a 3 ms write = %v", b)
+	}
+	if err := g.Defer(func(*bolt.Tx, bool) error { spin(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if b := g.Busy(); b < 6*time.Millisecond || b > time.Since(start) {
+		t.Errorf("Busy after two 3 ms writes = %v, want at least 6 ms and at most the %v since the start", b, time.Since(start))
+	}
+	g.Sync()
+}

@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,9 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Group runs the write transactions of concurrent callers in shared commits (group commit):
@@ -58,6 +62,11 @@ type Group struct {
 	// waiting holds the channels of the deferred writes (DeferDurable) that wait to hear of
 	// the commit that makes them durable; txMu guards it too.
 	waiting []chan error
+	// lockedAt is when txMu was taken; txMu guards it too.
+	lockedAt time.Time
+
+	// busy is the time txMu was held in all, in nanoseconds (Busy).
+	busy atomic.Int64
 
 	// commits counts transactions run, for tests.
 	commits atomic.Int64
@@ -126,6 +135,12 @@ func (g *Group) Update(fn func(*bolt.Tx) error) error {
 	return <-w.done
 }
 
+// Busy returns how long the file's writer has been busy in all: the time the group held the
+// write transaction, applying writes, committing and syncing. Every durable write of the file
+// goes through it, one at a time, so its share of the wall time is how close the file is to
+// what one writer can do (hermes_boltstore_writer_busy_seconds_total).
+func (g *Group) Busy() time.Duration { return time.Duration(g.busy.Load()) }
+
 // Defer applies fn at once in the group's open write transaction and returns its error; the
 // write becomes durable with the next commit: an Update's, or the group's own at most its
 // delay later. fn must only change the database through tx. It may run again after Defer
@@ -156,6 +171,7 @@ func (g *Group) deferWrite(d *deferWrite) error {
 	g.mu.Unlock()
 	// Whoever holds the transaction now applies the write before letting it go.
 	if g.txMu.TryLock() {
+		g.lockedAt = time.Now()
 		g.applyDeferred()
 		g.unlockTx()
 	}
@@ -177,6 +193,7 @@ func (g *Group) notify(err error) {
 // would hold the commit back, and the turns waiting for it.
 func (g *Group) unlockTx() {
 	for {
+		g.busy.Add(int64(time.Since(g.lockedAt)))
 		g.txMu.Unlock()
 		g.mu.Lock()
 		pending := len(g.deferQueue) > 0 && len(g.queue) == 0 && g.committers == 0
@@ -184,6 +201,7 @@ func (g *Group) unlockTx() {
 		if !pending || !g.txMu.TryLock() {
 			return
 		}
+		g.lockedAt = time.Now()
 		g.applyDeferred()
 	}
 }
@@ -237,6 +255,7 @@ func (g *Group) Later(fn func(tx *bolt.Tx) error) {
 // Sync commits the deferred and later writes, if any; stores call it before closing the file.
 func (g *Group) Sync() {
 	g.txMu.Lock()
+	g.lockedAt = time.Now()
 	pending := len(g.deferred) > 0
 	if g.timer != nil {
 		// Fired or not, this commit serves it; deferred writes after it start another.
@@ -299,6 +318,7 @@ func (g *Group) rollback() {
 // and the others run again without it.
 func (g *Group) commit(batch []*groupWrite) {
 	g.txMu.Lock()
+	g.lockedAt = time.Now()
 	defer g.unlockTx()
 	g.mu.Lock()
 	g.committers--
@@ -409,4 +429,19 @@ func (g *Group) queued() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.queue)
+}
+
+// ObserveBusy exports Busy as hermes_boltstore_writer_busy_seconds_total{file=file} through the
+// global meter provider. Call it once for each file a process keeps open; the observation holds
+// g for the process's life.
+func (g *Group) ObserveBusy(file string) error {
+	at := metric.WithAttributes(attribute.String("file", file))
+	_, err := otel.Meter("github.com/hermes-agent/hermes/internal/boltstore").Float64ObservableCounter(
+		"hermes.boltstore.writer.busy", metric.WithUnit("s"),
+		metric.WithDescription("Time the file's one writer was busy: applying writes, committing and syncing"),
+		metric.WithFloat64Callback(func(_ context.Context, o metric.Float64Observer) error {
+			o.Observe(g.Busy().Seconds(), at)
+			return nil
+		}))
+	return err
 }

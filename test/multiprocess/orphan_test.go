@@ -125,6 +125,14 @@ func TestKillMidTurnMonolith(t *testing.T) {
 		waitInterrupted(t, orch, "alice", st.turn, killed)
 	}
 	checkNextTurn(t, orch, turns[0].session, "alice")
+	// The embedded store's writer has counted the restarted process's commits.
+	body, err := scrape(p.MetricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hasSample(body, `hermes_boltstore_writer_busy_seconds_total`) {
+		t.Errorf("the monolith's /metrics has no sample of hermes_boltstore_writer_busy_seconds_total:\n%s", head(body, 2000))
+	}
 }
 
 // checkNextTurn runs a turn in the session and checks it completes.
