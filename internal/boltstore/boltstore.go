@@ -103,6 +103,23 @@ func DeleteWhere(b *bolt.Bucket, match func(k, v []byte) (bool, error)) (int, er
 	return len(keys), nil
 }
 
+// DeleteRange deletes the keys k of b with from <= k < to and returns how many it deleted. It
+// walks the keys there are, so its work follows them, not the numbers the bounds encode; the keys
+// are collected first and deleted after, as in DeleteWhere.
+func DeleteRange(b *bolt.Bucket, from, to []byte) (int, error) {
+	var keys [][]byte
+	c := b.Cursor()
+	for k, _ := c.Seek(from); k != nil && bytes.Compare(k, to) < 0; k, _ = c.Next() {
+		keys = append(keys, bytes.Clone(k))
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return 0, err
+		}
+	}
+	return len(keys), nil
+}
+
 // MoveInto copies every bucket of the bbolt file at path into g's file, then renames the file to
 // path+".moved" so that it is not read again; it reports whether there was a file. It is for a
 // store that moved into another's file (the monolith's orchestrator records, into session.db).

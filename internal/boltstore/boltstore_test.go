@@ -154,6 +154,53 @@ func TestDeleteWhere(t *testing.T) {
 	}
 }
 
+func TestDeleteRange(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "x.db"), nil, []byte("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, tc := range []struct {
+		from, to string
+		n        int
+		left     []string
+	}{
+		{"a2", "b", 2, []string{"a1", "b", "b1", "c1"}}, // to is excluded
+		{"a", "a", 0, []string{"a1", "a2", "a3", "b", "b1", "c1"}},
+		{"", "z", 6, nil},
+		{"b1", "a", 0, []string{"a1", "a2", "a3", "b", "b1", "c1"}}, // an empty range
+		{"c", "d", 1, []string{"a1", "a2", "a3", "b", "b1"}},
+	} {
+		var n int
+		var left []string
+		err = db.Update(func(tx *bolt.Tx) error {
+			_ = tx.DeleteBucket([]byte("b"))
+			b, err := tx.CreateBucket([]byte("b"))
+			if err != nil {
+				return err
+			}
+			for _, k := range []string{"a1", "a2", "b1", "a3", "c1", "b"} {
+				if err := b.Put([]byte(k), []byte("v")); err != nil {
+					return err
+				}
+			}
+			if n, err = DeleteRange(b, []byte(tc.from), []byte(tc.to)); err != nil {
+				return err
+			}
+			return b.ForEach(func(k, _ []byte) error {
+				left = append(left, string(k))
+				return nil
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tc.left, left); n != tc.n || diff != "" {
+			t.Errorf("DeleteRange [%q, %q) deleted %d (want %d); left (-want +got):\n%s", tc.from, tc.to, n, tc.n, diff)
+		}
+	}
+}
+
 // TestGroupDefer checks that a deferred write is applied at once (its result is known) but seen
 // by readers only after a commit: the next Update's, or the group's own after its delay; that a
 // deferred write that fails leaves the others; and that an Update failing in the same

@@ -347,18 +347,10 @@ func writeTask(tx *bolt.Tx, sid string, m taskMeta, f *Finish) (uint64, error) {
 	}
 	empty := m.First == m.Next && len(m.Pending) == 0
 	if empty || m.First-stored >= trimSteps {
-		// The keys are found by walking them, not by counting from stored: the loop is as long
-		// as the keys there are, whatever numbers a damaged entry holds.
-		var old [][]byte
-		end := stepKey(sid, m.First)
-		c := sb.Cursor()
-		for k, _ := c.Seek(stepKey(sid, stored)); k != nil && bytes.Compare(k, end) < 0; k, _ = c.Next() {
-			old = append(old, bytes.Clone(k))
-		}
-		for _, k := range old {
-			if err := sb.Delete(k); err != nil {
-				return 0, err
-			}
+		// A walk of the keys there are, not a count from stored: a damaged entry's numbers cannot
+		// make it long.
+		if _, err := boltstore.DeleteRange(sb, stepKey(sid, stored), stepKey(sid, m.First)); err != nil {
+			return 0, err
 		}
 		stored = m.First
 	}
@@ -382,19 +374,9 @@ func deleteTask(tx *bolt.Tx, sid string) error {
 	if err := tx.Bucket(bucketTasks).Delete([]byte(sid)); err != nil {
 		return err
 	}
-	sb := tx.Bucket(bucketTaskSteps)
-	prefix := append([]byte(sid), 0)
-	var keys [][]byte
-	c := sb.Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(k) == len(prefix)+8; k, _ = c.Next() {
-		keys = append(keys, bytes.Clone(k))
-	}
-	for _, k := range keys {
-		if err := sb.Delete(k); err != nil {
-			return err
-		}
-	}
-	return nil
+	// Every key "sid 0x00 seq" lies in [sid 0x00, sid 0x01).
+	_, err := boltstore.DeleteRange(tx.Bucket(bucketTaskSteps), append([]byte(sid), 0), append([]byte(sid), 1))
+	return err
 }
 
 // TaskState implements Store.
