@@ -101,9 +101,16 @@ func TestBoltLayout1Migrates(t *testing.T) {
 			if err := db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucketIfNotExists(bLayout); return err }); err != nil {
 				t.Fatal(err)
 			}
-			more, err := migrateBatch(db, 1)
-			if err != nil || !more {
-				t.Fatalf("first batch: more %v, err %v; want more", more, err)
+			var old [][]byte
+			if err := db.View(func(tx *bolt.Tx) error { old = oldSessionBuckets(tx); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if len(old) != len(layoutSessions) {
+				t.Fatalf("%d sessions of layout 1 found, want %d", len(old), len(layoutSessions))
+			}
+			left, err := migrateBatch(db, 1, old)
+			if err != nil || len(left) != len(layoutSessions)-1 {
+				t.Fatalf("first batch: %d sessions left, err %v; want %d left", len(left), err, len(layoutSessions)-1)
 			}
 			if n := oldSessions(t, db); n != len(layoutSessions)-1 {
 				t.Fatalf("after one batch %d sessions of layout 1, want %d", n, len(layoutSessions)-1)

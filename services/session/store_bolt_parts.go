@@ -130,6 +130,7 @@ const migrateBytes = 16 << 20
 // the other (a session moves in one transaction); the next open goes on where it stopped.
 func migrateLayout(db *bolt.DB) error {
 	done := false
+	var old [][]byte
 	if err := db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bLayout).Get(layoutKey)
 		if v != nil && !bytes.Equal(v, layoutValue) {
@@ -137,34 +138,43 @@ func migrateLayout(db *bolt.DB) error {
 			return fmt.Errorf("the sessions are in layout %x, which this release does not read", v)
 		}
 		done = v != nil
+		if !done {
+			old = oldSessionBuckets(tx)
+		}
 		return nil
 	}); err != nil || done {
 		return err
 	}
 	for {
-		more, err := migrateBatch(db, migrateBytes)
-		if err != nil || !more {
+		var err error
+		if old, err = migrateBatch(db, migrateBytes, old); err != nil || old == nil {
 			return err
 		}
 	}
 }
 
-// migrateBatch moves sessions of layout 1 in one transaction until limit bytes moved, and
-// records layout 2 when none is left; it reports whether some are.
-func migrateBatch(db *bolt.DB, limit int) (more bool, err error) {
+// oldSessionBuckets returns the names of the session buckets of layout 1 in tx.
+func oldSessionBuckets(tx *bolt.Tx) [][]byte {
 	prefix := []byte("s/")
-	err = db.Update(func(tx *bolt.Tx) error {
-		var old [][]byte
-		c := tx.Cursor()
-		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			if v == nil && hasOldParts(tx.Bucket(k)) {
-				old = append(old, bytes.Clone(k))
-			}
+	var old [][]byte
+	c := tx.Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if v == nil && hasOldParts(tx.Bucket(k)) {
+			old = append(old, bytes.Clone(k))
 		}
+	}
+	return old
+}
+
+// migrateBatch moves the sessions named in old, in one transaction, until limit bytes moved, and
+// returns those left; when none is, it has recorded layout 2 and returns nil. Nothing else
+// writes the file while it opens, so the names found once stay the ones to move.
+func migrateBatch(db *bolt.DB, limit int, old [][]byte) (left [][]byte, err error) {
+	err = db.Update(func(tx *bolt.Tx) error {
 		moved := 0
-		for _, name := range old {
+		for i, name := range old {
 			if moved >= limit {
-				more = true
+				left = old[i:]
 				return nil
 			}
 			n, err := migrateSession(tx.Bucket(name))
@@ -175,7 +185,10 @@ func migrateBatch(db *bolt.DB, limit int) (more bool, err error) {
 		}
 		return tx.Bucket(bLayout).Put(layoutKey, layoutValue)
 	})
-	return more && err == nil, err
+	if err != nil {
+		return nil, err
+	}
+	return left, nil
 }
 
 // hasOldParts reports whether sb, a session's bucket, holds a nested bucket of layout 1.
