@@ -122,23 +122,24 @@ func TestDropBuckets(t *testing.T) {
 	}
 }
 
-func TestDeleteWhere(t *testing.T) {
-	db, err := Open(filepath.Join(t.TempDir(), "x.db"), nil, []byte("b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+// deleteIn puts keys (each with its first byte as value) into a new bucket b of db, runs del on
+// it and returns del's count and the keys left.
+func deleteIn(t *testing.T, db *bolt.DB, keys []string, del func(*bolt.Bucket) (int, error)) (int, []string) {
+	t.Helper()
 	var n int
 	var left []string
-	err = db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket([]byte("b"))
-		for _, k := range []string{"a1", "a2", "b1", "a3", "c1"} {
+	err := db.Update(func(tx *bolt.Tx) error {
+		_ = tx.DeleteBucket([]byte("b"))
+		b, err := tx.CreateBucket([]byte("b"))
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
 			if err := b.Put([]byte(k), []byte(k[:1])); err != nil {
 				return err
 			}
 		}
-		var err error
-		if n, err = DeleteWhere(b, func(_, v []byte) (bool, error) { return string(v) == "a", nil }); err != nil {
+		if n, err = del(b); err != nil {
 			return err
 		}
 		return b.ForEach(func(k, _ []byte) error {
@@ -149,13 +150,25 @@ func TestDeleteWhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return n, left
+}
+
+func TestDeleteWhere(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "x.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	n, left := deleteIn(t, db, []string{"a1", "a2", "b1", "a3", "c1"}, func(b *bolt.Bucket) (int, error) {
+		return DeleteWhere(b, func(_, v []byte) (bool, error) { return string(v) == "a", nil })
+	})
 	if diff := cmp.Diff([]string{"b1", "c1"}, left); n != 3 || diff != "" {
 		t.Errorf("DeleteWhere deleted %d (want 3); left (-want +got):\n%s", n, diff)
 	}
 }
 
 func TestDeleteRange(t *testing.T) {
-	db, err := Open(filepath.Join(t.TempDir(), "x.db"), nil, []byte("b"))
+	db, err := Open(filepath.Join(t.TempDir(), "x.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,30 +184,9 @@ func TestDeleteRange(t *testing.T) {
 		{"b1", "a", 0, []string{"a1", "a2", "a3", "b", "b1", "c1"}}, // an empty range
 		{"c", "d", 1, []string{"a1", "a2", "a3", "b", "b1"}},
 	} {
-		var n int
-		var left []string
-		err = db.Update(func(tx *bolt.Tx) error {
-			_ = tx.DeleteBucket([]byte("b"))
-			b, err := tx.CreateBucket([]byte("b"))
-			if err != nil {
-				return err
-			}
-			for _, k := range []string{"a1", "a2", "b1", "a3", "c1", "b"} {
-				if err := b.Put([]byte(k), []byte("v")); err != nil {
-					return err
-				}
-			}
-			if n, err = DeleteRange(b, []byte(tc.from), []byte(tc.to)); err != nil {
-				return err
-			}
-			return b.ForEach(func(k, _ []byte) error {
-				left = append(left, string(k))
-				return nil
-			})
+		n, left := deleteIn(t, db, []string{"a1", "a2", "b1", "a3", "c1", "b"}, func(b *bolt.Bucket) (int, error) {
+			return DeleteRange(b, []byte(tc.from), []byte(tc.to))
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
 		if diff := cmp.Diff(tc.left, left); n != tc.n || diff != "" {
 			t.Errorf("DeleteRange [%q, %q) deleted %d (want %d); left (-want +got):\n%s", tc.from, tc.to, n, tc.n, diff)
 		}
