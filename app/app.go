@@ -153,10 +153,10 @@ type App struct {
 	edgeOmitted []string
 	// healthAddr is where /readyz and /livez are served, empty when off.
 	healthAddr string
-	// sessionFile is the session store's bbolt file when this process keeps one; the quota's
-	// counters and the orchestrator's records go into it (set and read by New's initialisers,
-	// one after another).
-	sessionFile *session.BoltStore
+	// sessionFiles are the session store's bbolt files when this process keeps them; the
+	// orchestrator's records of a session go into its file, the quota's counters into the first
+	// (set and read by New's initialisers, one after another).
+	sessionFiles []*session.BoltStore
 	// localGateway is the MCP gateway of this process as the tool service calls it, set when
 	// the gateway is registered here and no --mcpgateway-addr points elsewhere (initMCPGateway).
 	localGateway atomic.Pointer[tools.MCPCaller]

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nats.go"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/hermes-agent/hermes/internal/boltstore"
 	"github.com/hermes-agent/hermes/internal/events"
@@ -80,7 +81,7 @@ func (a *App) initOrchestrator(ctx context.Context) error {
 		a.onClose(func() { _ = st.Close() })
 		deps.Store = st
 		a.watchRedis(orchestratorv1.OrchestratorService_ServiceDesc.ServiceName, rdb)
-	} else if a.sessionFile != nil {
+	} else if a.sessionFiles != nil {
 		if deps.Store, err = a.orchestratorInSessionFile(log); err != nil {
 			return err
 		}
@@ -120,12 +121,12 @@ func (a *App) initOrchestrator(ctx context.Context) error {
 	return a.initEdge()
 }
 
-// orchestratorInSessionFile keeps the orchestrator's records in the session store's file, with
-// its group commit, so that a turn's session writes and its records share commits (two per
-// turn; Options.DeferSessionWrites). The records of an orchestrator.db of an earlier version
-// are moved in first.
-func (a *App) orchestratorInSessionFile(log *slog.Logger) (*orchestrator.BoltStore, error) {
-	db, g := a.sessionFile.File()
+// orchestratorInSessionFile keeps the orchestrator's records of each session in its session file,
+// with the file's group commit, so that a turn's session writes and its records share commits
+// (two per turn; Options.DeferSessionWrites). The records of an orchestrator.db of an earlier
+// version are moved into the first file (an earlier version's data directory has one).
+func (a *App) orchestratorInSessionFile(log *slog.Logger) (orchestrator.Store, error) {
+	db, g := a.sessionFiles[0].File()
 	old, err := a.dataPath("orchestrator.db")
 	if err != nil {
 		return nil, err
@@ -137,7 +138,20 @@ func (a *App) orchestratorInSessionFile(log *slog.Logger) (*orchestrator.BoltSto
 	if moved {
 		log.Info("orchestrator records moved into session.db", "from", old, "renamed_to", old+".moved")
 	}
-	st, err := orchestrator.OpenBoltStoreOn(db, g)
+	if len(a.sessionFiles) == 1 {
+		st, err := orchestrator.OpenBoltStoreOn(db, g)
+		if err != nil {
+			return nil, err
+		}
+		a.onClose(func() { _ = st.Close() })
+		return st, nil
+	}
+	dbs := make([]*bolt.DB, len(a.sessionFiles))
+	groups := make([]*boltstore.Group, len(a.sessionFiles))
+	for i, f := range a.sessionFiles {
+		dbs[i], groups[i] = f.File()
+	}
+	st, err := orchestrator.OpenBoltFilesOn(dbs, groups)
 	if err != nil {
 		return nil, err
 	}

@@ -44,14 +44,14 @@ func (a *App) initQuota(ctx context.Context, opts *rpc.ServerOptions) error {
 	return nil
 }
 
-// quotaInSessionFile opens the session store's file (initSession uses it then) and keeps the
-// counters in it.
+// quotaInSessionFile opens the session store's files (initSession uses them then) and keeps the
+// counters in the first.
 func (a *App) quotaInSessionFile() (*quota.BoltStore, error) {
-	sf, err := a.sessionBoltFile()
+	files, err := a.sessionBoltFiles()
 	if err != nil {
 		return nil, err
 	}
-	db, g := sf.File()
+	db, g := files[0].File()
 	old, err := a.dataPath("quota.db")
 	if err != nil {
 		return nil, err

@@ -20,8 +20,12 @@ func (a *App) initSession(ctx context.Context) error {
 	if rdb != nil {
 		store = session.NewRedisStore(rdb, a.cfg.RedisPrefix+"session:")
 		a.watchRedis(sessionv1.SessionService_ServiceDesc.ServiceName, rdb)
-	} else if store, err = a.sessionBoltFile(); err != nil {
-		return err
+	} else {
+		files, err := a.sessionBoltFiles()
+		if err != nil {
+			return err
+		}
+		store = sessionStore(files)
 	}
 	svc, err := session.NewService(a.cfg.Session, session.Options{Store: store, Tokenizer: tok, Logger: a.log})
 	if err != nil {
@@ -31,20 +35,39 @@ func (a *App) initSession(ctx context.Context) error {
 	return nil
 }
 
-// sessionBoltFile opens session.db once (the quota's counters and the orchestrator's records
-// share it), closed after the stores in it.
-func (a *App) sessionBoltFile() (*session.BoltStore, error) {
-	if a.sessionFile != nil {
-		return a.sessionFile, nil
+// sessionBoltFiles opens the session files once (the quota's counters and the orchestrator's
+// records share them), closed after the stores in them.
+func (a *App) sessionBoltFiles() ([]*session.BoltStore, error) {
+	if a.sessionFiles != nil {
+		return a.sessionFiles, nil
 	}
-	bs, err := openInDataDir(a, "session.db", session.OpenBoltStore)
+	dir, err := a.dataPath("")
 	if err != nil {
 		return nil, err
 	}
-	_, group := bs.File()
-	if err := group.ObserveBusy("session.db"); err != nil {
-		a.log.Warn("session.db: no writer metric", "error", err)
+	files, err := session.OpenBoltFiles(dir, a.cfg.Session.FilesOrDefault())
+	if err != nil {
+		return nil, err
 	}
-	a.sessionFile = bs
-	return bs, nil
+	store := session.NewFiles(files)
+	a.onClose(func() { _ = store.Close() })
+	for i, f := range files {
+		_, group := f.File()
+		if err := group.ObserveBusy(session.FileName(i)); err != nil {
+			a.log.Warn(session.FileName(i)+": no writer metric", "error", err)
+		}
+	}
+	if len(files) > 1 {
+		a.log.Info("sessions spread over several files", "files", len(files), "dir", dir)
+	}
+	a.sessionFiles = files
+	return files, nil
+}
+
+// sessionStore is the Store over the session files: the file itself when there is one.
+func sessionStore(files []*session.BoltStore) session.Store {
+	if len(files) == 1 {
+		return files[0]
+	}
+	return session.NewFiles(files)
 }

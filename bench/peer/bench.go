@@ -27,6 +27,9 @@ type config struct {
 	fsyncTurns int
 	hermesBin  string
 	baseline   string
+	// hermesEnv and baselineEnv are added to the environment of Hermes (-hermes) and of the
+	// baseline (-baseline): the same binary with two settings is an A/B too.
+	hermesEnv, baselineEnv []string
 	adkBin     string
 	redisURL   string
 	natsURL    string
@@ -130,6 +133,12 @@ func runSystem(ctx context.Context, c config, kind string, repeat int, strace bo
 		return nil, err
 	}
 	e := env{hermesBin: c.hermesBin, baselineBin: c.baseline, adkBin: c.adkBin, modelURL: model.URL(), dir: dir, redisURL: c.redisURL, natsURL: c.natsURL}
+	switch kind {
+	case hermesMono, hermesMicro:
+		e.env = append(e.env, c.hermesEnv...)
+	case baseMono, baseMicro:
+		e.env = append(e.env, c.baselineEnv...)
+	}
 	if strace {
 		e.strace = filepath.Join(dir, "strace.txt")
 	}

@@ -47,6 +47,8 @@ func main() {
 	flag.DurationVar(&c.settle, "settle", 300*time.Millisecond, "after a phase, wait until the model has been idle this long (Hermes extracts memories after each turn) before reading CPU")
 	flag.StringVar(&c.hermesBin, "hermes", "", "hermes binary; empty builds ./cmd/hermes of this repository")
 	flag.StringVar(&c.baseline, "baseline", "", "a second hermes binary (another build), run as the systems base-mono and base-micro, which -systems then includes by default; the report gives new / baseline ratios")
+	flag.Func("env", "KEY=VALUE added to the environment of Hermes (hermes-mono, hermes-micro); repeatable", envFlag(&c.hermesEnv))
+	flag.Func("baseline-env", "KEY=VALUE added to the environment of the baseline (base-mono, base-micro); repeatable", envFlag(&c.baselineEnv))
 	flag.StringVar(&c.adkBin, "adk", "", "adkpeer binary; empty builds ./adkpeer")
 	flag.StringVar(&c.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "microservices: Redis (keys under a random prefix, removed afterwards)")
 	flag.StringVar(&c.natsURL, "nats-url", "nats://127.0.0.1:4222", "microservices: NATS with JetStream (a random namespace, removed afterwards)")
@@ -229,4 +231,15 @@ func flagSet(name string) bool {
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
+}
+
+// envFlag appends a KEY=VALUE argument to list.
+func envFlag(list *[]string) func(string) error {
+	return func(v string) error {
+		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+			return fmt.Errorf("%q is not KEY=VALUE", v)
+		}
+		*list = append(*list, v)
+		return nil
+	}
 }

@@ -73,7 +73,7 @@ type env struct {
 	natsURL     string
 	// strace, when set, runs the system's server process under strace writing to this file.
 	strace string
-	// env is added to Hermes monolithic's environment.
+	// env is added to Hermes's environment (every process of it).
 	env []string
 }
 
@@ -160,7 +160,7 @@ func startHermesMicro(ctx context.Context, e env) (system, error) {
 		NATSURL: e.natsURL, NATSNamespace: ns,
 		QdrantAddr:   q.Addr(),
 		ModelBaseURL: e.modelURL, Model: "scripted-peer",
-		Env: []string{"HERMES_MEMORY_QDRANT_COLLECTION=hermes_peer_" + id},
+		Env: append([]string{"HERMES_MEMORY_QDRANT_COLLECTION=hermes_peer_" + id}, e.env...),
 	})
 	if err != nil {
 		q.Close()

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"os"
 	"time"
@@ -192,4 +193,16 @@ func SeekPage(c *bolt.Cursor, prefix, after []byte) []byte {
 		k, _ = c.Next()
 	}
 	return k
+}
+
+// FileOf returns which of n files holds key's records when a store spreads its records over
+// several files by key (the monolith's sessions, by session id). What is stored depends on it:
+// it must give the same answer in every release.
+func FileOf(key string, n int) int {
+	if n <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(n))
 }

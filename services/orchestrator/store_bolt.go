@@ -471,8 +471,9 @@ func (s *BoltStore) PutTurnDeferred(turn *orchestratorv1.Turn, ttl time.Duration
 	return s.group.DeferDurable(func(tx *bolt.Tx, _ bool) error { return putTurn(tx, turn, v) })
 }
 
-// SyncTurns commits the deferred writes at once and returns when they are on disk.
-func (s *BoltStore) SyncTurns() { s.group.Sync() }
+// SyncTurns commits the deferred writes at once and returns when they are on disk; the file holds
+// every session's records, so the session does not matter.
+func (s *BoltStore) SyncTurns(string) { s.group.Sync() }
 
 // FinishTurn implements Store. The lease (in memory) is released after the commit.
 func (s *BoltStore) FinishTurn(ctx context.Context, f *Finish) error {

@@ -59,6 +59,25 @@ func storeBackends(t *testing.T) map[string]func(t *testing.T) Store {
 			})
 			return s
 		},
+		// The monolith's with its sessions spread over three files.
+		"bolt-files": func(t *testing.T) Store {
+			var dbs []*bolt.DB
+			var groups []*boltstore.Group
+			for i := range 3 {
+				db, err := boltstore.Open(filepath.Join(t.TempDir(), fmt.Sprintf("session-%d.db", i)), nil, []byte("sessions"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = db.Close() })
+				dbs, groups = append(dbs, db), append(groups, boltstore.NewGroup(db))
+			}
+			s, err := OpenBoltFilesOn(dbs, groups)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		},
 		"redis": func(t *testing.T) Store {
 			rdb, prefix := testenv.Redis(t)
 			st := NewRedisStore(rdb, prefix, nil)
@@ -286,10 +305,11 @@ func testListTurns(t *testing.T, s Store) {
 
 func testOutbox(t *testing.T, s Store) {
 	ctx := context.Background()
-	for i := range 3 {
+	// Turns of three sessions (of three files, where the store spreads sessions over three).
+	for i, sid := range []string{"s1", "s0", "s3"} {
 		id := fmt.Sprintf("O%d", i)
-		ev := &eventsv1.TurnFinished{TurnId: id, UserId: "u", SessionId: "s"}
-		if err := s.FinishTurn(ctx, &Finish{Turn: finished(id, "s", int64(i)), TTL: time.Hour, Event: ev}); err != nil {
+		ev := &eventsv1.TurnFinished{TurnId: id, UserId: "u", SessionId: sid}
+		if err := s.FinishTurn(ctx, &Finish{Turn: finished(id, sid, int64(i)), TTL: time.Hour, Event: ev}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -221,7 +221,7 @@ func (t *turn) run(parent context.Context, ga *gathering) error {
 // of the file it shares with the session store (BoltStore).
 type deferredRecorder interface {
 	PutTurnDeferred(turn *orchestratorv1.Turn, ttl time.Duration) (durable <-chan error, err error)
-	SyncTurns()
+	SyncTurns(sessionID string)
 }
 
 // recordDeferred returns the store as a deferredRecorder when the turn's session writes are
@@ -306,7 +306,7 @@ func (t *turn) awaitRecord(ctx context.Context) error {
 		return err
 	}
 	if d, ok := t.recordDeferred(); ok {
-		d.SyncTurns()
+		d.SyncTurns(t.session)
 	}
 	return await(ctx, t.recorded, &t.recordErr)
 }

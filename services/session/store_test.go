@@ -37,6 +37,15 @@ func backends() []backend {
 			t.Cleanup(func() { _ = s.Close() })
 			return s
 		}},
+		{"bolt files", func(t testing.TB) Store {
+			files, err := OpenBoltFiles(t.TempDir(), 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := NewFiles(files)
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		}},
 	}
 }
 

@@ -2,16 +2,21 @@ package multiprocess
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/hermes-agent/hermes/internal/boltstore"
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/testenv"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	"github.com/hermes-agent/hermes/services/session"
 	"github.com/hermes-agent/hermes/test/multiprocess/cluster"
 )
 
@@ -65,9 +70,15 @@ func waitInterrupted(t *testing.T, c orchestratorv1.OrchestratorServiceClient, u
 }
 
 // TestKillMidTurnMonolith: `hermes serve` (one process, bbolt stores) is killed with SIGKILL
-// while four turns wait for the model, and started again on the same data directory: every turn
-// whose id the client had is found, INTERRUPTED, and its session takes a new turn.
+// while six turns wait for the model, and started again on the same data directory: every turn
+// whose id the client had is found, INTERRUPTED, and its session takes a new turn. It runs with
+// the sessions in one file and spread over three (session.files).
 func TestKillMidTurnMonolith(t *testing.T) {
+	t.Run("one file", func(t *testing.T) { testKillMidTurnMonolith(t, 1) })
+	t.Run("three files", func(t *testing.T) { testKillMidTurnMonolith(t, 3) })
+}
+
+func testKillMidTurnMonolith(t *testing.T, files int) {
 	ctx := context.Background()
 	model, err := scripted.New(func(req scripted.Request) scripted.Reply {
 		if req.LastUser() == "hang" {
@@ -80,7 +91,7 @@ func TestKillMidTurnMonolith(t *testing.T) {
 	}
 	t.Cleanup(model.Close)
 	dir := t.TempDir()
-	p, err := cluster.StartMonolith(ctx, hermesBin, dir, model.URL(), "scripted-orphans", nil)
+	p, err := cluster.StartMonolith(ctx, hermesBin, dir, model.URL(), "scripted-orphans", []string{fmt.Sprintf("HERMES_SESSION_FILES=%d", files)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,13 +113,18 @@ func TestKillMidTurnMonolith(t *testing.T) {
 	defer cancel()
 	type started struct{ session, turn string }
 	var turns []started
-	for i := range 4 {
+	inFile := map[int]bool{}
+	for i := range 6 {
 		resp, err := sessions.CreateSession(ctx, &sessionv1.CreateSessionRequest{UserId: "alice", Title: "orphan " + string(rune('a'+i))})
 		if err != nil {
 			t.Fatalf("CreateSession: %v", err)
 		}
 		sid := resp.GetSession().GetId()
+		inFile[boltstore.FileOf(sid, files)] = true
 		turns = append(turns, started{sid, startHangingTurn(t, tctx, orch, sid, "alice", "hang")})
+	}
+	if files > 1 && len(inFile) < 2 {
+		t.Logf("the six sessions are all in one file of %d", files)
 	}
 	if err := p.Kill(); err != nil {
 		t.Fatal(err)
@@ -124,7 +140,14 @@ func TestKillMidTurnMonolith(t *testing.T) {
 	for _, st := range turns {
 		waitInterrupted(t, orch, "alice", st.turn, killed)
 	}
-	checkNextTurn(t, orch, turns[0].session, "alice")
+	for _, st := range turns {
+		checkNextTurn(t, orch, st.session, "alice")
+	}
+	for i := range files {
+		if _, err := os.Stat(filepath.Join(dir, "data", "all", session.FileName(i))); err != nil {
+			t.Errorf("file %d of %d: %v", i, files, err)
+		}
+	}
 	// The embedded store's writer has counted the restarted process's commits.
 	body, err := scrape(p.MetricsAddr)
 	if err != nil {
