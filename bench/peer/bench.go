@@ -30,11 +30,11 @@ type config struct {
 	// hermesEnv and baselineEnv are added to the environment of Hermes (-hermes) and of the
 	// baseline (-baseline): the same binary with two settings is an A/B too.
 	hermesEnv, baselineEnv []string
-	adkBin     string
-	redisURL   string
-	natsURL    string
-	dir        string
-	settle     time.Duration
+	adkBin                 string
+	redisURL               string
+	natsURL                string
+	dir                    string
+	settle                 time.Duration
 	// The long phase (long.go): longSessions sessions of longTurns turns, CPU read per window of
 	// longWindow turns; longOnly skips the other phases; pprofDir, when set, profiles Hermes
 	// monolithic's first and last window.
