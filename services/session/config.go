@@ -29,15 +29,17 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.WindowTurns, "session.window-turns", 12, "default number of complete turns in the context window")
 	fs.IntVar(&c.TokenBudget, "session.token-budget", 8000, "default token budget of the context window; whole turns are dropped oldest first beyond it")
 	fs.IntVar(&c.MaxEvicted, "session.max-evicted", 200, "default cap on evicted messages returned by BuildContext")
-	fs.IntVar(&c.Files, "session.files", 0, "monolithic mode: how many files a new data directory spreads its sessions over, each with its own writer (1 to 64; 0 = one for every 4 CPUs Go may use, at most 8); a data directory keeps the number it was created with")
+	fs.IntVar(&c.Files, "session.files", 0, "monolithic mode: how many files a new data directory spreads its sessions over, each with its own writer (1 to 64; 0 = one for every 8 CPUs Go may use, 1 to 8); a data directory keeps the number it was created with")
 	fs.IntVar(&c.FoldTurns, "session.fold-turns", 4, "turns that leave the context window are folded into the summary this many at a time (1 to 200; 1 = every turn); the window holds window-turns to window-turns+fold-turns-1 turns")
 }
 
-// FilesOrDefault is Files, or when it is 0 one file for every 4 CPUs, 1 to 8: a file's writer
-// serves about one core's worth of turns (bench/README, "Several files").
+// FilesOrDefault is Files, or when it is 0 one file for every 8 CPUs, 1 to 8. A second file
+// costs CPU a turn where the cores are all busy (its commits group fewer turns) and pays where
+// one file's writer is the limit, as on a many-core machine at 64 turns at once (bench/README,
+// "Several files").
 func (c Config) FilesOrDefault() int {
 	if c.Files != 0 {
 		return c.Files
 	}
-	return min(max(runtime.GOMAXPROCS(0)/4, 1), 8)
+	return min(max(runtime.GOMAXPROCS(0)/8, 1), 8)
 }

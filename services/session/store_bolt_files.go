@@ -48,7 +48,7 @@ func FileName(i int) string {
 // returned in order; a session's is files[boltstore.FileOf(id, len(files))].
 func OpenBoltFiles(dir string, n int) ([]*BoltStore, error) {
 	if n < 1 || n > MaxFiles {
-		return nil, fmt.Errorf("session files: %d is not between 1 and %d", n, MaxFiles)
+		return nil, fmt.Errorf("session.files is %d; it must be between 1 and %d", n, MaxFiles)
 	}
 	first := filepath.Join(dir, FileName(0))
 	_, err := os.Stat(first)
