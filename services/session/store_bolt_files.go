@@ -85,6 +85,10 @@ func OpenBoltFiles(dir string, n int) ([]*BoltStore, error) {
 			return fail(fmt.Errorf("%s: %w", path, err))
 		}
 	}
+	// The files share one budget of decoded messages; nothing has loaded a context yet.
+	for _, f := range files {
+		f.decoded = newDecodedCache(defaultDecodedBytes / n)
+	}
 	return files, nil
 }
 
