@@ -130,16 +130,26 @@ func (f *Files) CancelRequest(ctx context.Context, turnID string) (string, strin
 // Leases implements Store: one set for all files.
 func (f *Files) Leases() lease.Store { return f.leases }
 
-// OrphanedTurns implements Store.
+// OrphanedTurns implements Store. The files take turns, so that turns of one file that stay
+// (their interruption fails) do not hide the others'.
 func (f *Files) OrphanedTurns(ctx context.Context, limit int) ([]string, error) {
-	var out []string
-	for _, st := range f.files {
-		ids, err := st.OrphanedTurns(ctx, limit-len(out))
+	each := make([][]string, len(f.files))
+	for i, st := range f.files {
+		ids, err := st.OrphanedTurns(ctx, limit)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, ids...)
-		if len(out) >= limit {
+		each[i] = ids
+	}
+	var out []string
+	for k := 0; len(out) < limit; k++ {
+		took := false
+		for _, ids := range each {
+			if k < len(ids) && len(out) < limit {
+				out, took = append(out, ids[k]), true
+			}
+		}
+		if !took {
 			break
 		}
 	}
