@@ -139,29 +139,45 @@ func (f *Files) GetSession(ctx context.Context, id string) (*sessionv1.Session, 
 	return f.of(id).GetSession(ctx, id)
 }
 
-// ListSessions implements Store: every file lists a page after the cursor (the index key of the
-// last session returned, the same in every file), and the page is the first limit of them all.
+// ListSessions implements Store. Every file lists the index keys of a page after the cursor (the
+// index key of the last session returned, the same in every file); the page is the first limit
+// keys of them all, and only their sessions are read.
 func (f *Files) ListSessions(ctx context.Context, userID, cursor string, limit int) ([]*sessionv1.Session, string, error) {
-	var all []*sessionv1.Session
-	more := false
+	prefix := append([]byte(userID), 0)
+	after, ok := boltstore.ParseCursor(cursor, prefix)
+	if !ok {
+		return nil, "", fmt.Errorf("%w: bad page token", ErrBadCursor)
+	}
+	var keys [][]byte
 	for _, file := range f.files {
-		page, next, err := file.ListSessions(ctx, userID, cursor, limit)
+		if err := ctx.Err(); err != nil {
+			return nil, "", err
+		}
+		ks, err := file.userSessionKeys(prefix, after, limit+1)
 		if err != nil {
 			return nil, "", err
 		}
-		all = append(all, page...)
-		more = more || next != ""
+		keys = append(keys, ks...)
 	}
-	slices.SortFunc(all, func(a, b *sessionv1.Session) int {
-		return bytes.Compare(userSessionKeyOf(a), userSessionKeyOf(b))
-	})
-	if len(all) > limit {
-		all, more = all[:limit], true
+	slices.SortFunc(keys, bytes.Compare)
+	more := len(keys) > limit
+	keys = keys[:min(len(keys), limit)]
+	out := make([]*sessionv1.Session, 0, len(keys))
+	for _, k := range keys {
+		sid := string(k[len(prefix)+8:])
+		s, err := f.of(sid).GetSession(ctx, sid)
+		if errors.Is(err, ErrNotFound) {
+			continue // deleted since its key was read
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, s)
 	}
-	if !more || len(all) == 0 {
-		return all, "", nil
+	if !more || len(keys) == 0 {
+		return out, "", nil
 	}
-	return all, hex.EncodeToString(userSessionKeyOf(all[len(all)-1])), nil
+	return out, hex.EncodeToString(keys[len(keys)-1]), nil
 }
 
 // DeleteSession implements Store.
@@ -194,28 +210,46 @@ func (f *Files) UpdateSummary(ctx context.Context, sessionID string, sum *Summar
 	return f.of(sessionID).UpdateSummary(ctx, sessionID, sum)
 }
 
-// Search implements Store. Across sessions, every file answers with up to limit results in the
-// order one file walks its index (session id, then seq, both descending), and the answer is the
-// first limit of them all in that order.
+// Search implements Store. Across sessions, every file answers with up to limit hits without
+// their neighbours, in the order one file walks its index (session id, then seq, both
+// descending); the answer is the first limit of them all in that order, and only their
+// neighbours are read.
 func (f *Files) Search(ctx context.Context, userID string, terms []string, sessionID string, neighbors, limit int) ([]*SearchResult, error) {
 	if sessionID != "" {
 		return f.of(sessionID).Search(ctx, userID, terms, sessionID, neighbors, limit)
 	}
-	var all []*SearchResult
+	var hits []*SearchResult
 	for _, file := range f.files {
-		res, err := file.Search(ctx, userID, terms, sessionID, neighbors, limit)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		res, err := file.Search(ctx, userID, terms, sessionID, 0, limit)
 		if err != nil {
 			return nil, err
 		}
-		all = append(all, res...)
+		hits = append(hits, res...)
 	}
-	slices.SortFunc(all, func(a, b *SearchResult) int {
+	slices.SortFunc(hits, func(a, b *SearchResult) int {
 		if c := cmp.Compare(b.SessionID, a.SessionID); c != 0 {
 			return c
 		}
 		return cmp.Compare(b.Message.GetSeq(), a.Message.GetSeq())
 	})
-	return all[:min(len(all), limit)], nil
+	hits = hits[:min(len(hits), limit)]
+	if neighbors == 0 {
+		return hits, nil
+	}
+	out := make([]*SearchResult, 0, len(hits))
+	for _, h := range hits {
+		res, err := f.of(h.SessionID).searchResult(h.SessionID, h.Message.GetSeq(), neighbors, h.Matched)
+		if err != nil {
+			return nil, err
+		}
+		if res != nil { // nil: deleted since it was found
+			out = append(out, res)
+		}
+	}
+	return out, nil
 }
 
 // Close closes every file.
@@ -225,4 +259,39 @@ func (f *Files) Close() error {
 		errs = append(errs, file.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// userSessionKeys returns up to limit index keys of the user's sessions (prefix: the user's id
+// and 0) after after, in order.
+func (b *BoltStore) userSessionKeys(prefix, after []byte, limit int) ([][]byte, error) {
+	var out [][]byte
+	err := b.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bUserSessions).Cursor()
+		for k := boltstore.SeekPage(c, prefix, after); k != nil && bytes.HasPrefix(k, prefix) && len(out) < limit; k, _ = c.Next() {
+			if len(k) >= len(prefix)+8 {
+				out = append(out, bytes.Clone(k))
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// searchResult reads a hit of Search, the message seq of sid, with its neighbours; nil when the
+// message is gone.
+func (b *BoltStore) searchResult(sid string, seq int64, neighbors, matched int) (*SearchResult, error) {
+	var res *SearchResult
+	err := b.db.View(func(tx *bolt.Tx) error {
+		sb := tx.Bucket(sessionBucketName(sid))
+		if sb == nil {
+			return nil
+		}
+		msgs, err := messageRange(partsOf(sb).msgs, seq-int64(neighbors), seq+int64(neighbors), nil)
+		if err != nil {
+			return err
+		}
+		res = splitNeighbors(sid, seq, msgs, matched)
+		return nil
+	})
+	return res, err
 }
