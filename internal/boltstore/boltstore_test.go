@@ -383,7 +383,7 @@ func TestGroupLater(t *testing.T) {
 	}
 	defer db.Close()
 	g := NewGroup(db)
-	g.delay = time.Hour
+	g.delay, g.laterDelay = time.Hour, time.Hour
 	stored := func() map[string]string {
 		out := map[string]string{}
 		_ = db.View(func(tx *bolt.Tx) error {
@@ -422,8 +422,8 @@ func TestGroupLater(t *testing.T) {
 	if _, ok := stored()["l2"]; !ok {
 		t.Error("a later write not committed by Sync")
 	}
-	// Without an Update, the group commits it after its delay.
-	g.delay = 10 * time.Millisecond
+	// Without an Update, the group commits it after its delay for later writes.
+	g.laterDelay = 10 * time.Millisecond
 	g.Later(put("l3", &v))
 	testenv.WaitFor(t, 30*time.Second, "the later write to be committed", func() bool {
 		_, ok := stored()["l3"]
@@ -551,7 +551,7 @@ func TestGroupLaterAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := NewGroup(db)
-	g.delay = time.Hour
+	g.delay, g.laterDelay = time.Hour, time.Hour
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}

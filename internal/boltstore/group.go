@@ -35,6 +35,8 @@ import (
 type Group struct {
 	db    *bolt.DB
 	delay time.Duration
+	// laterDelay is how long a later write waits for a commit at most.
+	laterDelay time.Duration
 
 	// mu guards queue, leading and deferQueue; it is never held across a commit. It may be
 	// taken while txMu is held, never the other way round.
@@ -96,8 +98,17 @@ const DefaultDeferDelay = 20 * time.Millisecond
 // DefaultDeferDelay for a commit.
 func NewGroup(db *bolt.DB) *Group { return NewGroupDelay(db, DefaultDeferDelay) }
 
-// NewGroupDelay returns a group committer for db whose deferred writes wait at most delay.
-func NewGroupDelay(db *bolt.DB, delay time.Duration) *Group { return &Group{db: db, delay: delay} }
+// DefaultLaterDelay is how long a later write waits for a commit at most. Later writes are
+// counters no caller waits on; a longer wait lets them ride on commits that happen anyway. Where
+// the sessions are spread over several files, the quota's counters in the first would otherwise
+// cost it a commit of its own every DefaultDeferDelay while the turns commit in the others.
+const DefaultLaterDelay = time.Second
+
+// NewGroupDelay returns a group committer for db whose deferred writes wait at most delay (and
+// later writes at most DefaultLaterDelay, or delay when longer).
+func NewGroupDelay(db *bolt.DB, delay time.Duration) *Group {
+	return &Group{db: db, delay: delay, laterDelay: max(delay, DefaultLaterDelay)}
+}
 
 // Update runs fn in a write transaction shared with concurrent callers (and with the deferred
 // writes not yet committed) and returns its error once the transaction is on disk. fn must only
@@ -238,7 +249,8 @@ func (g *Group) applyDeferred() {
 // Later runs fn in the next commit's transaction, just before it commits, and returns at once.
 // It is for writes no caller waits on, and that read what they write when they run (a counter's
 // value as it is then): many changes then cost one write, and no caller waits for the
-// transaction. The next commit is an Update's, or the group's own at most its delay later. A fn
+// transaction. The next commit is an Update's, or the group's own at most DefaultLaterDelay later
+// (a crash loses what was written since the last commit). A fn
 // that fails is dropped (and logged), its write lost as in a crash; fn must only change the
 // database through tx. fn may run more than once: when a write after it in its commit fails,
 // the transaction is rolled back and fn runs again in the next one, where it must write again
@@ -248,7 +260,7 @@ func (g *Group) Later(fn func(tx *bolt.Tx) error) {
 	defer g.mu.Unlock()
 	g.later = append(g.later, fn)
 	if g.laterTimer == nil {
-		g.laterTimer = time.AfterFunc(g.delay, g.Sync)
+		g.laterTimer = time.AfterFunc(g.laterDelay, g.Sync)
 	}
 }
 
@@ -393,7 +405,7 @@ func (g *Group) commit(batch []*groupWrite) {
 		g.mu.Lock()
 		g.later = append(later, g.later...)
 		if g.laterTimer == nil {
-			g.laterTimer = time.AfterFunc(g.delay, g.Sync)
+			g.laterTimer = time.AfterFunc(g.laterDelay, g.Sync)
 		}
 		g.mu.Unlock()
 	}
