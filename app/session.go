@@ -57,6 +57,9 @@ func (a *App) sessionBoltFiles() ([]*session.BoltStore, error) {
 			a.log.Warn(session.FileName(i)+": no writer metric", "error", err)
 		}
 	}
+	if want := a.cfg.Session.Files; want != 0 && want != len(files) {
+		a.log.Warn("session.files differs from the data directory's number of session files, which is kept", "session.files", want, "files", len(files), "dir", dir)
+	}
 	if len(files) > 1 {
 		a.log.Info("sessions spread over several files", "files", len(files), "dir", dir)
 	}
