@@ -19,21 +19,7 @@ import (
 // offered, the files taking turns.
 func TestBoltFilesFindTurns(t *testing.T) {
 	ctx := context.Background()
-	var dbs []*bolt.DB
-	var groups []*boltstore.Group
-	for i := range 3 {
-		db, err := boltstore.Open(filepath.Join(t.TempDir(), fmt.Sprintf("session-%d.db", i)), nil, []byte("sessions"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = db.Close() })
-		dbs, groups = append(dbs, db), append(groups, boltstore.NewGroup(db))
-	}
-	s, err := OpenBoltFilesOn(dbs, groups)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s := testBoltFiles(t, 3)
 
 	// Two sessions in each file (boltstore.FileOf), two running turns in each session.
 	sids := []string{"s1", "s2", "s0", "s7", "s3", "s5"}
@@ -107,4 +93,26 @@ func TestBoltFilesFindTurns(t *testing.T) {
 	if _, err := s.GetTurn(ctx, "missing"); err == nil {
 		t.Error("GetTurn of a turn no file has succeeded")
 	}
+}
+
+// testBoltFiles opens the records over n new files, as the monolith keeps them when its
+// sessions are spread over n files; closed at the test's end.
+func testBoltFiles(t testing.TB, n int) *Files {
+	t.Helper()
+	var dbs []*bolt.DB
+	var groups []*boltstore.Group
+	for i := range n {
+		db, err := boltstore.Open(filepath.Join(t.TempDir(), fmt.Sprintf("session-%d.db", i)), nil, []byte("sessions"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		dbs, groups = append(dbs, db), append(groups, boltstore.NewGroup(db))
+	}
+	s, err := OpenBoltFilesOn(dbs, groups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }

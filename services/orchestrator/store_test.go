@@ -60,24 +60,7 @@ func storeBackends(t *testing.T) map[string]func(t *testing.T) Store {
 			return s
 		},
 		// The monolith's with its sessions spread over three files.
-		"bolt-files": func(t *testing.T) Store {
-			var dbs []*bolt.DB
-			var groups []*boltstore.Group
-			for i := range 3 {
-				db, err := boltstore.Open(filepath.Join(t.TempDir(), fmt.Sprintf("session-%d.db", i)), nil, []byte("sessions"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = db.Close() })
-				dbs, groups = append(dbs, db), append(groups, boltstore.NewGroup(db))
-			}
-			s, err := OpenBoltFilesOn(dbs, groups)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
-			return s
-		},
+		"bolt-files": func(t *testing.T) Store { return testBoltFiles(t, 3) },
 		"redis": func(t *testing.T) Store {
 			rdb, prefix := testenv.Redis(t)
 			st := NewRedisStore(rdb, prefix, nil)
