@@ -927,18 +927,11 @@ func (b *BoltStore) Search(_ context.Context, userID string, terms []string, ses
 					return nil
 				}
 			}
-			sb := tx.Bucket(sessionBucketName(sid))
-			if sb == nil {
-				return nil
-			}
-			msgs, err := messageRange(partsOf(sb).msgs, seq-int64(neighbors), seq+int64(neighbors), nil)
-			if err != nil {
-				return err
-			}
-			if res := splitNeighbors(sid, seq, msgs, len(terms)); res != nil {
+			res, err := hitTx(tx, sid, seq, neighbors, len(terms))
+			if res != nil {
 				out = append(out, res)
 			}
-			return nil
+			return err
 		}
 		prefix := indexPrefix(userID, terms[0])
 		c := idx.Cursor()
@@ -982,6 +975,20 @@ func (b *BoltStore) Search(_ context.Context, userID string, terms []string, ses
 		return nil
 	})
 	return out, err
+}
+
+// hitTx reads a hit of Search in tx: the message seq of sid with its neighbours; nil when the
+// message is gone.
+func hitTx(tx *bolt.Tx, sid string, seq int64, neighbors, matched int) (*SearchResult, error) {
+	sb := tx.Bucket(sessionBucketName(sid))
+	if sb == nil {
+		return nil, nil
+	}
+	msgs, err := messageRange(partsOf(sb).msgs, seq-int64(neighbors), seq+int64(neighbors), nil)
+	if err != nil {
+		return nil, err
+	}
+	return splitNeighbors(sid, seq, msgs, matched), nil
 }
 
 type msgRef struct {

@@ -277,21 +277,14 @@ func (b *BoltStore) userSessionKeys(prefix, after []byte, limit int) ([][]byte, 
 	return out, err
 }
 
-// searchResult reads a hit of Search, the message seq of sid, with its neighbours; nil when the
+// searchResult reads a hit of Search, the message seq of sid with its neighbours; nil when the
 // message is gone.
 func (b *BoltStore) searchResult(sid string, seq int64, neighbors, matched int) (*SearchResult, error) {
 	var res *SearchResult
 	err := b.db.View(func(tx *bolt.Tx) error {
-		sb := tx.Bucket(sessionBucketName(sid))
-		if sb == nil {
-			return nil
-		}
-		msgs, err := messageRange(partsOf(sb).msgs, seq-int64(neighbors), seq+int64(neighbors), nil)
-		if err != nil {
-			return err
-		}
-		res = splitNeighbors(sid, seq, msgs, matched)
-		return nil
+		var err error
+		res, err = hitTx(tx, sid, seq, neighbors, matched)
+		return err
 	})
 	return res, err
 }
