@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -245,5 +246,17 @@ func TestBoltFilesPlaces(t *testing.T) {
 		if _, err := open(t, t.TempDir(), n); err == nil {
 			t.Errorf("OpenBoltFiles(%d) succeeded", n)
 		}
+	}
+}
+
+// TestFilesOrDefault: session.files as set, else one file for every 8 CPUs Go may use, 1 to 8.
+func TestFilesOrDefault(t *testing.T) {
+	if got := (Config{Files: 3}).FilesOrDefault(); got != 3 {
+		t.Errorf("Files 3: %d", got)
+	}
+	procs := runtime.GOMAXPROCS(0)
+	got := Config{}.FilesOrDefault()
+	if got < 1 || got > 8 || (procs < 16 && got != 1) || (procs >= 16 && got < 2) {
+		t.Errorf("the default with %d CPUs is %d files", procs, got)
 	}
 }
