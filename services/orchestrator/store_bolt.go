@@ -129,7 +129,7 @@ func OpenBoltStore(path string) (*BoltStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := newBoltStore(db, boltstore.NewGroup(db), true)
+	s, err := newBoltStore(db, boltstore.NewGroup(db), true, lease.NewMemory())
 	if err != nil {
 		_ = db.Close()
 		return nil, err
@@ -142,6 +142,11 @@ func OpenBoltStore(path string) (*BoltStore, error) {
 // so a turn's session writes and its records share commits (Options.DeferSessionWrites). Close
 // leaves db open for its owner.
 func OpenBoltStoreOn(db *bolt.DB, g *boltstore.Group) (*BoltStore, error) {
+	return openBoltStoreOn(db, g, lease.NewMemory())
+}
+
+// openBoltStoreOn is OpenBoltStoreOn with the leases the store keeps (Files shares one set).
+func openBoltStoreOn(db *bolt.DB, g *boltstore.Group, leases *lease.Memory) (*BoltStore, error) {
 	err := g.Update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketTasks, bucketTaskSteps, bucketTurns, bucketSessionTurns, bucketOutbox, bucketRunning} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -153,12 +158,12 @@ func OpenBoltStoreOn(db *bolt.DB, g *boltstore.Group) (*BoltStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator buckets: %w", err)
 	}
-	return newBoltStore(db, g, false)
+	return newBoltStore(db, g, false, leases)
 }
 
-func newBoltStore(db *bolt.DB, g *boltstore.Group, owns bool) (*BoltStore, error) {
+func newBoltStore(db *bolt.DB, g *boltstore.Group, owns bool, leases *lease.Memory) (*BoltStore, error) {
 	s := &BoltStore{
-		db: db, group: g, ownsDB: owns, now: time.Now, leases: lease.NewMemory(),
+		db: db, group: g, ownsDB: owns, now: time.Now, leases: leases,
 		cancels: map[string]cancelRequest{}, tasks: map[string]cachedTask{}, published: map[string]struct{}{},
 	}
 	if err := s.pruneTurns(); err != nil {

@@ -31,11 +31,10 @@ type Files struct {
 func OpenBoltFilesOn(dbs []*bolt.DB, groups []*boltstore.Group) (*Files, error) {
 	f := &Files{leases: lease.NewMemory()}
 	for i, db := range dbs {
-		st, err := OpenBoltStoreOn(db, groups[i])
+		st, err := openBoltStoreOn(db, groups[i], f.leases)
 		if err != nil {
 			return nil, errors.Join(err, f.Close())
 		}
-		st.leases = f.leases
 		f.files = append(f.files, st)
 	}
 	return f, nil

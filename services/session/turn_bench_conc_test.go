@@ -27,8 +27,8 @@ func benchTurnConcurrent(b *testing.B, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _ = NewFiles(files).Close() }()
 	all := NewFiles(files)
+	defer func() { _ = all.Close() }()
 	sids := make([]string, sessions)
 	for j := range sids {
 		sids[j] = newSession(b, all, fmt.Sprintf("user%d", j%8), time.Now()).GetId()
