@@ -27,6 +27,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 )
@@ -60,6 +61,7 @@ func main() {
 	flag.IntVar(&c.pprofSeconds, "pprof-seconds", 10, "length of a profiled window's CPU profile; the window should end within it")
 	flag.IntVar(&c.traceSeconds, "trace-seconds", 0, "with -pprof: also an execution trace of this many seconds from the concurrent phase's start (read it with ./wakeups); 0: none")
 	flag.BoolVar(&keep, "keep", false, "keep the temporary directory (logs, data, strace output)")
+	selfProfile := flag.String("self-pprof", "", "file for a CPU profile of this harness (its gRPC and HTTP clients and the scripted model) over the whole run")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("peer: ")
@@ -73,9 +75,21 @@ func main() {
 		log.Fatal(err)
 	}
 	c.dir = dir
+	if *selfProfile != "" {
+		f, err := os.Create(*selfProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	_, err = runAll(ctx, c, os.Stdout, os.Stderr)
 	stop()
+	if *selfProfile != "" {
+		pprof.StopCPUProfile()
+	}
 	if keep {
 		fmt.Fprintf(os.Stderr, "data and logs kept in %s\n", dir)
 	} else {

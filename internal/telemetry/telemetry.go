@@ -76,8 +76,8 @@ type Telemetry struct {
 // Setup installs the global tracer provider, meter provider and propagator. OTel's API is
 // global by design: instrumentation libraries (otelgrpc, otelhttp) find the providers there.
 // Tracing exports over OTLP/gRPC when OTEL_EXPORTER_OTLP_ENDPOINT or
-// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; otherwise only spans of a caller's sampled trace are
-// recorded. The W3C trace context is propagated either way.
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; otherwise no span is recorded, and the W3C trace
+// context (a caller's, or a new trace id for a turn that came without one) is still propagated.
 func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -99,13 +99,14 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 			return nil, fmt.Errorf("otlp trace exporter: %w", err)
 		}
 		tpOpts = append(tpOpts, sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second)))
+		t.tracer = sdktrace.NewTracerProvider(tpOpts...)
+		otel.SetTracerProvider(t.tracer)
 	} else {
-		// Nothing would receive the spans: record none of our own (spans still carry trace ids,
-		// and a caller's sampled trace context is still honoured and passed on).
-		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+		// Nothing would receive the spans: record none (root spans still get trace ids, and a
+		// caller's trace context is passed on as it came).
+		t.tracer = sdktrace.NewTracerProvider(append(tpOpts, sdktrace.WithSampler(sdktrace.NeverSample()))...)
+		otel.SetTracerProvider(rootsOnly{sdk: t.tracer})
 	}
-	t.tracer = sdktrace.NewTracerProvider(tpOpts...)
-	otel.SetTracerProvider(t.tracer)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(opts))

@@ -35,10 +35,11 @@ func TestBuildInfoMetric(t *testing.T) {
 	}
 }
 
-// TestNoExporterRecordsOnlyCallersTraces: without an OTLP endpoint a span of our own is not
-// recorded (it costs CPU and goes nowhere) but still has a trace id, and a span under a caller's
-// sampled trace context is recorded and passed on as sampled.
-func TestNoExporterRecordsOnlyCallersTraces(t *testing.T) {
+// TestNoExporterRecordsNothing: without an OTLP endpoint no span is recorded (it would cost
+// CPU and go nowhere). A root span of our own still has a trace id, and its children and the
+// propagated context carry it. Under a caller's trace context every span is the caller's own:
+// its trace id, span id and sampled flag are passed on as they came.
+func TestNoExporterRecordsNothing(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
 	ctx := context.Background()
@@ -48,20 +49,43 @@ func TestNoExporterRecordsOnlyCallersTraces(t *testing.T) {
 	}
 	defer func() { _ = tel.Shutdown(ctx) }()
 	tr := otel.Tracer("test")
-
-	_, own := tr.Start(ctx, "own")
-	own.End()
-	if own.IsRecording() || !own.SpanContext().HasTraceID() {
-		t.Errorf("a span of our own: recording %v, trace id %v; want not recording, with a trace id",
-			own.IsRecording(), own.SpanContext().HasTraceID())
+	prop := otel.GetTextMapPropagator()
+	traceparent := func(ctx context.Context) string {
+		c := propagation.MapCarrier{}
+		prop.Inject(ctx, c)
+		return c.Get("traceparent")
 	}
 
-	carrier := propagation.MapCarrier{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
-	pctx := otel.GetTextMapPropagator().Extract(ctx, carrier)
-	_, child := tr.Start(pctx, "child")
-	defer child.End()
-	if !child.IsRecording() || !child.SpanContext().IsSampled() {
-		t.Errorf("a span under a caller's sampled trace: recording %v, sampled %v; want both",
-			child.IsRecording(), child.SpanContext().IsSampled())
+	rctx, root := tr.Start(ctx, "own")
+	defer root.End()
+	if root.IsRecording() || !root.SpanContext().HasTraceID() {
+		t.Errorf("a root span of our own: recording %v, trace id %v; want not recording, with a trace id",
+			root.IsRecording(), root.SpanContext().HasTraceID())
+	}
+	cctx, child := tr.Start(rctx, "child")
+	child.End()
+	if child.IsRecording() || !child.SpanContext().Equal(root.SpanContext()) {
+		t.Errorf("a child of our root: recording %v, span context %v; want not recording, the root's %v",
+			child.IsRecording(), child.SpanContext(), root.SpanContext())
+	}
+	if got, want := traceparent(cctx), traceparent(rctx); got == "" || got != want {
+		t.Errorf("child's traceparent %q, want the root's %q", got, want)
+	}
+
+	for _, caller := range []string{
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
+	} {
+		pctx := prop.Extract(ctx, propagation.MapCarrier{"traceparent": caller})
+		sctx, span := tr.Start(pctx, "server")
+		_, inner := tr.Start(sctx, "inner")
+		if span.IsRecording() || inner.IsRecording() {
+			t.Errorf("caller %s: spans recording %v, %v; want neither", caller, span.IsRecording(), inner.IsRecording())
+		}
+		if got := traceparent(sctx); got != caller {
+			t.Errorf("caller %s: passed on %q, want it as it came", caller, got)
+		}
+		inner.End()
+		span.End()
 	}
 }
