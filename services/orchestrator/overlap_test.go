@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
@@ -77,10 +78,11 @@ func eventKinds(evs []*orchestratorv1.TurnEvent) []string {
 }
 
 // TestLoopStepWriteOverlapsModelCall: a tool step's write runs while the next model call is
-// made (the session's append of the step waits here until the model has the second request:
-// the turn would never end if the call waited for the write), and the client sees the same
-// events in the same order: the second step's context event after the write, counting the
-// step's stored messages, before that step's text. A write that fails fails the turn with its
+// made (here the call outlasts stepHold, so the held write starts during it; the session's
+// append of the step waits until the model has the second request: the turn would never end if
+// the call waited for the write), and the client sees the same events in the same order: the
+// second step's context event after the write, counting the step's messages as the session
+// service counts them, before that step's text. A write that fails fails the turn with its
 // error, as it did when the write came first: no event of the second step, one model call
 // counted, no answer stored. A turn cancelled during the call keeps the step stored, as it did
 // when the write ended before the call began, and counts the call.
@@ -156,13 +158,20 @@ func TestLoopStepWriteOverlapsModelCall(t *testing.T) {
 				if diff := cmp.Diff(c.wantKinds, eventKinds(events)); diff != "" {
 					t.Errorf("events (-want +got):\n%s", diff)
 				}
+				// The user message as the session counted it (10 tokens: fakeSession), the step's
+				// call and result as the session service counts them.
+				want := int32(10)
+				for _, m := range g.messages("s1") {
+					if k := m.GetKind(); k == sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL || k == sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT {
+						want += int32(l.svc.deps.Tokenizer.CountMessage(m.GetContent()) + l.svc.deps.Tokenizer.Count(m.GetToolName()))
+					}
+				}
 				for i, ev := range events {
 					if ev.GetSeq() != int32(i+1) {
 						t.Errorf("event %d has seq %d", i, ev.GetSeq())
 					}
-					// The user message and the step's call and result, 10 tokens each (fakeSession).
-					if cx := ev.GetContext(); cx.GetStep() == 2 && cx.GetTokens().GetCurrentMessage() != 30 {
-						t.Errorf("step 2's context counts %d tokens of the current turn, want 30", cx.GetTokens().GetCurrentMessage())
+					if cx := ev.GetContext(); cx.GetStep() == 2 && cx.GetTokens().GetCurrentMessage() != want {
+						t.Errorf("step 2's context counts %d tokens of the current turn, want %d", cx.GetTokens().GetCurrentMessage(), want)
 					}
 				}
 				if f := st.final().GetFailed(); f.GetCode() != c.wantCode {
@@ -312,6 +321,101 @@ func BenchmarkEmitterJoin(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/delta")
+		})
+	}
+}
+
+// countingSession counts a session's appends and the time each began.
+type countingSession struct {
+	*fakeSession
+	mu      sync.Mutex
+	appends []time.Time
+}
+
+func (c *countingSession) AppendMessages(ctx context.Context, req *sessionv1.AppendMessagesRequest, opts ...grpc.CallOption) (*sessionv1.AppendMessagesResponse, error) {
+	c.mu.Lock()
+	c.appends = append(c.appends, time.Now())
+	c.mu.Unlock()
+	return c.fakeSession.AppendMessages(ctx, req, opts...)
+}
+
+// TestLoopStepHeldForAnswer: a tool step whose next model call answers within stepHold is
+// stored with the answer in one append (the user's message, then the step and the answer: two
+// appends), and the step still counts in the task state and the context event; a call that
+// takes longer has the step written at stepHold, during the call (three appends, the step's at
+// stepHold); a turn cancelled while the step is held stores it before its end. The session's
+// log is the same in every case.
+func TestLoopStepHeldForAnswer(t *testing.T) {
+	cases := []struct {
+		name        string
+		delay       time.Duration
+		cancel      bool
+		wantAppends int
+		wantLog     []sessionv1.MessageKind
+	}{
+		{name: "quick answer", wantAppends: 2, wantLog: []sessionv1.MessageKind{sessionv1.MessageKind_MESSAGE_KIND_TEXT,
+			sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL, sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, sessionv1.MessageKind_MESSAGE_KIND_TEXT}},
+		{name: "slow answer", delay: 3 * stepHold, wantAppends: 3, wantLog: []sessionv1.MessageKind{sessionv1.MessageKind_MESSAGE_KIND_TEXT,
+			sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL, sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, sessionv1.MessageKind_MESSAGE_KIND_TEXT}},
+		// A cancelled turn stores no closing message.
+		{name: "cancelled while held", delay: stepHold / 2, cancel: true, wantAppends: 2, wantLog: []sessionv1.MessageKind{sessionv1.MessageKind_MESSAGE_KIND_TEXT,
+			sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL, sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cs := &countingSession{fakeSession: newFakeSession()}
+				client, cancelTurn := context.WithCancel(context.Background())
+				defer cancelTurn()
+				var secondAt time.Time
+				l := newLoopOn(t, Config{}, cs, func(ctx context.Context, req model.Request) (*model.Response, error) {
+					if last := req.Messages[len(req.Messages)-1]; last.Role == model.RoleTool && c.delay > 0 {
+						secondAt = time.Now()
+						if c.cancel {
+							time.Sleep(c.delay)
+							cancelTurn()
+							<-ctx.Done()
+							return nil, ctx.Err()
+						}
+						time.Sleep(c.delay)
+					}
+					return toolThenAnswer(ctx, req)
+				})
+				st := &fakeStream{ctx: client}
+				if err := l.svc.RunTurn(&orchestratorv1.RunTurnRequest{SessionId: "s1", UserId: "u", Text: "what is 6*7?",
+					Options: &orchestratorv1.TurnOptions{SkipMemory: true}}, st); err != nil {
+					t.Fatalf("RunTurn: %v", err)
+				}
+				cs.mu.Lock()
+				appends := cs.appends
+				cs.mu.Unlock()
+				if len(appends) != c.wantAppends {
+					t.Errorf("%d appends, want %d", len(appends), c.wantAppends)
+				}
+				if c.delay > stepHold && len(appends) == 3 {
+					if got := appends[1].Sub(secondAt); got != stepHold {
+						t.Errorf("the step's append began %v into the model call, want %v", got, stepHold)
+					}
+				}
+				var kinds []sessionv1.MessageKind
+				for _, m := range cs.messages("s1") {
+					kinds = append(kinds, m.GetKind())
+				}
+				if diff := cmp.Diff(c.wantLog, kinds); diff != "" {
+					t.Errorf("session log (-want +got):\n%s", diff)
+				}
+				rec, err := l.store.GetTurn(context.Background(), st.events[0].GetStarted().GetTurnId())
+				if err != nil {
+					t.Fatal(err)
+				}
+				task, err := l.store.TaskState(context.Background(), "s1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n := len(task.Done); n != 1 || task.Done[0].Tool != "calc" {
+					t.Errorf("task state steps %+v, want the one calc step (record status %v)", task.Done, rec.GetStatus())
+				}
+			})
 		})
 	}
 }

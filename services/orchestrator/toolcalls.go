@@ -55,6 +55,10 @@ func storedCallID(turnID string, step int32, i int) string {
 // text, every call and every result — in one append, so the log never holds a call without its
 // result. A client that goes away cancels the calls; they are stored with a "cancelled" result.
 func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) error {
+	// The previous step is stored before this one's calls run.
+	if err := t.awaitStep(); err != nil {
+		return err
+	}
 	calls := resp.ToolCalls
 	outs := make([]*outcome, len(calls))
 	seenIDs := map[string]bool{}
@@ -154,27 +158,107 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 		}
 		return t.checkFailures(outs)
 	}
-	// The step's write runs while the next model call is made, which needs only the step's
-	// messages (addStep); the next step waits for it before its first event (awaitStep), and
-	// the turn's end before anything it stores. The turn's end does not cut it short: the step
-	// was stored before the next call began, so a turn cancelled during that call keeps it.
-	done := make(chan struct{})
-	var out []*sessionv1.Message
-	var aerr error
-	t.s.workers.Go(func() {
-		defer close(done)
+	// The step's write waits for the next model call, which needs only the step's messages
+	// (addStep): when that call gives the turn's answer, the answer's append stores the step
+	// with it (storeAnswer), one write of the session instead of two, which under load often
+	// went into two commits. A call that takes longer than stepHold, or asks for more tools, or a
+	// turn that ends otherwise, has the step written first (heldStep.wait): a crash loses a
+	// finished step only within stepHold and the deferred write's commit.
+	t.blocks.currentTokens += t.stepTokens(msgs)
+	h := &heldStep{msgs: msgs, done: make(chan struct{})}
+	h.write = func() {
+		defer close(h.done)
 		wctx, cancel := detached(ctx)
 		defer cancel()
-		out, aerr = t.append(wctx, msgs)
-	})
-	t.storing = func() error {
-		<-done
-		if err := stored(out, aerr); err != nil {
-			return err
-		}
+		h.out, h.err = t.append(wctx, msgs)
+	}
+	h.after = func() error {
+		t.recordSteps(outs)
 		return t.checkFailures(outs) // every call succeeded: it only clears their failures
 	}
+	h.timer = time.AfterFunc(stepHold, h.start(t))
+	t.held = h
+	t.storing = func() error {
+		t.held = nil
+		h.wait(t)
+		if h.err != nil {
+			return h.err
+		}
+		return h.after()
+	}
 	return nil
+}
+
+// stepHold is how long a step's write waits for the turn's answer to be stored with it.
+const stepHold = 50 * time.Millisecond
+
+// heldStep is the write of a tool step that waits for the answer (runTools). Its state moves
+// once, under the turn's mu: from held to written (the timer or wait started the write) or to
+// taken (the answer's append stores the messages).
+type heldStep struct {
+	msgs  []*sessionv1.NewMessage
+	timer *time.Timer
+	// write stores msgs into out and err, then closes done; after is what follows the step's
+	// storing, whichever write stored it.
+	write   func()
+	after   func() error
+	done    chan struct{}
+	out     []*sessionv1.Message
+	err     error
+	started bool // the turn's mu guards started and taken
+	taken   bool
+}
+
+// start returns the function that starts the write on a worker unless it started or was taken.
+func (h *heldStep) start(t *turn) func() {
+	return func() {
+		t.mu.Lock()
+		run := !h.started && !h.taken
+		h.started = true
+		t.mu.Unlock()
+		if run {
+			t.s.workers.Go(h.write)
+		}
+	}
+}
+
+// wait starts the write if it has not started and waits for it.
+func (h *heldStep) wait(t *turn) {
+	h.timer.Stop()
+	h.start(t)()
+	<-h.done
+}
+
+// pending reports whether h holds a write that has not started.
+func (h *heldStep) pending(t *turn) bool {
+	if h == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !h.started && !h.taken
+}
+
+// take reports whether the write had not started; it will then never start, and the caller
+// stores msgs.
+func (h *heldStep) take(t *turn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h.started {
+		return false
+	}
+	h.taken = true
+	h.timer.Stop()
+	return true
+}
+
+// stepTokens counts a step's messages as the session service counts them when it stores them.
+func (t *turn) stepTokens(msgs []*sessionv1.NewMessage) int32 {
+	var n int32
+	for _, m := range msgs {
+		n += int32(t.s.deps.Tokenizer.CountMessage(m.GetContent()) + t.s.deps.Tokenizer.Count(m.GetToolName()))
+	}
+	return n
 }
 
 // readOnly reports whether every call of run is of a known tool whose annotations say it does

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -101,8 +102,10 @@ type turn struct {
 	// stay the provider's until the next step is added (see runTools).
 	lastStep stepIDs
 	// storing, when not nil, waits for the write of the latest tool step, which runs while the
-	// next model call is made (runTools, awaitStep); the turn goroutine's own.
+	// next model call is made (runTools, awaitStep); held is that write while it waits for the
+	// answer to be stored with it. Both are the turn goroutine's own.
 	storing func() error
+	held    *heldStep
 	// failures counts, per tool and error code, the failures in a row.
 	failures map[string]int
 	// unresolved holds this turn's failed calls whose tool did not succeed afterwards.
@@ -397,8 +400,12 @@ func (a *announcement) emit() error {
 		return a.err
 	}
 	t := a.t
-	if a.err = t.awaitStep(); a.err != nil {
-		return a.err
+	// A held step is counted already (runTools); its write's error is the turn's when the
+	// write happens.
+	if !t.held.pending(t) {
+		if a.err = t.awaitStep(); a.err != nil {
+			return a.err
+		}
 	}
 	a.tokens = t.blocks.breakdown(t.s.deps.Tokenizer)
 	info := proto.Clone(t.ctxInfo).(*orchestratorv1.ContextAssembled)
@@ -486,17 +493,31 @@ func modelError(ctx context.Context, err error) error {
 	}
 }
 
-// storeAnswer appends the final assistant message.
+// storeAnswer appends the final assistant message, and before it in the same append the
+// previous step when its write is still held (runTools).
 func (t *turn) storeAnswer(ctx context.Context, text string) error {
-	resp, err := t.append(ctx, []*sessionv1.NewMessage{{
+	msgs := []*sessionv1.NewMessage{{
 		Role: sessionv1.Role_ROLE_ASSISTANT, Kind: sessionv1.MessageKind_MESSAGE_KIND_TEXT, Content: text,
 		ClientId: t.id + ":answer", Metadata: map[string]string{"turn_id": t.id},
-	}})
+	}}
+	var h *heldStep
+	if t.held != nil && t.held.take(t) {
+		h, t.held, t.storing = t.held, nil, nil
+		msgs = append(slices.Clip(h.msgs), msgs[0])
+	} else if err := t.awaitStep(); err != nil {
+		return err
+	}
+	resp, err := t.append(ctx, msgs)
 	if err != nil {
 		return err
 	}
+	if h != nil {
+		if err := h.after(); err != nil {
+			return err
+		}
+	}
 	t.answer = text
-	t.answered = resp[0]
+	t.answered = resp[len(resp)-1]
 	return nil
 }
 
