@@ -51,12 +51,19 @@ type contextBlocks struct {
 	counted map[string]int32
 }
 
+// stepRoom is how many messages more than the first step's the request's list is made for.
+const stepRoom = 8
+
 // messages is the request's message list.
 func (b *contextBlocks) messages() []model.Message { return b.appendMessages(nil) }
 
 // appendMessages appends the request's message list to out.
 func (b *contextBlocks) appendMessages(out []model.Message) []model.Message {
-	out = slices.Grow(out, 5+len(b.history)+len(b.current))
+	// Room for a few steps more: the list is rebuilt in place for each step of the turn, and
+	// each step adds its messages to current.
+	if need := 5 + len(b.history) + len(b.current); cap(out) < need {
+		out = make([]model.Message, 0, need+stepRoom)
+	}
 	for _, s := range [...]string{b.systemPrompt, b.memory, b.pinned, b.summary, b.taskState} {
 		if s != "" {
 			out = append(out, model.Message{Role: model.RoleSystem, Content: s})
