@@ -91,23 +91,7 @@ func testKillMidTurnMonolith(t *testing.T, files int) {
 	}
 	t.Cleanup(model.Close)
 	dir := t.TempDir()
-	p, err := cluster.StartMonolith(ctx, hermesBin, dir, model.URL(), "scripted-orphans", []string{fmt.Sprintf("HERMES_SESSION_FILES=%d", files)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("log:\n%s", p.Log(12000))
-		}
-		p.Close()
-	})
-	conn, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	sessions := sessionv1.NewSessionServiceClient(conn)
-	orch := orchestratorv1.NewOrchestratorServiceClient(conn)
+	p, sessions, orch := startMonolith(t, dir, model.URL(), "scripted-orphans", fmt.Sprintf("HERMES_SESSION_FILES=%d", files))
 
 	tctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -126,17 +110,7 @@ func testKillMidTurnMonolith(t *testing.T, files int) {
 	if files > 1 && len(inFile) < 2 {
 		t.Logf("the six sessions are all in one file of %d", files)
 	}
-	if err := p.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	killed := time.Now()
-	cancel()
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.WaitServing(ctx, 60*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	killed := restartAfterKill(t, p, cancel)
 	for _, st := range turns {
 		waitInterrupted(t, orch, "alice", st.turn, killed)
 	}
@@ -156,6 +130,47 @@ func testKillMidTurnMonolith(t *testing.T, files int) {
 	if !hasSample(body, `hermes_boltstore_writer_busy_seconds_total`) {
 		t.Errorf("the monolith's /metrics has no sample of hermes_boltstore_writer_busy_seconds_total:\n%s", head(body, 2000))
 	}
+}
+
+// startMonolith starts `hermes serve` on dir with the model at modelURL and env, and returns it
+// (its log goes into a failed test's output; it stops with the test) with clients of its
+// session and orchestrator services.
+func startMonolith(t *testing.T, dir, modelURL, modelName string, env ...string) (*cluster.Process, sessionv1.SessionServiceClient, orchestratorv1.OrchestratorServiceClient) {
+	t.Helper()
+	p, err := cluster.StartMonolith(context.Background(), hermesBin, dir, modelURL, modelName, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log:\n%s", p.Log(12000))
+		}
+		p.Close()
+	})
+	conn, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return p, sessionv1.NewSessionServiceClient(conn), orchestratorv1.NewOrchestratorServiceClient(conn)
+}
+
+// restartAfterKill kills p with SIGKILL, cancels the clients' calls, starts it again on its data
+// and waits until it serves; it returns when p was killed.
+func restartAfterKill(t *testing.T, p *cluster.Process, cancel context.CancelFunc) time.Time {
+	t.Helper()
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	cancel()
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitServing(context.Background(), 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return killed
 }
 
 // checkNextTurn runs a turn in the session and checks it completes.

@@ -6,14 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/hermes-agent/hermes/internal/model/scripted"
 	"github.com/hermes-agent/hermes/internal/testenv"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
-	"github.com/hermes-agent/hermes/test/multiprocess/cluster"
 )
 
 // TestKillAfterToolStepMonolith: a turn's tool step whose next model call does not answer is
@@ -36,23 +32,7 @@ func TestKillAfterToolStepMonolith(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(model.Close)
-	p, err := cluster.StartMonolith(ctx, hermesBin, t.TempDir(), model.URL(), "scripted-step", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("log:\n%s", p.Log(12000))
-		}
-		p.Close()
-	})
-	conn, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	sessions := sessionv1.NewSessionServiceClient(conn)
-	orch := orchestratorv1.NewOrchestratorServiceClient(conn)
+	p, sessions, orch := startMonolith(t, t.TempDir(), model.URL(), "scripted-step")
 	resp, err := sessions.CreateSession(ctx, &sessionv1.CreateSessionRequest{UserId: "alice", Title: "step"})
 	if err != nil {
 		t.Fatalf("CreateSession: %v", err)
@@ -98,17 +78,7 @@ func TestKillAfterToolStepMonolith(t *testing.T) {
 	}
 	// Readers see a write once it is committed: the step, while the model call still waits.
 	testenv.WaitFor(t, 30*time.Second, "the step is stored during the model call", func() bool { return slices.Equal(kinds(), want) })
-	if err := p.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	killed := time.Now()
-	cancel()
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.WaitServing(ctx, 60*time.Second); err != nil {
-		t.Fatal(err)
-	}
+	killed := restartAfterKill(t, p, cancel)
 	waitInterrupted(t, orch, "alice", turnID, killed)
 	if got := kinds(); !slices.Equal(got, want) {
 		t.Errorf("after the restart the session's log is %v, want %v", got, want)
