@@ -170,7 +170,7 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 		defer close(h.done)
 		wctx, cancel := detached(ctx)
 		defer cancel()
-		h.out, h.err = t.append(wctx, msgs)
+		_, h.err = t.append(wctx, msgs)
 	}
 	h.after = func() error {
 		t.recordSteps(outs)
@@ -198,12 +198,11 @@ const stepHold = 50 * time.Millisecond
 type heldStep struct {
 	msgs  []*sessionv1.NewMessage
 	timer *time.Timer
-	// write stores msgs into out and err, then closes done; after is what follows the step's
-	// storing, whichever write stored it.
+	// write stores msgs, sets err and closes done; after is what follows the step's storing,
+	// whichever write stored it.
 	write   func()
 	after   func() error
 	done    chan struct{}
-	out     []*sessionv1.Message
 	err     error
 	started bool // the turn's mu guards started and taken
 	taken   bool
