@@ -13,8 +13,8 @@ import (
 // BenchmarkBoltMonolithTurnConcurrent is BenchmarkBoltMonolithTurn with 64 sessions' turns at
 // once (their commits grouped), each session 30 turns long at the start, in one file and spread
 // over two and four (OpenBoltFiles). It reports the process's CPU a turn (cpu-µs/turn) and the
-// time the files' writers were busy a turn, all of them together (writer-µs/turn), beside the
-// wall time a turn (ns/op).
+// time the files' writers were busy a turn, all of them together (writer-µs/turn), and the pages
+// the files' commits wrote a turn (pages/turn), beside the wall time a turn (ns/op).
 func BenchmarkBoltMonolithTurnConcurrent(b *testing.B) {
 	for _, n := range []int{1, 2, 4} {
 		b.Run(fmt.Sprintf("files=%d", n), func(b *testing.B) { benchTurnConcurrent(b, n) })
@@ -40,6 +40,14 @@ func benchTurnConcurrent(b *testing.B, n int) {
 		}
 		return d
 	}
+	pages := func() int64 {
+		var n int64
+		for _, f := range files {
+			st := f.db.Stats()
+			n += st.TxStats.GetWrite()
+		}
+		return n
+	}
 	run := func(turns int, base int) {
 		var wg sync.WaitGroup
 		for j, sid := range sids {
@@ -59,7 +67,7 @@ func benchTurnConcurrent(b *testing.B, n int) {
 	run(30*sessions, 0)
 	var before, after syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
-	busyBefore := busy()
+	busyBefore, pagesBefore := busy(), pages()
 	b.ResetTimer()
 	run(b.N, 1<<20)
 	b.StopTimer()
@@ -67,4 +75,5 @@ func benchTurnConcurrent(b *testing.B, n int) {
 	cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/turn")
 	b.ReportMetric(float64((busy()-busyBefore).Microseconds())/float64(b.N), "writer-µs/turn")
+	b.ReportMetric(float64(pages()-pagesBefore)/float64(b.N), "pages/turn")
 }
