@@ -77,7 +77,18 @@ type Config struct {
 	// MaxMessageBytes caps the text of each message in the model's context (the session's log
 	// keeps it whole); longer text is cut with a note of what was cut.
 	MaxMessageBytes int
+	// StepHold is how long a tool step's write waits for the turn's answer, to be stored with
+	// it in one write; a next model call that takes longer has the step written while it runs.
+	// A crash can lose a finished step within it. Zero is the default (50 ms); a negative value
+	// writes each step at once; at most a second.
+	StepHold time.Duration
 }
+
+// Defaults and limit of Config.StepHold.
+const (
+	defaultStepHold = 50 * time.Millisecond
+	maxStepHold     = time.Second
+)
 
 // RegisterFlags registers the settings with their defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
@@ -114,6 +125,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.IntVar(&c.MaxMessageBytes, "orchestrator.max-message-bytes", 64<<10, "most bytes of one message's text in the model's context; longer text is cut with a note (the session keeps it whole)")
+	fs.DurationVar(&c.StepHold, "orchestrator.step-hold", defaultStepHold, "how long a tool step's write waits for the turn's answer, to store both in one write (a crash may lose a finished step within it); negative: write each step at once; at most 1s")
 }
 
 // withDefaults fills zero values, so a Config built in code works.
@@ -164,5 +176,9 @@ func (c Config) withDefaults() Config {
 	if c.PublishTimeout <= 0 {
 		c.PublishTimeout = 2 * time.Minute
 	}
+	if c.StepHold == 0 {
+		c.StepHold = defaultStepHold
+	}
+	c.StepHold = min(c.StepHold, maxStepHold)
 	return c
 }

@@ -78,7 +78,7 @@ func eventKinds(evs []*orchestratorv1.TurnEvent) []string {
 }
 
 // TestLoopStepWriteOverlapsModelCall: a tool step's write runs while the next model call is
-// made (here the call outlasts stepHold, so the held write starts during it; the session's
+// made (here the call outlasts Config.StepHold, so the held write starts during it; the session's
 // append of the step waits until the model has the second request: the turn would never end if
 // the call waited for the write), and the client sees the same events in the same order: the
 // second step's context event after the write, counting the step's messages as the session
@@ -339,27 +339,31 @@ func (c *countingSession) AppendMessages(ctx context.Context, req *sessionv1.App
 	return c.fakeSession.AppendMessages(ctx, req, opts...)
 }
 
-// TestLoopStepHeldForAnswer: a tool step whose next model call answers within stepHold is
-// stored with the answer in one append (the user's message, then the step and the answer: two
-// appends), and the step still counts in the task state and the context event; a call that
-// takes longer has the step written at stepHold, during the call (three appends, the step's at
-// stepHold); a turn cancelled while the step is held stores it before its end. The session's
-// log is the same in every case.
+// TestLoopStepHeldForAnswer: a tool step whose next model call answers within Config.StepHold
+// is stored with the answer in one append (the user's message, then the step and the answer: two
+// appends), and the step still counts in the task state; a call that takes longer has the step
+// written at StepHold, during the call (three appends, the step's at StepHold); a turn cancelled
+// while the step is held stores it before its end; a negative StepHold writes the step at once.
+// The session's log is the same in every case.
 func TestLoopStepHeldForAnswer(t *testing.T) {
+	full := []sessionv1.MessageKind{sessionv1.MessageKind_MESSAGE_KIND_TEXT, sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL,
+		sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, sessionv1.MessageKind_MESSAGE_KIND_TEXT}
 	cases := []struct {
 		name        string
+		hold        time.Duration
 		delay       time.Duration
 		cancel      bool
 		wantAppends int
-		wantLog     []sessionv1.MessageKind
+		// wantStepAt is when the step's append began, from the second model call's start.
+		wantStepAt time.Duration
+		wantLog    []sessionv1.MessageKind
 	}{
-		{name: "quick answer", wantAppends: 2, wantLog: []sessionv1.MessageKind{sessionv1.MessageKind_MESSAGE_KIND_TEXT,
-			sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL, sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, sessionv1.MessageKind_MESSAGE_KIND_TEXT}},
-		{name: "slow answer", delay: 3 * stepHold, wantAppends: 3, wantLog: []sessionv1.MessageKind{sessionv1.MessageKind_MESSAGE_KIND_TEXT,
-			sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL, sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, sessionv1.MessageKind_MESSAGE_KIND_TEXT}},
+		{name: "quick answer", wantAppends: 2, wantLog: full},
+		{name: "slow answer", delay: 3 * defaultStepHold, wantAppends: 3, wantStepAt: defaultStepHold, wantLog: full},
+		{name: "longer hold", hold: 4 * defaultStepHold, delay: 3 * defaultStepHold, wantAppends: 2, wantLog: full},
+		{name: "written at once", hold: -1, delay: defaultStepHold / 2, wantAppends: 3, wantLog: full},
 		// A cancelled turn stores no closing message.
-		{name: "cancelled while held", delay: stepHold / 2, cancel: true, wantAppends: 2, wantLog: []sessionv1.MessageKind{sessionv1.MessageKind_MESSAGE_KIND_TEXT,
-			sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL, sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT}},
+		{name: "cancelled while held", delay: defaultStepHold / 2, cancel: true, wantAppends: 2, wantLog: full[:3]},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -368,7 +372,7 @@ func TestLoopStepHeldForAnswer(t *testing.T) {
 				client, cancelTurn := context.WithCancel(context.Background())
 				defer cancelTurn()
 				var secondAt time.Time
-				l := newLoopOn(t, Config{}, cs, func(ctx context.Context, req model.Request) (*model.Response, error) {
+				l := newLoopOn(t, Config{StepHold: c.hold}, cs, func(ctx context.Context, req model.Request) (*model.Response, error) {
 					if last := req.Messages[len(req.Messages)-1]; last.Role == model.RoleTool && c.delay > 0 {
 						secondAt = time.Now()
 						if c.cancel {
@@ -392,9 +396,9 @@ func TestLoopStepHeldForAnswer(t *testing.T) {
 				if len(appends) != c.wantAppends {
 					t.Errorf("%d appends, want %d", len(appends), c.wantAppends)
 				}
-				if c.delay > stepHold && len(appends) == 3 {
-					if got := appends[1].Sub(secondAt); got != stepHold {
-						t.Errorf("the step's append began %v into the model call, want %v", got, stepHold)
+				if len(appends) == 3 && c.delay > 0 {
+					if got := appends[1].Sub(secondAt); got != c.wantStepAt {
+						t.Errorf("the step's append began %v into the model call, want %v", got, c.wantStepAt)
 					}
 				}
 				var kinds []sessionv1.MessageKind

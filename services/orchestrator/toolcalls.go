@@ -161,9 +161,9 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 	// The step's write waits for the next model call, which needs only the step's messages
 	// (addStep): when that call gives the turn's answer, the answer's append stores the step
 	// with it (storeAnswer), one write of the session instead of two, which under load often
-	// went into two commits. A call that takes longer than stepHold, or asks for more tools, or a
+	// went into two commits. A call that takes longer than StepHold, or asks for more tools, or a
 	// turn that ends otherwise, has the step written first (heldStep.wait): a crash loses a
-	// finished step only within stepHold and the deferred write's commit.
+	// finished step only within StepHold and the deferred write's commit.
 	t.blocks.currentTokens += t.stepTokens(msgs)
 	h := &heldStep{msgs: msgs, done: make(chan struct{})}
 	h.write = func() {
@@ -176,7 +176,11 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 		t.recordSteps(outs)
 		return t.checkFailures(outs) // every call succeeded: it only clears their failures
 	}
-	h.timer = time.AfterFunc(stepHold, h.start(t))
+	if t.s.cfg.StepHold > 0 {
+		h.timer = time.AfterFunc(t.s.cfg.StepHold, h.start(t))
+	} else {
+		h.start(t)()
+	}
 	t.held = h
 	t.storing = func() error {
 		t.held = nil
@@ -189,14 +193,12 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 	return nil
 }
 
-// stepHold is how long a step's write waits for the turn's answer to be stored with it.
-const stepHold = 50 * time.Millisecond
-
 // heldStep is the write of a tool step that waits for the answer (runTools). Its state moves
 // once, under the turn's mu: from held to written (the timer or wait started the write) or to
 // taken (the answer's append stores the messages).
 type heldStep struct {
-	msgs  []*sessionv1.NewMessage
+	msgs []*sessionv1.NewMessage
+	// timer starts the write after Config.StepHold (nil: it started at once).
 	timer *time.Timer
 	// write stores msgs, sets err and closes done; after is what follows the step's storing,
 	// whichever write stored it.
@@ -223,7 +225,7 @@ func (h *heldStep) start(t *turn) func() {
 
 // wait starts the write if it has not started and waits for it.
 func (h *heldStep) wait(t *turn) {
-	h.timer.Stop()
+	h.stopTimer()
 	h.start(t)()
 	<-h.done
 }
@@ -247,8 +249,15 @@ func (h *heldStep) take(t *turn) bool {
 		return false
 	}
 	h.taken = true
-	h.timer.Stop()
+	h.stopTimer()
 	return true
+}
+
+// stopTimer stops the timer that starts the write, if there is one.
+func (h *heldStep) stopTimer() {
+	if h.timer != nil {
+		h.timer.Stop()
+	}
 }
 
 // stepTokens counts a step's messages as the session service counts them when it stores them.
