@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -343,8 +344,9 @@ func (c *countingSession) AppendMessages(ctx context.Context, req *sessionv1.App
 // is stored with the answer in one append (the user's message, then the step and the answer: two
 // appends), and the step still counts in the task state; a call that takes longer has the step
 // written at StepHold, during the call (three appends, the step's at StepHold); a turn cancelled
-// while the step is held stores it before its end; a negative StepHold writes the step at once.
-// The session's log is the same in every case.
+// while the step is held stores it before its end; a negative StepHold writes the step at once;
+// an answer too long to share the append has the step written alone first. The session's log is
+// the same in every case.
 func TestLoopStepHeldForAnswer(t *testing.T) {
 	full := []sessionv1.MessageKind{sessionv1.MessageKind_MESSAGE_KIND_TEXT, sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL,
 		sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, sessionv1.MessageKind_MESSAGE_KIND_TEXT}
@@ -353,6 +355,7 @@ func TestLoopStepHeldForAnswer(t *testing.T) {
 		hold        time.Duration
 		delay       time.Duration
 		cancel      bool
+		long        bool // an answer of maxCombinedBytes
 		wantAppends int
 		// wantStepAt is when the step's append began, from the second model call's start.
 		wantStepAt time.Duration
@@ -362,6 +365,7 @@ func TestLoopStepHeldForAnswer(t *testing.T) {
 		{name: "slow answer", delay: 3 * defaultStepHold, wantAppends: 3, wantStepAt: defaultStepHold, wantLog: full},
 		{name: "longer hold", hold: 4 * defaultStepHold, delay: 3 * defaultStepHold, wantAppends: 2, wantLog: full},
 		{name: "written at once", hold: -1, delay: defaultStepHold / 2, wantAppends: 3, wantLog: full},
+		{name: "long answer", long: true, wantAppends: 3, wantLog: full},
 		// A cancelled turn stores no closing message.
 		{name: "cancelled while held", delay: defaultStepHold / 2, cancel: true, wantAppends: 2, wantLog: full[:3]},
 	}
@@ -382,6 +386,9 @@ func TestLoopStepHeldForAnswer(t *testing.T) {
 							return nil, ctx.Err()
 						}
 						time.Sleep(c.delay)
+					}
+					if last := req.Messages[len(req.Messages)-1]; last.Role == model.RoleTool && c.long {
+						return &model.Response{Content: strings.Repeat("长", maxCombinedBytes/3+1)}, nil
 					}
 					return toolThenAnswer(ctx, req)
 				})

@@ -166,6 +166,9 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 	// finished step only within StepHold and the deferred write's commit.
 	t.blocks.currentTokens += t.stepTokens(msgs)
 	h := &heldStep{msgs: msgs, done: make(chan struct{})}
+	for _, m := range msgs {
+		h.bytes += len(m.GetContent())
+	}
 	h.write = func() {
 		defer close(h.done)
 		wctx, cancel := detached(ctx)
@@ -198,6 +201,8 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 // taken (the answer's append stores the messages).
 type heldStep struct {
 	msgs []*sessionv1.NewMessage
+	// bytes is the text of msgs.
+	bytes int
 	// timer starts the write after Config.StepHold (nil: it started at once).
 	timer *time.Timer
 	// write stores msgs, sets err and closes done; after is what follows the step's storing,
@@ -240,9 +245,17 @@ func (h *heldStep) pending(t *turn) bool {
 	return !h.started && !h.taken
 }
 
-// take reports whether the write had not started; it will then never start, and the caller
-// stores msgs.
-func (h *heldStep) take(t *turn) bool {
+// maxCombinedBytes is the most text a step and the answer stored with it may have together: a
+// larger step is written alone, first, so that the append stays well within the session
+// service's limit of a batch (4 MiB) whatever the answer's length.
+const maxCombinedBytes = 1 << 20
+
+// take reports whether the write had not started and the step and an answer of answerBytes fit in
+// one append; the write will then never start, and the caller stores msgs.
+func (h *heldStep) take(t *turn, answerBytes int) bool {
+	if h.bytes+answerBytes > maxCombinedBytes {
+		return false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if h.started {

@@ -494,14 +494,14 @@ func modelError(ctx context.Context, err error) error {
 }
 
 // storeAnswer appends the final assistant message, and before it in the same append the
-// previous step when its write is still held (runTools).
+// previous step when its write is still held (runTools) and both are not too long together.
 func (t *turn) storeAnswer(ctx context.Context, text string) error {
 	msgs := []*sessionv1.NewMessage{{
 		Role: sessionv1.Role_ROLE_ASSISTANT, Kind: sessionv1.MessageKind_MESSAGE_KIND_TEXT, Content: text,
 		ClientId: t.id + ":answer", Metadata: map[string]string{"turn_id": t.id},
 	}}
 	var h *heldStep
-	if t.held != nil && t.held.take(t) {
+	if t.held != nil && t.held.take(t, len(text)) {
 		h, t.held, t.storing = t.held, nil, nil
 		msgs = append(slices.Clip(h.msgs), msgs[0])
 	} else if err := t.awaitStep(); err != nil {
