@@ -75,20 +75,23 @@ func main() {
 		log.Fatal(err)
 	}
 	c.dir = dir
+	var profile *os.File
 	if *selfProfile != "" {
-		f, err := os.Create(*selfProfile)
-		if err != nil {
+		if profile, err = os.Create(*selfProfile); err != nil {
 			log.Fatal(err)
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
+		if err := pprof.StartCPUProfile(profile); err != nil {
 			log.Fatal(err)
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	_, err = runAll(ctx, c, os.Stdout, os.Stderr)
 	stop()
-	if *selfProfile != "" {
+	if profile != nil {
 		pprof.StopCPUProfile()
+		if cerr := profile.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
 	}
 	if keep {
 		fmt.Fprintf(os.Stderr, "data and logs kept in %s\n", dir)
