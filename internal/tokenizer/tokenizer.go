@@ -153,3 +153,11 @@ func pieces(text string, fn func(string)) {
 func (t *Tokenizer) CountMessage(content string) int {
 	return t.Count(content) + MessageOverhead
 }
+
+// CountStored returns the tokens of a stored message as a chat request carries it: its content
+// and the name of the tool it calls or answers (empty for other messages). The session service
+// stores this count with each message; the orchestrator counts a step the same way before the
+// step is stored.
+func (t *Tokenizer) CountStored(toolName, content string) int {
+	return t.CountMessage(content) + t.Count(toolName)
+}

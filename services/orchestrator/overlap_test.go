@@ -18,6 +18,7 @@ import (
 	"github.com/hermes-agent/hermes/internal/model"
 	orchestratorv1 "github.com/hermes-agent/hermes/proto/hermes/orchestrator/v1"
 	sessionv1 "github.com/hermes-agent/hermes/proto/hermes/session/v1"
+	toolsv1 "github.com/hermes-agent/hermes/proto/hermes/tools/v1"
 )
 
 // gatedSteps is a session whose append of a tool step (it holds a tool result) waits until gate
@@ -82,8 +83,8 @@ func eventKinds(evs []*orchestratorv1.TurnEvent) []string {
 // made (here the call outlasts Config.StepHold, so the held write starts during it; the session's
 // append of the step waits until the model has the second request: the turn would never end if
 // the call waited for the write), and the client sees the same events in the same order: the
-// second step's context event after the write, counting the step's messages as the session
-// service counts them, before that step's text. A write that fails fails the turn with its
+// second step's context event after the write, counting the step's stored messages, before that
+// step's text. A write that fails fails the turn with its
 // error, as it did when the write came first: no event of the second step, one model call
 // counted, no answer stored. A turn cancelled during the call keeps the step stored, as it did
 // when the write ended before the call began, and counts the call.
@@ -159,20 +160,13 @@ func TestLoopStepWriteOverlapsModelCall(t *testing.T) {
 				if diff := cmp.Diff(c.wantKinds, eventKinds(events)); diff != "" {
 					t.Errorf("events (-want +got):\n%s", diff)
 				}
-				// The user message as the session counted it (10 tokens: fakeSession), the step's
-				// call and result as the session service counts them.
-				want := int32(10)
-				for _, m := range g.messages("s1") {
-					if k := m.GetKind(); k == sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL || k == sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT {
-						want += int32(l.svc.deps.Tokenizer.CountMessage(m.GetContent()) + l.svc.deps.Tokenizer.Count(m.GetToolName()))
-					}
-				}
 				for i, ev := range events {
 					if ev.GetSeq() != int32(i+1) {
 						t.Errorf("event %d has seq %d", i, ev.GetSeq())
 					}
-					if cx := ev.GetContext(); cx.GetStep() == 2 && cx.GetTokens().GetCurrentMessage() != want {
-						t.Errorf("step 2's context counts %d tokens of the current turn, want %d", cx.GetTokens().GetCurrentMessage(), want)
+					// The user message and the step's call and result, 10 tokens each (fakeSession).
+					if cx := ev.GetContext(); cx.GetStep() == 2 && cx.GetTokens().GetCurrentMessage() != 30 {
+						t.Errorf("step 2's context counts %d tokens of the current turn, want 30", cx.GetTokens().GetCurrentMessage())
 					}
 				}
 				if f := st.final().GetFailed(); f.GetCode() != c.wantCode {
@@ -344,9 +338,13 @@ func (c *countingSession) AppendMessages(ctx context.Context, req *sessionv1.App
 // is stored with the answer in one append (the user's message, then the step and the answer: two
 // appends), and the step still counts in the task state; a call that takes longer has the step
 // written at StepHold, during the call (three appends, the step's at StepHold); a turn cancelled
-// while the step is held stores it before its end; a negative StepHold writes the step at once;
-// an answer too long to share the append has the step written alone first. The session's log is
-// the same in every case.
+// while the step is held stores it before its end; a negative StepHold, or a step of more than
+// maxHeldStepBytes, writes the step at once; an answer too long to share the append has the step
+// written alone first. The session's log is the same in every case. The second step's context
+// event counts the step as the session service counts it when it found the step held, and takes
+// the stored counts when the write came first.
+//
+// The fake session counts 10 tokens a message.
 func TestLoopStepHeldForAnswer(t *testing.T) {
 	full := []sessionv1.MessageKind{sessionv1.MessageKind_MESSAGE_KIND_TEXT, sessionv1.MessageKind_MESSAGE_KIND_TOOL_CALL,
 		sessionv1.MessageKind_MESSAGE_KIND_TOOL_RESULT, sessionv1.MessageKind_MESSAGE_KIND_TEXT}
@@ -356,18 +354,21 @@ func TestLoopStepHeldForAnswer(t *testing.T) {
 		delay       time.Duration
 		cancel      bool
 		long        bool // an answer of maxCombinedBytes
+		bigStep     bool // a tool result of maxHeldStepBytes
 		wantAppends int
+		wantHeld    bool // the context event found the step held
 		// wantStepAt is when the step's append began, from the second model call's start.
 		wantStepAt time.Duration
 		wantLog    []sessionv1.MessageKind
 	}{
-		{name: "quick answer", wantAppends: 2, wantLog: full},
+		{name: "quick answer", wantAppends: 2, wantHeld: true, wantLog: full},
 		{name: "slow answer", delay: 3 * defaultStepHold, wantAppends: 3, wantStepAt: defaultStepHold, wantLog: full},
-		{name: "longer hold", hold: 4 * defaultStepHold, delay: 3 * defaultStepHold, wantAppends: 2, wantLog: full},
+		{name: "longer hold", hold: 4 * defaultStepHold, delay: 3 * defaultStepHold, wantAppends: 2, wantHeld: true, wantLog: full},
 		{name: "written at once", hold: -1, delay: defaultStepHold / 2, wantAppends: 3, wantLog: full},
-		{name: "long answer", long: true, wantAppends: 3, wantLog: full},
+		{name: "big step", bigStep: true, delay: defaultStepHold / 2, wantAppends: 3, wantLog: full},
+		{name: "long answer", long: true, wantAppends: 3, wantHeld: true, wantLog: full},
 		// A cancelled turn stores no closing message.
-		{name: "cancelled while held", delay: defaultStepHold / 2, cancel: true, wantAppends: 2, wantLog: full[:3]},
+		{name: "cancelled while held", delay: defaultStepHold / 2, cancel: true, wantAppends: 2, wantHeld: true, wantLog: full[:3]},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -392,6 +393,11 @@ func TestLoopStepHeldForAnswer(t *testing.T) {
 					}
 					return toolThenAnswer(ctx, req)
 				})
+				if c.bigStep {
+					l.tools.exec = func(context.Context, *toolsv1.ExecuteToolRequest) (*toolsv1.ToolResult, error) {
+						return &toolsv1.ToolResult{Success: true, Output: fmt.Sprintf(`{"result":%q}`, strings.Repeat("x", maxHeldStepBytes))}, nil
+					}
+				}
 				st := &fakeStream{ctx: client}
 				if err := l.svc.RunTurn(&orchestratorv1.RunTurnRequest{SessionId: "s1", UserId: "u", Text: "what is 6*7?",
 					Options: &orchestratorv1.TurnOptions{SkipMemory: true}}, st); err != nil {
@@ -414,6 +420,24 @@ func TestLoopStepHeldForAnswer(t *testing.T) {
 				}
 				if diff := cmp.Diff(c.wantLog, kinds); diff != "" {
 					t.Errorf("session log (-want +got):\n%s", diff)
+				}
+				// The user's message (10), and the call and the result, 10 each as stored or as the
+				// session service counts them when held.
+				want := int32(30)
+				if c.wantHeld {
+					want = 10
+					for _, m := range cs.messages("s1")[1:3] {
+						want += int32(l.svc.deps.Tokenizer.CountStored(m.GetToolName(), m.GetContent()))
+					}
+				}
+				var got []int32
+				for _, ev := range st.events {
+					if cx := ev.GetContext(); cx.GetStep() == 2 {
+						got = append(got, cx.GetTokens().GetCurrentMessage())
+					}
+				}
+				if diff := cmp.Diff([]int32{want}, got); diff != "" {
+					t.Errorf("step 2's context events count tokens of the current turn (-want +got):\n%s", diff)
 				}
 				rec, err := l.store.GetTurn(context.Background(), st.events[0].GetStarted().GetTurnId())
 				if err != nil {

@@ -163,8 +163,8 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 	// with it (storeAnswer), one write of the session instead of two, which under load often
 	// went into two commits. A call that takes longer than StepHold, or asks for more tools, or a
 	// turn that ends otherwise, has the step written first (heldStep.wait): a crash loses a
-	// finished step only within StepHold and the deferred write's commit.
-	t.blocks.currentTokens += t.stepTokens(msgs)
+	// finished step only within StepHold and the deferred write's commit. A step of more than
+	// maxHeldStepBytes is written at once.
 	h := &heldStep{msgs: msgs, done: make(chan struct{})}
 	for _, m := range msgs {
 		h.bytes += len(m.GetContent())
@@ -173,13 +173,18 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 		defer close(h.done)
 		wctx, cancel := detached(ctx)
 		defer cancel()
-		_, h.err = t.append(wctx, msgs)
+		h.out, h.err = t.append(wctx, msgs)
 	}
-	h.after = func() error {
-		t.recordSteps(outs)
+	h.after = func(out []*sessionv1.Message) error {
+		if h.counted {
+			out = nil // the step's announcement counted it before it was stored
+		}
+		if err := stored(out, nil); err != nil {
+			return err
+		}
 		return t.checkFailures(outs) // every call succeeded: it only clears their failures
 	}
-	if t.s.cfg.StepHold > 0 {
+	if t.s.cfg.StepHold > 0 && h.bytes <= maxHeldStepBytes {
 		h.timer = time.AfterFunc(t.s.cfg.StepHold, h.start(t))
 	} else {
 		h.start(t)()
@@ -191,10 +196,15 @@ func (t *turn) runTools(ctx context.Context, step int32, resp *model.Response) e
 		if h.err != nil {
 			return h.err
 		}
-		return h.after()
+		return h.after(h.out)
 	}
 	return nil
 }
+
+// maxHeldStepBytes is the most text a step may have for its write to wait for the answer. A
+// step's announcement that finds it held counts it (the session service counts it again when it
+// stores it): this bounds that second count, which costs a few milliseconds for 64 KiB of text.
+const maxHeldStepBytes = 16 << 10
 
 // heldStep is the write of a tool step that waits for the answer (runTools). Its state moves
 // once, under the turn's mu: from held to written (the timer or wait started the write) or to
@@ -205,12 +215,16 @@ type heldStep struct {
 	bytes int
 	// timer starts the write after Config.StepHold (nil: it started at once).
 	timer *time.Timer
-	// write stores msgs, sets err and closes done; after is what follows the step's storing,
-	// whichever write stored it.
-	write   func()
-	after   func() error
-	done    chan struct{}
-	err     error
+	// write stores msgs into out and err, then closes done; after is what follows the step's
+	// storing, given the stored messages, whichever write stored them.
+	write func()
+	after func(out []*sessionv1.Message) error
+	done  chan struct{}
+	out   []*sessionv1.Message
+	err   error
+	// counted says the step's announcement counted msgs while the write was held; the turn's
+	// goroutine's own.
+	counted bool
 	started bool // the turn's mu guards started and taken
 	taken   bool
 }
@@ -277,7 +291,7 @@ func (h *heldStep) stopTimer() {
 func (t *turn) stepTokens(msgs []*sessionv1.NewMessage) int32 {
 	var n int32
 	for _, m := range msgs {
-		n += int32(t.s.deps.Tokenizer.CountMessage(m.GetContent()) + t.s.deps.Tokenizer.Count(m.GetToolName()))
+		n += int32(t.s.deps.Tokenizer.CountStored(m.GetToolName(), m.GetContent()))
 	}
 	return n
 }

@@ -400,12 +400,15 @@ func (a *announcement) emit() error {
 		return a.err
 	}
 	t := a.t
-	// A held step is counted already (runTools); its write's error is the turn's when the
-	// write happens.
-	if !t.held.pending(t) {
-		if a.err = t.awaitStep(); a.err != nil {
-			return a.err
+	// A held step's messages are counted here, as the session service will count them; its
+	// write's error is the turn's when the write happens. A write under way is waited for.
+	if h := t.held; h.pending(t) {
+		if !h.counted {
+			t.blocks.currentTokens += t.stepTokens(h.msgs)
+			h.counted = true
 		}
+	} else if a.err = t.awaitStep(); a.err != nil {
+		return a.err
 	}
 	a.tokens = t.blocks.breakdown(t.s.deps.Tokenizer)
 	info := proto.Clone(t.ctxInfo).(*orchestratorv1.ContextAssembled)
@@ -512,7 +515,7 @@ func (t *turn) storeAnswer(ctx context.Context, text string) error {
 		return err
 	}
 	if h != nil {
-		if err := h.after(); err != nil {
+		if err := h.after(resp[:len(h.msgs)]); err != nil {
 			return err
 		}
 	}

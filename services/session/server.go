@@ -420,7 +420,7 @@ func (s *Service) AppendMessages(ctx context.Context, req *sessionv1.AppendMessa
 // countMessage counts a message's tokens as a chat request carries it: content, the tool's name
 // for tool messages, and the per-message overhead.
 func (s *Service) countMessage(toolName, content string) int32 {
-	return int32(s.tok.CountMessage(content) + s.tok.Count(toolName))
+	return int32(s.tok.CountStored(toolName, content))
 }
 
 // ListMessages implements SessionServiceServer.
