@@ -404,11 +404,18 @@ func TestGroupLater(t *testing.T) {
 	if got := stored(); len(got) != 0 {
 		t.Errorf("a later write visible before a commit: %v", got)
 	}
+	// Other commits do not take them before their delay: each bucket a commit writes costs it
+	// pages. Nor does SyncDeferred.
 	if err := update("u1"); err != nil {
 		t.Fatal(err)
 	}
+	g.SyncDeferred()
+	if diff := cmp.Diff(map[string]string{"u1": "u"}, stored()); diff != "" {
+		t.Errorf("after an Update and SyncDeferred, before the delay (-want +got):\n%s", diff)
+	}
+	g.Sync()
 	if diff := cmp.Diff(map[string]string{"l1": "new", "u1": "u"}, stored()); diff != "" {
-		t.Errorf("after an Update (-want +got):\n%s", diff)
+		t.Errorf("after Sync (-want +got):\n%s", diff)
 	}
 	// A failed Update leaves the later write for the next commit: Sync's.
 	g.Later(put("l2", &v))
@@ -422,11 +429,20 @@ func TestGroupLater(t *testing.T) {
 	if _, ok := stored()["l2"]; !ok {
 		t.Error("a later write not committed by Sync")
 	}
-	// Without an Update, the group commits it after its delay for later writes.
+	// Without an Update, the group commits it after its delay for later writes; with one, the
+	// first commit after the delay takes it.
 	g.laterDelay = 10 * time.Millisecond
 	g.Later(put("l3", &v))
 	testenv.WaitFor(t, 30*time.Second, "the later write to be committed", func() bool {
 		_, ok := stored()["l3"]
+		return ok
+	})
+	g.Later(put("l4", &v))
+	testenv.WaitFor(t, 30*time.Second, "the later write to be committed with updates", func() bool {
+		if err := update("u2"); err != nil {
+			t.Fatal(err)
+		}
+		_, ok := stored()["l4"]
 		return ok
 	})
 }

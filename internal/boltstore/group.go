@@ -48,10 +48,11 @@ type Group struct {
 	committers int
 	// deferQueue holds the deferred writes waiting for the transaction.
 	deferQueue []*deferWrite
-	// later holds the writes for the next commit (Later), laterTimer the timer that commits
-	// them when no Update does.
+	// later holds the writes waiting for their delay (Later), laterTimer the timer that ends
+	// it; laterDue says the delay passed (or a Sync came): the next commit takes them.
 	later      []func(*bolt.Tx) error
 	laterTimer *time.Timer
+	laterDue   bool
 
 	// txMu guards open, deferred and timer: the write transaction that holds the deferred
 	// writes (nil when none), those writes (to apply again when open must be rolled back), and
@@ -242,15 +243,19 @@ func (g *Group) applyDeferred() {
 		d.done <- err
 	}
 	if len(g.deferred) > 0 && g.timer == nil {
-		g.timer = time.AfterFunc(g.delay, g.Sync)
+		g.timer = time.AfterFunc(g.delay, g.SyncDeferred)
 	}
 }
 
-// Later runs fn in the next commit's transaction, just before it commits, and returns at once.
-// It is for writes no caller waits on, and that read what they write when they run (a counter's
-// value as it is then): many changes then cost one write, and no caller waits for the
-// transaction. The next commit is an Update's, or the group's own at most DefaultLaterDelay later
-// (a crash loses what was written since the last commit). A fn
+// Later runs fn in the transaction of a commit at most the group's delay for later writes
+// (DefaultLaterDelay) from now, just before it commits, and returns at once. It is for writes
+// no caller waits on, and that read what they write when they run (a counter's value as it is
+// then): the changes of that time cost one write, and no caller waits for the transaction. The
+// commit is the first one after the delay, an Update's or the group's own, or a Sync's (a crash
+// loses what was written since the last such commit). The writes wait for the delay even when
+// other commits come sooner: each bucket a commit writes costs it a leaf and the branches above
+// it, which every fsync then pays for (the quota's counters, written by every turn's commit
+// where they rode along, were 3 of its 30 pages). A fn
 // that fails is dropped (and logged), its write lost as in a crash; fn must only change the
 // database through tx. fn may run more than once: when a write after it in its commit fails,
 // the transaction is rolled back and fn runs again in the next one, where it must write again
@@ -265,7 +270,18 @@ func (g *Group) Later(fn func(tx *bolt.Tx) error) {
 }
 
 // Sync commits the deferred and later writes, if any; stores call it before closing the file.
-func (g *Group) Sync() {
+func (g *Group) Sync() { g.sync(true) }
+
+// SyncDeferred commits the deferred writes, if any, now: for a caller that cannot wait for the
+// next commit. Later writes still wait for their delay.
+func (g *Group) SyncDeferred() { g.sync(false) }
+
+func (g *Group) sync(later bool) {
+	if later {
+		g.mu.Lock()
+		g.laterDue = len(g.later) > 0
+		g.mu.Unlock()
+	}
 	g.txMu.Lock()
 	g.lockedAt = time.Now()
 	pending := len(g.deferred) > 0
@@ -276,7 +292,7 @@ func (g *Group) Sync() {
 	}
 	g.unlockTx()
 	g.mu.Lock()
-	pending = pending || len(g.later) > 0
+	pending = pending || g.laterDue
 	g.mu.Unlock()
 	if !pending {
 		return
@@ -334,11 +350,13 @@ func (g *Group) commit(batch []*groupWrite) {
 	defer g.unlockTx()
 	g.mu.Lock()
 	g.committers--
-	later := g.later
-	g.later = nil
-	if g.laterTimer != nil {
-		g.laterTimer.Stop()
-		g.laterTimer = nil
+	var later []func(*bolt.Tx) error
+	if g.laterDue {
+		later, g.later, g.laterDue = g.later, nil, false
+		if g.laterTimer != nil {
+			g.laterTimer.Stop()
+			g.laterTimer = nil
+		}
 	}
 	g.mu.Unlock()
 	// The deferred writes waiting for the transaction go first: this commit makes them durable.
@@ -404,6 +422,7 @@ func (g *Group) commit(batch []*groupWrite) {
 	if len(later) > 0 {
 		g.mu.Lock()
 		g.later = append(later, g.later...)
+		g.laterDue = true // for the next commit, or the timer's
 		if g.laterTimer == nil {
 			g.laterTimer = time.AfterFunc(g.laterDelay, g.Sync)
 		}

@@ -22,11 +22,12 @@ const fileDelay = time.Second
 //
 // A counter's change is not a commit of its own: every appended batch counts its bytes twice
 // (the user's and the session's), which cost two commits, four fsyncs, per append. The changed
-// counters are written by the file's next commit (boltstore.Group.Later), each once with its
-// value then, and no caller waits for the write transaction (at 64 turns at once, waiting for it
-// behind the commits' fsyncs was two thirds of the turns' waits for the session file). In the
-// session store's file (OpenBoltStoreOn) they are committed with the session's own writes; in a
-// file of their own, together at most a second after the first of them, and at Close. A crash loses the changes not yet committed, which is
+// counters are written by the file's first commit a second after the first of them
+// (boltstore.Group.Later), each once with its value then, and at Close; no caller waits for the
+// write transaction (at 64 turns at once, waiting for it behind the commits' fsyncs was two
+// thirds of the turns' waits for the session file). In the session store's file
+// (OpenBoltStoreOn) that commit is usually a turn's; they do not ride on every turn's commit,
+// whose pages they would add to. A crash loses the changes not yet committed, which is
 // within what the counters already allow: a session's bytes are counted after its append, in
 // another write, so a crash between the two drifts them too.
 type BoltStore struct {
@@ -35,7 +36,7 @@ type BoltStore struct {
 	group  *boltstore.Group
 	ownsDB bool
 	// dirty holds the keys changed since the last flush, guarded by MemoryStore.mu; a flush is
-	// waiting for the next commit while it is not empty.
+	// waiting for its commit (Group.Later) while it is not empty.
 	dirty map[string]struct{}
 }
 
@@ -148,7 +149,7 @@ func (b *BoltStore) Drain(ctx context.Context, key string) (int64, error) {
 	return v, err
 }
 
-// write marks key's counter for the next commit, which stores it as memory has it then.
+// write marks key's counter for the later write's commit, which stores it as memory has it then.
 func (b *BoltStore) write(key string) {
 	b.mu.Lock()
 	first := len(b.dirty) == 0

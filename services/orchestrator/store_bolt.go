@@ -478,7 +478,7 @@ func (s *BoltStore) PutTurnDeferred(turn *orchestratorv1.Turn, ttl time.Duration
 
 // SyncTurns commits the deferred writes at once and returns when they are on disk; the file holds
 // every session's records, so the session does not matter.
-func (s *BoltStore) SyncTurns(string) { s.group.Sync() }
+func (s *BoltStore) SyncTurns(string) { s.group.SyncDeferred() }
 
 // FinishTurn implements Store. The lease (in memory) is released after the commit.
 func (s *BoltStore) FinishTurn(ctx context.Context, f *Finish) error {
