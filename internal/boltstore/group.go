@@ -38,8 +38,9 @@ type Group struct {
 	// laterDelay is how long a later write waits for a commit at most.
 	laterDelay time.Duration
 
-	// mu guards queue, leading and deferQueue; it is never held across a commit. It may be
-	// taken while txMu is held, never the other way round.
+	// mu guards queue, leading, committers, deferQueue and the later writes (later,
+	// laterTimer, laterDue); it is never held across a commit. It may be taken while txMu is
+	// held, never the other way round.
 	mu sync.Mutex
 	// queue holds the writes waiting for the next commit; leading says a caller is committing.
 	queue   []*groupWrite
