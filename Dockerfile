@@ -19,6 +19,8 @@ FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 WORKDIR /src
 ENV GOTOOLCHAIN=local CGO_ENABLED=0
 COPY go.mod go.sum ./
+# bbolt, patched (third_party/bbolt/JOURNAL.md): go.mod replaces it with this directory.
+COPY third_party ./third_party
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG TARGETOS TARGETARCH

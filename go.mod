@@ -198,3 +198,5 @@ tool (
 	google.golang.org/grpc/cmd/protoc-gen-go-grpc
 	google.golang.org/protobuf/cmd/protoc-gen-go
 )
+
+replace go.etcd.io/bbolt => ./third_party/bbolt

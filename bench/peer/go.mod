@@ -62,3 +62,5 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261104224025-d1e00e9f33ab // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+replace go.etcd.io/bbolt => ../../third_party/bbolt

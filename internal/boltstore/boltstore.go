@@ -39,6 +39,17 @@ func Open(path string, opts *bolt.Options, buckets ...[]byte) (*bolt.DB, error) 
 		o.NoFreelistSync = true
 		o.PreLoadFreelist = true
 	}
+	if journaled {
+		// A file opened without syncs (or only to read) gets no journal, but what an earlier
+		// process left in one is written into the file first.
+		j, err := openJournal(path, o.ReadOnly || o.NoSync, o.Timeout)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", path, err)
+		}
+		if j != nil {
+			o.Journal = j // bbolt closes it, with the DB or when Open fails
+		}
+	}
 	db, err := bolt.Open(path, 0o600, &o)
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
@@ -148,7 +159,14 @@ func MoveInto(g *Group, path string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("move %s: %w", path, err)
 	}
-	return true, os.Rename(path, path+".moved")
+	if err := os.Rename(path, path+".moved"); err != nil {
+		return true, err
+	}
+	// Its journal goes with it (openJournal has replayed it).
+	if err := os.Rename(path+journalSuffix, path+".moved"+journalSuffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return true, err
+	}
+	return true, nil
 }
 
 // copyBucket copies src's keys and nested buckets into dst.

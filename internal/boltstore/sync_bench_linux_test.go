@@ -32,8 +32,49 @@ func BenchmarkSyncPages(b *testing.B) {
 	if err := f.Sync(); err != nil {
 		b.Fatal(err)
 	}
+	j, err := os.OpenFile(filepath.Join(b.TempDir(), "sync.db.journal"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer j.Close()
+	for off := 0; off < JournalSize; off += len(chunk) {
+		if _, err := j.WriteAt(chunk, int64(off)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := j.Sync(); err != nil {
+		b.Fatal(err)
+	}
 	page := make([]byte, pageSize)
-	for _, k := range []int{1, 8, 17} {
+	for _, k := range []int{1, 8, 17, 28} {
+		// A journaled commit (journal.go): the pages and the meta page as one record, synced,
+		// then written in place unsynced.
+		b.Run(fmt.Sprintf("pages=%d/journal", k), func(b *testing.B) {
+			rec := make([]byte, (k+2)*pageSize)
+			var off int64
+			for b.Loop() {
+				if off+int64(len(rec)) > JournalSize {
+					off = 0
+				}
+				if _, err := j.WriteAt(rec, off); err != nil {
+					b.Fatal(err)
+				}
+				off += int64(len(rec))
+				if err := syscall.Fdatasync(int(j.Fd())); err != nil {
+					b.Fatal(err)
+				}
+				for _, id := range rand.Perm(slots)[:k] {
+					if _, err := f.WriteAt(page, int64(16+id)*pageSize); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if _, err := f.WriteAt(page, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	for _, k := range []int{1, 8, 17, 28} {
 		for _, scattered := range []bool{true, false} {
 			name := fmt.Sprintf("pages=%d/contiguous", k)
 			if scattered {

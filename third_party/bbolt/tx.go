@@ -241,6 +241,19 @@ func (tx *Tx) Commit() (err error) {
 
 	// Write dirty pages to disk.
 	startTime = time.Now()
+	if tx.db.journal != nil && !tx.db.NoSync {
+		if err = tx.writeJournaled(); err != nil {
+			lg.Errorf("writing journaled commit failed: %v", err)
+			tx.rollback()
+			return err
+		}
+		tx.stats.IncWriteTime(time.Since(startTime))
+		tx.close()
+		for _, fn := range tx.commitHandlers {
+			fn()
+		}
+		return nil
+	}
 	if err = tx.write(); err != nil {
 		lg.Errorf("writing data failed: %v", err)
 		tx.rollback()
@@ -588,6 +601,81 @@ func (tx *Tx) write() error {
 		tx.db.pagePool.Put(buf) //nolint:staticcheck
 	}
 
+	return nil
+}
+
+// writeJournaled writes the commit's pages and meta page to the journal, which returns once they
+// are durable, and then into the file without syncing it (Hermes's patch, see JOURNAL.md). If
+// the journal fails nothing was written to the file, so the commit rolls back cleanly.
+func (tx *Tx) writeJournaled() error {
+	if tx.db.journalErr != nil {
+		return tx.db.journalErr
+	}
+	pages := make(common.Pages, 0, len(tx.pages))
+	for _, p := range tx.pages {
+		pages = append(pages, p)
+	}
+	sort.Sort(pages)
+
+	buf := make([]byte, tx.db.pageSize)
+	mp := tx.db.pageInBuffer(buf, 0)
+	tx.meta.Write(mp)
+
+	writes := make([]JournalWrite, 0, len(pages)+1)
+	for _, p := range pages {
+		n := (int(p.Overflow()) + 1) * tx.db.pageSize
+		writes = append(writes, JournalWrite{
+			Offset: int64(p.Id()) * int64(tx.db.pageSize),
+			Data:   common.UnsafeByteSlice(unsafe.Pointer(p), 0, 0, n),
+		})
+	}
+	writes = append(writes, JournalWrite{Offset: int64(mp.Id()) * int64(tx.db.pageSize), Data: buf})
+	if err := tx.db.journal.Log(writes); err != nil {
+		return err
+	}
+
+	// From here the commit is durable: a failed write into the file leaves the journal to redo it
+	// at the next open, and no later commit may build on the file meanwhile.
+	tx.pages = make(map[common.Pgid]*common.Page)
+	for _, w := range writes[:len(writes)-1] {
+		if err := writeAll(tx.db.ops.writeAt, w.Data, w.Offset); err != nil {
+			tx.db.journalErr = fmt.Errorf("journaled commit not written into the file (reopen to redo it): %w", err)
+			return tx.db.journalErr
+		}
+		tx.stats.IncWrite(1)
+	}
+	tx.db.metalock.Lock()
+	err := writeAll(tx.db.ops.writeAt, buf, writes[len(writes)-1].Offset)
+	tx.db.metalock.Unlock()
+	if err != nil {
+		tx.db.journalErr = fmt.Errorf("journaled commit not written into the file (reopen to redo it): %w", err)
+		return tx.db.journalErr
+	}
+	tx.stats.IncWrite(1)
+
+	for _, p := range pages {
+		if int(p.Overflow()) != 0 {
+			continue
+		}
+		b := common.UnsafeByteSlice(unsafe.Pointer(p), 0, 0, tx.db.pageSize)
+		clear(b)
+		tx.db.pagePool.Put(b) //nolint:staticcheck
+	}
+	return nil
+}
+
+// writeAll writes b at off in chunks below MaxAllocSize, as tx.write does.
+func writeAll(writeAt func([]byte, int64) (int, error), b []byte, off int64) error {
+	for len(b) > 0 {
+		n := len(b)
+		if n > common.MaxAllocSize-1 {
+			n = common.MaxAllocSize - 1
+		}
+		if _, err := writeAt(b[:n], off); err != nil {
+			return err
+		}
+		b, off = b[n:], off+int64(n)
+	}
 	return nil
 }
 
