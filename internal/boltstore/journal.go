@@ -16,8 +16,9 @@ import (
 
 // A journal makes a commit of a bbolt file durable with one sync instead of bbolt's two (its
 // pages, then its meta page). bbolt (patched, third_party/bbolt/JOURNAL.md) hands Log every page
-// of a commit, meta page last; Log appends them as one record to path+".journal" and syncs it;
-// bbolt then writes the pages into the file without a sync. Before a file is opened, the
+// of a commit, meta page last; Log appends them as one record to path+".journal" and syncs it.
+// bbolt writes the pages into the file meanwhile (where the file's last commit has none of its
+// own, so they may land early) and the meta page once Log has returned, without a sync. Before a file is opened, the
 // journal's records are written into it again (replay), which redoes what a crash or power loss
 // kept out of the file. A record counts only whole: its CRC covers it all, so a torn tail is
 // ignored, and the commit it held had not been acknowledged.
@@ -32,8 +33,9 @@ import (
 //
 // Layout (little-endian): block 0 holds the journal header (magic, version, epoch, CRC); each
 // half holds a run of records, each a header block (magic, version, epoch, sequence number,
-// number of writes, length, CRC, then an (offset, length) pair per write, padded to whole
-// blocks) followed by the writes' bytes, padded to a whole block. A new epoch (at open, at
+// number of writes, length, CRC, then per write its offset, its length and how many of its bytes
+// are stored: up to its last byte that is not zero, the rest being zeros; padded to whole blocks)
+// followed by the writes' stored bytes, padded to a whole block. A new epoch (at open, at
 // close, and before a commit too large for a half, which goes into the file with bbolt's own two
 // syncs) leaves every older record out of replay.
 //
@@ -49,8 +51,9 @@ type journal struct {
 	half  int64       // the half records go to
 	off   int64       // where the next record goes
 	ckpt  *checkpoint // the last checkpoint started, nil before the first
-	buf   []byte
-	err   error // once a write or sync failed, every later Log fails (see Log)
+	buf    []byte
+	stored []int // the bytes of each write that the record being written stores
+	err    error // once a write or sync failed, every later Log fails (see Log)
 
 	// checkpoints counts the syncs of the bbolt file (tests read it).
 	checkpoints int
@@ -277,8 +280,14 @@ func (j *journal) Log(writes []bolt.JournalWrite) error {
 	}
 	hsize := recordHeaderSize(len(writes))
 	length := hsize
+	j.stored = j.stored[:0]
 	for _, w := range writes {
-		length += int64(len(w.Data))
+		n := storedLen(w.Data)
+		j.stored = append(j.stored, n)
+		length += int64(n)
+		if len(w.Data) > journalHalf {
+			length = journalHalf + 1 // larger than a record may be: see log
+		}
 	}
 	length = roundBlock(length)
 	if err := j.log(writes, hsize, length); err != nil {
@@ -350,15 +359,14 @@ func (j *journal) write(writes []bolt.JournalWrite, hsize, length int64) error {
 	binary.LittleEndian.PutUint64(h[32:], uint64(length))
 	for i, w := range writes {
 		binary.LittleEndian.PutUint64(h[recordHeaderLen+16*i:], uint64(w.Offset))
-		binary.LittleEndian.PutUint64(h[recordHeaderLen+16*i+8:], uint64(len(w.Data)))
+		binary.LittleEndian.PutUint32(h[recordHeaderLen+16*i+8:], uint32(len(w.Data)))
+		binary.LittleEndian.PutUint32(h[recordHeaderLen+16*i+12:], uint32(j.stored[i]))
 	}
 	crc := crc32.Update(0, castagnoli, h)
-	for _, w := range writes {
-		crc = crc32.Update(crc, castagnoli, w.Data)
-	}
 	pad := length - hsize
-	for _, w := range writes {
-		pad -= int64(len(w.Data))
+	for i, w := range writes {
+		crc = crc32.Update(crc, castagnoli, w.Data[:j.stored[i]])
+		pad -= int64(j.stored[i])
 	}
 	var zeros [journalBlock]byte
 	crc = crc32.Update(crc, castagnoli, zeros[:pad])
@@ -367,11 +375,24 @@ func (j *journal) write(writes []bolt.JournalWrite, hsize, length int64) error {
 	// h is the start of the buffer: writing it copies it onto itself.
 	w := &chunkWriter{f: j.f, off: j.off, buf: j.buf[:0]}
 	w.write(h)
-	for _, d := range writes {
-		w.write(d.Data)
+	for i, d := range writes {
+		w.write(d.Data[:j.stored[i]])
 	}
 	w.write(zeros[:pad])
 	return w.flush()
+}
+
+// storedLen is how much of a write a record stores: up to its last byte that is not zero (a
+// page's free space is zeros: bbolt fills a page from its start). Replay writes zeros for the rest.
+func storedLen(b []byte) int {
+	n := len(b)
+	for n >= 8 && binary.LittleEndian.Uint64(b[n-8:]) == 0 {
+		n -= 8
+	}
+	for n > 0 && b[n-1] == 0 {
+		n--
+	}
+	return n
 }
 
 // chunkWriter writes a byte stream at off through buf, one WriteAt per full buffer.
@@ -604,8 +625,9 @@ type record struct {
 	writes             []span
 }
 
-// span is one write of a record read back: n bytes at byte at of the bbolt file.
-type span struct{ at, n int64 }
+// span is one write of a record read back: n bytes at byte at of the bbolt file, of which the
+// record stores the first stored (the rest are zeros).
+type span struct{ at, n, stored int64 }
 
 // readRecord reads and checks the record at off: ok is false when there is no whole record of
 // the epoch that ends by end there, or when seq is not negative and the record's is not seq.
@@ -635,15 +657,16 @@ func readRecord(jf io.ReaderAt, off, end int64, epoch uint64, seq int64, buf []b
 	total := hsize
 	for i := range count {
 		o := int64(binary.LittleEndian.Uint64(table[16*i:]))
-		l := int64(binary.LittleEndian.Uint64(table[16*i+8:]))
-		if o < 0 || o > journalMaxOffset || l <= 0 || l > length || o+l > journalMaxOffset {
+		l := int64(binary.LittleEndian.Uint32(table[16*i+8:]))
+		st := int64(binary.LittleEndian.Uint32(table[16*i+12:]))
+		if o < 0 || o > journalMaxOffset || l <= 0 || l > journalHalf || st > l {
 			return record{}, false, nil
 		}
-		total += l
+		total += st
 		if total > length {
 			return record{}, false, nil
 		}
-		rec.writes = append(rec.writes, span{o, l})
+		rec.writes = append(rec.writes, span{o, l, st})
 	}
 	if roundBlock(total) != length {
 		return record{}, false, nil
@@ -665,12 +688,13 @@ func readRecord(jf io.ReaderAt, off, end int64, epoch uint64, seq int64, buf []b
 	if crc != want {
 		return record{}, false, nil
 	}
+	// The meta page's stored bytes end the record's data; what is not stored is zeros.
 	meta := rec.writes[len(rec.writes)-1]
 	b := make([]byte, metaAt+metaLen)
 	if meta.n < int64(len(b)) {
 		return record{}, false, nil
 	}
-	if _, err := jf.ReadAt(b, off+total-meta.n); err != nil {
+	if _, err := jf.ReadAt(b[:min(meta.stored, int64(len(b)))], off+total-meta.stored); err != nil {
 		return record{}, false, err
 	}
 	txid, ok := metaTxidOf(b)
@@ -687,14 +711,19 @@ func (rec record) apply(jf io.ReaderAt, data io.WriterAt, buf []byte) error {
 	for _, w := range rec.writes {
 		for done := int64(0); done < w.n; {
 			n := min(int64(len(buf)), w.n-done)
-			if _, err := jf.ReadAt(buf[:n], src); err != nil {
-				return err
+			if done < w.stored {
+				n = min(n, w.stored-done)
+				if _, err := jf.ReadAt(buf[:n], src); err != nil {
+					return err
+				}
+				src += n
+			} else {
+				clear(buf[:n])
 			}
 			if _, err := data.WriteAt(buf[:n], w.at+done); err != nil {
 				return err
 			}
 			done += n
-			src += n
 		}
 	}
 	return nil

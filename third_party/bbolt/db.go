@@ -1409,8 +1409,9 @@ type Options struct {
 	Logger Logger
 
 	// Journal, when set on a writable DB, takes the place of the two syncs of a commit (Hermes's
-	// patch, see JOURNAL.md): a commit hands every page it writes to Journal.Log, meta page last,
-	// and writes them into the file only after Log returns, without syncing the file. Log must
+	// patch, see JOURNAL.md): a commit hands every page it writes to Journal.Log, meta page last;
+	// it writes the other pages into the file while Log runs (they go where the last commit has
+	// none), and the meta page only after Log returns, without syncing the file. Log must
 	// return only once the pages are on stable storage (and may sync the file first, since every
 	// earlier commit is in it by then). Whoever sets it must write what it logged back into the
 	// file before the file is opened again, and may forget a logged page only once the file is

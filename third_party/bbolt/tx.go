@@ -630,22 +630,37 @@ func (tx *Tx) writeJournaled() error {
 		})
 	}
 	writes = append(writes, JournalWrite{Offset: int64(mp.Id()) * int64(tx.db.pageSize), Data: buf})
-	if err := tx.db.journal.Log(writes); err != nil {
-		return err
+
+	// The pages go where the file's last commit has none of its own (bbolt's free list hands out
+	// only pages that no commit still readable uses), so they may reach the file before this
+	// commit is durable, as they do without a journal: they are written while the journal syncs.
+	// Only the meta page, which makes them the file's, must wait for the journal.
+	written := make(chan error, 1)
+	go func() {
+		for _, w := range writes[:len(writes)-1] {
+			if err := writeAll(tx.db.ops.writeAt, w.Data, w.Offset); err != nil {
+				written <- err
+				return
+			}
+		}
+		written <- nil
+	}()
+	logErr := tx.db.journal.Log(writes)
+	err := <-written
+	if logErr != nil {
+		return logErr
 	}
 
 	// From here the commit is durable: a failed write into the file leaves the journal to redo it
 	// at the next open, and no later commit may build on the file meanwhile.
 	tx.pages = make(map[common.Pgid]*common.Page)
-	for _, w := range writes[:len(writes)-1] {
-		if err := writeAll(tx.db.ops.writeAt, w.Data, w.Offset); err != nil {
-			tx.db.journalErr = fmt.Errorf("journaled commit not written into the file (reopen to redo it): %w", err)
-			return tx.db.journalErr
-		}
-		tx.stats.IncWrite(1)
+	if err != nil {
+		tx.db.journalErr = fmt.Errorf("journaled commit not written into the file (reopen to redo it): %w", err)
+		return tx.db.journalErr
 	}
+	tx.stats.IncWrite(int64(len(writes) - 1))
 	tx.db.metalock.Lock()
-	err := writeAll(tx.db.ops.writeAt, buf, writes[len(writes)-1].Offset)
+	err = writeAll(tx.db.ops.writeAt, buf, writes[len(writes)-1].Offset)
 	tx.db.metalock.Unlock()
 	if err != nil {
 		tx.db.journalErr = fmt.Errorf("journaled commit not written into the file (reopen to redo it): %w", err)
