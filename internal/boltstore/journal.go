@@ -46,11 +46,11 @@ type journal struct {
 	data *os.File // the bbolt file, for syncing it
 
 	// Guarded by bbolt's writer lock (Log runs inside a commit; Close after the DB's own).
-	epoch uint64
-	seq   uint64      // the next record's number in the epoch
-	half  int64       // the half records go to
-	off   int64       // where the next record goes
-	ckpt  *checkpoint // the last checkpoint started, nil before the first
+	epoch  uint64
+	seq    uint64      // the next record's number in the epoch
+	half   int64       // the half records go to
+	off    int64       // where the next record goes
+	ckpt   *checkpoint // the last checkpoint started, nil before the first
 	buf    []byte
 	stored []int // the bytes of each write that the record being written stores
 	err    error // once a write or sync failed, every later Log fails (see Log)
