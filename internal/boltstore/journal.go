@@ -346,8 +346,9 @@ func (j *journal) direct(writes []bolt.JournalWrite) error {
 
 // write writes the record at j.off through j.buf.
 func (j *journal) write(writes []bolt.JournalWrite, hsize, length int64) error {
-	if cap(j.buf) < max(journalBuf, int(hsize)) {
-		j.buf = make([]byte, 0, max(journalBuf, int(hsize)))
+	// As large as the records need, up to journalBuf: a file that commits little keeps little.
+	if need := max(min(journalBuf, int(length)), int(hsize)); cap(j.buf) < need {
+		j.buf = make([]byte, 0, need)
 	}
 	h := j.buf[:hsize]
 	clear(h)
