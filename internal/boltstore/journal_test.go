@@ -282,7 +282,7 @@ func TestJournalClose(t *testing.T) {
 	_ = ro.Close()
 }
 
-// memFile is a bbolt file in memory, of at most 4 MiB.
+// memFile is a bbolt file in memory, of at most 1 MiB.
 type memFile struct{ b []byte }
 
 func (m *memFile) ReadAt(b []byte, off int64) (int, error) {
@@ -297,11 +297,17 @@ func (m *memFile) ReadAt(b []byte, off int64) (int, error) {
 }
 
 func (m *memFile) WriteAt(b []byte, off int64) (int, error) {
-	if off < 0 || off+int64(len(b)) > 4<<20 {
+	if off < 0 || off+int64(len(b)) > 1<<20 {
 		return 0, errors.New("offset out of bounds")
 	}
 	if end := int(off) + len(b); end > len(m.b) {
-		m.b = append(m.b, make([]byte, end-len(m.b))...)
+		// Doubling: replay writes a file of many pages a piece at a time.
+		if end > cap(m.b) {
+			nb := make([]byte, end, max(end, 2*cap(m.b)))
+			copy(nb, m.b)
+			m.b = nb
+		}
+		m.b = m.b[:end]
 	}
 	return copy(m.b[off:], b), nil
 }
