@@ -53,7 +53,7 @@ func Open(path string, opts *bolt.Options, buckets ...[]byte) (*bolt.DB, error) 
 	db, err := bolt.Open(path, 0o600, &o)
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
-			return nil, fmt.Errorf("open %s: the file is in use by another hermes process", path)
+			return nil, fmt.Errorf("open %s: %w", path, errInUse)
 		}
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}

@@ -68,11 +68,11 @@ type checkpoint struct {
 const (
 	journalSuffix = ".journal"
 	journalBlock  = 4096
-	// JournalSize is the size of a journal past its header block: two halves of 8 MiB. A half
+	// journalSize is the size of a journal past its header block: two halves of 8 MiB. A half
 	// holds about 70 commits of a sequential turn (about 28 pages each); the file is synced in
 	// the background each time the records fill one.
-	JournalSize = 16 << 20
-	journalHalf = JournalSize / 2
+	journalSize = 16 << 20
+	journalHalf = journalSize / 2
 	// journalBuf bounds the buffer through which a record is written; a larger record is
 	// written in pieces of this size.
 	journalBuf = 256 << 10
@@ -87,8 +87,8 @@ const (
 	recordCRCAt      = 40
 )
 
-// errJournalBusy: another process holds the journal, hence the file.
-var errJournalBusy = errors.New("the file is in use by another hermes process")
+// errInUse: another process holds the file (its journal, or bbolt's lock on it).
+var errInUse = errors.New("the file is in use by another hermes process")
 
 // errJournalForeign: the journal's records do not continue the file (see replayJournal).
 var errJournalForeign = errors.New("the journal's records do not continue this file; it was " +
@@ -184,7 +184,7 @@ func (j *journal) writeAhead() error {
 	if err != nil {
 		return err
 	}
-	end := int64(journalBlock + JournalSize)
+	end := int64(journalBlock + journalSize)
 	if st.Size() >= end {
 		return nil
 	}
@@ -331,15 +331,17 @@ func (j *journal) direct(writes []bolt.JournalWrite) error {
 	if err := j.newEpoch(); err != nil {
 		return err
 	}
-	for i, w := range writes {
-		if i == len(writes)-1 {
-			if err := datasync(j.data); err != nil {
-				return err
-			}
-		}
+	pages, meta := writes[:len(writes)-1], writes[len(writes)-1]
+	for _, w := range pages {
 		if _, err := j.data.WriteAt(w.Data, w.Offset); err != nil {
 			return err
 		}
+	}
+	if err := datasync(j.data); err != nil {
+		return err
+	}
+	if _, err := j.data.WriteAt(meta.Data, meta.Offset); err != nil {
+		return err
 	}
 	return datasync(j.data)
 }

@@ -11,4 +11,4 @@ import (
 // flock, so bbolt syncs each commit twice as it does upstream.
 const journaled = false
 
-func lockJournal(*os.File, time.Duration) error { return errJournalBusy }
+func lockJournal(*os.File, time.Duration) error { return errInUse }

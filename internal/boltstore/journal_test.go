@@ -263,8 +263,8 @@ func TestJournalClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Size() != journalBlock+JournalSize {
-		t.Fatalf("journal of %d bytes, want %d", st.Size(), journalBlock+JournalSize)
+	if st.Size() != journalBlock+journalSize {
+		t.Fatalf("journal of %d bytes, want %d", st.Size(), journalBlock+journalSize)
 	}
 	f, err := os.Open(path + journalSuffix)
 	if err != nil {

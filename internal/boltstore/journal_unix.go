@@ -26,7 +26,7 @@ func lockJournal(f *os.File, timeout time.Duration) error {
 			return fmt.Errorf("lock journal: %w", err)
 		}
 		if time.Now().After(deadline) {
-			return errJournalBusy
+			return errInUse
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

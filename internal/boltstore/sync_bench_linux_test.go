@@ -37,7 +37,7 @@ func BenchmarkSyncPages(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer j.Close()
-	for off := 0; off < JournalSize; off += len(chunk) {
+	for off := 0; off < journalSize; off += len(chunk) {
 		if _, err := j.WriteAt(chunk, int64(off)); err != nil {
 			b.Fatal(err)
 		}
@@ -53,7 +53,7 @@ func BenchmarkSyncPages(b *testing.B) {
 			rec := make([]byte, (k+2)*pageSize)
 			var off int64
 			for b.Loop() {
-				if off+int64(len(rec)) > JournalSize {
+				if off+int64(len(rec)) > journalSize {
 					off = 0
 				}
 				if _, err := j.WriteAt(rec, off); err != nil {
