@@ -119,6 +119,44 @@ func TestBoltLayout1Migrates(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		{"crashed part way through the postings", func(t *testing.T, path string) {
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			var old [][]byte
+			if err := db.Update(func(tx *bolt.Tx) error {
+				if _, err := tx.CreateBucketIfNotExists(bLayout); err != nil {
+					return err
+				}
+				old = oldSessionBuckets(tx)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if left, err := migrateBatch(db, migrateBytes, old); err != nil || left != nil {
+				t.Fatalf("sessions' migration: %d left, err %v", len(left), err)
+			}
+			indexed := 0
+			if err := db.Update(func(tx *bolt.Tx) error {
+				lists, err := tx.CreateBucketIfNotExists(bPostings)
+				if err != nil {
+					return err
+				}
+				indexed = tx.Bucket(bIndex).Stats().KeyN
+				moved, err := movePostings(tx.Bucket(bIndex), lists, 5)
+				if moved != 5 {
+					t.Errorf("moved %d postings, want 5", moved)
+				}
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if indexed < 20 {
+				t.Fatalf("the fixture has %d postings of layout 2, too few to stop part way", indexed)
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "session.db")
@@ -134,6 +172,9 @@ func TestBoltLayout1Migrates(t *testing.T) {
 				if v := tx.Bucket(bLayout).Get(layoutKey); !bytes.Equal(v, layoutValue) {
 					t.Errorf("layout %v, want %v", v, layoutValue)
 				}
+				if tx.Bucket(bIndex) != nil {
+					t.Error("layout 2's postings left")
+				}
 				return nil
 			}); err != nil {
 				t.Fatal(err)
@@ -145,7 +186,7 @@ func TestBoltLayout1Migrates(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			// Opened again: layout 2 is recorded, nothing moves.
+			// Opened again: layout 3 is recorded, nothing moves.
 			s = openBolt(t, path, manualFlush)
 			defer s.Close()
 			if _, err := s.ListMessages(context.Background(), layoutSessions[0].sid, 0, 1); err != nil {
@@ -216,11 +257,11 @@ func TestBoltLayout1Refused(t *testing.T) {
 }
 
 // TestBoltLayoutLaterRefused: a file a later release marked with another layout is not opened
-// (nor marked as layout 2).
+// (nor marked as this release's layout).
 func TestBoltLayoutLaterRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "session.db")
 	s := openBolt(t, path, manualFlush)
-	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bLayout).Put(layoutKey, []byte{3}) }); err != nil {
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bLayout).Put(layoutKey, []byte{4}) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -228,8 +269,21 @@ func TestBoltLayoutLaterRefused(t *testing.T) {
 	}
 	if s, err := openBoltStore(path, manualFlush); err == nil {
 		s.Close()
-		t.Fatal("opened a file of layout 3")
-	} else if !strings.Contains(err.Error(), "layout 03") {
+		t.Fatal("opened a file of layout 4")
+	} else if !strings.Contains(err.Error(), "layout 04") {
 		t.Errorf("error %q does not name the layout", err)
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bLayout).Get(layoutKey); !bytes.Equal(v, []byte{4}) {
+			t.Errorf("layout %v after the refused open, want [4]", v)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

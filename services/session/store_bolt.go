@@ -33,7 +33,8 @@ import (
 //	sessions        sid → Session (identity, config, state)
 //	summaries       sid → summary as a message of kind summary
 //	user_sessions   uid 0x00 (MaxUint64 - updated ms) sid → nil   (newest first)
-//	index           uid 0x00 term 0x00 sid 0x00 seq → nil         (search postings)
+//	postings        uid 0x00 term 0x00 sid 0x00 block → seqs in block  (search postings:
+//	                store_bolt_postings.go)
 //	unindexed       NextSequence (8 bytes big-endian) → pending postings of one message:
 //	                uvarint len(uid) uid  uvarint len(sid) sid  uvarint seq
 //	                then per term: uvarint len(term) term
@@ -45,10 +46,10 @@ import (
 // (File, orchestrator.OpenBoltStoreOn, quota.OpenBoltStoreOn), which commit through the same
 // group, so a turn's writes and its records share commits.
 //
-// Search postings are written behind the append. A message's postings land all over the index
+// Search postings are written behind the append. A message's postings land all over the postings
 // B-tree, so writing them in the append's transaction dirtied a leaf page per term; instead the
 // append puts one entry into unindexed, whose keys only grow (the rightmost page), and a flush
-// moves the entries into index at most about flushDelay later, or sooner when flushPostings are
+// moves the entries into postings at most about flushDelay later, or sooner when flushPostings are
 // pending, and on Close. The entries are durable, so a crash loses no postings: they are loaded
 // again at open. Until a flush, Search reads the pending postings from memory.
 type BoltStore struct {
@@ -58,6 +59,7 @@ type BoltStore struct {
 
 	flushDelay    time.Duration
 	flushPostings int
+	flushChunk    int
 	// timer fires flushDelay after the first pending entry; full asks for a flush when
 	// flushPostings are pending; stop and flusherDone end the flushing goroutine.
 	timer       *time.Timer
@@ -71,14 +73,14 @@ type BoltStore struct {
 	decoded *decodedCache
 
 	// mu guards pending and postings: the committed entries of unindexed (by their key) that
-	// are not yet in index, and how many postings they hold. Entries are immutable once added.
+	// are not yet in postings, and how many postings they hold. Entries are immutable once added.
 	// Resets of timer happen under it. It is never held across a transaction.
 	mu       sync.Mutex
 	pending  map[uint64]*pendingEntry
 	postings int
 }
 
-// pendingEntry is one message's postings not yet in index, as stored in unindexed.
+// pendingEntry is one message's postings not yet in postings, as stored in unindexed.
 type pendingEntry struct {
 	key      uint64
 	uid, sid string
@@ -88,9 +90,8 @@ type pendingEntry struct {
 
 // Defaults of the write-behind index: a flush moves up to a few thousand postings at once, and
 // a message is in the index about a second after its append. A flush's cost goes with the
-// leaves of index it rewrites more than with its postings: at 64 turns at once 16,384 postings a
-// flush allocated 2.5 times fewer bytes than 4,096 for the same turns, but its larger
-// transaction raised the peak anonymous memory by about 4 MB (bench/peer, 4 repeats).
+// leaves of postings it rewrites more than with its postings, so larger flushes cost less a
+// posting, but keep more pending in memory and searched there.
 const (
 	defaultFlushDelay    = time.Second
 	defaultFlushPostings = 4096
@@ -100,7 +101,6 @@ var (
 	bSessions     = []byte("sessions")
 	bSummaries    = []byte("summaries")
 	bUserSessions = []byte("user_sessions")
-	bIndex        = []byte("index")
 	bUnindexed    = []byte("unindexed")
 )
 
@@ -117,22 +117,24 @@ func OpenBoltStore(path string) (*BoltStore, error) {
 type flushOptions struct {
 	delay    time.Duration
 	postings int
+	// chunk is the lists a transaction of a flush writes at most; 0 means flushChunk.
+	chunk int
 	// done, when set, is called after each flush of the flushing goroutine.
 	done func(error)
 }
 
 func openBoltStore(path string, o flushOptions) (*BoltStore, error) {
-	db, err := boltstore.Open(path, nil, bSessions, bSummaries, bUserSessions, bIndex, bUnindexed, bLayout)
+	db, err := boltstore.Open(path, nil, bSessions, bSummaries, bUserSessions, bPostings, bUnindexed, bLayout)
 	if err != nil {
 		return nil, err
 	}
 	if err := migrateLayout(db); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("move %s to the sessions' layout 2: %w", path, err)
+		return nil, fmt.Errorf("move %s to the sessions' layout 3: %w", path, err)
 	}
 	b := &BoltStore{
 		db: db, group: boltstore.NewGroup(db),
-		flushDelay: o.delay, flushPostings: o.postings, flushed: o.done,
+		flushDelay: o.delay, flushPostings: o.postings, flushChunk: cmp.Or(o.chunk, flushChunk), flushed: o.done,
 		timer:       time.NewTimer(o.delay),
 		full:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
@@ -168,7 +170,7 @@ func openBoltStore(path string, o flushOptions) (*BoltStore, error) {
 // in the same file (the monolith's orchestrator) and closes before this one.
 func (b *BoltStore) File() (*bolt.DB, *boltstore.Group) { return b.db, b.group }
 
-// Close moves the pending postings into the index and closes the file. Postings it cannot move
+// Close moves the pending postings into postings and closes the file. Postings it cannot move
 // stay in unindexed for the next open.
 func (b *BoltStore) Close() error {
 	b.stopOnce.Do(func() { close(b.stop) })
@@ -207,9 +209,17 @@ func (b *BoltStore) flusher() {
 	}
 }
 
-// flush moves the pending entries into index in one transaction and then drops them from
-// memory. Entries appended meanwhile stay pending, with the timer armed for them; entries whose
-// session was deleted meanwhile are gone from unindexed and are skipped.
+// flushChunk bounds the lists that one transaction of a flush writes. A message's postings land
+// all over the tree, so a chunk dirties up to a leaf page a list: a flush of thousands of lists
+// in one transaction could rewrite most of the leaves of a large tree in one commit and hold
+// them all in memory at once (pages, nodes, the journal's record).
+const flushChunk = 512
+
+// flush moves the pending entries into postings, flushChunk lists a transaction in key order,
+// then drops the entries from unindexed and from memory. Putting a posting twice is harmless, so
+// a flush cut short (an error, a crash) leaves the entries to a later flush. Entries appended
+// meanwhile stay pending, with the timer armed for them; entries whose session was deleted
+// meanwhile are gone from unindexed, and their postings are skipped.
 func (b *BoltStore) flush() error {
 	b.mu.Lock()
 	batch := make([]*pendingEntry, 0, len(b.pending))
@@ -220,36 +230,73 @@ func (b *BoltStore) flush() error {
 	if len(batch) == 0 {
 		return nil
 	}
-	// Both buckets are written in key order, unindexed's entries here and index's postings
-	// below: each leaf is then materialized and searched from the root once per run of keys it
-	// holds, not once per key.
-	slices.SortFunc(batch, func(a, b *pendingEntry) int { return cmp.Compare(a.key, b.key) })
-	postings := make([][]byte, 0, len(batch)*8)
-	err := b.group.Update(func(tx *bolt.Tx) error {
-		un, idx := tx.Bucket(bUnindexed), tx.Bucket(bIndex)
-		postings = postings[:0]
-		for _, e := range batch {
-			k := seqKey(int64(e.key))
-			if un.Get(k) == nil {
-				continue
-			}
-			for _, t := range e.terms {
-				postings = append(postings, indexKey(e.uid, t, e.sid, e.seq))
-			}
-			if err := un.Delete(k); err != nil {
-				return err
-			}
+	type posting struct {
+		key, entry []byte
+		off        byte
+	}
+	var postings []posting
+	for _, e := range batch {
+		ek := seqKey(int64(e.key))
+		for _, t := range e.terms {
+			postings = append(postings, posting{postingKey(e.uid, t, e.sid, e.seq), ek, postingOffset(e.seq)})
 		}
-		slices.SortFunc(postings, bytes.Compare)
-		for _, k := range postings {
-			if err := idx.Put(k, present); err != nil {
-				return err
-			}
+	}
+	// In key order, each leaf is materialized and searched from the root once per run of keys
+	// it holds, not once per key, and a list's postings are consecutive.
+	slices.SortFunc(postings, func(a, b posting) int {
+		if c := bytes.Compare(a.key, b.key); c != 0 {
+			return c
 		}
-		return nil
+		return cmp.Compare(a.off, b.off)
 	})
-	if err != nil {
-		return err
+	// unindexed's keys only grow: its entries are deleted in key order too, with the last chunk.
+	slices.SortFunc(batch, func(a, b *pendingEntry) int { return cmp.Compare(a.key, b.key) })
+	var offs []byte
+	for first := true; first || len(postings) > 0; first = false {
+		// The chunk ends after b.flushChunk lists' postings.
+		n, lists := 0, 0
+		for ; n < len(postings); n++ {
+			if n == 0 || !bytes.Equal(postings[n].key, postings[n-1].key) {
+				if lists++; lists > b.flushChunk {
+					break
+				}
+			}
+		}
+		chunk := postings[:n]
+		postings = postings[n:]
+		last := len(postings) == 0
+		err := b.group.Update(func(tx *bolt.Tx) error {
+			un, lists := tx.Bucket(bUnindexed), tx.Bucket(bPostings)
+			for i := 0; i < len(chunk); {
+				key := chunk[i].key
+				offs = offs[:0]
+				for ; i < len(chunk) && bytes.Equal(chunk[i].key, key); i++ {
+					// DeleteSession removes the session's entries and its postings in one
+					// transaction: a posting whose entry is gone is not put back.
+					if un.Get(chunk[i].entry) != nil {
+						offs = append(offs, chunk[i].off)
+					}
+				}
+				if len(offs) == 0 {
+					continue
+				}
+				if err := lists.Put(key, mergeOffsets(lists.Get(key), offs)); err != nil {
+					return err
+				}
+			}
+			if !last {
+				return nil
+			}
+			for _, e := range batch {
+				if err := un.Delete(seqKey(int64(e.key))); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -370,26 +417,6 @@ func userSessionKey(uid string, updatedMs int64, sid string) []byte {
 	return append(k, sid...)
 }
 
-func indexPrefix(uid, term string) []byte {
-	k := make([]byte, 0, len(uid)+len(term)+2)
-	k = append(k, uid...)
-	k = append(k, 0)
-	k = append(k, term...)
-	return append(k, 0)
-}
-
-// indexKey is one allocation: a posting's key is built for every term of every message.
-func indexKey(uid, term, sid string, seq int64) []byte {
-	k := make([]byte, 0, len(uid)+len(term)+len(sid)+3+8)
-	k = append(k, uid...)
-	k = append(k, 0)
-	k = append(k, term...)
-	k = append(k, 0)
-	k = append(k, sid...)
-	k = append(k, 0)
-	return binary.BigEndian.AppendUint64(k, uint64(seq))
-}
-
 func getSession(tx *bolt.Tx, id string) (*sessionv1.Session, error) {
 	raw := tx.Bucket(bSessions).Get([]byte(id))
 	if raw == nil {
@@ -480,9 +507,9 @@ func (b *BoltStore) DeleteSession(_ context.Context, userID, id string) (int64, 
 			return err
 		}
 		sb := tx.Bucket(sessionBucketName(id))
-		idx := tx.Bucket(bIndex)
-		// Deleting from index while a cursor walks the session's bucket is safe: they are
-		// different buckets.
+		lists := tx.Bucket(bPostings)
+		// Deleting from postings while a cursor walks the session's bucket is safe: they are
+		// different buckets. A list holds only this session's postings, so it goes whole.
 		c := partsOf(sb).msgs.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			n++
@@ -491,12 +518,12 @@ func (b *BoltStore) DeleteSession(_ context.Context, userID, id string) (int64, 
 				continue
 			}
 			for _, t := range textTerms(m.GetContent()) {
-				if err := idx.Delete(indexKey(userID, t, id, keySeq(k))); err != nil {
+				if err := lists.Delete(postingKey(userID, t, id, keySeq(k))); err != nil {
 					return err
 				}
 			}
 		}
-		// The session's postings not yet in index. The bucket is read rather than memory: an
+		// The session's postings not yet in postings. The bucket is read rather than memory: an
 		// append committed just before may not have reached memory yet.
 		_, err = boltstore.DeleteWhere(tx.Bucket(bUnindexed), func(k, v []byte) (bool, error) {
 			e, err := decodePending(k, v)
@@ -916,14 +943,14 @@ func (b *BoltStore) Search(_ context.Context, userID string, terms []string, ses
 	pend, mine := b.pendingOf(userID, terms[0], sessionID)
 	var out []*SearchResult
 	err := b.db.View(func(tx *bolt.Tx) error {
-		idx := tx.Bucket(bIndex)
+		lists := tx.Bucket(bPostings)
 		keep := func(sid string, seq int64) error {
 			if sessionID != "" && sid != sessionID {
 				return nil
 			}
 			e := mine[msgRef{sid, seq}]
 			for _, t := range terms[1:] {
-				if idx.Get(indexKey(userID, t, sid, seq)) == nil && (e == nil || !slices.Contains(e.terms, t)) {
+				if !hasPosting(lists, userID, t, sid, seq) && (e == nil || !slices.Contains(e.terms, t)) {
 					return nil
 				}
 			}
@@ -933,48 +960,78 @@ func (b *BoltStore) Search(_ context.Context, userID string, terms []string, ses
 			}
 			return err
 		}
-		prefix := indexPrefix(userID, terms[0])
-		c := idx.Cursor()
-		// Seek past the prefix's end, then walk back: newest sessions (ULIDs sort by time) and
-		// highest seqs first.
-		end := append(bytes.Clone(prefix[:len(prefix)-1]), 1)
-		k, _ := c.Seek(end)
-		if k == nil {
-			k, _ = c.Last()
-		} else {
-			k, _ = c.Prev()
-		}
+		w := newPostingWalk(lists.Cursor(), postingPrefix(userID, terms[0]))
+		have := w.next()
 		for len(out) < limit {
-			// rest is the index's next posting, "sid 0x00 seq", nil when they are done.
-			var rest []byte
-			if k != nil && bytes.HasPrefix(k, prefix) {
-				rest = k[len(prefix):]
-			}
-			if len(pend) > 0 && (rest == nil || bytes.Compare(pend[0].tail, rest) >= 0) {
+			if len(pend) > 0 && (!have || bytes.Compare(pend[0].tail, w.tail) >= 0) {
 				p := pend[0]
 				pend = pend[1:]
-				// Equal: flushed since it was read; the index's copy is taken below.
-				if rest == nil || !bytes.Equal(p.tail, rest) {
+				// Equal: flushed since it was read; the list's copy is taken below.
+				if !have || !bytes.Equal(p.tail, w.tail) {
 					if err := keep(p.sid, p.seq); err != nil {
 						return err
 					}
 				}
 				continue
 			}
-			if rest == nil {
+			if !have {
 				break
 			}
-			k, _ = c.Prev()
-			if len(rest) < 9 {
-				continue
-			}
-			if err := keep(string(rest[:len(rest)-9]), keySeq(rest[len(rest)-8:])); err != nil {
+			if err := keep(w.sid, w.seq); err != nil {
 				return err
 			}
+			have = w.next()
 		}
 		return nil
 	})
 	return out, err
+}
+
+// postingWalk walks the postings of one user's term newest first: newest sessions (ULIDs sort by
+// time) and highest seqs first, each list from its end.
+type postingWalk struct {
+	c      *bolt.Cursor
+	prefix []byte
+	k, v   []byte // the key the cursor is at, and its value
+	list   []byte // what is left of the current list
+	block  uint64
+	// sid, seq and tail ("sid 0x00 seq", as pendingHit's) are the posting next returned.
+	sid  string
+	seq  int64
+	tail []byte
+}
+
+func newPostingWalk(c *bolt.Cursor, prefix []byte) *postingWalk {
+	w := &postingWalk{c: c, prefix: prefix}
+	// Seek past the prefix's end, then walk back.
+	end := append(bytes.Clone(prefix[:len(prefix)-1]), 1)
+	if w.k, w.v = c.Seek(end); w.k == nil {
+		w.k, w.v = c.Last()
+	} else {
+		w.k, w.v = c.Prev()
+	}
+	return w
+}
+
+// next moves to the next posting and reports whether there is one.
+func (w *postingWalk) next() bool {
+	for len(w.list) == 0 {
+		if w.k == nil || !bytes.HasPrefix(w.k, w.prefix) {
+			return false
+		}
+		rest, v := w.k[len(w.prefix):], w.v
+		w.k, w.v = w.c.Prev()
+		if len(rest) < 9 {
+			continue
+		}
+		w.sid, w.block, w.list = string(rest[:len(rest)-9]), binary.BigEndian.Uint64(rest[len(rest)-8:]), v
+		w.tail = append(w.tail[:0], rest[:len(rest)-8]...)
+	}
+	off := w.list[len(w.list)-1]
+	w.list = w.list[:len(w.list)-1]
+	w.seq = blockSeq(w.block, off)
+	w.tail = binary.BigEndian.AppendUint64(w.tail[:len(w.sid)+1], uint64(w.seq))
+	return true
 }
 
 // hitTx reads a hit of Search in tx: the message seq of sid with its neighbours; nil when the

@@ -108,12 +108,15 @@ func partsOf(sb *bolt.Bucket) sessionParts {
 	}
 }
 
-// Layout 2 of the sessions' buckets: one tree each (above). The file records it in bLayout,
-// under layoutKey.
+// The file records its layout in bLayout, under layoutKey: 2 is the sessions' buckets one tree
+// each (above), 3 is that with the search postings in lists (store_bolt_postings.go). A release
+// refuses a file of a later layout, so an older one does not open a file whose postings it
+// would not find.
 var (
 	bLayout     = []byte("layout")
 	layoutKey   = []byte("sessions")
-	layoutValue = []byte{2}
+	layout2     = []byte{2}
+	layoutValue = []byte{3}
 	// oldParts are layout 1's nested buckets and the prefixes their keys move under.
 	oldParts = []struct {
 		name []byte
@@ -126,31 +129,35 @@ var (
 const migrateBytes = 16 << 20
 
 // migrateLayout moves the sessions of a file of layout 1 into layout 2, in transactions of about
-// migrateBytes, and then records layout 2. A crash part way leaves each session in one layout or
-// the other (a session moves in one transaction); the next open goes on where it stopped.
+// migrateBytes, and records layout 2; then the search postings of layout 2 into layout 3
+// (migrateIndex). A crash part way leaves each session in one layout or the other (a session
+// moves in one transaction); the next open goes on where it stopped.
 func migrateLayout(db *bolt.DB) error {
-	done := false
+	var v []byte
 	var old [][]byte
 	if err := db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bLayout).Get(layoutKey)
-		if v != nil && !bytes.Equal(v, layoutValue) {
+		v = bytes.Clone(tx.Bucket(bLayout).Get(layoutKey))
+		if v != nil && !bytes.Equal(v, layout2) && !bytes.Equal(v, layoutValue) {
 			// A later release's layout: moving "layout 1" sessions out of it would be a guess.
 			return fmt.Errorf("the sessions are in layout %x, which this release does not read", v)
 		}
-		done = v != nil
-		if !done {
+		if v == nil {
 			old = oldSessionBuckets(tx)
 		}
 		return nil
-	}); err != nil || done {
+	}); err != nil || bytes.Equal(v, layoutValue) {
 		return err
 	}
-	for {
+	for v == nil {
 		var err error
-		if old, err = migrateBatch(db, migrateBytes, old); err != nil || old == nil {
+		if old, err = migrateBatch(db, migrateBytes, old); err != nil {
 			return err
 		}
+		if old == nil {
+			v = layout2
+		}
 	}
+	return migrateIndex(db, migrateIndexKeys)
 }
 
 // oldSessionBuckets returns the names of the session buckets of layout 1 in tx.
@@ -183,7 +190,7 @@ func migrateBatch(db *bolt.DB, limit int, old [][]byte) (left [][]byte, err erro
 			}
 			moved += n
 		}
-		return tx.Bucket(bLayout).Put(layoutKey, layoutValue)
+		return tx.Bucket(bLayout).Put(layoutKey, layout2)
 	})
 	if err != nil {
 		return nil, err

@@ -43,13 +43,13 @@ func crash(t testing.TB, s *BoltStore) {
 	}
 }
 
-// postingsOf counts the keys of session sid in index and the entries of sid in unindexed.
+// postingsOf counts the postings of session sid in postings and the entries of sid in unindexed.
 func postingsOf(t testing.TB, s *BoltStore, sid string) (indexed, unindexed int) {
 	t.Helper()
 	err := s.db.View(func(tx *bolt.Tx) error {
-		err := tx.Bucket(bIndex).ForEach(func(k, _ []byte) error {
+		err := tx.Bucket(bPostings).ForEach(func(k, v []byte) error {
 			if bytes.Contains(k, []byte("\x00"+sid+"\x00")) {
-				indexed++
+				indexed += len(v)
 			}
 			return nil
 		})

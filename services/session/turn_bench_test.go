@@ -83,7 +83,7 @@ func benchMonolithTurn(b *testing.B, deletes bool) {
 	d := after.Sub(&before)
 	b.ReportMetric(float64(d.GetWrite())/float64(b.N), "pwrites/turn")
 	_ = s.db.View(func(tx *bolt.Tx) error {
-		for _, n := range [][]byte{sessionBucketName(sid), bSessions, bUserSessions, bUnindexed, bIndex} {
+		for _, n := range [][]byte{sessionBucketName(sid), bSessions, bUserSessions, bUnindexed, bPostings} {
 			st := tx.Bucket(n).Stats()
 			b.Logf("%s: keys %d depth %d branch pages %d leaf pages %d", n, st.KeyN, st.Depth, st.BranchPageN, st.LeafPageN)
 		}
