@@ -157,6 +157,38 @@ func TestBoltLayout1Migrates(t *testing.T) {
 				t.Fatalf("the fixture has %d postings of layout 2, too few to stop part way", indexed)
 			}
 		}},
+		{"postings moved three a transaction", func(t *testing.T, path string) {
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			var old [][]byte
+			if err := db.Update(func(tx *bolt.Tx) error {
+				for _, b := range [][]byte{bLayout, bPostings} {
+					if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+						return err
+					}
+				}
+				old = oldSessionBuckets(tx)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if left, err := migrateBatch(db, migrateBytes, old); err != nil || left != nil {
+				t.Fatalf("sessions' migration: %d left, err %v", len(left), err)
+			}
+			indexed := 0
+			if err := db.View(func(tx *bolt.Tx) error { indexed = tx.Bucket(bIndex).Stats().KeyN; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if indexed < 20 {
+				t.Fatalf("the fixture has %d postings of layout 2, too few for several transactions", indexed)
+			}
+			if err := migrateIndex(db, 3); err != nil {
+				t.Fatal(err)
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "session.db")
