@@ -18,9 +18,9 @@ import (
 // pages, then its meta page). bbolt (patched, third_party/bbolt/JOURNAL.md) hands Log every page
 // of a commit, meta page last; Log appends them as one record to path+".journal" and syncs it.
 // bbolt writes the pages into the file meanwhile (where the file's last commit has none of its
-// own, so they may land early) and the meta page once Log has returned, without a sync. Before a file is opened, the
-// journal's records are written into it again (replay), which redoes what a crash or power loss
-// kept out of the file. A record counts only whole: its CRC covers it all, so a torn tail is
+// own, so they may land early) and the meta page once Log has returned, without a sync. Before a
+// file is opened, the journal's records are written into it again (replay), which redoes what a
+// crash or power loss kept out of the file. A record counts only whole: its CRC covers it all, so a torn tail is
 // ignored, and the commit it held had not been acknowledged.
 //
 // Records fill one half of the journal, then the other. When records move on to the other

@@ -60,7 +60,7 @@ func BenchmarkSyncPages(b *testing.B) {
 					b.Fatal(err)
 				}
 				off += int64(len(rec))
-				if err := syscall.Fdatasync(int(j.Fd())); err != nil {
+				if err := datasync(j); err != nil {
 					b.Fatal(err)
 				}
 				for _, id := range rand.Perm(slots)[:k] {

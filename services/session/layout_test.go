@@ -120,32 +120,10 @@ func TestBoltLayout1Migrates(t *testing.T) {
 			}
 		}},
 		{"crashed part way through the postings", func(t *testing.T, path string) {
-			db, err := bolt.Open(path, 0o600, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			db := layout2File(t, path)
 			defer db.Close()
-			var old [][]byte
 			if err := db.Update(func(tx *bolt.Tx) error {
-				if _, err := tx.CreateBucketIfNotExists(bLayout); err != nil {
-					return err
-				}
-				old = oldSessionBuckets(tx)
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-			if left, err := migrateBatch(db, migrateBytes, old); err != nil || left != nil {
-				t.Fatalf("sessions' migration: %d left, err %v", len(left), err)
-			}
-			indexed := 0
-			if err := db.Update(func(tx *bolt.Tx) error {
-				lists, err := tx.CreateBucketIfNotExists(bPostings)
-				if err != nil {
-					return err
-				}
-				indexed = tx.Bucket(bIndex).Stats().KeyN
-				moved, err := movePostings(tx.Bucket(bIndex), lists, 5)
+				moved, err := movePostings(tx.Bucket(bIndex), tx.Bucket(bPostings), 5)
 				if moved != 5 {
 					t.Errorf("moved %d postings, want 5", moved)
 				}
@@ -153,38 +131,10 @@ func TestBoltLayout1Migrates(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			if indexed < 20 {
-				t.Fatalf("the fixture has %d postings of layout 2, too few to stop part way", indexed)
-			}
 		}},
 		{"postings moved three a transaction", func(t *testing.T, path string) {
-			db, err := bolt.Open(path, 0o600, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			db := layout2File(t, path)
 			defer db.Close()
-			var old [][]byte
-			if err := db.Update(func(tx *bolt.Tx) error {
-				for _, b := range [][]byte{bLayout, bPostings} {
-					if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-						return err
-					}
-				}
-				old = oldSessionBuckets(tx)
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-			if left, err := migrateBatch(db, migrateBytes, old); err != nil || left != nil {
-				t.Fatalf("sessions' migration: %d left, err %v", len(left), err)
-			}
-			indexed := 0
-			if err := db.View(func(tx *bolt.Tx) error { indexed = tx.Bucket(bIndex).Stats().KeyN; return nil }); err != nil {
-				t.Fatal(err)
-			}
-			if indexed < 20 {
-				t.Fatalf("the fixture has %d postings of layout 2, too few for several transactions", indexed)
-			}
 			if err := migrateIndex(db, 3); err != nil {
 				t.Fatal(err)
 			}
@@ -226,6 +176,37 @@ func TestBoltLayout1Migrates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// layout2File opens the layout-1 fixture at path and moves its sessions into layout 2, leaving
+// its postings of layout 2 (at least 20, so that moving them can stop part way) to move.
+func layout2File(t *testing.T, path string) *bolt.DB {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old [][]byte
+	indexed := 0
+	if err := db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bLayout, bPostings} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		old = oldSessionBuckets(tx)
+		indexed = tx.Bucket(bIndex).Stats().KeyN
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if indexed < 20 {
+		t.Fatalf("the fixture has %d postings of layout 2, too few to move part of them", indexed)
+	}
+	if left, err := migrateBatch(db, migrateBytes, old); err != nil || left != nil {
+		t.Fatalf("sessions' migration: %d left, err %v", len(left), err)
+	}
+	return db
 }
 
 // oldSessions counts the sessions of layout 1 in db.

@@ -254,10 +254,10 @@ func (b *BoltStore) flush() error {
 	var offs []byte
 	for first := true; first || len(postings) > 0; first = false {
 		// The chunk ends after b.flushChunk lists' postings.
-		n, lists := 0, 0
+		n, nlists := 0, 0
 		for ; n < len(postings); n++ {
 			if n == 0 || !bytes.Equal(postings[n].key, postings[n-1].key) {
-				if lists++; lists > b.flushChunk {
+				if nlists++; nlists > b.flushChunk {
 					break
 				}
 			}

@@ -30,11 +30,7 @@ const postingBlockBits = 8
 // postingKey is the key of the list that holds seq's posting of term; one allocation, since a
 // key is built for every term of every message.
 func postingKey(uid, term, sid string, seq int64) []byte {
-	k := make([]byte, 0, len(uid)+len(term)+len(sid)+3+8)
-	k = append(k, uid...)
-	k = append(k, 0)
-	k = append(k, term...)
-	k = append(k, 0)
+	k := appendPostingPrefix(make([]byte, 0, len(uid)+len(term)+len(sid)+3+8), uid, term)
 	k = append(k, sid...)
 	k = append(k, 0)
 	return binary.BigEndian.AppendUint64(k, uint64(seq)>>postingBlockBits)
@@ -42,7 +38,10 @@ func postingKey(uid, term, sid string, seq int64) []byte {
 
 // postingPrefix is the prefix of the keys of uid's lists of term.
 func postingPrefix(uid, term string) []byte {
-	k := make([]byte, 0, len(uid)+len(term)+2)
+	return appendPostingPrefix(make([]byte, 0, len(uid)+len(term)+2), uid, term)
+}
+
+func appendPostingPrefix(k []byte, uid, term string) []byte {
 	k = append(k, uid...)
 	k = append(k, 0)
 	k = append(k, term...)
@@ -118,26 +117,32 @@ func movePostings(index, postings *bolt.Bucket, limit int) (int, error) {
 	for k, _ := c.First(); k != nil && len(keys) < limit; k, _ = c.Next() {
 		keys = append(keys, bytes.Clone(k))
 	}
+	// listOf is the list that holds an old key's posting, and its offset in it; nil for a key too
+	// short to hold a seq.
+	listOf := func(k []byte) (list []byte, off byte) {
+		if len(k) < 9 {
+			return nil, 0
+		}
+		seq := binary.BigEndian.Uint64(k[len(k)-8:])
+		return binary.BigEndian.AppendUint64(bytes.Clone(k[:len(k)-8]), seq>>postingBlockBits), postingOffset(int64(seq))
+	}
 	var offs []byte
 	for i := 0; i < len(keys); {
 		// Keys in order: a list's postings are consecutive.
-		k := keys[i]
-		if len(k) < 9 {
-			i++
+		list, off := listOf(keys[i])
+		i++
+		if list == nil {
 			continue
 		}
-		prefix := k[:len(k)-8]
-		block := binary.BigEndian.Uint64(k[len(k)-8:]) >> postingBlockBits
-		offs = offs[:0]
+		offs = append(offs[:0], off)
 		for ; i < len(keys); i++ {
-			kk := keys[i]
-			if len(kk) < 9 || !bytes.Equal(kk[:len(kk)-8], prefix) || binary.BigEndian.Uint64(kk[len(kk)-8:])>>postingBlockBits != block {
+			next, off := listOf(keys[i])
+			if !bytes.Equal(next, list) {
 				break
 			}
-			offs = append(offs, postingOffset(int64(binary.BigEndian.Uint64(kk[len(kk)-8:]))))
+			offs = append(offs, off)
 		}
-		nk := binary.BigEndian.AppendUint64(bytes.Clone(prefix), block)
-		if err := postings.Put(nk, mergeOffsets(postings.Get(nk), offs)); err != nil {
+		if err := postings.Put(list, mergeOffsets(postings.Get(list), offs)); err != nil {
 			return 0, err
 		}
 	}

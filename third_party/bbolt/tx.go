@@ -606,7 +606,8 @@ func (tx *Tx) write() error {
 
 // writeJournaled writes the commit's pages and meta page to the journal, which returns once they
 // are durable, and then into the file without syncing it (Hermes's patch, see JOURNAL.md). If
-// the journal fails nothing was written to the file, so the commit rolls back cleanly.
+// the journal fails, the file holds at most pages that no commit uses, not the meta page, so
+// the commit rolls back cleanly.
 func (tx *Tx) writeJournaled() error {
 	if tx.db.journalErr != nil {
 		return tx.db.journalErr
